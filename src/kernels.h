@@ -1,0 +1,40 @@
+/* kernels: the matrix and vector operations inference is made of.
+ * Owns: W (any vs_type, n_out x n_in, row-major rows of n_in values) times n activation rows, with a
+ * scalar reference twin and AVX2 / AVX-512 fast paths chosen at run time, plus the small fused
+ * vector ops (RMSNorm, softmax, SiLU...). Fast paths must match the reference within the tolerance
+ * stated in tests/test_kernels.c. Quantised weights (Q8_0/Q4_0) are multiplied against activations
+ * quantised to 8-bit blocks, as llama.cpp does. */
+#ifndef VS_KERNELS_H
+#define VS_KERNELS_H
+
+#include "quant.h"
+#include "threadpool.h"
+
+typedef enum vs_isa {
+    VS_ISA_SCALAR = 0,
+    VS_ISA_AVX2 = 1,
+    VS_ISA_AVX512 = 2, /* AVX-512 F/BW/VL + VNNI */
+} vs_isa;
+
+vs_isa vs_isa_detect(void);          /* best ISA this CPU supports (cached) */
+const char *vs_isa_name(vs_isa isa);
+/* Caps the ISA used by vs_matmul (tests use this to compare paths; the env var VLMSPEC_ISA=scalar|
+ * avx2|avx512 sets the cap at start-up). Returns the ISA now in force. */
+vs_isa vs_isa_set_max(vs_isa isa);
+
+/* y[r * n_out + o] = sum_i W[o, i] * x[r * n_in + i] for r < n_rows, o < n_out.
+ * w points at n_out rows of vs_type_row_bytes(wtype, n_in) bytes each. x and y must not alias.
+ * n_in must be a multiple of the type's block size (32 for Q8_0/Q4_0). Threads split output rows. */
+void vs_matmul(vs_threadpool *tp, vs_type wtype, const void *w, int64_t n_out, int64_t n_in,
+               const float *x, int64_t n_rows, float *y);
+/* The scalar reference twin (single thread, double accumulation not required). */
+void vs_matmul_ref(vs_type wtype, const void *w, int64_t n_out, int64_t n_in, const float *x,
+                   int64_t n_rows, float *y);
+
+/* Vector ops (single row; callers parallelise across rows if needed). */
+void vs_rmsnorm(float *out, const float *x, const float *weight, int64_t n, float eps);
+void vs_softmax_inplace(float *x, int64_t n);
+float vs_dot_f32(const float *a, const float *b, int64_t n);
+void vs_axpy_f32(float *y, float a, const float *x, int64_t n); /* y += a * x */
+
+#endif
