@@ -1,0 +1,398 @@
+/* tokenizer_bpe: byte-level BPE (tokenizer.ggml.model "gpt2") over one raw prompt fragment.
+ * 1. Pre-tokenise: the regexes of the pre-tokeniser named by tokenizer.ggml.pre (a table below: one
+ *    entry per family) split the text into pieces; each regex splits every piece the earlier ones left,
+ *    and both its matches and the gaps between them remain pieces. PCRE2 (UTF + Unicode properties)
+ *    runs the patterns; invalid UTF-8 never matches, so such bytes end up in gap pieces, unchanged.
+ * 2. Each piece's bytes start as one symbol per byte (the token of the byte's printable code point in
+ *    GPT-2's byte-to-unicode mapping); adjacent pairs merge by rank from tokenizer.ggml.merges (lowest
+ *    rank first, ties: leftmost) with a heap, until no adjacent pair has a merge. */
+#ifndef PCRE2_CODE_UNIT_WIDTH
+#define PCRE2_CODE_UNIT_WIDTH 8
+#endif
+#include <pcre2.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "tokenizer_impl.h"
+
+/* ---------------------------------------------------------------- pre-tokenisers */
+
+/* GPT-2's pattern as llama.cpp applies it (its trailing "|\s+" alternative is not needed: whitespace it
+ * would match is left as a gap piece, the same split). */
+#define RE_GPT2 "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)"
+/* LLaMA-3 / Qwen2: case-insensitive contractions spelled out, letters with one leading non-letter,
+ * digit groups of up to 3 (LLaMA-3) or single digits (Qwen2). */
+#define RE_LLAMA3_HEAD "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"
+#define RE_LLAMA3_TAIL "| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+
+static const vs_pretok PRETOKS[] = {
+    /* llama.cpp's fallback when a gpt2 vocabulary names no pre-tokeniser */
+    {"default", {NULL}, {"[\\p{P}\\$\\+<=>\\^~\\|]+", RE_GPT2, "\\p{N}+", "[0-9][0-9][0-9]", NULL}, false},
+    {"gpt-2", {"gpt2", "mpt", "olmo", "jais", NULL}, {RE_GPT2, NULL}, false},
+    {"starcoder",
+     {"refact", "command-r", "smollm", "codeshell", "exaone", "minerva-7b", NULL},
+     {"\\p{N}", RE_GPT2, NULL},
+     false},
+    {"llama3", {"llama-bpe", "llama-v3", NULL}, {RE_LLAMA3_HEAD "\\p{N}{1,3}" RE_LLAMA3_TAIL, NULL}, true},
+    {"qwen2",
+     {"qwen2.5", "qwen-2.5", "deepseek-r1-qwen", "stablelm2", "megrez", NULL},
+     {RE_LLAMA3_HEAD "\\p{N}" RE_LLAMA3_TAIL, NULL},
+     false},
+    {"deepseek-coder",
+     {NULL},
+     {"[\r\n]", "\\s?\\p{L}+", "\\s?\\p{P}+", "[\xE4\xB8\x80-\xE9\xBE\xA5\xE0\xA0\x80-\xE4\xB8\x80\xEA\xB0\x80-\xED\x9F\xBF]+",
+      "\\p{N}", NULL},
+     false},
+};
+
+const vs_pretok *vs_pretok_find(const char *name) {
+    if (!name || !name[0]) name = "default";
+    for (size_t i = 0; i < VS_ARRAY_LEN(PRETOKS); i++) {
+        if (!strcmp(PRETOKS[i].name, name)) return &PRETOKS[i];
+        for (int k = 0; PRETOKS[i].aliases[k]; k++)
+            if (!strcmp(PRETOKS[i].aliases[k], name)) return &PRETOKS[i];
+    }
+    return NULL;
+}
+
+/* ---------------------------------------------------------------- merges map */
+
+static uint64_t mix64(uint64_t x) {
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    return x;
+}
+
+static bool merge_find(const vs_merge_map *m, int32_t l, int32_t r, int32_t *rank, int32_t *result) {
+    uint64_t key = (uint64_t)(uint32_t)l << 32 | (uint32_t)r;
+    for (uint64_t i = mix64(key) & m->mask;; i = (i + 1) & m->mask) {
+        if (m->keys[i] == UINT64_MAX) return false;
+        if (m->keys[i] == key) {
+            *rank = m->rank[i];
+            *result = m->result[i];
+            return true;
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- set-up */
+
+static const char *show(const char *s, size_t n, char *buf, size_t cap) {
+    size_t o = 0;
+    for (size_t i = 0; i < n && o + 8 < cap; i++) {
+        uint8_t c = (uint8_t)s[i];
+        if (c >= 0x20 && c < 0x7F && c != '\'') buf[o++] = (char)c;
+        else o += (size_t)snprintf(buf + o, cap - o, "\\x%02X", c);
+    }
+    buf[o] = 0;
+    return buf;
+}
+
+vs_status vs_tok_bpe_init(vs_tokenizer *t, const char *pre, const vs_tokenizer_spec *spec, vs_error *err) {
+    char b1[96], b2[96];
+    t->pretok = vs_pretok_find(pre);
+    if (!t->pretok) {
+        char known[512] = "";
+        for (size_t i = 0; i < VS_ARRAY_LEN(PRETOKS); i++) {
+            strncat(known, i ? ", " : "", sizeof(known) - strlen(known) - 1);
+            strncat(known, PRETOKS[i].name, sizeof(known) - strlen(known) - 1);
+        }
+        return vs_error_set(err, VS_ERR_UNSUPPORTED, "tokenizer: pre-tokenizer '%s' is not supported (known: %s)",
+                            show(pre, strlen(pre), b1, sizeof(b1)), known);
+    }
+    for (int k = 0; t->pretok->regex[k]; k++) {
+        int ec;
+        PCRE2_SIZE eo;
+        pcre2_code *re = pcre2_compile((PCRE2_SPTR)t->pretok->regex[k], PCRE2_ZERO_TERMINATED,
+                                       PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &ec, &eo, NULL);
+        if (!re) {
+            PCRE2_UCHAR msg[160];
+            pcre2_get_error_message(ec, msg, sizeof(msg));
+            return vs_error_set(err, VS_ERR_UNSUPPORTED, "tokenizer: pre-tokenizer '%s' regex %d: %s at %zu",
+                                t->pretok->name, k, (const char *)msg, (size_t)eo);
+        }
+        pcre2_jit_compile(re, PCRE2_JIT_COMPLETE); /* falls back to the interpreter if JIT is unavailable */
+        t->re[t->n_re++] = re;
+    }
+
+    /* GPT-2's byte-to-unicode: printable Latin-1 bytes map to themselves, the others to 256, 257, ... */
+    uint32_t next = 256;
+    for (int b = 0; b < 256; b++) {
+        bool keep = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+        t->byte_cp[b] = keep ? (uint32_t)b : next++;
+        char u[4];
+        int l = vs_utf8_put(t->byte_cp[b], u);
+        t->byte_tok[b] = vs_tok_map_find(t, u, (size_t)l);
+    }
+
+    /* merges: "left right" (split at the first space after the first byte), both sides and their
+     * concatenation must be tokens */
+    int64_t nm = spec->n_merges;
+    if (nm < 0 || nm > INT32_MAX / 2 || (nm > 0 && !spec->merges))
+        return vs_error_set(err, VS_ERR_FORMAT, "tokenizer: bad merge count %lld", (long long)nm);
+    t->n_merges = nm;
+    t->merge_pairs = vs_malloc((size_t)VS_MAX(nm, 1) * 2 * sizeof(int32_t));
+    uint64_t cap = 16;
+    while (cap < 2 * (uint64_t)nm) cap <<= 1;
+    t->merges.keys = vs_malloc(cap * sizeof(uint64_t));
+    t->merges.rank = vs_malloc(cap * sizeof(int32_t));
+    t->merges.result = vs_malloc(cap * sizeof(int32_t));
+    t->merges.mask = cap - 1;
+    char *cat = vs_malloc((1u << 20) * 2 + 1);
+    if (!t->merge_pairs || !t->merges.keys || !t->merges.rank || !t->merges.result || !cat) {
+        vs_free(cat);
+        return vs_error_set(err, VS_ERR_NOMEM, "tokenizer: out of memory (%lld merges)", (long long)nm);
+    }
+    memset(t->merges.keys, 0xFF, cap * sizeof(uint64_t));
+    for (int64_t i = 0; i < nm; i++) {
+        const char *s = spec->merges[i];
+        size_t n = s ? (spec->merge_lens ? spec->merge_lens[i] : strlen(s)) : 0;
+        const char *sp = n > 1 ? memchr(s + 1, ' ', n - 1) : NULL;
+        if (!sp || n > (1u << 21)) {
+            vs_error_set(err, VS_ERR_FORMAT, "tokenizer: merge %lld '%s' is not two tokens separated by a space",
+                         (long long)i, s ? show(s, VS_MIN(n, 40), b1, sizeof(b1)) : "(null)");
+            vs_free(cat);
+            return VS_ERR_FORMAT;
+        }
+        size_t nl = (size_t)(sp - s), nr = n - nl - 1;
+        int32_t l = vs_tok_map_find(t, s, nl), r = vs_tok_map_find(t, sp + 1, nr);
+        memcpy(cat, s, nl);
+        memcpy(cat + nl, sp + 1, nr);
+        int32_t res = vs_tok_map_find(t, cat, nl + nr);
+        if (l < 0 || r < 0 || res < 0) {
+            const char *what = l < 0 ? s : r < 0 ? sp + 1 : cat;
+            size_t wn = l < 0 ? nl : r < 0 ? nr : nl + nr;
+            vs_error_set(err, VS_ERR_FORMAT, "tokenizer: merge %lld '%s' names '%s', which is not a token",
+                         (long long)i, show(s, VS_MIN(n, 40), b1, sizeof(b1)),
+                         show(what, VS_MIN(wn, 40), b2, sizeof(b2)));
+            vs_free(cat);
+            return VS_ERR_FORMAT;
+        }
+        t->merge_pairs[2 * i] = l;
+        t->merge_pairs[2 * i + 1] = r;
+        uint64_t key = (uint64_t)(uint32_t)l << 32 | (uint32_t)r;
+        for (uint64_t k = mix64(key) & t->merges.mask;; k = (k + 1) & t->merges.mask) {
+            if (t->merges.keys[k] == key) break; /* a repeated pair keeps its first (lowest) rank */
+            if (t->merges.keys[k] == UINT64_MAX) {
+                t->merges.keys[k] = key;
+                t->merges.rank[k] = (int32_t)i;
+                t->merges.result[k] = res;
+                break;
+            }
+        }
+    }
+    vs_free(cat);
+    return VS_OK;
+}
+
+void vs_tok_bpe_free(vs_tokenizer *t) {
+    for (int k = 0; k < t->n_re; k++) pcre2_code_free(t->re[k]);
+    t->n_re = 0;
+    vs_free(t->merge_pairs);
+    vs_free(t->merges.keys);
+    vs_free(t->merges.rank);
+    vs_free(t->merges.result);
+}
+
+/* ---------------------------------------------------------------- pre-tokenise */
+
+typedef struct span {
+    size_t off, len;
+} span;
+
+typedef struct spanvec {
+    span *v;
+    int64_t n, cap;
+} spanvec;
+
+static bool span_push(spanvec *a, size_t off, size_t len) {
+    if (a->n == a->cap) {
+        int64_t cap = a->cap ? 2 * a->cap : 64;
+        span *v = vs_realloc(a->v, (size_t)cap * sizeof(span));
+        if (!v) return false;
+        a->v = v;
+        a->cap = cap;
+    }
+    a->v[a->n++] = (span){off, len};
+    return true;
+}
+
+/* Splits text into pieces with the tokenizer's regexes. */
+static vs_status pretokenize(const vs_tokenizer *t, const char *text, size_t len, spanvec *out, vs_error *err) {
+    spanvec a = {0}, b = {0};
+    pcre2_match_data *md = pcre2_match_data_create(16, NULL);
+    vs_status st = VS_OK;
+    if (!md || !span_push(&a, 0, len)) goto nomem;
+    for (int k = 0; k < t->n_re; k++) {
+        const pcre2_code *re = t->re[k];
+        b.n = 0;
+        for (int64_t i = 0; i < a.n; i++) {
+            const char *s = text + a.v[i].off;
+            size_t n = a.v[i].len, pos = 0, gap = 0;
+            while (pos < n) {
+                int rc = pcre2_match(re, (PCRE2_SPTR)s, n, pos, 0, md, NULL);
+                if (rc == PCRE2_ERROR_NOMATCH) break;
+                if (rc < 0) {
+                    PCRE2_UCHAR msg[160];
+                    pcre2_get_error_message(rc, msg, sizeof(msg));
+                    st = vs_error_set(err, VS_ERR_INVALID, "tokenize: pre-tokenizer '%s': %s", t->pretok->name,
+                                      (const char *)msg);
+                    goto done;
+                }
+                PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
+                size_t ms = ov[0], me = ov[1];
+                if (me <= ms) { /* an empty match splits nothing: step over one byte */
+                    pos = ms + 1;
+                    continue;
+                }
+                if (ms > gap && !span_push(&b, a.v[i].off + gap, ms - gap)) goto nomem;
+                if (!span_push(&b, a.v[i].off + ms, me - ms)) goto nomem;
+                gap = pos = me;
+            }
+            if (gap < n && !span_push(&b, a.v[i].off + gap, n - gap)) goto nomem;
+        }
+        spanvec tmp = a;
+        a = b;
+        b = tmp;
+    }
+    *out = a;
+    a.v = NULL;
+    goto done;
+nomem:
+    st = vs_error_set(err, VS_ERR_NOMEM, "tokenize: out of memory");
+done:
+    if (md) pcre2_match_data_free(md);
+    vs_free(a.v);
+    vs_free(b.v);
+    return st;
+}
+
+/* ---------------------------------------------------------------- merge loop */
+
+typedef struct bsym {
+    int32_t id; /* -1: a byte without a token (never merges) */
+    int32_t prev, next;
+} bsym;
+
+typedef struct bpair {
+    int32_t rank, left, right;
+    int32_t lid, rid; /* ids when queued: stale if either side changed */
+    int32_t result;
+} bpair;
+
+static bool bp_before(const bpair *a, const bpair *b) {
+    if (a->rank != b->rank) return a->rank < b->rank;
+    return a->left < b->left;
+}
+
+typedef struct bheap {
+    bpair *v;
+    int64_t n, cap;
+} bheap;
+
+static bool bheap_push(bheap *h, bpair x) {
+    if (h->n == h->cap) {
+        int64_t cap = h->cap ? 2 * h->cap : 64;
+        bpair *v = vs_realloc(h->v, (size_t)cap * sizeof(bpair));
+        if (!v) return false;
+        h->v = v;
+        h->cap = cap;
+    }
+    int64_t i = h->n++;
+    while (i > 0) {
+        int64_t p = (i - 1) / 2;
+        if (!bp_before(&x, &h->v[p])) break;
+        h->v[i] = h->v[p];
+        i = p;
+    }
+    h->v[i] = x;
+    return true;
+}
+
+static bpair bheap_pop(bheap *h) {
+    bpair top = h->v[0], x = h->v[--h->n];
+    int64_t i = 0;
+    for (;;) {
+        int64_t c = 2 * i + 1;
+        if (c >= h->n) break;
+        if (c + 1 < h->n && bp_before(&h->v[c + 1], &h->v[c])) c++;
+        if (!bp_before(&h->v[c], &x)) break;
+        h->v[i] = h->v[c];
+        i = c;
+    }
+    if (h->n > 0) h->v[i] = x;
+    return top;
+}
+
+static bool add_pair(const vs_tokenizer *t, const bsym *y, bheap *h, int32_t l, int32_t r) {
+    if (l < 0 || r < 0 || y[l].id < 0 || y[r].id < 0) return true;
+    int32_t rank, res;
+    if (!merge_find(&t->merges, y[l].id, y[r].id, &rank, &res)) return true;
+    return bheap_push(h, (bpair){rank, l, r, y[l].id, y[r].id, res});
+}
+
+/* BPE over one piece w[0..n); y has room for n symbols. */
+static vs_status bpe_word(const vs_tokenizer *t, const uint8_t *w, size_t n, bsym *y, bheap *h, char *mapped,
+                          vs_idvec *out, vs_error *err) {
+    if (t->pretok->ignore_merges) {
+        size_t m = 0;
+        for (size_t i = 0; i < n; i++) m += (size_t)vs_utf8_put(t->byte_cp[w[i]], mapped + m);
+        int32_t id = vs_tok_map_find(t, mapped, m);
+        if (id >= 0) return vs_idvec_push(out, id, err);
+    }
+    for (size_t i = 0; i < n; i++) y[i] = (bsym){t->byte_tok[w[i]], (int32_t)i - 1, (int32_t)i + 1};
+    y[n - 1].next = -1;
+    h->n = 0;
+    for (size_t i = 1; i < n; i++)
+        if (!add_pair(t, y, h, (int32_t)i - 1, (int32_t)i)) goto nomem;
+    while (h->n > 0) {
+        bpair p = bheap_pop(h);
+        bsym *l = &y[p.left], *r = &y[p.right];
+        if (l->id != p.lid || r->id != p.rid || l->next != p.right) continue; /* stale */
+        l->id = p.result;
+        r->id = -2; /* dead */
+        l->next = r->next;
+        if (r->next >= 0) y[r->next].prev = p.left;
+        if (!add_pair(t, y, h, l->prev, p.left) || !add_pair(t, y, h, p.left, l->next)) goto nomem;
+    }
+    for (int32_t i = 0; i != -1; i = y[i].next) {
+        int32_t id = y[i].id;
+        if (id < 0) {
+            if (t->unk < 0)
+                return vs_error_set(err, VS_ERR_INVALID,
+                                    "tokenize: byte 0x%02X has no token in this vocabulary and there is no "
+                                    "unknown token",
+                                    w[i]);
+            id = t->unk;
+        }
+        if (vs_idvec_push(out, id, err) != VS_OK) return VS_ERR_NOMEM;
+    }
+    return VS_OK;
+nomem:
+    return vs_error_set(err, VS_ERR_NOMEM, "tokenize: out of memory");
+}
+
+vs_status vs_tok_bpe_fragment(const vs_tokenizer *t, const char *text, size_t len, vs_idvec *out,
+                              vs_error *err) {
+    if (len == 0) return VS_OK;
+    spanvec pieces = {0};
+    vs_status st = pretokenize(t, text, len, &pieces, err);
+    if (st != VS_OK) return st;
+    size_t maxw = 1;
+    for (int64_t i = 0; i < pieces.n; i++) maxw = VS_MAX(maxw, pieces.v[i].len);
+    bsym *y = vs_malloc(maxw * sizeof(bsym));
+    char *mapped = t->pretok->ignore_merges ? vs_malloc(maxw * 2) : NULL;
+    bheap h = {0};
+    if (!y || (t->pretok->ignore_merges && !mapped)) {
+        st = vs_error_set(err, VS_ERR_NOMEM, "tokenize: out of memory");
+    } else {
+        for (int64_t i = 0; i < pieces.n && st == VS_OK; i++)
+            st = bpe_word(t, (const uint8_t *)text + pieces.v[i].off, pieces.v[i].len, y, &h, mapped, out, err);
+    }
+    vs_free(y);
+    vs_free(mapped);
+    vs_free(h.v);
+    vs_free(pieces.v);
+    return st;
+}
