@@ -556,9 +556,11 @@ static vs_gguf *gguf_parse(const uint8_t *data, size_t size, const char *name, v
             vs_error_set(err, VS_ERR_NOMEM, "%s: out of memory", g->name);
             goto fail;
         }
-        for (int64_t i = 0; i < g->n_tensors; i++) order[i] = &g->tensors[i];
-        qsort(order, (size_t)g->n_tensors, sizeof(*order), cmp_by_offset);
-        for (int64_t i = 1; i < g->n_tensors; i++) {
+        int64_t n = 0; /* empty tensors occupy no bytes and may share an offset with anything */
+        for (int64_t i = 0; i < g->n_tensors; i++)
+            if (g->tensors[i].nbytes) order[n++] = &g->tensors[i];
+        qsort(order, (size_t)n, sizeof(*order), cmp_by_offset);
+        for (int64_t i = 1; i < n; i++) {
             const vs_gguf_tensor *a = order[i - 1], *b = order[i];
             if (a->offset + a->nbytes > b->offset) {
                 vs_error_set(err, VS_ERR_FORMAT, "%s: data of tensors '%s' and '%s' overlap", g->name, a->name,

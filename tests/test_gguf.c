@@ -83,13 +83,14 @@ typedef struct tspec {
 
 static const tspec round_trip_tensors[] = {
     {"f32.w", VS_TYPE_F32, 2, {7, 3}, 7 * 3 * 4},
+    {"empty.w", VS_TYPE_F32, 2, {0, 4}, 0}, /* shares its offset with the next tensor */
     {"f16.w", VS_TYPE_F16, 1, {65}, 65 * 2},
     {"q8.w", VS_TYPE_Q8_0, 2, {64, 2}, 2 * 2 * 34},
     {"q4.w", VS_TYPE_Q4_0, 3, {32, 3, 2}, 6 * 18},
     {"q4k.w", 12 /* Q4_K */, 2, {256, 2}, 2 * 144},
     {"q6k.w", 14 /* Q6_K */, 1, {512}, 2 * 210},
     {"bf16.w", VS_TYPE_BF16, 4, {5, 1, 1, 2}, 10 * 2},
-    {"empty.w", VS_TYPE_F32, 2, {0, 4}, 0},
+    {"empty2.w", VS_TYPE_Q8_0, 3, {0, 5, 0}, 0},
 };
 
 static uint8_t *tensor_bytes(size_t n, uint64_t seed) {
@@ -533,10 +534,11 @@ typedef struct base_opts {
     int32_t type0;
     uint64_t off1;
     const char *name1;
+    int64_t ne1;
 } base_opts;
 
 static base_opts base_defaults(void) {
-    return (base_opts){3, 2, 1, 32, 2, {32, 2, 1, 1, 1}, VS_TYPE_Q8_0, 96, "b"};
+    return (base_opts){3, 2, 1, 32, 2, {32, 2, 1, 1, 1}, VS_TYPE_Q8_0, 96, "b", 8};
 }
 
 static void build_base(bb *b, const base_opts *o) {
@@ -544,7 +546,7 @@ static void build_base(bb *b, const base_opts *o) {
     bb_hdr(b, o->version, o->n_tensors, o->n_kv);
     bb_kv_u32(b, "general.alignment", o->alignment);
     bb_tensor(b, "a", o->n_dims0, o->ne0, o->type0, 0); /* Q8_0 [32, 2] = 68 bytes */
-    int64_t ne1[1] = {8};
+    int64_t ne1[1] = {o->ne1};
     bb_tensor(b, o->name1, 1, ne1, VS_TYPE_F32, o->off1); /* F32 [8] = 32 bytes at 96 */
     bb_pad(b, 32);
     bb_zeros(b, 128);
@@ -623,6 +625,12 @@ static void test_hostile(void) {
     o = base_defaults(), o.name1 = longname, build_base(&b, &o);
     g = vs_gguf_open_memory(b.p, b.n, "name63.gguf", &err);
     VT_CHECK(g && vs_gguf_find_tensor(g, longname), "63-byte name opens: %s", err.msg);
+    vs_gguf_close(g);
+
+    /* an empty tensor may share its offset with a non-empty one listed before it */
+    o = base_defaults(), o.ne1 = 0, o.off1 = 0, build_base(&b, &o);
+    g = vs_gguf_open_memory(b.p, b.n, "emptyshare.gguf", &err);
+    VT_CHECK(g && vs_gguf_tensor_at(g, 1)->nbytes == 0, "empty tensor at a shared offset: %s", err.msg);
     vs_gguf_close(g);
 
     /* metadata-level cases, built by hand */
@@ -774,7 +782,7 @@ static void test_cli(void) {
     size_t n = 0;
     VT_REQUIRE(vs_read_file(out, &txt, &n, &err) == VS_OK, "%s", err.msg);
     const char *want[] = {"version: 3", "a.str", "string[4]", "\"<unk>\"", "q4k.w", "Q4_K", "[256, 2]", "s.u64",
-                          "9223372036854775813", "tensors: 8"};
+                          "9223372036854775813", "tensors: 9"};
     for (size_t i = 0; i < VS_ARRAY_LEN(want); i++)
         VT_CHECK(strstr((char *)txt, want[i]), "CLI output lacks '%s':\n%s", want[i], (char *)txt);
     vs_free(txt);
