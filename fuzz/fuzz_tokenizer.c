@@ -18,7 +18,15 @@ static vs_tokenizer *g_spm, *g_bpe;
 static void build_once(void) {
     if (g_spm) return;
     static char bytes[256][8];
-    static const char *extra[] = {"\xE2\x96\x81", "a", "b", "\xE2\x96\x81" "a", "ab", "\xE2\x96\x81" "ab", "<img>"};
+    static const char *extra[] = {"\xE2\x96\x81",
+                                  "a",
+                                  "b",
+                                  "\xE2\x96\x81"
+                                  "a",
+                                  "ab",
+                                  "\xE2\x96\x81"
+                                  "ab",
+                                  "<img>"};
     const char *toks[3 + 256 + 7];
     float scores[3 + 256 + 7] = {0};
     int32_t types[3 + 256 + 7];
@@ -49,8 +57,10 @@ static void build_once(void) {
     for (int b = 0; b < 256; b++) {
         int keep = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
         int cp = keep ? b : next++;
-        if (cp < 0x80) bc[b][0] = (char)cp;
-        else bc[b][0] = (char)(0xC0 | (cp >> 6)), bc[b][1] = (char)(0x80 | (cp & 0x3F));
+        if (cp < 0x80)
+            bc[b][0] = (char)cp;
+        else
+            bc[b][0] = (char)(0xC0 | (cp >> 6)), bc[b][1] = (char)(0x80 | (cp & 0x3F));
         btoks[b] = bc[b];
         btypes[b] = 1;
     }
@@ -77,12 +87,16 @@ static int utf8_ok(const char *s, size_t n) {
     const unsigned char *p = (const unsigned char *)s;
     for (size_t i = 0; i < n;) {
         unsigned c = p[i];
-        int l = c < 0x80 ? 1 : (c >= 0xC2 && c <= 0xDF) ? 2 : (c >= 0xE0 && c <= 0xEF) ? 3 : (c >= 0xF0 && c <= 0xF4) ? 4 : 0;
+        int l = c < 0x80                   ? 1
+                : (c >= 0xC2 && c <= 0xDF) ? 2
+                : (c >= 0xE0 && c <= 0xEF) ? 3
+                : (c >= 0xF0 && c <= 0xF4) ? 4
+                                           : 0;
         if (!l || i + (size_t)l > n) return 0;
         for (int j = 1; j < l; j++)
             if ((p[i + j] & 0xC0) != 0x80) return 0;
-        if ((c == 0xE0 && p[i + 1] < 0xA0) || (c == 0xED && p[i + 1] > 0x9F) || (c == 0xF0 && p[i + 1] < 0x90) ||
-            (c == 0xF4 && p[i + 1] > 0x8F))
+        if ((c == 0xE0 && p[i + 1] < 0xA0) || (c == 0xED && p[i + 1] > 0x9F) ||
+            (c == 0xF0 && p[i + 1] < 0x90) || (c == 0xF4 && p[i + 1] > 0x8F))
             return 0;
         i += (size_t)l;
     }
@@ -114,13 +128,13 @@ static void run(const vs_tokenizer *t, const char *text, size_t n, int flags) {
 
     /* streamed in two parts */
     vs_detok *d = vs_detok_new(t, dflags, &err);
-    int64_t cut = ni ? (int64_t)(text[0] & 0x7F) % (ni + 1) : 0;
+    int64_t cut = (int64_t)((n + (size_t)flags * 7) % (size_t)(ni + 1)); /* a split point */
     size_t m1, m2, m3;
     char *acc = malloc(len + 1);
     const char *c = vs_detok_feed(d, ids, cut, &m1, &err);
     check(c && m1 <= len, "stream part 1");
     memcpy(acc, c, m1);
-    c = vs_detok_feed(d, ids + cut, ni - cut, &m2, &err);
+    c = vs_detok_feed(d, ids ? ids + cut : NULL, ni - cut, &m2, &err);
     check(c && m1 + m2 <= len, "stream part 2");
     memcpy(acc + m1, c, m2);
     c = vs_detok_flush(d, &m3);
@@ -130,7 +144,8 @@ static void run(const vs_tokenizer *t, const char *text, size_t n, int flags) {
     free(acc);
     vs_detok_free(d);
 
-    if (!parse && !(dflags & VS_DETOK_RENDER_SPECIAL) && utf8_ok(text, n) && !memmem(text, n, "\xE2\x96\x81", 3))
+    if (!parse && !(dflags & VS_DETOK_RENDER_SPECIAL) && utf8_ok(text, n) &&
+        !memmem(text, n, "\xE2\x96\x81", 3))
         check(len == n && !memcmp(one, text, n), "round trip of valid UTF-8");
     vs_free(one);
     vs_free(ids);
@@ -149,7 +164,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     /* the bytes as token ids */
     int32_t ids[256];
     int64_t k = 0;
-    for (size_t i = 0; i + 1 < n && k < 256; i += 2) ids[k++] = (int32_t)(((uint8_t)text[i] << 8 | (uint8_t)text[i + 1]) % 266);
+    for (size_t i = 0; i + 1 < n && k < 256; i += 2)
+        ids[k++] = (int32_t)(((uint8_t)text[i] << 8 | (uint8_t)text[i + 1]) % 266);
     vs_error err = {0};
     size_t len;
     char *s = vs_detokenize(g_spm, ids, k, flags & 6, &len, &err);

@@ -13,28 +13,29 @@ typedef enum img_place {
 struct vs_chat_template {
     const char *name;
     const char *description;
-    const char *system;      /* default system prompt ("" = none) */
-    const char *system_sep;  /* after the system prompt */
-    const char *user_head;   /* before a user message */
-    const char *user_sep;    /* after a user message */
-    const char *asst_head;   /* before an assistant message */
-    const char *asst_sep;    /* after an assistant message */
-    const char *gen_prompt;  /* add_generation_prompt text */
-    bool use_system;         /* false: system messages are ignored */
+    const char *system;     /* default system prompt ("" = none) */
+    const char *system_sep; /* after the system prompt */
+    const char *user_head;  /* before a user message */
+    const char *user_sep;   /* after a user message */
+    const char *asst_head;  /* before an assistant message */
+    const char *asst_sep;   /* after an assistant message */
+    const char *gen_prompt; /* add_generation_prompt text */
+    bool use_system;        /* false: system messages are ignored */
     img_place images;
 };
 
-#define LLAVA_SYSTEM                                                                                      \
-    "A chat between a curious user and an artificial intelligence assistant. The assistant gives helpful, " \
+#define LLAVA_SYSTEM                                                                                         \
+    "A chat between a curious user and an artificial intelligence assistant. The assistant gives helpful, "  \
     "detailed, and polite answers to the user's questions."
 
 static const vs_chat_template TEMPLATES[] = {
     {"vicuna", "LLaVA-1.5 / Vicuna v1 with its system prompt: \"<system> USER: <image>\\n... ASSISTANT:\"",
      LLAVA_SYSTEM, " ", "USER: ", " ", "ASSISTANT: ", "</s>", "ASSISTANT:", true, IMG_FRONT_NEWLINE},
-    {"vicuna-short", "Vicuna v1 without a system prompt: \"USER: <image>\\n... ASSISTANT:\" (llama.cpp llava)", "",
-     " ", "USER: ", " ", "ASSISTANT: ", "</s>", "ASSISTANT:", true, IMG_FRONT_NEWLINE},
-    {"plain", "LLaVA pretraining: \"<image>{message}\\n\" per message, no roles", "", "", "", "\n", "", "\n", "",
-     false, IMG_FRONT},
+    {"vicuna-short",
+     "Vicuna v1 without a system prompt: \"USER: <image>\\n... ASSISTANT:\" (llama.cpp llava)", "", " ",
+     "USER: ", " ", "ASSISTANT: ", "</s>", "ASSISTANT:", true, IMG_FRONT_NEWLINE},
+    {"plain", "LLaVA pretraining: \"<image>{message}\\n\" per message, no roles", "", "", "", "\n", "", "\n",
+     "", false, IMG_FRONT},
 };
 
 const vs_chat_template *vs_chat_template_find(const char *name) {
@@ -86,15 +87,18 @@ vs_status vs_chat_format(const vs_chat_template *tpl, const vs_chat_msg *msgs, i
     if (!tpl) return vs_error_set(err, VS_ERR_INVALID, "chat: no template");
     if (n < 0 || (n > 0 && !msgs)) return vs_error_set(err, VS_ERR_INVALID, "chat: bad message list");
     for (int64_t i = 0; i < n; i++) {
-        if (!msgs[i].content) return vs_error_set(err, VS_ERR_INVALID, "chat: message %lld has no content", (long long)i);
+        if (!msgs[i].content)
+            return vs_error_set(err, VS_ERR_INVALID, "chat: message %lld has no content", (long long)i);
         if (msgs[i].n_images < 0 || msgs[i].n_images > 1000)
             return vs_error_set(err, VS_ERR_INVALID, "chat: message %lld has %d images", (long long)i,
                                 msgs[i].n_images);
-        if (msgs[i].role != VS_CHAT_SYSTEM && msgs[i].role != VS_CHAT_USER && msgs[i].role != VS_CHAT_ASSISTANT)
-            return vs_error_set(err, VS_ERR_INVALID, "chat: message %lld has an unknown role %d", (long long)i,
-                                (int)msgs[i].role);
+        if (msgs[i].role != VS_CHAT_SYSTEM && msgs[i].role != VS_CHAT_USER &&
+            msgs[i].role != VS_CHAT_ASSISTANT)
+            return vs_error_set(err, VS_ERR_INVALID, "chat: message %lld has an unknown role %d",
+                                (long long)i, (int)msgs[i].role);
         if (msgs[i].role == VS_CHAT_SYSTEM && i > 0)
-            return vs_error_set(err, VS_ERR_INVALID, "chat: system message at position %lld (only the first may be)",
+            return vs_error_set(err, VS_ERR_INVALID,
+                                "chat: system message at position %lld (only the first may be)",
                                 (long long)i);
     }
     sbuf b = {0};

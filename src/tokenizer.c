@@ -26,7 +26,8 @@ vs_status vs_idvec_push(vs_idvec *a, int32_t id, vs_error *err) {
     if (a->n == a->cap) {
         int64_t cap = a->cap ? 2 * a->cap : 64;
         int32_t *v = vs_realloc(a->v, (size_t)cap * sizeof(int32_t));
-        if (!v) return vs_error_set(err, VS_ERR_NOMEM, "tokenize: out of memory (%lld tokens)", (long long)cap);
+        if (!v)
+            return vs_error_set(err, VS_ERR_NOMEM, "tokenize: out of memory (%lld tokens)", (long long)cap);
         a->v = v;
         a->cap = cap;
     }
@@ -39,7 +40,8 @@ int vs_utf8_valid_len(const uint8_t *s, size_t n) {
     if (c < 0x80) return 1;
     int len;
     uint8_t lo = 0x80, hi = 0xBF; /* allowed range of the second byte */
-    if (c >= 0xC2 && c <= 0xDF) len = 2;
+    if (c >= 0xC2 && c <= 0xDF)
+        len = 2;
     else if (c >= 0xE0 && c <= 0xEF) {
         len = 3;
         if (c == 0xE0) lo = 0xA0;
@@ -48,7 +50,8 @@ int vs_utf8_valid_len(const uint8_t *s, size_t n) {
         len = 4;
         if (c == 0xF0) lo = 0x90;
         if (c == 0xF4) hi = 0x8F;
-    } else return 0;
+    } else
+        return 0;
     if ((size_t)len > n) return 0;
     if (s[1] < lo || s[1] > hi) return 0;
     for (int i = 2; i < len; i++)
@@ -60,9 +63,12 @@ int vs_utf8_get(const uint8_t *s, size_t n, uint32_t *cp) {
     int len = vs_utf8_valid_len(s, n);
     if (len == 0) return 0;
     uint32_t c = s[0];
-    if (len == 1) *cp = c;
-    else if (len == 2) *cp = ((c & 0x1F) << 6) | (s[1] & 0x3F);
-    else if (len == 3) *cp = ((c & 0x0F) << 12) | ((uint32_t)(s[1] & 0x3F) << 6) | (s[2] & 0x3F);
+    if (len == 1)
+        *cp = c;
+    else if (len == 2)
+        *cp = ((c & 0x1F) << 6) | (s[1] & 0x3F);
+    else if (len == 3)
+        *cp = ((c & 0x0F) << 12) | ((uint32_t)(s[1] & 0x3F) << 6) | (s[2] & 0x3F);
     else
         *cp = ((c & 0x07) << 18) | ((uint32_t)(s[1] & 0x3F) << 12) | ((uint32_t)(s[2] & 0x3F) << 6) |
               (s[3] & 0x3F);
@@ -97,8 +103,10 @@ static const char *show(const char *s, size_t n, char *buf, size_t cap) {
     size_t o = 0;
     for (size_t i = 0; i < n && o + 6 < cap; i++) {
         uint8_t c = (uint8_t)s[i];
-        if (c >= 0x20 && c < 0x7F && c != '\'' && c != '\\') buf[o++] = (char)c;
-        else o += (size_t)snprintf(buf + o, cap - o, "\\x%02X", c);
+        if (c >= 0x20 && c < 0x7F && c != '\'' && c != '\\')
+            buf[o++] = (char)c;
+        else
+            o += (size_t)snprintf(buf + o, cap - o, "\\x%02X", c);
         if (o > 40 && i + 1 < n) {
             snprintf(buf + o, cap - o, "...");
             return buf;
@@ -169,7 +177,8 @@ static vs_status build_pieces(vs_tokenizer *t, vs_error *err) {
     uint64_t total = t->text_off[t->n_vocab];
     t->piece = vs_malloc(total + 1);
     t->piece_off = vs_malloc(((size_t)t->n_vocab + 1) * sizeof(uint64_t));
-    if (!t->piece || !t->piece_off) return vs_error_set(err, VS_ERR_NOMEM, "tokenizer: out of memory (pieces)");
+    if (!t->piece || !t->piece_off)
+        return vs_error_set(err, VS_ERR_NOMEM, "tokenizer: out of memory (pieces)");
     uint64_t o = 0;
     for (int32_t id = 0; id < t->n_vocab; id++) {
         t->piece_off[id] = o;
@@ -194,7 +203,8 @@ static vs_status build_pieces(vs_tokenizer *t, vs_error *err) {
                     if (i + 3 <= n && memcmp(s + i, "\xE2\x96\x81", 3) == 0) {
                         d[m++] = ' ';
                         i += 3;
-                    } else d[m++] = s[i++];
+                    } else
+                        d[m++] = s[i++];
                 }
             }
         } else {
@@ -213,7 +223,8 @@ static vs_status build_pieces(vs_tokenizer *t, vs_error *err) {
                             b = k;
                             break;
                         }
-                if (b >= 0) d[m++] = (char)b;
+                if (b >= 0)
+                    d[m++] = (char)b;
                 else {
                     memcpy(d + m, s + i, (size_t)l);
                     m += (size_t)l;
@@ -238,10 +249,16 @@ static int cmp_special(const void *a, const void *b, void *ctx) {
 /* llama.cpp's name-based fix-ups: EOT / EOG tokens found by their text (and made CONTROL), and Phi-3's
  * rstrip attribute. */
 static void special_fixups(vs_tokenizer *t, const char *name) {
-    static const char *const eot_texts[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>",
-                                            "<|endoftext|>", "<EOT>", "<\xEF\xBD\x9C" "end\xE2\x96\x81of"
+    static const char *const eot_texts[] = {"<|eot_id|>",
+                                            "<|im_end|>",
+                                            "<|end|>",
+                                            "<end_of_turn>",
+                                            "<|endoftext|>",
+                                            "<EOT>",
+                                            "<\xEF\xBD\x9C"
+                                            "end\xE2\x96\x81of"
                                             "\xE2\x96\x81sentence\xEF\xBD\x9C>"};
-    static const char *const eog_texts[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>",
+    static const char *const eog_texts[] = {"<|eot_id|>",    "<|im_end|>", "<|end|>", "<end_of_turn>",
                                             "<|endoftext|>", "<|eom_id|>", "<EOT>"};
     for (int32_t id = 0; id < t->n_vocab; id++) {
         if (t->eot < 0)
@@ -286,8 +303,8 @@ void vs_tokenizer_spec_init(vs_tokenizer_spec *spec) {
 
 static vs_status check_id(const char *what, int32_t id, int32_t n_vocab, vs_error *err) {
     if (id < -1 || id >= n_vocab)
-        return vs_error_set(err, VS_ERR_FORMAT, "tokenizer: %s %d is outside the vocabulary [0, %d)", what, id,
-                            n_vocab);
+        return vs_error_set(err, VS_ERR_FORMAT, "tokenizer: %s %d is outside the vocabulary [0, %d)", what,
+                            id, n_vocab);
     return VS_OK;
 }
 
@@ -297,8 +314,10 @@ vs_tokenizer *vs_tokenizer_new(const vs_tokenizer_spec *spec, vs_error *err) {
         return NULL;
     }
     vs_tok_model model;
-    if (!strcmp(spec->model, "llama")) model = VS_TOK_MODEL_SPM;
-    else if (!strcmp(spec->model, "gpt2")) model = VS_TOK_MODEL_BPE;
+    if (!strcmp(spec->model, "llama"))
+        model = VS_TOK_MODEL_SPM;
+    else if (!strcmp(spec->model, "gpt2"))
+        model = VS_TOK_MODEL_BPE;
     else {
         char b[64];
         vs_error_set(err, VS_ERR_UNSUPPORTED, "tokenizer: model '%s' is not supported (only 'llama', 'gpt2')",
@@ -328,7 +347,8 @@ vs_tokenizer *vs_tokenizer_new(const vs_tokenizer_spec *spec, vs_error *err) {
         }
         uint64_t l = spec->token_lens ? spec->token_lens[i] : strlen(spec->tokens[i]);
         if (l > (1u << 20)) {
-            vs_error_set(err, VS_ERR_FORMAT, "tokenizer: token %d is %llu bytes long", i, (unsigned long long)l);
+            vs_error_set(err, VS_ERR_FORMAT, "tokenizer: token %d is %llu bytes long", i,
+                         (unsigned long long)l);
             goto fail;
         }
         total += l + 1;
@@ -387,7 +407,8 @@ vs_tokenizer *vs_tokenizer_new(const vs_tokenizer_spec *spec, vs_error *err) {
     if (model == VS_TOK_MODEL_SPM) {
         if (spec->pre && spec->pre[0] && strcmp(spec->pre, "default") != 0) {
             char bb[64];
-            vs_error_set(err, VS_ERR_UNSUPPORTED, "tokenizer: pre-tokenizer '%s' is not supported for 'llama'",
+            vs_error_set(err, VS_ERR_UNSUPPORTED,
+                         "tokenizer: pre-tokenizer '%s' is not supported for 'llama'",
                          show(spec->pre, strlen(spec->pre), bb, sizeof(bb)));
             goto fail;
         }
@@ -515,7 +536,8 @@ vs_tokenizer *vs_tokenizer_from_gguf(const vs_gguf *g, vs_error *err) {
     if (bad) return NULL;
     int64_t n = (int64_t)vs_gguf_arr_len(g, kt);
     if (n <= 0 || n > INT32_MAX / 2) {
-        vs_error_set(err, VS_ERR_FORMAT, "%s: tokenizer.ggml.tokens has %lld entries", vs_gguf_name(g), (long long)n);
+        vs_error_set(err, VS_ERR_FORMAT, "%s: tokenizer.ggml.tokens has %lld entries", vs_gguf_name(g),
+                     (long long)n);
         return NULL;
     }
     int64_t ks = find_arr(g, "tokenizer.ggml.scores", VS_GGUF_F32, false, n, err, &bad);
@@ -671,8 +693,8 @@ static bool frag_push(fragvec *a, int32_t tok, size_t off, size_t len) {
 
 /* Splits the text at occurrences of special-token texts, longest tokens first (llama.cpp's order), so a
  * special token is never split by a later, shorter one. */
-static vs_status partition(const vs_tokenizer *t, const char *text, size_t len, bool parse_special, fragvec *out,
-                           vs_error *err) {
+static vs_status partition(const vs_tokenizer *t, const char *text, size_t len, bool parse_special,
+                           fragvec *out, vs_error *err) {
     fragvec a = {0}, b = {0};
     if (len > 0 && !frag_push(&a, -1, 0, len)) goto nomem;
     for (int64_t k = 0; k < t->n_special && a.n > 0; k++) {
@@ -730,8 +752,8 @@ static vs_status tokenize_vec(const vs_tokenizer *t, const char *text, size_t le
                               bool parse_special, vs_idvec *out, vs_error *err) {
     if (!text && len > 0) return vs_error_set(err, VS_ERR_INVALID, "tokenize: text is NULL");
     if (len > VS_TOK_MAX_TEXT)
-        return vs_error_set(err, VS_ERR_RANGE, "tokenize: text of %zu bytes is longer than the limit %zu", len,
-                            VS_TOK_MAX_TEXT);
+        return vs_error_set(err, VS_ERR_RANGE, "tokenize: text of %zu bytes is longer than the limit %zu",
+                            len, VS_TOK_MAX_TEXT);
     fragvec fr = {0};
     vs_status st = partition(t, text, len, parse_special, &fr, err);
     if (st != VS_OK) return st;
@@ -775,15 +797,16 @@ vs_status vs_tokenize_alloc(const vs_tokenizer *t, const char *text, size_t len,
     return VS_OK;
 }
 
-vs_status vs_tokenize(const vs_tokenizer *t, const char *text, size_t len, bool add_special, bool parse_special,
-                      int32_t *out, int64_t cap, int64_t *n_out, vs_error *err) {
+vs_status vs_tokenize(const vs_tokenizer *t, const char *text, size_t len, bool add_special,
+                      bool parse_special, int32_t *out, int64_t cap, int64_t *n_out, vs_error *err) {
     vs_idvec v = {0};
     *n_out = 0;
     vs_status st = tokenize_vec(t, text, len, add_special, parse_special, &v, err);
     if (st == VS_OK) {
         *n_out = v.n;
         if (v.n > cap || (v.n > 0 && !out))
-            st = vs_error_set(err, VS_ERR_RANGE, "tokenize: the text needs %lld tokens but the buffer holds %lld",
+            st = vs_error_set(err, VS_ERR_RANGE,
+                              "tokenize: the text needs %lld tokens but the buffer holds %lld",
                               (long long)v.n, (long long)cap);
         else if (v.n > 0)
             memcpy(out, v.v, (size_t)v.n * sizeof(int32_t));
@@ -820,23 +843,29 @@ vs_status vs_tokenizer_compatible(const vs_tokenizer *a, const vs_tokenizer *b, 
                                 show(sa, la, x, sizeof(x)), a->scores[i], b->scores[i]);
         if ((a->attrs[i] & (VS_TOKATTR_LSTRIP | VS_TOKATTR_RSTRIP)) !=
             (b->attrs[i] & (VS_TOKATTR_LSTRIP | VS_TOKATTR_RSTRIP)))
-            return vs_error_set(err, VS_ERR_INVALID, "tokenizers differ: token %d '%s' strips whitespace differently",
-                                i, show(sa, la, x, sizeof(x)));
+            return vs_error_set(err, VS_ERR_INVALID,
+                                "tokenizers differ: token %d '%s' strips whitespace differently", i,
+                                show(sa, la, x, sizeof(x)));
     }
     if (a->n_merges != b->n_merges)
-        return vs_error_set(err, VS_ERR_INVALID, "tokenizers differ: %lld vs %lld merges", (long long)a->n_merges,
-                            (long long)b->n_merges);
+        return vs_error_set(err, VS_ERR_INVALID, "tokenizers differ: %lld vs %lld merges",
+                            (long long)a->n_merges, (long long)b->n_merges);
     for (int64_t i = 0; i < a->n_merges; i++)
-        if (a->merge_pairs[2 * i] != b->merge_pairs[2 * i] || a->merge_pairs[2 * i + 1] != b->merge_pairs[2 * i + 1])
+        if (a->merge_pairs[2 * i] != b->merge_pairs[2 * i] ||
+            a->merge_pairs[2 * i + 1] != b->merge_pairs[2 * i + 1])
             return vs_error_set(err, VS_ERR_INVALID, "tokenizers differ: merge %lld is (%d, %d) vs (%d, %d)",
                                 (long long)i, a->merge_pairs[2 * i], a->merge_pairs[2 * i + 1],
                                 b->merge_pairs[2 * i], b->merge_pairs[2 * i + 1]);
     const struct {
         const char *what;
         int32_t va, vb;
-    } ids[] = {{"BOS id", a->bos, b->bos}, {"EOS id", a->eos, b->eos}, {"UNK id", a->unk, b->unk},
-               {"PAD id", a->pad, b->pad}, {"EOT id", a->eot, b->eot},
-               {"add_bos flag", a->add_bos, b->add_bos}, {"add_eos flag", a->add_eos, b->add_eos},
+    } ids[] = {{"BOS id", a->bos, b->bos},
+               {"EOS id", a->eos, b->eos},
+               {"UNK id", a->unk, b->unk},
+               {"PAD id", a->pad, b->pad},
+               {"EOT id", a->eot, b->eot},
+               {"add_bos flag", a->add_bos, b->add_bos},
+               {"add_eos flag", a->add_eos, b->add_eos},
                {"add_space_prefix flag", a->add_space_prefix, b->add_space_prefix}};
     for (size_t i = 0; i < VS_ARRAY_LEN(ids); i++)
         if (ids[i].va != ids[i].vb)
@@ -844,6 +873,7 @@ vs_status vs_tokenizer_compatible(const vs_tokenizer *a, const vs_tokenizer *b, 
                                 ids[i].vb);
     for (int32_t i = 0; i < a->n_vocab; i++)
         if ((a->attrs[i] & VS_TOKATTR_EOG) != (b->attrs[i] & VS_TOKATTR_EOG))
-            return vs_error_set(err, VS_ERR_INVALID, "tokenizers differ: token %d ends generation in only one", i);
+            return vs_error_set(err, VS_ERR_INVALID,
+                                "tokenizers differ: token %d ends generation in only one", i);
     return VS_OK;
 }

@@ -34,24 +34,24 @@ typedef enum vs_token_type {
 
 /* A vocabulary given as plain arrays (everything is copied by vs_tokenizer_new). */
 typedef struct vs_tokenizer_spec {
-    const char *model;             /* "llama" or "gpt2" */
-    const char *pre;               /* gpt2 pre-tokeniser: "gpt-2", "starcoder", "llama3" (alias "llama-bpe"),
-                                      "qwen2", "deepseek-coder", or NULL / "default" = llama.cpp's default
-                                      set; llama: NULL or "default" */
-    int64_t n_vocab;               /* > 0 */
-    const char *const *tokens;     /* [n_vocab] token texts (as stored: U+2581 / byte-mapped form) */
-    const size_t *token_lens;      /* [n_vocab] byte lengths, or NULL to use strlen */
-    const float *scores;           /* [n_vocab] or NULL (all 0); SentencePiece merge priority */
-    const int32_t *types;          /* [n_vocab] vs_token_type values, or NULL (all NORMAL) */
-    int64_t n_merges;              /* gpt2 only */
-    const char *const *merges;     /* [n_merges] "left right", rank = index */
-    const size_t *merge_lens;      /* [n_merges] or NULL to use strlen */
-    int32_t bos, eos, unk, pad;    /* -1 = none */
-    int32_t eot;                   /* end-of-turn id, -1 = none (also ends generation) */
-    int add_bos, add_eos;          /* 1 / 0, or -1 = the model's default (llama: bos yes; gpt2: no) */
-    int add_space_prefix;          /* llama: 1 / 0, or -1 = default (1); ignored for gpt2 */
-    const char *name;              /* general.name or NULL: llama.cpp gives Phi-3's special tokens
-                                      "rstrip" (whitespace after them is dropped); we do the same */
+    const char *model;          /* "llama" or "gpt2" */
+    const char *pre;            /* gpt2 pre-tokeniser: "gpt-2", "starcoder", "llama3" (alias "llama-bpe"),
+                                   "qwen2", "deepseek-coder", or NULL / "default" = llama.cpp's default
+                                   set; llama: NULL or "default" */
+    int64_t n_vocab;            /* > 0 */
+    const char *const *tokens;  /* [n_vocab] token texts (as stored: U+2581 / byte-mapped form) */
+    const size_t *token_lens;   /* [n_vocab] byte lengths, or NULL to use strlen */
+    const float *scores;        /* [n_vocab] or NULL (all 0); SentencePiece merge priority */
+    const int32_t *types;       /* [n_vocab] vs_token_type values, or NULL (all NORMAL) */
+    int64_t n_merges;           /* gpt2 only */
+    const char *const *merges;  /* [n_merges] "left right", rank = index */
+    const size_t *merge_lens;   /* [n_merges] or NULL to use strlen */
+    int32_t bos, eos, unk, pad; /* -1 = none */
+    int32_t eot;                /* end-of-turn id, -1 = none (also ends generation) */
+    int add_bos, add_eos;       /* 1 / 0, or -1 = the model's default (llama: bos yes; gpt2: no) */
+    int add_space_prefix;       /* llama: 1 / 0, or -1 = default (1); ignored for gpt2 */
+    const char *name;           /* general.name or NULL: llama.cpp gives Phi-3's special tokens
+                                   "rstrip" (whitespace after them is dropped); we do the same */
 } vs_tokenizer_spec;
 
 /* Fills *spec with "nothing given": NULL arrays, special ids -1, flags -1 (model defaults). */

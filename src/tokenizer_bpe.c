@@ -22,7 +22,8 @@
 #define RE_GPT2 "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)"
 /* LLaMA-3 / Qwen2: case-insensitive contractions spelled out, letters with one leading non-letter,
  * digit groups of up to 3 (LLaMA-3) or single digits (Qwen2). */
-#define RE_LLAMA3_HEAD "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"
+#define RE_LLAMA3_HEAD                                                                                       \
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"
 #define RE_LLAMA3_TAIL "| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 
 static const vs_pretok PRETOKS[] = {
@@ -40,8 +41,8 @@ static const vs_pretok PRETOKS[] = {
      false},
     {"deepseek-coder",
      {NULL},
-     {"[\r\n]", "\\s?\\p{L}+", "\\s?\\p{P}+", "[\xE4\xB8\x80-\xE9\xBE\xA5\xE0\xA0\x80-\xE4\xB8\x80\xEA\xB0\x80-\xED\x9F\xBF]+",
-      "\\p{N}", NULL},
+     {"[\r\n]", "\\s?\\p{L}+", "\\s?\\p{P}+",
+      "[\xE4\xB8\x80-\xE9\xBE\xA5\xE0\xA0\x80-\xE4\xB8\x80\xEA\xB0\x80-\xED\x9F\xBF]+", "\\p{N}", NULL},
      false},
 };
 
@@ -82,8 +83,10 @@ static const char *show(const char *s, size_t n, char *buf, size_t cap) {
     size_t o = 0;
     for (size_t i = 0; i < n && o + 8 < cap; i++) {
         uint8_t c = (uint8_t)s[i];
-        if (c >= 0x20 && c < 0x7F && c != '\'') buf[o++] = (char)c;
-        else o += (size_t)snprintf(buf + o, cap - o, "\\x%02X", c);
+        if (c >= 0x20 && c < 0x7F && c != '\'')
+            buf[o++] = (char)c;
+        else
+            o += (size_t)snprintf(buf + o, cap - o, "\\x%02X", c);
     }
     buf[o] = 0;
     return buf;
@@ -98,7 +101,8 @@ vs_status vs_tok_bpe_init(vs_tokenizer *t, const char *pre, const vs_tokenizer_s
             strncat(known, i ? ", " : "", sizeof(known) - strlen(known) - 1);
             strncat(known, PRETOKS[i].name, sizeof(known) - strlen(known) - 1);
         }
-        return vs_error_set(err, VS_ERR_UNSUPPORTED, "tokenizer: pre-tokenizer '%s' is not supported (known: %s)",
+        return vs_error_set(err, VS_ERR_UNSUPPORTED,
+                            "tokenizer: pre-tokenizer '%s' is not supported (known: %s)",
                             show(pre, strlen(pre), b1, sizeof(b1)), known);
     }
     for (int k = 0; t->pretok->regex[k]; k++) {
@@ -150,8 +154,9 @@ vs_status vs_tok_bpe_init(vs_tokenizer *t, const char *pre, const vs_tokenizer_s
         size_t n = s ? (spec->merge_lens ? spec->merge_lens[i] : strlen(s)) : 0;
         const char *sp = n > 1 ? memchr(s + 1, ' ', n - 1) : NULL;
         if (!sp || n > (1u << 21)) {
-            vs_error_set(err, VS_ERR_FORMAT, "tokenizer: merge %lld '%s' is not two tokens separated by a space",
-                         (long long)i, s ? show(s, VS_MIN(n, 40), b1, sizeof(b1)) : "(null)");
+            vs_error_set(err, VS_ERR_FORMAT,
+                         "tokenizer: merge %lld '%s' is not two tokens separated by a space", (long long)i,
+                         s ? show(s, VS_MIN(n, 40), b1, sizeof(b1)) : "(null)");
             vs_free(cat);
             return VS_ERR_FORMAT;
         }
@@ -219,7 +224,8 @@ static bool span_push(spanvec *a, size_t off, size_t len) {
 }
 
 /* Splits text into pieces with the tokenizer's regexes. */
-static vs_status pretokenize(const vs_tokenizer *t, const char *text, size_t len, spanvec *out, vs_error *err) {
+static vs_status pretokenize(const vs_tokenizer *t, const char *text, size_t len, spanvec *out,
+                             vs_error *err) {
     spanvec a = {0}, b = {0};
     pcre2_match_data *md = pcre2_match_data_create(16, NULL);
     vs_status st = VS_OK;
@@ -236,8 +242,8 @@ static vs_status pretokenize(const vs_tokenizer *t, const char *text, size_t len
                 if (rc < 0) {
                     PCRE2_UCHAR msg[160];
                     pcre2_get_error_message(rc, msg, sizeof(msg));
-                    st = vs_error_set(err, VS_ERR_INVALID, "tokenize: pre-tokenizer '%s': %s", t->pretok->name,
-                                      (const char *)msg);
+                    st = vs_error_set(err, VS_ERR_INVALID, "tokenize: pre-tokenizer '%s': %s",
+                                      t->pretok->name, (const char *)msg);
                     goto done;
                 }
                 PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
@@ -388,7 +394,8 @@ vs_status vs_tok_bpe_fragment(const vs_tokenizer *t, const char *text, size_t le
         st = vs_error_set(err, VS_ERR_NOMEM, "tokenize: out of memory");
     } else {
         for (int64_t i = 0; i < pieces.n && st == VS_OK; i++)
-            st = bpe_word(t, (const uint8_t *)text + pieces.v[i].off, pieces.v[i].len, y, &h, mapped, out, err);
+            st = bpe_word(t, (const uint8_t *)text + pieces.v[i].off, pieces.v[i].len, y, &h, mapped, out,
+                          err);
     }
     vs_free(y);
     vs_free(mapped);

@@ -38,10 +38,14 @@ static void out_fffd(vs_detok *d) { out_bytes(d, "\xEF\xBF\xBD", 3); }
 static bool cont_ok(uint8_t lead, int pos, uint8_t c) {
     uint8_t lo = 0x80, hi = 0xBF;
     if (pos == 1) {
-        if (lead == 0xE0) lo = 0xA0;
-        else if (lead == 0xED) hi = 0x9F;
-        else if (lead == 0xF0) lo = 0x90;
-        else if (lead == 0xF4) hi = 0x8F;
+        if (lead == 0xE0)
+            lo = 0xA0;
+        else if (lead == 0xED)
+            hi = 0x9F;
+        else if (lead == 0xF0)
+            lo = 0x90;
+        else if (lead == 0xF4)
+            hi = 0x8F;
     }
     return c >= lo && c <= hi;
 }
@@ -62,12 +66,14 @@ static void assemble(vs_detok *d, const uint8_t *p, size_t n) {
             out_fffd(d); /* the held prefix can never complete */
             d->n_held = 0;
         }
-        if (c < 0x80) out_bytes(d, &c, 1);
+        if (c < 0x80)
+            out_bytes(d, &c, 1);
         else if (c >= 0xC2 && c <= 0xF4) {
             d->held[0] = c;
             d->n_held = 1;
             d->need = c <= 0xDF ? 2 : c <= 0xEF ? 3 : 4;
-        } else out_fffd(d);
+        } else
+            out_fffd(d);
     }
 }
 
@@ -106,8 +112,8 @@ const char *vs_detok_feed(vs_detok *d, const int32_t *ids, int64_t n, size_t *le
     size_t need = 0;
     for (int64_t i = 0; i < n; i++) {
         if (ids[i] < 0 || ids[i] >= t->n_vocab) {
-            vs_error_set(err, VS_ERR_INVALID, "detokenize: token id %d is outside the vocabulary [0, %d)", ids[i],
-                         t->n_vocab);
+            vs_error_set(err, VS_ERR_INVALID, "detokenize: token id %d is outside the vocabulary [0, %d)",
+                         ids[i], t->n_vocab);
             return NULL;
         }
         need += 3 * (size_t)(t->piece_off[ids[i] + 1] - t->piece_off[ids[i]]);
@@ -123,7 +129,8 @@ const char *vs_detok_feed(vs_detok *d, const int32_t *ids, int64_t n, size_t *le
         int ty = t->types[id];
         const uint8_t *p = (const uint8_t *)t->piece + t->piece_off[id];
         size_t m = (size_t)(t->piece_off[id + 1] - t->piece_off[id]);
-        if ((ty == VS_TOKEN_CONTROL || ty == VS_TOKEN_UNKNOWN) && !(d->flags & VS_DETOK_RENDER_SPECIAL)) m = 0;
+        if ((ty == VS_TOKEN_CONTROL || ty == VS_TOKEN_UNKNOWN) && !(d->flags & VS_DETOK_RENDER_SPECIAL))
+            m = 0;
         if (ty == VS_TOKEN_CONTROL || ty == VS_TOKEN_USER_DEFINED || ty == VS_TOKEN_UNKNOWN) {
             /* the tokenizer puts a space before the text that follows a special token */
             if (m > 0) assemble(d, p, m);
@@ -151,7 +158,8 @@ const char *vs_detok_flush(vs_detok *d, size_t *len) {
     return d->out;
 }
 
-char *vs_detokenize(const vs_tokenizer *t, const int32_t *ids, int64_t n, int flags, size_t *len, vs_error *err) {
+char *vs_detokenize(const vs_tokenizer *t, const int32_t *ids, int64_t n, int flags, size_t *len,
+                    vs_error *err) {
     vs_detok *d = vs_detok_new(t, flags, err);
     if (!d) return NULL;
     size_t a, b;
@@ -159,7 +167,8 @@ char *vs_detokenize(const vs_tokenizer *t, const int32_t *ids, int64_t n, int fl
     char *r = NULL;
     if (s) {
         r = vs_malloc(a + 4);
-        if (!r) vs_error_set(err, VS_ERR_NOMEM, "detokenize: out of memory");
+        if (!r)
+            vs_error_set(err, VS_ERR_NOMEM, "detokenize: out of memory");
         else {
             memcpy(r, s, a);
             const char *f = vs_detok_flush(d, &b);

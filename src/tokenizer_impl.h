@@ -29,10 +29,10 @@ typedef struct vs_merge_map {
  * (matches and the gaps between them both stay pieces). */
 #define VS_PRETOK_MAX_RE 6
 typedef struct vs_pretok {
-    const char *name;         /* canonical name */
-    const char *aliases[8];   /* other tokenizer.ggml.pre values selecting it (NULL-terminated) */
+    const char *name;       /* canonical name */
+    const char *aliases[8]; /* other tokenizer.ggml.pre values selecting it (NULL-terminated) */
     const char *regex[VS_PRETOK_MAX_RE + 1]; /* NULL-terminated, PCRE2 syntax (UTF + UCP) */
-    bool ignore_merges;       /* a whole piece that is a token is emitted as is (llama3) */
+    bool ignore_merges;                      /* a whole piece that is a token is emitted as is (llama3) */
 } vs_pretok;
 
 struct vs_tokenizer {

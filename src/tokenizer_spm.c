@@ -110,8 +110,10 @@ vs_status vs_tok_spm_fragment(const vs_tokenizer *t, const char *text, size_t le
     size_t o = 0;
     if (space_prefix) memcpy(s, ws, 3), o = 3;
     for (size_t i = 0; i < len; i++) {
-        if (text[i] == ' ') memcpy(s + o, ws, 3), o += 3;
-        else s[o++] = text[i];
+        if (text[i] == ' ')
+            memcpy(s + o, ws, 3), o += 3;
+        else
+            s[o++] = text[i];
     }
 
     /* one symbol per UTF-8 character (an invalid byte is a symbol of its own) */
@@ -135,7 +137,8 @@ vs_status vs_tok_spm_fragment(const vs_tokenizer *t, const char *text, size_t le
         r->len = 0;
         l->next = r->next;
         if (r->next >= 0) syms[r->next].prev = b.left;
-        if (!try_add(t, s, syms, &h, l->prev, b.left) || !try_add(t, s, syms, &h, b.left, l->next)) goto nomem;
+        if (!try_add(t, s, syms, &h, l->prev, b.left) || !try_add(t, s, syms, &h, b.left, l->next))
+            goto nomem;
     }
     for (int32_t i = 0; i != -1; i = syms[i].next)
         if ((st = emit(t, s, &syms[i], out, err)) != VS_OK) break;

@@ -5,13 +5,13 @@
  *   unknown model or pre-tokeniser) and bad prompts (invalid UTF-8, embedded NUL): an error or a
  *   defined result, never a crash;
  * - streaming detokenisation: held incomplete UTF-8, U+FFFD for invalid bytes, every split point;
+ * - the CLI (vlmspec tokenize) on the shared LLaMA vocabulary;
  * - with ../shared/testdata: llama.cpp's test vectors (llama-spm, phi-3, gpt-2, starcoder), the
  *   parity prompts' tokens, round trips of a UTF-8 corpus, draft/target compatibility, and the merge
  *   loop's growth on long inputs. VLMSPEC_BENCH=1 also times ~1 MB of text with the LLaMA vocabulary. */
 #include <dirent.h>
 #include <string.h>
 
-#include "chat.h"
 #include "gguf.h"
 #include "json.h"
 #include "testutil.h"
@@ -27,8 +27,10 @@ static const char *esc(const char *s, size_t n) {
     size_t o = 0;
     for (size_t i = 0; i < n && o + 8 < sizeof(buf[0]); i++) {
         unsigned char c = (unsigned char)s[i];
-        if (c >= 0x20 && c < 0x7F) b[o++] = (char)c;
-        else o += (size_t)snprintf(b + o, sizeof(buf[0]) - o, "\\x%02X", c);
+        if (c >= 0x20 && c < 0x7F)
+            b[o++] = (char)c;
+        else
+            o += (size_t)snprintf(b + o, sizeof(buf[0]) - o, "\\x%02X", c);
     }
     b[o] = 0;
     return b;
@@ -49,7 +51,11 @@ static bool valid_utf8(const char *s, size_t n) {
     const unsigned char *p = (const unsigned char *)s;
     for (size_t i = 0; i < n;) {
         unsigned c = p[i];
-        int l = c < 0x80 ? 1 : (c >= 0xC2 && c <= 0xDF) ? 2 : (c >= 0xE0 && c <= 0xEF) ? 3 : (c >= 0xF0 && c <= 0xF4) ? 4 : 0;
+        int l = c < 0x80                   ? 1
+                : (c >= 0xC2 && c <= 0xDF) ? 2
+                : (c >= 0xE0 && c <= 0xEF) ? 3
+                : (c >= 0xF0 && c <= 0xF4) ? 4
+                                           : 0;
         if (!l || i + (size_t)l > n) return false;
         for (int j = 1; j < l; j++)
             if ((p[i + j] & 0xC0) != 0x80) return false;
@@ -83,14 +89,14 @@ static int64_t tok(const vs_tokenizer *t, const char *s, size_t n, bool add_spec
     return st == VS_OK ? got : -1;
 }
 
-#define EXPECT_IDS(t, text, add, parse, ...)                                                              \
-    do {                                                                                                  \
-        const int32_t want_[] = {__VA_ARGS__};                                                            \
-        int32_t got_[64];                                                                                 \
-        int64_t n_ = tok(t, text, strlen(text), add, parse, got_, 64);                                    \
-        int64_t nw_ = (int64_t)(sizeof(want_) / sizeof(want_[0]));                                        \
-        VT_CHECK(n_ == nw_ && !memcmp(got_, want_, sizeof(want_)), "'%s': got [%s] want [%s]",            \
-                 esc(text, strlen(text)), ids_str(got_, n_), ids_str(want_, nw_));                        \
+#define EXPECT_IDS(t, text, add, parse, ...)                                                                 \
+    do {                                                                                                     \
+        const int32_t want_[] = {__VA_ARGS__};                                                               \
+        int32_t got_[64];                                                                                    \
+        int64_t n_ = tok(t, text, strlen(text), add, parse, got_, 64);                                       \
+        int64_t nw_ = (int64_t)(sizeof(want_) / sizeof(want_[0]));                                           \
+        VT_CHECK(n_ == nw_ && !memcmp(got_, want_, sizeof(want_)), "'%s': got [%s] want [%s]",               \
+                 esc(text, strlen(text)), ids_str(got_, n_), ids_str(want_, nw_));                           \
     } while (0)
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -143,9 +149,11 @@ static void byte_chars(void) {
     for (int b = 0; b < 256; b++) {
         int keep = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
         int cp = keep ? b : next++;
-        if (cp < 0x80) g_bytechar[b][0] = (char)cp, g_bytechar[b][1] = 0;
-        else g_bytechar[b][0] = (char)(0xC0 | (cp >> 6)), g_bytechar[b][1] = (char)(0x80 | (cp & 0x3F)),
-        g_bytechar[b][2] = 0;
+        if (cp < 0x80)
+            g_bytechar[b][0] = (char)cp, g_bytechar[b][1] = 0;
+        else
+            g_bytechar[b][0] = (char)(0xC0 | (cp >> 6)), g_bytechar[b][1] = (char)(0x80 | (cp & 0x3F)),
+            g_bytechar[b][2] = 0;
     }
 }
 #define GDOT "\xC4\xA0" /* byte-level form of ' ' (U+0120) */
@@ -203,14 +211,15 @@ static void check_detok(const vs_tokenizer *t, const int32_t *ids, int64_t n, in
             const char *c = vs_detok_feed(d, ids, cut, &m, &err);
             ok = ok && c && valid_utf8(c, m);
             if (c && o + m <= want_len * 3 + 32) memcpy(acc + o, c, m), o += m;
-            c = vs_detok_feed(d, ids + cut, n - cut, &m, &err);
+            c = vs_detok_feed(d, ids ? ids + cut : NULL, n - cut, &m, &err);
             ok = ok && c && valid_utf8(c, m);
             if (c && o + m <= want_len * 3 + 32) memcpy(acc + o, c, m), o += m;
         }
         const char *f = vs_detok_flush(d, &m);
         if (o + m <= want_len * 3 + 32) memcpy(acc + o, f, m), o += m;
-        VT_CHECK(ok && o == want_len && !memcmp(acc, want, o), "%s: streaming (split %lld) gave '%s', want '%s'",
-                 what, (long long)cut, esc(acc, o), esc(want, want_len));
+        VT_CHECK(ok && o == want_len && !memcmp(acc, want, o),
+                 "%s: streaming (split %lld) gave '%s', want '%s'", what, (long long)cut, esc(acc, o),
+                 esc(want, want_len));
     }
     free(acc);
     vs_detok_free(d);
@@ -240,14 +249,17 @@ static const char *const CORPUS[] = {
     "\t",
     "\n",
     " ",
-    "caf\xC3\xA9 na\xC3\xAFve r\xC3\xA9sum\xC3\xA9 \xC3\x84pfel \xC3\xB1" "and\xC3\xBA C\xE1\xBB\xAD" "a Vi\xE1\xBB\x87t",
-    "\xE6\x97\xA5\xE6\x9C\xAC\xE8\xAA\x9E\xE3\x81\xAE\xE6\x96\x87\xE7\xAB\xA0 \xE4\xB8\xAD\xE6\x96\x87 "
-    "\xED\x95\x9C\xEA\xB5\xAD\xEC\x96\xB4",
-    "emoji \xF0\x9F\xA6\x99\xF0\x9F\x9A\x80 \xF0\x9F\x98\xB6\xE2\x80\x8D\xF0\x9F\x8C\xAB\xEF\xB8\x8F \xE2\x9C\x85!",
+    "caf\xC3\xA9 na\xC3\xAFve r\xC3\xA9sum\xC3\xA9 \xC3\x84pfel",
+    "\xC3\xB1\x61nd\xC3\xBA C\xE1\xBB\xAD\x61 Vi\xE1\xBB\x87t",
+    "\xE6\x97\xA5\xE6\x9C\xAC\xE8\xAA\x9E\xE3\x81\xAE\xE6\x96\x87\xE7\xAB\xA0 \xE4\xB8\xAD\xE6\x96\x87",
+    "\xED\x95\x9C\xEA\xB5\xAD\xEC\x96\xB4\xE4\xB8\xAD",
+    "emoji \xF0\x9F\xA6\x99\xF0\x9F\x9A\x80 \xF0\x9F\x98\xB6\xE2\x80\x8D\xF0\x9F\x8C\xAB\xEF\xB8\x8F",
+    "\xE2\x9C\x85!\xF0\x9F\xA6\x99",
     "numbers 3 33 333 3333 1/2 \xC2\xBD 3.14159 -7e10",
     "code: for (int i = 0; i < n; i++) { x[i] += y[i] * 2; }  // done",
     "I've been 'told he's there, 'RE you sure? We'Ve a'lL",
-    "\xD0\xBD\xD0\xB5\xD1\x89\xD0\xBE \xD0\xBD\xD0\xB0 \xD0\x91\xD1\x8A\xD0\xBB\xD0\xB3\xD0\xB0\xD1\x80\xD1\x81\xD0\xBA\xD0\xB8",
+    "\xD0\xBD\xD0\xB5\xD1\x89\xD0\xBE \xD0\xBD\xD0\xB0",
+    "\xD0\x91\xD1\x8A\xD0\xBB\xD0\xB3\xD0\xB0\xD1\x80\xD1\x81\xD0\xBA\xD0\xB8",
     "a",
     "",
 };
@@ -312,7 +324,11 @@ static void test_small_spm(void) {
     const int32_t e_acute[] = {3 + 0xC3, 3 + 0xA9};
     check_detok(t, e_acute, 2, 0, "\xC3\xA9", 2, "held sequence");
     const int32_t broken[] = {3 + 0xC3, SPM_A, 3 + 0xFF, 3 + 0xE2, 3 + 0x82, SPM_B, 3 + 0xF0, 3 + 0x9F};
-    check_detok(t, broken, 8, 0, "\xEF\xBF\xBD" "a\xEF\xBF\xBD\xEF\xBF\xBD" "b\xEF\xBF\xBD", 14, "invalid bytes");
+    check_detok(t, broken, 8, 0,
+                "\xEF\xBF\xBD"
+                "a\xEF\xBF\xBD\xEF\xBF\xBD"
+                "b\xEF\xBF\xBD",
+                14, "invalid bytes");
     {
         vs_detok *d = vs_detok_new(t, 0, &err);
         size_t m;
@@ -326,7 +342,8 @@ static void test_small_spm(void) {
     }
 
     /* round trips, including invalid UTF-8 and NUL: bytes come back; invalid ones as U+FFFD */
-    for (size_t i = 0; i < VS_ARRAY_LEN(CORPUS); i++) check_round_trip(t, CORPUS[i], strlen(CORPUS[i]), "small spm");
+    for (size_t i = 0; i < VS_ARRAY_LEN(CORPUS); i++)
+        check_round_trip(t, CORPUS[i], strlen(CORPUS[i]), "small spm");
     check_round_trip(t, "a\0b\0", 4, "small spm NUL");
     {
         const char bad_text[] = "\xFF\xFE a \xC3 \xE2\x82";
@@ -353,12 +370,14 @@ static void test_small_bpe(void) {
     /* pre-tokeniser pieces "the", " hello": no merge across them */
     EXPECT_IDS(t, "the hello", false, false, 't', BPE_HE, ' ', BPE_HE, BPE_LL, 'o');
     EXPECT_IDS(t, "the<|endoftext|>", false, true, 't', BPE_HE, BPE_EOT);
-    EXPECT_IDS(t, "<|endoftext|>", false, false, '<', '|', 'e', 'n', 'd', 'o', 'f', 't', 'e', 'x', 't', '|', '>');
+    EXPECT_IDS(t, "<|endoftext|>", false, false, '<', '|', 'e', 'n', 'd', 'o', 'f', 't', 'e', 'x', 't', '|',
+               '>');
     EXPECT_IDS(t, "ll'sll", false, false, BPE_LL, '\'', 's', BPE_LL);
     size_t l;
     const char *p = vs_tokenizer_token_piece(t, BPE_GTHE, &l);
     VT_CHECK(l == 4 && !memcmp(p, " the", 4), "piece of 'Gthe' is '%s'", esc(p, l));
-    for (size_t i = 0; i < VS_ARRAY_LEN(CORPUS); i++) check_round_trip(t, CORPUS[i], strlen(CORPUS[i]), "small bpe");
+    for (size_t i = 0; i < VS_ARRAY_LEN(CORPUS); i++)
+        check_round_trip(t, CORPUS[i], strlen(CORPUS[i]), "small bpe");
     check_round_trip(t, "x\0y", 3, "small bpe NUL");
     {
         const char bad_text[] = "ok \xFF\xC0\x80 \xF0\x9F";
@@ -367,7 +386,8 @@ static void test_small_bpe(void) {
         VT_CHECK(vs_tokenize_alloc(t, bad_text, sizeof(bad_text) - 1, false, false, &v, &nv, &err) == VS_OK,
                  "invalid UTF-8 prompt: %s", err.msg);
         VT_CHECK(nv == (int64_t)sizeof(bad_text) - 1, "each byte its own token here: %lld", (long long)nv);
-        check_detok(t, v, nv, 0, "ok \xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD \xEF\xBF\xBD", 16, "bpe invalid UTF-8");
+        check_detok(t, v, nv, 0, "ok \xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD \xEF\xBF\xBD", 16,
+                    "bpe invalid UTF-8");
         vs_free(v);
     }
     /* every pre-tokeniser in the table compiles and round-trips */
@@ -379,7 +399,8 @@ static void test_small_bpe(void) {
         vs_gguf_writer_free(w);
         VT_CHECK(u, "pre '%s': %s", pres[k], err.msg);
         if (!u) continue;
-        for (size_t i = 0; i < VS_ARRAY_LEN(CORPUS); i++) check_round_trip(u, CORPUS[i], strlen(CORPUS[i]), pres[k]);
+        for (size_t i = 0; i < VS_ARRAY_LEN(CORPUS); i++)
+            check_round_trip(u, CORPUS[i], strlen(CORPUS[i]), pres[k]);
         if (k == 3) EXPECT_IDS(u, " the", false, false, BPE_GTHE); /* llama3: whole-word tokens */
         vs_tokenizer_free(u);
     }
@@ -392,8 +413,8 @@ static void test_small_bpe(void) {
 static void expect_load_error(vs_gguf_writer *w, const char *needle, const char *what) {
     vs_error err = {0};
     vs_tokenizer *t = tok_from_writer(w, &err);
-    VT_CHECK(!t && err.code != VS_OK && strstr(err.msg, needle), "%s: want an error naming '%s', got '%s'", what,
-             needle, t ? "(loaded)" : err.msg);
+    VT_CHECK(!t && err.code != VS_OK && strstr(err.msg, needle), "%s: want an error naming '%s', got '%s'",
+             what, needle, t ? "(loaded)" : err.msg);
     vs_tokenizer_free(t);
     vs_gguf_writer_free(w);
 }
@@ -580,60 +601,6 @@ static void test_compat_small(void) {
 }
 
 /* ---------------------------------------------------------------------------------------------- */
-/* chat templates */
-
-static void check_chat(const char *tpl_name, const vs_chat_msg *m, int n, bool gen, const char *want) {
-    const vs_chat_template *tpl = vs_chat_template_find(tpl_name);
-    VT_REQUIRE(tpl, "template %s", tpl_name);
-    char *out = NULL;
-    size_t len = 0;
-    vs_error err = {0};
-    VT_CHECK(vs_chat_format(tpl, m, n, gen, &out, &len, &err) == VS_OK, "%s: %s", tpl_name, err.msg);
-    VT_CHECK(out && len == strlen(want) && !strcmp(out, want), "%s:\n got '%s'\nwant '%s'", tpl_name,
-             out ? esc(out, len) : "(null)", esc(want, strlen(want)));
-    vs_free(out);
-}
-
-static void test_chat(void) {
-#define SYS "A chat between a curious user and an artificial intelligence assistant. The assistant gives helpful, " \
-            "detailed, and polite answers to the user's questions."
-    vs_chat_msg one[] = {{VS_CHAT_USER, "What is in the image?", 1}};
-    check_chat("vicuna", one, 1, true, SYS " USER: <image>\nWhat is in the image? ASSISTANT:");
-    check_chat("vicuna-short", one, 1, true, "USER: <image>\nWhat is in the image? ASSISTANT:");
-    vs_chat_msg turns[] = {{VS_CHAT_USER, "<image>\nDescribe it.", 0},
-                           {VS_CHAT_ASSISTANT, "A red circle.", 0},
-                           {VS_CHAT_USER, "And the square?", 0}};
-    check_chat("vicuna", turns, 3, true,
-               SYS " USER: <image>\nDescribe it. ASSISTANT: A red circle.</s>USER: And the square? ASSISTANT:");
-    check_chat("vicuna-short", turns, 2, false, "USER: <image>\nDescribe it. ASSISTANT: A red circle.</s>");
-    vs_chat_msg sys[] = {{VS_CHAT_SYSTEM, "Be brief.", 0}, {VS_CHAT_USER, "Hi", 2}};
-    check_chat("vicuna", sys, 2, true, "Be brief. USER: <image>\n<image>\nHi ASSISTANT:");
-    vs_chat_msg plain[] = {{VS_CHAT_SYSTEM, "ignored", 0}, {VS_CHAT_USER, "a cat", 1}};
-    check_chat("plain", plain, 2, false, "<image>a cat\n");
-    check_chat("vicuna", NULL, 0, true, SYS " ASSISTANT:");
-
-    VT_CHECK(!vs_chat_template_find("nope"), "unknown template");
-    VT_CHECK(vs_chat_template_count() >= 3, "template count");
-    for (int i = 0; i < vs_chat_template_count(); i++)
-        VT_CHECK(vs_chat_template_find(vs_chat_template_name(vs_chat_template_at(i))) == vs_chat_template_at(i),
-                 "enumeration %d", i);
-    VT_CHECK(!strcmp(vs_chat_template_turn_end(vs_chat_template_find("vicuna")), "</s>"), "turn end");
-    char *out;
-    vs_error err = {0};
-    vs_chat_msg bad1[] = {{VS_CHAT_USER, "a", 0}, {VS_CHAT_SYSTEM, "late", 0}};
-    VT_CHECK(vs_chat_format(vs_chat_template_find("vicuna"), bad1, 2, true, &out, NULL, &err) == VS_ERR_INVALID &&
-                 !out,
-             "late system message: %s", err.msg);
-    vs_chat_msg bad2[] = {{VS_CHAT_USER, NULL, 0}};
-    VT_CHECK(vs_chat_format(vs_chat_template_find("vicuna"), bad2, 1, true, &out, NULL, &err) == VS_ERR_INVALID,
-             "NULL content");
-    vs_chat_msg bad3[] = {{(vs_chat_role)7, "x", 0}};
-    VT_CHECK(vs_chat_format(vs_chat_template_find("vicuna"), bad3, 1, true, &out, NULL, &err) == VS_ERR_INVALID,
-             "bad role");
-#undef SYS
-}
-
-/* ---------------------------------------------------------------------------------------------- */
 /* llama.cpp's test vectors and the shared models */
 
 static vs_tokenizer *load_shared(const char *dir, const char *sub, const char *file) {
@@ -724,7 +691,8 @@ static void test_parity_prompts(const char *dir) {
         vs_tokenizer *t = load_shared(dir, "parity", model);
         if (t) {
             int32_t got[256];
-            int64_t ng = tok(t, prompt, strlen(prompt), vs_json_get_bool(root, "add_bos", true), false, got, 256);
+            int64_t ng =
+                tok(t, prompt, strlen(prompt), vs_json_get_bool(root, "add_bos", true), false, got, 256);
             bool ok = ng == (int64_t)want->len;
             for (int64_t i = 0; ok && i < ng; i++) ok = got[i] == vs_json_at(want, (size_t)i)->i;
             VT_CHECK(ok, "%s: prompt tokens differ: got [%s]", e->d_name, ids_str(got, ng));
@@ -757,7 +725,8 @@ static void test_shared_models(const char *dir) {
     vs_tokenizer *all[] = {spm, phi, gpt, sc};
     const char *names[] = {"llama-spm", "phi-3", "gpt-2", "starcoder"};
     for (int m = 0; m < 4; m++)
-        for (size_t i = 0; i < VS_ARRAY_LEN(CORPUS); i++) check_round_trip(all[m], CORPUS[i], strlen(CORPUS[i]), names[m]);
+        for (size_t i = 0; i < VS_ARRAY_LEN(CORPUS); i++)
+            check_round_trip(all[m], CORPUS[i], strlen(CORPUS[i]), names[m]);
 
     /* LLaMA: BOS / EOS / special parsing, the space after a control token, byte fallback for emoji */
     EXPECT_IDS(spm, "<s>Hello</s>", false, true, 1, 15043, 2);
@@ -780,11 +749,11 @@ static void test_shared_models(const char *dir) {
         int32_t a[32], b[32];
         int64_t na = tok(phi, "Hi</s>   there", 14, false, false, a, 32);
         int64_t nb = tok(phi, "Hi</s>there", 11, false, false, b, 32);
-        VT_CHECK(na == nb && na > 2 && !memcmp(a, b, (size_t)na * 4) && a[1] == 2, "phi-3 rstrip: [%s] vs [%s]",
-                 ids_str(a, na), ids_str(b, nb));
+        VT_CHECK(na == nb && na > 2 && !memcmp(a, b, (size_t)na * 4) && a[1] == 2,
+                 "phi-3 rstrip: [%s] vs [%s]", ids_str(a, na), ids_str(b, nb));
         /* EOT found by text (the first of <|endoftext|> 32000, <|end|> 32007 by id); both end generation */
-        VT_CHECK(vs_tokenizer_eot(phi) == 32000 && vs_tokenizer_is_eog(phi, 32007) && vs_tokenizer_is_eog(phi, 32000) &&
-                     !vs_tokenizer_is_eog(phi, 32010),
+        VT_CHECK(vs_tokenizer_eot(phi) == 32000 && vs_tokenizer_is_eog(phi, 32007) &&
+                     vs_tokenizer_is_eog(phi, 32000) && !vs_tokenizer_is_eog(phi, 32010),
                  "phi-3 EOT %d", vs_tokenizer_eot(phi));
         EXPECT_IDS(phi, "<|user|>\nHi<|end|>", false, true, 32010, 6324, 32007);
     }
@@ -794,6 +763,24 @@ static void test_shared_models(const char *dir) {
         int32_t ids[32];
         int64_t n = tok(gpt, "a<|endoftext|>", 14, false, false, ids, 32);
         VT_CHECK(n > 2 && ids[n - 1] != 50256, "not parsed without parse_special: [%s]", ids_str(ids, n));
+    }
+
+    /* the CLI prints the same ids */
+    {
+        char out[512], cmd[1200];
+        snprintf(out, sizeof(out), "%s/tok_ids.txt", vt_tmpdir());
+        snprintf(cmd, sizeof(cmd), "%s/vocab/ggml-vocab-llama-spm.gguf", dir);
+        int rc = vt_run("%s tokenize -m %s -p 'Hello world' --ids > %s", vt_cli(), cmd, out);
+        uint8_t *txt = NULL;
+        size_t n = 0;
+        VT_CHECK(rc == 0 && vs_read_file(out, &txt, &n, &err) == VS_OK &&
+                     !strcmp((char *)txt, "[1, 15043, 3186]\n"),
+                 "vlmspec tokenize --ids: rc %d output '%s'", rc, txt ? esc((char *)txt, n) : "");
+        vs_free(txt);
+        rc = vt_run("%s tokenize -m %s -p x --bogus > /dev/null 2>&1", vt_cli(), cmd);
+        VT_CHECK(rc == 2, "unknown flag exits 2 (got %d)", rc);
+        rc = vt_run("%s tokenize -m %s/nonexistent.gguf -p x > /dev/null 2>&1", vt_cli(), dir);
+        VT_CHECK(rc == 1, "missing model exits 1 (got %d)", rc);
     }
 
     /* draft/target compatibility */
@@ -825,7 +812,8 @@ static void test_shared_models(const char *dir) {
                 }
             printf("%s: %zu bytes without spaces in %.4f s, %zu bytes in %.4f s (ratio %.1f)\n",
                    m ? "gpt-2" : "llama-spm", n1, best[0], n4, best[1], best[1] / best[0]);
-            VT_CHECK(best[1] < 9.0 * best[0] + 0.02, "merge loop grows too fast: %.4f s -> %.4f s", best[0], best[1]);
+            VT_CHECK(best[1] < 9.0 * best[0] + 0.02, "merge loop grows too fast: %.4f s -> %.4f s", best[0],
+                     best[1]);
         }
         free(s);
     }
@@ -849,8 +837,10 @@ static void test_shared_models(const char *dir) {
             double dt = vs_time_now() - t0;
             char *back = vs_detokenize(ts[m], ids, ni, VS_DETOK_STRIP_SPACE, NULL, &err);
             double dt2 = vs_time_now() - t0 - dt;
-            printf("BENCH %s: %zu bytes -> %lld tokens in %.3f s = %.0f tokens/s (%.1f MB/s); detokenize %.3f s\n",
-                   m ? "gpt-2" : "llama-spm", n, (long long)ni, dt, (double)ni / dt, (double)n / dt / 1e6, dt2);
+            printf("BENCH %s: %zu bytes -> %lld tokens in %.3f s = %.0f tokens/s (%.1f MB/s); "
+                   "detokenize %.3f s\n",
+                   m ? "gpt-2" : "llama-spm", n, (long long)ni, dt, (double)ni / dt, (double)n / dt / 1e6,
+                   dt2);
             VT_CHECK(back && !memcmp(back, s, n), "1 MB round trip");
             vs_free(back);
             vs_free(ids);
@@ -870,7 +860,6 @@ int main(void) {
     test_small_bpe();
     test_bad_vocab();
     test_compat_small();
-    test_chat();
     const char *dir = vt_shared_or_skip("tokenizer test vectors and parity prompts");
     if (dir) {
         test_vocab_vectors(dir, "ggml-vocab-llama-spm.gguf");

@@ -11,17 +11,18 @@
 #define CMD "tokenize"
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: vlmspec tokenize -m MODEL (-p TEXT | -f FILE) [options]\n"
-               "Tokenises a text with the tokenizer stored in a GGUF file and prints the tokens.\n\n"
-               "options:\n"
-               "  -m, --model FILE     GGUF file holding tokenizer.ggml.* metadata (any model or vocab file)\n"
-               "  -p, --prompt TEXT    the text to tokenise\n"
-               "  -f, --file FILE      read the text from a file instead (bytes as they are)\n"
-               "  --ids                print only the ids, as [1, 2, 3]\n"
-               "  --no-bos             do not add BOS / EOS (the file's add_bos / add_eos flags)\n"
-               "  --special            parse special-token text in the prompt (\"<s>\", \"</s>\" ...)\n"
-               "  --chat TEMPLATE      wrap the text as one user turn of a chat template and add the\n"
-               "                       assistant prompt (templates:");
+    fprintf(f,
+            "usage: vlmspec tokenize -m MODEL (-p TEXT | -f FILE) [options]\n"
+            "Tokenises a text with the tokenizer stored in a GGUF file and prints the tokens.\n\n"
+            "options:\n"
+            "  -m, --model FILE     GGUF file holding tokenizer.ggml.* metadata (any model or vocab file)\n"
+            "  -p, --prompt TEXT    the text to tokenise\n"
+            "  -f, --file FILE      read the text from a file instead (bytes as they are)\n"
+            "  --ids                print only the ids, as [1, 2, 3]\n"
+            "  --no-bos             do not add BOS / EOS (the file's add_bos / add_eos flags)\n"
+            "  --special            parse special-token text in the prompt (\"<s>\", \"</s>\" ...)\n"
+            "  --chat TEMPLATE      wrap the text as one user turn of a chat template and add the\n"
+            "                       assistant prompt (templates:");
     for (int i = 0; i < vs_chat_template_count(); i++)
         fprintf(f, " %s", vs_chat_template_name(vs_chat_template_at(i)));
     fprintf(f, ")\n"
@@ -34,13 +35,20 @@ static void usage(FILE *f) {
 static void print_piece(const char *p, size_t n) {
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)p[i];
-        if (c == '\n') fputs("\\n", stdout);
-        else if (c == '\t') fputs("\\t", stdout);
-        else if (c == '\r') fputs("\\r", stdout);
-        else if (c == '\\') fputs("\\\\", stdout);
-        else if (c == '\'') fputs("\\'", stdout);
-        else if (c < 0x20 || c == 0x7F) printf("\\x%02X", c);
-        else if (c < 0x80) putchar(c);
+        if (c == '\n')
+            fputs("\\n", stdout);
+        else if (c == '\t')
+            fputs("\\t", stdout);
+        else if (c == '\r')
+            fputs("\\r", stdout);
+        else if (c == '\\')
+            fputs("\\\\", stdout);
+        else if (c == '\'')
+            fputs("\\'", stdout);
+        else if (c < 0x20 || c == 0x7F)
+            printf("\\x%02X", c);
+        else if (c < 0x80)
+            putchar(c);
         else {
             /* keep complete UTF-8 sequences, escape stray bytes */
             int l = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
@@ -49,20 +57,24 @@ static void print_piece(const char *p, size_t n) {
             if (ok) {
                 fwrite(p + i, 1, (size_t)l, stdout);
                 i += (size_t)l - 1;
-            } else printf("\\x%02X", c);
+            } else
+                printf("\\x%02X", c);
         }
     }
 }
 
 static void print_info(const vs_tokenizer *t) {
-    printf("model: %s%s%s, %d tokens\n", vs_tokenizer_model(t) == VS_TOK_MODEL_SPM ? "llama (SentencePiece)"
-                                                                                  : "gpt2 (byte-level BPE)",
+    printf("model: %s%s%s, %d tokens\n",
+           vs_tokenizer_model(t) == VS_TOK_MODEL_SPM ? "llama (SentencePiece)" : "gpt2 (byte-level BPE)",
            vs_tokenizer_pre(t)[0] ? ", pre-tokenizer " : "", vs_tokenizer_pre(t), vs_tokenizer_n_vocab(t));
     const struct {
         const char *name;
         int32_t id;
-    } sp[] = {{"bos", vs_tokenizer_bos(t)}, {"eos", vs_tokenizer_eos(t)}, {"eot", vs_tokenizer_eot(t)},
-              {"unk", vs_tokenizer_unk(t)}, {"pad", vs_tokenizer_pad(t)}};
+    } sp[] = {{"bos", vs_tokenizer_bos(t)},
+              {"eos", vs_tokenizer_eos(t)},
+              {"eot", vs_tokenizer_eot(t)},
+              {"unk", vs_tokenizer_unk(t)},
+              {"pad", vs_tokenizer_pad(t)}};
     for (size_t i = 0; i < VS_ARRAY_LEN(sp); i++) {
         printf("%s: %d", sp[i].name, sp[i].id);
         if (sp[i].id >= 0) {
@@ -94,10 +106,14 @@ int vs_cmd_tokenize(int argc, char **argv) {
             if (!(file = cli_value(CMD, argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--chat")) {
             if (!(chat = cli_value(CMD, argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--ids")) ids_only = true;
-        else if (!strcmp(a, "--no-bos")) no_bos = true;
-        else if (!strcmp(a, "--special")) special = true;
-        else if (!strcmp(a, "--info")) info = true;
+        } else if (!strcmp(a, "--ids"))
+            ids_only = true;
+        else if (!strcmp(a, "--no-bos"))
+            no_bos = true;
+        else if (!strcmp(a, "--special"))
+            special = true;
+        else if (!strcmp(a, "--info"))
+            info = true;
         else {
             fprintf(stderr, "vlmspec %s: unknown option '%s'\n", CMD, a);
             usage(stderr);
@@ -123,7 +139,8 @@ int vs_cmd_tokenize(int argc, char **argv) {
     if (file) {
         if (vs_read_file(file, &fdata, &len, &err) != VS_OK) return cli_fail_err(CMD, &err);
         text = (const char *)fdata;
-    } else len = strlen(prompt);
+    } else
+        len = strlen(prompt);
 
     char *wrapped = NULL;
     if (tpl) {
