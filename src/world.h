@@ -137,6 +137,9 @@ typedef enum vs_world_query_type {
     VS_Q_PREV_LETTERS, /* number of letters of the previous word answer */
     VS_Q_PREV_WARMTH,  /* "warm" or "cool" for the previous colour answer */
     VS_Q_PREV_SAME,    /* restate the previous short answer (yes/no, label, word ...) */
+    VS_Q_DIFF_COUNT,   /* scenes image -> image2: how many changes (recolour counts once) */
+    VS_Q_CAPTION,      /* the facts a short caption of `image` states (shapes: SET of the listed
+                        * objects; glyph: the words; chart: the number of bars) */
 } vs_world_query_type;
 
 typedef enum vs_world_relation { VS_REL_LEFT = 0, VS_REL_RIGHT, VS_REL_ABOVE, VS_REL_BELOW } vs_world_relation;

@@ -1,0 +1,422 @@
+/* vlmspec data: the generated multimodal world.
+ *   data gen --out DIR [--seed S] [--train N] [--test N] [--size PX] [--suites LIST] [--quiet]
+ *   data stats DIR [--split S] [--tokenizer TOK.gguf]
+ *   data preview DIR -o SHEET.png [--split S] [--per-suite N]
+ *   data check DIR [--split S]      (re-derives every answer and scores the reference texts) */
+#include <ctype.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "font.h"
+#include "image.h"
+#include "png_write.h"
+#include "tokenizer.h"
+#include "world.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: vlmspec data gen --out DIR [--seed S] [--train N] [--test N] [--size PX] [--suites LIST] [--quiet]\n"
+            "       vlmspec data stats DIR [--split train|test|captions] [--tokenizer TOK.gguf]\n"
+            "       vlmspec data preview DIR -o SHEET.png [--split test|train] [--per-suite N]\n"
+            "       vlmspec data check DIR [--split test|train|captions]\n"
+            "\n"
+            "gen      writes the generated world (docs/world.md): PNG images, train.jsonl, test.jsonl,\n"
+            "         captions.jsonl and world.json. Deterministic for a seed.\n"
+            "  --out DIR        output directory (created)\n"
+            "  --seed S         random seed (default 1)\n"
+            "  --train N        training samples per suite (default 1000)\n"
+            "  --test N         test samples per suite (default 100)\n"
+            "  --size PX        image side in pixels (default 64, 32..1024)\n"
+            "  --suites LIST    comma-separated suites or 'all' (describe,vqa,pope,ocr,chart,diff,story,text)\n"
+            "  --quiet          no progress output\n"
+            "stats    per suite: samples, turns, images per sample, answer length in words (and tokens with\n"
+            "         --tokenizer), vocabulary size. --split defaults to train.\n"
+            "preview  a contact sheet PNG tiling samples of every suite (--split test, --per-suite 4).\n"
+            "check    runs the checker on every reference answer; exit 1 if any disagrees.\n");
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+
+static int cmd_gen(int argc, char **argv) {
+    vs_world_config cfg;
+    vs_world_config_default(&cfg);
+    cfg.progress = 1;
+    const char *out = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (!strcmp(a, "--out") || !strcmp(a, "-o")) {
+            if (!(out = cli_value("data gen", argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--seed")) {
+            int64_t s;
+            if (!(v = cli_value("data gen", argc, argv, &i)) || !cli_parse_i64("data gen", a, v, 0, INT64_MAX, &s)) return 2;
+            cfg.seed = (uint64_t)s;
+        } else if (!strcmp(a, "--train")) {
+            if (!(v = cli_value("data gen", argc, argv, &i)) || !cli_parse_i64("data gen", a, v, 0, 10000000, &cfg.n_train)) return 2;
+        } else if (!strcmp(a, "--test")) {
+            if (!(v = cli_value("data gen", argc, argv, &i)) || !cli_parse_i64("data gen", a, v, 0, 1000000, &cfg.n_test)) return 2;
+        } else if (!strcmp(a, "--size")) {
+            if (!(v = cli_value("data gen", argc, argv, &i)) || !cli_parse_int("data gen", a, v, 32, 1024, &cfg.image_size)) return 2;
+        } else if (!strcmp(a, "--suites")) {
+            vs_error err;
+            if (!(v = cli_value("data gen", argc, argv, &i))) return 2;
+            if (vs_world_parse_suites(v, &cfg.suites, &err) != VS_OK) {
+                cli_fail_err("data gen", &err);
+                return 2;
+            }
+        } else if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) {
+            cfg.progress = 0;
+        } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        } else {
+            fprintf(stderr, "vlmspec data gen: unknown option '%s'\n", a);
+            return 2;
+        }
+    }
+    if (!out) {
+        fprintf(stderr, "vlmspec data gen: --out DIR is required\n");
+        return 2;
+    }
+    vs_error err;
+    double t0 = vs_time_now();
+    if (vs_world_generate(&cfg, out, &err) != VS_OK) return cli_fail_err("data gen", &err);
+    double dt = vs_time_now() - t0;
+    int n_suites = 0;
+    for (int s = 0; s < VS_WORLD_CAPTION; s++) n_suites += !!(cfg.suites & VS_WORLD_SUITE_BIT(s));
+    int64_t n = (cfg.n_train + cfg.n_test) * n_suites;
+    printf("wrote %s: %lld samples (%lld train + %lld test per suite, %d suites), seed %llu, %dx%d images, "
+           "%.2f s (%.0f samples/s)\n",
+           out, (long long)n, (long long)cfg.n_train, (long long)cfg.n_test, n_suites, (unsigned long long)cfg.seed,
+           cfg.image_size, cfg.image_size, dt, dt > 0 ? (double)n / dt : 0.0);
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+
+static int cmp_int(const void *a, const void *b) {
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
+typedef struct {
+    int *v;
+    int64_t n, cap;
+} ivec;
+
+static void ivec_push(ivec *a, int x) {
+    if (a->n == a->cap) {
+        a->cap = a->cap ? a->cap * 2 : 256;
+        a->v = realloc(a->v, (size_t)a->cap * sizeof(int));
+    }
+    a->v[a->n++] = x;
+}
+
+static void print_dist(const char *what, ivec *a) {
+    if (!a->n) {
+        printf("  %-22s -\n", what);
+        return;
+    }
+    qsort(a->v, (size_t)a->n, sizeof(int), cmp_int);
+    double sum = 0;
+    for (int64_t i = 0; i < a->n; i++) sum += a->v[i];
+    printf("  %-22s mean %6.1f  min %4d  p10 %4d  p50 %4d  p90 %4d  max %4d\n", what, sum / (double)a->n, a->v[0],
+           a->v[a->n / 10], a->v[a->n / 2], a->v[a->n * 9 / 10], a->v[a->n - 1]);
+}
+
+/* A small string set for vocabulary counts. */
+typedef struct {
+    char **k;
+    size_t cap, n;
+} strset;
+
+static uint64_t hstr(const char *s) {
+    uint64_t h = 1469598103934665603ULL;
+    for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ULL;
+    return h;
+}
+
+static void strset_add(strset *s, const char *w) {
+    if ((s->n + 1) * 2 > s->cap) {
+        size_t cap = s->cap ? s->cap * 2 : 1024;
+        char **nk = calloc(cap, sizeof(char *));
+        for (size_t i = 0; i < s->cap; i++)
+            if (s->k[i]) {
+                size_t j = hstr(s->k[i]) & (cap - 1);
+                while (nk[j]) j = (j + 1) & (cap - 1);
+                nk[j] = s->k[i];
+            }
+        free(s->k);
+        s->k = nk;
+        s->cap = cap;
+    }
+    size_t j = hstr(w) & (s->cap - 1);
+    while (s->k[j]) {
+        if (!strcmp(s->k[j], w)) return;
+        j = (j + 1) & (s->cap - 1);
+    }
+    s->k[j] = strdup(w);
+    s->n++;
+}
+
+static void strset_free(strset *s) {
+    for (size_t i = 0; i < s->cap; i++) free(s->k[i]);
+    free(s->k);
+}
+
+static void add_words(strset *s, const char *text) {
+    char w[64];
+    size_t n = 0;
+    for (const char *p = text;; p++) {
+        if (*p && isalnum((unsigned char)*p)) {
+            if (n + 1 < sizeof(w)) w[n++] = (char)tolower((unsigned char)*p);
+            continue;
+        }
+        if (n) {
+            w[n] = 0;
+            strset_add(s, w);
+            n = 0;
+        }
+        if (!*p) break;
+    }
+}
+
+static int cmd_stats(int argc, char **argv) {
+    const char *dir = NULL, *split = "train", *tokp = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--split")) {
+            if (!(split = cli_value("data stats", argc, argv, &i))) return 2;
+        } else if (!strcmp(argv[i], "--tokenizer")) {
+            if (!(tokp = cli_value("data stats", argc, argv, &i))) return 2;
+        } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            usage(stdout);
+            return 0;
+        } else if (argv[i][0] == '-') {
+            fprintf(stderr, "vlmspec data stats: unknown option '%s'\n", argv[i]);
+            return 2;
+        } else {
+            dir = argv[i];
+        }
+    }
+    if (!dir) {
+        fprintf(stderr, "vlmspec data stats: DIR is required\n");
+        return 2;
+    }
+    vs_error err;
+    vs_tokenizer *tok = NULL;
+    if (tokp && !(tok = vs_tokenizer_load(tokp, &err))) return cli_fail_err("data stats", &err);
+    vs_world_dataset *d = vs_world_load(dir, split, VS_WORLD_ALL_SUITES, &err);
+    if (!d) {
+        vs_tokenizer_free(tok);
+        return cli_fail_err("data stats", &err);
+    }
+    printf("%s split '%s': %lld samples, seed %llu, %dx%d images\n", dir, split, (long long)d->n,
+           (unsigned long long)d->seed, d->image_size, d->image_size);
+    strset all_vocab = {0};
+    for (int su = 0; su < VS_WORLD_N_SUITES; su++) {
+        int64_t n = 0, n_img = 0, kinds[4] = {0}, turns = 0;
+        ivec words = {0}, toks = {0};
+        strset vocab = {0};
+        for (int64_t i = 0; i < d->n; i++) {
+            const vs_world_sample *s = &d->samples[i];
+            if ((int)s->suite != su) continue;
+            n++;
+            n_img += s->n_images;
+            for (int t = 0; t < s->n_turns; t++) {
+                const char *a = s->turns[t].assistant;
+                turns++;
+                kinds[s->turns[t].kind]++;
+                int w = 0;
+                bool in = false;
+                for (const char *p = a; *p; p++) {
+                    bool sp = isspace((unsigned char)*p);
+                    if (!sp && !in) w++;
+                    in = !sp;
+                }
+                ivec_push(&words, w);
+                add_words(&vocab, a);
+                add_words(&all_vocab, a);
+                add_words(&all_vocab, s->turns[t].user);
+                if (tok) {
+                    int64_t nt = 0;
+                    int32_t *ids = NULL;
+                    if (vs_tokenize_alloc(tok, a, strlen(a), false, true, &ids, &nt, &err) == VS_OK) ivec_push(&toks, (int)nt);
+                    vs_free(ids);
+                }
+            }
+        }
+        if (!n) {
+            strset_free(&vocab);
+            continue;
+        }
+        printf("\n%s: %lld samples, %.2f images/sample, %lld turns (first %lld, followup %lld, unrelated %lld, new image %lld), "
+               "answer vocabulary %zu words\n",
+               vs_world_suite_name((vs_world_suite)su), (long long)n, (double)n_img / (double)n, (long long)turns,
+               (long long)kinds[0], (long long)kinds[1], (long long)kinds[2], (long long)kinds[3], vocab.n);
+        print_dist("answer words", &words);
+        if (tok) print_dist("answer tokens", &toks);
+        free(words.v);
+        free(toks.v);
+        strset_free(&vocab);
+    }
+    printf("\nvocabulary of all prompts and answers: %zu distinct words\n", all_vocab.n);
+    strset_free(&all_vocab);
+    vs_world_dataset_free(d);
+    vs_tokenizer_free(tok);
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+
+static void blit(uint8_t *dst, int dw, int dh, int x, int y, const vs_image *im) {
+    for (int r = 0; r < im->h; r++) {
+        if (y + r < 0 || y + r >= dh) continue;
+        for (int c = 0; c < im->w; c++) {
+            if (x + c < 0 || x + c >= dw) continue;
+            memcpy(dst + ((size_t)(y + r) * (size_t)dw + (size_t)(x + c)) * 3, im->rgb + ((size_t)r * (size_t)im->w + (size_t)c) * 3, 3);
+        }
+    }
+}
+
+static int cmd_preview(int argc, char **argv) {
+    const char *dir = NULL, *out = NULL, *split = "test";
+    int per = 4;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-o") || !strcmp(argv[i], "--out")) {
+            if (!(out = cli_value("data preview", argc, argv, &i))) return 2;
+        } else if (!strcmp(argv[i], "--split")) {
+            if (!(split = cli_value("data preview", argc, argv, &i))) return 2;
+        } else if (!strcmp(argv[i], "--per-suite")) {
+            const char *v = cli_value("data preview", argc, argv, &i);
+            if (!v || !cli_parse_int("data preview", "--per-suite", v, 1, 50, &per)) return 2;
+        } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            usage(stdout);
+            return 0;
+        } else if (argv[i][0] == '-') {
+            fprintf(stderr, "vlmspec data preview: unknown option '%s'\n", argv[i]);
+            return 2;
+        } else {
+            dir = argv[i];
+        }
+    }
+    if (!dir || !out) {
+        fprintf(stderr, "vlmspec data preview: DIR and -o SHEET.png are required\n");
+        return 2;
+    }
+    vs_error err;
+    vs_world_dataset *d = vs_world_load(dir, split, VS_WORLD_ALL_SUITES, &err);
+    if (!d) return cli_fail_err("data preview", &err);
+    int S = d->image_size, gap = 2, sgap = 8, label_w = 8 * VS_FONT_ADVANCE * 2 + 8;
+    /* one row per suite with images; each row holds `per` samples side by side */
+    int rows = 0, max_w = 0;
+    for (int su = 0; su < VS_WORLD_N_SUITES; su++) {
+        int k = 0, w = label_w;
+        for (int64_t i = 0; i < d->n && k < per; i++) {
+            const vs_world_sample *s = &d->samples[i];
+            if ((int)s->suite != su || s->n_images == 0) continue;
+            w += s->n_images * (S + gap) + sgap;
+            k++;
+        }
+        if (k) rows++, max_w = w > max_w ? w : max_w;
+    }
+    if (!rows) {
+        vs_world_dataset_free(d);
+        return cli_fail("data preview", "%s: no samples with images in split '%s'", dir, split);
+    }
+    int W = max_w, H = rows * (S + 10) + 10;
+    uint8_t *sheet = malloc((size_t)W * (size_t)H * 3);
+    memset(sheet, 40, (size_t)W * (size_t)H * 3);
+    static const uint8_t white[3] = {235, 235, 235};
+    int y = 10, status = 0;
+    for (int su = 0; su < VS_WORLD_N_SUITES && !status; su++) {
+        int k = 0, x = label_w;
+        for (int64_t i = 0; i < d->n && k < per && !status; i++) {
+            const vs_world_sample *s = &d->samples[i];
+            if ((int)s->suite != su || s->n_images == 0) continue;
+            for (int m = 0; m < s->n_images; m++) {
+                vs_image im;
+                if (vs_image_load(&im, s->images[m], &err) != VS_OK) {
+                    status = cli_fail_err("data preview", &err);
+                    break;
+                }
+                blit(sheet, W, H, x, y, &im);
+                vs_image_free(&im);
+                x += S + gap;
+            }
+            x += sgap;
+            k++;
+        }
+        if (!k) continue;
+        char name[16];
+        snprintf(name, sizeof(name), "%s", vs_world_suite_name((vs_world_suite)su));
+        for (char *p = name; *p; p++) *p = (char)toupper((unsigned char)*p);
+        vs_font_draw(sheet, W, H, 4, y + S / 2 - VS_FONT_H, name, 2, white);
+        y += S + 10;
+    }
+    if (!status && vs_png_write(out, sheet, W, H, 3, &err) != VS_OK) status = cli_fail_err("data preview", &err);
+    if (!status) printf("wrote %s (%dx%d, %d suites, up to %d samples each, split %s)\n", out, W, H, rows, per, split);
+    free(sheet);
+    vs_world_dataset_free(d);
+    return status;
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+
+static int cmd_check(int argc, char **argv) {
+    const char *dir = NULL, *split = "test";
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--split")) {
+            if (!(split = cli_value("data check", argc, argv, &i))) return 2;
+        } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            usage(stdout);
+            return 0;
+        } else if (argv[i][0] == '-') {
+            fprintf(stderr, "vlmspec data check: unknown option '%s'\n", argv[i]);
+            return 2;
+        } else {
+            dir = argv[i];
+        }
+    }
+    if (!dir) {
+        fprintf(stderr, "vlmspec data check: DIR is required\n");
+        return 2;
+    }
+    vs_error err;
+    vs_world_dataset *d = vs_world_load(dir, split, VS_WORLD_ALL_SUITES, &err);
+    if (!d) return cli_fail_err("data check", &err);
+    int64_t turns = 0, bad = 0;
+    for (int64_t i = 0; i < d->n; i++) {
+        const vs_world_sample *s = &d->samples[i];
+        for (int t = 0; t < s->n_turns; t++) {
+            vs_world_verdict v;
+            turns++;
+            bool ok = vs_world_check(s, t, s->turns[t].assistant, &v) && strcmp(v.expected, s->turns[t].answer) == 0;
+            if (!ok) {
+                if (bad < 10)
+                    fprintf(stderr, "%s turn %d: stored '%s', checker expects '%s', read '%s'\n", s->id, t, s->turns[t].answer,
+                            v.expected, v.found);
+                bad++;
+            }
+        }
+    }
+    printf("%s split '%s': %lld samples, %lld turns, checker agrees on %lld (%.2f%%)\n", dir, split, (long long)d->n,
+           (long long)turns, (long long)(turns - bad), turns ? 100.0 * (double)(turns - bad) / (double)turns : 100.0);
+    vs_world_dataset_free(d);
+    return bad ? 1 : 0;
+}
+
+int vs_cmd_data(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    if (!strcmp(argv[1], "gen")) return cmd_gen(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "stats")) return cmd_stats(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "preview")) return cmd_preview(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "check")) return cmd_check(argc - 1, argv + 1);
+    fprintf(stderr, "vlmspec data: unknown subcommand '%s'\n", argv[1]);
+    usage(stderr);
+    return 2;
+}
