@@ -21,6 +21,7 @@ const char *vs_isa_name(vs_isa isa);
 /* Caps the ISA used by vs_matmul (tests use this to compare paths; the env var VLMSPEC_ISA=scalar|
  * avx2|avx512 sets the cap at start-up). Returns the ISA now in force. */
 vs_isa vs_isa_set_max(vs_isa isa);
+vs_isa vs_isa_active(void); /* the ISA vs_matmul and the vector ops use now: min(cap, detected) */
 
 /* y[r * n_out + o] = sum_i W[o, i] * x[r * n_in + i] for r < n_rows, o < n_out.
  * w points at n_out rows of vs_type_row_bytes(wtype, n_in) bytes each. x and y must not alias.
@@ -31,10 +32,17 @@ void vs_matmul(vs_threadpool *tp, vs_type wtype, const void *w, int64_t n_out, i
 void vs_matmul_ref(vs_type wtype, const void *w, int64_t n_out, int64_t n_in, const float *x,
                    int64_t n_rows, float *y);
 
-/* Vector ops (single row; callers parallelise across rows if needed). */
+/* Vector ops (single row; callers parallelise across rows if needed). Any n >= 0.
+ * rmsnorm: out = x / sqrt(mean(x^2) + eps) * weight (weight may be NULL: all ones); out may equal x.
+ * softmax: -INFINITY entries give exactly 0. */
 void vs_rmsnorm(float *out, const float *x, const float *weight, int64_t n, float eps);
 void vs_softmax_inplace(float *x, int64_t n);
 float vs_dot_f32(const float *a, const float *b, int64_t n);
 void vs_axpy_f32(float *y, float a, const float *x, int64_t n); /* y += a * x */
+/* Their scalar twins (tests compare the dispatched versions against these). */
+void vs_rmsnorm_ref(float *out, const float *x, const float *weight, int64_t n, float eps);
+void vs_softmax_inplace_ref(float *x, int64_t n);
+float vs_dot_f32_ref(const float *a, const float *b, int64_t n);
+void vs_axpy_f32_ref(float *y, float a, const float *x, int64_t n);
 
 #endif

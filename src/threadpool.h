@@ -17,5 +17,10 @@ int vs_threadpool_size(const vs_threadpool *tp); /* 1 for NULL */
 void vs_threadpool_run(vs_threadpool *tp, vs_task_fn fn, void *ctx);
 /* Splits [0, n) into nth contiguous chunks aligned to `align`; chunk ith is [*lo, *hi). */
 void vs_split_range(int64_t n, int ith, int nth, int64_t align, int64_t *lo, int64_t *hi);
+/* Scratch memory owned by the pool (64-byte aligned, grown on demand, freed with the pool), for kernels
+ * that need a per-call buffer without allocating on the hot path. Call only from the thread that owns
+ * the pool, outside vs_threadpool_run; the pointer is valid until the next call. NULL for a NULL pool
+ * or when the allocation fails (callers must then fall back to something that needs no scratch). */
+void *vs_threadpool_scratch(vs_threadpool *tp, size_t bytes);
 
 #endif

@@ -6,9 +6,17 @@
 
 int vs_cmd_version(int argc, char **argv) {
     if (argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
-        printf("usage: vlmspec version\nPrints the version and the SIMD path chosen for this CPU.\n");
+        printf("usage: vlmspec version\nPrints the version and the SIMD path chosen for this CPU\n"
+               "(the environment variable VLMSPEC_ISA=scalar|avx2|avx512 caps it).\n");
         return 0;
     }
-    printf("vlmspec 0.1.0 (kernels: %s)\n", vs_isa_name(vs_isa_detect()));
+    if (argc > 1) {
+        fprintf(stderr, "vlmspec version: unexpected argument '%s'\n", argv[1]);
+        return 2;
+    }
+    vs_isa best = vs_isa_detect(), active = vs_isa_active();
+    if (active == best) printf("vlmspec 0.1.0 (kernels: %s)\n", vs_isa_name(active));
+    else printf("vlmspec 0.1.0 (kernels: %s, capped by VLMSPEC_ISA; CPU supports %s)\n", vs_isa_name(active),
+                vs_isa_name(best));
     return 0;
 }

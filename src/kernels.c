@@ -1,0 +1,360 @@
+/* kernels: ISA detection and dispatch, the scalar twins, and the threaded matmul driver.
+ * vs_matmul quantises the activations once per call (Q8_0/Q4_0 weights) into scratch owned by the
+ * thread pool, then splits the output features over the threads in chunks of 16 (64 bytes of every
+ * output row, so no two threads write the same cache line of y) and runs the ISA's kernel. */
+#include "kernels.h"
+
+#include <assert.h>
+#include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "arch/kernels_arch.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#define VS_X86 1
+#endif
+
+/* ---- ISA detection and the cap ---- */
+
+#ifdef VS_X86
+static uint64_t xgetbv0(void) {
+    uint32_t lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return ((uint64_t)hi << 32) | lo;
+}
+#endif
+
+static vs_isa detect_uncached(void) {
+#ifdef VS_X86
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return VS_ISA_SCALAR;
+    bool fma = c & (1u << 12), osxsave = c & (1u << 27), avx = c & (1u << 28), f16c = c & (1u << 29);
+    if (!osxsave || !avx || !fma || !f16c) return VS_ISA_SCALAR;
+    uint64_t xcr0 = xgetbv0();
+    if ((xcr0 & 0x6) != 0x6) return VS_ISA_SCALAR; /* OS saves SSE + AVX state */
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return VS_ISA_SCALAR;
+    bool avx2 = b & (1u << 5);
+    if (!avx2) return VS_ISA_SCALAR;
+    bool f = b & (1u << 16), dq = b & (1u << 17), bw = b & (1u << 30), vl = b & (1u << 31);
+    bool vnni = c & (1u << 11);
+    unsigned a1 = 0, b1 = 0, c1 = 0, d1 = 0;
+    __get_cpuid_count(7, 1, &a1, &b1, &c1, &d1);
+    bool bf16 = a1 & (1u << 5); /* the AVX-512 file is compiled with -mavx512bf16 */
+    if (f && dq && bw && vl && vnni && bf16 && (xcr0 & 0xe0) == 0xe0) return VS_ISA_AVX512;
+    return VS_ISA_AVX2;
+#else
+    return VS_ISA_SCALAR;
+#endif
+}
+
+/* Cached detection and the cap: the only process-wide state here (a CPU property, and a test knob). */
+static atomic_int g_detected = -1;
+static atomic_int g_cap = -1;
+
+vs_isa vs_isa_detect(void) {
+    int v = atomic_load_explicit(&g_detected, memory_order_relaxed);
+    if (v < 0) {
+        v = (int)detect_uncached();
+        atomic_store(&g_detected, v);
+    }
+    return (vs_isa)v;
+}
+
+const char *vs_isa_name(vs_isa isa) {
+    switch (isa) {
+    case VS_ISA_SCALAR: return "scalar";
+    case VS_ISA_AVX2: return "avx2";
+    case VS_ISA_AVX512: return "avx512";
+    }
+    return "?";
+}
+
+static vs_isa isa_current(void) {
+    int cap = atomic_load_explicit(&g_cap, memory_order_relaxed);
+    if (cap < 0) {
+        cap = (int)VS_ISA_AVX512;
+        const char *env = getenv("VLMSPEC_ISA");
+        if (env) {
+            if (!strcmp(env, "scalar")) cap = VS_ISA_SCALAR;
+            else if (!strcmp(env, "avx2")) cap = VS_ISA_AVX2;
+        }
+        int expected = -1;
+        atomic_compare_exchange_strong(&g_cap, &expected, cap);
+        cap = atomic_load(&g_cap);
+    }
+    int det = (int)vs_isa_detect();
+    return (vs_isa)(cap < det ? cap : det);
+}
+
+vs_isa vs_isa_set_max(vs_isa isa) {
+    atomic_store(&g_cap, (int)isa);
+    return isa_current();
+}
+
+vs_isa vs_isa_active(void) { return isa_current(); }
+
+/* ---- activation quantisation (scalar twin) ---- */
+
+void vs_xq_block_ref(const float *x, int8_t *q, float *d) {
+    float amax = 0.0f;
+    for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[j]));
+    float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+    *d = vs_fp16_to_fp32(vs_fp32_to_fp16(amax / 127.0f));
+    for (int j = 0; j < 32; j++) q[j] = (int8_t)rintf(x[j] * id); /* default mode: ties to even */
+}
+
+static int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+
+size_t vs_xq_row_bytes_ref(int64_t n_in) {
+    return (size_t)round_up(round_up(n_in, 64) + n_in / 32 * 4, 64);
+}
+
+void vs_xq_quantize_row_ref(const float *x, int64_t n_in, uint8_t *row) {
+    int8_t *q = (int8_t *)row;
+    float *d = (float *)(row + round_up(n_in, 64));
+    for (int64_t b = 0; b < n_in / 32; b++) vs_xq_block_ref(x + b * 32, q + b * 32, &d[b]);
+}
+
+/* ---- scalar matmul: the reference twin and the threaded scalar path ---- */
+
+static float w_elem(vs_type t, const uint8_t *row, int64_t i) {
+    switch (t) {
+    case VS_TYPE_F32: {
+        float v;
+        memcpy(&v, row + 4 * i, 4);
+        return v;
+    }
+    case VS_TYPE_F16: {
+        uint16_t h;
+        memcpy(&h, row + 2 * i, 2);
+        return vs_fp16_to_fp32(h);
+    }
+    case VS_TYPE_BF16: {
+        uint16_t h;
+        memcpy(&h, row + 2 * i, 2);
+        return vs_bf16_to_fp32(h);
+    }
+    default: return 0.0f;
+    }
+}
+
+/* Integer dot of one weight block with 32 quantised activations, and the weight block's scale. */
+static int32_t block_idot(vs_type t, const uint8_t *wrow, int64_t b, const int8_t *q, float *dw) {
+    int32_t s = 0;
+    if (t == VS_TYPE_Q8_0) {
+        const vs_block_q8_0 *blk = (const vs_block_q8_0 *)wrow + b;
+        *dw = vs_fp16_to_fp32(blk->d);
+        for (int j = 0; j < 32; j++) s += (int32_t)blk->qs[j] * q[j];
+    } else {
+        const vs_block_q4_0 *blk = (const vs_block_q4_0 *)wrow + b;
+        *dw = vs_fp16_to_fp32(blk->d);
+        for (int j = 0; j < 16; j++) {
+            s += ((blk->qs[j] & 0x0f) - 8) * q[j];
+            s += ((blk->qs[j] >> 4) - 8) * q[j + 16];
+        }
+    }
+    return s;
+}
+
+static bool is_quant(vs_type t) { return t == VS_TYPE_Q8_0 || t == VS_TYPE_Q4_0; }
+
+void vs_matmul_ref(vs_type wtype, const void *w, int64_t n_out, int64_t n_in, const float *x,
+                   int64_t n_rows, float *y) {
+    size_t rb = vs_type_row_bytes(wtype, n_in);
+    assert(vs_type_supported(wtype) && (rb > 0 || n_in == 0));
+    const uint8_t *wb = w;
+    if (!is_quant(wtype)) {
+        for (int64_t r = 0; r < n_rows; r++)
+            for (int64_t o = 0; o < n_out; o++) {
+                float s = 0.0f;
+                for (int64_t i = 0; i < n_in; i++) s += w_elem(wtype, wb + o * rb, i) * x[r * n_in + i];
+                y[r * n_out + o] = s;
+            }
+        return;
+    }
+    /* Block-outer loop: each activation block is quantised once and needs no scratch; every y element
+     * still accumulates its blocks in order 0, 1, 2, ... */
+    for (int64_t r = 0; r < n_rows; r++) {
+        float *yr = y + r * n_out;
+        for (int64_t o = 0; o < n_out; o++) yr[o] = 0.0f;
+        for (int64_t b = 0; b < n_in / 32; b++) {
+            int8_t q[32];
+            float dx;
+            vs_xq_block_ref(x + r * n_in + b * 32, q, &dx);
+            for (int64_t o = 0; o < n_out; o++) {
+                float dw;
+                int32_t s = block_idot(wtype, wb + o * rb, b, q, &dw);
+                yr[o] += (float)s * (dw * dx);
+            }
+        }
+    }
+}
+
+/* The threaded scalar path (ISA cap "scalar"): same math, reading the scalar xq layout. */
+static void mm_scalar(const vs_mm_job *jb, int64_t o0, int64_t o1) {
+    int64_t nb = jb->n_in / 32;
+    for (int64_t r = 0; r < jb->n_rows; r++) {
+        for (int64_t o = o0; o < o1; o++) {
+            const uint8_t *wr = jb->w + o * jb->w_row_bytes;
+            float s = 0.0f;
+            if (is_quant(jb->wtype)) {
+                const uint8_t *row = jb->xq + r * jb->xq_row_bytes;
+                const int8_t *q = (const int8_t *)row;
+                const float *d = (const float *)(row + round_up(jb->n_in, 64));
+                for (int64_t b = 0; b < nb; b++) {
+                    float dw;
+                    int32_t is = block_idot(jb->wtype, wr, b, q + b * 32, &dw);
+                    s += (float)is * (dw * d[b]);
+                }
+            } else {
+                const float *xr = jb->x + r * jb->n_in;
+                for (int64_t i = 0; i < jb->n_in; i++) s += w_elem(jb->wtype, wr, i) * xr[i];
+            }
+            jb->y[r * jb->n_out + o] = s;
+        }
+    }
+}
+
+/* ---- the threaded driver ---- */
+
+typedef struct mm_ctx {
+    vs_mm_job job;
+    vs_isa isa;
+    uint8_t *xq_out; /* writable view of job.xq for the quantisation pass */
+} mm_ctx;
+
+static void quant_rows(mm_ctx *c, int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; r++) {
+        const float *xr = c->job.x + r * c->job.n_in;
+        uint8_t *dst = c->xq_out + r * c->job.xq_row_bytes;
+        switch (c->isa) {
+        case VS_ISA_AVX512: vs_xq_quantize_row_avx512(xr, c->job.n_in, dst); break;
+        case VS_ISA_AVX2: vs_xq_quantize_row_avx2(xr, c->job.n_in, dst); break;
+        default: vs_xq_quantize_row_ref(xr, c->job.n_in, dst); break;
+        }
+    }
+}
+
+static void quant_task(void *p, int ith, int nth) {
+    mm_ctx *c = p;
+    int64_t r0, r1;
+    vs_split_range(c->job.n_rows, ith, nth, 1, &r0, &r1);
+    quant_rows(c, r0, r1);
+}
+
+static void mm_task(void *p, int ith, int nth) {
+    mm_ctx *c = p;
+    int64_t o0, o1;
+    vs_split_range(c->job.n_out, ith, nth, 16, &o0, &o1);
+    if (o0 >= o1) return;
+    switch (c->isa) {
+    case VS_ISA_AVX512: vs_mm_avx512(&c->job, o0, o1); break;
+    case VS_ISA_AVX2: vs_mm_avx2(&c->job, o0, o1); break;
+    default: mm_scalar(&c->job, o0, o1); break;
+    }
+}
+
+void vs_matmul(vs_threadpool *tp, vs_type wtype, const void *w, int64_t n_out, int64_t n_in,
+               const float *x, int64_t n_rows, float *y) {
+    size_t rb = vs_type_row_bytes(wtype, n_in);
+    assert(vs_type_supported(wtype) && n_out >= 0 && n_in >= 0 && n_rows >= 0);
+    assert(rb > 0 || n_in == 0);
+    if (n_out == 0 || n_rows == 0) return;
+    if (n_in == 0) {
+        memset(y, 0, (size_t)(n_rows * n_out) * sizeof(float));
+        return;
+    }
+    mm_ctx c = {.job = {.wtype = wtype, .w = w, .w_row_bytes = rb, .n_out = n_out, .n_in = n_in,
+                        .n_rows = n_rows, .x = x, .y = y},
+                .isa = isa_current()};
+    void *owned = NULL;
+    if (is_quant(wtype)) {
+        size_t xrb = c.isa == VS_ISA_AVX512 ? vs_xq_row_bytes_avx512(n_in) : vs_xq_row_bytes_ref(n_in);
+        size_t bytes = xrb * (size_t)n_rows;
+        uint8_t *buf = tp ? vs_threadpool_scratch(tp, bytes) : (owned = vs_malloc(bytes));
+        if (!buf) { /* no memory for scratch: the reference needs none */
+            vs_matmul_ref(wtype, w, n_out, n_in, x, n_rows, y);
+            return;
+        }
+        c.job.xq = c.xq_out = buf;
+        c.job.xq_row_bytes = xrb;
+        if (n_rows >= 4 && vs_threadpool_size(tp) > 1) vs_threadpool_run(tp, quant_task, &c);
+        else quant_rows(&c, 0, n_rows);
+    }
+    vs_threadpool_run(tp, mm_task, &c);
+    vs_free(owned);
+}
+
+/* ---- vector ops ---- */
+
+static void rmsnorm_ref(float *out, const float *x, const float *weight, int64_t n, float eps) {
+    float ss = 0.0f;
+    for (int64_t i = 0; i < n; i++) ss += x[i] * x[i];
+    float scale = 1.0f / sqrtf(ss / (float)n + eps);
+    for (int64_t i = 0; i < n; i++) out[i] = x[i] * scale * (weight ? weight[i] : 1.0f);
+}
+
+static void softmax_ref(float *x, int64_t n) {
+    if (n <= 0) return;
+    float m = x[0];
+    for (int64_t i = 1; i < n; i++) m = fmaxf(m, x[i]);
+    float s = 0.0f;
+    for (int64_t i = 0; i < n; i++) {
+        x[i] = expf(x[i] - m);
+        s += x[i];
+    }
+    float inv = 1.0f / s;
+    for (int64_t i = 0; i < n; i++) x[i] *= inv;
+}
+
+static float dot_ref(const float *a, const float *b, int64_t n) {
+    float s = 0.0f;
+    for (int64_t i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+static void axpy_ref(float *y, float a, const float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] += a * x[i];
+}
+
+void vs_rmsnorm(float *out, const float *x, const float *weight, int64_t n, float eps) {
+    switch (isa_current()) {
+    case VS_ISA_AVX512: vs_rmsnorm_avx512(out, x, weight, n, eps); return;
+    case VS_ISA_AVX2: vs_rmsnorm_avx2(out, x, weight, n, eps); return;
+    default: rmsnorm_ref(out, x, weight, n, eps); return;
+    }
+}
+
+void vs_softmax_inplace(float *x, int64_t n) {
+    switch (isa_current()) {
+    case VS_ISA_AVX512: vs_softmax_avx512(x, n); return;
+    case VS_ISA_AVX2: vs_softmax_avx2(x, n); return;
+    default: softmax_ref(x, n); return;
+    }
+}
+
+float vs_dot_f32(const float *a, const float *b, int64_t n) {
+    switch (isa_current()) {
+    case VS_ISA_AVX512: return vs_dot_f32_avx512(a, b, n);
+    case VS_ISA_AVX2: return vs_dot_f32_avx2(a, b, n);
+    default: return dot_ref(a, b, n);
+    }
+}
+
+void vs_axpy_f32(float *y, float a, const float *x, int64_t n) {
+    switch (isa_current()) {
+    case VS_ISA_AVX512: vs_axpy_f32_avx512(y, a, x, n); return;
+    case VS_ISA_AVX2: vs_axpy_f32_avx2(y, a, x, n); return;
+    default: axpy_ref(y, a, x, n); return;
+    }
+}
+
+void vs_rmsnorm_ref(float *out, const float *x, const float *weight, int64_t n, float eps) {
+    rmsnorm_ref(out, x, weight, n, eps);
+}
+void vs_softmax_inplace_ref(float *x, int64_t n) { softmax_ref(x, n); }
+float vs_dot_f32_ref(const float *a, const float *b, int64_t n) { return dot_ref(a, b, n); }
+void vs_axpy_f32_ref(float *y, float a, const float *x, int64_t n) { axpy_ref(y, a, x, n); }

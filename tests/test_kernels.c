@@ -1,0 +1,299 @@
+/* test_kernels: every ISA path this CPU has (scalar, AVX2, AVX-512) against the scalar twins, and the
+ * twins against a plain double-precision reference, for all five weight types, random shapes (n_in not
+ * a multiple of the vector width, n_out not a multiple of 16, n_rows 1..64), 1 to 3 threads.
+ *
+ * Named tolerances (S = sum_i |w_i| |x_i| for that output, w dequantised, in double):
+ *   TOL_TWIN   fast path vs vs_matmul_ref: |diff| <= 1e-5 * S. Both do the same math (for Q8_0/Q4_0 the
+ *              same 8-bit activations and exact integer block dots); only the f32 summation order
+ *              differs, so ~1e-7 * S is typical.
+ *   TOL_FLOAT  F32/F16/BF16 vs the double reference: |diff| <= 1e-5 * S (f32 accumulation).
+ *   TOL_QUANT  Q8_0/Q4_0 vs the double reference with UNquantised activations: the activation
+ *              quantisation error bound sum_b (amax_b * (1/254 + 1/2048)) * sum_{i in b} |w_i| (half a
+ *              step, plus the fp16 rounding of the scale), plus 1e-5 * S.
+ *   Vector ops vs their scalar twins: dot 1e-5 * sum|a b|; axpy 1e-6 relative; rmsnorm 1e-5 relative;
+ *   softmax 1e-6 absolute + 1e-5 relative (polynomial exp, ~2e-7 relative). */
+#include <math.h>
+#include <string.h>
+
+#include "arch/kernels_arch.h"
+#include "kernels.h"
+#include "testutil.h"
+
+#define TOL_TWIN 1e-5
+#define TOL_FLOAT 1e-5
+#define TOL_QUANT_STEP (1.0 / 254.0 + 1.0 / 2048.0)
+
+static const vs_type k_types[] = {VS_TYPE_F32, VS_TYPE_F16, VS_TYPE_BF16, VS_TYPE_Q8_0, VS_TYPE_Q4_0};
+
+typedef struct problem {
+    vs_type t;
+    int64_t n_out, n_in, n_rows;
+    uint8_t *w;   /* (n_out, row_bytes) */
+    float *wdq;   /* (n_out, n_in) dequantised */
+    float *x;     /* (n_rows, n_in) */
+    double *yd;   /* (n_rows, n_out) double reference with exact x */
+    double *S;    /* (n_rows, n_out) sum |w||x| */
+    double *Q;    /* (n_rows, n_out) activation-quantisation error bound */
+} problem;
+
+static void problem_make(problem *p, vs_type t, int64_t n_out, int64_t n_in, int64_t n_rows, vs_rng *rng) {
+    p->t = t;
+    p->n_out = n_out;
+    p->n_in = n_in;
+    p->n_rows = n_rows;
+    size_t rb = vs_type_row_bytes(t, n_in);
+    p->w = vs_malloc(rb * (size_t)n_out);
+    p->wdq = malloc(sizeof(float) * (size_t)(n_out * n_in));
+    p->x = malloc(sizeof(float) * (size_t)(n_rows * n_in));
+    p->yd = malloc(sizeof(double) * (size_t)(n_rows * n_out));
+    p->S = malloc(sizeof(double) * (size_t)(n_rows * n_out));
+    p->Q = malloc(sizeof(double) * (size_t)(n_rows * n_out));
+    float *tmp = malloc(sizeof(float) * (size_t)n_in);
+    for (int64_t o = 0; o < n_out; o++) {
+        for (int64_t i = 0; i < n_in; i++) tmp[i] = vs_rng_normal(rng) * (o % 7 == 3 ? 4.0f : 0.5f);
+        if (o % 11 == 5) tmp[0] = 0.0f;
+        vs_quantize_row(t, tmp, p->w + o * rb, n_in);
+        vs_dequantize_row(t, p->w + o * rb, p->wdq + o * n_in, n_in);
+    }
+    for (int64_t r = 0; r < n_rows; r++) {
+        float *xr = p->x + r * n_in;
+        float scale = r % 5 == 4 ? 100.0f : 1.0f;
+        for (int64_t i = 0; i < n_in; i++) xr[i] = vs_rng_normal(rng) * scale;
+        if (r % 9 == 8) memset(xr, 0, sizeof(float) * (size_t)n_in);           /* an all-zero row */
+        if (n_in >= 64 && r % 3 == 1) memset(xr + 32, 0, sizeof(float) * 32);  /* an all-zero block */
+        if (r % 4 == 2) xr[n_in - 1] = 1e4f;                                  /* one outlier */
+    }
+    for (int64_t r = 0; r < n_rows; r++)
+        for (int64_t o = 0; o < n_out; o++) {
+            double s = 0, a = 0, q = 0;
+            for (int64_t b = 0; b < (n_in + 31) / 32; b++) {
+                double amax = 0, wsum = 0;
+                for (int64_t i = b * 32; i < VS_MIN(n_in, b * 32 + 32); i++) {
+                    double wv = p->wdq[o * n_in + i], xv = p->x[r * n_in + i];
+                    s += wv * xv;
+                    a += fabs(wv * xv);
+                    amax = fmax(amax, fabs(xv));
+                    wsum += fabs(wv);
+                }
+                q += amax * TOL_QUANT_STEP * wsum;
+            }
+            p->yd[r * n_out + o] = s;
+            p->S[r * n_out + o] = a;
+            p->Q[r * n_out + o] = q;
+        }
+    free(tmp);
+}
+
+static void problem_free(problem *p) {
+    vs_free(p->w);
+    free(p->wdq);
+    free(p->x);
+    free(p->yd);
+    free(p->S);
+    free(p->Q);
+}
+
+/* Worst |diff| / S against the twin, and worst |diff| / tolerance against the double reference. */
+static double g_worst_twin, g_worst_ref;
+
+static bool is_quant(vs_type t) { return t == VS_TYPE_Q8_0 || t == VS_TYPE_Q4_0; }
+
+/* Checks y against the twin (yr) and the double reference; returns the number of bad elements. */
+static int check_y(const problem *p, const float *y, const float *yr, const char *what) {
+    int bad = 0;
+    double worst_twin = 0, worst_ref = 0;
+    for (int64_t k = 0; k < p->n_rows * p->n_out; k++) {
+        double S = p->S[k] + 1e-30;
+        double dt = fabs((double)y[k] - (double)yr[k]);
+        double tol_ref = is_quant(p->t) ? p->Q[k] + TOL_FLOAT * S : TOL_FLOAT * S;
+        double dr = fabs((double)y[k] - p->yd[k]);
+        worst_twin = fmax(worst_twin, dt / S);
+        worst_ref = fmax(worst_ref, dr / (tol_ref + 1e-30));
+        if (!(dt <= TOL_TWIN * S) || !(dr <= tol_ref)) {
+            if (bad < 3)
+                fprintf(stderr, "  %s %s out %lld x %lld rows %lld: elem %lld y %.9g twin %.9g ref %.9g S %.3g\n",
+                        what, vs_type_name(p->t), (long long)p->n_out, (long long)p->n_in,
+                        (long long)p->n_rows, (long long)k, y[k], yr[k], p->yd[k], S);
+            bad++;
+        }
+    }
+    if (worst_twin > g_worst_twin) g_worst_twin = worst_twin;
+    if (worst_ref > g_worst_ref) g_worst_ref = worst_ref;
+    return bad;
+}
+
+static void test_matmul(vs_isa isa, vs_threadpool **pools, int n_pools) {
+    static const int64_t rows_list[] = {1, 2, 3, 5, 6, 7, 8, 16, 17, 33, 64};
+    static const int64_t out_list[] = {1, 5, 16, 17, 33, 100, 131};
+    static const int64_t in_float[] = {1, 7, 16, 33, 100, 257, 320, 1000};
+    static const int64_t in_quant[] = {32, 64, 96, 160, 288, 1056};
+    vs_rng rng;
+    vs_rng_seed(&rng, 1234 + (uint64_t)isa);
+    int total_bad = 0, cases = 0;
+    g_worst_twin = g_worst_ref = 0;
+    for (size_t ti = 0; ti < VS_ARRAY_LEN(k_types); ti++) {
+        vs_type t = k_types[ti];
+        for (size_t ri = 0; ri < VS_ARRAY_LEN(rows_list); ri++) {
+            int64_t n_rows = rows_list[ri];
+            int64_t n_out = out_list[vs_rng_below(&rng, VS_ARRAY_LEN(out_list))];
+            int64_t n_in = is_quant(t) ? in_quant[vs_rng_below(&rng, VS_ARRAY_LEN(in_quant))]
+                                       : in_float[vs_rng_below(&rng, VS_ARRAY_LEN(in_float))];
+            if (n_rows >= 33 && n_in > 300) n_in = is_quant(t) ? 288 : 257; /* keep the test quick */
+            problem p;
+            problem_make(&p, t, n_out, n_in, n_rows, &rng);
+            size_t ny = (size_t)(n_rows * n_out);
+            float *yr = malloc(sizeof(float) * ny), *y = malloc(sizeof(float) * ny);
+            vs_matmul_ref(t, p.w, n_out, n_in, p.x, n_rows, yr);
+            for (int pi = 0; pi < n_pools; pi++) {
+                for (size_t k = 0; k < ny; k++) y[k] = NAN;
+                vs_matmul(pools[pi], t, p.w, n_out, n_in, p.x, n_rows, y);
+                char what[64];
+                snprintf(what, sizeof(what), "%s/%dt", vs_isa_name(isa), vs_threadpool_size(pools[pi]));
+                int bad = check_y(&p, y, yr, what);
+                VT_CHECK(bad == 0, "%s %s: %d of %zu outputs out of tolerance", what, vs_type_name(t), bad, ny);
+                total_bad += bad;
+                cases++;
+            }
+            free(y);
+            free(yr);
+            problem_free(&p);
+        }
+    }
+    printf("kernels: %s matmul: %d cases, %d bad outputs; worst |y - twin| / S = %.2g (tol %g), worst "
+           "|y - double ref| / its tolerance = %.2g\n",
+           vs_isa_name(isa), cases, total_bad, g_worst_twin, TOL_TWIN, g_worst_ref);
+}
+
+/* The twin itself against the double reference (once: it does not depend on the ISA). */
+static void test_ref_against_double(void) {
+    vs_rng rng;
+    vs_rng_seed(&rng, 99);
+    for (size_t ti = 0; ti < VS_ARRAY_LEN(k_types); ti++) {
+        vs_type t = k_types[ti];
+        problem p;
+        problem_make(&p, t, 37, is_quant(t) ? 320 : 301, 5, &rng);
+        float *y = malloc(sizeof(float) * 37 * 5);
+        vs_matmul_ref(t, p.w, 37, p.n_in, p.x, 5, y);
+        int bad = check_y(&p, y, y, "ref");
+        VT_CHECK(bad == 0, "ref %s: %d outputs off the double reference", vs_type_name(t), bad);
+        free(y);
+        problem_free(&p);
+    }
+}
+
+/* The quantised-activation layouts all hold the same q and d as the scalar quantiser. */
+static void test_xq(vs_isa best) {
+    vs_rng rng;
+    vs_rng_seed(&rng, 5);
+    for (int64_t n_in = 32; n_in <= 320; n_in += 32) {
+        float x[320];
+        for (int64_t i = 0; i < n_in; i++) x[i] = vs_rng_normal(&rng) * (i < 32 ? 1e-3f : 3.0f);
+        x[5] = x[6] = 0.0f; /* zeros, and ties below */
+        if (n_in >= 64) {
+            x[32] = 127.0f;
+            x[33] = 2.5f; /* q = 2.5 exactly: ties to even -> 2 */
+            x[34] = -3.5f;
+        }
+        size_t rb = vs_xq_row_bytes_ref(n_in);
+        uint8_t *ref = vs_malloc(rb), *a2 = vs_malloc(rb);
+        vs_xq_quantize_row_ref(x, n_in, ref);
+        int bad = 0;
+        if (n_in >= 64) bad += ((int8_t *)ref)[33] != 2 || ((int8_t *)ref)[34] != -4;
+        if (best >= VS_ISA_AVX2) {
+            vs_xq_quantize_row_avx2(x, n_in, a2);
+            bad += memcmp(ref, a2, (size_t)n_in) != 0;
+            bad += memcmp(ref + (n_in + 63) / 64 * 64, a2 + (n_in + 63) / 64 * 64, (size_t)n_in / 32 * 4) != 0;
+        }
+        if (best >= VS_ISA_AVX512) {
+            uint8_t *a5 = vs_malloc(vs_xq_row_bytes_avx512(n_in));
+            vs_xq_quantize_row_avx512(x, n_in, a5);
+            const float *dref = (const float *)(ref + (n_in + 63) / 64 * 64);
+            for (int64_t b = 0; b < n_in / 32; b++) {
+                const uint8_t *pp = a5 + (b / 2) * 128;
+                const float *dd = (const float *)(pp + 64);
+                for (int j = 0; j < 32; j++) bad += (int8_t)(pp[(b % 2) * 32 + j] ^ 0x80) != ((int8_t *)ref)[b * 32 + j];
+                for (int j = 0; j < 8; j++) bad += dd[(b % 2) * 8 + j] != dref[b];
+            }
+            if ((n_in / 32) % 2) { /* the padding block: q = 0 (stored 128), d = 0 */
+                const uint8_t *pp = a5 + (n_in / 64) * 128;
+                for (int j = 32; j < 64; j++) bad += pp[j] != 0x80;
+                for (int j = 8; j < 16; j++) bad += ((const float *)(pp + 64))[j] != 0.0f;
+            }
+            vs_free(a5);
+        }
+        VT_CHECK(bad == 0, "activation quantisers disagree for n_in %lld (%d)", (long long)n_in, bad);
+        vs_free(ref);
+        vs_free(a2);
+    }
+}
+
+static void test_vector_ops(vs_isa isa) {
+    static const int64_t ns[] = {0, 1, 7, 15, 16, 17, 100, 1000, 4099};
+    vs_rng rng;
+    vs_rng_seed(&rng, 77);
+    int bad = 0;
+    for (size_t k = 0; k < VS_ARRAY_LEN(ns); k++) {
+        int64_t n = ns[k];
+        float *a = malloc(sizeof(float) * (size_t)(n + 1)), *b = malloc(sizeof(float) * (size_t)(n + 1));
+        float *o1 = malloc(sizeof(float) * (size_t)(n + 1)), *o2 = malloc(sizeof(float) * (size_t)(n + 1));
+        double sab = 0;
+        for (int64_t i = 0; i < n; i++) {
+            a[i] = vs_rng_normal(&rng) * 3;
+            b[i] = vs_rng_normal(&rng);
+            sab += fabs((double)a[i] * b[i]);
+        }
+        float d1 = vs_dot_f32(a, b, n), d2 = vs_dot_f32_ref(a, b, n);
+        bad += !(fabs((double)d1 - d2) <= 1e-5 * sab);
+        memcpy(o1, b, sizeof(float) * (size_t)n);
+        memcpy(o2, b, sizeof(float) * (size_t)n);
+        vs_axpy_f32(o1, 0.37f, a, n);
+        vs_axpy_f32_ref(o2, 0.37f, a, n);
+        for (int64_t i = 0; i < n; i++) bad += !(fabs(o1[i] - o2[i]) <= 1e-6 * (fabs(b[i]) + fabs(0.37 * a[i])));
+        if (n > 0) {
+            vs_rmsnorm(o1, a, b, n, 1e-5f);
+            vs_rmsnorm_ref(o2, a, b, n, 1e-5f);
+            for (int64_t i = 0; i < n; i++) bad += !(fabs(o1[i] - o2[i]) <= 1e-5 * fabs(o2[i]) + 1e-30);
+            memcpy(o1, a, sizeof(float) * (size_t)n);
+            vs_rmsnorm(o1, o1, NULL, n, 1e-5f); /* in place, no weight */
+            vs_rmsnorm_ref(o2, a, NULL, n, 1e-5f);
+            for (int64_t i = 0; i < n; i++) bad += !(fabs(o1[i] - o2[i]) <= 1e-5 * fabs(o2[i]) + 1e-30);
+            for (int64_t i = 0; i < n; i++) o1[i] = o2[i] = a[i] * 10;
+            if (n > 3) o1[2] = o2[2] = -INFINITY; /* a masked position */
+            vs_softmax_inplace(o1, n);
+            vs_softmax_inplace_ref(o2, n);
+            double s = 0;
+            for (int64_t i = 0; i < n; i++) {
+                bad += !(fabs(o1[i] - o2[i]) <= 1e-6 + 1e-5 * o2[i]);
+                s += o1[i];
+            }
+            bad += fabs(s - 1.0) > 1e-5;
+            if (n > 3) bad += o1[2] != 0.0f;
+        }
+        free(a);
+        free(b);
+        free(o1);
+        free(o2);
+    }
+    VT_CHECK(bad == 0, "%s vector ops: %d mismatches", vs_isa_name(isa), bad);
+}
+
+int main(void) {
+    vs_isa best = vs_isa_detect();
+    printf("kernels: best ISA on this CPU: %s\n", vs_isa_name(best));
+    vs_error err;
+    vs_threadpool *pools[3] = {NULL, vs_threadpool_new(2, &err), vs_threadpool_new(3, &err)};
+    VT_REQUIRE(pools[1] && pools[2], "thread pools: %s", err.msg);
+    test_ref_against_double();
+    test_xq(best);
+    for (int isa = VS_ISA_SCALAR; isa <= (int)best; isa++) {
+        VT_CHECK(vs_isa_set_max((vs_isa)isa) == (vs_isa)isa, "ISA cap %d", isa);
+        VT_CHECK(vs_isa_active() == (vs_isa)isa, "active ISA");
+        test_matmul((vs_isa)isa, pools, 3);
+        test_vector_ops((vs_isa)isa);
+    }
+    vs_isa_set_max(VS_ISA_AVX512);
+    VT_CHECK(vs_isa_active() == best, "cap above the CPU gives the CPU's best");
+    vs_threadpool_free(pools[1]);
+    vs_threadpool_free(pools[2]);
+    return vt_finish("kernels");
+}

@@ -1,0 +1,111 @@
+/* test_threadpool: vs_split_range covers [0, n) exactly with aligned chunks; pools of 1..4 threads run
+ * every share exactly once per job, over many tiny jobs back to back (the decode pattern) and after
+ * idling long enough for the workers to fall asleep; scratch memory grows and stays aligned. */
+#include <stdatomic.h>
+#include <string.h>
+#include <time.h>
+
+#include "testutil.h"
+#include "threadpool.h"
+
+static void test_split(void) {
+    int bad = 0;
+    for (int64_t n = 0; n < 300; n += 7) {
+        for (int nth = 1; nth <= 5; nth++) {
+            for (int64_t align = 1; align <= 32; align *= 4) {
+                int64_t next = 0;
+                for (int ith = 0; ith < nth; ith++) {
+                    int64_t lo, hi;
+                    vs_split_range(n, ith, nth, align, &lo, &hi);
+                    if (lo != next || hi < lo || hi > n) bad++;
+                    if (lo % align && lo != n) bad++;
+                    if (hi % align && hi != n) bad++;
+                    next = hi;
+                }
+                if (next != n) bad++;
+            }
+        }
+    }
+    VT_CHECK(bad == 0, "%d split_range violations", bad);
+    int64_t lo, hi;
+    vs_split_range(5632, 1, 2, 16, &lo, &hi);
+    VT_CHECK(lo == 2816 && hi == 5632, "even split [%lld, %lld)", (long long)lo, (long long)hi);
+}
+
+typedef struct job {
+    atomic_int calls[8];
+    atomic_long sum;
+    int nth_seen;
+    int64_t n;
+    int32_t *data; /* (n) each element incremented by exactly one share */
+} job;
+
+static void job_fn(void *p, int ith, int nth) {
+    job *j = p;
+    atomic_fetch_add(&j->calls[ith], 1);
+    if (ith == 0) j->nth_seen = nth;
+    int64_t lo, hi;
+    vs_split_range(j->n, ith, nth, 16, &lo, &hi);
+    long s = 0;
+    for (int64_t i = lo; i < hi; i++) {
+        j->data[i] += 1;
+        s += i;
+    }
+    atomic_fetch_add(&j->sum, s);
+}
+
+static void run_many(vs_threadpool *tp, int n_threads, int jobs, int64_t n, const char *what) {
+    int32_t *data = calloc((size_t)n + 1, sizeof(int32_t));
+    job j;
+    memset(&j, 0, sizeof(j));
+    j.n = n;
+    j.data = data;
+    for (int k = 0; k < jobs; k++) vs_threadpool_run(tp, job_fn, &j);
+    int bad = 0;
+    for (int i = 0; i < n_threads; i++) bad += atomic_load(&j.calls[i]) != jobs;
+    for (int i = n_threads; i < 8; i++) bad += atomic_load(&j.calls[i]) != 0;
+    for (int64_t i = 0; i < n; i++) bad += data[i] != jobs;
+    long want = (long)jobs * (long)(n * (n - 1) / 2);
+    VT_CHECK(bad == 0 && j.nth_seen == n_threads && atomic_load(&j.sum) == want,
+             "%s: %d threads, %d jobs of %lld: %d bad shares", what, n_threads, jobs, (long long)n, bad);
+    free(data);
+}
+
+int main(void) {
+    test_split();
+    VT_CHECK(vs_threadpool_size(NULL) == 1, "NULL pool size");
+    vs_error err;
+    VT_CHECK(vs_threadpool_new(0, &err) == NULL && err.code == VS_ERR_INVALID, "0 threads rejected");
+    run_many(NULL, 1, 10, 100, "NULL pool");
+    for (int nt = 1; nt <= 4; nt++) {
+        vs_threadpool *tp = vs_threadpool_new(nt, &err);
+        VT_REQUIRE(tp, "pool of %d: %s", nt, err.msg);
+        VT_CHECK(vs_threadpool_size(tp) == nt, "size");
+        double t0 = vs_time_now();
+        /* more threads than this machine's cores make every job wait for the scheduler: fewer jobs */
+        int n_tiny = nt <= 2 ? 20000 : 2000;
+        run_many(tp, nt, n_tiny, 3, "tiny jobs");
+        double dt = vs_time_now() - t0;
+        printf("threadpool: %d threads: %.2f us per tiny job\n", nt, dt / n_tiny * 1e6);
+        run_many(tp, nt, 200, 10000, "medium jobs");
+        /* let the workers fall asleep, then wake them */
+        struct timespec ts = {0, 20 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+        run_many(tp, nt, 3, 1000, "after sleep");
+        for (int k = 0; k < 50; k++) {
+            run_many(tp, nt, 1, 64, "alternating idle");
+            struct timespec ts2 = {0, (k % 5) * 100 * 1000};
+            nanosleep(&ts2, NULL);
+        }
+        uint8_t *s1 = vs_threadpool_scratch(tp, 100);
+        VT_CHECK(s1 && ((uintptr_t)s1 & 63) == 0, "scratch aligned");
+        uint8_t *s2 = vs_threadpool_scratch(tp, 1 << 20);
+        VT_CHECK(s2 && ((uintptr_t)s2 & 63) == 0, "scratch grows");
+        memset(s2, 1, 1 << 20);
+        VT_CHECK(vs_threadpool_scratch(tp, 10) == s2, "scratch reused when big enough");
+        vs_threadpool_free(tp);
+    }
+    VT_CHECK(vs_threadpool_scratch(NULL, 10) == NULL, "NULL pool has no scratch");
+    vs_threadpool_free(NULL);
+    return vt_finish("threadpool");
+}
