@@ -123,8 +123,30 @@ vs_status vs_lm_forward(vs_lm *lm, vs_kv *kv, vs_threadpool *tp, const vs_lm_row
 
 /* Final RMSNorm (when apply_norm) and the output matrix applied to n hidden rows:
  * logits [n][n_vocab] from h [n][n_embd]. For draft heads that reuse the target's LM head. */
-void vs_lm_head(vs_lm *lm, vs_threadpool *tp, const float *h, int n, bool apply_norm, float *logits);
+vs_status vs_lm_head(vs_lm *lm, vs_threadpool *tp, const float *h, int n, bool apply_norm, float *logits,
+                     vs_error *err);
 /* Token embedding (dequantised row of token_embd) into out [n_embd]. */
 vs_status vs_lm_embed(const vs_lm *lm, int32_t token, float *out, vs_error *err);
+
+/* --- random-weight models (tests, benchmarks, `vlmspec model random`) --- */
+typedef struct vs_lm_random_opts {
+    int n_embd, n_layer, n_head, n_head_kv, n_ff, n_ctx;
+    int n_vocab;              /* synthetic vocabulary size (>= 8) when tok_from is NULL */
+    const vs_gguf *tok_from;  /* copy every tokenizer.* key from this file (vocab size from it), or NULL */
+    vs_type type;             /* type of the 2-D weights (token_embd included); norms are F32 */
+    float rope_base;          /* 0 = 10000 */
+    float rms_eps;            /* 0 = 1e-5 */
+    float init_std;           /* 0 = 0.02: weights ~ N(0, std^2); norm weights are 1 */
+    bool tied;                /* no output.weight */
+    uint64_t seed;
+    const char *omit;         /* tests: leave out this key or tensor (NULL = none) */
+} vs_lm_random_opts;
+
+/* Builds a random-weight "llama" model (metadata + tensors) into a writer the caller may still amend
+ * (tests corrupt it) and then writes with vs_gguf_write. With no tok_from the vocabulary is synthetic:
+ * "<unk>", "<s>", "</s>", then single characters and byte tokens, SentencePiece model "llama". */
+vs_gguf_writer *vs_lm_random_writer(const vs_lm_random_opts *o, vs_error *err);
+/* vs_lm_random_writer + vs_gguf_write. */
+vs_status vs_lm_write_random(const vs_lm_random_opts *o, const char *path, vs_error *err);
 
 #endif

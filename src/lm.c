@@ -1,0 +1,916 @@
+/* lm: LLaMA-family decoder: loading, the batched forward, the LM head. See lm.h.
+ * Sections: loading (config, weights), scratch, attention kernels, forward steps, forward. */
+#include "lm.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+/* AVX2 twins of the attention inner loops (arch/attn_avx2.c); scalar references below. */
+void vs_attn_qk_avx2(float *s, const float *q, const void *k, int f16, int T, int hd, float scale);
+void vs_attn_pv_avx2(float *o, const float *p, const void *v, int f16, int T, int hd);
+void vs_attn_store_avx2(void *dst, const float *src, int f16, int n);
+
+/* Rows of queries handled by one attention task (rows of one sequence, one head). */
+#define ATTN_ROW_BLOCK 16
+
+struct vs_lm {
+    vs_lm_config cfg;
+    vs_lm_weights w;
+    const vs_gguf *g;
+    vs_gguf *owned;  /* set when vs_lm_load opened the file */
+    float *norms;    /* [2 * n_layer + 1][n_embd]: F32 copies of every norm vector */
+    double *inv_freq; /* [rope_dim / 2]: rope_base^(-2i / rope_dim) */
+    int64_t n_params;
+    size_t n_bytes;
+    bool use_avx2;
+
+    /* scratch, grown to the largest batch / context seen (never shrunk) */
+    int cap_rows;     /* rows the buffers below hold */
+    float *x;         /* [rows][n_embd] residual stream */
+    float *xn;        /* [rows][n_embd] normed input of a sub-block */
+    float *q;         /* [rows][n_head * head_dim] */
+    float *k, *v;     /* [rows][n_head_kv * head_dim] */
+    float *att;       /* [rows][n_head * head_dim] attention output */
+    float *tmp;       /* [rows][n_embd] */
+    float *gate, *up; /* [rows][n_ff] */
+    float *rope_cs;   /* [rows][rope_dim / 2][2] cos, sin */
+    int *slot;        /* [rows] cache slot of each row in its sequence */
+    int *off;         /* [rows] index among this batch's rows of its sequence */
+    int *order;       /* [rows] row indices grouped by sequence, batch order within a sequence */
+    int cap_mask;     /* rows the tree mask holds */
+    uint8_t *mask;    /* [rows][rows] mask[r][j]: row r may attend to its sequence's batch row j */
+    int cap_seq;
+    int *seq_len0;    /* [n_seq] cache length before this batch */
+    int *seq_cnt;     /* [n_seq] rows of this batch per sequence */
+    int cap_ctx, cap_thr;
+    float *attn_buf;  /* [threads][cap_ctx + head_dim] per-thread scores */
+};
+
+/* ------------------------------------------------------------------------------------------------ */
+/* loading */
+
+static vs_status get_dim(const vs_gguf *g, const char *key, int64_t lo, int64_t hi, int *out, vs_error *err) {
+    int64_t v;
+    vs_status st = vs_gguf_require_int(g, key, &v, err);
+    if (st) return st;
+    if (v < lo || v > hi)
+        return vs_error_set(err, VS_ERR_FORMAT, "%s: %s = %lld is outside [%lld, %lld]", vs_gguf_name(g), key,
+                            (long long)v, (long long)lo, (long long)hi);
+    *out = (int)v;
+    return VS_OK;
+}
+
+static vs_status load_config(const vs_gguf *g, vs_lm_config *c, vs_error *err) {
+    const char *name = vs_gguf_name(g);
+    vs_gguf_str arch;
+    vs_status st = vs_gguf_require_str(g, "general.architecture", &arch, err);
+    if (st) return st;
+    if (!vs_gguf_str_eq(arch, "llama"))
+        return vs_error_set(err, VS_ERR_UNSUPPORTED, "%s: general.architecture is '%.*s', expected 'llama'", name,
+                            (int)VS_MIN(arch.len, 64), arch.ptr);
+    const int64_t big = 1 << 20;
+    if ((st = get_dim(g, "llama.embedding_length", 1, big, &c->n_embd, err))) return st;
+    if ((st = get_dim(g, "llama.block_count", 1, 4096, &c->n_layer, err))) return st;
+    if ((st = get_dim(g, "llama.feed_forward_length", 1, big, &c->n_ff, err))) return st;
+    if ((st = get_dim(g, "llama.attention.head_count", 1, 4096, &c->n_head, err))) return st;
+    if ((st = get_dim(g, "llama.context_length", 1, 1 << 24, &c->n_ctx_train, err))) return st;
+    int64_t v;
+    int r = vs_gguf_get_int(g, "llama.attention.head_count_kv", &v);
+    if (r < 0)
+        return vs_error_set(err, VS_ERR_FORMAT, "%s: llama.attention.head_count_kv is not an integer", name);
+    c->n_head_kv = r ? (int)VS_MAX(VS_MIN(v, 1 << 20), 0) : c->n_head;
+    if (c->n_head_kv < 1 || c->n_head % c->n_head_kv)
+        return vs_error_set(err, VS_ERR_FORMAT, "%s: head_count %d is not a multiple of head_count_kv %lld", name,
+                            c->n_head, r ? (long long)v : (long long)c->n_head);
+    if (c->n_embd % c->n_head || (c->n_embd / c->n_head) % 2)
+        return vs_error_set(err, VS_ERR_FORMAT, "%s: embedding_length %d is not an even multiple of %d heads", name,
+                            c->n_embd, c->n_head);
+    c->head_dim = c->n_embd / c->n_head;
+    double d;
+    if ((st = vs_gguf_require_float(g, "llama.attention.layer_norm_rms_epsilon", &d, err))) return st;
+    if (!(d > 0 && d < 1))
+        return vs_error_set(err, VS_ERR_FORMAT, "%s: layer_norm_rms_epsilon %g is not in (0, 1)", name, d);
+    c->rms_eps = (float)d;
+    r = vs_gguf_get_float(g, "llama.rope.freq_base", &d);
+    if (r < 0) return vs_error_set(err, VS_ERR_FORMAT, "%s: llama.rope.freq_base is not a number", name);
+    c->rope_base = r ? (float)d : 10000.0f;
+    if (!(c->rope_base > 1.0f && isfinite(c->rope_base)))
+        return vs_error_set(err, VS_ERR_FORMAT, "%s: llama.rope.freq_base %g must be > 1", name, c->rope_base);
+    r = vs_gguf_get_int(g, "llama.rope.dimension_count", &v);
+    if (r < 0) return vs_error_set(err, VS_ERR_FORMAT, "%s: llama.rope.dimension_count is not an integer", name);
+    c->rope_dim = r ? (int)VS_MAX(VS_MIN(v, 1 << 20), -1) : c->head_dim;
+    if (c->rope_dim < 2 || c->rope_dim > c->head_dim || c->rope_dim % 2)
+        return vs_error_set(err, VS_ERR_FORMAT, "%s: rope.dimension_count %d must be even and in [2, head_dim %d]",
+                            name, c->rope_dim, c->head_dim);
+    return VS_OK;
+}
+
+static vs_status load_mat(vs_lm *lm, const char *tname, int64_t n_in, int64_t n_out, vs_lm_mat *m,
+                          vs_error *err) {
+    const vs_gguf_tensor *t;
+    int64_t ne[2] = {n_in, n_out};
+    vs_status st = vs_gguf_require_tensor(lm->g, tname, 2, ne, &t, err);
+    if (st) return st;
+    if (n_in % vs_type_block_size((vs_type)t->type))
+        return vs_error_set(err, VS_ERR_FORMAT, "%s: tensor %s: row length %lld is not a multiple of the %s block",
+                            vs_gguf_name(lm->g), tname, (long long)n_in, vs_type_name(t->type));
+    if (t->nbytes < vs_type_row_bytes((vs_type)t->type, n_in) * (size_t)n_out)
+        return vs_error_set(err, VS_ERR_FORMAT, "%s: tensor %s holds %llu bytes, fewer than its shape needs",
+                            vs_gguf_name(lm->g), tname, (unsigned long long)t->nbytes);
+    m->type = (vs_type)t->type;
+    m->n_in = n_in;
+    m->n_out = n_out;
+    m->data = t->data;
+    lm->n_params += n_in * n_out;
+    lm->n_bytes += vs_type_row_bytes(m->type, n_in) * (size_t)n_out;
+    return VS_OK;
+}
+
+/* A norm vector of n values, dequantised into dst (so any float type works). */
+static vs_status load_norm(vs_lm *lm, const char *tname, int64_t n, float *dst, vs_error *err) {
+    const vs_gguf_tensor *t;
+    vs_status st = vs_gguf_require_tensor(lm->g, tname, 1, &n, &t, err);
+    if (st) return st;
+    if (n % vs_type_block_size((vs_type)t->type) || t->nbytes < vs_type_row_bytes((vs_type)t->type, n))
+        return vs_error_set(err, VS_ERR_FORMAT, "%s: tensor %s: %s data does not hold %lld values",
+                            vs_gguf_name(lm->g), tname, vs_type_name(t->type), (long long)n);
+    vs_dequantize_row((vs_type)t->type, t->data, dst, n);
+    lm->n_params += n;
+    lm->n_bytes += vs_type_row_bytes((vs_type)t->type, n);
+    return VS_OK;
+}
+
+static vs_status load_weights(vs_lm *lm, vs_error *err) {
+    vs_lm_config *c = &lm->cfg;
+    const char *name = vs_gguf_name(lm->g);
+    const vs_gguf_tensor *te = vs_gguf_find_tensor(lm->g, "token_embd.weight");
+    if (!te) return vs_error_set(err, VS_ERR_FORMAT, "%s: missing tensor token_embd.weight", name);
+    if (te->n_dims != 2 || te->ne[0] != c->n_embd || te->ne[1] < 1 || te->ne[1] > (1 << 24))
+        return vs_error_set(err, VS_ERR_FORMAT,
+                            "%s: tensor token_embd.weight has shape [%lld, %lld], expected [%d, n_vocab]", name,
+                            (long long)te->ne[0], (long long)te->ne[1], c->n_embd);
+    c->n_vocab = (int)te->ne[1];
+    int64_t nv;
+    int r = vs_gguf_get_int(lm->g, "llama.vocab_size", &nv);
+    if (r > 0 && nv != c->n_vocab)
+        return vs_error_set(err, VS_ERR_FORMAT, "%s: llama.vocab_size %lld differs from token_embd rows %d", name,
+                            (long long)nv, c->n_vocab);
+    uint64_t ntok = 0;
+    int64_t ki = vs_gguf_find_key(lm->g, "tokenizer.ggml.tokens");
+    if (ki >= 0 && vs_gguf_kv_type(lm->g, ki) == VS_GGUF_ARRAY) ntok = vs_gguf_arr_len(lm->g, ki);
+    if (ntok && ntok != (uint64_t)c->n_vocab)
+        return vs_error_set(err, VS_ERR_FORMAT, "%s: tokenizer has %llu tokens but token_embd has %d rows", name,
+                            (unsigned long long)ntok, c->n_vocab);
+
+    vs_status st;
+    const int64_t E = c->n_embd, Q = (int64_t)c->n_head * c->head_dim, KV = (int64_t)c->n_head_kv * c->head_dim;
+    if ((st = load_mat(lm, "token_embd.weight", E, c->n_vocab, &lm->w.tok_embd, err))) return st;
+    lm->norms = vs_malloc(sizeof(float) * (size_t)(2 * c->n_layer + 1) * (size_t)E);
+    lm->w.layers = vs_calloc((size_t)c->n_layer, sizeof(vs_lm_layer));
+    if (!lm->norms || !lm->w.layers) return vs_error_set(err, VS_ERR_NOMEM, "%s: out of memory", name);
+    char tn[64];
+    for (int l = 0; l < c->n_layer; l++) {
+        vs_lm_layer *L = &lm->w.layers[l];
+        float *an = lm->norms + (size_t)(2 * l) * E, *fn = an + E;
+#define TN(suffix) (snprintf(tn, sizeof(tn), "blk.%d." suffix, l), tn)
+        if ((st = load_norm(lm, TN("attn_norm.weight"), E, an, err))) return st;
+        if ((st = load_mat(lm, TN("attn_q.weight"), E, Q, &L->wq, err))) return st;
+        if ((st = load_mat(lm, TN("attn_k.weight"), E, KV, &L->wk, err))) return st;
+        if ((st = load_mat(lm, TN("attn_v.weight"), E, KV, &L->wv, err))) return st;
+        if ((st = load_mat(lm, TN("attn_output.weight"), Q, E, &L->wo, err))) return st;
+        if ((st = load_norm(lm, TN("ffn_norm.weight"), E, fn, err))) return st;
+        if ((st = load_mat(lm, TN("ffn_gate.weight"), E, c->n_ff, &L->w_gate, err))) return st;
+        if ((st = load_mat(lm, TN("ffn_up.weight"), E, c->n_ff, &L->w_up, err))) return st;
+        if ((st = load_mat(lm, TN("ffn_down.weight"), c->n_ff, E, &L->w_down, err))) return st;
+#undef TN
+        L->attn_norm = an;
+        L->ffn_norm = fn;
+    }
+    float *on = lm->norms + (size_t)(2 * c->n_layer) * E;
+    if ((st = load_norm(lm, "output_norm.weight", E, on, err))) return st;
+    lm->w.output_norm = on;
+    if (vs_gguf_find_tensor(lm->g, "output.weight")) {
+        if ((st = load_mat(lm, "output.weight", E, c->n_vocab, &lm->w.output, err))) return st;
+        c->tied_output = false;
+    } else {
+        lm->w.output = lm->w.tok_embd;
+        c->tied_output = true;
+    }
+    c->wtype = lm->w.layers[0].wq.type;
+    return VS_OK;
+}
+
+vs_lm *vs_lm_from_gguf(const vs_gguf *g, vs_error *err) {
+    vs_lm *lm = vs_calloc(1, sizeof(*lm));
+    if (!lm) {
+        vs_error_set(err, VS_ERR_NOMEM, "%s: out of memory", vs_gguf_name(g));
+        return NULL;
+    }
+    lm->g = g;
+    vs_status st = load_config(g, &lm->cfg, err);
+    if (!st) st = load_weights(lm, err);
+    if (!st) {
+        int half = lm->cfg.rope_dim / 2;
+        lm->inv_freq = vs_malloc(sizeof(double) * (size_t)half);
+        if (!lm->inv_freq) st = vs_error_set(err, VS_ERR_NOMEM, "%s: out of memory", vs_gguf_name(g));
+        for (int i = 0; st == VS_OK && i < half; i++)
+            lm->inv_freq[i] = pow((double)lm->cfg.rope_base, -2.0 * i / (double)lm->cfg.rope_dim);
+    }
+    if (st) {
+        vs_lm_free(lm);
+        return NULL;
+    }
+    return lm;
+}
+
+vs_lm *vs_lm_load(const char *path, vs_error *err) {
+    vs_gguf *g = vs_gguf_open(path, err);
+    if (!g) return NULL;
+    vs_lm *lm = vs_lm_from_gguf(g, err);
+    if (!lm) {
+        vs_gguf_close(g);
+        return NULL;
+    }
+    lm->owned = g;
+    return lm;
+}
+
+static void free_scratch(vs_lm *lm) {
+    float **bufs[] = {&lm->x, &lm->xn, &lm->q, &lm->k, &lm->v, &lm->att, &lm->tmp, &lm->gate, &lm->up,
+                      &lm->rope_cs, &lm->attn_buf};
+    for (size_t i = 0; i < VS_ARRAY_LEN(bufs); i++) {
+        vs_free(*bufs[i]);
+        *bufs[i] = NULL;
+    }
+    vs_free(lm->slot);
+    vs_free(lm->off);
+    vs_free(lm->order);
+    vs_free(lm->mask);
+    vs_free(lm->seq_len0);
+    vs_free(lm->seq_cnt);
+    lm->slot = lm->off = lm->order = lm->seq_len0 = lm->seq_cnt = NULL;
+    lm->mask = NULL;
+    lm->cap_rows = lm->cap_mask = lm->cap_seq = lm->cap_ctx = lm->cap_thr = 0;
+}
+
+void vs_lm_free(vs_lm *lm) {
+    if (!lm) return;
+    free_scratch(lm);
+    vs_free(lm->w.layers);
+    vs_free(lm->norms);
+    vs_free(lm->inv_freq);
+    if (lm->owned) vs_gguf_close(lm->owned);
+    vs_free(lm);
+}
+
+const vs_lm_config *vs_lm_cfg(const vs_lm *lm) { return &lm->cfg; }
+const vs_lm_weights *vs_lm_w(const vs_lm *lm) { return &lm->w; }
+const vs_gguf *vs_lm_gguf(const vs_lm *lm) { return lm->g; }
+int64_t vs_lm_n_params(const vs_lm *lm) { return lm->n_params; }
+size_t vs_lm_weight_bytes(const vs_lm *lm) { return lm->n_bytes; }
+
+vs_kv *vs_lm_kv_new(const vs_lm *lm, int n_seq, int n_ctx, vs_type type, vs_error *err) {
+    const vs_lm_config *c = &lm->cfg;
+    return vs_kv_new(c->n_layer, c->n_head_kv, c->head_dim, n_seq, n_ctx > 0 ? n_ctx : c->n_ctx_train, type, err);
+}
+
+vs_status vs_lm_embed(const vs_lm *lm, int32_t token, float *out, vs_error *err) {
+    const vs_lm_mat *e = &lm->w.tok_embd;
+    if (token < 0 || token >= e->n_out)
+        return vs_error_set(err, VS_ERR_INVALID, "token %d outside the vocabulary [0, %lld)", token,
+                            (long long)e->n_out);
+    size_t rb = vs_type_row_bytes(e->type, e->n_in);
+    vs_dequantize_row(e->type, (const uint8_t *)e->data + (size_t)token * rb, out, e->n_in);
+    return VS_OK;
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* scratch */
+
+static bool grow(void **p, size_t bytes) {
+    void *n = vs_malloc(bytes);
+    if (!n) return false;
+    vs_free(*p);
+    *p = n;
+    return true;
+}
+
+/* Makes the scratch hold rows rows, contexts of n_ctx keys for threads threads, n_seq sequences, and
+ * (when need_mask) a rows x rows tree mask. Contents are not preserved. */
+static vs_status ensure_scratch(vs_lm *lm, int rows, int n_ctx, int threads, int n_seq, bool need_mask,
+                                vs_error *err) {
+    const vs_lm_config *c = &lm->cfg;
+    bool ok = true;
+    if (rows > lm->cap_rows) {
+        size_t R = (size_t)rows, E = (size_t)c->n_embd, Q = (size_t)c->n_head * c->head_dim;
+        size_t KV = (size_t)c->n_head_kv * c->head_dim, F = (size_t)c->n_ff, f = sizeof(float);
+        ok = grow((void **)&lm->x, R * E * f) && grow((void **)&lm->xn, R * E * f) &&
+             grow((void **)&lm->q, R * Q * f) && grow((void **)&lm->k, R * KV * f) &&
+             grow((void **)&lm->v, R * KV * f) && grow((void **)&lm->att, R * Q * f) &&
+             grow((void **)&lm->tmp, R * E * f) && grow((void **)&lm->gate, R * F * f) &&
+             grow((void **)&lm->up, R * F * f) && grow((void **)&lm->rope_cs, R * (size_t)c->rope_dim * f) &&
+             grow((void **)&lm->slot, R * sizeof(int)) && grow((void **)&lm->off, R * sizeof(int)) &&
+             grow((void **)&lm->order, R * sizeof(int));
+        if (ok) lm->cap_rows = rows;
+        else lm->cap_rows = 0; /* some buffers may be stale: force a full regrow next time */
+    }
+    if (ok && need_mask && rows > lm->cap_mask) {
+        ok = grow((void **)&lm->mask, (size_t)rows * (size_t)rows);
+        if (ok) lm->cap_mask = rows;
+    }
+    if (ok && n_seq > lm->cap_seq) {
+        ok = grow((void **)&lm->seq_len0, (size_t)n_seq * sizeof(int)) &&
+             grow((void **)&lm->seq_cnt, (size_t)n_seq * sizeof(int));
+        lm->cap_seq = ok ? n_seq : 0;
+    }
+    if (ok && (n_ctx > lm->cap_ctx || threads > lm->cap_thr)) {
+        int nc = VS_MAX(n_ctx, lm->cap_ctx), nt = VS_MAX(threads, lm->cap_thr);
+        ok = grow((void **)&lm->attn_buf, (size_t)nt * ((size_t)nc + (size_t)c->head_dim) * sizeof(float));
+        if (ok) {
+            lm->cap_ctx = nc;
+            lm->cap_thr = nt;
+        } else {
+            lm->cap_ctx = lm->cap_thr = 0;
+        }
+    }
+    if (!ok)
+        return vs_error_set(err, VS_ERR_NOMEM, "%s: cannot allocate forward scratch for %d rows",
+                            vs_gguf_name(lm->g), rows);
+    return VS_OK;
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* attention kernels: scalar references (the AVX2 twins are in arch/attn_avx2.c) */
+
+static inline float kv_get(const void *base, bool f16, int64_t i) {
+    return f16 ? vs_fp16_to_fp32(((const uint16_t *)base)[i]) : ((const float *)base)[i];
+}
+
+static void attn_qk_ref(float *s, const float *q, const void *k, bool f16, int T, int hd, float scale) {
+    for (int t = 0; t < T; t++) {
+        float acc = 0.0f;
+        for (int d = 0; d < hd; d++) acc += q[d] * kv_get(k, f16, (int64_t)t * hd + d);
+        s[t] = acc * scale;
+    }
+}
+
+static void attn_pv_ref(float *o, const float *p, const void *v, bool f16, int T, int hd) {
+    for (int d = 0; d < hd; d++) o[d] = 0.0f;
+    for (int t = 0; t < T; t++) {
+        if (p[t] == 0.0f) continue;
+        for (int d = 0; d < hd; d++) o[d] += p[t] * kv_get(v, f16, (int64_t)t * hd + d);
+    }
+}
+
+static void attn_store_ref(void *dst, const float *src, bool f16, int n) {
+    if (f16)
+        for (int i = 0; i < n; i++) ((uint16_t *)dst)[i] = vs_fp32_to_fp16(src[i]);
+    else
+        memcpy(dst, src, (size_t)n * sizeof(float));
+}
+
+/* Softmax over s[0..T) where entries equal to -INFINITY are masked (become exactly 0). */
+static void softmax_masked(float *s, int T) {
+    float mx = -INFINITY;
+    for (int t = 0; t < T; t++) mx = s[t] > mx ? s[t] : mx;
+    double sum = 0.0;
+    for (int t = 0; t < T; t++) {
+        float e = s[t] == -INFINITY ? 0.0f : expf(s[t] - mx);
+        s[t] = e;
+        sum += e;
+    }
+    float inv = (float)(1.0 / sum);
+    for (int t = 0; t < T; t++) s[t] *= inv;
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* forward steps (each a job over the thread pool) */
+
+/* Everything a forward's jobs read; lives on vs_lm_forward's stack. */
+typedef struct fwd_ctx {
+    vs_lm *lm;
+    vs_kv *kv;
+    const vs_lm_row *rows;
+    int n;
+    int layer;
+    const vs_lm_out *out;
+    /* attention tasks: (sequence group, head, block of rows); groups are runs of `order` */
+    int n_groups;
+    int *group_start; /* [n_groups + 1] into order */
+    int n_tasks;
+    int *task_first;  /* [n_tasks + 1]: first task of each group (prefix sums) */
+    bool any_tree;
+} fwd_ctx;
+
+/* RMSNorm (or a plain copy when w is NULL) of n rows. */
+typedef struct norm_job {
+    vs_lm *lm;
+    int n;
+    const float *src; /* [n][n_embd] */
+    float *dst;       /* [n][n_embd] */
+    const float *w;   /* [n_embd] or NULL (no weight) */
+} norm_job;
+
+static void job_norm(void *p, int ith, int nth) {
+    norm_job *j = p;
+    const vs_lm_config *c = &j->lm->cfg;
+    int64_t lo, hi;
+    vs_split_range(j->n, ith, nth, 1, &lo, &hi);
+    for (int64_t r = lo; r < hi; r++) {
+        size_t o = (size_t)r * c->n_embd;
+        if (j->w) {
+            vs_rmsnorm(j->dst + o, j->src + o, j->w, c->n_embd, c->rms_eps);
+        } else {
+            memmove(j->dst + o, j->src + o, (size_t)c->n_embd * sizeof(float));
+        }
+    }
+}
+
+static void norm_rows(vs_lm *lm, vs_threadpool *tp, const float *src, float *dst, const float *w, int n) {
+    norm_job j = {lm, n, src, dst, w};
+    vs_threadpool_run(tp, job_norm, &j);
+}
+
+/* Rotates adjacent pairs (x[2i], x[2i+1]) of each head's first rope_dim values by pos * inv_freq[i]. */
+static void rope_row(float *x, int n_heads, int hd, int rope_dim, const float *cs) {
+    for (int h = 0; h < n_heads; h++) {
+        float *xh = x + (size_t)h * hd;
+        for (int i = 0; i < rope_dim / 2; i++) {
+            float c = cs[2 * i], s = cs[2 * i + 1];
+            float a = xh[2 * i], b = xh[2 * i + 1];
+            xh[2 * i] = a * c - b * s;
+            xh[2 * i + 1] = a * s + b * c;
+        }
+    }
+}
+
+/* RoPE on q and k of each row, then k and v stored into the cache slot of the row. */
+static void job_rope_store(void *p, int ith, int nth) {
+    fwd_ctx *f = p;
+    vs_lm *lm = f->lm;
+    const vs_lm_config *c = &lm->cfg;
+    const int hd = c->head_dim, Q = c->n_head * hd, KV = c->n_head_kv * hd;
+    const bool f16 = vs_kv_type(f->kv) == VS_TYPE_F16;
+    int64_t lo, hi;
+    vs_split_range(f->n, ith, nth, 1, &lo, &hi);
+    for (int64_t r = lo; r < hi; r++) {
+        const float *cs = lm->rope_cs + (size_t)r * c->rope_dim;
+        float *q = lm->q + (size_t)r * Q, *k = lm->k + (size_t)r * KV, *v = lm->v + (size_t)r * KV;
+        rope_row(q, c->n_head, hd, c->rope_dim, cs);
+        rope_row(k, c->n_head_kv, hd, c->rope_dim, cs);
+        int seq = f->rows[r].seq;
+        size_t el = f16 ? 2 : 4, at = (size_t)lm->slot[r] * hd * el;
+        for (int h = 0; h < c->n_head_kv; h++) {
+            uint8_t *kd = (uint8_t *)vs_kv_k(f->kv, seq, f->layer, h) + at;
+            uint8_t *vd = (uint8_t *)vs_kv_v(f->kv, seq, f->layer, h) + at;
+            if (lm->use_avx2) {
+                vs_attn_store_avx2(kd, k + (size_t)h * hd, f16, hd);
+                vs_attn_store_avx2(vd, v + (size_t)h * hd, f16, hd);
+            } else {
+                attn_store_ref(kd, k + (size_t)h * hd, f16, hd);
+                attn_store_ref(vd, v + (size_t)h * hd, f16, hd);
+            }
+        }
+    }
+}
+
+/* One attention task: heads h of the rows [b0, b1) of a sequence group (indices into order). */
+static void attn_task(fwd_ctx *f, int g, int h, int b0, int b1, float *s) {
+    vs_lm *lm = f->lm;
+    const vs_lm_config *c = &lm->cfg;
+    const int hd = c->head_dim, Q = c->n_head * hd, hkv = h / (c->n_head / c->n_head_kv);
+    const bool f16 = vs_kv_type(f->kv) == VS_TYPE_F16;
+    const float scale = 1.0f / sqrtf((float)hd);
+    const int *grp = lm->order + f->group_start[g];
+    const int seq = f->rows[grp[0]].seq, len0 = lm->seq_len0[seq];
+    const void *kb = vs_kv_k_const(f->kv, seq, f->layer, hkv), *vb = vs_kv_v_const(f->kv, seq, f->layer, hkv);
+    const bool want_cb = f->out && f->out->attn_fn && (f->out->attn_layer < 0 || f->out->attn_layer == f->layer);
+    for (int b = b0; b < b1; b++) {
+        int r = grp[b];
+        int T = len0 + lm->off[r] + 1;
+        const float *q = lm->q + (size_t)r * Q + (size_t)h * hd;
+        if (lm->use_avx2) vs_attn_qk_avx2(s, q, kb, f16, T, hd, scale);
+        else attn_qk_ref(s, q, kb, f16, T, hd, scale);
+        if (f->rows[r].tree) {
+            const uint8_t *m = lm->mask + (size_t)r * f->n;
+            for (int j = 0; j < lm->off[r]; j++)
+                if (!m[j]) s[len0 + j] = -INFINITY;
+        }
+        softmax_masked(s, T);
+        if (want_cb) f->out->attn_fn(f->out->attn_ctx, f->layer, r, h, s, T);
+        float *o = lm->att + (size_t)r * Q + (size_t)h * hd;
+        if (lm->use_avx2) vs_attn_pv_avx2(o, s, vb, f16, T, hd);
+        else attn_pv_ref(o, s, vb, f16, T, hd);
+    }
+}
+
+static void job_attention(void *p, int ith, int nth) {
+    fwd_ctx *f = p;
+    vs_lm *lm = f->lm;
+    float *s = lm->attn_buf + (size_t)ith * ((size_t)lm->cap_ctx + lm->cfg.head_dim);
+    int64_t lo, hi;
+    vs_split_range(f->n_tasks, ith, nth, 1, &lo, &hi);
+    /* task id -> (group, head, block): tasks of group g are task_first[g] .. task_first[g+1]-1,
+     * ordered head-major then block. */
+    int g = 0;
+    for (int64_t t = lo; t < hi; t++) {
+        while (t >= f->task_first[g + 1]) g++;
+        int cnt = f->group_start[g + 1] - f->group_start[g];
+        int nblk = (cnt + ATTN_ROW_BLOCK - 1) / ATTN_ROW_BLOCK;
+        int local = (int)(t - f->task_first[g]);
+        int h = local / nblk, blk = local % nblk;
+        int b0 = blk * ATTN_ROW_BLOCK, b1 = VS_MIN(cnt, b0 + ATTN_ROW_BLOCK);
+        attn_task(f, g, h, b0, b1, s);
+    }
+}
+
+/* gate = silu(gate) * up over n rows of n_ff. */
+typedef struct swiglu_job {
+    float *gate;
+    const float *up;
+    int64_t n;
+} swiglu_job;
+
+static void job_swiglu(void *p, int ith, int nth) {
+    swiglu_job *j = p;
+    int64_t lo, hi;
+    vs_split_range(j->n, ith, nth, 64, &lo, &hi);
+    for (int64_t i = lo; i < hi; i++) {
+        float g = j->gate[i];
+        j->gate[i] = g / (1.0f + expf(-g)) * j->up[i];
+    }
+}
+
+/* x += y over n values. */
+typedef struct add_job {
+    float *x;
+    const float *y;
+    int64_t n;
+} add_job;
+
+static void job_add(void *p, int ith, int nth) {
+    add_job *j = p;
+    int64_t lo, hi;
+    vs_split_range(j->n, ith, nth, 64, &lo, &hi);
+    for (int64_t i = lo; i < hi; i++) j->x[i] += j->y[i];
+}
+
+static void matmul(vs_threadpool *tp, const vs_lm_mat *m, const float *x, int n, float *y) {
+    vs_matmul(tp, m->type, m->data, m->n_out, m->n_in, x, n, y);
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* forward */
+
+static vs_status validate(vs_lm *lm, vs_kv *kv, const vs_lm_row *rows, int n, const vs_lm_out *out,
+                          vs_error *err) {
+    const vs_lm_config *c = &lm->cfg;
+    const char *name = vs_gguf_name(lm->g);
+    if (n < 1 || !rows) return vs_error_set(err, VS_ERR_INVALID, "%s: forward needs at least one row", name);
+    if (n > (1 << 20)) return vs_error_set(err, VS_ERR_RANGE, "%s: batch of %d rows is too large", name, n);
+    if (!kv) return vs_error_set(err, VS_ERR_INVALID, "%s: forward needs a KV cache", name);
+    if (vs_kv_n_layer(kv) != c->n_layer || vs_kv_n_head_kv(kv) != c->n_head_kv || vs_kv_head_dim(kv) != c->head_dim)
+        return vs_error_set(err, VS_ERR_INVALID,
+                            "%s: KV cache shape (%d layers, %d kv heads, head dim %d) does not match the model "
+                            "(%d, %d, %d)", name, vs_kv_n_layer(kv), vs_kv_n_head_kv(kv), vs_kv_head_dim(kv),
+                            c->n_layer, c->n_head_kv, c->head_dim);
+    int n_seq = vs_kv_n_seq(kv);
+    for (int r = 0; r < n; r++) {
+        const vs_lm_row *w = &rows[r];
+        if (w->seq < 0 || w->seq >= n_seq)
+            return vs_error_set(err, VS_ERR_INVALID, "%s: row %d: sequence %d outside [0, %d)", name, r, w->seq,
+                                n_seq);
+        if (!w->embd && (w->token < 0 || w->token >= c->n_vocab))
+            return vs_error_set(err, VS_ERR_INVALID, "%s: row %d: token %d outside the vocabulary [0, %d)", name,
+                                r, w->token, c->n_vocab);
+        if (w->pos < 0) return vs_error_set(err, VS_ERR_INVALID, "%s: row %d: negative position %d", name, r, w->pos);
+        if (w->tree) {
+            if (w->n_anc < 0 || (w->n_anc > 0 && !w->anc))
+                return vs_error_set(err, VS_ERR_INVALID, "%s: row %d: bad ancestor list", name, r);
+            for (int i = 0; i < w->n_anc; i++) {
+                int a = w->anc[i];
+                if (a < 0 || a >= r || rows[a].seq != w->seq)
+                    return vs_error_set(err, VS_ERR_INVALID,
+                                        "%s: row %d: ancestor %d must be an earlier row of sequence %d", name, r,
+                                        a, w->seq);
+            }
+        }
+    }
+    if (out) {
+        for (int i = 0; i < out->n_layer_out; i++)
+            if (!out->layer_ids || !out->layer_hidden || out->layer_ids[i] < 0 ||
+                out->layer_ids[i] >= c->n_layer || !out->layer_hidden[i])
+                return vs_error_set(err, VS_ERR_INVALID, "%s: requested hidden layer %d is not in [0, %d)", name,
+                                    out->layer_ids ? out->layer_ids[i] : -1, c->n_layer);
+        if (out->attn_fn && out->attn_layer >= c->n_layer)
+            return vs_error_set(err, VS_ERR_INVALID, "%s: attention layer %d is not in [0, %d)", name,
+                                out->attn_layer, c->n_layer);
+    }
+    return VS_OK;
+}
+
+vs_status vs_lm_forward(vs_lm *lm, vs_kv *kv, vs_threadpool *tp, const vs_lm_row *rows, int n,
+                        const vs_lm_out *out, vs_error *err) {
+    const vs_lm_config *c = &lm->cfg;
+    const char *name = vs_gguf_name(lm->g);
+    vs_status st = validate(lm, kv, rows, n, out, err);
+    if (st) return st;
+    lm->use_avx2 = vs_isa_active() >= VS_ISA_AVX2; /* follows the kernels' cap (tests compare paths) */
+    int n_seq = vs_kv_n_seq(kv), n_ctx = vs_kv_n_ctx(kv), nth = vs_threadpool_size(tp);
+    bool any_tree = false;
+    for (int r = 0; r < n; r++) any_tree |= rows[r].tree;
+    if ((st = ensure_scratch(lm, n, n_ctx, nth, n_seq, any_tree, err))) return st;
+
+    /* Slots, offsets within the sequence, and context room (checked before anything is written). */
+    for (int s = 0; s < n_seq; s++) {
+        lm->seq_len0[s] = vs_kv_seq_len(kv, s);
+        lm->seq_cnt[s] = 0;
+    }
+    for (int r = 0; r < n; r++) {
+        int s = rows[r].seq;
+        lm->off[r] = lm->seq_cnt[s]++;
+        lm->slot[r] = lm->seq_len0[s] + lm->off[r];
+    }
+    for (int s = 0; s < n_seq; s++)
+        if ((int64_t)lm->seq_len0[s] + lm->seq_cnt[s] > n_ctx)
+            return vs_error_set(err, VS_ERR_RANGE,
+                                "%s: sequence %d would hold %d rows, more than the KV cache's context of %d",
+                                name, s, lm->seq_len0[s] + lm->seq_cnt[s], n_ctx);
+
+    /* Group rows by sequence (stable), and enumerate attention tasks. */
+    int n_groups = 0;
+    int *group_start = vs_malloc(sizeof(int) * ((size_t)n + 1) * 2 + sizeof(int));
+    if (!group_start) return vs_error_set(err, VS_ERR_NOMEM, "%s: out of memory", name);
+    int *task_first = group_start + n + 1;
+    {
+        int pos = 0;
+        for (int r = 0; r < n; r++) {
+            int s = rows[r].seq;
+            if (lm->off[r] != 0) continue; /* first row of its sequence starts a group */
+            group_start[n_groups++] = pos;
+            for (int q = r; q < n; q++)
+                if (rows[q].seq == s) lm->order[pos++] = q;
+        }
+        group_start[n_groups] = pos;
+        task_first[0] = 0;
+        for (int g = 0; g < n_groups; g++) {
+            int cnt = group_start[g + 1] - group_start[g];
+            task_first[g + 1] = task_first[g] + c->n_head * ((cnt + ATTN_ROW_BLOCK - 1) / ATTN_ROW_BLOCK);
+        }
+    }
+
+    /* Tree masks: mask[r][j] = 1 when row r attends to its sequence's batch row j (j < off[r]). */
+    if (any_tree) {
+        for (int r = 0; r < n; r++) {
+            if (!rows[r].tree) continue;
+            uint8_t *m = lm->mask + (size_t)r * n;
+            memset(m, 0, (size_t)n);
+            for (int i = 0; i < rows[r].n_anc; i++) m[lm->off[rows[r].anc[i]]] = 1;
+        }
+    }
+
+    /* RoPE angles per row. */
+    for (int r = 0; r < n; r++) {
+        float *cs = lm->rope_cs + (size_t)r * c->rope_dim;
+        for (int i = 0; i < c->rope_dim / 2; i++) {
+            double th = (double)rows[r].pos * lm->inv_freq[i];
+            cs[2 * i] = (float)cos(th);
+            cs[2 * i + 1] = (float)sin(th);
+        }
+    }
+
+    /* Input rows: token embeddings or given vectors. */
+    const size_t E = (size_t)c->n_embd;
+    for (int r = 0; r < n; r++) {
+        if (rows[r].embd) memcpy(lm->x + (size_t)r * E, rows[r].embd, E * sizeof(float));
+        else vs_lm_embed(lm, rows[r].token, lm->x + (size_t)r * E, NULL);
+    }
+
+    fwd_ctx f = {.lm = lm, .kv = kv, .rows = rows, .n = n, .out = out, .n_groups = n_groups,
+                 .group_start = group_start, .n_tasks = task_first[n_groups], .task_first = task_first,
+                 .any_tree = any_tree};
+    for (int l = 0; l < c->n_layer; l++) {
+        const vs_lm_layer *L = &lm->w.layers[l];
+        f.layer = l;
+        /* attention block */
+        norm_rows(lm, tp, lm->x, lm->xn, L->attn_norm, n);
+        matmul(tp, &L->wq, lm->xn, n, lm->q);
+        matmul(tp, &L->wk, lm->xn, n, lm->k);
+        matmul(tp, &L->wv, lm->xn, n, lm->v);
+        vs_threadpool_run(tp, job_rope_store, &f);
+        vs_threadpool_run(tp, job_attention, &f);
+        matmul(tp, &L->wo, lm->att, n, lm->tmp);
+        add_job aj = {lm->x, lm->tmp, (int64_t)n * c->n_embd};
+        vs_threadpool_run(tp, job_add, &aj);
+        /* feed-forward block */
+        norm_rows(lm, tp, lm->x, lm->xn, L->ffn_norm, n);
+        matmul(tp, &L->w_gate, lm->xn, n, lm->gate);
+        matmul(tp, &L->w_up, lm->xn, n, lm->up);
+        swiglu_job sj = {lm->gate, lm->up, (int64_t)n * c->n_ff};
+        vs_threadpool_run(tp, job_swiglu, &sj);
+        matmul(tp, &L->w_down, lm->gate, n, lm->tmp);
+        vs_threadpool_run(tp, job_add, &aj);
+        if (out)
+            for (int i = 0; i < out->n_layer_out; i++)
+                if (out->layer_ids[i] == l) memcpy(out->layer_hidden[i], lm->x, (size_t)n * E * sizeof(float));
+    }
+    vs_free(group_start);
+
+    if (out && out->hidden) memcpy(out->hidden, lm->x, (size_t)n * E * sizeof(float));
+    if (out && out->logits) {
+        /* Gather the rows that want logits (in batch order), norm them, apply the output matrix. */
+        int nw = 0;
+        for (int r = 0; r < n; r++)
+            if (rows[r].want_logits) memcpy(lm->tmp + (size_t)nw++ * E, lm->x + (size_t)r * E, E * sizeof(float));
+        if (nw > 0) {
+            norm_rows(lm, tp, lm->tmp, lm->xn, lm->w.output_norm, nw);
+            matmul(tp, &lm->w.output, lm->xn, nw, out->logits);
+        }
+    }
+    for (int s = 0; s < n_seq; s++)
+        if (lm->seq_cnt[s] && (st = vs_kv_seq_extend(kv, s, lm->seq_cnt[s], err))) return st;
+    return VS_OK;
+}
+
+vs_status vs_lm_head(vs_lm *lm, vs_threadpool *tp, const float *h, int n, bool apply_norm, float *logits,
+                     vs_error *err) {
+    if (n < 1) return vs_error_set(err, VS_ERR_INVALID, "%s: LM head needs at least one row", vs_gguf_name(lm->g));
+    vs_status st = ensure_scratch(lm, n, 1, 1, 1, false, err);
+    if (st) return st;
+    if (apply_norm) {
+        norm_rows(lm, tp, h, lm->xn, lm->w.output_norm, n);
+        h = lm->xn;
+    }
+    matmul(tp, &lm->w.output, h, n, logits);
+    return VS_OK;
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* random-weight models */
+
+/* Synthetic SentencePiece vocabulary of n tokens: specials, characters, byte tokens, filler words. */
+static vs_status set_synthetic_vocab(vs_gguf_writer *w, int n, const char *omit, vs_error *err) {
+    static const char chars[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.,!?:;'-()";
+    char **tok = vs_calloc((size_t)n, sizeof(char *));
+    float *score = vs_malloc(sizeof(float) * (size_t)n);
+    int32_t *type = vs_malloc(sizeof(int32_t) * (size_t)n);
+    vs_status st = VS_OK;
+    if (!tok || !score || !type) st = vs_error_set(err, VS_ERR_NOMEM, "random model: out of memory");
+    for (int i = 0; !st && i < n; i++) {
+        char buf[32];
+        int t = 1; /* NORMAL */
+        int nc = (int)sizeof(chars) - 1;
+        if (i == 0) snprintf(buf, sizeof(buf), "<unk>"), t = 2;
+        else if (i == 1) snprintf(buf, sizeof(buf), "<s>"), t = 3;
+        else if (i == 2) snprintf(buf, sizeof(buf), "</s>"), t = 3;
+        else if (i == 3) snprintf(buf, sizeof(buf), "\xe2\x96\x81"); /* U+2581, SentencePiece's space */
+        else if (i < 4 + nc) snprintf(buf, sizeof(buf), "%c", chars[i - 4]);
+        else if (i < 4 + nc + 256) snprintf(buf, sizeof(buf), "<0x%02X>", i - 4 - nc), t = 6;
+        else snprintf(buf, sizeof(buf), "\xe2\x96\x81w%d", i);
+        tok[i] = vs_strdup(buf);
+        score[i] = i < 3 ? 0.0f : -(float)i;
+        type[i] = t;
+        if (!tok[i]) st = vs_error_set(err, VS_ERR_NOMEM, "random model: out of memory");
+    }
+    if (!st) {
+#define SET_UNLESS_OMITTED(key, call) \
+    if (!omit || strcmp(omit, key)) call
+        SET_UNLESS_OMITTED("tokenizer.ggml.model", vs_gguf_set_str(w, "tokenizer.ggml.model", "llama"));
+        SET_UNLESS_OMITTED("tokenizer.ggml.tokens",
+                           vs_gguf_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)tok, (uint64_t)n));
+        vs_gguf_set_arr(w, "tokenizer.ggml.scores", VS_GGUF_F32, score, (uint64_t)n);
+        vs_gguf_set_arr(w, "tokenizer.ggml.token_type", VS_GGUF_I32, type, (uint64_t)n);
+        vs_gguf_set_u32(w, "tokenizer.ggml.unknown_token_id", 0);
+        vs_gguf_set_u32(w, "tokenizer.ggml.bos_token_id", 1);
+        vs_gguf_set_u32(w, "tokenizer.ggml.eos_token_id", 2);
+#undef SET_UNLESS_OMITTED
+    }
+    for (int i = 0; tok && i < n; i++) vs_free(tok[i]);
+    vs_free(tok);
+    vs_free(score);
+    vs_free(type);
+    return st;
+}
+
+/* Adds a tensor of ne = [n_in, n_out] (n_out = 1 for a vector) filled with N(0, std^2) values, or with
+ * `fill` when std == 0, converted to type. */
+static vs_status add_random_tensor(vs_gguf_writer *w, vs_rng *rng, const char *name, int64_t n_in, int64_t n_out,
+                                   int n_dims, vs_type type, float std, float fill, const char *omit,
+                                   vs_error *err) {
+    if (omit && !strcmp(omit, name)) return VS_OK;
+    size_t rb = vs_type_row_bytes(type, n_in);
+    float *row = vs_malloc(sizeof(float) * (size_t)n_in);
+    uint8_t *data = vs_malloc(rb * (size_t)n_out);
+    vs_status st = VS_OK;
+    if (!row || !data || rb == 0) {
+        st = rb == 0 ? vs_error_set(err, VS_ERR_INVALID, "random model: %s: row of %lld values does not fit the %s "
+                                    "block of %lld", name, (long long)n_in, vs_type_name(type),
+                                    (long long)vs_type_block_size(type))
+                     : vs_error_set(err, VS_ERR_NOMEM, "random model: %s: out of memory", name);
+    } else {
+        for (int64_t o = 0; o < n_out; o++) {
+            for (int64_t i = 0; i < n_in; i++) row[i] = std > 0 ? std * vs_rng_normal(rng) : fill;
+            vs_quantize_row(type, row, data + (size_t)o * rb, n_in);
+        }
+        int64_t ne[2] = {n_in, n_out};
+        st = vs_gguf_add_tensor(w, name, type, n_dims, ne, data, err);
+    }
+    vs_free(row);
+    vs_free(data);
+    return st;
+}
+
+vs_gguf_writer *vs_lm_random_writer(const vs_lm_random_opts *o, vs_error *err) {
+    if (o->n_embd < 2 || o->n_layer < 1 || o->n_head < 1 || o->n_head_kv < 1 || o->n_ff < 1 || o->n_ctx < 1 ||
+        o->n_embd % o->n_head || (o->n_embd / o->n_head) % 2 || o->n_head % o->n_head_kv) {
+        vs_error_set(err, VS_ERR_INVALID,
+                     "random model: bad shape (dim %d, layers %d, heads %d, kv heads %d, ffn %d, ctx %d): dim must "
+                     "be an even multiple of heads and heads a multiple of kv heads",
+                     o->n_embd, o->n_layer, o->n_head, o->n_head_kv, o->n_ff, o->n_ctx);
+        return NULL;
+    }
+    if (!vs_type_supported(o->type)) {
+        vs_error_set(err, VS_ERR_UNSUPPORTED, "random model: weight type %d not supported", (int)o->type);
+        return NULL;
+    }
+    int64_t bs = vs_type_block_size(o->type);
+    if (o->n_embd % bs || o->n_ff % bs) {
+        vs_error_set(err, VS_ERR_INVALID, "random model: dim %d and ffn %d must be multiples of %lld for %s",
+                     o->n_embd, o->n_ff, (long long)bs, vs_type_name(o->type));
+        return NULL;
+    }
+    int n_vocab = o->n_vocab;
+    if (o->tok_from) {
+        int64_t ki = vs_gguf_find_key(o->tok_from, "tokenizer.ggml.tokens");
+        if (ki < 0 || vs_gguf_kv_type(o->tok_from, ki) != VS_GGUF_ARRAY || vs_gguf_arr_len(o->tok_from, ki) < 1 ||
+            vs_gguf_arr_len(o->tok_from, ki) > (1 << 24)) {
+            vs_error_set(err, VS_ERR_FORMAT, "%s: no usable tokenizer.ggml.tokens array to copy",
+                         vs_gguf_name(o->tok_from));
+            return NULL;
+        }
+        n_vocab = (int)vs_gguf_arr_len(o->tok_from, ki);
+    } else if (n_vocab < 8 || n_vocab > (1 << 24)) {
+        vs_error_set(err, VS_ERR_INVALID, "random model: vocabulary size %d must be in [8, 2^24]", n_vocab);
+        return NULL;
+    }
+    vs_gguf_writer *w = vs_gguf_writer_new();
+    if (!w) {
+        vs_error_set(err, VS_ERR_NOMEM, "random model: out of memory");
+        return NULL;
+    }
+    const char *omit = o->omit;
+    int hd = o->n_embd / o->n_head;
+#define SET(key, call) \
+    if (!omit || strcmp(omit, key)) call
+    SET("general.architecture", vs_gguf_set_str(w, "general.architecture", "llama"));
+    vs_gguf_set_str(w, "general.name", "vlmspec-random");
+    SET("llama.context_length", vs_gguf_set_u32(w, "llama.context_length", (uint32_t)o->n_ctx));
+    SET("llama.embedding_length", vs_gguf_set_u32(w, "llama.embedding_length", (uint32_t)o->n_embd));
+    SET("llama.block_count", vs_gguf_set_u32(w, "llama.block_count", (uint32_t)o->n_layer));
+    SET("llama.feed_forward_length", vs_gguf_set_u32(w, "llama.feed_forward_length", (uint32_t)o->n_ff));
+    SET("llama.attention.head_count", vs_gguf_set_u32(w, "llama.attention.head_count", (uint32_t)o->n_head));
+    SET("llama.attention.head_count_kv",
+        vs_gguf_set_u32(w, "llama.attention.head_count_kv", (uint32_t)o->n_head_kv));
+    SET("llama.attention.layer_norm_rms_epsilon",
+        vs_gguf_set_f32(w, "llama.attention.layer_norm_rms_epsilon", o->rms_eps > 0 ? o->rms_eps : 1e-5f));
+    SET("llama.rope.freq_base", vs_gguf_set_f32(w, "llama.rope.freq_base", o->rope_base > 0 ? o->rope_base : 10000.0f));
+    SET("llama.rope.dimension_count", vs_gguf_set_u32(w, "llama.rope.dimension_count", (uint32_t)hd));
+#undef SET
+    vs_status st = o->tok_from ? vs_gguf_copy_kv(w, o->tok_from, "tokenizer.", err)
+                               : set_synthetic_vocab(w, n_vocab, omit, err);
+    vs_rng rng;
+    vs_rng_seed(&rng, o->seed);
+    float std = o->init_std > 0 ? o->init_std : 0.02f;
+    const int64_t E = o->n_embd, Q = o->n_embd, KV = (int64_t)o->n_head_kv * hd, F = o->n_ff;
+    if (!st) st = add_random_tensor(w, &rng, "token_embd.weight", E, n_vocab, 2, o->type, std, 0, omit, err);
+    char tn[64];
+    for (int l = 0; !st && l < o->n_layer; l++) {
+#define TN(suffix) (snprintf(tn, sizeof(tn), "blk.%d." suffix, l), tn)
+        st = add_random_tensor(w, &rng, TN("attn_norm.weight"), E, 1, 1, VS_TYPE_F32, 0, 1.0f, omit, err);
+        if (!st) st = add_random_tensor(w, &rng, TN("attn_q.weight"), E, Q, 2, o->type, std, 0, omit, err);
+        if (!st) st = add_random_tensor(w, &rng, TN("attn_k.weight"), E, KV, 2, o->type, std, 0, omit, err);
+        if (!st) st = add_random_tensor(w, &rng, TN("attn_v.weight"), E, KV, 2, o->type, std, 0, omit, err);
+        if (!st) st = add_random_tensor(w, &rng, TN("attn_output.weight"), Q, E, 2, o->type, std, 0, omit, err);
+        if (!st) st = add_random_tensor(w, &rng, TN("ffn_norm.weight"), E, 1, 1, VS_TYPE_F32, 0, 1.0f, omit, err);
+        if (!st) st = add_random_tensor(w, &rng, TN("ffn_gate.weight"), E, F, 2, o->type, std, 0, omit, err);
+        if (!st) st = add_random_tensor(w, &rng, TN("ffn_up.weight"), E, F, 2, o->type, std, 0, omit, err);
+        if (!st) st = add_random_tensor(w, &rng, TN("ffn_down.weight"), F, E, 2, o->type, std, 0, omit, err);
+#undef TN
+    }
+    if (!st) st = add_random_tensor(w, &rng, "output_norm.weight", E, 1, 1, VS_TYPE_F32, 0, 1.0f, omit, err);
+    if (!st && !o->tied) st = add_random_tensor(w, &rng, "output.weight", E, n_vocab, 2, o->type, std, 0, omit, err);
+    if (st) {
+        vs_gguf_writer_free(w);
+        return NULL;
+    }
+    return w;
+}
+
+vs_status vs_lm_write_random(const vs_lm_random_opts *o, const char *path, vs_error *err) {
+    vs_gguf_writer *w = vs_lm_random_writer(o, err);
+    if (!w) return err ? err->code : VS_ERR_INVALID;
+    vs_status st = vs_gguf_write(w, path, err);
+    vs_gguf_writer_free(w);
+    return st;
+}
