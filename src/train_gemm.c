@@ -1,0 +1,158 @@
+/* train_gemm: F32 matrix products for training (see train.h). OpenBLAS when the build has it; a
+ * cache-blocked plain-C product otherwise (GotoBLAS structure: pack a KC x NC panel of op(B) and an
+ * MC x KC block of op(A), then MR x NR register tiles); a naive double-accumulating reference. */
+#include "train.h"
+
+#include <string.h>
+
+#ifdef VS_HAVE_OPENBLAS
+#include <cblas.h>
+#endif
+
+/* op(A)(i, p) and op(B)(p, j) for row-major storage. */
+#define OPA(i, p) (ta ? A[(size_t)(p) * lda + (i)] : A[(size_t)(i) * lda + (p)])
+#define OPB(p, j) (tb ? B[(size_t)(j) * ldb + (p)] : B[(size_t)(p) * ldb + (j)])
+
+void vs_train_sgemm_ref(bool ta, bool tb, int m, int n, int k, float alpha, const float *A, int lda,
+                        const float *B, int ldb, float beta, float *C, int ldc) {
+    for (int i = 0; i < m; i++) {
+        for (int j = 0; j < n; j++) {
+            double s = 0;
+            for (int p = 0; p < k; p++) s += (double)OPA(i, p) * (double)OPB(p, j);
+            float *c = &C[(size_t)i * ldc + j];
+            *c = (float)(alpha * s) + (beta == 0.0f ? 0.0f : beta * *c);
+        }
+    }
+}
+
+/* Blocking parameters: a KC x NC panel of B (256 KiB) stays in L2, an MC x KC block of A (64 KiB)
+ * and the MR x NR accumulator tile stay close to the core. */
+enum { MR = 4, NR = 8, KC = 256, NC = 256, MC = 64 };
+
+typedef struct gemm_job {
+    bool ta, tb;
+    int m, n, k;
+    float alpha, beta;
+    const float *A, *B;
+    int lda, ldb, ldc;
+    float *C;
+} gemm_job;
+
+/* acc(MR, NR) = sum_p ap[p](MR) x bp[p](NR); fixed trip counts so the compiler vectorises. */
+static void micro_kernel(int kc, const float *restrict ap, const float *restrict bp, float *restrict c,
+                         int ldc, int mr, int nr) {
+    float acc[MR][NR];
+    memset(acc, 0, sizeof(acc));
+    for (int p = 0; p < kc; p++) {
+        const float *a = ap + (size_t)p * MR, *b = bp + (size_t)p * NR;
+        for (int r = 0; r < MR; r++)
+            for (int q = 0; q < NR; q++) acc[r][q] += a[r] * b[q];
+    }
+    for (int r = 0; r < mr; r++)
+        for (int q = 0; q < nr; q++) c[(size_t)r * ldc + q] += acc[r][q];
+}
+
+/* Packs op(B)(pc.., jc..) (kc x nc) as NR-column panels, zero-padded: bp[panel][p][NR]. */
+static void pack_b(const gemm_job *g, float *bp, int pc, int jc, int kc, int nc) {
+    const float *B = g->B;
+    int ldb = g->ldb;
+    bool tb = g->tb;
+    for (int j0 = 0; j0 < nc; j0 += NR) {
+        int nr = VS_MIN(NR, nc - j0);
+        for (int p = 0; p < kc; p++) {
+            for (int q = 0; q < NR; q++) bp[q] = q < nr ? OPB(pc + p, jc + j0 + q) : 0.0f;
+            bp += NR;
+        }
+    }
+}
+
+/* Packs alpha * op(A)(ic.., pc..) (mc x kc) as MR-row panels, zero-padded: ap[panel][p][MR]. */
+static void pack_a(const gemm_job *g, float *ap, int ic, int pc, int mc, int kc) {
+    const float *A = g->A;
+    int lda = g->lda;
+    bool ta = g->ta;
+    for (int i0 = 0; i0 < mc; i0 += MR) {
+        int mr = VS_MIN(MR, mc - i0);
+        for (int p = 0; p < kc; p++) {
+            for (int r = 0; r < MR; r++) ap[r] = r < mr ? g->alpha * OPA(ic + i0 + r, pc + p) : 0.0f;
+            ap += MR;
+        }
+    }
+}
+
+/* Rows [lo, hi) of C. Each thread packs its own B panels (cheap next to the product). */
+static void gemm_rows(const gemm_job *g, int lo, int hi, float *ap, float *bp) {
+    for (int i = lo; i < hi; i++) {
+        float *c = g->C + (size_t)i * g->ldc;
+        if (g->beta == 0.0f) memset(c, 0, (size_t)g->n * sizeof(float));
+        else if (g->beta != 1.0f)
+            for (int j = 0; j < g->n; j++) c[j] *= g->beta;
+    }
+    if (lo >= hi) return;
+    for (int jc = 0; jc < g->n; jc += NC) {
+        int nc = VS_MIN(NC, g->n - jc);
+        for (int pc = 0; pc < g->k; pc += KC) {
+            int kc = VS_MIN(KC, g->k - pc);
+            pack_b(g, bp, pc, jc, kc, nc);
+            for (int ic = lo; ic < hi; ic += MC) {
+                int mc = VS_MIN(MC, hi - ic);
+                pack_a(g, ap, ic, pc, mc, kc);
+                for (int j0 = 0; j0 < nc; j0 += NR) {
+                    const float *bpan = bp + (size_t)(j0 / NR) * kc * NR;
+                    for (int i0 = 0; i0 < mc; i0 += MR) {
+                        const float *apan = ap + (size_t)(i0 / MR) * kc * MR;
+                        float *c = g->C + (size_t)(ic + i0) * g->ldc + jc + j0;
+                        micro_kernel(kc, apan, bpan, c, g->ldc, VS_MIN(MR, mc - i0), VS_MIN(NR, nc - j0));
+                    }
+                }
+            }
+        }
+    }
+}
+
+static void gemm_task(void *ctx, int ith, int nth) {
+    const gemm_job *g = ctx;
+    int64_t lo, hi;
+    vs_split_range(g->m, ith, nth, MR, &lo, &hi);
+    if (lo >= hi) return;
+    float *ap = vs_malloc(sizeof(float) * MC * KC);
+    float *bp = vs_malloc(sizeof(float) * KC * (NC + NR));
+    if (ap && bp) {
+        gemm_rows(g, (int)lo, (int)hi, ap, bp);
+    } else { /* out of memory for the packing buffers: the unblocked reference still gives C */
+        for (int64_t i = lo; i < hi; i++)
+            vs_train_sgemm_ref(g->ta, g->tb, 1, g->n, g->k, g->alpha,
+                               g->ta ? g->A + i : g->A + (size_t)i * g->lda, g->lda, g->B, g->ldb,
+                               g->beta, g->C + (size_t)i * g->ldc, g->ldc);
+    }
+    vs_free(ap);
+    vs_free(bp);
+}
+
+void vs_train_sgemm_blocked(vs_threadpool *tp, bool ta, bool tb, int m, int n, int k, float alpha,
+                            const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                            int ldc) {
+    if (m <= 0 || n <= 0) return;
+    gemm_job g = {ta, tb, m, n, k, alpha, beta, A, B, lda, ldb, ldc, C};
+    if (k <= 0) g.alpha = 0.0f; /* C = beta * C */
+    vs_threadpool_run(tp, gemm_task, &g);
+}
+
+void vs_train_sgemm(vs_threadpool *tp, bool ta, bool tb, int m, int n, int k, float alpha,
+                    const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+#ifdef VS_HAVE_OPENBLAS
+    if (m <= 0 || n <= 0) return;
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, k,
+                alpha, A, lda, B, ldb, beta, C, ldc);
+#else
+    vs_train_sgemm_blocked(tp, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+#endif
+}
+
+const char *vs_train_sgemm_backend(void) {
+#ifdef VS_HAVE_OPENBLAS
+    return "openblas";
+#else
+    return "blocked";
+#endif
+}

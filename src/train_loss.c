@@ -1,0 +1,120 @@
+/* train_loss: the training losses as forward/backward pairs (see train.h): masked softmax
+ * cross-entropy, soft cross-entropy, KL divergence to a given distribution, smooth L1. */
+#include "train.h"
+
+#include <math.h>
+
+/* probs row = softmax(logits row); returns log(sum exp(x - max)) + max (the log-partition). */
+static double softmax_row(float *probs, const float *x, int V) {
+    float mx = -INFINITY;
+    for (int v = 0; v < V; v++) mx = x[v] > mx ? x[v] : mx;
+    double sum = 0;
+    for (int v = 0; v < V; v++) {
+        probs[v] = expf(x[v] - mx);
+        sum += probs[v];
+    }
+    float inv = (float)(1.0 / sum);
+    for (int v = 0; v < V; v++) probs[v] *= inv;
+    return log(sum) + mx;
+}
+
+double vs_train_xent_forward(float *probs, const float *logits, const int32_t *targets, const float *w,
+                             int N, int V) {
+    double loss = 0;
+    for (int n = 0; n < N; n++) {
+        if (w[n] == 0.0f) continue;
+        const float *x = logits + (size_t)n * V;
+        double lse = softmax_row(probs + (size_t)n * V, x, V);
+        loss += (double)w[n] * (lse - x[targets[n]]);
+    }
+    return loss;
+}
+
+void vs_train_xent_backward(float *dlogits, const float *probs, const int32_t *targets, const float *w,
+                            float dloss, int N, int V) {
+    for (int n = 0; n < N; n++) {
+        if (w[n] == 0.0f) continue;
+        const float *q = probs + (size_t)n * V;
+        float *d = dlogits + (size_t)n * V, g = dloss * w[n];
+        for (int v = 0; v < V; v++) d[v] += g * q[v];
+        d[targets[n]] -= g;
+    }
+}
+
+double vs_train_soft_xent_forward(float *probs, const float *logits, const float *p, const float *w,
+                                  int N, int V) {
+    double loss = 0;
+    for (int n = 0; n < N; n++) {
+        if (w[n] == 0.0f) continue;
+        const float *x = logits + (size_t)n * V, *pr = p + (size_t)n * V;
+        double lse = softmax_row(probs + (size_t)n * V, x, V), l = 0;
+        /* -sum p log q = sum p (lse - x) */
+        for (int v = 0; v < V; v++) l += (double)pr[v] * (lse - x[v]);
+        loss += (double)w[n] * l;
+    }
+    return loss;
+}
+
+/* d/dx_v of -sum_u p_u log q_u is q_v sum_u p_u - p_v (sum p kept: p need not be normalised). */
+void vs_train_soft_xent_backward(float *dlogits, const float *probs, const float *p, const float *w,
+                                 float dloss, int N, int V) {
+    for (int n = 0; n < N; n++) {
+        if (w[n] == 0.0f) continue;
+        const float *q = probs + (size_t)n * V, *pr = p + (size_t)n * V;
+        double sp = 0;
+        for (int v = 0; v < V; v++) sp += pr[v];
+        float *d = dlogits + (size_t)n * V, g = dloss * w[n], spf = (float)sp;
+        for (int v = 0; v < V; v++) d[v] += g * (q[v] * spf - pr[v]);
+    }
+}
+
+double vs_train_kl_forward(float *probs, const float *logits, const float *p, const float *w, int N,
+                           int V) {
+    double loss = 0;
+    for (int n = 0; n < N; n++) {
+        if (w[n] == 0.0f) continue;
+        const float *x = logits + (size_t)n * V, *pr = p + (size_t)n * V;
+        double lse = softmax_row(probs + (size_t)n * V, x, V), l = 0;
+        /* sum p (log p - log q), log q = x - lse; terms with p == 0 contribute 0 */
+        for (int v = 0; v < V; v++)
+            if (pr[v] > 0.0f) l += (double)pr[v] * (log((double)pr[v]) - (x[v] - lse));
+        loss += (double)w[n] * l;
+    }
+    return loss;
+}
+
+void vs_train_kl_backward(float *dlogits, const float *probs, const float *p, const float *w,
+                          float dloss, int N, int V) {
+    vs_train_soft_xent_backward(dlogits, probs, p, w, dloss, N, V);
+}
+
+double vs_train_smooth_l1_forward(const float *pred, const float *target, const float *w, int N, int C,
+                                  float beta) {
+    double loss = 0;
+    for (int n = 0; n < N; n++) {
+        if (w[n] == 0.0f) continue;
+        const float *x = pred + (size_t)n * C, *y = target + (size_t)n * C;
+        double l = 0;
+        for (int c = 0; c < C; c++) {
+            double d = fabs((double)x[c] - y[c]);
+            l += d < beta ? 0.5 * d * d / beta : d - 0.5 * beta;
+        }
+        loss += (double)w[n] * l / C;
+    }
+    return loss;
+}
+
+void vs_train_smooth_l1_backward(float *dpred, float *dtarget, const float *pred, const float *target,
+                                 const float *w, float dloss, int N, int C, float beta) {
+    for (int n = 0; n < N; n++) {
+        if (w[n] == 0.0f) continue;
+        const float *x = pred + (size_t)n * C, *y = target + (size_t)n * C;
+        float g = dloss * w[n] / C;
+        for (int c = 0; c < C; c++) {
+            float d = x[c] - y[c];
+            float h = fabsf(d) < beta ? d / beta : (d > 0 ? 1.0f : -1.0f);
+            if (dpred) dpred[(size_t)n * C + c] += g * h;
+            if (dtarget) dtarget[(size_t)n * C + c] -= g * h;
+        }
+    }
+}

@@ -1,0 +1,589 @@
+/* train_grad: every training op's backward against central finite differences of its forward, and
+ * the matrix-product paths against their naive reference twin.
+ *
+ * For an op y = f(x1, x2, ...) the scalar objective is L = sum_i y_i r_i with fixed random r, so the
+ * analytic gradient is the op's backward with dout = r; each loss is its own scalar objective. The
+ * numerical derivative is (L(x + h) - L(x - h)) / (2h) with L summed in double and h chosen so that
+ * F32 rounding and truncation both stay well below the tolerance. The error of one gradient tensor
+ * is max |analytic - numeric| / max |numeric| over its (sampled) elements; it must be <= 1e-3. */
+#include <string.h>
+
+#include "testutil.h"
+#include "train.h"
+
+#define GRAD_TOL 1e-3
+#define FD_EPS 3e-3
+#define MAX_PROBES 96 /* elements probed per tensor (all of them when the tensor is smaller) */
+
+static vs_rng g_rng;
+static double g_worst = 0;
+
+static float *randn(size_t n, float scale) {
+    float *x = vs_malloc(sizeof(float) * (n ? n : 1));
+    VT_REQUIRE(x, "alloc");
+    for (size_t i = 0; i < n; i++) x[i] = scale * vs_rng_normal(&g_rng);
+    return x;
+}
+
+static float *zeros(size_t n) {
+    float *x = vs_calloc(n ? n : 1, sizeof(float));
+    VT_REQUIRE(x, "alloc");
+    return x;
+}
+
+static double dot_d(const float *a, const float *b, size_t n) {
+    double s = 0;
+    for (size_t i = 0; i < n; i++) s += (double)a[i] * b[i];
+    return s;
+}
+
+typedef double (*objective_fn)(void *ctx);
+
+/* Compares the analytic gradient an (n) of objective f w.r.t. x (n) with central differences. */
+static void check_grad(const char *op, const char *what, objective_fn f, void *ctx, float *x, size_t n,
+                       const float *an) {
+    size_t stride = n > MAX_PROBES ? n / MAX_PROBES : 1;
+    double max_err = 0, max_num = 0;
+    for (size_t i = 0; i < n; i += stride) {
+        float x0 = x[i];
+        float xp = x0 + (float)FD_EPS, xm = x0 - (float)FD_EPS;
+        x[i] = xp;
+        double lp = f(ctx);
+        x[i] = xm;
+        double lm = f(ctx);
+        x[i] = x0;
+        double num = (lp - lm) / ((double)xp - (double)xm);
+        double e = fabs(num - an[i]);
+        if (e > max_err) max_err = e;
+        if (fabs(num) > max_num) max_num = fabs(num);
+    }
+    double rel = max_err / (max_num > 1e-6 ? max_num : 1e-6);
+    if (rel > g_worst) g_worst = rel;
+    printf("  %-22s %-8s rel err %.2e (max |grad| %.3g)\n", op, what, rel, max_num);
+    VT_CHECK(rel <= GRAD_TOL, "%s: d%s relative error %.3e > %.0e", op, what, rel, GRAD_TOL);
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* linear */
+typedef struct {
+    vs_threadpool *tp;
+    int N, C, OC;
+    float *inp, *w, *b, *out, *r;
+} lin_ctx;
+
+static double lin_L(void *p) {
+    lin_ctx *c = p;
+    vs_train_linear_forward(c->tp, c->out, c->inp, c->w, c->b, c->N, c->C, c->OC);
+    return dot_d(c->out, c->r, (size_t)c->N * c->OC);
+}
+
+static void test_linear(vs_threadpool *tp, bool bias) {
+    lin_ctx c = {.tp = tp, .N = 5, .C = 7, .OC = 6};
+    c.inp = randn(c.N * c.C, 1);
+    c.w = randn(c.OC * c.C, 0.5f);
+    c.b = bias ? randn(c.OC, 0.5f) : NULL;
+    c.out = zeros(c.N * c.OC);
+    c.r = randn(c.N * c.OC, 1);
+    float *dinp = zeros(c.N * c.C), *dw = zeros(c.OC * c.C), *db = zeros(c.OC);
+    lin_L(&c);
+    vs_train_linear_backward(tp, dinp, dw, bias ? db : NULL, c.r, c.inp, c.w, c.N, c.C, c.OC);
+    const char *nm = bias ? "linear+bias" : "linear";
+    check_grad(nm, "inp", lin_L, &c, c.inp, c.N * c.C, dinp);
+    check_grad(nm, "w", lin_L, &c, c.w, c.OC * c.C, dw);
+    if (bias) check_grad(nm, "b", lin_L, &c, c.b, c.OC, db);
+    vs_free(c.inp), vs_free(c.w), vs_free(c.b), vs_free(c.out), vs_free(c.r);
+    vs_free(dinp), vs_free(dw), vs_free(db);
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* embedding */
+typedef struct {
+    int N, C;
+    const int32_t *tok;
+    float *wte, *out, *r;
+} emb_ctx;
+
+static double emb_L(void *p) {
+    emb_ctx *c = p;
+    vs_train_embed_forward(c->out, c->tok, c->wte, c->N, c->C);
+    return dot_d(c->out, c->r, (size_t)c->N * c->C);
+}
+
+static void test_embed(void) {
+    int32_t tok[6] = {3, 1, -1, 3, 0, 4};
+    emb_ctx c = {.N = 6, .C = 5, .tok = tok};
+    c.wte = randn(6 * c.C, 1);
+    c.out = zeros(c.N * c.C);
+    c.r = randn(c.N * c.C, 1);
+    float *dwte = zeros(6 * c.C);
+    emb_L(&c);
+    vs_train_embed_backward(dwte, c.r, tok, c.N, c.C);
+    check_grad("embed", "wte", emb_L, &c, c.wte, 6 * c.C, dwte);
+    /* the row of token -1 is left untouched by the forward */
+    float probe = c.out[2 * c.C];
+    c.out[2 * c.C] = 123.0f;
+    emb_L(&c);
+    VT_CHECK(c.out[2 * c.C] == 123.0f, "embed wrote a row with token -1 (%g)", probe);
+    vs_free(c.wte), vs_free(c.out), vs_free(c.r), vs_free(dwte);
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* RMSNorm and LayerNorm */
+typedef struct {
+    int N, C;
+    bool layer;
+    float *inp, *w, *b, *out, *s1, *s2, *r;
+} norm_ctx;
+
+static double norm_L(void *p) {
+    norm_ctx *c = p;
+    if (c->layer) vs_train_layernorm_forward(c->out, c->s1, c->s2, c->inp, c->w, c->b, c->N, c->C, 1e-5f);
+    else vs_train_rmsnorm_forward(c->out, c->s1, c->inp, c->w, c->N, c->C, 1e-5f);
+    return dot_d(c->out, c->r, (size_t)c->N * c->C);
+}
+
+static void test_norm(bool layer) {
+    norm_ctx c = {.N = 4, .C = 9, .layer = layer};
+    c.inp = randn(c.N * c.C, 1);
+    for (int i = 0; i < c.N * c.C; i++) c.inp[i] += 0.5f; /* a non-zero mean matters for LayerNorm */
+    c.w = randn(c.C, 1);
+    c.b = randn(c.C, 1);
+    c.out = zeros(c.N * c.C);
+    c.s1 = zeros(c.N);
+    c.s2 = zeros(c.N);
+    c.r = randn(c.N * c.C, 1);
+    float *dinp = zeros(c.N * c.C), *dw = zeros(c.C), *db = zeros(c.C);
+    norm_L(&c);
+    const char *nm = layer ? "layernorm" : "rmsnorm";
+    if (layer) vs_train_layernorm_backward(dinp, dw, db, c.r, c.inp, c.w, c.s1, c.s2, c.N, c.C);
+    else vs_train_rmsnorm_backward(dinp, dw, c.r, c.inp, c.w, c.s1, c.N, c.C);
+    check_grad(nm, "inp", norm_L, &c, c.inp, c.N * c.C, dinp);
+    check_grad(nm, "w", norm_L, &c, c.w, c.C, dw);
+    if (layer) check_grad(nm, "b", norm_L, &c, c.b, c.C, db);
+    vs_free(c.inp), vs_free(c.w), vs_free(c.b), vs_free(c.out), vs_free(c.s1), vs_free(c.s2);
+    vs_free(c.r), vs_free(dinp), vs_free(dw), vs_free(db);
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* residual add */
+typedef struct {
+    size_t n;
+    float *a, *b, *out, *r;
+} add_ctx;
+
+static double add_L(void *p) {
+    add_ctx *c = p;
+    vs_train_add_forward(c->out, c->a, c->b, c->n);
+    return dot_d(c->out, c->r, c->n);
+}
+
+static void test_add(void) {
+    add_ctx c = {.n = 13};
+    c.a = randn(c.n, 1), c.b = randn(c.n, 1), c.out = zeros(c.n), c.r = randn(c.n, 1);
+    float *da = zeros(c.n), *db = zeros(c.n);
+    vs_train_add_backward(da, db, c.r, c.n);
+    check_grad("add", "a", add_L, &c, c.a, c.n, da);
+    check_grad("add", "b", add_L, &c, c.b, c.n, db);
+    vs_free(c.a), vs_free(c.b), vs_free(c.out), vs_free(c.r), vs_free(da), vs_free(db);
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* RoPE */
+typedef struct {
+    int N, H, D;
+    const float *cs;
+    const int32_t *pos;
+    float *inp, *out, *r;
+} rope_ctx;
+
+static double rope_L(void *p) {
+    rope_ctx *c = p;
+    vs_train_rope_forward(c->out, c->inp, c->cs, c->pos, c->N, c->H, c->D);
+    return dot_d(c->out, c->r, (size_t)c->N * c->H * c->D);
+}
+
+static void test_rope(void) {
+    int32_t pos[5] = {0, 1, 7, 30, 2};
+    rope_ctx c = {.N = 5, .H = 3, .D = 8, .pos = pos};
+    float *cs = zeros(32 * 8);
+    vs_train_rope_table(cs, 32, 8, 10000.0f);
+    c.cs = cs;
+    size_t n = (size_t)c.N * c.H * c.D;
+    c.inp = randn(n, 1), c.out = zeros(n), c.r = randn(n, 1);
+    float *dinp = zeros(n);
+    vs_train_rope_backward(dinp, c.r, cs, pos, c.N, c.H, c.D);
+    check_grad("rope", "inp", rope_L, &c, c.inp, n, dinp);
+    /* position 0 is the identity; pair i of position p rotates by p * 10000^(-2i/D) */
+    rope_L(&c);
+    VT_CHECK(c.out[0] == c.inp[0] && c.out[1] == c.inp[1], "rope at position 0 is not the identity");
+    {
+        double th = 7.0 * pow(10000.0, -2.0 * 1 / 8);
+        const float *x = c.inp + (size_t)2 * c.H * c.D + 2; /* row 2 (pos 7), head 0, pair 1 */
+        const float *y = c.out + (size_t)2 * c.H * c.D + 2;
+        double y0 = x[0] * cos(th) - x[1] * sin(th), y1 = x[0] * sin(th) + x[1] * cos(th);
+        VT_CHECK(fabs(y[0] - y0) < 1e-5 && fabs(y[1] - y1) < 1e-5, "rope rotates adjacent pairs");
+    }
+    vs_free(cs), vs_free(c.inp), vs_free(c.out), vs_free(c.r), vs_free(dinp);
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* attention (causal, bidirectional, cross) */
+typedef struct {
+    vs_threadpool *tp;
+    int mode; /* 0 causal self, 1 bidirectional self, 2 cross */
+    int B, Tq, Tk, H, KVH, D;
+    const int32_t *kv_len;
+    float *q, *k, *v, *out, *att, *r;
+} att_ctx;
+
+static double att_L(void *p) {
+    att_ctx *c = p;
+    if (c->mode == 2)
+        vs_train_cross_attention_forward(c->tp, c->out, c->att, c->q, c->k, c->v, c->kv_len, c->B, c->Tq,
+                                         c->Tk, c->H, c->KVH, c->D);
+    else
+        vs_train_self_attention_forward(c->tp, c->out, c->att, c->q, c->k, c->v, c->B, c->Tq, c->H,
+                                        c->KVH, c->D, c->mode == 0);
+    return dot_d(c->out, c->r, (size_t)c->B * c->Tq * c->H * c->D);
+}
+
+static void test_attention(vs_threadpool *tp, int mode) {
+    static const int32_t kv_len[2 * 4] = {0, 1, 3, 5, 2, 5, 4, 1};
+    att_ctx c = {.tp = tp, .mode = mode, .B = 2, .Tq = mode == 2 ? 4 : 5, .Tk = 5, .H = 4, .KVH = 2, .D = 8,
+                 .kv_len = mode == 2 ? kv_len : NULL};
+    size_t nq = (size_t)c.B * c.Tq * c.H * c.D, nk = (size_t)c.B * c.Tk * c.KVH * c.D;
+    size_t na = (size_t)c.B * c.H * c.Tq * c.Tk;
+    c.q = randn(nq, 1), c.k = randn(nk, 1), c.v = randn(nk, 1), c.out = zeros(nq), c.att = zeros(na);
+    c.r = randn(nq, 1);
+    float *dq = zeros(nq), *dk = zeros(nk), *dv = zeros(nk), *datt = zeros(na);
+    att_L(&c);
+    if (mode == 2)
+        vs_train_cross_attention_backward(tp, dq, dk, dv, datt, c.r, c.att, c.q, c.k, c.v, kv_len, c.B,
+                                          c.Tq, c.Tk, c.H, c.KVH, c.D);
+    else
+        vs_train_self_attention_backward(tp, dq, dk, dv, datt, c.r, c.att, c.q, c.k, c.v, c.B, c.Tq, c.H,
+                                         c.KVH, c.D, mode == 0);
+    const char *nm = mode == 0 ? "attention causal GQA" : mode == 1 ? "attention bidir GQA" : "cross-attention";
+    check_grad(nm, "q", att_L, &c, c.q, nq, dq);
+    check_grad(nm, "k", att_L, &c, c.k, nk, dk);
+    check_grad(nm, "v", att_L, &c, c.v, nk, dv);
+    /* masks: causal rows see no later key; a cross row with kv_len 0 is all zero */
+    att_L(&c);
+    if (mode == 0) {
+        bool ok = true;
+        for (int b = 0; b < c.B; b++)
+            for (int h = 0; h < c.H; h++)
+                for (int t = 0; t < c.Tq; t++)
+                    for (int s = t + 1; s < c.Tk; s++)
+                        ok &= c.att[(((size_t)b * c.H + h) * c.Tq + t) * c.Tk + s] == 0.0f;
+        VT_CHECK(ok, "causal attention put weight on a later key");
+    }
+    if (mode == 2) {
+        bool ok = true;
+        for (int i = 0; i < c.H * c.D; i++) ok &= c.out[i] == 0.0f;
+        VT_CHECK(ok, "cross-attention row with kv_len 0 is not zero");
+    }
+    vs_free(c.q), vs_free(c.k), vs_free(c.v), vs_free(c.out), vs_free(c.att), vs_free(c.r);
+    vs_free(dq), vs_free(dk), vs_free(dv), vs_free(datt);
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* element-wise activations */
+typedef struct {
+    int kind; /* 0 swiglu, 1 gelu tanh, 2 gelu erf, 3 quick gelu */
+    size_t n;
+    float *x, *y, *out, *r;
+} act_ctx;
+
+static double act_L(void *p) {
+    act_ctx *c = p;
+    switch (c->kind) {
+    case 0: vs_train_swiglu_forward(c->out, c->x, c->y, c->n); break;
+    case 1: vs_train_gelu_forward(c->out, c->x, c->n); break;
+    case 2: vs_train_gelu_erf_forward(c->out, c->x, c->n); break;
+    default: vs_train_quick_gelu_forward(c->out, c->x, c->n); break;
+    }
+    return dot_d(c->out, c->r, c->n);
+}
+
+static void test_activation(int kind) {
+    static const char *names[] = {"swiglu", "gelu (tanh)", "gelu (erf)", "quick-gelu"};
+    act_ctx c = {.kind = kind, .n = 40};
+    c.x = randn(c.n, 2), c.y = randn(c.n, 1), c.out = zeros(c.n), c.r = randn(c.n, 1);
+    float *dx = zeros(c.n), *dy = zeros(c.n);
+    switch (kind) {
+    case 0: vs_train_swiglu_backward(dx, dy, c.r, c.x, c.y, c.n); break;
+    case 1: vs_train_gelu_backward(dx, c.r, c.x, c.n); break;
+    case 2: vs_train_gelu_erf_backward(dx, c.r, c.x, c.n); break;
+    default: vs_train_quick_gelu_backward(dx, c.r, c.x, c.n); break;
+    }
+    check_grad(names[kind], kind == 0 ? "gate" : "inp", act_L, &c, c.x, c.n, dx);
+    if (kind == 0) check_grad(names[kind], "up", act_L, &c, c.y, c.n, dy);
+    vs_free(c.x), vs_free(c.y), vs_free(c.out), vs_free(c.r), vs_free(dx), vs_free(dy);
+}
+
+static void test_activation_values(void) {
+    /* spot values: gelu_tanh(1) = 0.841192, gelu_erf(1) = 0.841345, quick_gelu(1) = 0.845796 */
+    float x = 1.0f, y;
+    vs_train_gelu_forward(&y, &x, 1);
+    VT_CHECK_NEAR(y, 0.8411920, 1e-6, "gelu tanh(1)");
+    vs_train_gelu_erf_forward(&y, &x, 1);
+    VT_CHECK_NEAR(y, 0.8413447, 1e-6, "gelu erf(1)");
+    vs_train_quick_gelu_forward(&y, &x, 1);
+    VT_CHECK_NEAR(y, 0.8457957, 1e-6, "quick gelu(1)");
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* patch embedding, ViT token assembly, class-token drop */
+typedef struct {
+    vs_threadpool *tp;
+    int B, CH, S, P, C;
+    float *img, *w, *col, *out, *r;
+} patch_ctx;
+
+static double patch_L(void *p) {
+    patch_ctx *c = p;
+    vs_train_patch_embed_forward(c->tp, c->out, c->col, c->img, c->w, c->B, c->CH, c->S, c->P, c->C);
+    int NP = (c->S / c->P) * (c->S / c->P);
+    return dot_d(c->out, c->r, (size_t)c->B * NP * c->C);
+}
+
+static void test_patch_embed(vs_threadpool *tp) {
+    patch_ctx c = {.tp = tp, .B = 2, .CH = 3, .S = 6, .P = 3, .C = 5};
+    int NP = 4, K = c.CH * c.P * c.P;
+    size_t ni = (size_t)c.B * c.CH * c.S * c.S;
+    c.img = randn(ni, 1), c.w = randn((size_t)c.C * K, 0.3f), c.col = zeros((size_t)c.B * NP * K);
+    c.out = zeros((size_t)c.B * NP * c.C), c.r = randn((size_t)c.B * NP * c.C, 1);
+    float *dimg = zeros(ni), *dw = zeros((size_t)c.C * K);
+    patch_L(&c);
+    vs_train_patch_embed_backward(tp, dimg, dw, c.r, c.col, c.w, c.B, c.CH, c.S, c.P, c.C);
+    check_grad("patch embed", "w", patch_L, &c, c.w, (size_t)c.C * K, dw);
+    check_grad("patch embed", "img", patch_L, &c, c.img, ni, dimg);
+    /* the convolution itself: patch 3 (bottom right) of image 1, output channel 2 */
+    patch_L(&c);
+    {
+        double s = 0;
+        for (int ch = 0; ch < c.CH; ch++)
+            for (int y = 0; y < c.P; y++)
+                for (int x = 0; x < c.P; x++)
+                    s += (double)c.w[(size_t)2 * K + (ch * c.P + y) * c.P + x] *
+                         c.img[(((size_t)1 * c.CH + ch) * c.S + 3 + y) * c.S + 3 + x];
+        VT_CHECK_NEAR(c.out[((size_t)1 * NP + 3) * c.C + 2], s, 1e-4, "patch embed is a stride-P conv");
+    }
+    vs_free(c.img), vs_free(c.w), vs_free(c.col), vs_free(c.out), vs_free(c.r), vs_free(dimg), vs_free(dw);
+}
+
+typedef struct {
+    int B, NP, C;
+    float *patches, *cls, *pos, *out, *r;
+} vemb_ctx;
+
+static double vemb_L(void *p) {
+    vemb_ctx *c = p;
+    vs_train_vit_embed_forward(c->out, c->patches, c->cls, c->pos, c->B, c->NP, c->C);
+    return dot_d(c->out, c->r, (size_t)c->B * (c->NP + 1) * c->C);
+}
+
+static void test_vit_embed(void) {
+    vemb_ctx c = {.B = 2, .NP = 4, .C = 3};
+    size_t np = (size_t)c.B * c.NP * c.C, no = (size_t)c.B * (c.NP + 1) * c.C;
+    c.patches = randn(np, 1), c.cls = randn(c.C, 1), c.pos = randn((size_t)(c.NP + 1) * c.C, 1);
+    c.out = zeros(no), c.r = randn(no, 1);
+    float *dp = zeros(np), *dc = zeros(c.C), *dpos = zeros((size_t)(c.NP + 1) * c.C);
+    vs_train_vit_embed_backward(dp, dc, dpos, c.r, c.B, c.NP, c.C);
+    check_grad("vit embed", "patches", vemb_L, &c, c.patches, np, dp);
+    check_grad("vit embed", "cls", vemb_L, &c, c.cls, c.C, dc);
+    check_grad("vit embed", "pos", vemb_L, &c, c.pos, (size_t)(c.NP + 1) * c.C, dpos);
+    vs_free(c.patches), vs_free(c.cls), vs_free(c.pos), vs_free(c.out), vs_free(c.r);
+    vs_free(dp), vs_free(dc), vs_free(dpos);
+}
+
+typedef struct {
+    int B, NP, C;
+    float *inp, *out, *r;
+} drop_ctx;
+
+static double drop_L(void *p) {
+    drop_ctx *c = p;
+    vs_train_drop_cls_forward(c->out, c->inp, c->B, c->NP, c->C);
+    return dot_d(c->out, c->r, (size_t)c->B * c->NP * c->C);
+}
+
+static void test_drop_cls(void) {
+    drop_ctx c = {.B = 2, .NP = 3, .C = 4};
+    size_t ni = (size_t)c.B * (c.NP + 1) * c.C, no = (size_t)c.B * c.NP * c.C;
+    c.inp = randn(ni, 1), c.out = zeros(no), c.r = randn(no, 1);
+    float *di = zeros(ni);
+    vs_train_drop_cls_backward(di, c.r, c.B, c.NP, c.C);
+    check_grad("drop cls", "inp", drop_L, &c, c.inp, ni, di);
+    vs_free(c.inp), vs_free(c.out), vs_free(c.r), vs_free(di);
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* losses */
+typedef struct {
+    int kind; /* 0 xent, 1 soft xent, 2 kl, 3 smooth l1 */
+    int N, V;
+    const int32_t *targets;
+    const float *w;
+    float *logits, *probs, *p, *target;
+} loss_ctx;
+
+static double loss_L(void *q) {
+    loss_ctx *c = q;
+    switch (c->kind) {
+    case 0: return vs_train_xent_forward(c->probs, c->logits, c->targets, c->w, c->N, c->V);
+    case 1: return vs_train_soft_xent_forward(c->probs, c->logits, c->p, c->w, c->N, c->V);
+    case 2: return vs_train_kl_forward(c->probs, c->logits, c->p, c->w, c->N, c->V);
+    default: return vs_train_smooth_l1_forward(c->logits, c->target, c->w, c->N, c->V, 0.7f);
+    }
+}
+
+static void test_loss(int kind) {
+    static const char *names[] = {"xent (masked)", "soft xent", "kl", "smooth l1"};
+    static const int32_t targets[5] = {3, 0, 6, 6, 1};
+    static const float w[5] = {0.25f, 0.0f, 0.5f, 0.25f, 1.0f};
+    loss_ctx c = {.kind = kind, .N = 5, .V = 7, .targets = targets, .w = w};
+    size_t n = (size_t)c.N * c.V;
+    c.logits = randn(n, 1.5f), c.probs = zeros(n), c.p = zeros(n), c.target = randn(n, 1);
+    for (int r = 0; r < c.N; r++) { /* p: a softmax of random logits, with one exact zero */
+        double s = 0;
+        for (int v = 0; v < c.V; v++) s += c.p[r * c.V + v] = expf(vs_rng_normal(&g_rng));
+        for (int v = 0; v < c.V; v++) c.p[r * c.V + v] = (float)(c.p[r * c.V + v] / s);
+    }
+    { /* an exact zero in row 0, renormalised */
+        double s = 1.0 - c.p[2];
+        c.p[2] = 0.0f;
+        for (int v = 0; v < c.V; v++) c.p[v] = (float)(c.p[v] / s);
+    }
+    if (kind == 3) /* keep |pred - target| away from the kink at beta by more than the FD step */
+        for (size_t i = 0; i < n; i++) {
+            float d = c.logits[i] - c.target[i];
+            if (fabsf(fabsf(d) - 0.7f) < 0.05f) c.logits[i] += d > 0 ? 0.2f : -0.2f;
+        }
+    float *dl = zeros(n), *dt = zeros(n);
+    double L = loss_L(&c);
+    switch (kind) {
+    case 0: vs_train_xent_backward(dl, c.probs, targets, w, 1.0f, c.N, c.V); break;
+    case 1: vs_train_soft_xent_backward(dl, c.probs, c.p, w, 1.0f, c.N, c.V); break;
+    case 2: vs_train_kl_backward(dl, c.probs, c.p, w, 1.0f, c.N, c.V); break;
+    default: vs_train_smooth_l1_backward(dl, dt, c.logits, c.target, w, 1.0f, c.N, c.V, 0.7f); break;
+    }
+    check_grad(names[kind], kind == 3 ? "pred" : "logits", loss_L, &c, c.logits, n, dl);
+    if (kind == 3) check_grad(names[kind], "target", loss_L, &c, c.target, n, dt);
+    if (kind == 0) { /* value: the weighted sum of -log softmax at the targets */
+        double ref = 0;
+        for (int r = 0; r < c.N; r++) {
+            double mx = -1e30, s = 0;
+            for (int v = 0; v < c.V; v++) mx = fmax(mx, c.logits[r * c.V + v]);
+            for (int v = 0; v < c.V; v++) s += exp(c.logits[r * c.V + v] - mx);
+            ref += w[r] * (log(s) + mx - c.logits[r * c.V + targets[r]]);
+        }
+        VT_CHECK_NEAR(L, ref, 1e-5, "xent value");
+        bool zero_row = true; /* a row with weight 0 gets no gradient */
+        for (int v = 0; v < c.V; v++) zero_row &= dl[1 * c.V + v] == 0.0f;
+        VT_CHECK(zero_row, "masked row received a gradient");
+    }
+    if (kind == 2) { /* KL(p || p) = 0 */
+        loss_ctx c2 = c;
+        float *lp = zeros(n);
+        for (size_t i = 0; i < n; i++) lp[i] = c.p[i] > 0 ? logf(c.p[i]) : -1e4f;
+        c2.logits = lp;
+        VT_CHECK_NEAR(loss_L(&c2), 0.0, 1e-5, "KL(p || p) should be 0");
+        vs_free(lp);
+    }
+    vs_free(c.logits), vs_free(c.probs), vs_free(c.p), vs_free(c.target), vs_free(dl), vs_free(dt);
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* sgemm paths vs the reference */
+static void test_sgemm(vs_threadpool *tp) {
+    static const int dims[][3] = {{1, 1, 1}, {3, 5, 7}, {17, 33, 9}, {70, 300, 270}, {129, 65, 513}};
+    double worst = 0;
+    for (size_t d = 0; d < VS_ARRAY_LEN(dims); d++)
+        for (int t = 0; t < 4; t++) {
+            int m = dims[d][0], n = dims[d][1], k = dims[d][2];
+            bool ta = t & 1, tb = t & 2;
+            int lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 1, ldc = n + 2;
+            float *A = randn((size_t)(ta ? k : m) * lda, 1), *B = randn((size_t)(tb ? n : k) * ldb, 1);
+            float *C0 = randn((size_t)m * ldc, 1);
+            float *C1 = vs_malloc(sizeof(float) * m * ldc), *C2 = vs_malloc(sizeof(float) * m * ldc);
+            float *C3 = vs_malloc(sizeof(float) * m * ldc);
+            memcpy(C1, C0, sizeof(float) * m * ldc), memcpy(C2, C0, sizeof(float) * m * ldc);
+            memcpy(C3, C0, sizeof(float) * m * ldc);
+            float alpha = 0.75f, beta = d % 2 ? 0.5f : 0.0f;
+            vs_train_sgemm_ref(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C1, ldc);
+            vs_train_sgemm_blocked(tp, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C2, ldc);
+            vs_train_sgemm(tp, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C3, ldc);
+            double mx = 0, e2 = 0, e3 = 0;
+            bool pad_ok = true;
+            for (int i = 0; i < m; i++) {
+                for (int j = 0; j < n; j++) {
+                    size_t o = (size_t)i * ldc + j;
+                    mx = fmax(mx, fabs(C1[o]));
+                    e2 = fmax(e2, fabs(C2[o] - C1[o]));
+                    e3 = fmax(e3, fabs(C3[o] - C1[o]));
+                }
+                for (int j = n; j < ldc; j++) pad_ok &= C2[(size_t)i * ldc + j] == C0[(size_t)i * ldc + j];
+            }
+            double tol = 1e-6 * sqrt((double)k) * (mx > 1 ? mx : 1) + 1e-6;
+            VT_CHECK(e2 <= tol, "sgemm blocked %dx%dx%d ta=%d tb=%d err %g", m, n, k, ta, tb, e2);
+            VT_CHECK(e3 <= tol, "sgemm %s %dx%dx%d ta=%d tb=%d err %g", vs_train_sgemm_backend(), m, n, k,
+                     ta, tb, e3);
+            VT_CHECK(pad_ok, "sgemm blocked wrote past n in a row of C");
+            worst = fmax(worst, fmax(e2, e3) / (mx > 1 ? mx : 1));
+            vs_free(A), vs_free(B), vs_free(C0), vs_free(C1), vs_free(C2), vs_free(C3);
+        }
+    printf("sgemm (%s and blocked) vs reference: worst relative error %.2e\n", vs_train_sgemm_backend(),
+           worst);
+}
+
+/* The attention output and gradients are the same with 1 and 2 threads (fixed reduction order). */
+static void test_thread_invariance(vs_threadpool *tp) {
+    int B = 3, T = 6, H = 4, KVH = 2, D = 8;
+    size_t nq = (size_t)B * T * H * D, nk = (size_t)B * T * KVH * D, na = (size_t)B * H * T * T;
+    float *q = randn(nq, 1), *k = randn(nk, 1), *v = randn(nk, 1), *dout = randn(nq, 1);
+    float *o[2], *a[2], *dq[2], *dk[2], *dv[2], *datt = zeros(na);
+    for (int r = 0; r < 2; r++) {
+        o[r] = zeros(nq), a[r] = zeros(na), dq[r] = zeros(nq), dk[r] = zeros(nk), dv[r] = zeros(nk);
+        vs_threadpool *p = r ? tp : NULL;
+        vs_train_self_attention_forward(p, o[r], a[r], q, k, v, B, T, H, KVH, D, true);
+        vs_train_self_attention_backward(p, dq[r], dk[r], dv[r], datt, dout, a[r], q, k, v, B, T, H, KVH, D, true);
+    }
+    VT_CHECK(memcmp(o[0], o[1], nq * 4) == 0 && memcmp(dq[0], dq[1], nq * 4) == 0 &&
+                 memcmp(dk[0], dk[1], nk * 4) == 0 && memcmp(dv[0], dv[1], nk * 4) == 0,
+             "attention results depend on the thread count");
+    for (int r = 0; r < 2; r++) vs_free(o[r]), vs_free(a[r]), vs_free(dq[r]), vs_free(dk[r]), vs_free(dv[r]);
+    vs_free(q), vs_free(k), vs_free(v), vs_free(dout), vs_free(datt);
+}
+
+int main(void) {
+    vs_rng_seed(&g_rng, 1234);
+    vs_error err = {0};
+    vs_threadpool *tp = vs_threadpool_new(2, &err);
+    VT_REQUIRE(tp, "threadpool: %s", err.msg);
+
+    printf("gradient checks (central differences, h = %g, tolerance %g):\n", FD_EPS, GRAD_TOL);
+    test_linear(tp, true);
+    test_linear(NULL, false);
+    test_embed();
+    test_norm(false);
+    test_norm(true);
+    test_add();
+    test_rope();
+    test_attention(tp, 0);
+    test_attention(NULL, 1);
+    test_attention(tp, 2);
+    for (int k = 0; k < 4; k++) test_activation(k);
+    test_activation_values();
+    test_patch_embed(tp);
+    test_vit_embed();
+    test_drop_cls();
+    for (int k = 0; k < 4; k++) test_loss(k);
+    printf("worst relative error over all ops: %.2e\n", g_worst);
+    test_sgemm(tp);
+    test_thread_invariance(tp);
+
+    vs_threadpool_free(tp);
+    return vt_finish("train_grad");
+}
