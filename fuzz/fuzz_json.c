@@ -1,10 +1,13 @@
 /* Fuzz target for the strict JSON reader: any input must parse or fail cleanly; a parsed document is
- * written back with the writer and must re-parse to an equal tree (reader/writer agree). */
+ * written back with the writer and must re-parse to an equal tree (reader/writer agree). The same
+ * input is also read as a world dataset record (docs/world.md); a record that loads is run through
+ * the checker, which must cope with any query the record holds. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "json.h"
+#include "world.h"
 
 static void write_tree(vs_json_writer *w, const vs_json *v) {
     switch (v->type) {
@@ -52,7 +55,30 @@ static int same(const vs_json *a, const vs_json *b) {
     return 0;
 }
 
+static void world_record(const uint8_t *data, size_t size) {
+    vs_error err;
+    vs_world_sample s;
+    if (vs_world_sample_from_json((const char *)data, size, NULL, "fuzz", &s, &err) != VS_OK) {
+        if (err.msg[0] == 0) abort();
+        return;
+    }
+    for (int t = 0; t < s.n_turns; t++) {
+        char buf[128];
+        vs_world_verdict v;
+        vs_world_expected(&s, t, buf, sizeof(buf), &err);
+        vs_world_check(&s, t, s.turns[t].assistant, &v);
+        vs_world_check(&s, t, "yes no 3 red star top left LAMP K answer is", &v);
+    }
+    char *p = vs_world_prompt(&s, s.n_turns - 1, true);
+    vs_free(p);
+    size_t n;
+    char *js = vs_world_sample_to_json(&s, &n);
+    vs_free(js);
+    vs_world_sample_clear(&s);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    world_record(data, size);
     vs_error err;
     vs_json_doc *d = vs_json_parse((const char *)data, size, "fuzz", &err);
     if (!d) {

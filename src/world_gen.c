@@ -180,6 +180,15 @@ static void closing_remark(gen *g, wsb *b, int kind, unsigned *used) {
     int k = rnd(g, 4);
     while (*used & (1u << k)) k = (k + 1) & 3;
     *used |= 1u << k;
+    if (kind == REMARK_NEUTRAL) {
+        switch (k) {
+        case 0: wsb_say(b, g->r, " {I hope this helps|I hope this answers your question}."); break;
+        case 1: wsb_say(b, g->r, " {Let me know if you want more detail|Feel free to ask a follow-up question}."); break;
+        case 2: wsb_say(b, g->r, " {Every step above follows from the previous step|Each step of the reasoning is shown above}, so {the result is easy to check|it is easy to verify}."); break;
+        default: wsb_say(b, g->r, " {That is the complete reasoning|This covers the whole reasoning} {behind the result|for this question}."); break;
+        }
+        return;
+    }
     if (k == 0) {
         wsb_say(b, g->r, " I {checked|looked at} the {whole|entire} {image|picture} {carefully|once more} to be sure.");
         return;
@@ -189,10 +198,6 @@ static void closing_remark(gen *g, wsb *b, int kind, unsigned *used) {
         return;
     }
     switch (kind) {
-    case REMARK_NEUTRAL:
-        if (k == 2) wsb_say(b, g->r, " {I hope this helps|I hope this answers your question}.");
-        else wsb_say(b, g->r, " {Let me know if you want more detail|Feel free to ask a follow-up question}.");
-        break;
     case REMARK_SHAPES:
         if (k == 2) wsb_say(b, g->r, " {Each shape|Every object} {stands out clearly|is easy to tell apart} against the background.");
         else wsb_say(b, g->r, " {The shapes|The objects} do not overlap, which makes {them|the scene} {easy|simple} to read.");
@@ -295,7 +300,7 @@ static void turn_describe(gen *g, int img, vs_world_turn *t, vs_world_turn_kind 
         default: wsb_say(&a, g->r, " The background has a light texture, and nothing else {appears|is visible} in the image."); break;
         }
     }
-    pad_answer(g, &a, 34, REMARK_SHAPES);
+    pad_answer(g, &a, 36, REMARK_SHAPES);
     vs_world_query q = query_new(VS_Q_DESCRIBE, img);
     bool want[VS_WORLD_N_SHAPES * VS_WORLD_N_COLORS] = {0};
     for (int i = 0; i < n; i++) want[sc->objects[i].shape * VS_WORLD_N_COLORS + sc->objects[i].color] = true;
@@ -564,7 +569,7 @@ static void turn_vqa(gen *g, int img, vs_world_turn *t, vs_world_turn_kind kind)
     else vqa_relation(g, sc, img, &qb, &a, &q, ans);
     user_tabed(&u, qb.p);
     wsb_free(&qb);
-    pad_answer(g, &a, 34, REMARK_SHAPES);
+    pad_answer(g, &a, 36, REMARK_SHAPES);
     set_turn(t, kind, img, 1, &u, &a, ans, &q);
 }
 
@@ -653,7 +658,7 @@ static void turn_pope(gen *g, int img, vs_world_turn *t, vs_world_turn_kind kind
         if (yes) wsb_say(&a, g->r, " The %s is among them, so the answer is yes.", what);
         else wsb_say(&a, g->r, " None of them is %s %s, so the answer is no.", article(what), what);
     }
-    pad_answer(g, &a, 34, REMARK_SHAPES);
+    pad_answer(g, &a, 36, REMARK_SHAPES);
     set_turn(t, kind, img, 1, &u, &a, yes ? "yes" : "no", &q);
 }
 
@@ -802,7 +807,7 @@ static void turn_ocr(gen *g, int img, vs_world_turn *t, vs_world_turn_kind kind)
     }
     user_tabed(&u, qb.p);
     wsb_free(&qb);
-    pad_answer(g, &a, 34, REMARK_GLYPH);
+    pad_answer(g, &a, 36, REMARK_GLYPH);
     set_turn(t, kind, img, 1, &u, &a, ans, &q);
 }
 
@@ -945,7 +950,7 @@ static void turn_chart(gen *g, int img, vs_world_turn *t, vs_world_turn_kind kin
     }
     user_tabed(&u, qb.p);
     wsb_free(&qb);
-    pad_answer(g, &a, 34, REMARK_CHART);
+    pad_answer(g, &a, 36, REMARK_CHART);
     set_turn(t, kind, img, 1, &u, &a, ans, &q);
 }
 
@@ -1113,7 +1118,7 @@ static void turn_diff(gen *g, vs_world_turn *t) {
         }
         wsb_say(&a, g->r, " {No other changes are needed.|Leave everything else as it is.|The other objects stay as they are.}");
     }
-    pad_answer(g, &a, 34, REMARK_SHAPES);
+    pad_answer(g, &a, 36, REMARK_SHAPES);
     vs_world_query q = query_new(VS_Q_DIFF, 0);
     q.image2 = 1;
     bool want[VS_WORLD_N_SHAPES * VS_WORLD_N_COLORS] = {0};
@@ -1214,7 +1219,12 @@ static void turn_story(gen *g, vs_world_turn *t) {
         int c = last->objects[i].cell, d = abs(c / 3 - end / 3) + abs(c % 3 - end % 3);
         if (d == 1) buddy = i;
     }
-    wsb_say(&a, g->r, "^In the {last|final} picture, the %s %s {reaches|arrives at|ends up in} the %s", hc, hs, vs_world_cell_name(end));
+    if (chance(g, 0.6))
+        wsb_say(&a, g->r, "^{In the last picture|In the final image|At the end of the story|When the story ends|In the fifth picture}, the %s %s {reaches|arrives at|ends up in} the %s",
+                hc, hs, vs_world_cell_name(end));
+    else
+        wsb_say(&a, g->r, "^{Finally|At last|In the end}, the %s %s {reaches|arrives at|makes it to} the %s{ in the last picture| in the final image|}", hc, hs,
+                vs_world_cell_name(end));
     if (buddy >= 0)
         wsb_say(&a, g->r, ", right next to the %s %s", vs_world_color_name(last->objects[buddy].color), vs_world_shape_name(last->objects[buddy].shape));
     wsb_puts(&a, ".");
@@ -1225,7 +1235,7 @@ static void turn_story(gen *g, vs_world_turn *t) {
                 vs_world_shape_name(friend.shape));
     if (chance(g, 0.4)) wsb_say(&a, g->r, " That is how the {adventure|journey} of the %s %s ends.", hc, hs);
     else wsb_say(&a, g->r, " {The story ends happily.|And so the little journey comes to an end.|Its adventure is over for today.}");
-    pad_answer(g, &a, 34, REMARK_SHAPES);
+    pad_answer(g, &a, 36, REMARK_SHAPES);
     vs_world_query q = query_new(VS_Q_STORY, 0);
     q.sel.shape = H->shape;
     q.sel.color = H->color;
@@ -1304,6 +1314,7 @@ static void turn_arith(gen *g, vs_world_turn *t, vs_world_turn_kind kind) {
     wsb_say(&a, g->r, " {So|Therefore|In the end}, %s has %lld %s, and the answer is %lld.", who, (long long)cur, item, (long long)cur);
     char ans[32];
     snprintf(ans, sizeof(ans), "%lld", (long long)cur);
+    pad_answer(g, &a, 34, REMARK_NEUTRAL);
     set_turn(t, kind, 0, 0, &u, &a, ans, &q);
 }
 
@@ -1311,7 +1322,7 @@ static void entity_blurb(gen *g, wsb *a, const world_entity *e, int skip_attr) {
     int order[WATTR_N] = {0, 1, 2, 3, 4, 5};
     shuffle_int(g, order, WATTR_N);
     int said = 0;
-    for (int k = 0; k < WATTR_N && said < 2; k++) {
+    for (int k = 0; k < WATTR_N && said < 3; k++) {
         int at = order[k];
         if (at == skip_attr) continue;
         switch (at) {
@@ -1433,7 +1444,7 @@ static void turn_fact(gen *g, vs_world_turn *t, vs_world_turn_kind kind) {
             }
         }
     }
-    pad_answer(g, &a, 0, REMARK_NEUTRAL);
+    pad_answer(g, &a, 34, REMARK_NEUTRAL);
     set_turn(t, kind, 0, 0, &u, &a, ans, &q);
 }
 
@@ -1577,7 +1588,7 @@ static bool followup(gen *g, vs_world_turn *t) {
         wsb_say(&a, g->r, " {This follows from|I based this on} {what I saw in the image|the image} and {the reasoning in|the explanation of} my previous {answer|reply}.");
         break;
     }
-    pad_answer(g, &a, 30, REMARK_NEUTRAL);
+    pad_answer(g, &a, 34, REMARK_NEUTRAL);
     set_turn(t, VS_TURN_FOLLOWUP, g->s->n_images, 0, &u, &a, ans, &q);
     return true;
 }

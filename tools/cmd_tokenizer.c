@@ -1,0 +1,117 @@
+/* vlmspec tokenizer: tokenizer tools.
+ *   tokenizer train --data DIR [--vocab N] [--min-count N] -o TOKENIZER.gguf
+ * Trains a byte-level BPE (GPT-2 pre-tokeniser) on the world's training texts (train.jsonl and
+ * captions.jsonl: every conversation rendered as its prompt with answers) and writes it as GGUF
+ * tokenizer metadata. */
+#include <stdio.h>
+#include <string.h>
+
+#include "bpe_train.h"
+#include "cli.h"
+#include "world.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: vlmspec tokenizer train --data DIR [--vocab N] [--min-count N] [--name NAME] -o TOKENIZER.gguf\n"
+            "\n"
+            "train   byte-level BPE on the generated world's training split and captions (docs/world.md);\n"
+            "        writes tokenizer.ggml.* (model gpt2, pre gpt-2) with <unk>=0 <s>=1 </s>=2 <image>=3.\n"
+            "  --data DIR       dataset directory written by 'vlmspec data gen'\n"
+            "  --vocab N        vocabulary size including 4 special and 256 byte tokens (default 2048)\n"
+            "  --min-count N    never merge pairs seen fewer than N times (default 2)\n"
+            "  --name NAME      general.name (default vlmspec-world-bpe-N)\n"
+            "  -o PATH          output GGUF\n");
+}
+
+static vs_status add_split(vs_bpe_trainer *t, const char *dir, const char *split, int64_t *n_texts, vs_error *err) {
+    vs_world_dataset *d = vs_world_load(dir, split, VS_WORLD_ALL_SUITES, err);
+    if (!d) return err->code;
+    vs_status st = VS_OK;
+    for (int64_t i = 0; i < d->n && !st; i++) {
+        const vs_world_sample *s = &d->samples[i];
+        char *p = vs_world_prompt(s, s->n_turns - 1, true);
+        if (!p) {
+            st = vs_error_set(err, VS_ERR_NOMEM, "out of memory");
+            break;
+        }
+        st = vs_bpe_add_text(t, p, strlen(p), err);
+        vs_free(p);
+        (*n_texts)++;
+    }
+    vs_world_dataset_free(d);
+    return st;
+}
+
+static int cmd_train(int argc, char **argv) {
+    const char *data = NULL, *out = NULL, *name = NULL;
+    int64_t vocab = 2048, min_count = 2;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (!strcmp(a, "--data")) {
+            if (!(data = cli_value("tokenizer train", argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "-o") || !strcmp(a, "--out")) {
+            if (!(out = cli_value("tokenizer train", argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--name")) {
+            if (!(name = cli_value("tokenizer train", argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--vocab")) {
+            if (!(v = cli_value("tokenizer train", argc, argv, &i)) || !cli_parse_i64("tokenizer train", a, v, 260, 1 << 20, &vocab))
+                return 2;
+        } else if (!strcmp(a, "--min-count")) {
+            if (!(v = cli_value("tokenizer train", argc, argv, &i)) || !cli_parse_i64("tokenizer train", a, v, 2, 1 << 30, &min_count))
+                return 2;
+        } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        } else {
+            fprintf(stderr, "vlmspec tokenizer train: unknown option '%s'\n", a);
+            return 2;
+        }
+    }
+    if (!data || !out) {
+        fprintf(stderr, "vlmspec tokenizer train: --data DIR and -o PATH are required\n");
+        return 2;
+    }
+    vs_error err;
+    double t0 = vs_time_now();
+    vs_bpe_trainer *t = vs_bpe_trainer_new(&err);
+    if (!t) return cli_fail_err("tokenizer train", &err);
+    int64_t n_texts = 0;
+    if (add_split(t, data, "train", &n_texts, &err) != VS_OK || add_split(t, data, "captions", &n_texts, &err) != VS_OK) {
+        vs_bpe_trainer_free(t);
+        return cli_fail_err("tokenizer train", &err);
+    }
+    int64_t n_distinct, n_total;
+    vs_bpe_corpus_size(t, &n_distinct, &n_total);
+    double t1 = vs_time_now();
+    vs_bpe_vocab v;
+    if (vs_bpe_train(t, vocab, min_count, &v, &err) != VS_OK) {
+        vs_bpe_trainer_free(t);
+        return cli_fail_err("tokenizer train", &err);
+    }
+    double t2 = vs_time_now();
+    vs_bpe_trainer_free(t);
+    char defname[64];
+    snprintf(defname, sizeof(defname), "vlmspec-world-bpe-%lld", (long long)vocab);
+    vs_status st = vs_bpe_write_gguf(&v, out, name ? name : defname, &err);
+    if (st == VS_OK)
+        printf("wrote %s: %lld tokens (%lld merges) from %lld texts (%lld pre-tokens, %lld distinct); "
+               "counting %.2f s, merging %.2f s\n",
+               out, (long long)v.n_vocab, (long long)v.n_merges, (long long)n_texts, (long long)n_total, (long long)n_distinct,
+               t1 - t0, t2 - t1);
+    if (st == VS_OK && v.n_vocab < vocab)
+        printf("note: the corpus ran out of pairs seen %lld+ times before reaching %lld tokens\n", (long long)min_count,
+               (long long)vocab);
+    vs_bpe_vocab_free(&v);
+    return st == VS_OK ? 0 : cli_fail_err("tokenizer train", &err);
+}
+
+int vs_cmd_tokenizer(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    if (!strcmp(argv[1], "train")) return cmd_train(argc - 1, argv + 1);
+    fprintf(stderr, "vlmspec tokenizer: unknown subcommand '%s'\n", argv[1]);
+    usage(stderr);
+    return 2;
+}
