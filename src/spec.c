@@ -1,0 +1,811 @@
+/* spec: the speculative engine (see spec.h). Sections: prompts and params, the run log, statistics,
+ * the engine (prefill, one block: propose -> verify -> accept -> roll back -> commit), timing. */
+#include "spec.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------------------------------------
+ * Prompts and parameters */
+
+int64_t vs_spec_prompt_rows(const vs_spec_prompt *p) {
+    int64_t n = 0;
+    for (int32_t i = 0; p && i < p->n_seg; i++) n += p->seg[i].n > 0 ? p->seg[i].n : 0;
+    return n;
+}
+
+vs_status vs_spec_prompt_check(const vs_spec_prompt *p, int32_t n_vocab, vs_error *err) {
+    if (!p || p->n_seg < 0 || (p->n_seg > 0 && !p->seg))
+        return vs_error_set(err, VS_ERR_INVALID, "prompt: no segments");
+    if (p->n_images < 0 || (p->n_images > 0 && !p->images))
+        return vs_error_set(err, VS_ERR_INVALID, "prompt: %d images but no feature list", p->n_images);
+    int64_t rows = 0;
+    for (int32_t i = 0; i < p->n_seg; i++) {
+        const vs_spec_segment *s = &p->seg[i];
+        if (s->n < 0) return vs_error_set(err, VS_ERR_INVALID, "prompt: segment %d has %d rows", i, s->n);
+        if (s->kind == VS_SPEC_SEG_TEXT) {
+            if (s->n > 0 && !s->tokens)
+                return vs_error_set(err, VS_ERR_INVALID, "prompt: text segment %d has no tokens", i);
+            for (int32_t j = 0; j < s->n; j++)
+                if (s->tokens[j] < 0 || s->tokens[j] >= n_vocab)
+                    return vs_error_set(err, VS_ERR_INVALID,
+                                        "prompt: segment %d: token %d is outside the vocabulary [0, %d)", i,
+                                        s->tokens[j], n_vocab);
+        } else if (s->kind == VS_SPEC_SEG_IMAGE) {
+            if (s->n > 0 && !s->embd)
+                return vs_error_set(err, VS_ERR_INVALID, "prompt: image segment %d has no embedding rows", i);
+            if (s->image < -1 || s->image >= p->n_images)
+                return vs_error_set(err, VS_ERR_INVALID, "prompt: image segment %d names image %d of %d", i,
+                                    s->image, p->n_images);
+            if (s->image >= 0 && !p->images[s->image])
+                return vs_error_set(err, VS_ERR_INVALID, "prompt: image %d has no features", s->image);
+        } else {
+            return vs_error_set(err, VS_ERR_INVALID, "prompt: segment %d has unknown kind %d", i, (int)s->kind);
+        }
+        rows += s->n;
+    }
+    if (rows < 1) return vs_error_set(err, VS_ERR_INVALID, "prompt: empty (no rows)");
+    if (rows > INT32_MAX / 2) return vs_error_set(err, VS_ERR_RANGE, "prompt: %lld rows", (long long)rows);
+    return VS_OK;
+}
+
+vs_spec_params vs_spec_params_default(void) {
+    vs_spec_params p;
+    memset(&p, 0, sizeof(p));
+    p.gamma = 0;
+    p.n_predict = 128;
+    p.sampling = vs_sampler_params_default();
+    return p;
+}
+
+void vs_spec_drafter_free(vs_spec_drafter *d) {
+    if (d && d->vt && d->vt->free) d->vt->free(d);
+}
+
+const char *vs_spec_stop_name(vs_spec_stop s) {
+    switch (s) {
+    case VS_SPEC_STOP_NONE: return "none";
+    case VS_SPEC_STOP_EOS: return "eos";
+    case VS_SPEC_STOP_LIMIT: return "limit";
+    case VS_SPEC_STOP_CONTEXT: return "context";
+    case VS_SPEC_STOP_CALLBACK: return "callback";
+    }
+    return "?";
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Run log */
+
+void vs_spec_log_init(vs_spec_log *log) { memset(log, 0, sizeof(*log)); }
+
+void vs_spec_log_free(vs_spec_log *log) {
+    vs_free(log->tokens);
+    vs_free(log->blocks);
+    vs_spec_log_init(log);
+}
+
+void vs_spec_log_reset(vs_spec_log *log) {
+    int32_t *t = log->tokens;
+    vs_spec_block *b = log->blocks;
+    int32_t ct = log->cap_tokens, cb = log->cap_blocks;
+    vs_spec_log_init(log);
+    log->tokens = t, log->blocks = b, log->cap_tokens = ct, log->cap_blocks = cb;
+}
+
+vs_status vs_spec_log_add_block(vs_spec_log *log, const vs_spec_block *b, vs_error *err) {
+    if (log->n_blocks == log->cap_blocks) {
+        int32_t cap = log->cap_blocks ? log->cap_blocks * 2 : 64;
+        vs_spec_block *nb = vs_realloc(log->blocks, sizeof(*nb) * (size_t)cap);
+        if (!nb) return vs_error_set(err, VS_ERR_NOMEM, "spec log: out of memory");
+        log->blocks = nb, log->cap_blocks = cap;
+    }
+    log->blocks[log->n_blocks++] = *b;
+    return VS_OK;
+}
+
+vs_status vs_spec_log_add_tokens(vs_spec_log *log, const int32_t *t, int32_t n, vs_error *err) {
+    if (n <= 0) return VS_OK;
+    if (log->n_tokens + n > log->cap_tokens) {
+        int32_t cap = log->cap_tokens ? log->cap_tokens : 64;
+        while (cap < log->n_tokens + n) cap *= 2;
+        int32_t *nt = vs_realloc(log->tokens, sizeof(*nt) * (size_t)cap);
+        if (!nt) return vs_error_set(err, VS_ERR_NOMEM, "spec log: out of memory");
+        log->tokens = nt, log->cap_tokens = cap;
+    }
+    memcpy(log->tokens + log->n_tokens, t, sizeof(*t) * (size_t)n);
+    log->n_tokens += n;
+    return VS_OK;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Statistics (pure functions of logs) */
+
+static double ratio(double a, double b) { return b > 0 ? a / b : 0; }
+
+void vs_spec_stats_compute(const vs_spec_log *log, const vs_spec_log *baseline, vs_spec_stats *o) {
+    memset(o, 0, sizeof(*o));
+    const int G = VS_MIN(VS_MAX(log->gamma, 0), VS_SPEC_MAX_GAMMA);
+    o->gamma = log->gamma;
+    o->n_blocks = log->n_blocks;
+    o->n_tokens = log->n_tokens;
+    int64_t steps = 0, n_eval = 0, n_full = 0;
+    double t_full = 0;
+    for (int32_t i = 0; i < log->n_blocks; i++) {
+        const vs_spec_block *b = &log->blocks[i];
+        o->n_drafted += b->n_draft;
+        o->n_accepted += b->n_accept;
+        n_eval += b->n_eval;
+        steps += b->n_steps;
+        o->t_draft += b->t_draft;
+        o->t_verify += b->t_verify;
+        o->hist[VS_MIN(VS_MAX(b->n_accept, 0), VS_SPEC_MAX_GAMMA)]++;
+        /* position n (1-based) was decided in this block when n <= n_eval; accepted when n <= n_accept */
+        for (int32_t n = 1; n <= VS_MIN(b->n_eval, VS_SPEC_MAX_GAMMA); n++) {
+            o->n_alpha_den[n - 1]++;
+            if (n <= b->n_accept) o->n_alpha_num[n - 1]++;
+        }
+        if (log->gamma > 0 && b->n_draft == log->gamma) n_full++, t_full += b->t_verify;
+    }
+    for (int n = 0; n < VS_SPEC_MAX_GAMMA; n++)
+        o->n_alpha[n] = o->n_alpha_den[n] > 0 ? (double)o->n_alpha_num[n] / (double)o->n_alpha_den[n] : -1;
+    (void)G;
+    o->tau = ratio(log->n_tokens, log->n_blocks);
+    o->accept_rate = ratio((double)o->n_accepted, (double)n_eval);
+    o->draft_accept_rate = ratio((double)o->n_accepted, (double)o->n_drafted);
+    o->t_vision = log->t_vision;
+    o->t_prefill = log->t_prefill;
+    o->t_draft_prefill = log->t_draft_prefill;
+    o->t_decode = log->t_decode;
+    o->t_total = log->t_total;
+    o->tok_s_decode = ratio(log->n_tokens, log->t_decode);
+    o->tok_s_total = ratio(log->n_tokens, log->t_total);
+    o->tq = ratio(o->t_draft, (double)steps);
+    o->tp = log->tp_step;
+    if (o->tp <= 0 && baseline && baseline->n_blocks > 0) {
+        /* a target-only run: every block is one single-row step */
+        double t = 0;
+        for (int32_t i = 0; i < baseline->n_blocks; i++) t += baseline->blocks[i].t_verify;
+        o->tp = t / baseline->n_blocks;
+    }
+    o->tp_verify = log->tp_verify > 0 ? log->tp_verify : ratio(t_full, (double)n_full);
+    if (o->tq > 0 && o->tp > 0) o->est_tabed = o->tau / (log->gamma * o->tq / o->tp + 1);
+    if (o->tq > 0 && o->tp > 0 && o->tp_verify > 0)
+        o->est_tabed_cpu = o->tau / (log->gamma * o->tq / o->tp + o->tp_verify / o->tp);
+    if (baseline) {
+        o->has_baseline = true;
+        o->base_tok_s_decode = ratio(baseline->n_tokens, baseline->t_decode);
+        o->base_tok_s_total = ratio(baseline->n_tokens, baseline->t_total);
+        double base_dec = ratio(baseline->t_decode, baseline->n_tokens), dec = ratio(log->t_decode, log->n_tokens);
+        double base_tot = ratio(baseline->t_total, baseline->n_tokens), tot = ratio(log->t_total, log->n_tokens);
+        o->speedup_decode = ratio(base_dec, dec);
+        o->speedup_total = ratio(base_tot, tot);
+    }
+}
+
+void vs_spec_stats_print(const vs_spec_stats *s, FILE *f) {
+    fprintf(f, "tokens %d in %d blocks, gamma %d: tau %.3f, acceptance %.3f (%lld of %lld drafted accepted)\n",
+            s->n_tokens, s->n_blocks, s->gamma, s->tau, s->accept_rate, (long long)s->n_accepted,
+            (long long)s->n_drafted);
+    if (s->gamma > 0) {
+        fprintf(f, "n-alpha:");
+        for (int n = 0; n < VS_MIN(s->gamma, VS_SPEC_MAX_GAMMA); n++) {
+            if (s->n_alpha[n] < 0) fprintf(f, " %d:-", n + 1);
+            else fprintf(f, " %d:%.3f", n + 1, s->n_alpha[n]);
+        }
+        fprintf(f, "\naccepted-length histogram:");
+        for (int n = 0; n <= VS_MIN(s->gamma, VS_SPEC_MAX_GAMMA); n++) fprintf(f, " %d:%lld", n, (long long)s->hist[n]);
+        fprintf(f, "\n");
+    }
+    fprintf(f, "times (s): vision %.3f, prefill %.3f (draft %.3f), drafting %.3f, verification %.3f, "
+               "decode %.3f, total %.3f\n",
+            s->t_vision, s->t_prefill, s->t_draft_prefill, s->t_draft, s->t_verify, s->t_decode, s->t_total);
+    fprintf(f, "speed: %.2f tokens/s decode, %.2f tokens/s end-to-end\n", s->tok_s_decode, s->tok_s_total);
+    if (s->gamma > 0)
+        fprintf(f, "Tq %.3f ms (draft step), Tp %.3f ms (target step), Tp(gamma+1) %.3f ms (verify pass)\n",
+                s->tq * 1e3, s->tp * 1e3, s->tp_verify * 1e3);
+    if (s->gamma > 0 && s->est_tabed > 0)
+        fprintf(f, "estimated speedup (TABED eq. 1): %.3f; with verification cost: %.3f\n", s->est_tabed,
+                s->est_tabed_cpu);
+    if (s->has_baseline)
+        fprintf(f, "target-only: %.2f tokens/s decode, %.2f end-to-end; measured speedup %.3f decode-only, "
+                   "%.3f end-to-end\n",
+                s->base_tok_s_decode, s->base_tok_s_total, s->speedup_decode, s->speedup_total);
+}
+
+void vs_spec_stats_json(const vs_spec_stats *s, FILE *f) {
+    fprintf(f, "{\"gamma\":%d,\"tokens\":%d,\"blocks\":%d,\"drafted\":%lld,\"accepted\":%lld,\"tau\":%.6g,"
+               "\"acceptance\":%.6g,\"n_alpha\":[",
+            s->gamma, s->n_tokens, s->n_blocks, (long long)s->n_drafted, (long long)s->n_accepted, s->tau,
+            s->accept_rate);
+    for (int n = 0; n < VS_MIN(VS_MAX(s->gamma, 0), VS_SPEC_MAX_GAMMA); n++) {
+        if (s->n_alpha[n] < 0) fprintf(f, "%snull", n ? "," : "");
+        else fprintf(f, "%s%.6g", n ? "," : "", s->n_alpha[n]);
+    }
+    fprintf(f, "],\"accepted_hist\":[");
+    for (int n = 0; n <= VS_MIN(VS_MAX(s->gamma, 0), VS_SPEC_MAX_GAMMA); n++)
+        fprintf(f, "%s%lld", n ? "," : "", (long long)s->hist[n]);
+    fprintf(f, "],\"t_vision\":%.6g,\"t_prefill\":%.6g,\"t_draft_prefill\":%.6g,\"t_draft\":%.6g,"
+               "\"t_verify\":%.6g,\"t_decode\":%.6g,\"t_total\":%.6g,\"tok_s_decode\":%.6g,\"tok_s_total\":%.6g,"
+               "\"tq\":%.6g,\"tp\":%.6g,\"tp_verify\":%.6g,\"est_tabed\":%.6g,\"est_tabed_cpu\":%.6g",
+            s->t_vision, s->t_prefill, s->t_draft_prefill, s->t_draft, s->t_verify, s->t_decode, s->t_total,
+            s->tok_s_decode, s->tok_s_total, s->tq, s->tp, s->tp_verify, s->est_tabed, s->est_tabed_cpu);
+    if (s->has_baseline)
+        fprintf(f, ",\"base_tok_s_decode\":%.6g,\"base_tok_s_total\":%.6g,\"speedup_decode\":%.6g,"
+                   "\"speedup_total\":%.6g",
+                s->base_tok_s_decode, s->base_tok_s_total, s->speedup_decode, s->speedup_total);
+    fprintf(f, "}");
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * The engine */
+
+struct vs_spec {
+    vs_lm *lm;
+    vs_kv *kv;
+    vs_threadpool *tp;
+    const vs_tokenizer *tok;
+    int32_t n_vocab, n_embd, n_ctx, n_batch;
+    int32_t *hist;       /* [n_ctx] what each cached row holds: token id, or -1 for an embedding row */
+    vs_sampler *sampler; /* the target's sampler (acceptance tests, corrections, bonus tokens) */
+
+    /* per-request scratch, grown on demand for cap nodes */
+    int32_t cap;
+    vs_spec_proposal prop;
+    vs_lm_row *rows;       /* [cap + 1] */
+    int32_t *anc;          /* [(cap + 1) * (cap + 1)] ancestor lists (trees) */
+    float *logits;         /* [cap + 1][n_vocab] */
+    float *p;              /* [n_vocab] target distribution of the current row */
+    float *resid;          /* [n_vocab] residual max(0, p - q) */
+    int32_t *acc_nodes;    /* [cap] */
+    int32_t *acc_tokens;   /* [cap + 1] accepted tokens + the next one (emission buffer) */
+    int32_t *slots;        /* [cap] cache slots of the accepted path */
+    float *hidden;         /* [max(cap + 1, n_batch)][n_embd] when a drafter wants features */
+    float **layer_hidden;  /* [n_layers] of the same size */
+    int32_t n_layer_buf, hidden_rows;
+    int32_t *feat_tokens;  /* [max(cap + 1, n_batch)] */
+};
+
+vs_spec *vs_spec_new(vs_lm *target, const vs_spec_config *cfg, vs_error *err) {
+    if (!target) {
+        vs_error_set(err, VS_ERR_INVALID, "spec: no target model");
+        return NULL;
+    }
+    vs_spec_config def = {0};
+    if (!cfg) cfg = &def;
+    const vs_lm_config *c = vs_lm_cfg(target);
+    vs_spec *s = vs_calloc(1, sizeof(*s));
+    if (!s) {
+        vs_error_set(err, VS_ERR_NOMEM, "spec: out of memory");
+        return NULL;
+    }
+    s->lm = target;
+    s->tp = cfg->tp;
+    s->tok = cfg->tok;
+    s->n_vocab = c->n_vocab;
+    s->n_embd = c->n_embd;
+    s->n_ctx = cfg->n_ctx > 0 ? cfg->n_ctx : c->n_ctx_train;
+    s->n_batch = cfg->n_batch > 0 ? cfg->n_batch : 512;
+    vs_type kt = cfg->kv_type == VS_TYPE_F16 ? VS_TYPE_F16 : VS_TYPE_F32;
+    if (cfg->kv_type != VS_TYPE_F16 && cfg->kv_type != VS_TYPE_F32) {
+        vs_error_set(err, VS_ERR_INVALID, "spec: KV cache type must be F32 or F16");
+        vs_free(s);
+        return NULL;
+    }
+    if (s->tok && vs_tokenizer_n_vocab(s->tok) > s->n_vocab) {
+        vs_error_set(err, VS_ERR_INVALID, "spec: tokenizer has %d tokens but the target %s has %d",
+                     vs_tokenizer_n_vocab(s->tok), vs_gguf_name(vs_lm_gguf(target)), s->n_vocab);
+        vs_free(s);
+        return NULL;
+    }
+    s->kv = vs_lm_kv_new(target, 1, s->n_ctx, kt, err);
+    s->hist = vs_malloc(sizeof(int32_t) * (size_t)s->n_ctx);
+    vs_sampler_params sp = vs_sampler_params_default();
+    s->sampler = vs_sampler_new(s->n_vocab, &sp, err);
+    s->p = vs_malloc(sizeof(float) * (size_t)s->n_vocab);
+    s->resid = vs_malloc(sizeof(float) * (size_t)s->n_vocab);
+    if (!s->kv || !s->hist || !s->sampler || !s->p || !s->resid) {
+        if (s->kv && s->sampler) vs_error_set(err, VS_ERR_NOMEM, "spec: out of memory");
+        vs_spec_free(s);
+        return NULL;
+    }
+    return s;
+}
+
+static void free_scratch(vs_spec *s) {
+    vs_free(s->prop.token), vs_free(s->prop.parent), vs_free(s->prop.depth), vs_free(s->prop.q_row);
+    vs_free(s->prop.q);
+    vs_free(s->rows), vs_free(s->anc), vs_free(s->logits), vs_free(s->acc_nodes), vs_free(s->acc_tokens);
+    vs_free(s->slots);
+    memset(&s->prop, 0, sizeof(s->prop));
+    s->rows = NULL, s->anc = NULL, s->logits = NULL, s->acc_nodes = NULL, s->acc_tokens = NULL, s->slots = NULL;
+    s->cap = 0;
+}
+
+static void free_hidden(vs_spec *s) {
+    vs_free(s->hidden);
+    for (int32_t i = 0; i < s->n_layer_buf; i++) vs_free(s->layer_hidden[i]);
+    vs_free(s->layer_hidden);
+    vs_free(s->feat_tokens);
+    s->hidden = NULL, s->layer_hidden = NULL, s->feat_tokens = NULL;
+    s->n_layer_buf = 0, s->hidden_rows = 0;
+}
+
+void vs_spec_free(vs_spec *s) {
+    if (!s) return;
+    free_scratch(s);
+    free_hidden(s);
+    vs_kv_free(s->kv);
+    vs_sampler_free(s->sampler);
+    vs_free(s->hist), vs_free(s->p), vs_free(s->resid);
+    vs_free(s);
+}
+
+vs_kv *vs_spec_kv(vs_spec *s) { return s->kv; }
+int32_t vs_spec_n_ctx(const vs_spec *s) { return s->n_ctx; }
+
+static vs_status ensure_scratch(vs_spec *s, int32_t cap, vs_error *err) {
+    if (cap < 1) cap = 1;
+    if (cap <= s->cap) return VS_OK;
+    free_scratch(s);
+    const size_t V = (size_t)s->n_vocab, n1 = (size_t)cap + 1;
+    s->prop.token = vs_malloc(sizeof(int32_t) * (size_t)cap);
+    s->prop.parent = vs_malloc(sizeof(int32_t) * (size_t)cap);
+    s->prop.depth = vs_malloc(sizeof(int32_t) * (size_t)cap);
+    s->prop.q_row = vs_malloc(sizeof(int32_t) * (size_t)cap);
+    s->prop.q = vs_malloc(sizeof(float) * (size_t)cap * V);
+    s->rows = vs_calloc(n1, sizeof(vs_lm_row));
+    s->anc = vs_malloc(sizeof(int32_t) * n1 * n1);
+    s->logits = vs_malloc(sizeof(float) * n1 * V);
+    s->acc_nodes = vs_malloc(sizeof(int32_t) * (size_t)cap);
+    s->acc_tokens = vs_malloc(sizeof(int32_t) * n1);
+    s->slots = vs_malloc(sizeof(int32_t) * (size_t)cap);
+    if (!s->prop.token || !s->prop.parent || !s->prop.depth || !s->prop.q_row || !s->prop.q || !s->rows ||
+        !s->anc || !s->logits || !s->acc_nodes || !s->acc_tokens || !s->slots) {
+        free_scratch(s);
+        return vs_error_set(err, VS_ERR_NOMEM, "spec: out of memory for %d draft nodes", cap);
+    }
+    s->cap = cap;
+    s->prop.cap = cap;
+    s->prop.n_vocab = s->n_vocab;
+    return VS_OK;
+}
+
+static vs_status ensure_hidden(vs_spec *s, const vs_spec_drafter *d, int32_t rows, vs_error *err) {
+    int32_t nl = d->n_want_layers;
+    if (rows <= s->hidden_rows && nl == s->n_layer_buf) return VS_OK;
+    free_hidden(s);
+    size_t bytes = sizeof(float) * (size_t)rows * (size_t)s->n_embd;
+    s->hidden = vs_malloc(bytes);
+    s->feat_tokens = vs_malloc(sizeof(int32_t) * (size_t)rows);
+    s->layer_hidden = nl > 0 ? vs_calloc((size_t)nl, sizeof(float *)) : NULL;
+    bool ok = s->hidden && s->feat_tokens && (nl == 0 || s->layer_hidden);
+    if (ok) {
+        s->n_layer_buf = nl;
+        for (int32_t i = 0; i < nl; i++) ok = ok && (s->layer_hidden[i] = vs_malloc(bytes)) != NULL;
+    }
+    if (!ok) {
+        free_hidden(s);
+        return vs_error_set(err, VS_ERR_NOMEM, "spec: out of memory for target features");
+    }
+    s->hidden_rows = rows;
+    return VS_OK;
+}
+
+static bool wants_features(const vs_spec_drafter *d) {
+    return d && (d->want_hidden || d->n_want_layers > 0);
+}
+
+/* Output spec of a target forward: logits (when logits != NULL) and the drafter's features. */
+static vs_lm_out make_out(vs_spec *s, const vs_spec_drafter *d, float *logits) {
+    vs_lm_out o;
+    memset(&o, 0, sizeof(o));
+    o.logits = logits;
+    o.attn_layer = -1;
+    if (wants_features(d)) {
+        o.hidden = s->hidden;
+        o.n_layer_out = d->n_want_layers;
+        o.layer_ids = d->want_layers;
+        o.layer_hidden = s->layer_hidden;
+    }
+    return o;
+}
+
+/* Hands the drafter the features of n rows evaluated by the last forward, starting at batch row r0. */
+static vs_status deliver_features(vs_spec *s, vs_spec_drafter *d, int32_t pos0, int32_t r0, int32_t n,
+                                  const int32_t *tokens, vs_error *err) {
+    if (!wants_features(d) || n <= 0 || !d->vt->target_rows) return VS_OK;
+    const float *lh[64];
+    int32_t nl = VS_MIN(d->n_want_layers, 64);
+    const size_t off = (size_t)r0 * (size_t)s->n_embd;
+    for (int32_t i = 0; i < nl; i++) lh[i] = s->layer_hidden[i] + off;
+    vs_spec_features f = {.pos0 = pos0, .n = n, .n_embd = s->n_embd, .tokens = tokens, .hidden = s->hidden + off,
+                          .n_layer_out = nl, .layer_hidden = lh};
+    return d->vt->target_rows(d, &f, err);
+}
+
+/* Row i of the flattened prompt. */
+typedef struct prompt_cursor {
+    const vs_spec_prompt *p;
+    int32_t seg, off;
+} prompt_cursor;
+
+static void prompt_row(prompt_cursor *c, vs_lm_row *r, int32_t n_embd) {
+    while (c->off >= c->p->seg[c->seg].n) c->seg++, c->off = 0;
+    const vs_spec_segment *sg = &c->p->seg[c->seg];
+    memset(r, 0, sizeof(*r));
+    if (sg->kind == VS_SPEC_SEG_TEXT) r->token = sg->tokens[c->off];
+    else r->embd = sg->embd + (size_t)c->off * (size_t)n_embd, r->token = -1;
+    c->off++;
+}
+
+static bool is_eog(const vs_spec *s, const vs_spec_params *pr, int32_t t) {
+    return !pr->ignore_eos && s->tok && vs_tokenizer_is_eog(s->tok, t);
+}
+
+/* Checks a proposal against the limits; VS_ERR_UNSUPPORTED for trees (not verified yet). */
+static vs_status check_proposal(const vs_spec *s, const vs_spec_drafter *d, const vs_spec_proposal *pr,
+                                const vs_spec_limits *lim, bool *is_chain, vs_error *err) {
+    const char *name = d->vt->name ? d->vt->name : "drafter";
+    if (pr->n < 0 || pr->n > lim->max_nodes)
+        return vs_error_set(err, VS_ERR_INVALID, "%s: proposed %d nodes, limit %d", name, pr->n, lim->max_nodes);
+    bool chain = true;
+    for (int32_t i = 0; i < pr->n; i++) {
+        int32_t par = pr->parent[i];
+        if (pr->token[i] < 0 || pr->token[i] >= s->n_vocab)
+            return vs_error_set(err, VS_ERR_INVALID, "%s: node %d: token %d outside the vocabulary [0, %d)", name,
+                                i, pr->token[i], s->n_vocab);
+        if (par < -1 || par >= i)
+            return vs_error_set(err, VS_ERR_INVALID, "%s: node %d: parent %d must precede it", name, i, par);
+        int32_t want_depth = par < 0 ? 1 : pr->depth[par] + 1;
+        if (pr->depth[i] != want_depth || pr->depth[i] > lim->max_depth)
+            return vs_error_set(err, VS_ERR_INVALID, "%s: node %d: depth %d (parent's + 1 = %d, limit %d)", name, i,
+                                pr->depth[i], want_depth, lim->max_depth);
+        if (pr->q_row[i] < -1 || pr->q_row[i] >= pr->cap)
+            return vs_error_set(err, VS_ERR_INVALID, "%s: node %d: q row %d outside [-1, %d)", name, i,
+                                pr->q_row[i], pr->cap);
+        if (par != i - 1) chain = false;
+    }
+    *is_chain = chain;
+    if (!chain)
+        return vs_error_set(err, VS_ERR_UNSUPPORTED,
+                            "%s: proposed a tree; this engine verifies chains only (tree verification is the "
+                            "token-tree issue)", name);
+    return VS_OK;
+}
+
+/* Result of walking a verified proposal. */
+typedef struct walk_result {
+    int32_t n_accept; /* accepted nodes (path in acc_nodes) */
+    int32_t n_eval;   /* decided drafted positions */
+    int32_t next;     /* correction / bonus token, -1 when an accepted EOS ended the request */
+    bool eos;         /* generation ends with this block at an EOS (accepted or next) */
+    bool eos_accepted; /* ... at an accepted draft (no correction / bonus token then) */
+} walk_result;
+
+/* Target distribution of verified row r into s->p. */
+static vs_status target_probs(vs_spec *s, int32_t r, vs_error *err) {
+    return vs_sampler_probs(s->sampler, s->logits + (size_t)r * (size_t)s->n_vocab, s->p, err);
+}
+
+/* Chain walk (ALGORITHMS.md section 1). Row 0 of the verified batch is the pending row; row i + 1 is
+ * node i; logits row r is the target's prediction after row r. */
+static vs_status walk_chain(vs_spec *s, const vs_spec_drafter *d, const vs_spec_params *pr, walk_result *w,
+                            vs_error *err) {
+    const vs_spec_proposal *prop = &s->prop;
+    const size_t V = (size_t)s->n_vocab;
+    const bool greedy = pr->sampling.temperature == 0;
+    memset(w, 0, sizeof(*w));
+    w->next = -1;
+    for (int32_t i = 0; i < prop->n; i++) {
+        const int32_t t = prop->token[i];
+        bool accept;
+        if (greedy) {
+            int32_t best = vs_argmax(s->logits + (size_t)i * V, (int64_t)V);
+            accept = t == best;
+            if (!accept) w->next = best;
+        } else {
+            vs_status st = target_probs(s, i, err);
+            if (st) return st;
+            const float *q = prop->q_row[i] >= 0 ? prop->q + (size_t)prop->q_row[i] * V : NULL;
+            const double qd = q ? q[t] : 1.0, pd = s->p[t];
+            if (!(qd > 0))
+                return vs_error_set(err, VS_ERR_INVALID, "%s: drafted token %d with q = %g (q must be the "
+                                    "distribution it was drawn from)", d->vt->name, t, qd);
+            /* accept with probability min(1, p/q): u in [0, 1) so u * q < p */
+            accept = vs_sampler_uniform(s->sampler) * qd < pd;
+            if (!accept) {
+                /* correction from norm(max(0, p - q)); q one-hot for a deterministic draft */
+                double sum = 0;
+                if (pr->debug_break_residual) {
+                    memcpy(s->resid, s->p, V * sizeof(float)); /* TEST ONLY: wrong on purpose */
+                    sum = 1;
+                } else if (q) {
+                    for (size_t j = 0; j < V; j++) {
+                        float r = s->p[j] - q[j];
+                        s->resid[j] = r > 0 ? r : 0;
+                        sum += s->resid[j];
+                    }
+                } else {
+                    memcpy(s->resid, s->p, V * sizeof(float));
+                    s->resid[t] = 0;
+                    for (size_t j = 0; j < V; j++) sum += s->resid[j];
+                }
+                /* p <= q everywhere (p == q up to rounding): the rejection had probability ~0; p is the
+                 * distribution the residual converges to then */
+                const float *wts = sum > 0 ? s->resid : s->p;
+                if ((st = vs_sampler_pick(s->sampler, wts, &w->next, err))) return st;
+            }
+        }
+        w->n_eval = i + 1;
+        if (!accept) break;
+        s->acc_nodes[w->n_accept++] = i;
+        if (is_eog(s, pr, t)) {
+            w->eos = w->eos_accepted = true;
+            return VS_OK; /* tokens after an accepted EOS are discarded */
+        }
+    }
+    if (w->n_accept == prop->n) {
+        /* every draft accepted: the bonus token from the last row */
+        const float *lg = s->logits + (size_t)prop->n * V;
+        if (greedy) {
+            w->next = vs_argmax(lg, (int64_t)V);
+        } else {
+            vs_status st = target_probs(s, prop->n, err);
+            if (!st) st = vs_sampler_pick(s->sampler, s->p, &w->next, err);
+            if (st) return st;
+        }
+    }
+    if (is_eog(s, pr, w->next)) w->eos = true;
+    return VS_OK;
+}
+
+/* Target prefill of prompt rows [from, to) in chunks; the drafter gets their features. */
+static vs_status prefill(vs_spec *s, vs_spec_drafter *d, const vs_spec_prompt *prompt, int32_t from, int32_t to,
+                         vs_error *err) {
+    prompt_cursor cur = {prompt, 0, 0};
+    vs_lm_row tmp;
+    for (int32_t i = 0; i < from; i++) prompt_row(&cur, &tmp, s->n_embd);
+    vs_lm_row *rows = vs_malloc(sizeof(vs_lm_row) * (size_t)VS_MIN(s->n_batch, VS_MAX(to - from, 1)));
+    if (!rows) return vs_error_set(err, VS_ERR_NOMEM, "spec: out of memory for the prefill");
+    vs_status st = VS_OK;
+    for (int32_t a = from; a < to && !st; a += s->n_batch) {
+        int32_t n = VS_MIN(s->n_batch, to - a);
+        for (int32_t i = 0; i < n; i++) {
+            prompt_row(&cur, &rows[i], s->n_embd);
+            rows[i].pos = a + i;
+            s->hist[a + i] = rows[i].embd ? -1 : rows[i].token;
+            if (s->feat_tokens) s->feat_tokens[i] = s->hist[a + i];
+        }
+        vs_lm_out out = make_out(s, d, NULL);
+        st = vs_lm_forward(s->lm, s->kv, s->tp, rows, n, &out, err);
+        if (!st) st = deliver_features(s, d, a, 0, n, s->feat_tokens, err);
+    }
+    vs_free(rows);
+    return st;
+}
+
+vs_status vs_spec_generate(vs_spec *s, vs_spec_drafter *d, const vs_spec_prompt *prompt,
+                           const vs_spec_params *pr, vs_spec_token_fn on_tokens, void *cb_ctx, vs_spec_log *log,
+                           vs_error *err) {
+    vs_spec_log_reset(log);
+    const char *tname = vs_gguf_name(vs_lm_gguf(s->lm));
+    if (!pr) return vs_error_set(err, VS_ERR_INVALID, "spec: no parameters");
+    if (pr->gamma < 0 || pr->gamma > VS_SPEC_MAX_GAMMA)
+        return vs_error_set(err, VS_ERR_INVALID, "spec: draft length %d outside [0, %d]", pr->gamma,
+                            VS_SPEC_MAX_GAMMA);
+    if (pr->n_predict < 1) return vs_error_set(err, VS_ERR_INVALID, "spec: token limit %d < 1", pr->n_predict);
+    if (pr->gamma > 0 && !d) return vs_error_set(err, VS_ERR_INVALID, "spec: draft length %d needs a drafter", pr->gamma);
+    if (pr->gamma == 0) d = NULL; /* plain decoding */
+    if (d) {
+        if (!d->vt || !d->vt->begin || !d->vt->propose || !d->vt->commit)
+            return vs_error_set(err, VS_ERR_INVALID, "spec: drafter without begin/propose/commit");
+        if (d->n_vocab != s->n_vocab)
+            return vs_error_set(err, VS_ERR_INVALID,
+                                "spec: drafter %s has a vocabulary of %d tokens, the target %s has %d: they must "
+                                "share one tokenizer", d->vt->name, d->n_vocab, tname, s->n_vocab);
+        if (d->n_want_layers < 0 || d->n_want_layers > 64 || (d->n_want_layers > 0 && !d->want_layers))
+            return vs_error_set(err, VS_ERR_INVALID, "spec: drafter %s asks for %d layers", d->vt->name,
+                                d->n_want_layers);
+    }
+    vs_status st = vs_spec_prompt_check(prompt, s->n_vocab, err);
+    if (st) return st;
+    const int32_t n_prompt = (int32_t)vs_spec_prompt_rows(prompt);
+    if (n_prompt > s->n_ctx)
+        return vs_error_set(err, VS_ERR_RANGE, "spec: prompt of %d rows does not fit the target cache of %d",
+                            n_prompt, s->n_ctx);
+    if ((st = vs_sampler_set_params(s->sampler, &pr->sampling, err))) return st;
+    vs_sampler_seed(s->sampler, pr->sampling.seed);
+    int32_t cap = pr->gamma;
+    if (d && d->max_nodes > 0) cap = VS_MAX(cap, d->max_nodes);
+    if ((st = ensure_scratch(s, cap, err))) return st;
+    if (wants_features(d) && (st = ensure_hidden(s, d, VS_MAX(cap + 1, s->n_batch), err))) return st;
+    log->gamma = pr->gamma;
+    log->n_prompt = n_prompt;
+
+    /* Prefix reuse: keep cached TEXT rows equal to the prompt's (never the last prompt row: it is the
+     * pending row of the first block). Feature drafters see every prompt row, so no reuse for them. */
+    int32_t keep = 0;
+    if (pr->reuse_prefix && !wants_features(d)) {
+        prompt_cursor cur = {prompt, 0, 0};
+        int32_t len = vs_kv_seq_len(s->kv, 0);
+        vs_lm_row r;
+        while (keep < VS_MIN(len, n_prompt - 1)) {
+            prompt_row(&cur, &r, s->n_embd);
+            if (r.embd || s->hist[keep] != r.token) break;
+            keep++;
+        }
+    }
+    if ((st = vs_kv_seq_truncate(s->kv, 0, keep, err))) return st;
+
+    /* Drafter prefill, then the target's. */
+    const double t0 = vs_time_now();
+    double t2 = t0;
+    bool begun = false;
+    if (d) {
+        vs_spec_begin_info bi = {.prompt = prompt, .params = pr, .n_ctx_target = s->n_ctx};
+        st = d->vt->begin(d, &bi, err);
+        if (st) {
+            vs_error_wrap(err, "drafter %s", d->vt->name);
+            goto done;
+        }
+        begun = true;
+    }
+    const double t1 = vs_time_now();
+    log->t_draft_prefill = t1 - t0;
+    st = prefill(s, d, prompt, keep, n_prompt - 1, err);
+    t2 = vs_time_now();
+    log->t_prefill = t2 - t1;
+    log->n_prefilled = n_prompt - 1 - keep;
+    if (st) goto done;
+
+    /* The pending row: the last prompt row. */
+    vs_lm_row pending;
+    {
+        prompt_cursor cur = {prompt, 0, 0};
+        for (int32_t i = 0; i < n_prompt; i++) prompt_row(&cur, &pending, s->n_embd);
+    }
+    while (log->stop == VS_SPEC_STOP_NONE) {
+        const int32_t remaining = pr->n_predict - log->n_tokens;
+        const int32_t L = vs_kv_seq_len(s->kv, 0);
+        const int32_t room = s->n_ctx - L - 1; /* drafts that fit behind the pending row */
+        if (remaining <= 0) {
+            log->stop = VS_SPEC_STOP_LIMIT;
+            break;
+        }
+        if (room < 0) {
+            log->stop = VS_SPEC_STOP_CONTEXT;
+            break;
+        }
+        vs_spec_block blk;
+        memset(&blk, 0, sizeof(blk));
+        const double tb0 = vs_time_now();
+
+        /* 1. propose: at most gamma, never past the token limit or the cache */
+        s->prop.n = 0;
+        s->prop.n_steps = 0;
+        const int32_t k_max = VS_MIN(VS_MIN(pr->gamma, remaining - 1), room);
+        bool chain = true;
+        if (d && k_max > 0) {
+            vs_spec_limits lim = {.max_depth = k_max, .max_nodes = d->max_nodes > 0 ? VS_MIN(d->max_nodes, cap) : k_max};
+            st = d->vt->propose(d, &lim, &s->prop, err);
+            if (!st) st = check_proposal(s, d, &s->prop, &lim, &chain, err);
+            if (st) goto done;
+        }
+        const int32_t k = s->prop.n;
+        blk.n_draft = k;
+        blk.n_steps = s->prop.n_steps > 0 ? s->prop.n_steps : k;
+        const double tb1 = vs_time_now();
+        blk.t_draft = tb1 - tb0;
+
+        /* 2. verify: [pending, d_1 .. d_k] in one forward, logits for every row */
+        vs_lm_row *rows = s->rows;
+        rows[0] = pending;
+        rows[0].pos = L;
+        rows[0].seq = 0;
+        rows[0].want_logits = true;
+        rows[0].tree = false;
+        for (int32_t i = 0; i < k; i++) {
+            memset(&rows[i + 1], 0, sizeof(vs_lm_row));
+            rows[i + 1].token = s->prop.token[i];
+            rows[i + 1].pos = L + s->prop.depth[i];
+            rows[i + 1].want_logits = true;
+            /* trees: rows[i + 1].tree = true with anc = root + ancestors (s->anc); chains are causal */
+        }
+        vs_lm_out out = make_out(s, d, s->logits);
+        if ((st = vs_lm_forward(s->lm, s->kv, s->tp, rows, k + 1, &out, err))) goto done;
+
+        /* 3. accept */
+        walk_result w;
+        if ((st = walk_chain(s, d, pr, &w, err))) goto done;
+        blk.n_accept = w.n_accept;
+        blk.n_eval = w.n_eval;
+
+        /* 4. emit: accepted drafts, then the correction / bonus (none after an accepted EOS) */
+        int32_t n_emit = 0;
+        for (int32_t i = 0; i < w.n_accept; i++) s->acc_tokens[n_emit++] = s->prop.token[s->acc_nodes[i]];
+        if (!w.eos_accepted) s->acc_tokens[n_emit++] = w.next;
+        bool ends = false;
+        if (w.eos) {
+            log->stop = VS_SPEC_STOP_EOS;
+            ends = true;
+        } else if (log->n_tokens + n_emit >= pr->n_predict) {
+            log->stop = VS_SPEC_STOP_LIMIT;
+            ends = true;
+        }
+        blk.n_emit = n_emit;
+        if ((st = vs_spec_log_add_tokens(log, s->acc_tokens, n_emit, err))) goto done;
+
+        /* 5. roll back: keep the pending row + the accepted path */
+        for (int32_t i = 0; i < w.n_accept; i++) s->slots[i] = L + 1 + s->acc_nodes[i];
+        if ((st = vs_kv_seq_compact(s->kv, 0, s->slots, w.n_accept, L + 1, err))) goto done;
+        s->hist[L] = pending.embd ? -1 : pending.token;
+        for (int32_t i = 0; i < w.n_accept; i++) s->hist[L + 1 + i] = s->acc_tokens[i];
+
+        /* 6. tell the drafter: features of the rows that became final, then the commit */
+        if (d) {
+            if (wants_features(d)) {
+                /* chain: batch rows 0 .. n_accept are already contiguous (trees gather along the path) */
+                for (int32_t i = 0; i <= w.n_accept; i++) s->feat_tokens[i] = s->hist[L + i];
+                if ((st = deliver_features(s, d, L, 0, w.n_accept + 1, s->feat_tokens, err))) goto done;
+            }
+            vs_spec_commit c = {.n_proposed = k, .n_accepted = w.n_accept, .accepted_nodes = s->acc_nodes,
+                                .accepted = s->acc_tokens, .next = ends ? -1 : w.next};
+            if ((st = d->vt->commit(d, &c, err))) goto done;
+        }
+        memset(&pending, 0, sizeof(pending));
+        pending.token = w.next;
+        blk.t_verify = vs_time_now() - tb1;
+        if ((st = vs_spec_log_add_block(log, &blk, err))) goto done;
+        if (on_tokens && !on_tokens(cb_ctx, s->acc_tokens, n_emit) && log->stop == VS_SPEC_STOP_NONE)
+            log->stop = VS_SPEC_STOP_CALLBACK;
+    }
+    log->t_decode = vs_time_now() - t2;
+
+done:
+    if (begun && d->vt->end) d->vt->end(d);
+    if (log->t_decode == 0 && log->n_blocks > 0) log->t_decode = vs_time_now() - t2;
+    log->t_total = log->t_vision + log->t_prefill + log->t_draft_prefill + log->t_decode;
+    return st;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Timing */
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+vs_status vs_spec_time_target(vs_spec *s, int32_t n_rows, int32_t reps, double *seconds, vs_error *err) {
+    if (n_rows < 1 || reps < 1 || reps > 1000)
+        return vs_error_set(err, VS_ERR_INVALID, "spec: timing needs n_rows >= 1 and 1..1000 repetitions");
+    const int32_t L = vs_kv_seq_len(s->kv, 0);
+    if (L + n_rows > s->n_ctx)
+        return vs_error_set(err, VS_ERR_RANGE, "spec: no room for %d more rows in the target cache (%d of %d used)",
+                            n_rows, L, s->n_ctx);
+    vs_status st = ensure_scratch(s, n_rows, err);
+    if (st) return st;
+    double *t = vs_malloc(sizeof(double) * (size_t)reps);
+    if (!t) return vs_error_set(err, VS_ERR_NOMEM, "spec: out of memory");
+    for (int32_t r = 0; r < reps && !st; r++) {
+        for (int32_t i = 0; i < n_rows; i++) {
+            memset(&s->rows[i], 0, sizeof(vs_lm_row));
+            s->rows[i].token = L > 0 && s->hist[L - 1] >= 0 ? s->hist[L - 1] : 0;
+            s->rows[i].pos = L + i;
+            s->rows[i].want_logits = true;
+        }
+        vs_lm_out out = {.logits = s->logits, .attn_layer = -1};
+        double a = vs_time_now();
+        st = vs_lm_forward(s->lm, s->kv, s->tp, s->rows, n_rows, &out, err);
+        t[r] = vs_time_now() - a;
+        vs_status st2 = vs_kv_seq_truncate(s->kv, 0, L, err);
+        if (!st) st = st2;
+    }
+    if (!st) {
+        qsort(t, (size_t)reps, sizeof(double), cmp_double);
+        *seconds = t[reps / 2];
+    }
+    vs_free(t);
+    return st;
+}

@@ -1,0 +1,926 @@
+/* test_spec: the speculative engine and the draft-LM drafter.
+ *   - statistics: vs_spec_stats_compute on hand-made logs with known answers;
+ *   - lossless greedy: speculative output token-identical to target-only greedy output over >= 300
+ *     combinations of prompt, model pair and gamma in {1, 3, 5, 8}: random pairs of several shapes and
+ *     types (independent, same weights quantised, fewer layers), the parity models of ../shared with a
+ *     random drafter sharing their tokenizer (skipped without ../shared), multimodal pairs (target
+ *     mmproj with a tower + a projector-only drafter mmproj over the same features) in M and T mode;
+ *     the engine's target-only mode is itself checked against a plain one-row-at-a-time decode;
+ *   - the drafter never evaluates a row twice (its counter = rows kept + rejected drafts);
+ *   - draft == target (the same file): every draft accepted, tau = gamma + 1;
+ *   - bad input: other vocabulary / other tokenizer, gamma = 0, drafting near the context end (target
+ *     and draft caches), EOS inside a block, malformed proposals (tree, token range, q = 0), prompts;
+ *   - the debug "reject" drafter: nothing accepted, output unchanged. */
+#include <string.h>
+
+#include "draft_lm.h"
+#include "spec.h"
+#include "testutil.h"
+#include "tokenizer.h"
+#include "vision.h"
+
+/* ------------------------------------------------------------------------------------------------
+ * helpers */
+
+static vs_lm_random_opts ropts(int E, int L, int H, int KVH, int F, int V, vs_type t, float std, bool tied,
+                               uint64_t seed) {
+    vs_lm_random_opts o;
+    memset(&o, 0, sizeof(o));
+    o.n_embd = E, o.n_layer = L, o.n_head = H, o.n_head_kv = KVH, o.n_ff = F, o.n_ctx = 512, o.n_vocab = V;
+    o.type = t, o.init_std = std, o.tied = tied, o.seed = seed;
+    return o;
+}
+
+static const char *tmp_path(const char *name) {
+    static char buf[16][512];
+    static int k;
+    char *p = buf[k++ % 16];
+    snprintf(p, 512, "%s/%s", vt_tmpdir(), name);
+    return p;
+}
+
+static vs_lm *make_model(const vs_lm_random_opts *o, const char *name) {
+    vs_error err = {0};
+    const char *p = tmp_path(name);
+    VT_REQUIRE(vs_lm_write_random(o, p, &err) == VS_OK, "writing %s: %s", p, err.msg);
+    vs_lm *lm = vs_lm_load(p, &err);
+    VT_REQUIRE(lm, "loading %s: %s", p, err.msg);
+    return lm;
+}
+
+static vs_lm *load_model(const char *path) {
+    vs_error err = {0};
+    vs_lm *lm = vs_lm_load(path, &err);
+    VT_REQUIRE(lm, "loading %s: %s", path, err.msg);
+    return lm;
+}
+
+/* An engine over target with its tokenizer (EOS) and a cache of n_ctx rows. */
+typedef struct engine {
+    vs_spec *s;
+    vs_tokenizer *tok;
+} engine;
+
+static engine make_engine(vs_lm *target, int n_ctx) {
+    vs_error err = {0};
+    engine e;
+    e.tok = vs_tokenizer_from_gguf(vs_lm_gguf(target), &err);
+    VT_REQUIRE(e.tok, "tokenizer: %s", err.msg);
+    vs_spec_config c = {.n_ctx = n_ctx, .kv_type = VS_TYPE_F32, .tok = e.tok};
+    e.s = vs_spec_new(target, &c, &err);
+    VT_REQUIRE(e.s, "engine: %s", err.msg);
+    return e;
+}
+
+static void free_engine(engine *e) {
+    vs_spec_free(e->s);
+    vs_tokenizer_free(e->tok);
+}
+
+static vs_spec_drafter *make_drafter(vs_lm *draft, vs_lm *target, vs_draft_lm_mode mode,
+                                     const vs_vision_projector *proj, const vs_vision_tower *tower, int n_ctx) {
+    vs_error err = {0};
+    vs_draft_lm_opts o = {.mode = mode, .n_ctx = n_ctx, .proj = proj, .tower = tower};
+    vs_spec_drafter *d = vs_draft_lm_new(draft, target, &o, &err);
+    VT_REQUIRE(d, "drafter: %s", err.msg);
+    return d;
+}
+
+/* Runs one request; VT_REQUIRE success. */
+static void run(engine *e, vs_spec_drafter *d, const vs_spec_prompt *p, int gamma, int n_predict, bool ignore_eos,
+                vs_spec_log *log) {
+    vs_error err = {0};
+    vs_spec_params pr = vs_spec_params_default();
+    pr.gamma = gamma;
+    pr.n_predict = n_predict;
+    pr.sampling.temperature = 0;
+    pr.ignore_eos = ignore_eos;
+    vs_status st = vs_spec_generate(e->s, d, p, &pr, NULL, NULL, log, &err);
+    VT_REQUIRE(st == VS_OK, "generate (gamma %d): %s", gamma, err.msg);
+}
+
+static bool same_tokens(const vs_spec_log *a, const vs_spec_log *b) {
+    return a->n_tokens == b->n_tokens && a->stop == b->stop &&
+           (a->n_tokens == 0 || memcmp(a->tokens, b->tokens, sizeof(int32_t) * (size_t)a->n_tokens) == 0);
+}
+
+/* A text prompt of one or more segments of random tokens in [3, V) after BOS (1). */
+typedef struct text_prompt {
+    int32_t tok[96];
+    vs_spec_segment seg[3];
+    vs_spec_prompt p;
+} text_prompt;
+
+static void make_text_prompt(text_prompt *t, int n, int n_seg, int V, uint64_t seed) {
+    vs_rng r;
+    vs_rng_seed(&r, seed);
+    VT_REQUIRE(n >= 1 && n <= 96 && n_seg >= 1 && n_seg <= 3 && n_seg <= n, "prompt shape");
+    t->tok[0] = 1;
+    for (int i = 1; i < n; i++) t->tok[i] = 3 + (int32_t)vs_rng_below(&r, (uint32_t)(V - 3));
+    memset(t->seg, 0, sizeof(t->seg));
+    int at = 0;
+    for (int s = 0; s < n_seg; s++) {
+        int len = s == n_seg - 1 ? n - at : (n / n_seg);
+        t->seg[s].kind = VS_SPEC_SEG_TEXT;
+        t->seg[s].tokens = t->tok + at;
+        t->seg[s].n = len;
+        at += len;
+    }
+    memset(&t->p, 0, sizeof(t->p));
+    t->p.seg = t->seg;
+    t->p.n_seg = n_seg;
+}
+
+/* Plain greedy decoding with vs_lm_forward directly: the whole prompt in one batch, then one row per
+ * step. Independent of the engine; returns the number of tokens (no EOS handling). */
+static int plain_greedy(vs_lm *lm, const int32_t *prompt, int n, int n_predict, int32_t *out) {
+    vs_error err = {0};
+    const int V = vs_lm_cfg(lm)->n_vocab;
+    vs_kv *kv = vs_lm_kv_new(lm, 1, n + n_predict + 1, VS_TYPE_F32, &err);
+    VT_REQUIRE(kv, "%s", err.msg);
+    vs_lm_row *rows = calloc((size_t)n, sizeof(vs_lm_row));
+    float *lg = malloc(sizeof(float) * (size_t)V);
+    for (int i = 0; i < n; i++) rows[i].token = prompt[i], rows[i].pos = i, rows[i].want_logits = i == n - 1;
+    vs_lm_out o = {.logits = lg, .attn_layer = -1};
+    VT_REQUIRE(vs_lm_forward(lm, kv, NULL, rows, n, &o, &err) == VS_OK, "%s", err.msg);
+    for (int k = 0; k < n_predict; k++) {
+        out[k] = vs_argmax(lg, V);
+        vs_lm_row r = {.token = out[k], .pos = n + k, .want_logits = true};
+        VT_REQUIRE(vs_lm_forward(lm, kv, NULL, &r, 1, &o, &err) == VS_OK, "%s", err.msg);
+    }
+    free(rows), free(lg);
+    vs_kv_free(kv);
+    return n_predict;
+}
+
+/* Drafted rows a chain drafter evaluated and then rolled back. */
+static int64_t wasted_drafts(const vs_spec_log *log) {
+    int64_t w = 0;
+    for (int i = 0; i < log->n_blocks; i++) {
+        const vs_spec_block *b = &log->blocks[i];
+        if (b->n_draft > 0) w += (b->n_draft - 1) - VS_MIN(b->n_accept, b->n_draft - 1);
+    }
+    return w;
+}
+
+/* Totals over the lossless runs. */
+typedef struct tally {
+    int combos, mismatches;
+    int64_t drafted, accepted, partial_blocks;
+} tally;
+
+static void tally_log(tally *t, const vs_spec_log *log) {
+    for (int i = 0; i < log->n_blocks; i++) {
+        t->drafted += log->blocks[i].n_draft;
+        t->accepted += log->blocks[i].n_accept;
+        t->partial_blocks += log->blocks[i].n_accept > 0 && log->blocks[i].n_accept < log->blocks[i].n_draft;
+    }
+}
+
+/* One pair over a set of prompts and every gamma: output == target-only, drafter bookkeeping exact. */
+static const int GAMMAS[4] = {1, 3, 5, 8};
+
+static void check_pair(const char *what, engine *e, vs_spec_drafter *d, const vs_spec_prompt *const *prompts,
+                       int n_prompts, const int *n_draft_rows, int n_predict, tally *t) {
+    vs_spec_log base, spec;
+    vs_spec_log_init(&base);
+    vs_spec_log_init(&spec);
+    for (int pi = 0; pi < n_prompts; pi++) {
+        bool ignore_eos = pi % 2 == 0;
+        run(e, NULL, prompts[pi], 0, n_predict, ignore_eos, &base);
+        VT_CHECK(base.n_blocks == base.n_tokens, "%s: target-only takes one step per token", what);
+        for (int gi = 0; gi < 4; gi++) {
+            int64_t ev0 = vs_draft_lm_rows_evaluated(d);
+            run(e, d, prompts[pi], GAMMAS[gi], n_predict, ignore_eos, &spec);
+            t->combos++;
+            bool ok = same_tokens(&base, &spec);
+            if (!ok) {
+                t->mismatches++;
+                int first = 0;
+                while (first < VS_MIN(base.n_tokens, spec.n_tokens) && base.tokens[first] == spec.tokens[first])
+                    first++;
+                fprintf(stderr, "  %s prompt %d gamma %d: %d vs %d tokens, first difference at %d\n", what, pi,
+                        GAMMAS[gi], spec.n_tokens, base.n_tokens, first);
+            }
+            VT_CHECK(ok, "%s: prompt %d gamma %d: speculative output differs from target-only", what, pi,
+                     GAMMAS[gi]);
+            tally_log(t, &spec);
+            /* Never re-evaluated: rows evaluated = rows kept in the draft cache + rolled-back drafts, and
+             * the cache holds the context except at most its last three rows (the unevaluated last draft
+             * and bonus of a fully accepted block, then the final token) - or all of it when the request
+             * ended at an accepted EOS the drafter had evaluated. */
+            int64_t ev = vs_draft_lm_rows_evaluated(d) - ev0;
+            int kv_len = vs_kv_seq_len(vs_draft_lm_kv(d), 0);
+            int ctx = n_draft_rows[pi] + spec.n_tokens;
+            VT_CHECK(ev == kv_len + wasted_drafts(&spec), "%s: drafter evaluated %lld rows, cache %d + wasted %lld",
+                     what, (long long)ev, kv_len, (long long)wasted_drafts(&spec));
+            VT_CHECK(kv_len <= ctx && kv_len >= ctx - 3, "%s: draft cache %d rows for a context of %d", what,
+                     kv_len, ctx);
+            for (int b = 0; b < spec.n_blocks; b++)
+                VT_CHECK(spec.blocks[b].n_draft <= GAMMAS[gi], "block drafted %d > gamma", spec.blocks[b].n_draft);
+        }
+    }
+    vs_spec_log_free(&base);
+    vs_spec_log_free(&spec);
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * statistics with known answers */
+
+static void test_stats(void) {
+    vs_spec_log log, base;
+    vs_spec_log_init(&log);
+    vs_spec_log_init(&base);
+    vs_error err = {0};
+    log.gamma = 3;
+    /* (n_draft, n_eval, n_accept, n_emit, n_steps, t_draft, t_verify) */
+    vs_spec_block b[4] = {{3, 1, 0, 1, 3, 0.003, 0.020},
+                          {3, 3, 3, 4, 3, 0.003, 0.016},
+                          {3, 2, 1, 2, 3, 0.003, 0.014},
+                          {3, 3, 2, 3, 3, 0.003, 0.010}};
+    for (int i = 0; i < 4; i++) VT_REQUIRE(vs_spec_log_add_block(&log, &b[i], &err) == VS_OK, "%s", err.msg);
+    int32_t toks[10] = {0};
+    VT_REQUIRE(vs_spec_log_add_tokens(&log, toks, 10, &err) == VS_OK, "%s", err.msg);
+    log.t_prefill = 0.05, log.t_draft_prefill = 0.01, log.t_decode = 0.1, log.t_vision = 0.04;
+    log.t_total = 0.2;
+    log.tp_step = 0.01;
+    log.tp_verify = 0.015;
+    vs_spec_stats s;
+    vs_spec_stats_compute(&log, NULL, &s);
+    VT_CHECK_NEAR(s.tau, 2.5, 1e-12, "tau");
+    VT_CHECK_NEAR(s.n_alpha[0], 0.75, 1e-12, "1-alpha");
+    VT_CHECK_NEAR(s.n_alpha[1], 2.0 / 3.0, 1e-12, "2-alpha");
+    VT_CHECK_NEAR(s.n_alpha[2], 0.5, 1e-12, "3-alpha");
+    VT_CHECK(s.n_alpha[3] == -1, "4-alpha has no data: %g", s.n_alpha[3]);
+    VT_CHECK_NEAR(s.accept_rate, 6.0 / 9.0, 1e-12, "acceptance");
+    VT_CHECK_NEAR(s.draft_accept_rate, 6.0 / 12.0, 1e-12, "acceptance of all drafted");
+    for (int i = 0; i < 4; i++) VT_CHECK(s.hist[i] == 1, "hist[%d] = %lld", i, (long long)s.hist[i]);
+    VT_CHECK_NEAR(s.tq, 0.001, 1e-12, "Tq");
+    VT_CHECK_NEAR(s.tp, 0.01, 1e-12, "Tp");
+    VT_CHECK_NEAR(s.t_draft, 0.012, 1e-12, "drafting time");
+    VT_CHECK_NEAR(s.t_verify, 0.060, 1e-12, "verification time");
+    VT_CHECK_NEAR(s.est_tabed, 2.5 / (3 * 0.1 + 1), 1e-12, "TABED eq. 1");
+    VT_CHECK_NEAR(s.est_tabed_cpu, 2.5 / (3 * 0.1 + 1.5), 1e-12, "TABED eq. 1, CPU variant");
+    VT_CHECK_NEAR(s.tok_s_decode, 100, 1e-9, "tokens/s");
+    VT_CHECK_NEAR(s.tok_s_total, 50, 1e-9, "tokens/s end-to-end");
+    VT_CHECK(!s.has_baseline, "no baseline");
+    /* without a measured verify pass: the mean over blocks that verified gamma drafts */
+    log.tp_verify = 0;
+    vs_spec_stats_compute(&log, NULL, &s);
+    VT_CHECK_NEAR(s.tp_verify, 0.015, 1e-12, "mean full-block verify");
+    /* baseline: Tp from its steps, speedups */
+    log.tp_step = 0;
+    base.gamma = 0;
+    for (int i = 0; i < 10; i++) {
+        vs_spec_block bb = {0, 0, 0, 1, 0, 0, 0.02};
+        VT_REQUIRE(vs_spec_log_add_block(&base, &bb, &err) == VS_OK, "%s", err.msg);
+    }
+    VT_REQUIRE(vs_spec_log_add_tokens(&base, toks, 10, &err) == VS_OK, "%s", err.msg);
+    base.t_decode = 0.2, base.t_total = 0.3;
+    vs_spec_stats_compute(&log, &base, &s);
+    VT_CHECK_NEAR(s.tp, 0.02, 1e-12, "Tp from the baseline");
+    VT_CHECK_NEAR(s.speedup_decode, 2.0, 1e-12, "decode speedup");
+    VT_CHECK_NEAR(s.speedup_total, 1.5, 1e-12, "end-to-end speedup");
+    VT_CHECK_NEAR(s.base_tok_s_decode, 50, 1e-9, "baseline tokens/s");
+    /* empty log: zeros, no division by zero */
+    vs_spec_log empty;
+    vs_spec_log_init(&empty);
+    vs_spec_stats_compute(&empty, NULL, &s);
+    VT_CHECK(s.tau == 0 && s.accept_rate == 0 && s.tq == 0 && s.est_tabed == 0, "empty log");
+    /* the report writers run */
+    FILE *f = fopen(tmp_path("stats.txt"), "w");
+    VT_REQUIRE(f, "tmp file");
+    vs_spec_stats_compute(&log, &base, &s);
+    vs_spec_stats_print(&s, f);
+    vs_spec_stats_json(&s, f);
+    fclose(f);
+    vs_spec_log_free(&log);
+    vs_spec_log_free(&base);
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * lossless greedy on random pairs */
+
+typedef struct pair_spec {
+    const char *name;
+    vs_lm_random_opts draft;
+    int same; /* 1: the target's own vs_lm, 2: the target's file loaded again */
+} pair_spec;
+
+static void test_random_pairs(tally *t) {
+    enum { NP = 10 };
+    struct {
+        const char *name;
+        vs_lm_random_opts o;
+    } targets[3] = {
+        {"t1-f32-gqa", ropts(64, 2, 4, 2, 128, 96, VS_TYPE_F32, 0.15f, true, 11)},
+        {"t2-f16", ropts(32, 1, 2, 1, 64, 64, VS_TYPE_F16, 0.3f, false, 21)},
+        {"t3-q8", ropts(128, 2, 4, 4, 256, 128, VS_TYPE_Q8_0, 0.1f, true, 31)},
+    };
+    pair_spec pairs[3][4] = {
+        {{"same file", ropts(0, 0, 0, 0, 0, 0, 0, 0, 0, 0), 2},
+         {"same seed q8_0", ropts(64, 2, 4, 2, 128, 96, VS_TYPE_Q8_0, 0.15f, true, 11), 0},
+         {"same seed 1 layer", ropts(64, 1, 4, 2, 128, 96, VS_TYPE_F32, 0.15f, true, 11), 0},
+         {"independent", ropts(32, 1, 2, 2, 64, 96, VS_TYPE_F32, 0.15f, true, 12), 0}},
+        {{"same seed f32", ropts(32, 1, 2, 1, 64, 64, VS_TYPE_F32, 0.3f, false, 21), 0},
+         {"independent 2 layers", ropts(32, 2, 4, 4, 64, 64, VS_TYPE_F32, 0.3f, false, 22), 0},
+         {NULL, {0}, 0}, {NULL, {0}, 0}},
+        {{"same seed q4_0", ropts(128, 2, 4, 4, 256, 128, VS_TYPE_Q4_0, 0.1f, true, 31), 0},
+         {"same seed 1 layer f32", ropts(128, 1, 4, 4, 256, 128, VS_TYPE_F32, 0.1f, true, 31), 0},
+         {NULL, {0}, 0}, {NULL, {0}, 0}},
+    };
+    for (int ti = 0; ti < 3; ti++) {
+        char fname[64];
+        snprintf(fname, sizeof(fname), "%s.gguf", targets[ti].name);
+        vs_lm *target = make_model(&targets[ti].o, fname);
+        const int V = targets[ti].o.n_vocab;
+        engine e = make_engine(target, 256);
+        text_prompt tp[NP];
+        const vs_spec_prompt *pp[NP];
+        int rows[NP];
+        const int lens[NP] = {1, 2, 3, 5, 8, 13, 21, 30, 47, 64};
+        for (int i = 0; i < NP; i++) {
+            make_text_prompt(&tp[i], lens[i], VS_MIN(1 + i % 3, lens[i]), V, 1000 * ti + i);
+            pp[i] = &tp[i].p;
+            rows[i] = lens[i];
+        }
+        /* the engine's target-only decode equals a plain decode written against vs_lm_forward */
+        for (int i = 0; i < NP; i += 3) {
+            int32_t ref[40];
+            vs_spec_log log;
+            vs_spec_log_init(&log);
+            plain_greedy(target, tp[i].tok, lens[i], 40, ref);
+            run(&e, NULL, pp[i], 0, 40, true, &log);
+            VT_CHECK(log.n_tokens == 40 && memcmp(log.tokens, ref, sizeof(ref)) == 0,
+                     "%s prompt %d: engine target-only decode differs from a plain decode", targets[ti].name, i);
+            vs_spec_log_free(&log);
+        }
+        for (int pi = 0; pi < 4; pi++) {
+            pair_spec *ps = &pairs[ti][pi];
+            if (!ps->name) continue;
+            vs_lm *draft;
+            if (ps->same == 2) draft = load_model(tmp_path(fname));
+            else {
+                char dname[96];
+                snprintf(dname, sizeof(dname), "%s-draft%d.gguf", targets[ti].name, pi);
+                draft = make_model(&ps->draft, dname);
+            }
+            vs_spec_drafter *d = make_drafter(draft, target, VS_DRAFT_LM_TEXT, NULL, NULL, 0);
+            char what[128];
+            snprintf(what, sizeof(what), "%s / %s", targets[ti].name, ps->name);
+            tally before = *t;
+            check_pair(what, &e, d, pp, NP, rows, 32, t);
+            printf("  %-36s %3d combos, %5lld drafted, acceptance %.3f\n", what, t->combos - before.combos,
+                   (long long)(t->drafted - before.drafted),
+                   (double)(t->accepted - before.accepted) / (double)VS_MAX(t->drafted - before.drafted, 1));
+            vs_spec_drafter_free(d);
+            vs_lm_free(draft);
+        }
+        free_engine(&e);
+        vs_lm_free(target);
+    }
+}
+
+/* draft == target: every draft accepted, tau = gamma + 1 (n_predict a multiple of gamma + 1). */
+static void test_self_draft(void) {
+    vs_lm_random_opts o = ropts(64, 2, 4, 2, 128, 96, VS_TYPE_F32, 0.15f, true, 41);
+    vs_lm *target = make_model(&o, "self.gguf");
+    vs_lm *same_file = load_model(tmp_path("self.gguf"));
+    engine e = make_engine(target, 256);
+    text_prompt tp;
+    make_text_prompt(&tp, 12, 2, 96, 77);
+    vs_lm *drafts[2] = {target, same_file};
+    for (int di = 0; di < 2; di++) {
+        vs_spec_drafter *d = make_drafter(drafts[di], target, VS_DRAFT_LM_TEXT, NULL, NULL, 0);
+        for (int gi = 0; gi < 4; gi++) {
+            int g = GAMMAS[gi];
+            vs_spec_log log;
+            vs_spec_log_init(&log);
+            run(&e, d, &tp.p, g, 4 * (g + 1), true, &log);
+            vs_spec_stats s;
+            vs_spec_stats_compute(&log, NULL, &s);
+            VT_CHECK(s.tau == g + 1, "self draft (%s), gamma %d: tau %g", di ? "same file" : "same model", g, s.tau);
+            VT_CHECK(s.n_accepted == s.n_drafted && s.n_drafted == 4 * g, "gamma %d: %lld of %lld accepted", g,
+                     (long long)s.n_accepted, (long long)s.n_drafted);
+            for (int n = 0; n < g; n++) VT_CHECK(s.n_alpha[n] == 1, "gamma %d: %d-alpha %g", g, n + 1, s.n_alpha[n]);
+            VT_CHECK(s.hist[g] == 4, "gamma %d: histogram", g);
+            vs_spec_log_free(&log);
+        }
+        vs_spec_drafter_free(d);
+    }
+    free_engine(&e);
+    vs_lm_free(same_file);
+    vs_lm_free(target);
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * parity models with random drafters sharing their tokenizer */
+
+static void test_parity_pairs(tally *t) {
+    const char *dir = vt_shared_or_skip("lossless greedy on the parity models");
+    if (!dir) return;
+    const char *names[4] = {"llama-d64-l2-gqa-tied-f32", "llama-d128-l2-f16", "llama-d128-l2-q8_0",
+                            "llama-d128-l2-q4_0"};
+    /* prompts in the LLaMA-2 vocabulary: the parity prompt's tokens, and random tokens */
+    static const int32_t parity_prompt[19] = {1,   3148, 1001, 29901, 1724, 2927,  338,   278,  2919, 8607,
+                                              297, 278,  7623, 29973, 319,  1799,  9047,  13566, 29901};
+    enum { NP = 3 };
+    text_prompt tp[NP];
+    const vs_spec_prompt *pp[NP];
+    int rows[NP] = {19, 7, 25};
+    memcpy(tp[0].tok, parity_prompt, sizeof(parity_prompt));
+    memset(tp[0].seg, 0, sizeof(tp[0].seg));
+    tp[0].seg[0] = (vs_spec_segment){.kind = VS_SPEC_SEG_TEXT, .n = 19, .tokens = tp[0].tok};
+    memset(&tp[0].p, 0, sizeof(tp[0].p));
+    tp[0].p.seg = tp[0].seg, tp[0].p.n_seg = 1;
+    make_text_prompt(&tp[1], 7, 1, 32000, 5);
+    make_text_prompt(&tp[2], 25, 2, 32000, 6);
+    for (int i = 0; i < NP; i++) pp[i] = &tp[i].p;
+
+    vs_lm *targets[4];
+    char path[4][512];
+    for (int i = 0; i < 4; i++) {
+        snprintf(path[i], sizeof(path[i]), "%s/parity/%s.gguf", dir, names[i]);
+        targets[i] = load_model(path[i]);
+    }
+    /* one random drafter with the LLaMA-2 tokenizer copied from the parity file */
+    vs_error err = {0};
+    vs_gguf *g = vs_gguf_open(path[0], &err);
+    VT_REQUIRE(g, "%s", err.msg);
+    vs_lm_random_opts o = ropts(32, 1, 2, 2, 64, 0, VS_TYPE_F32, 0.05f, true, 51);
+    o.tok_from = g;
+    vs_lm *rnd = make_model(&o, "parity-draft.gguf");
+    vs_gguf_close(g);
+    for (int i = 0; i < 4; i++) {
+        engine e = make_engine(targets[i], 128);
+        /* the random drafter, and for the Q8_0 target the Q4_0 model (same weights before quantisation) */
+        vs_lm *drafts[2] = {rnd, i == 2 ? targets[3] : NULL};
+        for (int di = 0; di < 2; di++) {
+            if (!drafts[di]) continue;
+            vs_spec_drafter *d = make_drafter(drafts[di], targets[i], VS_DRAFT_LM_TEXT, NULL, NULL, 0);
+            char what[128];
+            snprintf(what, sizeof(what), "%s / %s", names[i], di ? "q4_0 twin" : "random drafter");
+            tally before = *t;
+            check_pair(what, &e, d, pp, NP, rows, 24, t);
+            printf("  %-50s %3d combos, acceptance %.3f\n", what, t->combos - before.combos,
+                   (double)(t->accepted - before.accepted) / (double)VS_MAX(t->drafted - before.drafted, 1));
+            vs_spec_drafter_free(d);
+        }
+        free_engine(&e);
+    }
+    vs_lm_free(rnd);
+    for (int i = 0; i < 4; i++) vs_lm_free(targets[i]);
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * multimodal pairs: the target's mmproj (tower + projector) and a projector-only drafter mmproj that
+ * records the tower's hash; features computed once per image and shared */
+
+static void tiny_vision(vs_vision_config *c, int proj_out, bool tower) {
+    memset(c, 0, sizeof(*c));
+    c->image_size = 42, c->patch_size = 14, c->width = 32, c->ffn = 64, c->n_heads = 2, c->n_blocks = 1;
+    c->projection_dim = 32, c->proj_hidden = 64, c->proj_out = proj_out, c->eps = 1e-5f;
+    for (int i = 0; i < 3; i++) c->mean[i] = 0.5f, c->std[i] = 0.25f;
+    c->has_tower = tower;
+}
+
+static void test_multimodal_pairs(tally *t) {
+    vs_error err = {0};
+    vs_lm_random_opts to = ropts(64, 2, 4, 2, 128, 96, VS_TYPE_F32, 0.15f, true, 61);
+    vs_lm_random_opts dopt = ropts(32, 1, 2, 2, 64, 96, VS_TYPE_F32, 0.15f, true, 62);
+    vs_lm_random_opts dopt2 = ropts(64, 1, 4, 2, 128, 96, VS_TYPE_F32, 0.15f, true, 61); /* target's seed */
+    vs_lm *target = make_model(&to, "mm-target.gguf");
+    vs_lm *draft = make_model(&dopt, "mm-draft.gguf");
+    vs_lm *draft2 = make_model(&dopt2, "mm-draft2.gguf");
+    vs_vision_config tc, dc, dc2;
+    tiny_vision(&tc, 64, true);
+    tiny_vision(&dc, 32, false);
+    tiny_vision(&dc2, 64, false);
+    VT_REQUIRE(vs_mmproj_write_random(tmp_path("mm-target-mmproj.gguf"), &tc, VS_TYPE_F32, 5, &err) == VS_OK, "%s",
+               err.msg);
+    vs_mmproj *tm = vs_mmproj_open(tmp_path("mm-target-mmproj.gguf"), &err);
+    VT_REQUIRE(tm, "%s", err.msg);
+    const vs_vision_tower *tower = vs_mmproj_tower(tm);
+    VT_REQUIRE(tower, "target mmproj has a tower");
+    vs_vision_weights dw;
+    VT_REQUIRE(vs_vision_weights_alloc(&dw, &dc, &err) == VS_OK, "%s", err.msg);
+    vs_vision_weights_randomize(&dw, &dc, 6);
+    vs_mmproj_write_opts wo = {.mat_type = VS_TYPE_F32, .tower_hash = vs_vision_tower_hash(tower)};
+    VT_REQUIRE(vs_mmproj_write(tmp_path("mm-draft-mmproj.gguf"), &dc, &dw, &wo, &err) == VS_OK, "%s", err.msg);
+    vs_vision_weights_free(&dw, &dc);
+    VT_REQUIRE(vs_vision_weights_alloc(&dw, &dc2, &err) == VS_OK, "%s", err.msg);
+    vs_vision_weights_randomize(&dw, &dc2, 7);
+    VT_REQUIRE(vs_mmproj_write(tmp_path("mm-draft2-mmproj.gguf"), &dc2, &dw, &wo, &err) == VS_OK, "%s", err.msg);
+    vs_vision_weights_free(&dw, &dc2);
+    vs_mmproj *dm = vs_mmproj_open(tmp_path("mm-draft-mmproj.gguf"), &err);
+    VT_REQUIRE(dm, "%s", err.msg);
+    vs_mmproj *dm2 = vs_mmproj_open(tmp_path("mm-draft2-mmproj.gguf"), &err);
+    VT_REQUIRE(dm2, "%s", err.msg);
+
+    /* three images: ViT features once each, the target's rows from its projector */
+    enum { NI = 3, NP = 6 };
+    vs_vision_features feat[NI];
+    const vs_vision_features *fp[NI];
+    float *trows[NI];
+    int64_t n_trows[NI];
+    const int S = tc.image_size;
+    float *pix = malloc(sizeof(float) * 3 * S * S);
+    vs_rng r;
+    vs_rng_seed(&r, 9);
+    for (int i = 0; i < NI; i++) {
+        for (int j = 0; j < 3 * S * S; j++) pix[j] = (float)(vs_rng_uniform(&r) * 2 - 1);
+        VT_REQUIRE(vs_vision_encode(tower, NULL, pix, NULL, &feat[i], &err) == VS_OK, "%s", err.msg);
+        VT_REQUIRE(vs_vision_embed(vs_mmproj_projector(tm), NULL, &feat[i], 1, &trows[i], &n_trows[i], &err) == VS_OK,
+                   "%s", err.msg);
+        fp[i] = &feat[i];
+    }
+    free(pix);
+    /* prompts: text, image, text [, image, text] */
+    struct {
+        int32_t tok[64];
+        vs_spec_segment seg[5];
+        vs_spec_prompt p;
+    } mp[NP];
+    const vs_spec_prompt *pp[NP];
+    int rows_m[NP], rows_t[NP];
+    for (int i = 0; i < NP; i++) {
+        vs_rng_seed(&r, 300 + i);
+        int n_img = 1 + i % 2, at = 0, ns = 0, nt = 0;
+        memset(&mp[i], 0, sizeof(mp[i]));
+        for (int k = 0; k <= n_img; k++) {
+            int len = 1 + (int)vs_rng_below(&r, 6) + (k == n_img ? 3 : 0);
+            for (int j = 0; j < len; j++) mp[i].tok[at + j] = at + j == 0 ? 1 : 3 + (int32_t)vs_rng_below(&r, 93);
+            mp[i].seg[ns++] = (vs_spec_segment){.kind = VS_SPEC_SEG_TEXT, .n = len, .tokens = mp[i].tok + at};
+            at += len, nt += len;
+            if (k < n_img) {
+                int im = (i + k) % NI;
+                mp[i].seg[ns++] = (vs_spec_segment){.kind = VS_SPEC_SEG_IMAGE, .n = (int32_t)n_trows[im],
+                                                    .embd = trows[im], .image = im};
+            }
+        }
+        mp[i].p.seg = mp[i].seg, mp[i].p.n_seg = ns, mp[i].p.images = fp, mp[i].p.n_images = NI;
+        pp[i] = &mp[i].p;
+        rows_m[i] = nt + n_img * (int)n_trows[0]; /* the drafter's projector gives as many rows */
+        rows_t[i] = nt; /* filled below with the newline token count */
+    }
+    engine e = make_engine(target, 256);
+    vs_spec_drafter *dm_d = make_drafter(draft, target, VS_DRAFT_LM_MM, vs_mmproj_projector(dm), tower, 0);
+    vs_spec_drafter *dt_d = make_drafter(draft, target, VS_DRAFT_LM_TEXT, NULL, NULL, 0);
+    /* T mode rows: count the newline tokens the drafter uses via a tokenizer */
+    vs_tokenizer *tok = vs_tokenizer_from_gguf(vs_lm_gguf(draft), &err);
+    int64_t n_nl = 0;
+    int32_t nl[8];
+    VT_REQUIRE(vs_tokenize(tok, "\n", 1, false, false, nl, 8, &n_nl, &err) == VS_OK, "%s", err.msg);
+    size_t plen = 0;
+    const char *piece = n_nl > 1 ? vs_tokenizer_token_piece(tok, nl[0], &plen) : NULL;
+    if (piece && plen == 1 && piece[0] == ' ') n_nl--;
+    VT_CHECK(n_nl >= 1, "\"\\n\" has tokens");
+    for (int i = 0; i < NP; i++) rows_t[i] += (int)n_nl * (1 + i % 2);
+    vs_tokenizer_free(tok);
+    tally before = *t;
+    check_pair("multimodal M", &e, dm_d, pp, NP, rows_m, 24, t);
+    check_pair("multimodal T", &e, dt_d, pp, NP, rows_t, 24, t);
+    vs_spec_drafter *dm2_d = make_drafter(draft2, target, VS_DRAFT_LM_MM, vs_mmproj_projector(dm2), tower, 0);
+    vs_spec_drafter *dt2_d = make_drafter(draft2, target, VS_DRAFT_LM_TEXT, NULL, NULL, 0);
+    check_pair("multimodal M (same-seed 1-layer drafter)", &e, dm2_d, pp, NP, rows_m, 24, t);
+    check_pair("multimodal T (same-seed 1-layer drafter)", &e, dt2_d, pp, NP, rows_t, 24, t);
+    vs_spec_drafter_free(dm2_d);
+    vs_spec_drafter_free(dt2_d);
+    printf("  %-36s %3d combos, acceptance %.3f\n", "multimodal pairs (M and T, 2 drafters)", t->combos - before.combos,
+           (double)(t->accepted - before.accepted) / (double)VS_MAX(t->drafted - before.drafted, 1));
+
+    /* a self-drafting multimodal pair: the target drafting for itself in M mode with its own projector
+     * accepts everything (same rows as the target sees) */
+    vs_spec_drafter *self = make_drafter(target, target, VS_DRAFT_LM_MM, vs_mmproj_projector(tm), tower, 0);
+    vs_spec_log log;
+    vs_spec_log_init(&log);
+    run(&e, self, pp[1], 4, 20, true, &log);
+    vs_spec_stats s;
+    vs_spec_stats_compute(&log, NULL, &s);
+    VT_CHECK(s.tau == 5, "M-mode self drafting: tau %g", s.tau);
+    vs_spec_log_free(&log);
+
+    /* M mode without features in the request: a clear error */
+    vs_spec_segment nofeat[2] = {{.kind = VS_SPEC_SEG_TEXT, .n = 2, .tokens = mp[0].tok},
+                                 {.kind = VS_SPEC_SEG_IMAGE, .n = (int32_t)n_trows[0], .embd = trows[0], .image = -1}};
+    vs_spec_segment nf3[3] = {nofeat[0], nofeat[1], {.kind = VS_SPEC_SEG_TEXT, .n = 2, .tokens = mp[0].tok}};
+    vs_spec_prompt np = {.seg = nf3, .n_seg = 3};
+    vs_spec_params pr = vs_spec_params_default();
+    pr.gamma = 3, pr.n_predict = 5, pr.sampling.temperature = 0;
+    VT_CHECK(vs_spec_generate(e.s, dm_d, &np, &pr, NULL, NULL, &log, &err) == VS_ERR_INVALID &&
+                 strstr(err.msg, "features"), "M mode without features: %s", err.msg);
+    /* a drafter projector of the wrong width */
+    vs_draft_lm_opts bad = {.mode = VS_DRAFT_LM_MM, .proj = vs_mmproj_projector(tm)};
+    VT_CHECK(!vs_draft_lm_new(draft, target, &bad, &err) && strstr(err.msg, "wide"), "width check: %s", err.msg);
+    bad.proj = NULL;
+    VT_CHECK(!vs_draft_lm_new(draft, target, &bad, &err) && strstr(err.msg, "projector"), "no projector: %s",
+             err.msg);
+    vs_spec_log_free(&log);
+
+    vs_spec_drafter_free(self);
+    vs_spec_drafter_free(dm_d);
+    vs_spec_drafter_free(dt_d);
+    free_engine(&e);
+    for (int i = 0; i < NI; i++) {
+        vs_free(trows[i]);
+        vs_vision_features_free(&feat[i]);
+    }
+    vs_mmproj_free(dm);
+    vs_mmproj_free(dm2);
+    vs_mmproj_free(tm);
+    vs_lm_free(draft2);
+    vs_lm_free(draft);
+    vs_lm_free(target);
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * bad input and edges */
+
+/* A drafter made by the test: proposes what `mode` says. */
+typedef struct test_drafter {
+    vs_spec_drafter hdr;
+    int mode; /* 0 tree, 1 token out of range, 2 q = 0 at the token, 3 two nodes but depth wrong */
+    int calls;
+} test_drafter;
+
+static vs_status td_begin(vs_spec_drafter *d, const vs_spec_begin_info *r, vs_error *e) {
+    (void)d, (void)r, (void)e;
+    return VS_OK;
+}
+static vs_status td_propose(vs_spec_drafter *base, const vs_spec_limits *lim, vs_spec_proposal *out, vs_error *e) {
+    test_drafter *d = (test_drafter *)base;
+    (void)e;
+    d->calls++;
+    out->n = VS_MIN(2, lim->max_nodes);
+    for (int i = 0; i < out->n; i++) {
+        out->token[i] = 5 + i;
+        out->parent[i] = i - 1;
+        out->depth[i] = i + 1;
+        out->q_row[i] = -1;
+    }
+    if (d->mode == 0 && out->n == 2) out->parent[1] = -1, out->depth[1] = 1;
+    if (d->mode == 1) out->token[0] = base->n_vocab;
+    if (d->mode == 2) {
+        memset(out->q, 0, sizeof(float) * (size_t)out->n_vocab);
+        out->q[0] = 1;
+        out->q_row[0] = 0;
+    }
+    if (d->mode == 3 && out->n == 2) out->depth[1] = 5;
+    return VS_OK;
+}
+static vs_status td_commit(vs_spec_drafter *d, const vs_spec_commit *c, vs_error *e) {
+    (void)d, (void)c, (void)e;
+    return VS_OK;
+}
+static const vs_spec_drafter_vt td_vt = {"test-drafter", td_begin, NULL, td_propose, td_commit, NULL, NULL};
+
+static void test_bad_input(void) {
+    vs_error err = {0};
+    vs_lm_random_opts o96 = ropts(32, 1, 2, 2, 64, 96, VS_TYPE_F32, 0.3f, true, 71);
+    vs_lm_random_opts o64 = ropts(32, 1, 2, 2, 64, 64, VS_TYPE_F32, 0.3f, true, 72);
+    vs_lm *target = make_model(&o96, "bad-target.gguf");
+    vs_lm *other = make_model(&o64, "bad-other-vocab.gguf");
+
+    /* another vocabulary size: refused at creation, with both names */
+    VT_CHECK(!vs_draft_lm_new(other, target, NULL, &err) && strstr(err.msg, "bad-other-vocab") &&
+                 strstr(err.msg, "96"), "vocabulary size: %s", err.msg);
+    /* same size, different tokenizer (LLaMA-2 vs a synthetic 32000-token vocabulary) */
+    const char *dir = vt_shared_dir();
+    if (dir) {
+        char p[512];
+        snprintf(p, sizeof(p), "%s/parity/llama-d64-l2-gqa-tied-f32.gguf", dir);
+        vs_lm *llama = load_model(p);
+        vs_lm_random_opts os = ropts(32, 1, 2, 2, 64, 32000, VS_TYPE_F32, 0.02f, true, 73);
+        vs_lm *synth = make_model(&os, "synthetic-32000.gguf");
+        VT_CHECK(!vs_draft_lm_new(synth, llama, NULL, &err) && strstr(err.msg, "tokenizers differ"),
+                 "tokenizer mismatch: %s", err.msg);
+        printf("  tokenizer mismatch: %s\n", err.msg);
+        vs_lm_free(synth);
+        vs_lm_free(llama);
+    }
+
+    engine e = make_engine(target, 64);
+    text_prompt tp;
+    make_text_prompt(&tp, 10, 2, 96, 3);
+    vs_spec_log log, base;
+    vs_spec_log_init(&log);
+    vs_spec_log_init(&base);
+    vs_spec_params pr = vs_spec_params_default();
+    pr.sampling.temperature = 0;
+    pr.n_predict = 8;
+
+    /* engine-level vocabulary check and malformed proposals from a custom drafter */
+    test_drafter td = {.hdr = {.vt = &td_vt, .n_vocab = 64}};
+    pr.gamma = 3;
+    VT_CHECK(vs_spec_generate(e.s, &td.hdr, &tp.p, &pr, NULL, NULL, &log, &err) == VS_ERR_INVALID &&
+                 strstr(err.msg, "vocabulary"), "engine vocabulary check: %s", err.msg);
+    td.hdr.n_vocab = 96;
+    const vs_status want[4] = {VS_ERR_UNSUPPORTED, VS_ERR_INVALID, VS_ERR_INVALID, VS_ERR_INVALID};
+    const char *what[4] = {"tree", "token range", "q = 0", "depth"};
+    for (int m = 0; m < 4; m++) {
+        td.mode = m;
+        pr.sampling.temperature = m == 2 ? 1.0f : 0.0f; /* q is only read when sampling */
+        vs_status st = vs_spec_generate(e.s, &td.hdr, &tp.p, &pr, NULL, NULL, &log, &err);
+        VT_CHECK(st == want[m], "%s: got %s (%s)", what[m], vs_status_name(st), err.msg);
+        printf("  bad proposal (%s): %s\n", what[m], err.msg);
+    }
+    pr.sampling.temperature = 0;
+    /* gamma > 0 without a drafter; bad gamma; bad limit; prompts */
+    VT_CHECK(vs_spec_generate(e.s, NULL, &tp.p, &pr, NULL, NULL, &log, &err) == VS_ERR_INVALID, "no drafter");
+    pr.gamma = VS_SPEC_MAX_GAMMA + 1;
+    VT_CHECK(vs_spec_generate(e.s, &td.hdr, &tp.p, &pr, NULL, NULL, &log, &err) == VS_ERR_INVALID, "gamma range");
+    pr.gamma = -1;
+    VT_CHECK(vs_spec_generate(e.s, &td.hdr, &tp.p, &pr, NULL, NULL, &log, &err) == VS_ERR_INVALID, "gamma < 0");
+    pr.gamma = 0, pr.n_predict = 0;
+    VT_CHECK(vs_spec_generate(e.s, NULL, &tp.p, &pr, NULL, NULL, &log, &err) == VS_ERR_INVALID, "n_predict 0");
+    pr.n_predict = 8;
+    vs_spec_prompt empty = {0};
+    VT_CHECK(vs_spec_generate(e.s, NULL, &empty, &pr, NULL, NULL, &log, &err) == VS_ERR_INVALID, "empty prompt");
+    int32_t badtok[2] = {1, 96};
+    vs_spec_segment bs = {.kind = VS_SPEC_SEG_TEXT, .n = 2, .tokens = badtok};
+    vs_spec_prompt bp = {.seg = &bs, .n_seg = 1};
+    VT_CHECK(vs_spec_generate(e.s, NULL, &bp, &pr, NULL, NULL, &log, &err) == VS_ERR_INVALID &&
+                 strstr(err.msg, "vocabulary"), "token out of range: %s", err.msg);
+    text_prompt longp;
+    make_text_prompt(&longp, 65, 1, 96, 4);
+    VT_CHECK(vs_spec_generate(e.s, NULL, &longp.p, &pr, NULL, NULL, &log, &err) == VS_ERR_RANGE, "prompt > context");
+
+    /* gamma = 0 with a drafter: plain decoding, the drafter is not used */
+    vs_spec_drafter *d = make_drafter(target, target, VS_DRAFT_LM_TEXT, NULL, NULL, 0);
+    run(&e, d, &tp.p, 0, 20, true, &log);
+    run(&e, NULL, &tp.p, 0, 20, true, &base);
+    VT_CHECK(same_tokens(&log, &base) && vs_draft_lm_rows_evaluated(d) == 0, "gamma 0 ignores the drafter");
+    VT_CHECK(log.n_blocks == 20, "gamma 0: one verify pass per token (%d)", log.n_blocks);
+
+    /* near the context end (64 rows): drafts shrink so nothing goes past the cache; the output equals
+     * target-only up to the context stop */
+    make_text_prompt(&tp, 40, 1, 96, 5);
+    run(&e, NULL, &tp.p, 0, 100, true, &base);
+    VT_CHECK(base.stop == VS_SPEC_STOP_CONTEXT && base.n_tokens == 64 - 40 + 1, "context stop after %d tokens (%s)",
+             base.n_tokens, vs_spec_stop_name(base.stop));
+    for (int gi = 0; gi < 4; gi++) {
+        run(&e, d, &tp.p, GAMMAS[gi], 100, true, &log);
+        VT_CHECK(same_tokens(&log, &base), "gamma %d near the context end", GAMMAS[gi]);
+        int L = 40 - 1; /* cache length before each block */
+        for (int b = 0; b < log.n_blocks; b++) {
+            VT_CHECK(L + 1 + log.blocks[b].n_draft <= 64, "block %d verifies past the cache", b);
+            L += log.blocks[b].n_emit;
+        }
+        VT_CHECK(vs_kv_seq_len(vs_spec_kv(e.s), 0) <= 64, "target cache within its size");
+    }
+    vs_spec_drafter_free(d);
+    /* a draft cache smaller than the target's: the drafter shrinks, then proposes nothing */
+    d = make_drafter(target, target, VS_DRAFT_LM_TEXT, NULL, NULL, 48);
+    for (int gi = 0; gi < 4; gi++) {
+        run(&e, d, &tp.p, GAMMAS[gi], 100, true, &log);
+        VT_CHECK(same_tokens(&log, &base), "gamma %d with a small draft cache", GAMMAS[gi]);
+        VT_CHECK(vs_kv_seq_len(vs_draft_lm_kv(d), 0) <= 48, "draft cache within its size");
+        VT_CHECK(log.blocks[log.n_blocks - 1].n_draft == 0, "a full draft cache proposes nothing");
+    }
+    vs_spec_drafter_free(d);
+    /* a prompt that does not fit the draft cache: a clear error */
+    d = make_drafter(target, target, VS_DRAFT_LM_TEXT, NULL, NULL, 16);
+    pr.gamma = 3;
+    VT_CHECK(vs_spec_generate(e.s, d, &tp.p, &pr, NULL, NULL, &log, &err) == VS_ERR_RANGE &&
+                 strstr(err.msg, "draft cache"), "prompt > draft cache: %s", err.msg);
+    vs_spec_drafter_free(d);
+
+    /* the token limit: the chain shrinks to the tokens left, the count is exact */
+    d = make_drafter(target, target, VS_DRAFT_LM_TEXT, NULL, NULL, 0);
+    make_text_prompt(&tp, 6, 1, 96, 6);
+    for (int n = 1; n <= 10; n++) {
+        run(&e, d, &tp.p, 8, n, true, &log);
+        VT_CHECK(log.n_tokens == n && log.stop == VS_SPEC_STOP_LIMIT, "limit %d: %d tokens", n, log.n_tokens);
+    }
+    vs_spec_drafter_free(d);
+    free_engine(&e);
+    vs_spec_log_free(&log);
+    vs_spec_log_free(&base);
+    vs_lm_free(other);
+    vs_lm_free(target);
+}
+
+/* EOS inside a block: a V = 16 model emits EOS (id 2) under greedy decoding for some prompt; with a
+ * self drafter (everything accepted) the EOS falls inside a block: output = target-only output, which
+ * stops at the EOS (inclusive), and the drafts after it are discarded. */
+static void test_eos_mid_block(void) {
+    vs_lm_random_opts o = ropts(32, 1, 2, 2, 64, 16, VS_TYPE_F32, 0.5f, true, 81);
+    vs_lm *target = make_model(&o, "eos16.gguf");
+    engine e = make_engine(target, 128);
+    vs_spec_drafter *d = make_drafter(target, target, VS_DRAFT_LM_TEXT, NULL, NULL, 0);
+    vs_spec_drafter *other = NULL;
+    vs_lm_random_opts od = ropts(32, 1, 2, 2, 64, 16, VS_TYPE_F32, 0.5f, true, 82);
+    vs_lm *dl = make_model(&od, "eos16-draft.gguf");
+    other = make_drafter(dl, target, VS_DRAFT_LM_TEXT, NULL, NULL, 0);
+    vs_spec_log log, base;
+    vs_spec_log_init(&log);
+    vs_spec_log_init(&base);
+    int found = 0, mid = 0;
+    for (int seed = 0; seed < 400 && found < 12; seed++) {
+        text_prompt tp;
+        make_text_prompt(&tp, 4 + seed % 7, 1, 16, 5000 + seed);
+        run(&e, NULL, &tp.p, 0, 24, false, &base);
+        if (base.stop != VS_SPEC_STOP_EOS || base.n_tokens < 2) continue;
+        found++;
+        VT_CHECK(base.tokens[base.n_tokens - 1] == 2, "target-only output ends with EOS");
+        for (int gi = 0; gi < 4; gi++) {
+            run(&e, d, &tp.p, GAMMAS[gi], 24, false, &log);
+            VT_CHECK(same_tokens(&log, &base), "EOS: self drafter gamma %d", GAMMAS[gi]);
+            const vs_spec_block *lb = &log.blocks[log.n_blocks - 1];
+            if (lb->n_accept < lb->n_draft) mid++;
+            run(&e, other, &tp.p, GAMMAS[gi], 24, false, &log);
+            VT_CHECK(same_tokens(&log, &base), "EOS: other drafter gamma %d", GAMMAS[gi]);
+        }
+    }
+    printf("  EOS: %d prompts end at EOS; %d self-drafted runs stopped inside a block\n", found, mid);
+    VT_CHECK(found >= 3, "found only %d prompts whose greedy output reaches EOS", found);
+    VT_CHECK(mid >= 1, "no run stopped at an EOS inside a block");
+    vs_spec_log_free(&log);
+    vs_spec_log_free(&base);
+    vs_spec_drafter_free(other);
+    vs_spec_drafter_free(d);
+    free_engine(&e);
+    vs_lm_free(dl);
+    vs_lm_free(target);
+}
+
+/* The debug reject drafter: nothing accepted (a draft equal to the target's argmax would be the draft's
+ * least likely token: possible but rare), output unchanged, every block emits one token. */
+static void test_reject_drafter(void) {
+    vs_error err = {0};
+    vs_lm_random_opts o = ropts(64, 2, 4, 2, 128, 96, VS_TYPE_F32, 0.15f, true, 91);
+    vs_lm *target = make_model(&o, "rej.gguf");
+    engine e = make_engine(target, 256);
+    vs_draft_lm_opts dopt = {.debug_reject = true};
+    vs_spec_drafter *d = vs_draft_lm_new(target, target, &dopt, &err);
+    VT_REQUIRE(d, "%s", err.msg);
+    text_prompt tp;
+    make_text_prompt(&tp, 9, 1, 96, 8);
+    vs_spec_log log, base;
+    vs_spec_log_init(&log);
+    vs_spec_log_init(&base);
+    run(&e, NULL, &tp.p, 0, 30, true, &base);
+    run(&e, d, &tp.p, 5, 30, true, &log);
+    vs_spec_stats s;
+    vs_spec_stats_compute(&log, &base, &s);
+    VT_CHECK(same_tokens(&log, &base), "reject drafter keeps the output");
+    VT_CHECK(s.n_accepted == 0 && s.tau == 1, "reject drafter: %lld accepted, tau %g", (long long)s.n_accepted,
+             s.tau);
+    vs_spec_log_free(&log);
+    vs_spec_log_free(&base);
+    vs_spec_drafter_free(d);
+    free_engine(&e);
+    vs_lm_free(target);
+}
+
+/* Prefix reuse across requests gives the same output and prefills only the new rows. */
+static void test_prefix_reuse(void) {
+    vs_lm_random_opts o = ropts(64, 2, 4, 2, 128, 96, VS_TYPE_F32, 0.15f, true, 95);
+    vs_lm *target = make_model(&o, "reuse.gguf");
+    engine e = make_engine(target, 256);
+    vs_spec_drafter *d = make_drafter(target, target, VS_DRAFT_LM_TEXT, NULL, NULL, 0);
+    text_prompt a, b;
+    make_text_prompt(&a, 20, 1, 96, 1);
+    b = a;
+    b.seg[0].tokens = b.tok;
+    b.p.seg = b.seg;
+    b.tok[15] = (b.tok[15] + 1) % 96; /* shares 15 rows */
+    vs_spec_log log, ref;
+    vs_spec_log_init(&log);
+    vs_spec_log_init(&ref);
+    vs_error err = {0};
+    vs_spec_params pr = vs_spec_params_default();
+    pr.gamma = 3, pr.n_predict = 12, pr.sampling.temperature = 0, pr.ignore_eos = true;
+    run(&e, d, &b.p, 3, 12, true, &ref);
+    pr.reuse_prefix = true;
+    VT_REQUIRE(vs_spec_generate(e.s, d, &a.p, &pr, NULL, NULL, &log, &err) == VS_OK, "%s", err.msg);
+    VT_REQUIRE(vs_spec_generate(e.s, d, &b.p, &pr, NULL, NULL, &log, &err) == VS_OK, "%s", err.msg);
+    VT_CHECK(same_tokens(&log, &ref), "reuse gives the same output");
+    VT_CHECK(log.n_prefilled == 19 - 15, "prefilled %d rows after reuse", log.n_prefilled);
+    vs_spec_log_free(&log);
+    vs_spec_log_free(&ref);
+    vs_spec_drafter_free(d);
+    free_engine(&e);
+    vs_lm_free(target);
+}
+
+int main(void) {
+    double t0 = vs_time_now();
+    test_stats();
+    tally t = {0};
+    test_random_pairs(&t);
+    test_parity_pairs(&t);
+    test_multimodal_pairs(&t);
+    printf("lossless greedy: %d combinations, %d mismatches; %lld drafted, %lld accepted, %lld partly accepted "
+           "blocks\n", t.combos, t.mismatches, (long long)t.drafted, (long long)t.accepted, (long long)t.partial_blocks);
+    VT_CHECK(t.combos >= 300, "only %d combinations", t.combos);
+    VT_CHECK(t.partial_blocks > 100, "too few partly accepted blocks (%lld) to exercise rollbacks",
+             (long long)t.partial_blocks);
+    test_self_draft();
+    test_bad_input();
+    test_eos_mid_block();
+    test_reject_drafter();
+    test_prefix_reuse();
+    printf("spec: %.1f s\n", vs_time_now() - t0);
+    return vt_finish("spec");
+}
