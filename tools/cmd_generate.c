@@ -1,0 +1,268 @@
+/* vlmspec generate: plain autoregressive generation with the target model, streaming text.
+ * Structure (kept for the issues that extend it: images, speculative decoding): the command line is
+ * parsed into a gen_opts, then gen_run loads the model and runs prefill (one batched forward over the
+ * prompt) and the decode loop (one row per step, sampled with vs_sampler). Statistics go to stderr. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "lm.h"
+#include "sample.h"
+#include "tokenizer.h"
+
+#define CMD "generate"
+
+typedef struct gen_opts {
+    const char *model;
+    const char *prompt;    /* text, tokenised with the model's tokenizer */
+    const char *tokens;    /* or comma-separated ids */
+    int n_predict;         /* tokens to generate (stops earlier at end-of-generation) */
+    int n_ctx;             /* KV cache rows; 0 = prompt + n_predict, capped at the model's context */
+    int threads;
+    vs_type kv_type;
+    bool no_bos, special, ignore_eos, show_ids, quiet;
+    vs_sampler_params sp;
+    bool seed_given;
+} gen_opts;
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: vlmspec generate -m MODEL (-p PROMPT | --tokens IDS) [options]\n"
+            "Generates text after a prompt with the model alone and streams it to stdout.\n\n"
+            "options:\n"
+            "  -m, --model FILE     LLaMA-architecture GGUF\n"
+            "  -p, --prompt TEXT    prompt text (BOS added as the file says)\n"
+            "  --tokens IDS         prompt as token ids instead: 1,3148,1001\n"
+            "  -n, --n-predict N    tokens to generate (default 128)\n"
+            "  --temp T             temperature (default 0.8; 0 = greedy)\n"
+            "  --top-k K            keep the K most likely tokens (default 40; 0 = off)\n"
+            "  --top-p P            nucleus sampling mass (default 0.95; 1 = off)\n"
+            "  --min-p P            drop tokens below P x the top probability (default 0.05; 0 = off)\n"
+            "  --seed S             sampling seed (default: from the clock, printed)\n"
+            "  -t, --threads N      threads (default 2)\n"
+            "  -c, --ctx N          KV cache rows (default prompt + N, at most the model's context)\n"
+            "  --kv-type T          KV cache storage f16 (default) or f32\n"
+            "  --no-bos             do not add BOS to the prompt\n"
+            "  --special            parse special-token text (<s>, </s>) in the prompt\n"
+            "  --ignore-eos         keep generating after end-of-generation tokens\n"
+            "  --ids                print token ids instead of text\n"
+            "  -q, --quiet          no statistics on stderr\n"
+            "  -h, --help           this help\n");
+}
+
+/* Parses "1,2,3" into a vs_malloc'ed array; false on malformed input. */
+static bool parse_ids(const char *s, int32_t **out, int *n) {
+    int k = 1;
+    for (const char *p = s; *p; p++) k += *p == ',';
+    int32_t *a = vs_malloc(sizeof(int32_t) * (size_t)k);
+    if (!a) return false;
+    const char *p = s;
+    for (int i = 0; i < k; i++) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || v < 0 || v > INT32_MAX || (*end && *end != ',') || (i == k - 1) != !*end) {
+            vs_free(a);
+            return false;
+        }
+        a[i] = (int32_t)v;
+        p = end + (*end ? 1 : 0);
+    }
+    *out = a;
+    *n = k;
+    return true;
+}
+
+/* Returns -1 when the options are fine, else the exit status. */
+static int gen_parse(int argc, char **argv, gen_opts *o) {
+    memset(o, 0, sizeof(*o));
+    o->n_predict = 128;
+    o->threads = 2;
+    o->kv_type = VS_TYPE_F16;
+    o->sp = vs_sampler_params_default();
+    o->sp.temperature = 0.8f;
+    o->sp.top_k = 40;
+    o->sp.top_p = 0.95f;
+    o->sp.min_p = 0.05f;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        double d;
+        int64_t s64;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        }
+        if (!strcmp(a, "--no-bos")) o->no_bos = true;
+        else if (!strcmp(a, "--special")) o->special = true;
+        else if (!strcmp(a, "--ignore-eos")) o->ignore_eos = true;
+        else if (!strcmp(a, "--ids")) o->show_ids = true;
+        else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) o->quiet = true;
+        else {
+            if (!(v = cli_value(CMD, argc, argv, &i))) return 2;
+            if (!strcmp(a, "-m") || !strcmp(a, "--model")) o->model = v;
+            else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) o->prompt = v;
+            else if (!strcmp(a, "--tokens")) o->tokens = v;
+            else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
+                if (!cli_parse_int(CMD, a, v, 0, 1 << 24, &o->n_predict)) return 2;
+            } else if (!strcmp(a, "--temp")) {
+                if (!cli_parse_f64(CMD, a, v, 0, 100, &d)) return 2;
+                o->sp.temperature = (float)d;
+            } else if (!strcmp(a, "--top-k")) {
+                if (!cli_parse_int(CMD, a, v, 0, INT32_MAX, &o->sp.top_k)) return 2;
+            } else if (!strcmp(a, "--top-p")) {
+                if (!cli_parse_f64(CMD, a, v, 0, 1, &d)) return 2;
+                o->sp.top_p = (float)d;
+            } else if (!strcmp(a, "--min-p")) {
+                if (!cli_parse_f64(CMD, a, v, 0, 1, &d)) return 2;
+                o->sp.min_p = (float)d;
+            } else if (!strcmp(a, "--seed")) {
+                if (!cli_parse_i64(CMD, a, v, 0, INT64_MAX, &s64)) return 2;
+                o->sp.seed = (uint64_t)s64;
+                o->seed_given = true;
+            } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
+                if (!cli_parse_int(CMD, a, v, 1, 1024, &o->threads)) return 2;
+            } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx")) {
+                if (!cli_parse_int(CMD, a, v, 1, 1 << 24, &o->n_ctx)) return 2;
+            } else if (!strcmp(a, "--kv-type")) {
+                if (!strcmp(v, "f16") || !strcmp(v, "F16")) o->kv_type = VS_TYPE_F16;
+                else if (!strcmp(v, "f32") || !strcmp(v, "F32")) o->kv_type = VS_TYPE_F32;
+                else return cli_fail(CMD, "--kv-type %s: expected f16 or f32", v), 2;
+            } else {
+                cli_fail(CMD, "unknown option '%s' (see vlmspec generate --help)", a);
+                return 2;
+            }
+        }
+    }
+    if (!o->model) return cli_fail(CMD, "-m MODEL is required"), 2;
+    if (!o->prompt == !o->tokens) return cli_fail(CMD, "give exactly one of -p PROMPT and --tokens IDS"), 2;
+    if (!o->seed_given) o->sp.seed = (uint64_t)(vs_time_now() * 1e6);
+    return -1;
+}
+
+static int gen_run(const gen_opts *o) {
+    int rc = 1;
+    vs_error err = {0};
+    vs_tokenizer *tok = NULL;
+    vs_detok *dt = NULL;
+    vs_threadpool *tp = NULL;
+    vs_kv *kv = NULL;
+    vs_sampler *smp = NULL;
+    int32_t *ptok = NULL;
+    vs_lm_row *rows = NULL;
+    float *logits = NULL;
+    int np = 0;
+    vs_lm *lm = vs_lm_load(o->model, &err);
+    if (!lm) goto fail;
+    const vs_lm_config *c = vs_lm_cfg(lm);
+    /* The tokenizer is needed for text in or out; a file without one can still run on ids. */
+    if (vs_gguf_find_key(vs_lm_gguf(lm), "tokenizer.ggml.tokens") >= 0) {
+        if (!(tok = vs_tokenizer_from_gguf(vs_lm_gguf(lm), &err))) goto fail;
+    } else if (o->prompt || !o->show_ids) {
+        cli_fail(CMD, "%s has no tokenizer: use --tokens IDS and --ids", o->model);
+        goto done;
+    }
+    if (o->prompt) {
+        int64_t n64 = 0;
+        if (vs_tokenize_alloc(tok, o->prompt, strlen(o->prompt), !o->no_bos, o->special, &ptok, &n64, &err))
+            goto fail;
+        np = (int)n64;
+    } else if (!parse_ids(o->tokens, &ptok, &np)) {
+        cli_fail(CMD, "--tokens '%s': expected comma-separated token ids", o->tokens);
+        goto done;
+    }
+    if (np < 1) {
+        cli_fail(CMD, "the prompt is empty");
+        goto done;
+    }
+    int n_ctx = o->n_ctx > 0 ? o->n_ctx : VS_MIN(np + o->n_predict, c->n_ctx_train);
+    if (np >= n_ctx) {
+        cli_fail(CMD, "the prompt has %d tokens but the context holds %d", np, n_ctx);
+        goto done;
+    }
+    if (o->threads > 1 && !(tp = vs_threadpool_new(o->threads, &err))) goto fail;
+    if (!(kv = vs_lm_kv_new(lm, 1, n_ctx, o->kv_type, &err))) goto fail;
+    if (!(smp = vs_sampler_new(c->n_vocab, &o->sp, &err))) goto fail;
+    if (tok && !(dt = vs_detok_new(tok, 0, &err))) goto fail;
+    rows = vs_calloc((size_t)np, sizeof(vs_lm_row));
+    logits = vs_malloc(sizeof(float) * (size_t)c->n_vocab);
+    if (!rows || !logits) {
+        cli_fail(CMD, "out of memory");
+        goto done;
+    }
+    /* prefill: the whole prompt in one batch, logits of the last row only */
+    for (int i = 0; i < np; i++) rows[i] = (vs_lm_row){.token = ptok[i], .pos = i, .want_logits = i == np - 1};
+    vs_lm_out out = {.logits = logits};
+    double t0 = vs_time_now();
+    if (vs_lm_forward(lm, kv, tp, rows, np, &out, &err)) goto fail;
+    double t_prefill = vs_time_now() - t0;
+    if (o->prompt && !o->show_ids) {
+        fputs(o->prompt, stdout);
+        fflush(stdout);
+    }
+    int n_gen = 0;
+    const char *stop = "length";
+    double t1 = vs_time_now();
+    for (int pos = np; n_gen < o->n_predict; pos++) {
+        int32_t t;
+        if (vs_sampler_sample(smp, logits, NULL, &t, &err)) goto fail;
+        n_gen++;
+        if (o->show_ids) {
+            printf("%s%d", n_gen > 1 ? " " : "", t);
+        } else {
+            size_t len = 0;
+            const char *s = vs_detok_feed(dt, &t, 1, &len, &err);
+            if (!s) goto fail;
+            fwrite(s, 1, len, stdout);
+        }
+        fflush(stdout);
+        if (!o->ignore_eos && tok && vs_tokenizer_is_eog(tok, t)) {
+            stop = "end of generation";
+            break;
+        }
+        if (n_gen == o->n_predict) break;
+        if (pos >= n_ctx) {
+            stop = "context full";
+            break;
+        }
+        vs_lm_row r = {.token = t, .pos = pos, .want_logits = true};
+        if (vs_lm_forward(lm, kv, tp, &r, 1, &out, &err)) goto fail;
+    }
+    double t_decode = vs_time_now() - t1;
+    if (dt && !o->show_ids) {
+        size_t len = 0;
+        const char *s = vs_detok_flush(dt, &len);
+        fwrite(s, 1, len, stdout);
+    }
+    printf("\n");
+    fflush(stdout);
+    if (!o->quiet)
+        fprintf(stderr,
+                "[generate] prompt %d tokens in %.3f s (%.1f t/s); generated %d tokens in %.3f s (%.2f t/s); "
+                "stop: %s; seed %llu; %d threads\n",
+                np, t_prefill, np / (t_prefill > 0 ? t_prefill : 1e-9), n_gen, t_decode,
+                n_gen > 1 ? (n_gen - 1) / (t_decode > 0 ? t_decode : 1e-9) : 0.0, stop,
+                (unsigned long long)o->sp.seed, o->threads);
+    rc = 0;
+    goto done;
+fail:
+    fflush(stdout);
+    cli_fail_err(CMD, &err);
+done:
+    vs_free(logits);
+    vs_free(rows);
+    vs_free(ptok);
+    vs_sampler_free(smp);
+    vs_detok_free(dt);
+    vs_kv_free(kv);
+    vs_threadpool_free(tp);
+    vs_tokenizer_free(tok);
+    vs_lm_free(lm);
+    return rc;
+}
+
+int vs_cmd_generate(int argc, char **argv) {
+    gen_opts o;
+    int st = gen_parse(argc, argv, &o);
+    if (st >= 0) return st;
+    return gen_run(&o);
+}
