@@ -38,6 +38,7 @@ struct vs_lm {
     int *slot;        /* [rows] cache slot of each row in its sequence */
     int *off;         /* [rows] index among this batch's rows of its sequence */
     int *order;       /* [rows] row indices grouped by sequence, batch order within a sequence */
+    int *groups;      /* [2][rows + 1]: start of each sequence's run in order; first task of each */
     int cap_mask;     /* rows the tree mask holds */
     uint8_t *mask;    /* [rows][rows] mask[r][j]: row r may attend to its sequence's batch row j */
     int cap_seq;
@@ -246,10 +247,11 @@ static void free_scratch(vs_lm *lm) {
     vs_free(lm->slot);
     vs_free(lm->off);
     vs_free(lm->order);
+    vs_free(lm->groups);
     vs_free(lm->mask);
     vs_free(lm->seq_len0);
     vs_free(lm->seq_cnt);
-    lm->slot = lm->off = lm->order = lm->seq_len0 = lm->seq_cnt = NULL;
+    lm->slot = lm->off = lm->order = lm->groups = lm->seq_len0 = lm->seq_cnt = NULL;
     lm->mask = NULL;
     lm->cap_rows = lm->cap_mask = lm->cap_seq = lm->cap_ctx = lm->cap_thr = 0;
 }
@@ -311,7 +313,7 @@ static vs_status ensure_scratch(vs_lm *lm, int rows, int n_ctx, int threads, int
              grow((void **)&lm->tmp, R * E * f) && grow((void **)&lm->gate, R * F * f) &&
              grow((void **)&lm->up, R * F * f) && grow((void **)&lm->rope_cs, R * (size_t)c->rope_dim * f) &&
              grow((void **)&lm->slot, R * sizeof(int)) && grow((void **)&lm->off, R * sizeof(int)) &&
-             grow((void **)&lm->order, R * sizeof(int));
+             grow((void **)&lm->order, R * sizeof(int)) && grow((void **)&lm->groups, 2 * (R + 1) * sizeof(int));
         if (ok) lm->cap_rows = rows;
         else lm->cap_rows = 0; /* some buffers may be stale: force a full regrow next time */
     }
@@ -640,9 +642,7 @@ vs_status vs_lm_forward(vs_lm *lm, vs_kv *kv, vs_threadpool *tp, const vs_lm_row
 
     /* Group rows by sequence (stable), and enumerate attention tasks. */
     int n_groups = 0;
-    int *group_start = vs_malloc(sizeof(int) * ((size_t)n + 1) * 2 + sizeof(int));
-    if (!group_start) return vs_error_set(err, VS_ERR_NOMEM, "%s: out of memory", name);
-    int *task_first = group_start + n + 1;
+    int *group_start = lm->groups, *task_first = lm->groups + n + 1;
     {
         int pos = 0;
         for (int r = 0; r < n; r++) {
@@ -715,8 +715,6 @@ vs_status vs_lm_forward(vs_lm *lm, vs_kv *kv, vs_threadpool *tp, const vs_lm_row
             for (int i = 0; i < out->n_layer_out; i++)
                 if (out->layer_ids[i] == l) memcpy(out->layer_hidden[i], lm->x, (size_t)n * E * sizeof(float));
     }
-    vs_free(group_start);
-
     if (out && out->hidden) memcpy(out->hidden, lm->x, (size_t)n * E * sizeof(float));
     if (out && out->logits) {
         /* Gather the rows that want logits (in batch order), norm them, apply the output matrix. */

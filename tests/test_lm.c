@@ -3,7 +3,11 @@
  * root-to-node path, embeddings rows, hidden states / LM head / attention observer, the scalar vs
  * AVX2 attention paths, context overflow, bad rows, and malformed model files. Runs without
  * ../shared: every model is written here with random weights. */
+#include <unistd.h>
+
+#include "json.h"
 #include "lm_testmodel.h"
+#include "sample.h"
 
 #define V 64 /* vocabulary of the small test models */
 
@@ -368,6 +372,98 @@ static void test_malformed(void) {
     VT_CHECK(strstr(err.msg, "does-not-exist.gguf") != NULL, "missing file message: %s", err.msg);
 }
 
+/* The CLI commands of this area: model random/info, logits, generate, bench; errors and --help. */
+static void test_cli(vs_threadpool *tp) {
+    if (access(vt_cli(), X_OK) != 0) {
+        printf("  SKIP: CLI checks: %s not found (set VLMSPEC_BIN)\n", vt_cli());
+        return;
+    }
+    const char *cli = vt_cli(), *dir = vt_tmpdir();
+    const char *helps[] = {"model", "logits", "generate", "bench"};
+    for (size_t i = 0; i < VS_ARRAY_LEN(helps); i++)
+        VT_CHECK(vt_run("%s %s --help > /dev/null", cli, helps[i]) == 0, "%s --help", helps[i]);
+    int rc = vt_run("%s model random --dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 96 --ctx 64 --vocab 48 "
+                    "--type Q8_0 --seed 5 -o %s/cli.gguf > /dev/null", cli, dir);
+    VT_REQUIRE(rc == 0, "model random exit %d", rc);
+    VT_CHECK(vt_run("%s model info -m %s/cli.gguf > /dev/null", cli, dir) == 0, "model info");
+    VT_CHECK(vt_run("%s model random --dim 64 --layers 2 --heads 4 --ffn 96 --ctx 64 --vocab 48 -o %s/x.gguf "
+                    "2> /dev/null", cli, dir) == 2, "missing --type accepted");
+    VT_CHECK(vt_run("%s model random --dim 64 --layers 2 --heads 4 --ffn 90 --ctx 64 --vocab 48 --type Q4_0 "
+                    "-o %s/x.gguf 2> /dev/null", cli, dir) == 1, "ffn 90 with Q4_0 accepted");
+    VT_CHECK(vt_run("%s model random --dim 64 --layers 2 --heads 4 --ffn 96 --ctx 64 --vocab 48 --type Q9 "
+                    "-o %s/x.gguf 2> /dev/null", cli, dir) == 2, "unknown type accepted");
+    VT_CHECK(vt_run("%s logits -m %s/missing.gguf --tokens 1,2 -o %s/x 2> /dev/null", cli, dir, dir) == 1,
+             "missing model accepted");
+    VT_CHECK(vt_run("%s logits -m %s/cli.gguf --tokens 1,x -o %s/x 2> /dev/null", cli, dir, dir) == 2,
+             "bad token list accepted");
+    VT_CHECK(vt_run("%s logits -m %s/cli.gguf --tokens 1,99 -o %s/x 2> /dev/null", cli, dir, dir) == 1,
+             "token outside the vocabulary accepted");
+    VT_CHECK(vt_run("%s generate -m %s/cli.gguf 2> /dev/null", cli, dir) == 2, "generate without prompt");
+
+    /* logits: rows equal an in-process forward; greedy tokens are their argmax */
+    rc = vt_run("%s logits -m %s/cli.gguf --tokens 1,5,9,13,17,21 --gen 5 -o %s/lg > /dev/null", cli, dir, dir);
+    VT_REQUIRE(rc == 0, "logits exit %d", rc);
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/lg.json", dir);
+    uint8_t *js = NULL, *lf = NULL;
+    size_t jn = 0, ln = 0;
+    vs_error err = {0};
+    VT_REQUIRE(vs_read_file(path, &js, &jn, &err) == VS_OK, "%s", err.msg);
+    snprintf(path, sizeof(path), "%s/lg.f32", dir);
+    VT_REQUIRE(vs_read_file(path, &lf, &ln, &err) == VS_OK, "%s", err.msg);
+    vs_json_doc *doc = vs_json_parse((const char *)js, jn, "lg.json", &err);
+    VT_REQUIRE(doc, "%s", err.msg);
+    const vs_json *root = vs_json_root(doc), *g = vs_json_get(root, "greedy_tokens");
+    int rows = (int)vs_json_get_int(root, "logits_rows", -1);
+    VT_CHECK(rows == 10 && ln == (size_t)rows * 48 * 4, "rows %d, %zu bytes", rows, ln);
+    VT_REQUIRE(g && g->len == 5, "greedy_tokens");
+    snprintf(path, sizeof(path), "%s/cli.gguf", dir);
+    vs_lm *lm = vs_lm_load(path, &err);
+    VT_REQUIRE(lm, "%s", err.msg);
+    vs_kv *kv = vs_lm_kv_new(lm, 1, 16, VS_TYPE_F32, &err);
+    int32_t hist[16] = {1, 5, 9, 13, 17, 21};
+    float *mine = malloc(sizeof(float) * 10 * 48);
+    VT_CHECK(tm_feed(lm, kv, tp, 0, hist, 6, mine, &err) == VS_OK, "%s", err.msg);
+    char ids[256];
+    int idl = 0;
+    for (int j = 0; j < 5; j++) {
+        hist[6 + j] = vs_argmax(mine + (size_t)(5 + j) * 48, 48);
+        VT_CHECK(g->items[j].i == hist[6 + j], "greedy token %d: %lld vs %d", j, (long long)g->items[j].i,
+                 hist[6 + j]);
+        idl += snprintf(ids + idl, sizeof(ids) - idl, "%s%d", j ? " " : "", hist[6 + j]);
+        if (j < 4) VT_CHECK(tm_feed(lm, kv, tp, 0, hist + 6 + j, 1, mine + (size_t)(6 + j) * 48, &err) == VS_OK, "%s",
+                            err.msg);
+    }
+    double d = vt_max_abs_diff(mine, (const float *)lf, 10 * 48);
+    VT_CHECK(d <= 1e-5, "vlmspec logits differs from the library by %g", d);
+    /* generate --temp 0 gives the same greedy ids */
+    snprintf(path, sizeof(path), "%s/gen.txt", dir);
+    rc = vt_run("%s generate -m %s/cli.gguf --tokens 1,5,9,13,17,21 -n 5 --temp 0 --ids --ignore-eos -q > %s", cli,
+                dir, path);
+    VT_CHECK(rc == 0, "generate exit %d", rc);
+    uint8_t *gt = NULL;
+    size_t gn = 0;
+    VT_REQUIRE(vs_read_file(path, &gt, &gn, &err) == VS_OK, "%s", err.msg);
+    VT_CHECK(gn > 0 && !strncmp((const char *)gt, ids, strlen(ids)), "generate gave '%s', expected '%s'", gt, ids);
+    /* bench runs and its JSON parses */
+    snprintf(path, sizeof(path), "%s/bench.json", dir);
+    rc = vt_run("%s bench -m %s/cli.gguf --reps 1 --pp 8 --tg 2 --ks 1,2,4 --json > %s", cli, dir, path);
+    VT_CHECK(rc == 0, "bench exit %d", rc);
+    uint8_t *bj = NULL;
+    size_t bn = 0;
+    VT_REQUIRE(vs_read_file(path, &bj, &bn, &err) == VS_OK, "%s", err.msg);
+    vs_json_doc *bd = vs_json_parse((const char *)bj, bn, "bench.json", &err);
+    VT_CHECK(bd && vs_json_get(vs_json_root(bd), "verify") && vs_json_get(vs_json_root(bd), "verify")->len == 3,
+             "bench json: %s", err.msg);
+    printf("  model random / info / logits / generate / bench: checked\n");
+    vs_json_doc_free(bd);
+    vs_json_doc_free(doc);
+    vs_free(js), vs_free(lf), vs_free(gt), vs_free(bj);
+    free(mine);
+    vs_kv_free(kv);
+    vs_lm_free(lm);
+}
+
 int main(void) {
     vs_error err = {0};
     vs_threadpool *tp = vs_threadpool_new(2, &err);
@@ -414,6 +510,8 @@ int main(void) {
     }
     printf("malformed files:\n");
     test_malformed();
+    printf("command line:\n");
+    test_cli(tp);
     vs_lm_free(lm);
     vs_threadpool_free(tp);
     return vt_finish("lm");
