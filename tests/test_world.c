@@ -222,7 +222,10 @@ static char *corrupt(const vs_world_sample *s, int t, const char *expected, vs_w
         break;
     }
     case VS_CHECK_LABEL: {
-        const vs_world_scene *sc = &s->scenes[s->turns[t].query.image];
+        const vs_world_scene *sc = NULL; /* the chart (follow-ups name no image) */
+        for (int i = 0; i < s->n_images && !sc; i++)
+            if (s->scenes[i].kind == VS_SCENE_CHART) sc = &s->scenes[i];
+        if (!sc) break;
         for (int b = 0; b < sc->n_bars; b++)
             if (sc->bars[b].label != expected[0]) {
                 char to[2] = {sc->bars[b].label, 0};
