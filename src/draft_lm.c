@@ -16,6 +16,7 @@ typedef struct draft_lm {
     vs_draft_lm_mode mode;
     const vs_vision_projector *proj;
     bool debug_reject;
+    bool force_greedy; /* opts.greedy */
     int32_t n_ctx, n_vocab, n_embd;
     int32_t nl[8]; /* tokens of "\n" (T mode) */
     int32_t n_nl;
@@ -107,7 +108,7 @@ static vs_status dl_begin(vs_spec_drafter *base, const vs_spec_begin_info *req, 
     vs_status st = vs_sampler_set_params(d->sampler, &sp, err);
     if (st) return st;
     vs_sampler_seed(d->sampler, sp.seed);
-    d->greedy = sp.temperature == 0;
+    d->greedy = sp.temperature == 0 || d->force_greedy;
 
     /* The drafter's prompt rows. */
     if (p->n_seg > 0 && d->mode == VS_DRAFT_LM_MM) {
@@ -317,6 +318,7 @@ vs_spec_drafter *vs_draft_lm_new(vs_lm *draft, const vs_lm *target, const vs_dra
     d->mode = opts->mode;
     d->proj = opts->proj;
     d->debug_reject = opts->debug_reject;
+    d->force_greedy = opts->greedy;
     d->n_vocab = dc->n_vocab;
     d->n_embd = dc->n_embd;
     d->n_ctx = opts->n_ctx > 0 ? opts->n_ctx : dc->n_ctx_train;

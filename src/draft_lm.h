@@ -37,6 +37,9 @@ typedef struct vs_draft_lm_opts {
                                       * draft model's width), borrowed */
     const vs_vision_tower *tower;    /* M mode (optional): the tower whose features the requests carry;
                                       * when given, vs_vision_check_projector must accept proj */
+    /* Draft greedily (argmax, deterministic: q one-hot) even when the request samples; verification
+     * stays lossless (accept with probability p(d), residual p without d). */
+    bool greedy;
     /* DEBUG / BENCHMARK ONLY: run the draft model as usual but propose its LEAST likely token,
      * deterministically, so the target (almost) always rejects it: the cost of speculation when
      * nothing is gained (`--draft-mode reject`). Output stays lossless. */

