@@ -1219,6 +1219,8 @@ static void turn_story(gen *g, vs_world_turn *t) {
         int c = last->objects[i].cell, d = abs(c / 3 - end / 3) + abs(c % 3 - end % 3);
         if (d == 1) buddy = i;
     }
+    if (buddy >= 0 && friend_at == 4 && last->objects[buddy].shape == friend.shape && last->objects[buddy].color == friend.color)
+        buddy = -1; /* the newcomer gets its own sentence below */
     if (chance(g, 0.6))
         wsb_say(&a, g->r, "^{In the last picture|In the final image|At the end of the story|When the story ends|In the fifth picture}, the %s %s {reaches|arrives at|ends up in} the %s",
                 hc, hs, vs_world_cell_name(end));
@@ -1230,9 +1232,13 @@ static void turn_story(gen *g, vs_world_turn *t) {
     wsb_puts(&a, ".");
     if (path[4] != path[3]) wsb_say(&a, g->r, " It {moved|traveled} %s for its {last|final} step{| of the journey}.", dir_name(path[3], path[4]));
     wsb_say(&a, g->r, " {After its long trip across the picture|After wandering from cell to cell|After all its travels}, it {finally rests there|can finally rest|stops to rest}.");
-    if (friend_at > 0)
-        wsb_say(&a, g->r, " The %s %s that appeared earlier {is still there|stays where it was}, {so the two of them are not alone anymore|keeping it company}.", vs_world_color_name(friend.color),
-                vs_world_shape_name(friend.shape));
+    if (friend_at == 4) /* the newcomer is only in the last image: the ending must come from it */
+        wsb_say(&a, g->r, " {Just then|At that moment}, %s %s %s appears in the %s{, so it is not alone anymore|, keeping it company}.",
+                article(vs_world_color_name(friend.color)), vs_world_color_name(friend.color), vs_world_shape_name(friend.shape),
+                vs_world_cell_name(friend.cell));
+    else if (friend_at > 0)
+        wsb_say(&a, g->r, " The %s %s that appeared earlier {is still there|stays where it was}, {so the two of them are not alone anymore|keeping it company}.",
+                vs_world_color_name(friend.color), vs_world_shape_name(friend.shape));
     if (chance(g, 0.4)) wsb_say(&a, g->r, " That is how the {adventure|journey} of the %s %s ends.", hc, hs);
     else wsb_say(&a, g->r, " {The story ends happily.|And so the little journey comes to an end.|Its adventure is over for today.}");
     pad_answer(g, &a, 36, REMARK_SHAPES);
