@@ -1,0 +1,153 @@
+/* train_model: the LLaVA-style VLM as a trainable model.
+ * Owns: the VLM's configuration, its parameter set (train_optim.h: one buffer each of parameters,
+ * gradients and AdamW moments, viewed through vs_train_vlm_tensors), the activations of the last
+ * forward (allocated once for the largest batch given at creation), the forward and backward passes,
+ * checkpoints of the whole training state, and export to llama.cpp's LLaVA layout (an LM GGUF
+ * "llama" + an mmproj GGUF "clip", FORMATS.md) that vlmspec's inference engine loads.
+ *
+ * The model (HF CLIPVisionModel + LLaVA projector + LLaMA semantics, as src/vision.h and src/lm.h run
+ * it):
+ *   vision (per image): pixels (3, S, S) -> patch conv (stride P, no bias) -> [cls; patches] + pos
+ *     -> pre-LayerNorm -> VL pre-LN blocks [x += o(MHA(ln1 x)); x += fc2(quickGELU(fc1(ln2 x)))]
+ *     -> drop cls -> projector mm.2(GELU_erf(mm.0 f)) -> NP image rows of the LM's width
+ *   LM: rows are token embeddings or image rows (batch.img_row) -> L blocks [x += wo(attn(RoPE(wq
+ *     rms1 x), RoPE(wk rms1 x), wv rms1 x)); x += w_down(silu(w_gate rms2 x) * w_up rms2 x)]
+ *     -> RMSNorm -> lm_head -> logits; causal attention with GQA, RoPE on adjacent pairs.
+ *   loss: softmax cross-entropy of the logits against batch.targets where batch.loss_mask is set,
+ *     summed and divided by batch.loss_norm (default: the number of counted rows).
+ * Dimension letters as in train.h; in addition W = ViT width, VF = ViT MLP width, VH = ViT heads,
+ * VL = ViT blocks, L = LM layers, TV = NP + 1 ViT tokens per image, NI = images in a batch. */
+#ifndef VS_TRAIN_MODEL_H
+#define VS_TRAIN_MODEL_H
+
+#include "train.h"
+#include "train_optim.h"
+
+typedef struct vs_train_vlm_config {
+    /* vision tower */
+    int image_size;      /* S */
+    int patch_size;      /* P */
+    int v_width;         /* W */
+    int v_ffn;           /* VF */
+    int v_heads;         /* VH */
+    int v_blocks;        /* VL */
+    float v_eps;         /* LayerNorm epsilon */
+    float image_mean[3]; /* preprocessing recorded in the mmproj file */
+    float image_std[3];
+    /* language model (the projector maps W -> C -> C) */
+    int vocab;           /* V */
+    int width;           /* C */
+    int n_layers;        /* L */
+    int n_heads;         /* H */
+    int n_kv_heads;      /* KVH */
+    int ffn;             /* F */
+    int max_seq;         /* longest sequence (llama.context_length, RoPE table) */
+    float rms_eps;
+    float rope_base;
+} vs_train_vlm_config;
+
+/* Parameter groups (vs_train_params.frozen[group]). */
+enum { VS_TRAIN_GROUP_VISION = 0, VS_TRAIN_GROUP_PROJECTOR = 1, VS_TRAIN_GROUP_LM = 2 };
+
+/* Views of one buffer of the parameter set (values, gradients or moments), per-layer tensors
+ * stacked along a leading layer axis. Matrices are (out, in) row-major. */
+typedef struct vs_train_vlm_tensors {
+    /* vision tower */
+    float *v_patch;             /* (W, 3*P*P) conv weight, (ch, y, x) order */
+    float *v_cls;               /* (W) */
+    float *v_pos;               /* (NP + 1, W) */
+    float *v_pre_ln_w, *v_pre_ln_b; /* (W) */
+    float *v_ln1_w, *v_ln1_b;   /* (VL, W) */
+    float *v_q_w, *v_q_b;       /* (VL, W, W), (VL, W) */
+    float *v_k_w, *v_k_b;       /* (VL, W, W), (VL, W) */
+    float *v_v_w, *v_v_b;       /* (VL, W, W), (VL, W) */
+    float *v_o_w, *v_o_b;       /* (VL, W, W), (VL, W) */
+    float *v_ln2_w, *v_ln2_b;   /* (VL, W) */
+    float *v_fc1_w, *v_fc1_b;   /* (VL, VF, W), (VL, VF) */
+    float *v_fc2_w, *v_fc2_b;   /* (VL, W, VF), (VL, W) */
+    /* projector */
+    float *mm0_w, *mm0_b;       /* (C, W), (C) */
+    float *mm2_w, *mm2_b;       /* (C, C), (C) */
+    /* language model */
+    float *wte;                 /* (V, C) */
+    float *attn_norm;           /* (L, C) */
+    float *wq;                  /* (L, H*D, C) */
+    float *wk, *wv;             /* (L, KVH*D, C) */
+    float *wo;                  /* (L, C, H*D) */
+    float *ffn_norm;            /* (L, C) */
+    float *w_gate, *w_up;       /* (L, F, C) */
+    float *w_down;              /* (L, C, F) */
+    float *out_norm;            /* (C) */
+    float *lm_head;             /* (V, C) */
+} vs_train_vlm_tensors;
+
+#define VS_TRAIN_VLM_N_TENSORS 37
+
+/* One training batch: B sequences of T rows. Row (b, t) is a text token (tokens >= 0, img_row < 0)
+ * or an image row (img_row = image * NP + patch, tokens < 0). Pad a short sequence at its end with
+ * any token and loss_mask 0 (causal attention never lets earlier rows see it). */
+typedef struct vs_train_batch {
+    int B, T;
+    int n_images;           /* NI */
+    const float *pixels;    /* (NI, 3, S, S) preprocessed (mean/std normalised) */
+    const int32_t *tokens;  /* (B, T) */
+    const int32_t *img_row; /* (B, T), or NULL when there are no image rows */
+    const int32_t *targets; /* (B, T) next-token ids (read where loss_mask != 0) */
+    const float *loss_mask; /* (B, T) 1 = counted */
+    const int32_t *pos;     /* (B, T) RoPE positions, or NULL for 0..T-1 */
+    double loss_norm;       /* divisor of the masked sum; 0 = this batch's counted rows. For
+                             * gradient accumulation pass the count over all micro-batches. */
+} vs_train_batch;
+
+typedef struct vs_train_vlm vs_train_vlm;
+
+/* Checks a config (VS_ERR_INVALID naming the problem). */
+vs_status vs_train_vlm_config_check(const vs_train_vlm_config *c, vs_error *err);
+/* Creates a model with zero parameters and activations for batches up to max_B x max_T rows and
+ * max_images images (max_T <= max_seq). */
+vs_train_vlm *vs_train_vlm_new(const vs_train_vlm_config *cfg, int max_B, int max_T, int max_images,
+                               vs_error *err);
+void vs_train_vlm_free(vs_train_vlm *m);
+const vs_train_vlm_config *vs_train_vlm_cfg(const vs_train_vlm *m);
+vs_train_params *vs_train_vlm_params(vs_train_vlm *m);
+/* Views of the parameter, gradient and moment buffers. */
+void vs_train_vlm_views(vs_train_vlm *m, vs_train_vlm_tensors *w, vs_train_vlm_tensors *dw);
+/* Parameters in a group (-1 = all). */
+int64_t vs_train_vlm_n_params(const vs_train_vlm *m, int group);
+/* Random initialisation: matrices and embeddings ~ N(0, 0.02^2), output projections of residual
+ * branches (v_o, v_fc2, wo, w_down) scaled by 1/sqrt(2 * blocks), norms 1, biases 0. */
+void vs_train_vlm_init(vs_train_vlm *m, uint64_t seed);
+
+/* Forward pass: validates the batch, computes the activations and *loss. Keeps what the backward
+ * needs; the logits of the last forward are available until the next one. */
+vs_status vs_train_vlm_forward(vs_train_vlm *m, vs_threadpool *tp, const vs_train_batch *b, float *loss,
+                               vs_error *err);
+/* Backward of the last forward: ACCUMULATES d(loss)/d(parameter) into the gradient buffer for
+ * every tensor whose group is not frozen (skipping the work frozen groups do not need). */
+vs_status vs_train_vlm_backward(vs_train_vlm *m, vs_threadpool *tp, vs_error *err);
+/* (B, T, V) logits of the last forward. */
+const float *vs_train_vlm_logits(const vs_train_vlm *m);
+
+/* FLOPs of one forward+backward over a batch (matrix products and attention; 2 per multiply-add). */
+double vs_train_vlm_flops(const vs_train_vlm *m, int B, int T, int n_images);
+
+/* Checkpoint: config keys "vlm.*" + vs_train_checkpoint_write. load creates the model from the
+ * file's config (activations sized as given) and restores parameters, optimizer state and *st. */
+vs_status vs_train_vlm_save(const vs_train_vlm *m, const vs_train_state *st, const char *path,
+                            vs_error *err);
+vs_train_vlm *vs_train_vlm_load(const char *path, int max_B, int max_T, int max_images,
+                                vs_train_state *st, vs_error *err);
+
+/* Export in llama.cpp's LLaVA layout: lm_path gets general.architecture "llama" (token_embd, blk.N.*,
+ * output_norm, output), mmproj_path gets "clip" (v.*, mm.*; written by vision.h's vs_mmproj_write).
+ * type: VS_TYPE_F32 or VS_TYPE_F16 for the matrices (norms and biases stay F32). tokenizer: every
+ * "tokenizer.*" key is copied from it (NULL: none; the file then needs a tokenizer from elsewhere). */
+typedef struct vs_train_export_opts {
+    int type;               /* vs_type */
+    const vs_gguf *tokenizer;
+    const char *name;       /* general.name, optional */
+} vs_train_export_opts;
+vs_status vs_train_vlm_export(const vs_train_vlm *m, const char *lm_path, const char *mmproj_path,
+                              const vs_train_export_opts *o, vs_error *err);
+
+#endif
