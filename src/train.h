@@ -42,6 +42,9 @@ void vs_train_sgemm_ref(bool ta, bool tb, int m, int n, int k, float alpha, cons
                         const float *B, int ldb, float beta, float *C, int ldc);
 /* "openblas" or "blocked": what vs_train_sgemm uses in this build. */
 const char *vs_train_sgemm_backend(void);
+/* Threads OpenBLAS uses (process-wide OpenBLAS setting; no-op for the blocked backend, which uses the
+ * pool it is given). */
+void vs_train_set_blas_threads(int n);
 
 /* ---------------------------------------------------------------------------------------------- */
 /* Linear: out (N, OC) = inp (N, C) * w^T + b, w (OC, C) (GGUF ne = [C, OC]), b (OC) or NULL. */

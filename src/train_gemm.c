@@ -156,3 +156,11 @@ const char *vs_train_sgemm_backend(void) {
     return "blocked";
 #endif
 }
+
+void vs_train_set_blas_threads(int n) {
+#ifdef VS_HAVE_OPENBLAS
+    if (n >= 1) openblas_set_num_threads(n);
+#else
+    (void)n;
+#endif
+}

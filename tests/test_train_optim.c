@@ -1,0 +1,406 @@
+/* train_optim: the optimiser and the training-state machinery around the VLM model.
+ *   - learning-rate schedule values (warmup, cosine, floor);
+ *   - AdamW against a double-precision re-computation (decay / no-decay tensors, a frozen group);
+ *   - clipping by global norm;
+ *   - gradient accumulation: two half batches (loss_norm = whole count) == one full batch;
+ *   - freezing: frozen groups get no gradient and no update, the others' gradients are unchanged;
+ *   - checkpoints: N steps straight == N/2 steps, save, load into a fresh model, N/2 steps
+ *     (bit-identical parameters, moments and state); damaged files give errors;
+ *   - batch validation; loss curve CSV round trip and SVG plot. */
+#include <string.h>
+
+#include "testutil.h"
+#include "train_model.h"
+
+static vs_train_vlm_config tiny_cfg(void) {
+    vs_train_vlm_config c = {.image_size = 8, .patch_size = 4, .v_width = 8, .v_ffn = 20, .v_heads = 2,
+                             .v_blocks = 2, .v_eps = 1e-5f, .vocab = 32, .width = 16, .n_layers = 2,
+                             .n_heads = 4, .n_kv_heads = 2, .ffn = 24, .max_seq = 16, .rms_eps = 1e-5f,
+                             .rope_base = 10000.0f};
+    for (int i = 0; i < 3; i++) c.image_mean[i] = 0.5f, c.image_std[i] = 0.25f;
+    return c;
+}
+
+/* A synthetic batch: sequence b holds image b (4 rows) after a BOS, then text; targets = next token.
+ * Row content comes from rng so a data "position" reproduces it. */
+typedef struct batch_buf {
+    int B, T, NI;
+    float pixels[4 * 3 * 8 * 8];
+    int32_t tokens[4 * 12], img_row[4 * 12], targets[4 * 12];
+    float mask[4 * 12];
+    vs_train_batch b;
+} batch_buf;
+
+static void make_batch(batch_buf *bb, int B, uint64_t seed) {
+    vs_rng r;
+    vs_rng_seed(&r, seed);
+    bb->B = B, bb->T = 12, bb->NI = B;
+    for (int i = 0; i < B * 3 * 64; i++) bb->pixels[i] = vs_rng_normal(&r);
+    for (int s = 0; s < B; s++)
+        for (int t = 0; t < bb->T; t++) {
+            int i = s * bb->T + t;
+            bb->img_row[i] = (t >= 1 && t <= 4) ? s * 4 + (t - 1) : -1;
+            bb->tokens[i] = bb->img_row[i] >= 0 ? -1 : (int32_t)vs_rng_below(&r, 32);
+        }
+    for (int s = 0; s < B; s++)
+        for (int t = 0; t < bb->T; t++) {
+            int i = s * bb->T + t;
+            bool text_next = t + 1 < bb->T && bb->img_row[i + 1] < 0;
+            bb->targets[i] = text_next ? bb->tokens[i + 1] : 0;
+            bb->mask[i] = text_next && t >= 4 ? 1.0f : 0.0f;
+        }
+    bb->b = (vs_train_batch){.B = B, .T = bb->T, .n_images = B, .pixels = bb->pixels, .tokens = bb->tokens,
+                             .img_row = bb->img_row, .targets = bb->targets, .loss_mask = bb->mask};
+}
+
+static vs_train_vlm *new_model(int max_B, uint64_t seed) {
+    vs_error err = {0};
+    vs_train_vlm_config c = tiny_cfg();
+    vs_train_vlm *m = vs_train_vlm_new(&c, max_B, 12, max_B, &err);
+    VT_REQUIRE(m, "%s", err.msg);
+    vs_train_vlm_init(m, seed);
+    /* a larger init than the default so every gradient is far from rounding noise */
+    vs_train_params *p = vs_train_vlm_params(m);
+    for (size_t i = 0; i < p->n; i++) p->data[i] *= 4.0f;
+    return m;
+}
+
+static void fwd_bwd(vs_train_vlm *m, vs_threadpool *tp, const vs_train_batch *b, float *loss) {
+    vs_error err = {0};
+    VT_REQUIRE(vs_train_vlm_forward(m, tp, b, loss, &err) == VS_OK, "%s", err.msg);
+    VT_REQUIRE(vs_train_vlm_backward(m, tp, &err) == VS_OK, "%s", err.msg);
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+
+static void test_schedule(void) {
+    vs_lr_schedule s = {.lr_max = 1e-3f, .lr_min = 1e-4f, .warmup = 4, .total = 14};
+    VT_CHECK_NEAR(vs_train_lr(&s, 0), 2.5e-4, 1e-9, "warmup step 0");
+    VT_CHECK_NEAR(vs_train_lr(&s, 3), 1e-3, 1e-9, "end of warmup");
+    VT_CHECK_NEAR(vs_train_lr(&s, 4), 1e-3, 1e-9, "cosine start");
+    VT_CHECK_NEAR(vs_train_lr(&s, 7), 1e-4 + 0.5 * 9e-4 * (1 + cos(M_PI * 3 / 9)), 1e-9, "cosine middle");
+    VT_CHECK_NEAR(vs_train_lr(&s, 13), 1e-4, 1e-9, "cosine end");
+    VT_CHECK_NEAR(vs_train_lr(&s, 100), 1e-4, 1e-9, "after the end");
+    bool mono = true;
+    for (int i = 4; i < 14; i++) mono &= vs_train_lr(&s, i + 1) <= vs_train_lr(&s, i);
+    VT_CHECK(mono, "cosine phase must not increase");
+}
+
+static void test_adamw(vs_threadpool *tp) {
+    vs_train_tensor tt[3] = {
+        {.name = "mat", .ndim = 2, .shape = {3, 5}, .group = 0, .decay = true},
+        {.name = "bias", .ndim = 1, .shape = {7}, .group = 0, .decay = false},
+        {.name = "frozen", .ndim = 1, .shape = {4}, .group = 1, .decay = true},
+    };
+    vs_train_params p;
+    vs_error err = {0};
+    VT_REQUIRE(vs_train_params_init(&p, tt, 3, &err) == VS_OK, "%s", err.msg);
+    VT_CHECK(p.tensors[1].offset % 16 == 0 && p.tensors[2].offset % 16 == 0, "tensors are 64-byte aligned");
+    VT_CHECK(vs_train_params_find(&p, "bias") == &p.tensors[1] && !vs_train_params_find(&p, "nope"), "find");
+    p.frozen[1] = true;
+    vs_rng r;
+    vs_rng_seed(&r, 5);
+    for (size_t i = 0; i < p.n; i++) p.data[i] = vs_rng_normal(&r);
+    double w[64], m[64] = {0}, v[64] = {0};
+    for (size_t i = 0; i < p.n; i++) w[i] = p.data[i];
+    vs_adamw o = {0.9f, 0.95f, 1e-8f, 0.1f};
+    float lrs[3] = {1e-2f, 5e-3f, 2e-3f};
+    float frozen0[4];
+    memcpy(frozen0, p.data + p.tensors[2].offset, sizeof(frozen0));
+    for (int step = 1; step <= 3; step++) {
+        for (size_t i = 0; i < p.n; i++) p.grad[i] = vs_rng_normal(&r);
+        vs_train_adamw_step(&p, tp, &o, lrs[step - 1]);
+        double lr = lrs[step - 1];
+        for (int k = 0; k < 2; k++) {
+            const vs_train_tensor *t = &p.tensors[k];
+            for (size_t j = t->offset; j < t->offset + t->numel; j++) {
+                double g = p.grad[j];
+                m[j] = 0.9 * m[j] + 0.1 * g;
+                v[j] = 0.95 * v[j] + 0.05 * g * g;
+                if (t->decay) w[j] *= 1 - lr * 0.1;
+                double mh = m[j] / (1 - pow(0.9, step)), vh = v[j] / (1 - pow(0.95, step));
+                w[j] -= lr * mh / (sqrt(vh) + 1e-8);
+            }
+        }
+    }
+    double e = 0;
+    for (int k = 0; k < 2; k++)
+        for (size_t j = p.tensors[k].offset; j < p.tensors[k].offset + p.tensors[k].numel; j++)
+            e = fmax(e, fabs(p.data[j] - w[j]));
+    VT_CHECK(e < 1e-6, "AdamW differs from the double-precision formula by %g", e);
+    VT_CHECK(p.t == 3, "adam t %lld", (long long)p.t);
+    VT_CHECK(!memcmp(frozen0, p.data + p.tensors[2].offset, sizeof(frozen0)), "a frozen tensor was updated");
+    /* clipping: the frozen tensor does not count; scaling to max_norm */
+    for (size_t i = 0; i < p.n; i++) p.grad[i] = 0;
+    p.grad[p.tensors[0].offset] = 3.0f, p.grad[p.tensors[1].offset] = 4.0f, p.grad[p.tensors[2].offset] = 100.0f;
+    VT_CHECK_NEAR(vs_train_grad_norm(&p), 5.0, 1e-6, "grad norm skips frozen groups");
+    double n0 = vs_train_clip_grad(&p, 10.0f);
+    VT_CHECK(n0 == 5.0 && p.grad[p.tensors[0].offset] == 3.0f, "no clipping under the limit");
+    n0 = vs_train_clip_grad(&p, 1.0f);
+    VT_CHECK_NEAR(vs_train_grad_norm(&p), 1.0, 1e-5, "clipped to max_norm");
+    VT_CHECK(p.grad[p.tensors[2].offset] == 100.0f, "frozen gradient was scaled");
+    vs_train_params_free(&p);
+    vs_train_tensor bad = {.name = "bad", .ndim = 5};
+    VT_CHECK(vs_train_params_init(&p, &bad, 1, &err) != VS_OK, "rank 5 accepted");
+}
+
+static double max_rel(const float *a, const float *b, size_t n) {
+    double md = 0, mr = 0;
+    for (size_t i = 0; i < n; i++) md = fmax(md, fabs(a[i] - b[i])), mr = fmax(mr, fabs(b[i]));
+    return md / (mr > 0 ? mr : 1);
+}
+
+static void test_accumulation(vs_threadpool *tp) {
+    vs_train_vlm *m = new_model(4, 11);
+    vs_train_params *p = vs_train_vlm_params(m);
+    batch_buf full, half[2];
+    make_batch(&full, 4, 99);
+    /* the two halves are the full batch's sequences 0-1 and 2-3 */
+    for (int h = 0; h < 2; h++) {
+        batch_buf *hb = &half[h];
+        *hb = full;
+        hb->B = 2, hb->NI = 2;
+        memcpy(hb->pixels, full.pixels + h * 2 * 192, sizeof(float) * 2 * 192);
+        for (int i = 0; i < 24; i++) {
+            hb->tokens[i] = full.tokens[h * 24 + i], hb->targets[i] = full.targets[h * 24 + i];
+            hb->mask[i] = full.mask[h * 24 + i];
+            hb->img_row[i] = full.img_row[h * 24 + i] >= 0 ? full.img_row[h * 24 + i] - h * 8 : -1;
+        }
+        hb->b = (vs_train_batch){.B = 2, .T = 12, .n_images = 2, .pixels = hb->pixels, .tokens = hb->tokens,
+                                 .img_row = hb->img_row, .targets = hb->targets, .loss_mask = hb->mask};
+    }
+    double count = 0;
+    for (int i = 0; i < 48; i++) count += full.mask[i];
+    float lf, l0, l1;
+    vs_train_params_zero_grad(p);
+    fwd_bwd(m, tp, &full.b, &lf);
+    float *g_full = vs_malloc(p->n * sizeof(float));
+    memcpy(g_full, p->grad, p->n * sizeof(float));
+    vs_train_params_zero_grad(p);
+    half[0].b.loss_norm = half[1].b.loss_norm = count;
+    fwd_bwd(m, tp, &half[0].b, &l0);
+    fwd_bwd(m, tp, &half[1].b, &l1);
+    double e = max_rel(p->grad, g_full, p->n);
+    printf("accumulation: full-batch loss %.6f = %.6f + %.6f; gradient relative difference %.2e\n", lf, l0, l1, e);
+    VT_CHECK(fabs(lf - (l0 + l1)) < 1e-5, "accumulated loss %g vs %g", l0 + l1, lf);
+    VT_CHECK(e < 5e-5, "accumulated gradient differs by %g", e);
+    vs_free(g_full);
+    vs_train_vlm_free(m);
+}
+
+static bool all_zero(const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (x[i] != 0.0f) return false;
+    return true;
+}
+
+static void test_freezing(vs_threadpool *tp) {
+    vs_train_vlm *m = new_model(2, 12);
+    vs_train_params *p = vs_train_vlm_params(m);
+    batch_buf bb;
+    make_batch(&bb, 2, 7);
+    float loss;
+    vs_train_params_zero_grad(p);
+    fwd_bwd(m, tp, &bb.b, &loss);
+    float *g_all = vs_malloc(p->n * sizeof(float));
+    memcpy(g_all, p->grad, p->n * sizeof(float));
+    /* three recipes: vision frozen (LLaVA stage 2), only the projector trained (stage 1), LM only */
+    static const bool recipes[3][3] = {{true, false, false}, {true, false, true}, {true, true, false}};
+    static const char *names[3] = {"vision frozen", "projector only", "LM only"};
+    for (int r = 0; r < 3; r++) {
+        for (int g = 0; g < 3; g++) p->frozen[g] = recipes[r][g];
+        vs_train_params_zero_grad(p);
+        fwd_bwd(m, tp, &bb.b, &loss);
+        bool ok = true;
+        for (int i = 0; i < p->n_tensors; i++) {
+            const vs_train_tensor *t = &p->tensors[i];
+            const float *g = p->grad + t->offset;
+            if (p->frozen[t->group]) ok &= all_zero(g, t->numel);
+            else ok &= memcmp(g, g_all + t->offset, t->numel * sizeof(float)) == 0;
+        }
+        VT_CHECK(ok, "%s: frozen gradients must be 0 and the others unchanged", names[r]);
+        float *before = vs_malloc(p->n * sizeof(float));
+        memcpy(before, p->data, p->n * sizeof(float));
+        vs_adamw o;
+        vs_adamw_default(&o);
+        vs_train_adamw_step(p, tp, &o, 1e-3f);
+        bool upd = true;
+        for (int i = 0; i < p->n_tensors; i++) {
+            const vs_train_tensor *t = &p->tensors[i];
+            bool same = !memcmp(before + t->offset, p->data + t->offset, t->numel * sizeof(float));
+            upd &= p->frozen[t->group] ? same : !same;
+        }
+        VT_CHECK(upd, "%s: exactly the unfrozen tensors must change", names[r]);
+        memcpy(p->data, before, p->n * sizeof(float));
+        vs_free(before);
+    }
+    vs_free(g_all);
+    vs_train_vlm_free(m);
+}
+
+/* One training step of the resumable loop: the batch comes from the data position and the RNG (a
+ * stand-in for shuffling), both of which the checkpoint must restore. */
+static void train_steps(vs_train_vlm *m, vs_threadpool *tp, vs_train_state *st, int n) {
+    vs_train_params *p = vs_train_vlm_params(m);
+    vs_adamw o;
+    vs_adamw_default(&o);
+    vs_lr_schedule s = {.lr_max = 3e-3f, .lr_min = 3e-4f, .warmup = 2, .total = 8};
+    for (int i = 0; i < n; i++) {
+        batch_buf bb;
+        make_batch(&bb, 2, st->data_pos * 1000003ULL + vs_rng_u64(&st->rng) % 1000);
+        float loss;
+        vs_train_params_zero_grad(p);
+        fwd_bwd(m, tp, &bb.b, &loss);
+        vs_train_clip_grad(p, 1.0f);
+        vs_train_adamw_step(p, tp, &o, vs_train_lr(&s, st->step));
+        st->step++, st->data_pos += 2, st->tokens += 24;
+    }
+}
+
+static void test_checkpoint(vs_threadpool *tp) {
+    vs_error err = {0};
+    char path[512];
+    snprintf(path, sizeof(path), "%s/ckpt.gguf", vt_tmpdir());
+    vs_train_vlm *a = new_model(2, 21), *b = new_model(2, 21);
+    vs_train_state sa = {0}, sb = {0};
+    vs_rng_seed(&sa.rng, 77);
+    sb = sa;
+    vs_train_vlm_params(a)->frozen[VS_TRAIN_GROUP_VISION] = true; /* the frozen flags travel too */
+    vs_train_vlm_params(b)->frozen[VS_TRAIN_GROUP_VISION] = true;
+    train_steps(a, tp, &sa, 6);
+    train_steps(b, tp, &sb, 3);
+    sb.elapsed_s = 12.5;
+    VT_REQUIRE(vs_train_vlm_save(b, &sb, path, &err) == VS_OK, "save: %s", err.msg);
+    vs_train_vlm_free(b);
+    vs_train_state sc;
+    vs_train_vlm *c = vs_train_vlm_load(path, 2, 12, 2, &sc, &err);
+    VT_REQUIRE(c, "load: %s", err.msg);
+    VT_CHECK(sc.step == 3 && sc.data_pos == 6 && sc.tokens == 72 && sc.elapsed_s == 12.5 &&
+                 !memcmp(&sc.rng, &sb.rng, sizeof(vs_rng)),
+             "state not restored (step %lld data_pos %llu)", (long long)sc.step, (unsigned long long)sc.data_pos);
+    VT_CHECK(vs_train_vlm_params(c)->frozen[VS_TRAIN_GROUP_VISION] && !vs_train_vlm_params(c)->frozen[2],
+             "frozen flags not restored");
+    train_steps(c, tp, &sc, 3);
+    vs_train_params *pa = vs_train_vlm_params(a), *pc = vs_train_vlm_params(c);
+    VT_CHECK(pa->n == pc->n && pa->t == pc->t, "parameter sets differ in size or adam t");
+    bool same = !memcmp(pa->data, pc->data, pa->n * 4) && !memcmp(pa->m, pc->m, pa->n * 4) &&
+                !memcmp(pa->v, pc->v, pa->n * 4);
+    VT_CHECK(same, "6 steps straight != 3 steps + checkpoint + 3 steps");
+    VT_CHECK(sa.step == sc.step && sa.data_pos == sc.data_pos && !memcmp(&sa.rng, &sc.rng, sizeof(vs_rng)),
+             "final states differ");
+    printf("checkpoint: 6 steps straight and 3 + save/load + 3 give bit-identical parameters and moments: %s\n",
+           same ? "yes" : "NO");
+
+    /* damaged files: truncated, and a different config */
+    uint8_t *data;
+    size_t size;
+    VT_REQUIRE(vs_read_file(path, &data, &size, &err) == VS_OK, "%s", err.msg);
+    char bad[512];
+    snprintf(bad, sizeof(bad), "%s/ckpt_trunc.gguf", vt_tmpdir());
+    FILE *f = fopen(bad, "wb");
+    VT_REQUIRE(f, "create %s", bad);
+    fwrite(data, 1, size / 2, f);
+    fclose(f);
+    vs_train_state sd;
+    vs_train_vlm *d = vs_train_vlm_load(bad, 2, 12, 2, &sd, &err);
+    VT_CHECK(!d && err.code != VS_OK, "truncated checkpoint accepted");
+    printf("truncated checkpoint: %s\n", err.msg);
+    vs_free(data);
+    vs_train_vlm_free(d);
+    d = vs_train_vlm_load("/nonexistent/ckpt.gguf", 2, 12, 2, &sd, &err);
+    VT_CHECK(!d && err.code == VS_ERR_IO, "missing checkpoint: %s", err.msg);
+    /* a parameter set of another shape refuses the file's tensors */
+    {
+        vs_gguf *g = vs_gguf_open(path, &err);
+        VT_REQUIRE(g, "%s", err.msg);
+        vs_train_tensor tt = {.name = "token_embd", .ndim = 2, .shape = {33, 16}, .group = 2};
+        vs_train_params q;
+        VT_REQUIRE(vs_train_params_init(&q, &tt, 1, &err) == VS_OK, "%s", err.msg);
+        VT_CHECK(vs_train_checkpoint_read(g, &q, &sd, &err) == VS_ERR_FORMAT, "shape mismatch accepted");
+        printf("mismatched tensor: %s\n", err.msg);
+        vs_train_params_free(&q);
+        vs_gguf_close(g);
+    }
+    vs_train_vlm_free(a);
+    vs_train_vlm_free(c);
+}
+
+static void test_batch_validation(vs_threadpool *tp) {
+    vs_train_vlm *m = new_model(2, 3);
+    batch_buf bb;
+    make_batch(&bb, 2, 1);
+    vs_error err = {0};
+    float loss;
+    bb.tokens[6] = 32;
+    VT_CHECK(vs_train_vlm_forward(m, tp, &bb.b, &loss, &err) == VS_ERR_INVALID, "token 32 accepted");
+    printf("bad token: %s\n", err.msg);
+    VT_CHECK(vs_train_vlm_backward(m, tp, &err) == VS_ERR_INVALID, "backward after a failed forward");
+    bb.tokens[6] = 3;
+    bb.img_row[2] = 8;
+    VT_CHECK(vs_train_vlm_forward(m, tp, &bb.b, &loss, &err) == VS_ERR_INVALID, "image row 8 of 8 accepted");
+    bb.img_row[2] = 1;
+    bb.b.B = 3;
+    VT_CHECK(vs_train_vlm_forward(m, tp, &bb.b, &loss, &err) == VS_ERR_INVALID, "B beyond capacity accepted");
+    bb.b.B = 2;
+    VT_CHECK(vs_train_vlm_forward(m, tp, &bb.b, &loss, &err) == VS_OK, "valid batch: %s", err.msg);
+    VT_CHECK(loss > 0 && isfinite(loss), "loss %g", loss);
+    vs_train_vlm_config c = tiny_cfg();
+    c.n_kv_heads = 3;
+    VT_CHECK(vs_train_vlm_new(&c, 1, 4, 1, &err) == NULL, "4 heads over 3 kv heads accepted");
+    printf("bad config: %s\n", err.msg);
+    vs_train_vlm_free(m);
+}
+
+static void test_curve(void) {
+    vs_error err = {0};
+    vs_train_curve c = {0};
+    for (int i = 0; i < 300; i++) {
+        vs_train_curve_point pt = {i * 10, (float)(5.0 * exp(-i / 80.0) + 0.3 + 0.1 * sin(i)), 1e-3f, i * 1000.0,
+                                   i * 0.5};
+        VT_REQUIRE(vs_train_curve_add(&c, pt, &err) == VS_OK, "%s", err.msg);
+    }
+    char csv[512], svg[512], svg2[512];
+    snprintf(csv, sizeof(csv), "%s/loss.csv", vt_tmpdir());
+    snprintf(svg, sizeof(svg), "%s/loss.svg", vt_tmpdir());
+    snprintf(svg2, sizeof(svg2), "%s/loss_log.svg", vt_tmpdir());
+    VT_CHECK(vs_train_curve_write_csv(&c, csv, &err) == VS_OK, "%s", err.msg);
+    vs_train_curve r = {0};
+    VT_CHECK(vs_train_curve_read_csv(&r, csv, false, &err) == VS_OK, "%s", err.msg);
+    bool same = r.n == c.n;
+    for (int64_t i = 0; same && i < r.n; i++)
+        same = r.pt[i].step == c.pt[i].step && fabsf(r.pt[i].loss - c.pt[i].loss) <= 1e-6f * c.pt[i].loss;
+    VT_CHECK(same, "CSV round trip");
+    VT_CHECK(vs_train_curve_read_csv(&r, "/nonexistent.csv", true, &err) == VS_OK, "missing_ok");
+    VT_CHECK(vs_train_curve_write_svg(&c, svg, "loss <test> & more", 20, false, &err) == VS_OK, "%s", err.msg);
+    VT_CHECK(vs_train_curve_write_svg(&c, svg2, NULL, 0, true, &err) == VS_OK, "%s", err.msg);
+    uint8_t *d;
+    size_t n;
+    VT_REQUIRE(vs_read_file(svg, &d, &n, &err) == VS_OK, "%s", err.msg);
+    VT_CHECK(strstr((char *)d, "<svg") && strstr((char *)d, "</svg>") && strstr((char *)d, "&lt;test&gt; &amp;"),
+             "SVG structure / escaping");
+    int polylines = 0;
+    for (const char *s = (char *)d; (s = strstr(s, "<polyline")); s++) polylines++;
+    VT_CHECK(polylines == 2, "raw + smoothed polylines: %d", polylines);
+    vs_free(d);
+    FILE *f = fopen(csv, "w");
+    fprintf(f, "step,loss,lr,tokens,time_s\n1,2,3\n");
+    fclose(f);
+    VT_CHECK(vs_train_curve_read_csv(&r, csv, false, &err) == VS_ERR_FORMAT, "short CSV row accepted");
+    vs_train_curve_free(&c);
+    vs_train_curve_free(&r);
+}
+
+int main(void) {
+    vs_error err = {0};
+    vs_threadpool *tp = vs_threadpool_new(2, &err);
+    VT_REQUIRE(tp, "%s", err.msg);
+    test_schedule();
+    test_adamw(tp);
+    test_accumulation(tp);
+    test_freezing(tp);
+    test_checkpoint(tp);
+    test_batch_validation(tp);
+    test_curve();
+    vs_threadpool_free(tp);
+    return vt_finish("train_optim");
+}
