@@ -115,15 +115,35 @@ int main(int argc, char **argv) {
         int n_mut = 1 + (int)(rnd() % 8);
         for (int m = 0; m < n_mut; m++) {
             switch (rnd() % 6) {
-            case 0: if (n) buf[rnd() % n] ^= (uint8_t)(1u << (rnd() % 8)); break;
-            case 1: if (n) buf[rnd() % n] = (uint8_t)rnd(); break;
-            case 2: if (n) n = rnd() % n; break; /* truncate */
-            case 3: if (n + 8 < cap) { size_t at = n ? rnd() % n : 0; memmove(buf + at + 8, buf + at, n - at);
-                        for (int k = 0; k < 8; k++) buf[at + k] = (uint8_t)rnd(); n += 8; } break;
-            case 4: if (n >= 8) { int64_t v = interesting[rnd() % (sizeof(interesting) / sizeof(interesting[0]))];
-                        size_t at = rnd() % (n - 7); memcpy(buf + at, &v, 8); } break;
-            case 5: if (n >= 4) { uint32_t v = (uint32_t)interesting[rnd() % 10]; size_t at = rnd() % (n - 3);
-                        memcpy(buf + at, &v, 4); } break;
+            case 0: /* flip one bit */
+                if (n) buf[rnd() % n] ^= (uint8_t)(1u << (rnd() % 8));
+                break;
+            case 1: /* overwrite one byte */
+                if (n) buf[rnd() % n] = (uint8_t)rnd();
+                break;
+            case 2: /* truncate */
+                if (n) n = rnd() % n;
+                break;
+            case 3: /* insert 8 random bytes */
+                if (n + 8 < cap) {
+                    size_t at = n ? rnd() % n : 0;
+                    memmove(buf + at + 8, buf + at, n - at);
+                    for (int k = 0; k < 8; k++) buf[at + k] = (uint8_t)rnd();
+                    n += 8;
+                }
+                break;
+            case 4: /* plant an interesting 64-bit integer */
+                if (n >= 8) {
+                    int64_t v = interesting[rnd() % (sizeof(interesting) / sizeof(interesting[0]))];
+                    memcpy(buf + rnd() % (n - 7), &v, 8);
+                }
+                break;
+            case 5: /* plant an interesting 32-bit integer */
+                if (n >= 4) {
+                    uint32_t v = (uint32_t)interesting[rnd() % 10];
+                    memcpy(buf + rnd() % (n - 3), &v, 4);
+                }
+                break;
             }
         }
         LLVMFuzzerTestOneInput(buf, n);

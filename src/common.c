@@ -22,13 +22,22 @@ vs_status vs_error_set(vs_error *err, vs_status code, const char *fmt, ...) {
 
 vs_status vs_error_wrap(vs_error *err, const char *fmt, ...) {
     if (!err) return VS_ERR_INVALID;
-    char prefix[256], old[sizeof(err->msg)];
+    char old[sizeof(err->msg)];
+    memcpy(old, err->msg, sizeof(old));
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(prefix, sizeof(prefix), fmt, ap);
+    int n = vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
     va_end(ap);
-    memcpy(old, err->msg, sizeof(old));
-    snprintf(err->msg, sizeof(err->msg), "%s: %s", prefix, old);
+    /* Overlong messages are cut at the buffer's end on purpose: the head names the context. */
+    if (n >= 0 && (size_t)n < sizeof(err->msg) - 2) {
+        size_t used = (size_t)n;
+        err->msg[used++] = ':';
+        err->msg[used++] = ' ';
+        size_t room = sizeof(err->msg) - used - 1, len = strlen(old);
+        if (len > room) len = room;
+        memcpy(err->msg + used, old, len);
+        err->msg[used + len] = 0;
+    }
     return err->code;
 }
 
