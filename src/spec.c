@@ -213,28 +213,49 @@ void vs_spec_stats_print(const vs_spec_stats *s, FILE *f) {
                 s->base_tok_s_decode, s->base_tok_s_total, s->speedup_decode, s->speedup_total);
 }
 
-void vs_spec_stats_json(const vs_spec_stats *s, FILE *f) {
-    fprintf(f, "{\"gamma\":%d,\"tokens\":%d,\"blocks\":%d,\"drafted\":%lld,\"accepted\":%lld,\"tau\":%.6g,"
-               "\"acceptance\":%.6g,\"n_alpha\":[",
-            s->gamma, s->n_tokens, s->n_blocks, (long long)s->n_drafted, (long long)s->n_accepted, s->tau,
-            s->accept_rate);
-    for (int n = 0; n < VS_MIN(VS_MAX(s->gamma, 0), VS_SPEC_MAX_GAMMA); n++) {
-        if (s->n_alpha[n] < 0) fprintf(f, "%snull", n ? "," : "");
-        else fprintf(f, "%s%.6g", n ? "," : "", s->n_alpha[n]);
+void vs_spec_stats_json(const vs_spec_stats *s, vs_json_writer *w) {
+    const int G = VS_MIN(VS_MAX(s->gamma, 0), VS_SPEC_MAX_GAMMA);
+    vs_json_obj_begin(w);
+    vs_json_kv_int(w, "gamma", s->gamma);
+    vs_json_kv_int(w, "tokens", s->n_tokens);
+    vs_json_kv_int(w, "blocks", s->n_blocks);
+    vs_json_kv_int(w, "drafted", s->n_drafted);
+    vs_json_kv_int(w, "accepted", s->n_accepted);
+    vs_json_kv_num(w, "tau", s->tau);
+    vs_json_kv_num(w, "acceptance", s->accept_rate);
+    vs_json_kv_num(w, "acceptance_of_drafted", s->draft_accept_rate);
+    vs_json_key(w, "n_alpha");
+    vs_json_arr_begin(w);
+    for (int n = 0; n < G; n++) {
+        if (s->n_alpha[n] < 0) vs_json_null(w);
+        else vs_json_num(w, s->n_alpha[n]);
     }
-    fprintf(f, "],\"accepted_hist\":[");
-    for (int n = 0; n <= VS_MIN(VS_MAX(s->gamma, 0), VS_SPEC_MAX_GAMMA); n++)
-        fprintf(f, "%s%lld", n ? "," : "", (long long)s->hist[n]);
-    fprintf(f, "],\"t_vision\":%.6g,\"t_prefill\":%.6g,\"t_draft_prefill\":%.6g,\"t_draft\":%.6g,"
-               "\"t_verify\":%.6g,\"t_decode\":%.6g,\"t_total\":%.6g,\"tok_s_decode\":%.6g,\"tok_s_total\":%.6g,"
-               "\"tq\":%.6g,\"tp\":%.6g,\"tp_verify\":%.6g,\"est_tabed\":%.6g,\"est_tabed_cpu\":%.6g",
-            s->t_vision, s->t_prefill, s->t_draft_prefill, s->t_draft, s->t_verify, s->t_decode, s->t_total,
-            s->tok_s_decode, s->tok_s_total, s->tq, s->tp, s->tp_verify, s->est_tabed, s->est_tabed_cpu);
-    if (s->has_baseline)
-        fprintf(f, ",\"base_tok_s_decode\":%.6g,\"base_tok_s_total\":%.6g,\"speedup_decode\":%.6g,"
-                   "\"speedup_total\":%.6g",
-                s->base_tok_s_decode, s->base_tok_s_total, s->speedup_decode, s->speedup_total);
-    fprintf(f, "}");
+    vs_json_arr_end(w);
+    vs_json_key(w, "accepted_hist");
+    vs_json_arr_begin(w);
+    for (int n = 0; n <= G; n++) vs_json_int(w, s->hist[n]);
+    vs_json_arr_end(w);
+    vs_json_kv_num(w, "t_vision", s->t_vision);
+    vs_json_kv_num(w, "t_prefill", s->t_prefill);
+    vs_json_kv_num(w, "t_draft_prefill", s->t_draft_prefill);
+    vs_json_kv_num(w, "t_draft", s->t_draft);
+    vs_json_kv_num(w, "t_verify", s->t_verify);
+    vs_json_kv_num(w, "t_decode", s->t_decode);
+    vs_json_kv_num(w, "t_total", s->t_total);
+    vs_json_kv_num(w, "tok_s_decode", s->tok_s_decode);
+    vs_json_kv_num(w, "tok_s_total", s->tok_s_total);
+    vs_json_kv_num(w, "tq", s->tq);
+    vs_json_kv_num(w, "tp", s->tp);
+    vs_json_kv_num(w, "tp_verify", s->tp_verify);
+    vs_json_kv_num(w, "est_tabed", s->est_tabed);
+    vs_json_kv_num(w, "est_tabed_cpu", s->est_tabed_cpu);
+    if (s->has_baseline) {
+        vs_json_kv_num(w, "base_tok_s_decode", s->base_tok_s_decode);
+        vs_json_kv_num(w, "base_tok_s_total", s->base_tok_s_total);
+        vs_json_kv_num(w, "speedup_decode", s->speedup_decode);
+        vs_json_kv_num(w, "speedup_total", s->speedup_total);
+    }
+    vs_json_obj_end(w);
 }
 
 /* ------------------------------------------------------------------------------------------------

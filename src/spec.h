@@ -40,6 +40,7 @@
 #include <stdio.h>
 
 #include "common.h"
+#include "json.h"
 #include "kv.h"
 #include "lm.h"
 #include "sample.h"
@@ -257,9 +258,11 @@ typedef struct vs_spec_stats {
 /* Pure aggregation: statistics of a speculative run, optionally against a target-only run of the same
  * request (baseline may be NULL). */
 void vs_spec_stats_compute(const vs_spec_log *log, const vs_spec_log *baseline, vs_spec_stats *out);
-/* Human-readable report (several lines) / one JSON object (no trailing newline) into f. */
+/* Human-readable report (several lines) into f. */
 void vs_spec_stats_print(const vs_spec_stats *s, FILE *f);
-void vs_spec_stats_json(const vs_spec_stats *s, FILE *f);
+/* The statistics as one JSON object value (at the writer's current position: after a key, in an
+ * array, or at the top). Unknown quantities are 0; n-alpha entries without data are null. */
+void vs_spec_stats_json(const vs_spec_stats *s, vs_json_writer *w);
 
 /* ------------------------------------------------------------------------------------------------
  * The engine */

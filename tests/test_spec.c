@@ -292,8 +292,22 @@ static void test_stats(void) {
     VT_REQUIRE(f, "tmp file");
     vs_spec_stats_compute(&log, &base, &s);
     vs_spec_stats_print(&s, f);
-    vs_spec_stats_json(&s, f);
     fclose(f);
+    vs_json_writer w;
+    vs_json_writer_init(&w);
+    vs_spec_stats_json(&s, &w);
+    VT_CHECK(!w.oom && w.buf, "json written");
+    vs_json_doc *doc = vs_json_parse(w.buf, w.len, "stats", &err);
+    VT_CHECK(doc != NULL, "stats JSON parses: %s", err.msg);
+    if (doc) {
+        const vs_json *root = vs_json_root(doc);
+        VT_CHECK_NEAR(vs_json_get_num(root, "tau", 0), 2.5, 1e-12, "JSON tau");
+        VT_CHECK_NEAR(vs_json_get_num(root, "speedup_decode", 0), 2.0, 1e-12, "JSON speedup");
+        const vs_json *na = vs_json_get(root, "n_alpha");
+        VT_CHECK(na && na->type == VS_JSON_ARRAY && na->len == 3, "JSON n_alpha");
+        vs_json_doc_free(doc);
+    }
+    vs_json_writer_free(&w);
     vs_spec_log_free(&log);
     vs_spec_log_free(&base);
 }

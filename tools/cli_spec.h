@@ -1,0 +1,54 @@
+/* cli_spec: speculative decoding for `vlmspec generate` (the command's own flags stay in cmd_generate.c).
+ * cmd_generate.c hands every flag it does not know to vs_cli_spec_parse_flag, and when a draft model
+ * was given (-md) calls vs_cli_spec_run with its own parsed options copied into vs_cli_spec_opts.
+ * vs_cli_spec_run loads the target and the drafter, runs the speculative request (streaming the text),
+ * optionally a target-only run of the same request (--compare), and prints the statistics after the
+ * text (stderr), or one JSON object on stdout (--json). */
+#ifndef VS_CLI_SPEC_H
+#define VS_CLI_SPEC_H
+
+#include <stdio.h>
+
+#include "quant.h"
+#include "sample.h"
+
+typedef enum vs_cli_draft_mode {
+    VS_CLI_DRAFT_T = 0,      /* t: text-only drafting (images -> "\n") */
+    VS_CLI_DRAFT_M = 1,      /* m: the drafter's projector over the shared image features */
+    VS_CLI_DRAFT_REJECT = 2, /* reject: DEBUG / BENCHMARK drafter whose drafts the target rejects */
+} vs_cli_draft_mode;
+
+typedef struct vs_cli_spec_opts {
+    /* from generate's own flags */
+    const char *model;          /* -m */
+    const char *mmproj;         /* --mmproj (target projector) or NULL */
+    const char *const *images;  /* --image files */
+    int n_images;
+    const char *prompt;         /* -p text, or NULL when ids are given */
+    const int32_t *ids;         /* --tokens */
+    int n_ids;
+    int n_predict, n_ctx, threads;
+    vs_type kv_type;
+    bool no_bos, special, ignore_eos, show_ids, quiet;
+    vs_sampler_params sp;
+    /* speculative decoding (vs_cli_spec_parse_flag) */
+    const char *draft_model;    /* -md / --model-draft */
+    const char *mmproj_draft;   /* --mmproj-draft */
+    int gamma;                  /* --draft (default 5) */
+    vs_cli_draft_mode mode;     /* --draft-mode m|t|reject (default t) */
+    bool greedy_draft;          /* --draft-greedy */
+    bool compare;               /* --compare */
+    bool json;                  /* --json */
+} vs_cli_spec_opts;
+
+/* Defaults of the speculative flags (the rest is left to the caller). */
+void vs_cli_spec_opts_init(vs_cli_spec_opts *o);
+/* If argv[*i] is a speculative-decoding flag, consumes it (and its value, advancing *i) into o and
+ * returns 1; returns 0 when the flag is not one of ours; -1 after printing an error (exit status 2). */
+int vs_cli_spec_parse_flag(const char *cmd, int argc, char **argv, int *i, vs_cli_spec_opts *o);
+/* The flags' help lines. */
+void vs_cli_spec_usage(FILE *f);
+/* Runs the request; returns the exit status (0 ok, 1 error). */
+int vs_cli_spec_run(const char *cmd, const vs_cli_spec_opts *o);
+
+#endif
