@@ -98,6 +98,7 @@ typedef struct vs_world_scene {
     vs_world_line lines[VS_WORLD_MAX_LINES];
     int n_bars;          /* chart: bars left to right */
     vs_world_bar bars[VS_WORLD_MAX_BARS];
+    int8_t align;        /* glyph: where the text block sits, a cell of the 3 x 3 grid (4 = centred) */
 } vs_world_scene;
 
 /* Renders a scene into rgb (size * size * 3 bytes, row-major RGB). size >= 32. */
@@ -140,6 +141,7 @@ typedef enum vs_world_query_type {
     VS_Q_DIFF_COUNT,   /* scenes image -> image2: how many changes (recolour counts once) */
     VS_Q_CAPTION,      /* the facts a short caption of `image` states (shapes: SET of the listed
                         * objects; glyph: the words; chart: the number of bars) */
+    VS_Q_FACT_MAX,     /* encyclopedia: which of entity..entity4 (3 or 4 of them) has the largest attr */
 } vs_world_query_type;
 
 typedef enum vs_world_relation { VS_REL_LEFT = 0, VS_REL_RIGHT, VS_REL_ABOVE, VS_REL_BELOW } vs_world_relation;
@@ -163,6 +165,7 @@ typedef struct vs_world_query {
     char ops[VS_WORLD_MAX_OPS];           /* '+', '-', '*', '/' (exact) */
     int64_t nums[VS_WORLD_MAX_OPS + 1];
     int entity, entity2, attr; /* encyclopedia */
+    int entity3, entity4;      /* encyclopedia, VS_Q_FACT_MAX (-1 = unused) */
 } vs_world_query;
 
 /* How the checker reads an answer out of free text (docs/world.md has the exact rules). */

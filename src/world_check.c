@@ -315,6 +315,22 @@ static vs_status derive(const vs_world_sample *s, int t, expect *e, int depth, v
         set_number(e, v);
         return VS_OK;
     }
+    case VS_Q_FACT_MAX: {
+        int ids[4] = {q->entity, q->entity2, q->entity3, q->entity4}, n = q->entity4 >= 0 ? 4 : 3;
+        if (q->attr < 0 || q->attr >= WATTR_N || !world_attr_is_number(q->attr)) return vs_error_set(err, VS_ERR_INVALID, "bad attribute");
+        int best = -1;
+        for (int i = 0; i < n; i++) {
+            if (!world_entity_at(ids[i])) return vs_error_set(err, VS_ERR_INVALID, "unknown entity");
+            for (int j = 0; j < i; j++)
+                if (ids[j] == ids[i]) return vs_error_set(err, VS_ERR_INVALID, "entity named twice");
+            int64_t v = world_entity_number(world_entity_at(ids[i]), q->attr);
+            if (best < 0 || v > world_entity_number(world_entity_at(ids[best]), q->attr)) best = i;
+        }
+        e->check = VS_CHECK_WORD;
+        e->word_kind = WK_ENTITY;
+        snprintf(e->answer, sizeof(e->answer), "%s", world_entity_at(ids[best])->name);
+        return VS_OK;
+    }
     case VS_Q_FACT:
     case VS_Q_FACT_CMP:
     case VS_Q_FACT_SPAN: {

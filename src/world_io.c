@@ -62,7 +62,7 @@ uint64_t vs_world_content_key(const vs_world_sample *s) {
     h = fnv(h, &suite, sizeof(suite));
     for (int i = 0; i < s->n_images; i++) {
         const vs_world_scene *sc = &s->scenes[i];
-        int8_t head[4] = {(int8_t)sc->kind, sc->bg, (int8_t)sc->n_objects, (int8_t)sc->n_lines};
+        int8_t head[5] = {(int8_t)sc->kind, sc->bg, (int8_t)sc->n_objects, (int8_t)sc->n_lines, sc->align};
         h = fnv(h, head, sizeof(head));
         h = fnv(h, sc->objects, sizeof(vs_world_object) * (size_t)sc->n_objects);
         for (int k = 0; k < sc->n_lines; k++) {
@@ -123,8 +123,11 @@ static void write_query(vs_json_writer *w, const vs_world_query *q) {
     case VS_Q_FACT:
     case VS_Q_FACT_CMP:
     case VS_Q_FACT_SPAN:
+    case VS_Q_FACT_MAX:
         vs_json_kv_str(w, "entity", world_entity_at(q->entity)->name);
         if (q->type != VS_Q_FACT) vs_json_kv_str(w, "entity2", world_entity_at(q->entity2)->name);
+        if (q->type == VS_Q_FACT_MAX) vs_json_kv_str(w, "entity3", world_entity_at(q->entity3)->name);
+        if (q->type == VS_Q_FACT_MAX && q->entity4 >= 0) vs_json_kv_str(w, "entity4", world_entity_at(q->entity4)->name);
         vs_json_kv_str(w, "attr", world_attr_name(q->attr));
         break;
     default: break;
@@ -153,6 +156,7 @@ static void write_scene(vs_json_writer *w, const vs_world_scene *sc) {
         }
         vs_json_arr_end(w);
     } else if (sc->kind == VS_SCENE_GLYPH) {
+        vs_json_kv_str(w, "place", vs_world_cell_name(sc->align));
         vs_json_key(w, "lines");
         vs_json_arr_begin(w);
         for (int i = 0; i < sc->n_lines; i++) {
@@ -233,7 +237,7 @@ typedef struct rd {
 static bool rfail(rd *r, const char *fmt, const char *a) {
     if (!r->bad) {
         r->bad = true;
-        char msg[256];
+        char msg[sizeof(((vs_error *)0)->msg) + 8];
         snprintf(msg, sizeof(msg), fmt, a);
         vs_error_set(r->err, VS_ERR_FORMAT, "%s: %s", r->what, msg);
     }
@@ -320,7 +324,7 @@ static bool read_label(rd *r, const vs_json *q, const char *key, char *out) {
 
 static bool read_query(rd *r, const vs_json *j, vs_world_query *q) {
     memset(q, 0, sizeof(*q));
-    q->entity = q->entity2 = q->attr = -1;
+    q->entity = q->entity2 = q->entity3 = q->entity4 = q->attr = -1;
     const char *type = req_str(r, j, "type");
     if (!type) return false;
     int ty = world_query_type_from_name(type);
@@ -376,8 +380,13 @@ static bool read_query(rd *r, const vs_json *j, vs_world_query *q) {
     case VS_Q_FACT:
     case VS_Q_FACT_CMP:
     case VS_Q_FACT_SPAN:
+    case VS_Q_FACT_MAX:
         if (!name_field(r, j, "entity", entity_name, world_entity_n(), &q->entity)) return false;
         if (q->type != VS_Q_FACT && !name_field(r, j, "entity2", entity_name, world_entity_n(), &q->entity2)) return false;
+        if (q->type == VS_Q_FACT_MAX && !name_field(r, j, "entity3", entity_name, world_entity_n(), &q->entity3)) return false;
+        if (q->type == VS_Q_FACT_MAX && vs_json_get(j, "entity4") &&
+            !name_field(r, j, "entity4", entity_name, world_entity_n(), &q->entity4))
+            return false;
         if (!name_field(r, j, "attr", world_attr_name, WATTR_N, &q->attr)) return false;
         break;
     default: break;
@@ -411,6 +420,11 @@ static bool read_scene(rd *r, const vs_json *j, vs_world_scene *sc) {
             sc->objects[i] = (vs_world_object){(int8_t)sh, (int8_t)co, (int8_t)si, (int8_t)ce};
         }
     } else if (sc->kind == VS_SCENE_GLYPH) {
+        sc->align = 4;
+        if (vs_json_get(j, "place")) {
+            if (!name_field(r, j, "place", vs_world_cell_name, VS_WORLD_N_CELLS, &v)) return false;
+            sc->align = (int8_t)v;
+        }
         const vs_json *a = req(r, j, "lines", VS_JSON_ARRAY);
         if (!a) return false;
         if (a->len > VS_WORLD_MAX_LINES) return rfail(r, "%s", "too many text lines");
@@ -719,7 +733,7 @@ static vs_status write_caption_records(FILE *f, const char *path, const vs_world
         t->query.image = 0;
         t->query.image2 = t->query.prev_turn = -1;
         t->query.sel = t->query.sel2 = (vs_world_sel){-1, -1, -1, -1};
-        t->query.entity = t->query.entity2 = t->query.attr = -1;
+        t->query.entity = t->query.entity2 = t->query.entity3 = t->query.entity4 = t->query.attr = -1;
         char ans[128];
         if (vs_world_expected(&c, 0, ans, sizeof(ans), err) != VS_OK) return vs_error_wrap(err, "%s", id);
         t->answer = ans;

@@ -38,6 +38,8 @@ vs_status world_scene_validate(const vs_world_scene *sc, vs_error *err) {
             if (l->color < 0 || l->color >= VS_WORLD_N_COLORS)
                 return vs_error_set(err, VS_ERR_INVALID, "scene: line %d colour out of range", i);
         }
+        if (sc->align < 0 || sc->align >= VS_WORLD_N_CELLS)
+            return vs_error_set(err, VS_ERR_INVALID, "scene: text placement %d out of range", sc->align);
         return VS_OK;
     case VS_SCENE_CHART:
         if (sc->n_bars < 2 || sc->n_bars > VS_WORLD_MAX_BARS)
@@ -167,12 +169,15 @@ static void draw_glyph_scene(uint8_t *rgb, int S, const vs_world_scene *sc) {
     }
     int block = n * VS_FONT_H * scale + (n - 1) * 3 * scale;
     uint32_t h = hash32(sc->noise ^ 0x5a5a5a5au);
-    int slack_y = S - block, y = slack_y / 2 + (slack_y > 8 ? (int)(h % 5) - 2 : 0);
+    int margin = VS_MAX(1, S / 32), row = sc->align / 3, col = sc->align % 3;
+    int slack_y = S - block;
+    int y = row == 0 ? margin : row == 2 ? S - block - margin : slack_y / 2 + (slack_y > 8 ? (int)(h % 5) - 2 : 0);
     for (int i = 0; i < n; i++) {
         const char *t = sc->lines[i].text;
         int w = vs_font_text_width(t, scale);
         int slack_x = S - w;
-        int x = slack_x / 2 + (slack_x > 8 ? (int)((h >> (8 + 4 * i)) % 5) - 2 : 0);
+        int x = col == 0 ? margin : col == 2 ? S - w - margin : slack_x / 2;
+        if (col == 1 && slack_x > 8) x += (int)((h >> (8 + 4 * i)) % 5) - 2;
         vs_font_draw(rgb, S, S, x, y, t, scale, world_color_rgb(sc->lines[i].color));
         y += (VS_FONT_H + 3) * scale;
     }

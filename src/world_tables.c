@@ -220,8 +220,8 @@ static const char *const query_names[] = {
     "relation",   "exists",    "read_all", "read_line", "read_color", "line_count",   "bar_max",
     "bar_min",    "bar_value", "bar_cmp",  "bar_diff",  "diff",       "story",        "arith",
     "fact",       "fact_cmp",  "fact_span", "prev_plus", "prev_times", "prev_letters", "prev_warmth",
-    "prev_same",  "diff_count", "caption"};
-_Static_assert(VS_ARRAY_LEN(query_names) == VS_Q_CAPTION + 1, "query name table out of date");
+    "prev_same",  "diff_count", "caption",  "fact_max"};
+_Static_assert(VS_ARRAY_LEN(query_names) == VS_Q_FACT_MAX + 1, "query name table out of date");
 const char *world_query_type_name(vs_world_query_type t) {
     return (int)t >= 0 && (size_t)t < VS_ARRAY_LEN(query_names) ? query_names[t] : "?";
 }
@@ -262,6 +262,18 @@ static const char *const lexicon[] = {
     "RAVEN", "RIVER",  "ROBOT", "SADDLE", "SALAD", "SNAIL", "SPOON", "STONE", "STORM", "SUGAR", "TEAPOT",
     "TIGER", "TOWER",  "TULIP", "VIOLIN", "WAGON", "WHALE", "WILLOW", "YACHT", "ZEBRA", "CACTUS", "FIDDLE",
     "GINGER", "HAMMER", "JUNGLE", "LADDER", "MARBLE", "PEPPER", "ROCKET", "SUMMIT", "TUNNEL", "VELVET",
+    "ALMOND", "AMBER", "ANVIL", "ATLAS", "BAMBOO", "BANJO", "BARREL", "BASKET", "BEAVER", "BIRCH", "BISCUIT",
+    "BONNET", "BRANCH", "BRUSH", "BUCKET", "BUTTER", "CACAO", "CANYON", "CARGO", "CASTLE", "CELLO", "CHERRY",
+    "CIDER", "CINDER", "CLOVER", "COBALT", "COCOA", "COOKIE", "COPPER", "COTTON", "COYOTE", "CRAYON", "CREEK",
+    "CRICKET", "DINGO", "DOLPHIN", "DRAGON", "EMBLEM", "FALCON", "FEATHER", "FIGURE", "FJORD", "FOSSIL",
+    "GALAXY", "GAZELLE", "GECKO", "GLACIER", "GOBLET", "GRAVEL", "HARVEST", "HAZEL", "HELMET", "HERON",
+    "HOLLY", "HOOD", "ISLAND", "JACKAL", "JASPER", "JUNIPER", "KAYAK", "KERNEL", "LAGOON", "LANTERN",
+    "LAUREL", "LEDGER", "LENTIL", "LOBSTER", "LOCKET", "MAGNET", "MEDAL", "MELON", "MIRROR", "MITTEN",
+    "MOSAIC", "MUFFIN", "NECTAR", "NUTMEG", "ORCHID", "PADDLE", "PARROT", "PEBBLE", "PENGUIN", "PICKLE",
+    "PILLOW", "PIRATE", "POCKET", "POPPY", "PRISM", "PUFFIN", "PUMPKIN", "QUARTZ", "RABBIT", "RAISIN",
+    "RIBBON", "SAFFRON", "SAILOR", "SALMON", "SANDAL", "SCARF", "SHERPA", "SPIDER", "SPRUCE", "SQUID",
+    "STATUE", "SUNSET", "TABLET", "TEMPLE", "THIMBLE", "THUNDER", "TOFFEE", "TORCH", "TROPHY", "TURNIP",
+    "TURTLE", "VALLEY", "WAFFLE", "WALNUT", "WIZARD", "WOMBAT", "YOGURT", "ZENITH", "ZIPPER",
 };
 int world_lexicon_n(void) { return (int)VS_ARRAY_LEN(lexicon); }
 const char *world_lexicon_word(int i) { return lexicon[i]; }
