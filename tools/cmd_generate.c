@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "cli_spec.h"
 #include "lm.h"
 #include "sample.h"
 #include "tokenizer.h"
@@ -24,6 +25,7 @@ typedef struct gen_opts {
     bool no_bos, special, ignore_eos, show_ids, quiet;
     vs_sampler_params sp;
     bool seed_given;
+    vs_cli_spec_opts spec; /* speculative decoding flags (tools/cli_spec.c) */
 } gen_opts;
 
 static void usage(FILE *f) {
@@ -49,6 +51,7 @@ static void usage(FILE *f) {
             "  --ids                print token ids instead of text\n"
             "  -q, --quiet          no statistics on stderr\n"
             "  -h, --help           this help\n");
+    vs_cli_spec_usage(f);
 }
 
 /* Parses "1,2,3" into a vs_malloc'ed array; false on malformed input. */
@@ -84,10 +87,12 @@ static int gen_parse(int argc, char **argv, gen_opts *o) {
     o->sp.top_k = 40;
     o->sp.top_p = 0.95f;
     o->sp.min_p = 0.05f;
+    vs_cli_spec_opts_init(&o->spec);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         double d;
         int64_t s64;
+        int sr;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
@@ -97,7 +102,9 @@ static int gen_parse(int argc, char **argv, gen_opts *o) {
         else if (!strcmp(a, "--ignore-eos")) o->ignore_eos = true;
         else if (!strcmp(a, "--ids")) o->show_ids = true;
         else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) o->quiet = true;
-        else {
+        else if ((sr = vs_cli_spec_parse_flag(CMD, argc, argv, &i, &o->spec)) != 0) {
+            if (sr < 0) return 2;
+        } else {
             if (!(v = cli_value(CMD, argc, argv, &i))) return 2;
             if (!strcmp(a, "-m") || !strcmp(a, "--model")) o->model = v;
             else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) o->prompt = v;
@@ -264,5 +271,19 @@ int vs_cmd_generate(int argc, char **argv) {
     gen_opts o;
     int st = gen_parse(argc, argv, &o);
     if (st >= 0) return st;
+    if (o.spec.draft_model) {
+        /* speculative decoding: tools/cli_spec.c runs the request with the options parsed here */
+        vs_cli_spec_opts *s = &o.spec;
+        int32_t *ids = NULL;
+        s->model = o.model, s->prompt = o.prompt, s->n_predict = o.n_predict, s->n_ctx = o.n_ctx;
+        s->threads = o.threads, s->kv_type = o.kv_type, s->no_bos = o.no_bos, s->special = o.special;
+        s->ignore_eos = o.ignore_eos, s->show_ids = o.show_ids, s->quiet = o.quiet, s->sp = o.sp;
+        if (o.tokens && !parse_ids(o.tokens, &ids, &s->n_ids))
+            return cli_fail(CMD, "--tokens '%s': expected comma-separated token ids", o.tokens);
+        s->ids = ids;
+        st = vs_cli_spec_run(CMD, s);
+        vs_free(ids);
+        return st;
+    }
     return gen_run(&o);
 }
