@@ -178,6 +178,37 @@ static void test_export(vs_train_vlm *m, const vs_train_batch *b, vs_threadpool 
     VT_CHECK(m16 != NULL, "F16 mmproj: %s", err.msg);
     vs_mmproj_free(m16);
 
+    /* tokenizer keys are copied from a tokenizer file of the same vocabulary, refused otherwise */
+    char tokp[512], lmt[512];
+    snprintf(tokp, sizeof(tokp), "%s/tok.gguf", vt_tmpdir());
+    snprintf(lmt, sizeof(lmt), "%s/train_lm_tok.gguf", vt_tmpdir());
+    for (int pass = 0; pass < 2; pass++) {
+        vs_lm_random_opts ro = {.n_embd = 16, .n_layer = 1, .n_head = 2, .n_head_kv = 2, .n_ff = 16, .n_ctx = 16,
+                                .n_vocab = pass ? c->vocab + 1 : c->vocab, .type = VS_TYPE_F32, .seed = 1};
+        VT_REQUIRE(vs_lm_write_random(&ro, tokp, &err) == VS_OK, "%s", err.msg);
+        vs_gguf *tg = vs_gguf_open(tokp, &err);
+        VT_REQUIRE(tg, "%s", err.msg);
+        o.type = VS_TYPE_F32;
+        o.tokenizer = tg;
+        vs_status st = vs_train_vlm_export(m, lmt, NULL, &o, &err);
+        if (pass == 0) {
+            VT_CHECK(st == VS_OK, "export with tokenizer: %s", err.msg);
+            vs_gguf *eg = vs_gguf_open(lmt, &err);
+            VT_CHECK(eg && vs_gguf_find_key(eg, "tokenizer.ggml.tokens") >= 0 &&
+                         vs_gguf_arr_len(eg, vs_gguf_find_key(eg, "tokenizer.ggml.tokens")) == (uint64_t)c->vocab,
+                     "exported LM lacks the tokenizer");
+            vs_gguf_close(eg);
+            vs_lm *lt = vs_lm_load(lmt, &err);
+            VT_CHECK(lt != NULL, "LM with tokenizer does not load: %s", err.msg);
+            vs_lm_free(lt);
+        } else {
+            VT_CHECK(st == VS_ERR_INVALID, "a tokenizer of another vocabulary size was accepted");
+            printf("tokenizer mismatch: %s\n", err.msg);
+        }
+        o.tokenizer = NULL;
+        vs_gguf_close(tg);
+    }
+
     vs_free(rows), vs_free(logits), vs_free(img_rows);
     vs_kv_free(kv);
     vs_lm_free(lm);
