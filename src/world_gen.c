@@ -300,7 +300,7 @@ static void turn_describe(gen *g, int img, vs_world_turn *t, vs_world_turn_kind 
         default: wsb_say(&a, g->r, " The background has a light texture, and nothing else {appears|is visible} in the image."); break;
         }
     }
-    pad_answer(g, &a, 36, REMARK_SHAPES);
+    pad_answer(g, &a, 38, REMARK_SHAPES);
     vs_world_query q = query_new(VS_Q_DESCRIBE, img);
     bool want[VS_WORLD_N_SHAPES * VS_WORLD_N_COLORS] = {0};
     for (int i = 0; i < n; i++) want[sc->objects[i].shape * VS_WORLD_N_COLORS + sc->objects[i].color] = true;
@@ -569,7 +569,7 @@ static void turn_vqa(gen *g, int img, vs_world_turn *t, vs_world_turn_kind kind)
     else vqa_relation(g, sc, img, &qb, &a, &q, ans);
     user_tabed(&u, qb.p);
     wsb_free(&qb);
-    pad_answer(g, &a, 36, REMARK_SHAPES);
+    pad_answer(g, &a, 38, REMARK_SHAPES);
     set_turn(t, kind, img, 1, &u, &a, ans, &q);
 }
 
@@ -658,7 +658,7 @@ static void turn_pope(gen *g, int img, vs_world_turn *t, vs_world_turn_kind kind
         if (yes) wsb_say(&a, g->r, " The %s is among them, so the answer is yes.", what);
         else wsb_say(&a, g->r, " None of them is %s %s, so the answer is no.", article(what), what);
     }
-    pad_answer(g, &a, 36, REMARK_SHAPES);
+    pad_answer(g, &a, 38, REMARK_SHAPES);
     set_turn(t, kind, img, 1, &u, &a, yes ? "yes" : "no", &q);
 }
 
@@ -808,7 +808,7 @@ static void turn_ocr(gen *g, int img, vs_world_turn *t, vs_world_turn_kind kind)
     }
     user_tabed(&u, qb.p);
     wsb_free(&qb);
-    pad_answer(g, &a, 36, REMARK_GLYPH);
+    pad_answer(g, &a, 38, REMARK_GLYPH);
     set_turn(t, kind, img, 1, &u, &a, ans, &q);
 }
 
@@ -951,7 +951,7 @@ static void turn_chart(gen *g, int img, vs_world_turn *t, vs_world_turn_kind kin
     }
     user_tabed(&u, qb.p);
     wsb_free(&qb);
-    pad_answer(g, &a, 36, REMARK_CHART);
+    pad_answer(g, &a, 38, REMARK_CHART);
     set_turn(t, kind, img, 1, &u, &a, ans, &q);
 }
 
@@ -1119,7 +1119,7 @@ static void turn_diff(gen *g, vs_world_turn *t) {
         }
         wsb_say(&a, g->r, " {No other changes are needed.|Leave everything else as it is.|The other objects stay as they are.}");
     }
-    pad_answer(g, &a, 36, REMARK_SHAPES);
+    pad_answer(g, &a, 38, REMARK_SHAPES);
     vs_world_query q = query_new(VS_Q_DIFF, 0);
     q.image2 = 1;
     bool want[VS_WORLD_N_SHAPES * VS_WORLD_N_COLORS] = {0};
@@ -1242,7 +1242,7 @@ static void turn_story(gen *g, vs_world_turn *t) {
                 vs_world_color_name(friend.color), vs_world_shape_name(friend.shape));
     if (chance(g, 0.4)) wsb_say(&a, g->r, " That is how the {adventure|journey} of the %s %s ends.", hc, hs);
     else wsb_say(&a, g->r, " {The story ends happily.|And so the little journey comes to an end.|Its adventure is over for today.}");
-    pad_answer(g, &a, 36, REMARK_SHAPES);
+    pad_answer(g, &a, 38, REMARK_SHAPES);
     vs_world_query q = query_new(VS_Q_STORY, 0);
     q.sel.shape = H->shape;
     q.sel.color = H->color;
@@ -1474,17 +1474,21 @@ static void turn_fact(gen *g, vs_world_turn *t, vs_world_turn_kind kind) {
             snprintf(ans, sizeof(ans), "%s", w->name);
             if (pop) {
                 wsb_say(&u, g->r, "{Which country has more people, %s or %s?|Which has the larger population, %s or %s?}", e->name, f->name);
-                if (first)
+                if (first) {
                     wsb_say(&a, g->r, "^%s has more people. About %d thousand people live there, while %s has about %d thousand.", w->name, w->population,
                             l->name, l->population);
+                    entity_blurb(g, &a, w, WATTR_POPULATION);
+                }
                 else
                     wsb_say(&a, g->r, "^%s has about %d thousand people and %s has about %d thousand. Since %d is {more|larger} than %d, the answer is %s.",
                             e->name, e->population, f->name, f->population, w->population, l->population, w->name);
             } else {
                 wsb_say(&u, g->r, "{Which country is younger, %s or %s?|Which was founded later, %s or %s?}", e->name, f->name);
-                if (first)
+                if (first) {
                     wsb_say(&a, g->r, "^%s is younger. It was founded in %d, while %s was founded {earlier, |}in %d.", w->name, w->founded, l->name,
                             l->founded);
+                    entity_blurb(g, &a, w, WATTR_FOUNDED);
+                }
                 else
                     wsb_say(&a, g->r, "^%s was founded in %d and %s was founded in %d. Since %d comes after %d, the answer is %s.", e->name, e->founded,
                             f->name, f->founded, w->founded, l->founded, w->name);
@@ -1542,7 +1546,13 @@ static bool followup(gen *g, vs_world_turn *t) {
         snprintf(ans, sizeof(ans), "%d", sc->n_objects);
         wsb_say(&u, g->r, "{How many objects did you describe in total?|How many shapes are in the image, according to your description?}");
         if (chance(g, 0.5)) {
-            wsb_say(&a, g->r, "^{I described|My description mentions} %s {objects|shapes} in total.", count_word(sc->n_objects, cw, sizeof(cw)));
+            if (sc->n_objects == 1) wsb_say(&a, g->r, "^{I described|My description mentions} one {object|shape} in total: ");
+            else wsb_say(&a, g->r, "^{I described|My description mentions} %s {objects|shapes} in total: ", count_word(sc->n_objects, cw, sizeof(cw)));
+            for (int i = 0; i < sc->n_objects; i++) {
+                if (i) wsb_puts(&a, i == sc->n_objects - 1 ? " and " : ", ");
+                np(&a, &sc->objects[i], 0, true);
+            }
+            wsb_puts(&a, ".");
             wsb_say(&a, g->r, " {Each of them sits in its own cell of the grid|They all sit in different places}, so {none of them was counted twice|no shape was counted twice}.");
         } else {
             wsb_say(&a, g->r, "^{Going back over|Looking again at} my description, I {mentioned|listed} each object once, {one per cell|in its own place}. {Counting them|Adding them up} gives %s, so the answer is %s.",
@@ -1657,7 +1667,7 @@ static bool followup(gen *g, vs_world_turn *t) {
         wsb_say(&a, g->r, " {This follows from|I based this on} {what I saw in the image|the image} and {the reasoning in|the explanation of} my previous {answer|reply}.");
         break;
     }
-    pad_answer(g, &a, 34, REMARK_NEUTRAL);
+    pad_answer(g, &a, 38, REMARK_NEUTRAL);
     set_turn(t, VS_TURN_FOLLOWUP, g->s->n_images, 0, &u, &a, ans, &q);
     return true;
 }
