@@ -43,8 +43,11 @@ static vs_isa detect_uncached(void) {
     unsigned a1 = 0, b1 = 0, c1 = 0, d1 = 0;
     __get_cpuid_count(7, 1, &a1, &b1, &c1, &d1);
     bool bf16 = a1 & (1u << 5); /* the AVX-512 file is compiled with -mavx512bf16 */
-    if (f && dq && bw && vl && vnni && bf16 && (xcr0 & 0xe0) == 0xe0) return VS_ISA_AVX512;
-    return VS_ISA_AVX2;
+    if (!(f && dq && bw && vl && vnni && bf16 && (xcr0 & 0xe0) == 0xe0)) return VS_ISA_AVX2;
+    bool amx_tile = d & (1u << 24), amx_int8 = d & (1u << 25);
+    /* XCR0 bits 17/18: the OS manages tile state; then Linux wants a per-process permission request. */
+    if (amx_tile && amx_int8 && (xcr0 & 0x60000) == 0x60000 && vs_amx_request()) return VS_ISA_AMX;
+    return VS_ISA_AVX512;
 #else
     return VS_ISA_SCALAR;
 #endif
@@ -68,6 +71,7 @@ const char *vs_isa_name(vs_isa isa) {
     case VS_ISA_SCALAR: return "scalar";
     case VS_ISA_AVX2: return "avx2";
     case VS_ISA_AVX512: return "avx512";
+    case VS_ISA_AMX: return "amx";
     }
     return "?";
 }
@@ -75,11 +79,12 @@ const char *vs_isa_name(vs_isa isa) {
 static vs_isa isa_current(void) {
     int cap = atomic_load_explicit(&g_cap, memory_order_relaxed);
     if (cap < 0) {
-        cap = (int)VS_ISA_AVX512;
+        cap = (int)VS_ISA_AMX;
         const char *env = getenv("VLMSPEC_ISA");
         if (env) {
             if (!strcmp(env, "scalar")) cap = VS_ISA_SCALAR;
             else if (!strcmp(env, "avx2")) cap = VS_ISA_AVX2;
+            else if (!strcmp(env, "avx512")) cap = VS_ISA_AVX512;
         }
         int expected = -1;
         atomic_compare_exchange_strong(&g_cap, &expected, cap);
@@ -95,6 +100,12 @@ vs_isa vs_isa_set_max(vs_isa isa) {
 }
 
 vs_isa vs_isa_active(void) { return isa_current(); }
+
+/* The vector-op ISA: AMX adds tiles, its vector ops are AVX-512's. */
+static vs_isa vec_isa(void) {
+    vs_isa i = isa_current();
+    return i == VS_ISA_AMX ? VS_ISA_AVX512 : i;
+}
 
 /* ---- activation quantisation (scalar twin) ---- */
 
@@ -220,18 +231,30 @@ static void mm_scalar(const vs_mm_job *jb, int64_t o0, int64_t o1) {
 
 /* ---- the threaded driver ---- */
 
+/* Fewest activation rows for which the AMX kernel beats the VNNI one (vlmspec kbench, 1 thread, weights
+ * in L2): AMX costs about the same for 2..8 rows, VNNI grows by ~40% per row, and the Q4_0 AMX path pays
+ * for unpacking nibbles. */
+static int64_t amx_min_rows(vs_type t) { return t == VS_TYPE_Q8_0 ? 2 : 4; }
+
 typedef struct mm_ctx {
     vs_mm_job job;
-    vs_isa isa;
+    vs_isa isa;      /* VS_ISA_AMX only when the AMX kernel runs; otherwise the vector ISA */
+    int64_t q_rows;  /* rows to quantise (AMX: padded to whole groups) */
     uint8_t *xq_out; /* writable view of job.xq for the quantisation pass */
 } mm_ctx;
 
 static void quant_rows(mm_ctx *c, int64_t r0, int64_t r1) {
+    if (c->isa == VS_ISA_AMX) {
+        for (int64_t r = r0; r < r1; r++)
+            vs_xq_quantize_row_amx(r < c->job.n_rows ? c->job.x + r * c->job.n_in : NULL, c->job.n_in,
+                                   c->job.wtype, c->job.n_rows, r, c->xq_out);
+        return;
+    }
     for (int64_t r = r0; r < r1; r++) {
         const float *xr = c->job.x + r * c->job.n_in;
         uint8_t *dst = c->xq_out + r * c->job.xq_row_bytes;
         switch (c->isa) {
-        case VS_ISA_AVX512: vs_xq_quantize_row_avx512(xr, c->job.n_in, dst); break;
+        case VS_ISA_AVX512: vs_xq_quantize_row_avx512(xr, c->job.n_in, c->job.wtype, dst); break;
         case VS_ISA_AVX2: vs_xq_quantize_row_avx2(xr, c->job.n_in, dst); break;
         default: vs_xq_quantize_row_ref(xr, c->job.n_in, dst); break;
         }
@@ -241,7 +264,7 @@ static void quant_rows(mm_ctx *c, int64_t r0, int64_t r1) {
 static void quant_task(void *p, int ith, int nth) {
     mm_ctx *c = p;
     int64_t r0, r1;
-    vs_split_range(c->job.n_rows, ith, nth, 1, &r0, &r1);
+    vs_split_range(c->q_rows, ith, nth, 16, &r0, &r1); /* whole AMX groups: no shared cache lines */
     quant_rows(c, r0, r1);
 }
 
@@ -251,6 +274,7 @@ static void mm_task(void *p, int ith, int nth) {
     vs_split_range(c->job.n_out, ith, nth, 16, &o0, &o1);
     if (o0 >= o1) return;
     switch (c->isa) {
+    case VS_ISA_AMX: vs_mm_amx(&c->job, o0, o1); break;
     case VS_ISA_AVX512: vs_mm_avx512(&c->job, o0, o1); break;
     case VS_ISA_AVX2: vs_mm_avx2(&c->job, o0, o1); break;
     default: mm_scalar(&c->job, o0, o1); break;
@@ -269,11 +293,17 @@ void vs_matmul(vs_threadpool *tp, vs_type wtype, const void *w, int64_t n_out, i
     }
     mm_ctx c = {.job = {.wtype = wtype, .w = w, .w_row_bytes = rb, .n_out = n_out, .n_in = n_in,
                         .n_rows = n_rows, .x = x, .y = y},
-                .isa = isa_current()};
+                .isa = isa_current(), .q_rows = n_rows};
+    if (c.isa == VS_ISA_AMX && !(is_quant(wtype) && n_rows >= amx_min_rows(wtype))) c.isa = VS_ISA_AVX512;
     void *owned = NULL;
     if (is_quant(wtype)) {
         size_t xrb = c.isa == VS_ISA_AVX512 ? vs_xq_row_bytes_avx512(n_in) : vs_xq_row_bytes_ref(n_in);
         size_t bytes = xrb * (size_t)n_rows;
+        if (c.isa == VS_ISA_AMX) {
+            xrb = 0;
+            bytes = vs_xq_amx_bytes(n_in, n_rows);
+            c.q_rows = vs_xq_amx_G(n_rows) * vs_xq_amx_N(n_rows);
+        }
         uint8_t *buf = tp ? vs_threadpool_scratch(tp, bytes) : (owned = vs_malloc(bytes));
         if (!buf) { /* no memory for scratch: the reference needs none */
             vs_matmul_ref(wtype, w, n_out, n_in, x, n_rows, y);
@@ -281,11 +311,72 @@ void vs_matmul(vs_threadpool *tp, vs_type wtype, const void *w, int64_t n_out, i
         }
         c.job.xq = c.xq_out = buf;
         c.job.xq_row_bytes = xrb;
-        if (n_rows >= 4 && vs_threadpool_size(tp) > 1) vs_threadpool_run(tp, quant_task, &c);
-        else quant_rows(&c, 0, n_rows);
+        if (c.q_rows >= 32 && vs_threadpool_size(tp) > 1) vs_threadpool_run(tp, quant_task, &c);
+        else quant_rows(&c, 0, c.q_rows);
     }
     vs_threadpool_run(tp, mm_task, &c);
     vs_free(owned);
+}
+
+/* ---- memory bandwidth ---- */
+
+typedef struct bw_ctx {
+    const uint8_t *buf;
+    size_t bytes;
+    vs_isa isa;
+    _Alignas(64) uint64_t sums[64][8]; /* one cache line per thread */
+} bw_ctx;
+
+static void bw_task(void *p, int ith, int nth) {
+    bw_ctx *c = p;
+    int64_t lo, hi;
+    vs_split_range((int64_t)(c->bytes / 64), ith, nth, 64, &lo, &hi); /* in cache lines, 4 KB aligned */
+    const uint8_t *s = c->buf + lo * 64;
+    size_t n = (size_t)(hi - lo) * 64;
+    uint64_t v = 0;
+    switch (c->isa) {
+    case VS_ISA_AVX512: v = vs_read_sum_avx512(s, n); break;
+    case VS_ISA_AVX2: v = vs_read_sum_avx2(s, n); break;
+    default: {
+        const uint64_t *q = (const uint64_t *)s;
+        for (size_t i = 0; i < n / 8; i++) v ^= q[i];
+    }
+    }
+    c->sums[ith % 64][0] ^= v;
+}
+
+static void bw_fill_task(void *p, int ith, int nth) {
+    bw_ctx *c = p;
+    int64_t lo, hi;
+    vs_split_range((int64_t)(c->bytes / 64), ith, nth, 64, &lo, &hi);
+    memset((uint8_t *)c->buf + lo * 64, 0x5a + ith, (size_t)(hi - lo) * 64); /* first touch */
+}
+
+double vs_measure_read_bandwidth(vs_threadpool *tp, size_t bytes) {
+    bytes = bytes / 4096 * 4096;
+    if (bytes == 0) return 0.0;
+    bw_ctx *c = vs_calloc(1, sizeof(bw_ctx));
+    uint8_t *buf = vs_malloc(bytes);
+    if (!c || !buf) {
+        vs_free(c);
+        vs_free(buf);
+        return 0.0;
+    }
+    c->buf = buf;
+    c->bytes = bytes;
+    c->isa = vec_isa();
+    vs_threadpool_run(tp, bw_fill_task, c);
+    vs_threadpool_run(tp, bw_task, c); /* warm-up pass */
+    double best = 0.0;
+    for (int pass = 0; pass < 5; pass++) {
+        double t0 = vs_time_now();
+        vs_threadpool_run(tp, bw_task, c);
+        double dt = vs_time_now() - t0;
+        if (dt > 0 && (double)bytes / dt > best) best = (double)bytes / dt;
+    }
+    vs_free(buf);
+    vs_free(c);
+    return best / 1e9;
 }
 
 /* ---- vector ops ---- */
@@ -321,7 +412,7 @@ static void axpy_ref(float *y, float a, const float *x, int64_t n) {
 }
 
 void vs_rmsnorm(float *out, const float *x, const float *weight, int64_t n, float eps) {
-    switch (isa_current()) {
+    switch (vec_isa()) {
     case VS_ISA_AVX512: vs_rmsnorm_avx512(out, x, weight, n, eps); return;
     case VS_ISA_AVX2: vs_rmsnorm_avx2(out, x, weight, n, eps); return;
     default: rmsnorm_ref(out, x, weight, n, eps); return;
@@ -329,7 +420,7 @@ void vs_rmsnorm(float *out, const float *x, const float *weight, int64_t n, floa
 }
 
 void vs_softmax_inplace(float *x, int64_t n) {
-    switch (isa_current()) {
+    switch (vec_isa()) {
     case VS_ISA_AVX512: vs_softmax_avx512(x, n); return;
     case VS_ISA_AVX2: vs_softmax_avx2(x, n); return;
     default: softmax_ref(x, n); return;
@@ -337,7 +428,7 @@ void vs_softmax_inplace(float *x, int64_t n) {
 }
 
 float vs_dot_f32(const float *a, const float *b, int64_t n) {
-    switch (isa_current()) {
+    switch (vec_isa()) {
     case VS_ISA_AVX512: return vs_dot_f32_avx512(a, b, n);
     case VS_ISA_AVX2: return vs_dot_f32_avx2(a, b, n);
     default: return dot_ref(a, b, n);
@@ -345,7 +436,7 @@ float vs_dot_f32(const float *a, const float *b, int64_t n) {
 }
 
 void vs_axpy_f32(float *y, float a, const float *x, int64_t n) {
-    switch (isa_current()) {
+    switch (vec_isa()) {
     case VS_ISA_AVX512: vs_axpy_f32_avx512(y, a, x, n); return;
     case VS_ISA_AVX2: vs_axpy_f32_avx2(y, a, x, n); return;
     default: axpy_ref(y, a, x, n); return;

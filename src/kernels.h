@@ -14,12 +14,13 @@ typedef enum vs_isa {
     VS_ISA_SCALAR = 0,
     VS_ISA_AVX2 = 1,
     VS_ISA_AVX512 = 2, /* AVX-512 F/BW/VL + VNNI */
+    VS_ISA_AMX = 3,    /* AVX-512 + AMX-INT8 tiles (Q8_0/Q4_0 times several rows); compare with >= */
 } vs_isa;
 
 vs_isa vs_isa_detect(void);          /* best ISA this CPU supports (cached) */
 const char *vs_isa_name(vs_isa isa);
 /* Caps the ISA used by vs_matmul (tests use this to compare paths; the env var VLMSPEC_ISA=scalar|
- * avx2|avx512 sets the cap at start-up). Returns the ISA now in force. */
+ * avx2|avx512|amx sets the cap at start-up). Returns the ISA now in force. */
 vs_isa vs_isa_set_max(vs_isa isa);
 vs_isa vs_isa_active(void); /* the ISA vs_matmul and the vector ops use now: min(cap, detected) */
 
@@ -31,6 +32,11 @@ void vs_matmul(vs_threadpool *tp, vs_type wtype, const void *w, int64_t n_out, i
 /* The scalar reference twin (single thread, double accumulation not required). */
 void vs_matmul_ref(vs_type wtype, const void *w, int64_t n_out, int64_t n_in, const float *x,
                    int64_t n_rows, float *y);
+
+/* Memory read bandwidth in GB/s (1e9 bytes/s): every thread of the pool streams its share of a
+ * `bytes`-sized buffer (make it several times the last-level cache to measure DRAM); the best of a few
+ * passes is returned (the achievable figure, for rooflines). 0 if the buffer cannot be allocated. */
+double vs_measure_read_bandwidth(vs_threadpool *tp, size_t bytes);
 
 /* Vector ops (single row; callers parallelise across rows if needed). Any n >= 0.
  * rmsnorm: out = x / sqrt(mean(x^2) + eps) * weight (weight may be NULL: all ones); out may equal x.

@@ -204,22 +204,61 @@ static void test_xq(vs_isa best) {
             bad += memcmp(ref, a2, (size_t)n_in) != 0;
             bad += memcmp(ref + (n_in + 63) / 64 * 64, a2 + (n_in + 63) / 64 * 64, (size_t)n_in / 32 * 4) != 0;
         }
+        const int8_t *qref = (const int8_t *)ref;
+        const float *dref = (const float *)(ref + (n_in + 63) / 64 * 64);
         if (best >= VS_ISA_AVX512) {
-            uint8_t *a5 = vs_malloc(vs_xq_row_bytes_avx512(n_in));
-            vs_xq_quantize_row_avx512(x, n_in, a5);
-            const float *dref = (const float *)(ref + (n_in + 63) / 64 * 64);
-            for (int64_t b = 0; b < n_in / 32; b++) {
-                const uint8_t *pp = a5 + (b / 2) * 128;
-                const float *dd = (const float *)(pp + 64);
-                for (int j = 0; j < 32; j++) bad += (int8_t)(pp[(b % 2) * 32 + j] ^ 0x80) != ((int8_t *)ref)[b * 32 + j];
-                for (int j = 0; j < 8; j++) bad += dd[(b % 2) * 8 + j] != dref[b];
+            for (int ti = 0; ti < 2; ti++) { /* the layout depends on the weight type */
+                bool q4 = ti == 1;
+                uint8_t *a5 = vs_malloc(vs_xq_row_bytes_avx512(n_in));
+                vs_xq_quantize_row_avx512(x, n_in, q4 ? VS_TYPE_Q4_0 : VS_TYPE_Q8_0, a5);
+                int64_t nb = n_in / 32, np = (nb + 1) / 2, ng = (nb + 15) / 16;
+                const float *dd = (const float *)(a5 + np * 128);
+                for (int64_t p = 0; p < np; p++) {
+                    const uint8_t *pp = a5 + p * 128;
+                    const int32_t *cc = (const int32_t *)(pp + 64);
+                    for (int i = 0; i < 64; i++) { /* byte i of the pair: block and value index */
+                        int h = q4 ? (i / 16) % 2 : i / 32;
+                        int v = q4 ? (i % 16) + 16 * (i / 32) : i % 32;
+                        int64_t blk = 2 * p + h;
+                        bad += (int8_t)pp[i] != (blk < nb ? qref[blk * 32 + v] : 0);
+                        if (i % 4 == 0) {
+                            int sum = 0;
+                            for (int j = 0; j < 4; j++) sum += (int8_t)pp[i + j];
+                            bad += cc[i / 4] != -(q4 ? 8 : 128) * sum;
+                        }
+                    }
+                }
+                for (int64_t blk = 0; blk < ng * 16; blk++) bad += dd[blk] != (blk < nb ? dref[blk] : 0.0f);
+                vs_free(a5);
             }
-            if ((n_in / 32) % 2) { /* the padding block: q = 0 (stored 128), d = 0 */
-                const uint8_t *pp = a5 + (n_in / 64) * 128;
-                for (int j = 32; j < 64; j++) bad += pp[j] != 0x80;
-                for (int j = 8; j < 16; j++) bad += ((const float *)(pp + 64))[j] != 0.0f;
+        }
+        if (best >= VS_ISA_AMX) {
+            for (int ti = 0; ti < 2; ti++) {
+                bool q4 = ti == 1;
+                int64_t n_rows = 5; /* N = 8, G = 1: this row is column 3, rows 5..7 are padding */
+                int N = vs_xq_amx_N(n_rows);
+                size_t chunk = vs_xq_amx_chunk(N);
+                uint8_t *am = vs_malloc(vs_xq_amx_bytes(n_in, n_rows));
+                memset(am, 0x5a, vs_xq_amx_bytes(n_in, n_rows));
+                for (int64_t r = 0; r < N; r++)
+                    vs_xq_quantize_row_amx(r == 3 ? x : NULL, n_in, q4 ? VS_TYPE_Q4_0 : VS_TYPE_Q8_0, n_rows, r, am);
+                for (int64_t blk = 0; blk < n_in / 32; blk++) {
+                    const uint8_t *ch = am + blk * chunk;
+                    int sum = 0;
+                    for (int k = 0; k < 32; k++) {
+                        int v = q4 ? (k % 2 ? 16 + k / 2 : k / 2) : k;
+                        int8_t got = (int8_t)ch[((k / 4) * N + 3) * 4 + k % 4];
+                        bad += got != qref[blk * 32 + v];
+                        bad += ch[((k / 4) * N + 5) * 4 + k % 4] != 0; /* a padding row */
+                        sum += qref[blk * 32 + v];
+                    }
+                    const float *dd = (const float *)(ch + 32 * N);
+                    const int32_t *cc = (const int32_t *)(ch + 32 * N + 64);
+                    bad += dd[3] != dref[blk] || dd[5] != 0.0f || dd[12] != 0.0f;
+                    bad += cc[3] != (q4 ? -8 * sum : 0) || cc[5] != 0;
+                }
+                vs_free(am);
             }
-            vs_free(a5);
         }
         VT_CHECK(bad == 0, "activation quantisers disagree for n_in %lld (%d)", (long long)n_in, bad);
         vs_free(ref);
@@ -291,7 +330,7 @@ int main(void) {
         test_matmul((vs_isa)isa, pools, 3);
         test_vector_ops((vs_isa)isa);
     }
-    vs_isa_set_max(VS_ISA_AVX512);
+    vs_isa_set_max(VS_ISA_AMX);
     VT_CHECK(vs_isa_active() == best, "cap above the CPU gives the CPU's best");
     vs_threadpool_free(pools[1]);
     vs_threadpool_free(pools[2]);

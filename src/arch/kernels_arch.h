@@ -8,11 +8,15 @@
  * same q and d; only the memory layout differs:
  *  - scalar / AVX2 layout, vs_xq_row_bytes_ref(n_in) bytes per row: int8 q[n_in], then float d[n_in/32]
  *    (at offset round_up(n_in, 64)).
- *  - AVX-512 layout, vs_xq_row_bytes_avx512(n_in) bytes per row: for each pair of blocks p (the last
- *    one may hold a single block): 64 bytes of (q + 128) as uint8 (the missing block is 128s = q 0),
- *    then 16 floats: d of block 2p in lanes 0..7 and d of block 2p+1 in lanes 8..15 (0 if missing).
- *    The +128 bias lets VNNI's unsigned x signed dot take the activation as the unsigned operand; the
- *    kernel subtracts 128 * sum(w) per weight block (computed once per block, shared by all rows). */
+ *  - AVX-512 layout, vs_xq_row_bytes_avx512(n_in) bytes per row, depends on the weight type:
+ *      for each pair of blocks p (a = 2p, c = 2p+1; a missing c has q 0), 128 bytes:
+ *        int8 q[64]: Q8_0 order [a 0..31, c 0..31]; Q4_0 [a 0..15, c 0..15, a 16..31, c 16..31] (the
+ *          order in which the kernel unpacks the nibbles of two weight blocks);
+ *        int32 cinit[16]: -K * (sum of the lane's 4 q), K = 128 (Q8_0) or 8 (Q4_0). vpdpbusd wants an
+ *          unsigned operand: Q8_0 weights are used as w + 128 (x 0x80), Q4_0 nibbles as stored (q + 8);
+ *          starting each dot from cinit removes the offset exactly;
+ *      then float d[ng * 16] (ng = ceil(nb / 16); 0 past nb).
+ */
 #ifndef VS_KERNELS_ARCH_H
 #define VS_KERNELS_ARCH_H
 
@@ -35,6 +39,36 @@ void vs_xq_block_ref(const float *x, int8_t *q, float *d);
 size_t vs_xq_row_bytes_ref(int64_t n_in);
 void vs_xq_quantize_row_ref(const float *x, int64_t n_in, uint8_t *row);
 
+/* AMX layout (ISA VS_ISA_AMX, Q8_0/Q4_0 with several rows): rows are grouped by 16 into G groups of
+ * N columns (N = 16, or the next power of two >= n_rows when n_rows < 16; padding rows are zero).
+ * For each block b and group g, one chunk of vs_xq_amx_chunk(N) bytes at ((b * G) + g) * chunk:
+ *   int8 q[8][N][4]: the 32 q of row (N g + c) at [k][c][j] for K index 4 k + j (the VNNI order of an
+ *     AMX B tile: 8 rows of N * 4 bytes). K index i holds value i (Q8_0), or for Q4_0 value i / 2 for
+ *     even i and 16 + i / 2 for odd i (the order the kernel unpacks nibbles in);
+ *   float d[16]: the d of row N g + c at [c] (0 for padding);
+ *   int32 corr[16]: -8 * sum of the row's 32 q at [c] (Q4_0: the tile dot starts from it, since the
+ *     unsigned nibbles are q + 8). */
+static inline int vs_xq_amx_N(int64_t n_rows) {
+    int N = 1;
+    while (N < 16 && N < n_rows) N *= 2;
+    return N;
+}
+static inline int64_t vs_xq_amx_G(int64_t n_rows) { return n_rows >= 16 ? (n_rows + 15) / 16 : 1; }
+static inline size_t vs_xq_amx_chunk(int N) { return (size_t)(32 * N + 128); }
+static inline size_t vs_xq_amx_bytes(int64_t n_in, int64_t n_rows) {
+    return (size_t)(n_in / 32) * (size_t)vs_xq_amx_G(n_rows) * vs_xq_amx_chunk(vs_xq_amx_N(n_rows));
+}
+/* Row r (0 <= r < G * N: padding rows too) of the AMX layout; x NULL quantises a zero row. */
+void vs_xq_quantize_row_amx(const float *x, int64_t n_in, vs_type wtype, int64_t n_rows, int64_t r, uint8_t *xq);
+/* Outputs [o0, o1) for all rows from the AMX layout (job->xq); o0 a multiple of 16. */
+void vs_mm_amx(const vs_mm_job *job, int64_t o0, int64_t o1);
+/* Asks the OS for AMX tile state (once per process); false if unavailable. */
+bool vs_amx_request(void);
+
+/* Reads n bytes (n a multiple of 64, p 64-byte aligned) and returns a checksum, for bandwidth tests. */
+uint64_t vs_read_sum_avx2(const uint8_t *p, size_t n);
+uint64_t vs_read_sum_avx512(const uint8_t *p, size_t n);
+
 /* AVX2 (scalar layout). */
 void vs_xq_quantize_row_avx2(const float *x, int64_t n_in, uint8_t *row);
 void vs_mm_avx2(const vs_mm_job *job, int64_t o0, int64_t o1);
@@ -45,7 +79,7 @@ void vs_axpy_f32_avx2(float *y, float a, const float *x, int64_t n);
 
 /* AVX-512 (+VNNI). */
 size_t vs_xq_row_bytes_avx512(int64_t n_in);
-void vs_xq_quantize_row_avx512(const float *x, int64_t n_in, uint8_t *row);
+void vs_xq_quantize_row_avx512(const float *x, int64_t n_in, vs_type wtype, uint8_t *row);
 void vs_mm_avx512(const vs_mm_job *job, int64_t o0, int64_t o1);
 void vs_rmsnorm_avx512(float *out, const float *x, const float *weight, int64_t n, float eps);
 void vs_softmax_avx512(float *x, int64_t n);

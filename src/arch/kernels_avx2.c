@@ -152,6 +152,22 @@ void vs_mm_avx2(const vs_mm_job *jb, int64_t o0, int64_t o1) {
     }
 }
 
+/* ---- bandwidth probe ---- */
+
+uint64_t vs_read_sum_avx2(const uint8_t *p, size_t n) {
+    __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+    for (size_t i = 0; i < n; i += 128) {
+        a0 = _mm256_xor_si256(a0, _mm256_load_si256((const __m256i *)(p + i)));
+        a1 = _mm256_xor_si256(a1, _mm256_load_si256((const __m256i *)(p + i + 32)));
+        a2 = _mm256_xor_si256(a2, _mm256_load_si256((const __m256i *)(p + i + 64)));
+        a3 = _mm256_xor_si256(a3, _mm256_load_si256((const __m256i *)(p + i + 96)));
+    }
+    __m256i a = _mm256_xor_si256(_mm256_xor_si256(a0, a1), _mm256_xor_si256(a2, a3));
+    uint64_t out[4];
+    _mm256_storeu_si256((__m256i *)out, a);
+    return out[0] ^ out[1] ^ out[2] ^ out[3];
+}
+
 /* ---- vector ops ---- */
 
 float vs_dot_f32_avx2(const float *a, const float *b, int64_t n) {

@@ -1,9 +1,8 @@
 /* kernels_avx512: AVX-512 (F/BW/VL/DQ + VNNI) versions of the kernels (contract: kernels_arch.h).
- * Quantised weights use vpdpbusd with the activation as the unsigned operand: activations are stored
- * biased by +128, and 128 * sum(w) (one vpdpbusd per pair of weight blocks, shared by every row of the
- * tile) is subtracted by starting each row's accumulation from its negation, so the integer dot is
- * exact. Two 32-value blocks fill a zmm; per-lane int32 sums are scaled per lane (d_w * d_x) and
- * accumulated in f32 lanes, reduced once per output. */
+ * Quantised weights: vpdpbusd takes the weights as the unsigned operand (Q8_0 as w + 128, Q4_0 nibbles
+ * as stored, i.e. q + 8) and starts from the activation's precomputed -K * sum(q) per lane, so each
+ * integer dot is exact. Two 32-value blocks fill a zmm; per-lane int32 sums are scaled per lane
+ * (d_w * d_x; the 16 weight scales of 8 pairs come from one gather) and accumulated in f32. */
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
@@ -11,95 +10,143 @@
 #include "kernels_arch.h"
 
 #define VS_INLINE static inline __attribute__((always_inline))
+#define VS_UNROLL _Pragma("GCC unroll 16")
 
 /* ---- activation quantisation (AVX-512 layout, see kernels_arch.h) ---- */
 
-size_t vs_xq_row_bytes_avx512(int64_t n_in) { return (size_t)((n_in / 32 + 1) / 2) * 128; }
-
-void vs_xq_quantize_row_avx512(const float *x, int64_t n_in, uint8_t *row) {
-    const int64_t nb = n_in / 32, np = (nb + 1) / 2;
-    const __m128i bias = _mm_set1_epi8((char)0x80);
-    for (int64_t p = 0; p < np; p++) {
-        uint8_t *dst = row + p * 128;
-        float *dxe = (float *)(dst + 64);
-        for (int h = 0; h < 2; h++) {
-            int64_t b = 2 * p + h;
-            if (b >= nb) {
-                memset(dst + 32 * h, 0x80, 32);
-                _mm256_store_ps(dxe + 8 * h, _mm256_setzero_ps());
-                continue;
-            }
-            __m512 v0 = _mm512_loadu_ps(x + b * 32), v1 = _mm512_loadu_ps(x + b * 32 + 16);
-            float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
-            float id = amax > 0.0f ? 127.0f / amax : 0.0f;
-            float d = _cvtsh_ss(_cvtss_sh(amax / 127.0f, _MM_FROUND_TO_NEAREST_INT));
-            __m512 vid = _mm512_set1_ps(id);
-            /* cvtps rounds to nearest even (the default mode), like rintf in the scalar twin. */
-            __m128i q0 = _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v0, vid)));
-            __m128i q1 = _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v1, vid)));
-            _mm_storeu_si128((__m128i *)(dst + 32 * h), _mm_xor_si128(q0, bias));
-            _mm_storeu_si128((__m128i *)(dst + 32 * h + 16), _mm_xor_si128(q1, bias));
-            _mm256_store_ps(dxe + 8 * h, _mm256_set1_ps(d));
-        }
-    }
+size_t vs_xq_row_bytes_avx512(int64_t n_in) {
+    int64_t nb = n_in / 32, np = (nb + 1) / 2, ng = (nb + 15) / 16;
+    return (size_t)(np * 128 + ng * 64);
 }
 
-/* ---- matmul ---- */
+/* One block: q (32 int8, round half even) and d, identical to vs_xq_block_ref. */
+VS_INLINE __m256i quant_block(const float *x, float *d) {
+    __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
+    float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+    float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+    *d = _cvtsh_ss(_cvtss_sh(amax / 127.0f, _MM_FROUND_TO_NEAREST_INT));
+    __m512 vid = _mm512_set1_ps(id);
+    /* cvtps rounds to nearest even (the default mode), like rintf in the scalar twin. */
+    __m512i i0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, vid)), i1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, vid));
+    return _mm256_set_m128i(_mm512_cvtepi32_epi8(i1), _mm512_cvtepi32_epi8(i0));
+}
 
-/* Weight blocks b and b+1 (b+1 only if `two`) as 64 signed bytes, and their scales per lane. */
-VS_INLINE __m512i load_wpair(vs_type t, const uint8_t *wr, int64_t b, int two, __m512 *dwv) {
-    float da, db = 0.0f;
-    __m512i w;
-    if (t == VS_TYPE_Q8_0) {
-        const vs_block_q8_0 *blk = (const vs_block_q8_0 *)wr + b;
-        da = _cvtsh_ss(blk[0].d);
-        __m256i lo = _mm256_loadu_si256((const __m256i *)blk[0].qs), hi = _mm256_setzero_si256();
-        if (two) {
-            db = _cvtsh_ss(blk[1].d);
-            hi = _mm256_loadu_si256((const __m256i *)blk[1].qs);
+void vs_xq_quantize_row_avx512(const float *x, int64_t n_in, vs_type wtype, uint8_t *row) {
+    const int64_t nb = n_in / 32, np = (nb + 1) / 2, ng = (nb + 15) / 16;
+    const bool q4 = wtype == VS_TYPE_Q4_0;
+    const __m512i kmul = _mm512_set1_epi8(q4 ? 8 : (char)128);
+    float *dx = (float *)(row + np * 128);
+    for (int64_t p = 0; p < np; p++) {
+        float da, dc = 0.0f;
+        __m256i qa = quant_block(x + 2 * p * 32, &da), qc = _mm256_setzero_si256();
+        if (2 * p + 1 < nb) qc = quant_block(x + (2 * p + 1) * 32, &dc);
+        __m512i q;
+        if (!q4) {
+            q = _mm512_inserti64x4(_mm512_castsi256_si512(qa), qc, 1);
+        } else { /* [a lo, c lo, a hi, c hi] with lo = values 0..15, hi = 16..31 */
+            __m256i lo = _mm256_permute2x128_si256(qa, qc, 0x20), hi = _mm256_permute2x128_si256(qa, qc, 0x31);
+            q = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
         }
-        w = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-    } else {
-        const vs_block_q4_0 *blk = (const vs_block_q4_0 *)wr + b;
-        da = _cvtsh_ss(blk[0].d);
-        __m128i a = _mm_loadu_si128((const __m128i *)blk[0].qs), c = _mm_setzero_si128();
-        if (two) {
-            db = _cvtsh_ss(blk[1].d);
-            c = _mm_loadu_si128((const __m128i *)blk[1].qs);
-        }
-        __m256i t2 = _mm256_set_m128i(c, a);
-        __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(t2), _mm256_srli_epi16(t2, 4), 1);
-        /* [a, c, a>>4, c>>4] -> [a, a>>4, c, c>>4]: values 0..15 then 16..31 of each block */
-        z = _mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0));
-        w = _mm512_sub_epi8(_mm512_and_si512(z, _mm512_set1_epi8(0x0f)), _mm512_set1_epi8(8));
-        if (!two) w = _mm512_maskz_mov_epi64(0x0f, w);
+        /* -K * (sum of each lane's 4 q): the dot starts from it, cancelling the weights' offset */
+        __m512i cinit = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), kmul, q));
+        _mm512_store_si512(row + p * 128, q);
+        _mm512_store_si512(row + p * 128 + 64, cinit);
+        dx[2 * p] = da;
+        dx[2 * p + 1] = dc;
     }
-    *dwv = _mm512_insertf32x8(_mm512_set1_ps(da), _mm256_set1_ps(db), 1);
-    return w;
+    for (int64_t b = 2 * np; b < ng * 16; b++) dx[b] = 0.0f;
+}
+
+/* Lane patterns picking, from 16 gathered block scales, the scales of pair lp (blocks 2 lp, 2 lp + 1) in
+ * the lane order of the activation layout. */
+static const int32_t k_pat_q8[8][16] __attribute__((aligned(64))) = {
+#define P8(a) {a, a, a, a, a, a, a, a, a + 1, a + 1, a + 1, a + 1, a + 1, a + 1, a + 1, a + 1}
+    P8(0), P8(2), P8(4), P8(6), P8(8), P8(10), P8(12), P8(14)
+#undef P8
+};
+static const int32_t k_pat_q4[8][16] __attribute__((aligned(64))) = {
+#define P4(a) {a, a, a, a, a + 1, a + 1, a + 1, a + 1, a, a, a, a, a + 1, a + 1, a + 1, a + 1}
+    P4(0), P4(2), P4(4), P4(6), P4(8), P4(10), P4(12), P4(14)
+#undef P4
+};
+
+/* Scales (f32) of blocks b0 .. b0 + 15 of one weight row (0 past nb), by one gather. */
+VS_INLINE __m512 gather_row_scales(const uint8_t *wr, int64_t b0, int64_t nb, int bbytes) {
+    const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    int64_t left = nb - b0;
+    __mmask16 m = left >= 16 ? 0xffff : (__mmask16)((1u << left) - 1);
+    __m512i g = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, _mm512_mullo_epi32(iota, _mm512_set1_epi32(bbytes)),
+                                            wr + b0 * bbytes, 1);
+    return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g));
+}
+
+/* Weight blocks 2p, 2p + 1 as 64 unsigned bytes in the activation layout's order (Q8_0: w + 128;
+ * Q4_0: the nibbles). A missing second block reads nothing and contributes 0 (its q are 0). */
+VS_INLINE __m512i load_wpair(vs_type t, const uint8_t *wr, int64_t p, int two) {
+    if (t == VS_TYPE_Q8_0) {
+        const vs_block_q8_0 *blk = (const vs_block_q8_0 *)wr + 2 * p;
+        __m256i lo = _mm256_loadu_si256((const __m256i *)blk[0].qs);
+        __m512i w = two ? _mm512_inserti64x4(_mm512_castsi256_si512(lo), _mm256_loadu_si256((const __m256i *)blk[1].qs), 1)
+                        : _mm512_castsi256_si512(lo);
+        return _mm512_xor_si512(w, _mm512_set1_epi8((char)0x80));
+    }
+    const vs_block_q4_0 *blk = (const vs_block_q4_0 *)wr + 2 * p;
+    __m128i a = _mm_loadu_si128((const __m128i *)blk[0].qs);
+    __m256i t2 = two ? _mm256_inserti128_si256(_mm256_castsi128_si256(a), _mm_loadu_si128((const __m128i *)blk[1].qs), 1)
+                     : _mm256_castsi128_si256(a);
+    __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(t2), _mm256_srli_epi16(t2, 4), 1);
+    return _mm512_and_si512(z, _mm512_set1_epi8(0x0f));
+}
+
+/* One output o times rows r0 .. r0 + R - 1: each weight pair is loaded once and applied to all R rows.
+ * Per 16 blocks and row, s = d_w * d_x for the 16 blocks (one multiply); per pair and row: the exact
+ * integer dot (started from the row's offset correction), its conversion, and one FMA with the pair's
+ * lanes of s. Two accumulators per row (even / odd pairs) hide the FMA latency. */
+VS_INLINE void quant_pair(const uint8_t *const *xr, __m512 *acc, const __m512 *s16, __m512i w, __m512i pat,
+                          int64_t p, const int R) {
+    VS_UNROLL
+    for (int r = 0; r < R; r++) {
+        const uint8_t *xp = xr[r] + p * 128;
+        __m512i isum = _mm512_dpbusd_epi32(_mm512_load_si512(xp + 64), w, _mm512_load_si512(xp));
+        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_permutexvar_ps(pat, s16[r]), acc[r]);
+    }
 }
 
 VS_INLINE void mm_quant_tile(const vs_mm_job *jb, int64_t o, int64_t r0, const int R) {
+    const vs_type t = jb->wtype;
     const int64_t nb = jb->n_in / 32, np = (nb + 1) / 2;
+    const int bbytes = t == VS_TYPE_Q8_0 ? 34 : 18;
     const uint8_t *wr = jb->w + o * jb->w_row_bytes;
-    const uint8_t *xr[8];
-    __m512 acc[8];
+    const int32_t(*pat)[16] = t == VS_TYPE_Q8_0 ? k_pat_q8 : k_pat_q4;
+    const uint8_t *xr[4];
+    const float *dx[4];
+    __m512 acc0[4], acc1[4], s16[4];
+    VS_UNROLL
     for (int r = 0; r < R; r++) {
         xr[r] = jb->xq + (r0 + r) * jb->xq_row_bytes;
-        acc[r] = _mm512_setzero_ps();
+        dx[r] = (const float *)(xr[r] + np * 128);
+        acc0[r] = acc1[r] = _mm512_setzero_ps();
     }
-    const __m512i k80 = _mm512_set1_epi8((char)0x80), zero = _mm512_setzero_si512();
-    for (int64_t p = 0; p < np; p++) {
-        __m512 dwv;
-        __m512i w = load_wpair(jb->wtype, wr, 2 * p, 2 * p + 1 < nb, &dwv);
-        __m512i corr = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, k80, w));
-        for (int r = 0; r < R; r++) {
-            const uint8_t *xp = xr[r] + p * 128;
-            __m512i isum = _mm512_dpbusd_epi32(corr, _mm512_load_si512(xp), w);
-            __m512 s = _mm512_mul_ps(dwv, _mm512_load_ps((const float *)(xp + 64)));
-            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), s, acc[r]);
+    const int64_t npf = nb / 2; /* pairs with both blocks present */
+    __m512 dw_next = gather_row_scales(wr, 0, nb, bbytes);
+    for (int64_t p0 = 0, g = 0; p0 < np; p0 += 8, g++) {
+        /* the gather for the next 16 blocks is issued a group ahead to hide its latency */
+        __m512 dw16 = dw_next;
+        if (p0 + 8 < np) dw_next = gather_row_scales(wr, 2 * (p0 + 8), nb, bbytes);
+        VS_UNROLL
+        for (int r = 0; r < R; r++) s16[r] = _mm512_mul_ps(dw16, _mm512_load_ps(dx[r] + 16 * g));
+        int64_t pe = VS_MIN(npf, p0 + 8), p = p0;
+        for (; p + 2 <= pe; p += 2) {
+            __m512i w0 = load_wpair(t, wr, p, 1), w1 = load_wpair(t, wr, p + 1, 1);
+            quant_pair(xr, acc0, s16, w0, _mm512_load_si512(pat[p - p0]), p, R);
+            quant_pair(xr, acc1, s16, w1, _mm512_load_si512(pat[p + 1 - p0]), p + 1, R);
         }
+        for (; p < VS_MIN(np, p0 + 8); p++) /* a leftover full pair, or the last half pair */
+            quant_pair(xr, acc0, s16, load_wpair(t, wr, p, 2 * p + 1 < nb), _mm512_load_si512(pat[p - p0]), p, R);
     }
-    for (int r = 0; r < R; r++) jb->y[(r0 + r) * jb->n_out + o] = _mm512_reduce_add_ps(acc[r]);
+    VS_UNROLL
+    for (int r = 0; r < R; r++)
+        jb->y[(r0 + r) * jb->n_out + o] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[r], acc1[r]));
 }
 
 VS_INLINE __m512 load_w16(vs_type t, const uint8_t *wr, int64_t i, __mmask16 m) {
@@ -109,29 +156,54 @@ VS_INLINE __m512 load_w16(vs_type t, const uint8_t *wr, int64_t i, __mmask16 m) 
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
+/* One output o times R rows of f32 activations; with few rows, independent accumulators per row
+ * (A of them, over consecutive 16-value steps) keep the FMA latency off the critical path. */
 VS_INLINE void mm_float_tile(const vs_mm_job *jb, int64_t o, int64_t r0, const int R) {
+    enum { A = 4 };
+    const int NA = R >= 4 ? 1 : R == 1 ? 4 : 2;
     const int64_t n = jb->n_in;
     const uint8_t *wr = jb->w + o * jb->w_row_bytes;
     const float *x[8];
-    __m512 acc[8];
+    __m512 acc[8][A];
+    VS_UNROLL
     for (int r = 0; r < R; r++) {
         x[r] = jb->x + (r0 + r) * n;
-        acc[r] = _mm512_setzero_ps();
+        VS_UNROLL
+        for (int a = 0; a < NA; a++) acc[r][a] = _mm512_setzero_ps();
     }
     int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        __m512 wv = load_w16(jb->wtype, wr, i, 0xffff);
-        for (int r = 0; r < R; r++) acc[r] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(x[r] + i), acc[r]);
+    for (; i + 16 * NA <= n; i += 16 * NA) {
+        VS_UNROLL
+        for (int a = 0; a < NA; a++) {
+            __m512 wv = load_w16(jb->wtype, wr, i + 16 * a, 0xffff);
+            VS_UNROLL
+            for (int r = 0; r < R; r++)
+                acc[r][a] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(x[r] + i + 16 * a), acc[r][a]);
+        }
     }
-    if (i < n) {
-        __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+    for (; i < n; i += 16) {
+        __mmask16 m = n - i >= 16 ? 0xffff : (__mmask16)((1u << (n - i)) - 1);
         __m512 wv = load_w16(jb->wtype, wr, i, m);
-        for (int r = 0; r < R; r++) acc[r] = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(m, x[r] + i), acc[r]);
+        VS_UNROLL
+        for (int r = 0; r < R; r++) acc[r][0] = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(m, x[r] + i), acc[r][0]);
     }
-    for (int r = 0; r < R; r++) jb->y[(r0 + r) * jb->n_out + o] = _mm512_reduce_add_ps(acc[r]);
+    VS_UNROLL
+    for (int r = 0; r < R; r++) {
+        __m512 s = acc[r][0];
+        VS_UNROLL
+        for (int a = 1; a < NA; a++) s = _mm512_add_ps(s, acc[r][a]);
+        jb->y[(r0 + r) * jb->n_out + o] = _mm512_reduce_add_ps(s);
+    }
 }
 
-#define VS_TILE_SWITCH(fn, R, ...)                                                                  \
+#define VS_TILE_SWITCH4(fn, R, ...)                                                                 \
+    switch (R) {                                                                                  \
+    case 1: fn(__VA_ARGS__, 1); break;                                                            \
+    case 2: fn(__VA_ARGS__, 2); break;                                                            \
+    case 3: fn(__VA_ARGS__, 3); break;                                                            \
+    default: fn(__VA_ARGS__, 4); break;                                                           \
+    }
+#define VS_TILE_SWITCH8(fn, R, ...)                                                                 \
     switch (R) {                                                                                  \
     case 1: fn(__VA_ARGS__, 1); break;                                                            \
     case 2: fn(__VA_ARGS__, 2); break;                                                            \
@@ -145,16 +217,35 @@ VS_INLINE void mm_float_tile(const vs_mm_job *jb, int64_t o, int64_t r0, const i
 
 void vs_mm_avx512(const vs_mm_job *jb, int64_t o0, int64_t o1) {
     bool quant = jb->wtype == VS_TYPE_Q8_0 || jb->wtype == VS_TYPE_Q4_0;
+    const int RT = quant ? 4 : 8;
     for (int64_t o = o0; o < o1; o++) {
-        for (int64_t r0 = 0; r0 < jb->n_rows; r0 += 8) {
-            int R = (int)VS_MIN(8, jb->n_rows - r0);
+        for (int64_t r0 = 0; r0 < jb->n_rows; r0 += RT) {
+            int R = (int)VS_MIN(RT, jb->n_rows - r0);
             if (quant) {
-                VS_TILE_SWITCH(mm_quant_tile, R, jb, o, r0);
+                VS_TILE_SWITCH4(mm_quant_tile, R, jb, o, r0);
             } else {
-                VS_TILE_SWITCH(mm_float_tile, R, jb, o, r0);
+                VS_TILE_SWITCH8(mm_float_tile, R, jb, o, r0);
             }
         }
     }
+}
+
+/* ---- bandwidth probe ---- */
+
+uint64_t vs_read_sum_avx512(const uint8_t *p, size_t n) {
+    __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+    size_t i = 0;
+    for (; i + 256 <= n; i += 256) {
+        a0 = _mm512_xor_si512(a0, _mm512_load_si512(p + i));
+        a1 = _mm512_xor_si512(a1, _mm512_load_si512(p + i + 64));
+        a2 = _mm512_xor_si512(a2, _mm512_load_si512(p + i + 128));
+        a3 = _mm512_xor_si512(a3, _mm512_load_si512(p + i + 192));
+    }
+    for (; i < n; i += 64) a0 = _mm512_xor_si512(a0, _mm512_load_si512(p + i));
+    __m512i a = _mm512_xor_si512(_mm512_xor_si512(a0, a1), _mm512_xor_si512(a2, a3));
+    uint64_t out[8];
+    _mm512_storeu_si512(out, a);
+    return out[0] ^ out[1] ^ out[2] ^ out[3] ^ out[4] ^ out[5] ^ out[6] ^ out[7];
 }
 
 /* ---- vector ops (tails by masked loads) ---- */
