@@ -388,6 +388,12 @@ static void test_curve(void) {
     VT_CHECK(vs_train_curve_read_csv(&r, csv, false, &err) == VS_ERR_FORMAT, "short CSV row accepted");
     vs_train_curve_free(&c);
     vs_train_curve_free(&r);
+    /* the progress line (stderr): label step/total loss tok/s lr elapsed ETA */
+    vs_progress pr;
+    vs_progress_begin(&pr, "train", 100);
+    pr.every_s = 0;
+    vs_train_progress(&pr, 40, 2.345, 1234.0, 3e-4f);
+    vs_progress_end(&pr, 100);
 }
 
 int main(void) {
