@@ -771,7 +771,8 @@ vs_status vs_spec_generate(vs_spec *s, vs_spec_drafter *d, const vs_spec_prompt 
                 if ((st = deliver_features(s, d, L, 0, w.n_accept + 1, s->feat_tokens, err))) goto done;
             }
             vs_spec_commit c = {.n_proposed = k, .n_accepted = w.n_accept, .accepted_nodes = s->acc_nodes,
-                                .accepted = s->acc_tokens, .next = ends ? -1 : w.next};
+                                .accepted = s->acc_tokens, .next = ends ? -1 : w.next,
+                                .target_logits = s->logits};
             if ((st = d->vt->commit(d, &c, err))) goto done;
         }
         memset(&pending, 0, sizeof(pending));

@@ -141,6 +141,10 @@ typedef struct vs_spec_commit {
     const int32_t *accepted;       /* [n_accepted] their tokens */
     int32_t next;                  /* the correction / bonus token, the new pending row; -1 when the
                                     * request ended in this block (EOS accepted, token limit) */
+    /* The target's raw logits of the verified batch, valid during the call, for drafters that adapt to
+     * the target at test time (TABED's ensemble weights): row 0 is the prediction for the first drafted
+     * position (after the pending row), row i + 1 the prediction after node i. */
+    const float *target_logits;    /* [n_proposed + 1][n_vocab] */
 } vs_spec_commit;
 
 /* Target hidden states of rows that became final in the target cache. */
