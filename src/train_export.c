@@ -130,7 +130,8 @@ static vs_status export_mmproj(const vs_train_vlm *m, const char *path, const vs
 vs_status vs_train_vlm_export(const vs_train_vlm *m, const char *lm_path, const char *mmproj_path,
                               const vs_train_export_opts *o, vs_error *err) {
     if (o->type != VS_TYPE_F32 && o->type != VS_TYPE_F16)
-        return vs_error_set(err, VS_ERR_UNSUPPORTED, "export: type %s (F32 or F16 only)", vs_type_name(o->type));
+        return vs_error_set(err, VS_ERR_UNSUPPORTED, "export: type %s (F32 or F16 only)",
+                            vs_type_name(o->type));
     vs_status s = lm_path ? export_lm(m, lm_path, o, err) : VS_OK;
     if (!s && mmproj_path) s = export_mmproj(m, mmproj_path, o, err);
     return s;

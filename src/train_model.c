@@ -64,7 +64,8 @@ static const tensor_spec k_specs[VS_TRAIN_VLM_N_TENSORS] = {
 static void tensor_shapes(const vs_train_vlm_config *c, int64_t shape[][VS_TRAIN_MAX_DIMS], int *ndim) {
     int64_t W = c->v_width, VF = c->v_ffn, VL = c->v_blocks, G = c->image_size / c->patch_size;
     int64_t C = c->width, L = c->n_layers, D = c->width / c->n_heads, HD = (int64_t)c->n_heads * D;
-    int64_t KVD = (int64_t)c->n_kv_heads * D, F = c->ffn, V = c->vocab, PP = 3LL * c->patch_size * c->patch_size;
+    int64_t KVD = (int64_t)c->n_kv_heads * D, F = c->ffn, V = c->vocab,
+            PP = 3LL * c->patch_size * c->patch_size;
     const int64_t s[VS_TRAIN_VLM_N_TENSORS][4] = {
         {2, W, PP}, {1, W}, {2, G * G + 1, W}, {1, W}, {1, W},                    /* patch .. pre_ln */
         {2, VL, W}, {2, VL, W},                                                    /* ln1 */
@@ -102,8 +103,8 @@ vs_status vs_train_vlm_config_check(const vs_train_vlm_config *c, vs_error *err)
     if (c->image_size < 1 || c->patch_size < 1 || c->image_size % c->patch_size)
         BAD("image size %d must be a positive multiple of the patch size %d", c->image_size, c->patch_size);
     if (c->v_width < 1 || c->v_ffn < 1 || c->v_heads < 1 || c->v_width % c->v_heads || c->v_blocks < 0)
-        BAD("vision width %d / ffn %d / heads %d / blocks %d are inconsistent", c->v_width, c->v_ffn, c->v_heads,
-            c->v_blocks);
+        BAD("vision width %d / ffn %d / heads %d / blocks %d are inconsistent", c->v_width, c->v_ffn,
+            c->v_heads, c->v_blocks);
     if (c->vocab < 2 || c->width < 2 || c->n_layers < 1 || c->ffn < 1 || c->max_seq < 1)
         BAD("vocab %d, width %d, layers %d, ffn %d, max_seq %d must be positive", c->vocab, c->width,
             c->n_layers, c->ffn, c->max_seq);
@@ -364,12 +365,12 @@ static vs_status check_batch(const vs_train_vlm *m, const vs_train_batch *b, vs_
                 return vs_error_set(err, VS_ERR_INVALID, "VLM batch: row %lld takes image row %d of %lld",
                                     (long long)i, ir, (long long)n_img_rows);
         } else if (b->tokens[i] < 0 || b->tokens[i] >= c->vocab) {
-            return vs_error_set(err, VS_ERR_INVALID, "VLM batch: row %lld has token %d (vocab %d)", (long long)i,
-                                b->tokens[i], c->vocab);
+            return vs_error_set(err, VS_ERR_INVALID, "VLM batch: row %lld has token %d (vocab %d)",
+                                (long long)i, b->tokens[i], c->vocab);
         }
         if (b->loss_mask[i] != 0.0f && (b->targets[i] < 0 || b->targets[i] >= c->vocab))
-            return vs_error_set(err, VS_ERR_INVALID, "VLM batch: row %lld has target %d (vocab %d)", (long long)i,
-                                b->targets[i], c->vocab);
+            return vs_error_set(err, VS_ERR_INVALID, "VLM batch: row %lld has target %d (vocab %d)",
+                                (long long)i, b->targets[i], c->vocab);
         if (!(b->loss_mask[i] >= 0.0f) || !isfinite(b->loss_mask[i]))
             return vs_error_set(err, VS_ERR_INVALID, "VLM batch: row %lld has loss mask %g", (long long)i,
                                 (double)b->loss_mask[i]);
@@ -437,11 +438,14 @@ static double lm_forward(vs_train_vlm *m, vs_threadpool *tp, int B, int T) {
     const float *x = a->x_emb;
     for (int l = 0; l < c->n_layers; l++) {
         float *ln1 = a->ln1 + l * LSTRIDE(m, C), *r1 = a->ln1_rstd + l * LSTRIDE(m, 1);
-        float *q = a->q + l * LSTRIDE(m, HD), *k = a->k + l * LSTRIDE(m, KVD), *v = a->v + l * LSTRIDE(m, KVD);
-        float *att = a->att + (size_t)l * m->max_B * H * m->max_T * m->max_T, *atty = a->atty + l * LSTRIDE(m, HD);
+        float *q = a->q + l * LSTRIDE(m, HD), *k = a->k + l * LSTRIDE(m, KVD),
+              *v = a->v + l * LSTRIDE(m, KVD);
+        float *att = a->att + (size_t)l * m->max_B * H * m->max_T * m->max_T,
+              *atty = a->atty + l * LSTRIDE(m, HD);
         float *res1 = a->res1 + l * LSTRIDE(m, C), *ln2 = a->ln2 + l * LSTRIDE(m, C);
         float *r2 = a->ln2_rstd + l * LSTRIDE(m, 1), *res2 = a->res2 + l * LSTRIDE(m, C);
-        float *gate = a->gate + l * LSTRIDE(m, F), *up = a->up + l * LSTRIDE(m, F), *h = a->hmid + l * LSTRIDE(m, F);
+        float *gate = a->gate + l * LSTRIDE(m, F), *up = a->up + l * LSTRIDE(m, F),
+              *h = a->hmid + l * LSTRIDE(m, F);
         vs_train_rmsnorm_forward(ln1, r1, x, w->attn_norm + (size_t)l * C, N, C, c->rms_eps);
         vs_train_linear_forward(tp, q, ln1, w->wq + (size_t)l * HD * C, NULL, N, C, HD);
         vs_train_linear_forward(tp, k, ln1, w->wk + (size_t)l * KVD * C, NULL, N, C, KVD);
@@ -532,7 +536,8 @@ static void lm_backward(vs_train_vlm *m, vs_threadpool *tp, bool train_lm, bool 
         zero(d->dup, (size_t)N * F);
         vs_train_swiglu_backward(d->dgate, d->dup, d->dh, gate, up, (size_t)N * F);
         zero(d->dln, (size_t)N * C);
-        vs_train_linear_backward(tp, d->dln, GL(w_gate, oc * F), NULL, d->dgate, ln2, w->w_gate + oc * F, N, C, F);
+        vs_train_linear_backward(tp, d->dln, GL(w_gate, oc * F), NULL, d->dgate, ln2, w->w_gate + oc * F, N,
+                                 C, F);
         vs_train_linear_backward(tp, d->dln, GL(w_up, oc * F), NULL, d->dup, ln2, w->w_up + oc * F, N, C, F);
         vs_train_rmsnorm_backward(d->dx, GL(ffn_norm, oc), d->dln, res1, w->ffn_norm + oc, r2, N, C);
         /* attention branch: res1 = xin + wo(attn(rope(wq ln1), rope(wk ln1), wv ln1)), ln1 = rms(xin) */
@@ -610,17 +615,20 @@ static void vision_backward(vs_train_vlm *m, vs_threadpool *tp, bool train_proj,
                                     a->v_ln2_mean + o, a->v_ln2_rstd + o, Nv, W);
         /* attention branch: res1 = xin + o(MHA(q ln1, k ln1, v ln1)), ln1 = LN(xin) */
         zero(d->dvatty, (size_t)Nv * W);
-        vs_train_linear_backward(tp, d->dvatty, g->v_o_w + oww, g->v_o_b + ow, d->dvx, atty, w->v_o_w + oww, Nv,
-                                 W, W);
+        vs_train_linear_backward(tp, d->dvatty, g->v_o_w + oww, g->v_o_b + ow, d->dvx, atty, w->v_o_w + oww,
+                                 Nv, W, W);
         zero(d->dvq, (size_t)Nv * W);
         zero(d->dvk, (size_t)Nv * W);
         zero(d->dvv, (size_t)Nv * W);
         vs_train_self_attention_backward(tp, d->dvq, d->dvk, d->dvv, d->datt, d->dvatty, att, q, k, v, NI, TV,
                                          VH, VH, W / VH, false);
         zero(d->dvln, (size_t)Nv * W);
-        vs_train_linear_backward(tp, d->dvln, g->v_q_w + oww, g->v_q_b + ow, d->dvq, ln1, w->v_q_w + oww, Nv, W, W);
-        vs_train_linear_backward(tp, d->dvln, g->v_k_w + oww, g->v_k_b + ow, d->dvk, ln1, w->v_k_w + oww, Nv, W, W);
-        vs_train_linear_backward(tp, d->dvln, g->v_v_w + oww, g->v_v_b + ow, d->dvv, ln1, w->v_v_w + oww, Nv, W, W);
+        vs_train_linear_backward(tp, d->dvln, g->v_q_w + oww, g->v_q_b + ow, d->dvq, ln1, w->v_q_w + oww, Nv,
+                                 W, W);
+        vs_train_linear_backward(tp, d->dvln, g->v_k_w + oww, g->v_k_b + ow, d->dvk, ln1, w->v_k_w + oww, Nv,
+                                 W, W);
+        vs_train_linear_backward(tp, d->dvln, g->v_v_w + oww, g->v_v_b + ow, d->dvv, ln1, w->v_v_w + oww, Nv,
+                                 W, W);
         vs_train_layernorm_backward(d->dvx, g->v_ln1_w + ow, g->v_ln1_b + ow, d->dvln, xin, w->v_ln1_w + ow,
                                     a->v_ln1_mean + o, a->v_ln1_rstd + o, Nv, W);
     }
@@ -630,8 +638,8 @@ static void vision_backward(vs_train_vlm *m, vs_threadpool *tp, bool train_proj,
                                 a->v_pre_mean, a->v_pre_rstd, Nv, W);
     zero(d->dvpatch, (size_t)Np * W);
     vs_train_vit_embed_backward(d->dvpatch, g->v_cls, g->v_pos, d->dvln, NI, NP, W);
-    vs_train_patch_embed_backward(tp, NULL, g->v_patch, d->dvpatch, a->v_col, w->v_patch, NI, 3, c->image_size,
-                                  c->patch_size, W);
+    vs_train_patch_embed_backward(tp, NULL, g->v_patch, d->dvpatch, a->v_col, w->v_patch, NI, 3,
+                                  c->image_size, c->patch_size, W);
 }
 
 vs_status vs_train_vlm_backward(vs_train_vlm *m, vs_threadpool *tp, vs_error *err) {
@@ -725,7 +733,8 @@ static vs_status read_cfg(const vs_gguf *g, vs_train_vlm_config *c, vs_error *er
     }
     if (vs_gguf_get_f32_array(g, "vlm.image_mean", c->image_mean, 3) != 3 ||
         vs_gguf_get_f32_array(g, "vlm.image_std", c->image_std, 3) != 3)
-        return vs_error_set(err, VS_ERR_FORMAT, "%s: vlm.image_mean / image_std must be 3 floats", vs_gguf_name(g));
+        return vs_error_set(err, VS_ERR_FORMAT, "%s: vlm.image_mean / image_std must be 3 floats",
+                            vs_gguf_name(g));
     return VS_OK;
 }
 

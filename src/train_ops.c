@@ -360,7 +360,8 @@ void vs_train_gelu_erf_forward(float *out, const float *inp, size_t n) {
 void vs_train_gelu_erf_backward(float *dinp, const float *dout, const float *inp, size_t n) {
     for (size_t i = 0; i < n; i++) {
         float x = inp[i];
-        float d = 0.5f * (1.0f + erff(x * 0.70710678118654752f)) + x * expf(-0.5f * x * x) * 0.3989422804014327f;
+        float d =
+            0.5f * (1.0f + erff(x * 0.70710678118654752f)) + x * expf(-0.5f * x * x) * 0.3989422804014327f;
         dinp[i] += dout[i] * d;
     }
 }

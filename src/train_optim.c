@@ -147,7 +147,8 @@ float vs_train_lr(const vs_lr_schedule *s, int64_t step) {
     if (span <= 0) return s->lr_max;
     if (step >= s->total - 1) return s->lr_min;
     double prog = (double)(step - s->warmup) / (double)span;
-    return (float)(s->lr_min + 0.5 * ((double)s->lr_max - s->lr_min) * (1.0 + cos(3.14159265358979323846 * prog)));
+    return (float)(s->lr_min +
+                   0.5 * ((double)s->lr_max - s->lr_min) * (1.0 + cos(3.14159265358979323846 * prog)));
 }
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -344,7 +345,8 @@ vs_status vs_train_curve_write_svg(const vs_train_curve *c, const char *path, co
     }
     fprintf(f, "</text>\n");
     /* axes and ticks */
-    fprintf(f, "<g stroke=\"#444\" fill=\"none\"><path d=\"M%.1f %.1f V%.1f H%.1f\"/></g>\n", L, T, H - Bm, W - R);
+    fprintf(f, "<g stroke=\"#444\" fill=\"none\"><path d=\"M%.1f %.1f V%.1f H%.1f\"/></g>\n", L, T, H - Bm,
+            W - R);
     double xs = nice_step(x1 - x0, 8);
     for (double x = ceil(x0 / xs) * xs; x <= x1 + 1e-9; x += xs)
         fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>"

@@ -263,7 +263,9 @@ static void test_attention(vs_threadpool *tp, int mode) {
     else
         vs_train_self_attention_backward(tp, dq, dk, dv, datt, c.r, c.att, c.q, c.k, c.v, c.B, c.Tq, c.H,
                                          c.KVH, c.D, mode == 0);
-    const char *nm = mode == 0 ? "attention causal GQA" : mode == 1 ? "attention bidir GQA" : "cross-attention";
+    const char *nm = mode == 0   ? "attention causal GQA"
+                     : mode == 1 ? "attention bidir GQA"
+                                 : "cross-attention";
     check_grad(nm, "q", att_L, &c, c.q, nq, dq);
     check_grad(nm, "k", att_L, &c, c.k, nk, dk);
     check_grad(nm, "v", att_L, &c, c.v, nk, dv);
@@ -548,7 +550,8 @@ static void test_thread_invariance(vs_threadpool *tp) {
         o[r] = zeros(nq), a[r] = zeros(na), dq[r] = zeros(nq), dk[r] = zeros(nk), dv[r] = zeros(nk);
         vs_threadpool *p = r ? tp : NULL;
         vs_train_self_attention_forward(p, o[r], a[r], q, k, v, B, T, H, KVH, D, true);
-        vs_train_self_attention_backward(p, dq[r], dk[r], dv[r], datt, dout, a[r], q, k, v, B, T, H, KVH, D, true);
+        vs_train_self_attention_backward(p, dq[r], dk[r], dv[r], datt, dout, a[r], q, k, v, B, T, H, KVH, D,
+                                         true);
     }
     VT_CHECK(memcmp(o[0], o[1], nq * 4) == 0 && memcmp(dq[0], dq[1], nq * 4) == 0 &&
                  memcmp(dk[0], dk[1], nk * 4) == 0 && memcmp(dv[0], dv[1], nk * 4) == 0,

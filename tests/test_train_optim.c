@@ -132,7 +132,8 @@ static void test_adamw(vs_threadpool *tp) {
     VT_CHECK(!memcmp(frozen0, p.data + p.tensors[2].offset, sizeof(frozen0)), "a frozen tensor was updated");
     /* clipping: the frozen tensor does not count; scaling to max_norm */
     for (size_t i = 0; i < p.n; i++) p.grad[i] = 0;
-    p.grad[p.tensors[0].offset] = 3.0f, p.grad[p.tensors[1].offset] = 4.0f, p.grad[p.tensors[2].offset] = 100.0f;
+    p.grad[p.tensors[0].offset] = 3.0f, p.grad[p.tensors[1].offset] = 4.0f,
+    p.grad[p.tensors[2].offset] = 100.0f;
     VT_CHECK_NEAR(vs_train_grad_norm(&p), 5.0, 1e-6, "grad norm skips frozen groups");
     double n0 = vs_train_clip_grad(&p, 10.0f);
     VT_CHECK(n0 == 5.0 && p.grad[p.tensors[0].offset] == 3.0f, "no clipping under the limit");
@@ -181,7 +182,8 @@ static void test_accumulation(vs_threadpool *tp) {
     fwd_bwd(m, tp, &half[0].b, &l0);
     fwd_bwd(m, tp, &half[1].b, &l1);
     double e = max_rel(p->grad, g_full, p->n);
-    printf("accumulation: full-batch loss %.6f = %.6f + %.6f; gradient relative difference %.2e\n", lf, l0, l1, e);
+    printf("accumulation: full-batch loss %.6f = %.6f + %.6f; gradient relative difference %.2e\n", lf, l0,
+           l1, e);
     VT_CHECK(fabs(lf - (l0 + l1)) < 1e-5, "accumulated loss %g vs %g", l0 + l1, lf);
     VT_CHECK(e < 5e-5, "accumulated gradient differs by %g", e);
     vs_free(g_full);
@@ -277,7 +279,8 @@ static void test_checkpoint(vs_threadpool *tp) {
     VT_REQUIRE(c, "load: %s", err.msg);
     VT_CHECK(sc.step == 3 && sc.data_pos == 6 && sc.tokens == 72 && sc.elapsed_s == 12.5 &&
                  !memcmp(&sc.rng, &sb.rng, sizeof(vs_rng)),
-             "state not restored (step %lld data_pos %llu)", (long long)sc.step, (unsigned long long)sc.data_pos);
+             "state not restored (step %lld data_pos %llu)", (long long)sc.step,
+             (unsigned long long)sc.data_pos);
     VT_CHECK(vs_train_vlm_params(c)->frozen[VS_TRAIN_GROUP_VISION] && !vs_train_vlm_params(c)->frozen[2],
              "frozen flags not restored");
     train_steps(c, tp, &sc, 3);
@@ -288,8 +291,9 @@ static void test_checkpoint(vs_threadpool *tp) {
     VT_CHECK(same, "6 steps straight != 3 steps + checkpoint + 3 steps");
     VT_CHECK(sa.step == sc.step && sa.data_pos == sc.data_pos && !memcmp(&sa.rng, &sc.rng, sizeof(vs_rng)),
              "final states differ");
-    printf("checkpoint: 6 steps straight and 3 + save/load + 3 give bit-identical parameters and moments: %s\n",
-           same ? "yes" : "NO");
+    printf(
+        "checkpoint: 6 steps straight and 3 + save/load + 3 give bit-identical parameters and moments: %s\n",
+        same ? "yes" : "NO");
 
     /* damaged files: truncated, and a different config */
     uint8_t *data;
@@ -355,8 +359,8 @@ static void test_curve(void) {
     vs_error err = {0};
     vs_train_curve c = {0};
     for (int i = 0; i < 300; i++) {
-        vs_train_curve_point pt = {i * 10, (float)(5.0 * exp(-i / 80.0) + 0.3 + 0.1 * sin(i)), 1e-3f, i * 1000.0,
-                                   i * 0.5};
+        vs_train_curve_point pt = {i * 10, (float)(5.0 * exp(-i / 80.0) + 0.3 + 0.1 * sin(i)), 1e-3f,
+                                   i * 1000.0, i * 0.5};
         VT_REQUIRE(vs_train_curve_add(&c, pt, &err) == VS_OK, "%s", err.msg);
     }
     char csv[512], svg[512], svg2[512];
@@ -371,12 +375,14 @@ static void test_curve(void) {
         same = r.pt[i].step == c.pt[i].step && fabsf(r.pt[i].loss - c.pt[i].loss) <= 1e-6f * c.pt[i].loss;
     VT_CHECK(same, "CSV round trip");
     VT_CHECK(vs_train_curve_read_csv(&r, "/nonexistent.csv", true, &err) == VS_OK, "missing_ok");
-    VT_CHECK(vs_train_curve_write_svg(&c, svg, "loss <test> & more", 20, false, &err) == VS_OK, "%s", err.msg);
+    VT_CHECK(vs_train_curve_write_svg(&c, svg, "loss <test> & more", 20, false, &err) == VS_OK, "%s",
+             err.msg);
     VT_CHECK(vs_train_curve_write_svg(&c, svg2, NULL, 0, true, &err) == VS_OK, "%s", err.msg);
     uint8_t *d;
     size_t n;
     VT_REQUIRE(vs_read_file(svg, &d, &n, &err) == VS_OK, "%s", err.msg);
-    VT_CHECK(strstr((char *)d, "<svg") && strstr((char *)d, "</svg>") && strstr((char *)d, "&lt;test&gt; &amp;"),
+    VT_CHECK(strstr((char *)d, "<svg") && strstr((char *)d, "</svg>") &&
+                 strstr((char *)d, "&lt;test&gt; &amp;"),
              "SVG structure / escaping");
     int polylines = 0;
     for (const char *s = (char *)d; (s = strstr(s, "<polyline")); s++) polylines++;

@@ -8,22 +8,23 @@
 #include "train_model.h"
 
 static void bench_usage(FILE *f) {
-    fprintf(f,
-            "usage: vlmspec train bench [options]\n"
-            "Times full training steps (forward, backward, clipping, AdamW) of a VLM with random weights on\n"
-            "synthetic batches, and the F32 sgemm peak, with the same thread count.\n"
-            "  --threads N        threads for the pool and OpenBLAS (default 2)\n"
-            "  --steps N          timed steps (default 3) after one warm-up step\n"
-            "  --batch B          sequences per step (default 8)\n"
-            "  --seq T            rows per sequence, image rows included (default 192)\n"
-            "  --images K         images per sequence (default 1)\n"
-            "  --image-size S     ViT input side (default 64)      --patch P     patch side (default 8)\n"
-            "  --v-width W        ViT width (default 192)          --v-blocks N  ViT blocks (default 6)\n"
-            "  --v-heads N        ViT heads (default 3)            --v-ffn N     ViT MLP width (default 768)\n"
-            "  --width C          LM width (default 512)           --layers N    LM layers (default 8)\n"
-            "  --heads N          LM heads (default 8)             --kv-heads N  LM key/value heads (default 4)\n"
-            "  --ffn N            LM SwiGLU width (default 1408)   --vocab N     vocabulary (default 2048)\n"
-            "  --gemm-size N      side of the square sgemm used for the peak (default 2048)\n");
+    fprintf(
+        f,
+        "usage: vlmspec train bench [options]\n"
+        "Times full training steps (forward, backward, clipping, AdamW) of a VLM with random weights on\n"
+        "synthetic batches, and the F32 sgemm peak, with the same thread count.\n"
+        "  --threads N        threads for the pool and OpenBLAS (default 2)\n"
+        "  --steps N          timed steps (default 3) after one warm-up step\n"
+        "  --batch B          sequences per step (default 8)\n"
+        "  --seq T            rows per sequence, image rows included (default 192)\n"
+        "  --images K         images per sequence (default 1)\n"
+        "  --image-size S     ViT input side (default 64)      --patch P     patch side (default 8)\n"
+        "  --v-width W        ViT width (default 192)          --v-blocks N  ViT blocks (default 6)\n"
+        "  --v-heads N        ViT heads (default 3)            --v-ffn N     ViT MLP width (default 768)\n"
+        "  --width C          LM width (default 512)           --layers N    LM layers (default 8)\n"
+        "  --heads N          LM heads (default 8)             --kv-heads N  LM key/value heads (default 4)\n"
+        "  --ffn N            LM SwiGLU width (default 1408)   --vocab N     vocabulary (default 2048)\n"
+        "  --gemm-size N      side of the square sgemm used for the peak (default 2048)\n");
 }
 
 /* Seconds per call of C(n, n) = A(n, n) B(n, n)^T, best of reps. */
@@ -63,12 +64,24 @@ static int cmd_bench(int argc, char **argv) {
         int *dst;
         int lo, hi;
     } flags[] = {
-        {"--threads", &threads, 1, 256},   {"--steps", &steps, 1, 1000},     {"--batch", &B, 1, 4096},
-        {"--seq", &T, 1, 1 << 16},          {"--images", &K, 0, 64},          {"--image-size", &c.image_size, 1, 4096},
-        {"--patch", &c.patch_size, 1, 4096}, {"--v-width", &c.v_width, 1, 1 << 14}, {"--v-blocks", &c.v_blocks, 0, 256},
-        {"--v-heads", &c.v_heads, 1, 256},  {"--v-ffn", &c.v_ffn, 1, 1 << 16}, {"--width", &c.width, 2, 1 << 14},
-        {"--layers", &c.n_layers, 1, 256},  {"--heads", &c.n_heads, 1, 256},  {"--kv-heads", &c.n_kv_heads, 1, 256},
-        {"--ffn", &c.ffn, 1, 1 << 16},      {"--vocab", &c.vocab, 2, 1 << 20}, {"--gemm-size", &gemm, 16, 16384},
+        {"--threads", &threads, 1, 256},
+        {"--steps", &steps, 1, 1000},
+        {"--batch", &B, 1, 4096},
+        {"--seq", &T, 1, 1 << 16},
+        {"--images", &K, 0, 64},
+        {"--image-size", &c.image_size, 1, 4096},
+        {"--patch", &c.patch_size, 1, 4096},
+        {"--v-width", &c.v_width, 1, 1 << 14},
+        {"--v-blocks", &c.v_blocks, 0, 256},
+        {"--v-heads", &c.v_heads, 1, 256},
+        {"--v-ffn", &c.v_ffn, 1, 1 << 16},
+        {"--width", &c.width, 2, 1 << 14},
+        {"--layers", &c.n_layers, 1, 256},
+        {"--heads", &c.n_heads, 1, 256},
+        {"--kv-heads", &c.n_kv_heads, 1, 256},
+        {"--ffn", &c.ffn, 1, 1 << 16},
+        {"--vocab", &c.vocab, 2, 1 << 20},
+        {"--gemm-size", &gemm, 16, 16384},
     };
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -125,14 +138,15 @@ static int cmd_bench(int argc, char **argv) {
     vs_train_params *p = vs_train_vlm_params(m);
     vs_adamw opt;
     vs_adamw_default(&opt);
-    printf("model: ViT %dx%d/%d width %d x %d blocks, LM width %d x %d layers (%d/%d heads, ffn %d), vocab %d\n",
-           c.image_size, c.image_size, c.patch_size, c.v_width, c.v_blocks, c.width, c.n_layers, c.n_heads,
-           c.n_kv_heads, c.ffn, c.vocab);
+    printf(
+        "model: ViT %dx%d/%d width %d x %d blocks, LM width %d x %d layers (%d/%d heads, ffn %d), vocab %d\n",
+        c.image_size, c.image_size, c.patch_size, c.v_width, c.v_blocks, c.width, c.n_layers, c.n_heads,
+        c.n_kv_heads, c.ffn, c.vocab);
     printf("parameters: %.2fM (vision %.2fM, projector %.2fM, LM %.2fM); batch %d x %d rows, %d images; "
            "sgemm: %s, %d threads\n",
            vs_train_vlm_n_params(m, -1) / 1e6, vs_train_vlm_n_params(m, VS_TRAIN_GROUP_VISION) / 1e6,
-           vs_train_vlm_n_params(m, VS_TRAIN_GROUP_PROJECTOR) / 1e6, vs_train_vlm_n_params(m, VS_TRAIN_GROUP_LM) / 1e6,
-           B, T, NI, vs_train_sgemm_backend(), threads);
+           vs_train_vlm_n_params(m, VS_TRAIN_GROUP_PROJECTOR) / 1e6,
+           vs_train_vlm_n_params(m, VS_TRAIN_GROUP_LM) / 1e6, B, T, NI, vs_train_sgemm_backend(), threads);
     double tf = 0, tb = 0, to = 0, loss_sum = 0;
     int rc = 0;
     for (int s = 0; s <= steps; s++) {
@@ -152,8 +166,8 @@ static int cmd_bench(int argc, char **argv) {
         vs_train_clip_grad(p, 1.0f);
         vs_train_adamw_step(p, tp, &opt, 1e-4f);
         double t3 = vs_time_now();
-        printf("  step %d: forward %.3f s, backward %.3f s, clip+AdamW %.3f s, loss %.4f%s\n", s, t1 - t0, t2 - t1,
-               t3 - t2, loss, s == 0 ? " (warm-up, not counted)" : "");
+        printf("  step %d: forward %.3f s, backward %.3f s, clip+AdamW %.3f s, loss %.4f%s\n", s, t1 - t0,
+               t2 - t1, t3 - t2, loss, s == 0 ? " (warm-up, not counted)" : "");
         if (s == 0) continue;
         tf += t1 - t0, tb += t2 - t1, to += t3 - t2, loss_sum += loss;
     }
@@ -166,9 +180,11 @@ static int cmd_bench(int argc, char **argv) {
         printf("step: %.3f s (forward %.3f, backward %.3f, optimiser %.3f); %.0f tokens/s\n", t, tf / steps,
                tb / steps, to / steps, N / t);
         printf("FLOPs per step %.1f G -> %.1f GFLOP/s\n", flops / 1e9, flops / t / 1e9);
-        printf("sgemm peak (%d^3, %d threads): %.1f GFLOP/s; at the model's MLP shape (%dx%dx%d): %.1f GFLOP/s\n",
+        printf("sgemm peak (%d^3, %d threads): %.1f GFLOP/s; at the model's MLP shape (%dx%dx%d): %.1f "
+               "GFLOP/s\n",
                gemm, threads, peak / 1e9, B * T, c.ffn, c.width, shape / 1e9);
-        printf("training step achieves %.1f%% of the sgemm peak\n", peak > 0 ? 100.0 * flops / t / peak : 0.0);
+        printf("training step achieves %.1f%% of the sgemm peak\n",
+               peak > 0 ? 100.0 * flops / t / peak : 0.0);
     }
     vs_free(pixels), vs_free(mask), vs_free(tok), vs_free(img), vs_free(tgt);
     vs_train_vlm_free(m);
