@@ -38,7 +38,25 @@ typedef struct gemm_job {
     float *C;
 } gemm_job;
 
-/* acc(MR, NR) = sum_p ap[p](MR) x bp[p](NR); fixed trip counts so the compiler vectorises. */
+/* acc(MR, NR) = sum_p ap[p](MR) x bp[p](NR). With GCC/Clang the NR-wide rows are vector-extension
+ * values (SSE/AVX registers of whatever ISA the file is built for); otherwise plain loops. */
+#if defined(__GNUC__)
+typedef float vnr __attribute__((vector_size(NR * sizeof(float))));
+static void micro_kernel(int kc, const float *restrict ap, const float *restrict bp, float *restrict c,
+                         int ldc, int mr, int nr) {
+    _Static_assert(MR == 4, "the vector micro-kernel keeps MR = 4 named accumulators");
+    vnr c0 = {0}, c1 = {0}, c2 = {0}, c3 = {0}; /* named, so they live in registers */
+    for (int p = 0; p < kc; p++) {
+        vnr b;
+        memcpy(&b, bp + (size_t)p * NR, sizeof(b));
+        const float *a = ap + (size_t)p * MR;
+        c0 += a[0] * b, c1 += a[1] * b, c2 += a[2] * b, c3 += a[3] * b;
+    }
+    vnr acc[MR] = {c0, c1, c2, c3};
+    for (int r = 0; r < mr; r++)
+        for (int q = 0; q < nr; q++) c[(size_t)r * ldc + q] += acc[r][q];
+}
+#else
 static void micro_kernel(int kc, const float *restrict ap, const float *restrict bp, float *restrict c,
                          int ldc, int mr, int nr) {
     float acc[MR][NR];
@@ -51,6 +69,7 @@ static void micro_kernel(int kc, const float *restrict ap, const float *restrict
     for (int r = 0; r < mr; r++)
         for (int q = 0; q < nr; q++) c[(size_t)r * ldc + q] += acc[r][q];
 }
+#endif
 
 /* Packs op(B)(pc.., jc..) (kc x nc) as NR-column panels, zero-padded: bp[panel][p][NR]. */
 static void pack_b(const gemm_job *g, float *bp, int pc, int jc, int kc, int nc) {
