@@ -83,6 +83,22 @@ static vs_status check_jpeg(const uint8_t *d, size_t n, const char *name, int64_
         size_t len = ((size_t)d[pos] << 8) | d[pos + 1];
         if (len < 2) return vs_error_set(err, VS_ERR_FORMAT, "%s: corrupt JPEG segment length", name);
         if (len > n - pos) return vs_error_set(err, VS_ERR_FORMAT, "%s: truncated JPEG segment", name);
+        /* DHT: stb_image (v2.27) stores up to 256 symbols per table without checking the 16 code
+         * counts, so a table declaring more overruns its arrays: refuse it here. */
+        if (m == 0xC4) {
+            size_t q = pos + 2, seg_end = pos + len;
+            while (q < seg_end) {
+                if (seg_end - q < 17)
+                    return vs_error_set(err, VS_ERR_FORMAT, "%s: corrupt JPEG Huffman table", name);
+                size_t total = 0;
+                for (int i = 1; i <= 16; i++)
+                    total += d[q + (size_t)i];
+                if (total > 256 || total > seg_end - q - 17)
+                    return vs_error_set(err, VS_ERR_FORMAT, "%s: corrupt JPEG Huffman table (%zu symbols)",
+                                        name, total);
+                q += 17 + total;
+            }
+        }
         /* SOFn (not DHT C4, JPG C8, DAC CC): precision, height, width */
         if (m >= 0xC0 && m <= 0xCF && m != 0xC4 && m != 0xC8 && m != 0xCC && len >= 7 && *w < 0) {
             *h = ((int64_t)d[pos + 3] << 8) | d[pos + 4];

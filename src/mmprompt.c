@@ -22,6 +22,32 @@ int32_t vs_mm_count_markers(const char *text, size_t len, const char *marker) {
     return n;
 }
 
+void vs_mm_images_free(vs_mm_image *imgs, int32_t n) {
+    for (int32_t i = 0; imgs && i < n; i++) {
+        vs_free((void *)imgs[i].rows);
+        memset(&imgs[i], 0, sizeof(imgs[i]));
+    }
+}
+
+vs_status vs_mm_images_from_files(const vs_vision_tower *t, const vs_vision_projector *p, vs_threadpool *tp,
+                                  const char *const *paths, int32_t n, vs_preproc_mode mode, int32_t pool_k,
+                                  vs_mm_image *out, vs_error *err) {
+    if (n > 0) memset(out, 0, (size_t)n * sizeof(*out));
+    if (!t || !p) return vs_error_set(err, VS_ERR_INVALID, "images: no vision tower or no projector");
+    vs_status st = vs_vision_check_projector(t, p, err);
+    for (int32_t i = 0; st == VS_OK && i < n; i++) {
+        vs_vision_features f;
+        st = vs_vision_encode_file(t, tp, paths[i], mode, NULL, &f, err);
+        float *rows = NULL;
+        int64_t nr = 0;
+        if (st == VS_OK) st = vs_vision_embed(p, tp, &f, pool_k, &rows, &nr, err);
+        vs_vision_features_free(&f);
+        if (st == VS_OK) out[i] = (vs_mm_image){rows, nr, vs_vision_projector_config(p)->proj_out};
+    }
+    if (st != VS_OK) vs_mm_images_free(out, n);
+    return st;
+}
+
 void vs_mm_prompt_free(vs_mm_prompt *p) {
     if (!p) return;
     vs_free(p->tokens);

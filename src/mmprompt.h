@@ -15,6 +15,7 @@
 
 #include "lm.h"
 #include "tokenizer.h"
+#include "vision.h"
 
 /* One image's rows for a prompt (e.g. from vs_vision_embed). Borrowed, not copied. */
 typedef struct vs_mm_image {
@@ -40,6 +41,15 @@ typedef struct vs_mm_prompt_opts {
     int64_t lm_width;      /* > 0: every image's width must equal it (the LM's n_embd) */
     int64_t n_ctx;         /* > 0: the prompt must fit (rows <= n_ctx) */
 } vs_mm_prompt_opts;
+
+/* Encodes and projects image files for a prompt: features from tower t, rows from projector p (which
+ * must accept t's features, vs_vision_check_projector), optional k x k pooling (pool_k <= 1: none).
+ * out[i].rows are allocated: release with vs_mm_images_free. On failure nothing stays allocated and
+ * the message names the file. */
+vs_status vs_mm_images_from_files(const vs_vision_tower *t, const vs_vision_projector *p, vs_threadpool *tp,
+                                  const char *const *paths, int32_t n, vs_preproc_mode mode, int32_t pool_k,
+                                  vs_mm_image *out, vs_error *err);
+void vs_mm_images_free(vs_mm_image *imgs, int32_t n);
 
 /* Builds the row list of text[0..len) with images[0..n_images) at its markers (in order).
  * VS_ERR_INVALID when the number of markers differs from n_images, when an image has no rows or a

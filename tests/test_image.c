@@ -157,6 +157,19 @@ static void test_bad_inputs(void) {
     expect_fail(d, n, VS_ERR_FORMAT, "corrupt", "scrambled PNG");
     vs_free(d);
 
+    /* a Huffman table declaring more than 256 symbols (stb_image would overrun its arrays) */
+    d = read_all(FIX "img_b.jpg", &n);
+    bool patched = false;
+    for (size_t i = 2; i + 21 < n && !patched; i++)
+        if (d[i] == 0xFF && d[i + 1] == 0xC4) {
+            for (int k = 0; k < 16; k++)
+                d[i + 5 + k] = 200; /* 16 x 200 code counts */
+            patched = true;
+        }
+    VT_REQUIRE(patched, "img_b.jpg has a DHT segment");
+    expect_fail(d, n, VS_ERR_FORMAT, "Huffman", "DHT with 3200 symbols");
+    vs_free(d);
+
     /* caller-chosen limit */
     d = read_all(FIX "img_a.png", &n);
     vs_image img;

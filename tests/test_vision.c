@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 
 #include "gguf.h"
+#include "mmprompt.h"
 #include "testutil.h"
 #include "threadpool.h"
 #include "vision.h"
@@ -35,7 +36,16 @@ typedef struct fx {
     size_t size;
     fx_arr a[256];
     int n;
+    float *copies[256]; /* aligned copies of arrays whose data was not 4-byte aligned */
+    int n_copies;
 } fx;
+
+static void fx_free(fx *f) {
+    for (int i = 0; i < f->n_copies; i++)
+        vs_free(f->copies[i]);
+    vs_free(f->buf);
+    memset(f, 0, sizeof(*f));
+}
 
 static uint32_t rd32(const uint8_t *p) {
     uint32_t v;
@@ -73,7 +83,8 @@ static void fx_load(fx *f, const char *path) {
         if (((uintptr_t)a->data & 3) != 0) {     /* ... except names: copy when unaligned */
             float *c = vs_malloc((size_t)a->n * sizeof(float));
             memcpy(c, f->buf + pos, (size_t)a->n * sizeof(float));
-            a->data = c; /* leaked deliberately: test process lifetime */
+            a->data = c;
+            f->copies[f->n_copies++] = c;
         }
         pos += 4 * (size_t)a->n;
     }
@@ -288,7 +299,7 @@ static void test_model(const char *model, const fx *pix, double tol, vs_threadpo
     printf("  %s (%d threads): worst relative error %.3g (tolerance %.0e)\n", model, vs_threadpool_size(tp),
            worst, tol);
     vs_mmproj_free(m);
-    vs_free(ref.buf);
+    fx_free(&ref);
 }
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -658,6 +669,139 @@ static void test_misc(vs_threadpool *tp) {
 }
 
 /* ---------------------------------------------------------------------------------------------- */
+/* Multimodal prompts end to end: random LM + tiny mmproj */
+
+static void test_mmprompt(vs_threadpool *tp) {
+    vs_error err = {0};
+    char lmp[512];
+    snprintf(lmp, sizeof(lmp), "%s/lm.gguf", vt_tmpdir());
+    vs_lm_random_opts ro = {.n_embd = 32,
+                            .n_layer = 2,
+                            .n_head = 4,
+                            .n_head_kv = 2,
+                            .n_ff = 64,
+                            .n_ctx = 160,
+                            .n_vocab = 300,
+                            .type = VS_TYPE_F32,
+                            .init_std = 0.1f,
+                            .seed = 11};
+    VT_REQUIRE(vs_lm_write_random(&ro, lmp, &err) == VS_OK, "%s", err.msg);
+    vs_lm *lm = vs_lm_load(lmp, &err);
+    VT_REQUIRE(lm, "%s", err.msg);
+    vs_tokenizer *tok = vs_tokenizer_from_gguf(vs_lm_gguf(lm), &err);
+    VT_REQUIRE(tok, "%s", err.msg);
+    const int n_vocab = vs_lm_cfg(lm)->n_vocab;
+    vs_mmproj *m = vs_mmproj_open(FIX "tiny_f32.gguf", &err);
+    VT_REQUIRE(m, "%s", err.msg);
+    /* rows of the two images (25 x 32 each) */
+    const char *paths[2] = {FIX "img_a.png", FIX "img_b.jpg"};
+    vs_mm_image imgs[2];
+    VT_REQUIRE(vs_mm_images_from_files(vs_mmproj_tower(m), vs_mmproj_projector(m), tp, paths, 2,
+                                       VS_PREPROC_LLAVA, 1, imgs, &err) == VS_OK,
+               "%s", err.msg);
+    const vs_mm_image ia = imgs[0], ib = imgs[1];
+    const float *rows[2] = {ia.rows, ib.rows};
+    VT_CHECK(ia.n_rows == 25 && ia.width == 32 && ib.n_rows == 25, "image rows");
+    const char *bad_paths[2] = {FIX "img_a.png", FIX "nope.png"};
+    vs_mm_image bad_imgs[2];
+    VT_CHECK(vs_mm_images_from_files(vs_mmproj_tower(m), vs_mmproj_projector(m), tp, bad_paths, 2,
+                                     VS_PREPROC_LLAVA, 1, bad_imgs, &err) == VS_ERR_IO &&
+                 strstr(err.msg, "nope.png") && bad_imgs[0].rows == NULL,
+             "missing image file: %s", err.msg);
+    const char *text = "USER: <image>\nWhat is in the picture? ASSISTANT:";
+    vs_mm_prompt_opts o = {.lm_width = vs_lm_cfg(lm)->n_embd, .n_ctx = 160};
+    vs_mm_prompt pa, pb;
+    VT_REQUIRE(vs_mm_prompt_build(&pa, tok, text, strlen(text), &ia, 1, &o, &err) == VS_OK, "%s", err.msg);
+    VT_REQUIRE(vs_mm_prompt_build(&pb, tok, text, strlen(text), &ib, 1, &o, &err) == VS_OK, "%s", err.msg);
+    /* layout: [BOS + "USER: "] [25 image rows] ["\nWhat ... ASSISTANT:"], pieces tokenised separately */
+    int32_t *t0, *t1;
+    int64_t n0, n1;
+    VT_REQUIRE(vs_tokenize_alloc(tok, "USER: ", 6, true, true, &t0, &n0, &err) == VS_OK, "%s", err.msg);
+    const char *tail = "\nWhat is in the picture? ASSISTANT:";
+    VT_REQUIRE(vs_tokenize_alloc(tok, tail, strlen(tail), false, true, &t1, &n1, &err) == VS_OK, "%s",
+               err.msg);
+    VT_CHECK(pa.n_rows == n0 + 25 + n1 && pa.n_text == n0 + n1 && pa.n_images == 1 && pa.image_first[0] == n0,
+             "layout: %lld rows, image at %lld", (long long)pa.n_rows, (long long)pa.image_first[0]);
+    VT_CHECK(pa.tokens[0] == vs_tokenizer_bos(tok), "BOS first");
+    bool same = true;
+    for (int64_t i = 0; i < n0; i++)
+        same &= pa.tokens[i] == t0[i] && pa.embd[i] == NULL;
+    for (int64_t i = 0; i < 25; i++)
+        same &= pa.tokens[n0 + i] == -1 && pa.embd[n0 + i] == rows[0] + i * 32;
+    for (int64_t i = 0; i < n1; i++)
+        same &= pa.tokens[n0 + 25 + i] == t1[i];
+    VT_CHECK(same, "rows = piece 0 tokens, image rows in order, piece 1 tokens");
+    vs_free(t0);
+    vs_free(t1);
+    /* two images, BOS only once */
+    const vs_mm_image two[2] = {ia, ib};
+    const char *text2 = "USER: <image> and <image>\nCompare them. ASSISTANT:";
+    vs_mm_prompt p2;
+    VT_REQUIRE(vs_mm_prompt_build(&p2, tok, text2, strlen(text2), two, 2, &o, &err) == VS_OK, "%s", err.msg);
+    int n_bos = 0;
+    for (int64_t i = 0; i < p2.n_rows; i++)
+        n_bos += p2.tokens[i] == vs_tokenizer_bos(tok);
+    VT_CHECK(n_bos == 1 && p2.n_images == 2 && p2.image_first[1] > p2.image_first[0] + 25,
+             "two images, one BOS");
+    VT_CHECK(p2.embd[p2.image_first[1]] == rows[1], "second image's rows at its marker");
+    vs_mm_prompt_free(&p2);
+    /* errors */
+    vs_mm_prompt bad;
+    VT_CHECK(vs_mm_prompt_build(&bad, tok, text2, strlen(text2), &ia, 1, &o, &err) == VS_ERR_INVALID &&
+                 strstr(err.msg, "2 <image> markers") && strstr(err.msg, "1 image given"),
+             "more markers than images: %s", err.msg);
+    VT_CHECK(vs_mm_prompt_build(&bad, tok, "no marker", 9, &ia, 1, &o, &err) == VS_ERR_INVALID,
+             "more images than markers: %s", err.msg);
+    vs_mm_prompt_opts ow = o;
+    ow.lm_width = 48;
+    VT_CHECK(vs_mm_prompt_build(&bad, tok, text, strlen(text), &ia, 1, &ow, &err) == VS_ERR_INVALID &&
+                 strstr(err.msg, "width"),
+             "projector width != LM width: %s", err.msg);
+    vs_mm_prompt_opts oc = o;
+    oc.n_ctx = 30;
+    VT_CHECK(vs_mm_prompt_build(&bad, tok, text, strlen(text), &ia, 1, &oc, &err) == VS_ERR_RANGE &&
+                 strstr(err.msg, "context"),
+             "prompt + image longer than the context: %s", err.msg);
+    VT_CHECK(bad.tokens == NULL, "nothing allocated on failure");
+
+    /* prefill: different images change the logits; chunked prefill equals one batch */
+    float *la = vs_malloc((size_t)n_vocab * sizeof(float)), *lb = vs_malloc((size_t)n_vocab * sizeof(float));
+    float *lc = vs_malloc((size_t)n_vocab * sizeof(float));
+    vs_kv *kv = vs_lm_kv_new(lm, 2, 160, VS_TYPE_F32, &err);
+    VT_REQUIRE(kv, "%s", err.msg);
+    VT_REQUIRE(vs_mm_prompt_eval(lm, kv, tp, &pa, 0, 0, la, &err) == VS_OK, "%s", err.msg);
+    VT_REQUIRE(vs_mm_prompt_eval(lm, kv, tp, &pb, 1, 0, lb, &err) == VS_OK, "%s", err.msg);
+    VT_CHECK(vs_kv_seq_len(kv, 0) == pa.n_rows, "cache holds the prompt");
+    const double dab = vt_max_abs_diff(la, lb, (size_t)n_vocab);
+    VT_CHECK(dab > 1e-3, "different images change the logits (max diff %.3g)", dab);
+    vs_kv_clear(kv);
+    VT_REQUIRE(vs_mm_prompt_eval(lm, kv, tp, &pa, 0, 7, lc, &err) == VS_OK, "%s", err.msg);
+    const double dch = vt_max_abs_diff(la, lc, (size_t)n_vocab);
+    VT_CHECK(dch < 1e-4, "chunked prefill == one batch (max diff %.3g)", dch);
+    /* a second prompt after the first in the same sequence would overflow the 160-row cache */
+    vs_mm_prompt big;
+    const vs_mm_image four[4] = {ia, ib, ia, ib};
+    const char *text4 = "<image><image><image><image>";
+    VT_REQUIRE(vs_mm_prompt_build(&big, tok, text4, strlen(text4), four, 4, &o, &err) == VS_OK, "%s",
+               err.msg);
+    VT_REQUIRE(big.n_rows + pa.n_rows > 160, "test setup: %lld rows", (long long)big.n_rows);
+    VT_CHECK(vs_mm_prompt_eval(lm, kv, tp, &big, 0, 0, lc, &err) == VS_ERR_RANGE,
+             "cache overflow refused: %s", err.msg);
+    VT_CHECK(vs_kv_seq_len(kv, 0) == pa.n_rows, "nothing appended on failure");
+    vs_mm_prompt_free(&big);
+    vs_free(la);
+    vs_free(lb);
+    vs_free(lc);
+    vs_kv_free(kv);
+    vs_mm_prompt_free(&pa);
+    vs_mm_prompt_free(&pb);
+    vs_mm_images_free(imgs, 2);
+    vs_mmproj_free(m);
+    vs_tokenizer_free(tok);
+    vs_lm_free(lm);
+}
+
+/* ---------------------------------------------------------------------------------------------- */
 /* CLI: vlmspec embed-image */
 
 static float *read_f32(const char *path, int64_t *n) {
@@ -753,8 +897,9 @@ int main(int argc, char **argv) {
     test_bad_files(&pix);
     test_sharing(&pix);
     test_misc(tp);
+    test_mmprompt(tp);
     test_cli();
     vs_threadpool_free(tp);
-    vs_free(pix.buf);
+    fx_free(&pix);
     return vt_finish("vision");
 }
