@@ -12,6 +12,10 @@
 
 #include "arch/kernels_arch.h"
 
+#ifdef VS_HAVE_OPENBLAS
+#include <cblas.h>
+#endif
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #define VS_X86 1
@@ -281,6 +285,84 @@ static void mm_task(void *p, int ith, int nth) {
     }
 }
 
+void vs_row_to_f32(vs_type t, const void *src, float *dst, int64_t n) {
+    if ((t == VS_TYPE_F16 || t == VS_TYPE_BF16) && vec_isa() == VS_ISA_AVX512) vs_half_to_f32_avx512(t, src, dst, n);
+    else vs_dequantize_row(t, src, dst, n);
+}
+
+#ifdef VS_HAVE_OPENBLAS
+/* Large batches of F32 / F16 / BF16 weights: OpenBLAS sgemm (threaded by OpenBLAS itself, with as many
+ * threads as the pool), half-precision weights converted to f32 a chunk of outputs at a time by the
+ * pool. Worth it from VS_BLAS_MIN_ROWS rows on (vlmspec kbench); the f32 math is the twin's. */
+#define VS_BLAS_MIN_ROWS 32
+#define VS_BLAS_CHUNK 256
+
+typedef struct conv_ctx {
+    vs_type t;
+    const uint8_t *w;
+    size_t rb;
+    int64_t n_in, o0, o1;
+    float *dst; /* (o1 - o0, n_in) */
+} conv_ctx;
+
+static void conv_task(void *p, int ith, int nth) {
+    conv_ctx *c = p;
+    int64_t a, b;
+    vs_split_range(c->o1 - c->o0, ith, nth, 4, &a, &b);
+    for (int64_t o = a; o < b; o++) vs_row_to_f32(c->t, c->w + (c->o0 + o) * c->rb, c->dst + o * c->n_in, c->n_in);
+}
+
+/* VLMSPEC_NO_BLAS=1 (or vs_matmul_set_blas(false)) keeps the built-in kernels. */
+static atomic_int g_blas = -1;
+
+static bool blas_allowed(void) {
+    int a = atomic_load_explicit(&g_blas, memory_order_relaxed);
+    if (a < 0) {
+        const char *e = getenv("VLMSPEC_NO_BLAS");
+        int v = !(e && *e && strcmp(e, "0")), expected = -1;
+        atomic_compare_exchange_strong(&g_blas, &expected, v);
+        a = atomic_load(&g_blas);
+    }
+    return a;
+}
+
+static bool matmul_blas(vs_threadpool *tp, vs_type wtype, const void *w, int64_t n_out, int64_t n_in,
+                        const float *x, int64_t n_rows, float *y) {
+    if (n_rows > INT32_MAX || n_out > INT32_MAX || n_in > INT32_MAX) return false;
+    openblas_set_num_threads(vs_threadpool_size(tp));
+    if (wtype == VS_TYPE_F32) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n_rows, (int)n_out, (int)n_in, 1.0f, x, (int)n_in,
+                    w, (int)n_in, 0.0f, y, (int)n_out);
+        return true;
+    }
+    int64_t chunk = VS_MIN(n_out, VS_BLAS_CHUNK);
+    size_t bytes = sizeof(float) * (size_t)(chunk * n_in);
+    void *owned = NULL;
+    float *buf = tp ? vs_threadpool_scratch(tp, bytes) : (owned = vs_malloc(bytes));
+    if (!buf) return false;
+    conv_ctx c = {.t = wtype, .w = w, .rb = vs_type_row_bytes(wtype, n_in), .n_in = n_in, .dst = buf};
+    for (int64_t o = 0; o < n_out; o += chunk) {
+        c.o0 = o;
+        c.o1 = VS_MIN(n_out, o + chunk);
+        vs_threadpool_run(tp, conv_task, &c);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n_rows, (int)(c.o1 - o), (int)n_in, 1.0f, x,
+                    (int)n_in, buf, (int)n_in, 0.0f, y + o, (int)n_out);
+    }
+    vs_free(owned);
+    return true;
+}
+#endif
+
+bool vs_matmul_set_blas(bool on) {
+#ifdef VS_HAVE_OPENBLAS
+    atomic_store(&g_blas, on ? 1 : 0);
+    return on;
+#else
+    (void)on;
+    return false;
+#endif
+}
+
 void vs_matmul(vs_threadpool *tp, vs_type wtype, const void *w, int64_t n_out, int64_t n_in,
                const float *x, int64_t n_rows, float *y) {
     size_t rb = vs_type_row_bytes(wtype, n_in);
@@ -291,6 +373,11 @@ void vs_matmul(vs_threadpool *tp, vs_type wtype, const void *w, int64_t n_out, i
         memset(y, 0, (size_t)(n_rows * n_out) * sizeof(float));
         return;
     }
+#ifdef VS_HAVE_OPENBLAS
+    if (!is_quant(wtype) && n_rows >= VS_BLAS_MIN_ROWS && isa_current() != VS_ISA_SCALAR && blas_allowed() &&
+        matmul_blas(tp, wtype, w, n_out, n_in, x, n_rows, y))
+        return;
+#endif
     mm_ctx c = {.job = {.wtype = wtype, .w = w, .w_row_bytes = rb, .n_out = n_out, .n_in = n_in,
                         .n_rows = n_rows, .x = x, .y = y},
                 .isa = isa_current(), .q_rows = n_rows};

@@ -33,6 +33,13 @@ void vs_matmul(vs_threadpool *tp, vs_type wtype, const void *w, int64_t n_out, i
 void vs_matmul_ref(vs_type wtype, const void *w, int64_t n_out, int64_t n_in, const float *x,
                    int64_t n_rows, float *y);
 
+/* F32/F16/BF16 weights with 32+ rows use OpenBLAS sgemm when the build has it (VS_HAVE_OPENBLAS) unless
+ * turned off here or by VLMSPEC_NO_BLAS=1. Returns whether BLAS is now in use (false without it). */
+bool vs_matmul_set_blas(bool on);
+
+/* Vectorised vs_dequantize_row (same results): n values of a row of type t to f32. */
+void vs_row_to_f32(vs_type t, const void *src, float *dst, int64_t n);
+
 /* Memory read bandwidth in GB/s (1e9 bytes/s): every thread of the pool streams its share of a
  * `bytes`-sized buffer (make it several times the last-level cache to measure DRAM); the best of a few
  * passes is returned (the achievable figure, for rooflines). 0 if the buffer cannot be allocated. */

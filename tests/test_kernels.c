@@ -330,6 +330,12 @@ int main(void) {
         test_matmul((vs_isa)isa, pools, 3);
         test_vector_ops((vs_isa)isa);
     }
+    /* F32/F16/BF16 with 32+ rows go to OpenBLAS when the build has it: the built-in path again */
+    if (vs_matmul_set_blas(false) == false) {
+        printf("kernels: again without BLAS (built-in kernels for many rows)\n");
+        test_matmul(best, pools, 3);
+        vs_matmul_set_blas(true);
+    }
     vs_isa_set_max(VS_ISA_AMX);
     VT_CHECK(vs_isa_active() == best, "cap above the CPU gives the CPU's best");
     vs_threadpool_free(pools[1]);

@@ -69,6 +69,9 @@ bool vs_amx_request(void);
 uint64_t vs_read_sum_avx2(const uint8_t *p, size_t n);
 uint64_t vs_read_sum_avx512(const uint8_t *p, size_t n);
 
+/* F16 / BF16 rows to f32. */
+void vs_half_to_f32_avx512(vs_type t, const uint16_t *src, float *dst, int64_t n);
+
 /* AVX2 (scalar layout). */
 void vs_xq_quantize_row_avx2(const float *x, int64_t n_in, uint8_t *row);
 void vs_mm_avx2(const vs_mm_job *job, int64_t o0, int64_t o1);

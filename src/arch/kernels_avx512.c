@@ -218,15 +218,30 @@ VS_INLINE void mm_float_tile(const vs_mm_job *jb, int64_t o, int64_t r0, const i
 void vs_mm_avx512(const vs_mm_job *jb, int64_t o0, int64_t o1) {
     bool quant = jb->wtype == VS_TYPE_Q8_0 || jb->wtype == VS_TYPE_Q4_0;
     const int RT = quant ? 4 : 8;
-    for (int64_t o = o0; o < o1; o++) {
-        for (int64_t r0 = 0; r0 < jb->n_rows; r0 += RT) {
-            int R = (int)VS_MIN(RT, jb->n_rows - r0);
-            if (quant) {
-                VS_TILE_SWITCH4(mm_quant_tile, R, jb, o, r0);
-            } else {
-                VS_TILE_SWITCH8(mm_float_tile, R, jb, o, r0);
+    /* Many rows: blocks of rows whose activations stay in L2 while every output streams past them. */
+    size_t xrow = quant ? jb->xq_row_bytes : (size_t)jb->n_in * sizeof(float);
+    int64_t rb = VS_MAX((int64_t)RT, (int64_t)((512 << 10) / VS_MAX(xrow, (size_t)1)) / RT * RT);
+    for (int64_t rb0 = 0; rb0 < jb->n_rows; rb0 += rb) {
+        int64_t rb1 = VS_MIN(jb->n_rows, rb0 + rb);
+        for (int64_t o = o0; o < o1; o++) {
+            for (int64_t r0 = rb0; r0 < rb1; r0 += RT) {
+                int R = (int)VS_MIN(RT, rb1 - r0);
+                if (quant) {
+                    VS_TILE_SWITCH4(mm_quant_tile, R, jb, o, r0);
+                } else {
+                    VS_TILE_SWITCH8(mm_float_tile, R, jb, o, r0);
+                }
             }
         }
+    }
+}
+
+/* ---- conversions ---- */
+
+void vs_half_to_f32_avx512(vs_type t, const uint16_t *src, float *dst, int64_t n) {
+    for (int64_t i = 0; i < n; i += 16) {
+        __mmask16 m = n - i >= 16 ? 0xffff : (__mmask16)((1u << (n - i)) - 1);
+        _mm512_mask_storeu_ps(dst + i, m, load_w16(t, (const uint8_t *)src, i, m));
     }
 }
 
