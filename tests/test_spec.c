@@ -12,6 +12,7 @@
  *     and draft caches), EOS inside a block, malformed proposals (tree, token range, q = 0), prompts;
  *   - the debug "reject" drafter: nothing accepted, output unchanged. */
 #include <string.h>
+#include <unistd.h>
 
 #include "draft_lm.h"
 #include "spec.h"
@@ -970,6 +971,93 @@ static void test_prefix_reuse(void) {
     vs_lm_free(target);
 }
 
+/* ------------------------------------------------------------------------------------------------
+ * the CLI: vlmspec generate -md ... with text and with images (m and t drafting), --compare --json */
+
+static bool file_has(const char *path, const char *needle) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return false;
+    static char buf[1 << 16];
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    return strstr(buf, needle) != NULL;
+}
+
+static void test_cli(void) {
+    if (access(vt_cli(), X_OK) != 0) {
+        printf("SKIP: CLI checks: %s not found (set VLMSPEC_BIN)\n", vt_cli());
+        return;
+    }
+    vs_error err = {0};
+    vs_lm_random_opts to = ropts(64, 2, 4, 2, 128, 96, VS_TYPE_Q8_0, 0.15f, true, 111);
+    vs_lm_random_opts dq = ropts(64, 2, 4, 2, 128, 96, VS_TYPE_Q4_0, 0.15f, true, 111); /* the twin */
+    vs_lm_random_opts dv = ropts(32, 1, 2, 2, 64, 64, VS_TYPE_F32, 0.15f, true, 112);  /* other vocab */
+    VT_REQUIRE(vs_lm_write_random(&to, tmp_path("cli-t.gguf"), &err) == VS_OK, "%s", err.msg);
+    VT_REQUIRE(vs_lm_write_random(&dq, tmp_path("cli-d.gguf"), &err) == VS_OK, "%s", err.msg);
+    VT_REQUIRE(vs_lm_write_random(&dv, tmp_path("cli-v.gguf"), &err) == VS_OK, "%s", err.msg);
+    vs_vision_config tc, dc;
+    tiny_vision(&tc, 64, true);
+    tiny_vision(&dc, 64, false);
+    VT_REQUIRE(vs_mmproj_write_random(tmp_path("cli-t-mmproj.gguf"), &tc, VS_TYPE_F32, 3, &err) == VS_OK, "%s",
+               err.msg);
+    vs_mmproj *tm = vs_mmproj_open(tmp_path("cli-t-mmproj.gguf"), &err);
+    VT_REQUIRE(tm, "%s", err.msg);
+    vs_vision_weights dw;
+    VT_REQUIRE(vs_vision_weights_alloc(&dw, &dc, &err) == VS_OK, "%s", err.msg);
+    vs_vision_weights_randomize(&dw, &dc, 4);
+    vs_mmproj_write_opts wo = {.mat_type = VS_TYPE_F32, .tower_hash = vs_vision_tower_hash(vs_mmproj_tower(tm))};
+    VT_REQUIRE(vs_mmproj_write(tmp_path("cli-d-mmproj.gguf"), &dc, &dw, &wo, &err) == VS_OK, "%s", err.msg);
+    vs_vision_weights_free(&dw, &dc);
+    vs_mmproj_free(tm);
+    /* two small PPM images */
+    for (int k = 0; k < 2; k++) {
+        char name[32];
+        snprintf(name, sizeof(name), "cli-img%d.ppm", k);
+        FILE *f = fopen(tmp_path(name), "wb");
+        VT_REQUIRE(f, "image file");
+        fprintf(f, "P6\n20 17\n255\n");
+        for (int i = 0; i < 20 * 17 * 3; i++) fputc((i * (7 + 5 * k)) % 251, f);
+        fclose(f);
+    }
+    const char *out = tmp_path("cli-out.json");
+    const char *T = tmp_path("cli-t.gguf"), *D = tmp_path("cli-d.gguf");
+    char tm_path[512], dm_path[512], i0[512], i1[512];
+    snprintf(tm_path, sizeof(tm_path), "%s", tmp_path("cli-t-mmproj.gguf"));
+    snprintf(dm_path, sizeof(dm_path), "%s", tmp_path("cli-d-mmproj.gguf"));
+    snprintf(i0, sizeof(i0), "%s", tmp_path("cli-img0.ppm"));
+    snprintf(i1, sizeof(i1), "%s", tmp_path("cli-img1.ppm"));
+    /* text */
+    int rc = vt_run("%s generate -m %s -md %s --draft 3 -p 'abc def' -n 20 --temp 0 --compare --json > %s 2>&1",
+                    vt_cli(), T, D, out);
+    VT_CHECK(rc == 0 && file_has(out, "\"identical\":true") && file_has(out, "\"tau\""), "CLI text run (rc %d)", rc);
+    /* images, m and t drafting */
+    const char *modes[2] = {"m", "t"};
+    for (int m = 0; m < 2; m++) {
+        rc = vt_run("%s generate -m %s --mmproj %s -md %s --mmproj-draft %s --draft 4 --draft-mode %s "
+                    "--image %s --image %s -p 'USER: <image>\nwhat <image> is it? ASSISTANT:' -n 16 --temp 0 "
+                    "--compare --json > %s 2>&1", vt_cli(), T, tm_path, D, dm_path, modes[m], i0, i1, out);
+        VT_CHECK(rc == 0 && file_has(out, "\"identical\":true") && file_has(out, "\"images\":2"),
+                 "CLI image run, %s mode (rc %d)", modes[m], rc);
+    }
+    /* sampling prints statistics after the text */
+    rc = vt_run("%s generate -m %s -md %s --draft 2 -p 'abc' -n 8 --temp 0.8 --seed 5 > %s 2>&1", vt_cli(), T, D, out);
+    VT_CHECK(rc == 0 && file_has(out, "tau") && file_has(out, "TABED"), "CLI sampling run (rc %d)", rc);
+    /* bad input: another vocabulary, missing projector, markers without images, bad mode */
+    rc = vt_run("%s generate -m %s -md %s -p x -n 4 > %s 2>&1", vt_cli(), T, tmp_path("cli-v.gguf"), out);
+    VT_CHECK(rc == 1 && file_has(out, "vocabulary"), "CLI other vocabulary (rc %d)", rc);
+    rc = vt_run("%s generate -m %s --mmproj %s -md %s --draft-mode m --image %s -p '<image> x' -n 4 > %s 2>&1",
+                vt_cli(), T, tm_path, D, i0, out);
+    VT_CHECK(rc == 1 && file_has(out, "mmproj-draft"), "CLI m mode without a projector (rc %d)", rc);
+    rc = vt_run("%s generate -m %s --mmproj %s -md %s --image %s -p 'no marker' -n 4 > %s 2>&1", vt_cli(), T,
+                tm_path, D, i0, out);
+    VT_CHECK(rc == 1, "CLI image without a marker (rc %d)", rc);
+    rc = vt_run("%s generate -m %s -md %s --draft-mode q -p x > %s 2>&1", vt_cli(), T, D, out);
+    VT_CHECK(rc == 2, "CLI bad draft mode (rc %d)", rc);
+    rc = vt_run("%s generate --help > %s 2>&1", vt_cli(), out);
+    VT_CHECK(rc == 0 && file_has(out, "--draft-mode") && file_has(out, "--compare"), "generate --help lists the flags");
+}
+
 int main(void) {
     double t0 = vs_time_now();
     test_stats();
@@ -988,6 +1076,7 @@ int main(void) {
     test_eos_mid_block();
     test_reject_drafter();
     test_prefix_reuse();
+    test_cli();
     printf("spec: %.1f s\n", vs_time_now() - t0);
     return vt_finish("spec");
 }

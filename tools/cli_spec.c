@@ -8,6 +8,7 @@
 #include "draft_lm.h"
 #include "json.h"
 #include "lm.h"
+#include "mmprompt.h"
 #include "spec.h"
 #include "tokenizer.h"
 
@@ -19,6 +20,8 @@ void vs_cli_spec_opts_init(vs_cli_spec_opts *o) {
     o->greedy_draft = false;
     o->compare = false;
     o->json = false;
+    o->mmproj = NULL;
+    o->n_images = 0;
 }
 
 void vs_cli_spec_usage(FILE *f) {
@@ -32,7 +35,9 @@ void vs_cli_spec_usage(FILE *f) {
             "                           the cost of speculation when every draft is rejected)\n"
             "  --draft-greedy           draft greedily even when sampling (deterministic drafts)\n"
             "  --compare                also run target-only decoding of the same request: speedups\n"
-            "  --json                   print one JSON object (text, tokens, statistics) instead\n");
+            "  --json                   print one JSON object (text, tokens, statistics) instead\n"
+            "  --mmproj FILE            the target's mmproj (vision tower + projector), with images\n"
+            "  --image FILE             an image for the next <image> marker of the prompt (repeatable)\n");
 }
 
 int vs_cli_spec_parse_flag(const char *cmd, int argc, char **argv, int *i, vs_cli_spec_opts *o) {
@@ -41,10 +46,18 @@ int vs_cli_spec_parse_flag(const char *cmd, int argc, char **argv, int *i, vs_cl
     if (!strcmp(a, "--json")) return o->json = true, 1;
     if (!strcmp(a, "--draft-greedy")) return o->greedy_draft = true, 1;
     if (strcmp(a, "-md") && strcmp(a, "--model-draft") && strcmp(a, "--mmproj-draft") && strcmp(a, "--draft") &&
-        strcmp(a, "--draft-mode"))
+        strcmp(a, "--draft-mode") && strcmp(a, "--mmproj") && strcmp(a, "--image"))
         return 0;
     if (!(v = cli_value(cmd, argc, argv, i))) return -1;
     if (!strcmp(a, "-md") || !strcmp(a, "--model-draft")) o->draft_model = v;
+    else if (!strcmp(a, "--mmproj")) o->mmproj = v;
+    else if (!strcmp(a, "--image")) {
+        if (o->n_images == VS_CLI_SPEC_MAX_IMAGES) {
+            cli_fail(cmd, "more than %d images", VS_CLI_SPEC_MAX_IMAGES);
+            return -1;
+        }
+        o->images[o->n_images++] = v;
+    }
     else if (!strcmp(a, "--mmproj-draft")) o->mmproj_draft = v;
     else if (!strcmp(a, "--draft")) {
         if (!cli_parse_int(cmd, a, v, 0, VS_SPEC_MAX_GAMMA, &o->gamma)) return -1;
@@ -115,7 +128,15 @@ int vs_cli_spec_run(const char *cmd, const vs_cli_spec_opts *o) {
     vs_threadpool *tp = NULL;
     vs_spec *eng = NULL;
     vs_spec_drafter *drafter = NULL;
-    vs_mmproj *mp_draft = NULL;
+    vs_mmproj *mp_draft = NULL, *mp_target = NULL;
+    vs_vision_features feats[VS_CLI_SPEC_MAX_IMAGES];
+    const vs_vision_features *featp[VS_CLI_SPEC_MAX_IMAGES];
+    vs_mm_image imgs[VS_CLI_SPEC_MAX_IMAGES];
+    int n_feats = 0;
+    vs_mm_prompt mp;
+    memset(&mp, 0, sizeof(mp));
+    vs_spec_segment *segs = NULL;
+    double t_vision = 0;
     int32_t *ptok = NULL;
     stream st = {0};
     vs_spec_log log, base;
@@ -123,9 +144,6 @@ int vs_cli_spec_run(const char *cmd, const vs_cli_spec_opts *o) {
     vs_spec_log_init(&base);
     char *text = NULL;
 
-    if (o->n_images > 0 || o->mmproj)
-        return cli_fail(cmd, "images with speculative decoding need the multimodal prompt assembly "
-                             "(src/mmprompt.h), which this build does not have yet: use a text prompt");
     if (!(target = vs_lm_load(o->model, &err))) goto fail;
     if (!(tok = vs_tokenizer_from_gguf(vs_lm_gguf(target), &err))) goto fail;
     if (o->draft_model && !(draft = vs_lm_load(o->draft_model, &err))) goto fail;
@@ -135,9 +153,50 @@ int vs_cli_spec_run(const char *cmd, const vs_cli_spec_opts *o) {
     }
     const vs_lm_config *c = vs_lm_cfg(target);
 
+    /* images: ViT features once per image (target tower), the target's rows from its projector */
+    const vs_vision_tower *tower = NULL;
+    const bool mm = o->n_images > 0 || o->mmproj;
+    if (mm) {
+        if (!o->mmproj || o->n_images == 0) {
+            cli_fail(cmd, "images need both --mmproj FILE and --image FILE");
+            goto done;
+        }
+        if (!o->prompt) {
+            cli_fail(cmd, "images need a text prompt (-p) with <image> markers");
+            goto done;
+        }
+        if (!(mp_target = vs_mmproj_open(o->mmproj, &err))) goto fail;
+        if (!(tower = vs_mmproj_tower(mp_target))) {
+            cli_fail(cmd, "%s has no vision tower (a projector-only file cannot encode images)", o->mmproj);
+            goto done;
+        }
+        if (vs_vision_check_projector(tower, vs_mmproj_projector(mp_target), &err)) goto fail;
+    }
+    if (o->threads > 1 && !(tp = vs_threadpool_new(o->threads, &err))) goto fail;
+    if (mm) {
+        double tv0 = vs_time_now();
+        for (; n_feats < o->n_images; n_feats++) {
+            int i = n_feats;
+            if (vs_vision_encode_file(tower, tp, o->images[i], VS_PREPROC_LLAVA, NULL, &feats[i], &err)) goto fail;
+            featp[i] = &feats[i];
+            float *rows = NULL;
+            int64_t nr = 0;
+            if (vs_vision_embed(vs_mmproj_projector(mp_target), tp, &feats[i], 1, &rows, &nr, &err)) {
+                vs_vision_features_free(&feats[i]);
+                goto fail;
+            }
+            imgs[i] = (vs_mm_image){rows, nr, vs_vision_projector_config(vs_mmproj_projector(mp_target))->proj_out};
+        }
+        t_vision = vs_time_now() - tv0;
+    }
+
     /* the prompt */
     int np = 0;
-    if (o->prompt) {
+    if (mm) {
+        vs_mm_prompt_opts po = {.no_special = o->no_bos, .no_parse_special = !o->special, .lm_width = c->n_embd};
+        if (vs_mm_prompt_build(&mp, tok, o->prompt, strlen(o->prompt), imgs, n_feats, &po, &err)) goto fail;
+        np = (int)mp.n_rows;
+    } else if (o->prompt) {
         int64_t n64 = 0;
         if (vs_tokenize_alloc(tok, o->prompt, strlen(o->prompt), !o->no_bos, o->special, &ptok, &n64, &err))
             goto fail;
@@ -157,7 +216,6 @@ int vs_cli_spec_run(const char *cmd, const vs_cli_spec_opts *o) {
         cli_fail(cmd, "the prompt has %d tokens but the context holds %d", np, n_ctx);
         goto done;
     }
-    if (o->threads > 1 && !(tp = vs_threadpool_new(o->threads, &err))) goto fail;
     vs_spec_config ec = {.n_ctx = n_ctx, .kv_type = o->kv_type, .tp = tp, .tok = tok};
     if (!(eng = vs_spec_new(target, &ec, &err))) goto fail;
     if (draft) {
@@ -174,6 +232,7 @@ int vs_cli_spec_run(const char *cmd, const vs_cli_spec_opts *o) {
             }
             if (!(mp_draft = vs_mmproj_open(o->mmproj_draft, &err))) goto fail;
             dopt.proj = vs_mmproj_projector(mp_draft);
+            dopt.tower = tower; /* the drafter's projector must accept the target tower's features */
         }
         if (!(drafter = vs_draft_lm_new(draft, target, &dopt, &err))) goto fail;
         if (warm_up(draft, tp, &err)) goto fail;
@@ -182,6 +241,26 @@ int vs_cli_spec_run(const char *cmd, const vs_cli_spec_opts *o) {
 
     vs_spec_segment seg = {.kind = VS_SPEC_SEG_TEXT, .n = np, .tokens = ptok};
     vs_spec_prompt prompt = {.seg = &seg, .n_seg = 1};
+    if (mm) {
+        /* text runs and image blocks of the mmprompt row list become segments */
+        if (!(segs = vs_calloc((size_t)np, sizeof(*segs)))) goto oom;
+        int ns = 0;
+        for (int64_t r = 0; r < np;) {
+            if (mp.embd[r]) {
+                int im = 0;
+                while (im + 1 < mp.n_images && mp.image_first[im + 1] <= r) im++;
+                segs[ns++] = (vs_spec_segment){.kind = VS_SPEC_SEG_IMAGE, .n = (int32_t)imgs[im].n_rows,
+                                               .embd = imgs[im].rows, .image = im};
+                r += imgs[im].n_rows;
+            } else {
+                int64_t e = r;
+                while (e < np && !mp.embd[e]) e++;
+                segs[ns++] = (vs_spec_segment){.kind = VS_SPEC_SEG_TEXT, .n = (int32_t)(e - r), .tokens = mp.tokens + r};
+                r = e;
+            }
+        }
+        prompt = (vs_spec_prompt){.seg = segs, .n_seg = ns, .images = featp, .n_images = n_feats};
+    }
     vs_spec_params par = vs_spec_params_default();
     par.gamma = o->gamma;
     par.n_predict = o->n_predict;
@@ -197,6 +276,8 @@ int vs_cli_spec_run(const char *cmd, const vs_cli_spec_opts *o) {
         fflush(stdout);
     }
     vs_status s = vs_spec_generate(eng, drafter, &prompt, &par, on_tokens, &st, &log, &err);
+    log.t_vision = t_vision;
+    log.t_total += t_vision;
     if (st.failed) {
         err = st.err;
         goto fail;
@@ -223,6 +304,8 @@ int vs_cli_spec_run(const char *cmd, const vs_cli_spec_opts *o) {
         vs_spec_params bp = par;
         bp.gamma = 0;
         if (vs_spec_generate(eng, NULL, &prompt, &bp, NULL, NULL, &base, &err)) goto fail;
+        base.t_vision = t_vision; /* the same features serve both runs */
+        base.t_total += t_vision;
         identical = base.n_tokens == log.n_tokens &&
                     memcmp(base.tokens, log.tokens, sizeof(int32_t) * (size_t)log.n_tokens) == 0;
     }
@@ -237,7 +320,8 @@ int vs_cli_spec_run(const char *cmd, const vs_cli_spec_opts *o) {
         vs_json_kv_str(&w, "draft_model", o->draft_model ? o->draft_model : "");
         vs_json_kv_str(&w, "draft_mode", o->mode == VS_CLI_DRAFT_M ? "m" : o->mode == VS_CLI_DRAFT_T ? "t" : "reject");
         vs_json_kv_num(&w, "temperature", o->sp.temperature);
-        vs_json_kv_int(&w, "prompt_tokens", np);
+        vs_json_kv_int(&w, "prompt_rows", np);
+        vs_json_kv_int(&w, "images", n_feats);
         if (!(text = detok_all(tok, &log, &err))) goto fail;
         vs_json_kv_str(&w, "text", text);
         vs_json_key(&w, "tokens");
@@ -286,6 +370,11 @@ fail:
     fflush(stdout);
     cli_fail_err(cmd, &err);
 done:
+    vs_free(segs);
+    vs_mm_prompt_free(&mp);
+    for (int i = 0; i < n_feats; i++) vs_vision_features_free(&feats[i]);
+    vs_mm_images_free(imgs, n_feats);
+    vs_mmproj_free(mp_target);
     vs_free(text);
     vs_detok_free(st.dt);
     vs_spec_log_free(&log);

@@ -1,6 +1,10 @@
 /* cli_spec: speculative decoding for `vlmspec generate` (the command's own flags stay in cmd_generate.c).
  * cmd_generate.c hands every flag it does not know to vs_cli_spec_parse_flag, and when a draft model
  * was given (-md) calls vs_cli_spec_run with its own parsed options copied into vs_cli_spec_opts.
+ * vs_cli_spec_parse_flag also takes --mmproj and --image (repeatable) unless generate parses them itself
+ * (then it must copy them into vs_cli_spec_opts). Images: each "<image>" marker of the prompt text
+ * (src/mmprompt.h layout) gets the next --image; its ViT features are computed ONCE with the target's
+ * tower and fed to the target's projector and, in m mode, to the drafter's (--mmproj-draft).
  * vs_cli_spec_run loads the target and the drafter, runs the speculative request (streaming the text),
  * optionally a target-only run of the same request (--compare), and prints the statistics after the
  * text (stderr), or one JSON object on stdout (--json). */
@@ -12,6 +16,8 @@
 #include "quant.h"
 #include "sample.h"
 
+#define VS_CLI_SPEC_MAX_IMAGES 64
+
 typedef enum vs_cli_draft_mode {
     VS_CLI_DRAFT_T = 0,      /* t: text-only drafting (images -> "\n") */
     VS_CLI_DRAFT_M = 1,      /* m: the drafter's projector over the shared image features */
@@ -21,8 +27,8 @@ typedef enum vs_cli_draft_mode {
 typedef struct vs_cli_spec_opts {
     /* from generate's own flags */
     const char *model;          /* -m */
-    const char *mmproj;         /* --mmproj (target projector) or NULL */
-    const char *const *images;  /* --image files */
+    const char *mmproj;         /* --mmproj (target tower + projector) or NULL */
+    const char *images[VS_CLI_SPEC_MAX_IMAGES]; /* --image files, in prompt-marker order */
     int n_images;
     const char *prompt;         /* -p text, or NULL when ids are given */
     const int32_t *ids;         /* --tokens */
