@@ -972,6 +972,88 @@ static void test_prefix_reuse(void) {
 }
 
 /* ------------------------------------------------------------------------------------------------
+ * target features for feature-level drafters: a drafter that wants the last hidden state and layer 0's
+ * output records what target_rows delivers (and drafts a fixed token); positions must be contiguous
+ * and cover every row the target cached, the values must equal a direct forward of the sequence */
+
+typedef struct feat_drafter {
+    vs_spec_drafter hdr;
+    int E;
+    int n_rows;        /* rows received */
+    float *hid, *lay0; /* [cap][E] */
+    int32_t tok[256];
+    bool contiguous;
+} feat_drafter;
+
+static vs_status fd_rows(vs_spec_drafter *base, const vs_spec_features *f, vs_error *e) {
+    feat_drafter *d = (feat_drafter *)base;
+    (void)e;
+    if (f->pos0 != d->n_rows || f->n_layer_out != 1 || f->n_embd != d->E) d->contiguous = false;
+    for (int i = 0; i < f->n && d->n_rows < 256; i++, d->n_rows++) {
+        memcpy(d->hid + (size_t)d->n_rows * d->E, f->hidden + (size_t)i * d->E, sizeof(float) * d->E);
+        memcpy(d->lay0 + (size_t)d->n_rows * d->E, f->layer_hidden[0] + (size_t)i * d->E, sizeof(float) * d->E);
+        d->tok[d->n_rows] = f->tokens[i];
+    }
+    return VS_OK;
+}
+static vs_status fd_propose(vs_spec_drafter *base, const vs_spec_limits *lim, vs_spec_proposal *out, vs_error *e) {
+    (void)base, (void)e;
+    out->n = lim->max_depth;
+    for (int i = 0; i < out->n; i++) out->token[i] = 7, out->parent[i] = i - 1, out->depth[i] = i + 1, out->q_row[i] = -1;
+    return VS_OK;
+}
+static const vs_spec_drafter_vt fd_vt = {"feature-drafter", td_begin, fd_rows, fd_propose, td_commit, NULL, NULL};
+
+static void test_features(void) {
+    vs_error err = {0};
+    vs_lm_random_opts o = ropts(64, 2, 4, 2, 128, 96, VS_TYPE_F32, 0.15f, true, 121);
+    vs_lm *lm = make_model(&o, "feat.gguf");
+    engine e = make_engine(lm, 128);
+    static const int layer0[1] = {0};
+    feat_drafter fd = {.hdr = {.vt = &fd_vt, .n_vocab = 96, .want_hidden = true, .n_want_layers = 1,
+                               .want_layers = layer0},
+                       .E = 64, .contiguous = true};
+    fd.hid = malloc(sizeof(float) * 256 * 64);
+    fd.lay0 = malloc(sizeof(float) * 256 * 64);
+    text_prompt tp;
+    make_text_prompt(&tp, 11, 2, 96, 12);
+    vs_spec_log log;
+    vs_spec_log_init(&log);
+    run(&e, &fd.hdr, &tp.p, 3, 20, true, &log);
+    int cached = vs_kv_seq_len(vs_spec_kv(e.s), 0);
+    VT_CHECK(fd.contiguous && fd.n_rows == cached, "features: contiguous %d, %d rows delivered, %d cached",
+             fd.contiguous, fd.n_rows, cached);
+    /* a direct forward of the same rows */
+    int32_t seq[256];
+    for (int i = 0; i < 11; i++) seq[i] = tp.tok[i];
+    for (int i = 0; i < log.n_tokens; i++) seq[11 + i] = log.tokens[i];
+    bool toks_ok = true;
+    for (int i = 0; i < fd.n_rows; i++) toks_ok &= fd.tok[i] == seq[i];
+    VT_CHECK(toks_ok, "feature rows carry the context's tokens");
+    vs_kv *kv = vs_lm_kv_new(lm, 1, 128, VS_TYPE_F32, &err);
+    vs_lm_row rows[256];
+    memset(rows, 0, sizeof(rows));
+    for (int i = 0; i < fd.n_rows; i++) rows[i].token = seq[i], rows[i].pos = i;
+    float *h = malloc(sizeof(float) * 256 * 64), *h0 = malloc(sizeof(float) * 256 * 64);
+    float *lh[1] = {h0};
+    vs_lm_out out = {.hidden = h, .n_layer_out = 1, .layer_ids = layer0, .layer_hidden = lh, .attn_layer = -1};
+    VT_REQUIRE(vs_lm_forward(lm, kv, NULL, rows, fd.n_rows, &out, &err) == VS_OK, "%s", err.msg);
+    double dh = vt_max_abs_diff(h, fd.hid, (size_t)fd.n_rows * 64), d0 = vt_max_abs_diff(h0, fd.lay0, (size_t)fd.n_rows * 64);
+    VT_CHECK(dh < 1e-4 && d0 < 1e-4, "delivered features vs a direct forward: %g (last), %g (layer 0)", dh, d0);
+    /* features turn prefix reuse off: a second request still delivers every row */
+    vs_spec_params pr = vs_spec_params_default();
+    pr.gamma = 3, pr.n_predict = 10, pr.sampling.temperature = 0, pr.reuse_prefix = true;
+    fd.n_rows = 0;
+    VT_REQUIRE(vs_spec_generate(e.s, &fd.hdr, &tp.p, &pr, NULL, NULL, &log, &err) == VS_OK, "%s", err.msg);
+    VT_CHECK(fd.contiguous && fd.n_rows == vs_kv_seq_len(vs_spec_kv(e.s), 0), "features after reuse");
+    free(h), free(h0), free(fd.hid), free(fd.lay0);
+    vs_kv_free(kv);
+    vs_spec_log_free(&log);
+    free_engine(&e);
+    vs_lm_free(lm);
+}
+
+/* ------------------------------------------------------------------------------------------------
  * the CLI: vlmspec generate -md ... with text and with images (m and t drafting), --compare --json */
 
 static bool file_has(const char *path, const char *needle) {
@@ -1076,6 +1158,7 @@ int main(void) {
     test_eos_mid_block();
     test_reject_drafter();
     test_prefix_reuse();
+    test_features();
     test_cli();
     printf("spec: %.1f s\n", vs_time_now() - t0);
     return vt_finish("spec");
