@@ -33,7 +33,7 @@ void vs_matmul(vs_threadpool *tp, vs_type wtype, const void *w, int64_t n_out, i
 void vs_matmul_ref(vs_type wtype, const void *w, int64_t n_out, int64_t n_in, const float *x,
                    int64_t n_rows, float *y);
 
-/* F32/F16/BF16 weights with 32+ rows use OpenBLAS sgemm when the build has it (VS_HAVE_OPENBLAS) unless
+/* F32/F16/BF16 weights with 128+ rows use OpenBLAS sgemm when the build has it (VS_HAVE_OPENBLAS) unless
  * turned off here or by VLMSPEC_NO_BLAS=1. Returns whether BLAS is now in use (false without it). */
 bool vs_matmul_set_blas(bool on);
 

@@ -156,43 +156,57 @@ VS_INLINE __m512 load_w16(vs_type t, const uint8_t *wr, int64_t i, __mmask16 m) 
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
-/* One output o times R rows of f32 activations; with few rows, independent accumulators per row
- * (A of them, over consecutive 16-value steps) keep the FMA latency off the critical path. */
-VS_INLINE void mm_float_tile(const vs_mm_job *jb, int64_t o, int64_t r0, const int R) {
-    enum { A = 4 };
-    const int NA = R >= 4 ? 1 : R == 1 ? 4 : 2;
+/* O outputs (o .. o + O - 1) times R rows of f32 activations, O x R accumulators: each 16-value step
+ * loads O weight vectors and R activation vectors for O * R FMAs (register blocking, so neither the
+ * activations nor the weights limit the FMA rate), and four outputs give four independent FMA chains
+ * even for one row. */
+VS_INLINE void mm_float_tile(const vs_mm_job *jb, int64_t o, int64_t r0, const int O, const int R) {
     const int64_t n = jb->n_in;
-    const uint8_t *wr = jb->w + o * jb->w_row_bytes;
-    const float *x[8];
-    __m512 acc[8][A];
+    const uint8_t *wr[4];
+    const float *x[4];
+    __m512 acc[4][4];
     VS_UNROLL
-    for (int r = 0; r < R; r++) {
-        x[r] = jb->x + (r0 + r) * n;
+    for (int k = 0; k < O; k++) wr[k] = jb->w + (o + k) * jb->w_row_bytes;
+    VS_UNROLL
+    for (int r = 0; r < R; r++) x[r] = jb->x + (r0 + r) * n;
+    VS_UNROLL
+    for (int k = 0; k < O; k++) {
         VS_UNROLL
-        for (int a = 0; a < NA; a++) acc[r][a] = _mm512_setzero_ps();
+        for (int r = 0; r < R; r++) acc[k][r] = _mm512_setzero_ps();
     }
-    int64_t i = 0;
-    for (; i + 16 * NA <= n; i += 16 * NA) {
+    for (int64_t i = 0; i < n; i += 16) {
+        __mmask16 m = n - i >= 16 ? 0xffff : (__mmask16)((1u << (n - i)) - 1);
+        __m512 xv[4];
         VS_UNROLL
-        for (int a = 0; a < NA; a++) {
-            __m512 wv = load_w16(jb->wtype, wr, i + 16 * a, 0xffff);
+        for (int r = 0; r < R; r++) xv[r] = _mm512_maskz_loadu_ps(m, x[r] + i);
+        VS_UNROLL
+        for (int k = 0; k < O; k++) {
+            __m512 wv = load_w16(jb->wtype, wr[k], i, m);
             VS_UNROLL
-            for (int r = 0; r < R; r++)
-                acc[r][a] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(x[r] + i + 16 * a), acc[r][a]);
+            for (int r = 0; r < R; r++) acc[k][r] = _mm512_fmadd_ps(wv, xv[r], acc[k][r]);
         }
     }
-    for (; i < n; i += 16) {
-        __mmask16 m = n - i >= 16 ? 0xffff : (__mmask16)((1u << (n - i)) - 1);
-        __m512 wv = load_w16(jb->wtype, wr, i, m);
-        VS_UNROLL
-        for (int r = 0; r < R; r++) acc[r][0] = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(m, x[r] + i), acc[r][0]);
-    }
     VS_UNROLL
-    for (int r = 0; r < R; r++) {
-        __m512 s = acc[r][0];
+    for (int k = 0; k < O; k++) {
         VS_UNROLL
-        for (int a = 1; a < NA; a++) s = _mm512_add_ps(s, acc[r][a]);
-        jb->y[(r0 + r) * jb->n_out + o] = _mm512_reduce_add_ps(s);
+        for (int r = 0; r < R; r++) jb->y[(r0 + r) * jb->n_out + o + k] = _mm512_reduce_add_ps(acc[k][r]);
+    }
+}
+
+#define VS_FLOAT_R(O, R, ...)                                                                       \
+    switch (R) {                                                                                  \
+    case 1: mm_float_tile(__VA_ARGS__, O, 1); break;                                              \
+    case 2: mm_float_tile(__VA_ARGS__, O, 2); break;                                              \
+    case 3: mm_float_tile(__VA_ARGS__, O, 3); break;                                              \
+    default: mm_float_tile(__VA_ARGS__, O, 4); break;                                             \
+    }
+
+static void mm_float_block(const vs_mm_job *jb, int64_t o, int64_t r0, int O, int R) {
+    switch (O) {
+    case 1: VS_FLOAT_R(1, R, jb, o, r0); break;
+    case 2: VS_FLOAT_R(2, R, jb, o, r0); break;
+    case 3: VS_FLOAT_R(3, R, jb, o, r0); break;
+    default: VS_FLOAT_R(4, R, jb, o, r0); break;
     }
 }
 
@@ -203,34 +217,24 @@ VS_INLINE void mm_float_tile(const vs_mm_job *jb, int64_t o, int64_t r0, const i
     case 3: fn(__VA_ARGS__, 3); break;                                                            \
     default: fn(__VA_ARGS__, 4); break;                                                           \
     }
-#define VS_TILE_SWITCH8(fn, R, ...)                                                                 \
-    switch (R) {                                                                                  \
-    case 1: fn(__VA_ARGS__, 1); break;                                                            \
-    case 2: fn(__VA_ARGS__, 2); break;                                                            \
-    case 3: fn(__VA_ARGS__, 3); break;                                                            \
-    case 4: fn(__VA_ARGS__, 4); break;                                                            \
-    case 5: fn(__VA_ARGS__, 5); break;                                                            \
-    case 6: fn(__VA_ARGS__, 6); break;                                                            \
-    case 7: fn(__VA_ARGS__, 7); break;                                                            \
-    default: fn(__VA_ARGS__, 8); break;                                                           \
-    }
-
 void vs_mm_avx512(const vs_mm_job *jb, int64_t o0, int64_t o1) {
     bool quant = jb->wtype == VS_TYPE_Q8_0 || jb->wtype == VS_TYPE_Q4_0;
-    const int RT = quant ? 4 : 8;
+    const int RT = 4;
     /* Many rows: blocks of rows whose activations stay in L2 while every output streams past them. */
     size_t xrow = quant ? jb->xq_row_bytes : (size_t)jb->n_in * sizeof(float);
     int64_t rb = VS_MAX((int64_t)RT, (int64_t)((512 << 10) / VS_MAX(xrow, (size_t)1)) / RT * RT);
     for (int64_t rb0 = 0; rb0 < jb->n_rows; rb0 += rb) {
         int64_t rb1 = VS_MIN(jb->n_rows, rb0 + rb);
+        if (!quant) { /* 4 outputs at a time; their weight rows stay in L1 across the row tiles */
+            for (int64_t o = o0; o < o1; o += 4)
+                for (int64_t r0 = rb0; r0 < rb1; r0 += 4)
+                    mm_float_block(jb, o, r0, (int)VS_MIN(4, o1 - o), (int)VS_MIN(4, rb1 - r0));
+            continue;
+        }
         for (int64_t o = o0; o < o1; o++) {
             for (int64_t r0 = rb0; r0 < rb1; r0 += RT) {
                 int R = (int)VS_MIN(RT, rb1 - r0);
-                if (quant) {
-                    VS_TILE_SWITCH4(mm_quant_tile, R, jb, o, r0);
-                } else {
-                    VS_TILE_SWITCH8(mm_float_tile, R, jb, o, r0);
-                }
+                VS_TILE_SWITCH4(mm_quant_tile, R, jb, o, r0);
             }
         }
     }
