@@ -36,9 +36,9 @@ typedef struct draft_lm {
 
     float *logits; /* [n_vocab] */
     /* the block in flight */
-    bool fed;       /* propose evaluated the pending rows and k - 1 drafts */
-    int32_t base;   /* cache length after the pending rows */
-    int32_t n_fed;  /* drafts evaluated (k - 1) */
+    bool fed;      /* propose evaluated the pending rows and k - 1 drafts */
+    int32_t base;  /* cache length after the pending rows */
+    int32_t n_fed; /* drafts evaluated (k - 1) */
     int64_t rows_evaluated;
 } draft_lm;
 
@@ -123,8 +123,10 @@ static vs_status dl_begin(vs_spec_drafter *base, const vs_spec_begin_info *req, 
             for (int32_t j = 0; j < d->n_nl && !st; j++) st = push_prow(d, d->nl[j], NULL, err);
         } else {
             if (sg->image < 0 || !p->images || !p->images[sg->image])
-                return vs_error_set(err, VS_ERR_INVALID, "%s: multimodal drafting needs the features of image "
-                                    "segment %d (the request carries none)", dname(d), i);
+                return vs_error_set(err, VS_ERR_INVALID,
+                                    "%s: multimodal drafting needs the features of image "
+                                    "segment %d (the request carries none)",
+                                    dname(d), i);
             float *rows = NULL;
             int64_t n_rows = 0;
             st = vs_vision_embed(d->proj, d->tp, p->images[sg->image], 1, &rows, &n_rows, err);
@@ -136,14 +138,16 @@ static vs_status dl_begin(vs_spec_drafter *base, const vs_spec_begin_info *req, 
     if (st) return st;
     if (d->n_prow < 1) return vs_error_set(err, VS_ERR_INVALID, "%s: empty prompt", dname(d));
     if (d->n_prow > d->n_ctx)
-        return vs_error_set(err, VS_ERR_RANGE, "%s: the prompt's %d rows do not fit the draft cache of %d rows",
-                            dname(d), d->n_prow, d->n_ctx);
+        return vs_error_set(err, VS_ERR_RANGE,
+                            "%s: the prompt's %d rows do not fit the draft cache of %d rows", dname(d),
+                            d->n_prow, d->n_ctx);
 
     /* Prefix reuse (text rows only), then evaluate everything but the last row, which stays pending. */
     int32_t keep = 0;
     if (req->params->reuse_prefix) {
         int32_t len = vs_kv_seq_len(d->kv, 0);
-        while (keep < VS_MIN(len, d->n_prow - 1) && !d->prow[keep].embd && d->hist[keep] == d->prow[keep].token)
+        while (keep < VS_MIN(len, d->n_prow - 1) && !d->prow[keep].embd &&
+               d->hist[keep] == d->prow[keep].token)
             keep++;
     }
     if ((st = vs_kv_seq_truncate(d->kv, 0, keep, err))) return st;
@@ -160,7 +164,8 @@ static int32_t argmin(const float *x, int32_t n) {
     return best;
 }
 
-static vs_status dl_propose(vs_spec_drafter *base, const vs_spec_limits *lim, vs_spec_proposal *out, vs_error *err) {
+static vs_status dl_propose(vs_spec_drafter *base, const vs_spec_limits *lim, vs_spec_proposal *out,
+                            vs_error *err) {
     draft_lm *d = (draft_lm *)base;
     out->n = 0;
     out->n_steps = 0;
@@ -268,7 +273,8 @@ static vs_status newline_tokens(draft_lm *d, vs_error *err) {
     return VS_OK;
 }
 
-vs_spec_drafter *vs_draft_lm_new(vs_lm *draft, const vs_lm *target, const vs_draft_lm_opts *opts, vs_error *err) {
+vs_spec_drafter *vs_draft_lm_new(vs_lm *draft, const vs_lm *target, const vs_draft_lm_opts *opts,
+                                 vs_error *err) {
     vs_draft_lm_opts def = {0};
     if (!opts) opts = &def;
     if (!draft || !target) {
@@ -278,8 +284,10 @@ vs_spec_drafter *vs_draft_lm_new(vs_lm *draft, const vs_lm *target, const vs_dra
     const char *dn = vs_gguf_name(vs_lm_gguf(draft)), *tn = vs_gguf_name(vs_lm_gguf(target));
     const vs_lm_config *dc = vs_lm_cfg(draft), *tc = vs_lm_cfg(target);
     if (dc->n_vocab != tc->n_vocab) {
-        vs_error_set(err, VS_ERR_INVALID, "draft model %s has %d tokens but the target %s has %d: a drafter must "
-                     "share the target's vocabulary", dn, dc->n_vocab, tn, tc->n_vocab);
+        vs_error_set(err, VS_ERR_INVALID,
+                     "draft model %s has %d tokens but the target %s has %d: a drafter must "
+                     "share the target's vocabulary",
+                     dn, dc->n_vocab, tn, tc->n_vocab);
         return NULL;
     }
     if (opts->mode != VS_DRAFT_LM_TEXT && opts->mode != VS_DRAFT_LM_MM) {
@@ -288,13 +296,14 @@ vs_spec_drafter *vs_draft_lm_new(vs_lm *draft, const vs_lm *target, const vs_dra
     }
     if (opts->mode == VS_DRAFT_LM_MM) {
         if (!opts->proj) {
-            vs_error_set(err, VS_ERR_INVALID, "draft model %s: multimodal drafting needs a projector (--mmproj-draft)",
-                         dn);
+            vs_error_set(err, VS_ERR_INVALID,
+                         "draft model %s: multimodal drafting needs a projector (--mmproj-draft)", dn);
             return NULL;
         }
         const vs_vision_config *pc = vs_vision_projector_config(opts->proj);
         if (pc->proj_out != dc->n_embd) {
-            vs_error_set(err, VS_ERR_INVALID, "draft projector %s outputs rows of %d but the draft model %s is %d wide",
+            vs_error_set(err, VS_ERR_INVALID,
+                         "draft projector %s outputs rows of %d but the draft model %s is %d wide",
                          vs_vision_projector_name(opts->proj), pc->proj_out, dn, dc->n_embd);
             return NULL;
         }

@@ -50,7 +50,8 @@ typedef struct vs_draft_lm_opts {
  * keeps its own cache). Both models are borrowed and must outlive the drafter. NULL + err when the
  * tokenizers or vocabulary sizes differ, or M mode lacks a fitting projector. Free with
  * vs_spec_drafter_free. */
-vs_spec_drafter *vs_draft_lm_new(vs_lm *draft, const vs_lm *target, const vs_draft_lm_opts *opts, vs_error *err);
+vs_spec_drafter *vs_draft_lm_new(vs_lm *draft, const vs_lm *target, const vs_draft_lm_opts *opts,
+                                 vs_error *err);
 
 /* Rows the drafter evaluated in total (prompt + fed tokens) since creation: tests use it to prove no
  * token is evaluated twice. */

@@ -41,7 +41,8 @@ vs_status vs_spec_prompt_check(const vs_spec_prompt *p, int32_t n_vocab, vs_erro
             if (s->image >= 0 && !p->images[s->image])
                 return vs_error_set(err, VS_ERR_INVALID, "prompt: image %d has no features", s->image);
         } else {
-            return vs_error_set(err, VS_ERR_INVALID, "prompt: segment %d has unknown kind %d", i, (int)s->kind);
+            return vs_error_set(err, VS_ERR_INVALID, "prompt: segment %d has unknown kind %d", i,
+                                (int)s->kind);
         }
         rows += s->n;
     }
@@ -176,29 +177,36 @@ void vs_spec_stats_compute(const vs_spec_log *log, const vs_spec_log *baseline, 
         o->has_baseline = true;
         o->base_tok_s_decode = ratio(baseline->n_tokens, baseline->t_decode);
         o->base_tok_s_total = ratio(baseline->n_tokens, baseline->t_total);
-        double base_dec = ratio(baseline->t_decode, baseline->n_tokens), dec = ratio(log->t_decode, log->n_tokens);
-        double base_tot = ratio(baseline->t_total, baseline->n_tokens), tot = ratio(log->t_total, log->n_tokens);
+        double base_dec = ratio(baseline->t_decode, baseline->n_tokens),
+               dec = ratio(log->t_decode, log->n_tokens);
+        double base_tot = ratio(baseline->t_total, baseline->n_tokens),
+               tot = ratio(log->t_total, log->n_tokens);
         o->speedup_decode = ratio(base_dec, dec);
         o->speedup_total = ratio(base_tot, tot);
     }
 }
 
 void vs_spec_stats_print(const vs_spec_stats *s, FILE *f) {
-    fprintf(f, "tokens %d in %d blocks, gamma %d: tau %.3f, acceptance %.3f (%lld of %lld drafted accepted)\n",
+    fprintf(f,
+            "tokens %d in %d blocks, gamma %d: tau %.3f, acceptance %.3f (%lld of %lld drafted accepted)\n",
             s->n_tokens, s->n_blocks, s->gamma, s->tau, s->accept_rate, (long long)s->n_accepted,
             (long long)s->n_drafted);
     if (s->gamma > 0) {
         fprintf(f, "n-alpha:");
         for (int n = 0; n < VS_MIN(s->gamma, VS_SPEC_MAX_GAMMA); n++) {
-            if (s->n_alpha[n] < 0) fprintf(f, " %d:-", n + 1);
-            else fprintf(f, " %d:%.3f", n + 1, s->n_alpha[n]);
+            if (s->n_alpha[n] < 0)
+                fprintf(f, " %d:-", n + 1);
+            else
+                fprintf(f, " %d:%.3f", n + 1, s->n_alpha[n]);
         }
         fprintf(f, "\naccepted-length histogram:");
-        for (int n = 0; n <= VS_MIN(s->gamma, VS_SPEC_MAX_GAMMA); n++) fprintf(f, " %d:%lld", n, (long long)s->hist[n]);
+        for (int n = 0; n <= VS_MIN(s->gamma, VS_SPEC_MAX_GAMMA); n++)
+            fprintf(f, " %d:%lld", n, (long long)s->hist[n]);
         fprintf(f, "\n");
     }
-    fprintf(f, "times (s): vision %.3f, prefill %.3f (draft %.3f), drafting %.3f, verification %.3f, "
-               "decode %.3f, total %.3f\n",
+    fprintf(f,
+            "times (s): vision %.3f, prefill %.3f (draft %.3f), drafting %.3f, verification %.3f, "
+            "decode %.3f, total %.3f\n",
             s->t_vision, s->t_prefill, s->t_draft_prefill, s->t_draft, s->t_verify, s->t_decode, s->t_total);
     fprintf(f, "speed: %.2f tokens/s decode, %.2f tokens/s end-to-end\n", s->tok_s_decode, s->tok_s_total);
     if (s->gamma > 0)
@@ -208,8 +216,9 @@ void vs_spec_stats_print(const vs_spec_stats *s, FILE *f) {
         fprintf(f, "estimated speedup (TABED eq. 1): %.3f; with verification cost: %.3f\n", s->est_tabed,
                 s->est_tabed_cpu);
     if (s->has_baseline)
-        fprintf(f, "target-only: %.2f tokens/s decode, %.2f end-to-end; measured speedup %.3f decode-only, "
-                   "%.3f end-to-end\n",
+        fprintf(f,
+                "target-only: %.2f tokens/s decode, %.2f end-to-end; measured speedup %.3f decode-only, "
+                "%.3f end-to-end\n",
                 s->base_tok_s_decode, s->base_tok_s_total, s->speedup_decode, s->speedup_total);
 }
 
@@ -227,8 +236,10 @@ void vs_spec_stats_json(const vs_spec_stats *s, vs_json_writer *w) {
     vs_json_key(w, "n_alpha");
     vs_json_arr_begin(w);
     for (int n = 0; n < G; n++) {
-        if (s->n_alpha[n] < 0) vs_json_null(w);
-        else vs_json_num(w, s->n_alpha[n]);
+        if (s->n_alpha[n] < 0)
+            vs_json_null(w);
+        else
+            vs_json_num(w, s->n_alpha[n]);
     }
     vs_json_arr_end(w);
     vs_json_key(w, "accepted_hist");
@@ -273,18 +284,18 @@ struct vs_spec {
     /* per-request scratch, grown on demand for cap nodes */
     int32_t cap;
     vs_spec_proposal prop;
-    vs_lm_row *rows;       /* [cap + 1] */
-    int32_t *anc;          /* [(cap + 1) * (cap + 1)] ancestor lists (trees) */
-    float *logits;         /* [cap + 1][n_vocab] */
-    float *p;              /* [n_vocab] target distribution of the current row */
-    float *resid;          /* [n_vocab] residual max(0, p - q) */
-    int32_t *acc_nodes;    /* [cap] */
-    int32_t *acc_tokens;   /* [cap + 1] accepted tokens + the next one (emission buffer) */
-    int32_t *slots;        /* [cap] cache slots of the accepted path */
-    float *hidden;         /* [max(cap + 1, n_batch)][n_embd] when a drafter wants features */
-    float **layer_hidden;  /* [n_layers] of the same size */
+    vs_lm_row *rows;      /* [cap + 1] */
+    int32_t *anc;         /* [(cap + 1) * (cap + 1)] ancestor lists (trees) */
+    float *logits;        /* [cap + 1][n_vocab] */
+    float *p;             /* [n_vocab] target distribution of the current row */
+    float *resid;         /* [n_vocab] residual max(0, p - q) */
+    int32_t *acc_nodes;   /* [cap] */
+    int32_t *acc_tokens;  /* [cap + 1] accepted tokens + the next one (emission buffer) */
+    int32_t *slots;       /* [cap] cache slots of the accepted path */
+    float *hidden;        /* [max(cap + 1, n_batch)][n_embd] when a drafter wants features */
+    float **layer_hidden; /* [n_layers] of the same size */
     int32_t n_layer_buf, hidden_rows;
-    int32_t *feat_tokens;  /* [max(cap + 1, n_batch)] */
+    int32_t *feat_tokens; /* [max(cap + 1, n_batch)] */
 };
 
 vs_spec *vs_spec_new(vs_lm *target, const vs_spec_config *cfg, vs_error *err) {
@@ -339,7 +350,8 @@ static void free_scratch(vs_spec *s) {
     vs_free(s->rows), vs_free(s->anc), vs_free(s->logits), vs_free(s->acc_nodes), vs_free(s->acc_tokens);
     vs_free(s->slots);
     memset(&s->prop, 0, sizeof(s->prop));
-    s->rows = NULL, s->anc = NULL, s->logits = NULL, s->acc_nodes = NULL, s->acc_tokens = NULL, s->slots = NULL;
+    s->rows = NULL, s->anc = NULL, s->logits = NULL, s->acc_nodes = NULL, s->acc_tokens = NULL,
+    s->slots = NULL;
     s->cap = 0;
 }
 
@@ -413,9 +425,7 @@ static vs_status ensure_hidden(vs_spec *s, const vs_spec_drafter *d, int32_t row
     return VS_OK;
 }
 
-static bool wants_features(const vs_spec_drafter *d) {
-    return d && (d->want_hidden || d->n_want_layers > 0);
-}
+static bool wants_features(const vs_spec_drafter *d) { return d && (d->want_hidden || d->n_want_layers > 0); }
 
 /* Output spec of a target forward: logits (when logits != NULL) and the drafter's features. */
 static vs_lm_out make_out(vs_spec *s, const vs_spec_drafter *d, float *logits) {
@@ -440,8 +450,13 @@ static vs_status deliver_features(vs_spec *s, vs_spec_drafter *d, int32_t pos0, 
     int32_t nl = VS_MIN(d->n_want_layers, 64);
     const size_t off = (size_t)r0 * (size_t)s->n_embd;
     for (int32_t i = 0; i < nl; i++) lh[i] = s->layer_hidden[i] + off;
-    vs_spec_features f = {.pos0 = pos0, .n = n, .n_embd = s->n_embd, .tokens = tokens, .hidden = s->hidden + off,
-                          .n_layer_out = nl, .layer_hidden = lh};
+    vs_spec_features f = {.pos0 = pos0,
+                          .n = n,
+                          .n_embd = s->n_embd,
+                          .tokens = tokens,
+                          .hidden = s->hidden + off,
+                          .n_layer_out = nl,
+                          .layer_hidden = lh};
     return d->vt->target_rows(d, &f, err);
 }
 
@@ -455,8 +470,10 @@ static void prompt_row(prompt_cursor *c, vs_lm_row *r, int32_t n_embd) {
     while (c->off >= c->p->seg[c->seg].n) c->seg++, c->off = 0;
     const vs_spec_segment *sg = &c->p->seg[c->seg];
     memset(r, 0, sizeof(*r));
-    if (sg->kind == VS_SPEC_SEG_TEXT) r->token = sg->tokens[c->off];
-    else r->embd = sg->embd + (size_t)c->off * (size_t)n_embd, r->token = -1;
+    if (sg->kind == VS_SPEC_SEG_TEXT)
+        r->token = sg->tokens[c->off];
+    else
+        r->embd = sg->embd + (size_t)c->off * (size_t)n_embd, r->token = -1;
     c->off++;
 }
 
@@ -469,19 +486,20 @@ static vs_status check_proposal(const vs_spec *s, const vs_spec_drafter *d, cons
                                 const vs_spec_limits *lim, bool *is_chain, vs_error *err) {
     const char *name = d->vt->name ? d->vt->name : "drafter";
     if (pr->n < 0 || pr->n > lim->max_nodes)
-        return vs_error_set(err, VS_ERR_INVALID, "%s: proposed %d nodes, limit %d", name, pr->n, lim->max_nodes);
+        return vs_error_set(err, VS_ERR_INVALID, "%s: proposed %d nodes, limit %d", name, pr->n,
+                            lim->max_nodes);
     bool chain = true;
     for (int32_t i = 0; i < pr->n; i++) {
         int32_t par = pr->parent[i];
         if (pr->token[i] < 0 || pr->token[i] >= s->n_vocab)
-            return vs_error_set(err, VS_ERR_INVALID, "%s: node %d: token %d outside the vocabulary [0, %d)", name,
-                                i, pr->token[i], s->n_vocab);
+            return vs_error_set(err, VS_ERR_INVALID, "%s: node %d: token %d outside the vocabulary [0, %d)",
+                                name, i, pr->token[i], s->n_vocab);
         if (par < -1 || par >= i)
             return vs_error_set(err, VS_ERR_INVALID, "%s: node %d: parent %d must precede it", name, i, par);
         int32_t want_depth = par < 0 ? 1 : pr->depth[par] + 1;
         if (pr->depth[i] != want_depth || pr->depth[i] > lim->max_depth)
-            return vs_error_set(err, VS_ERR_INVALID, "%s: node %d: depth %d (parent's + 1 = %d, limit %d)", name, i,
-                                pr->depth[i], want_depth, lim->max_depth);
+            return vs_error_set(err, VS_ERR_INVALID, "%s: node %d: depth %d (parent's + 1 = %d, limit %d)",
+                                name, i, pr->depth[i], want_depth, lim->max_depth);
         if (pr->q_row[i] < -1 || pr->q_row[i] >= pr->cap)
             return vs_error_set(err, VS_ERR_INVALID, "%s: node %d: q row %d outside [-1, %d)", name, i,
                                 pr->q_row[i], pr->cap);
@@ -491,16 +509,17 @@ static vs_status check_proposal(const vs_spec *s, const vs_spec_drafter *d, cons
     if (!chain)
         return vs_error_set(err, VS_ERR_UNSUPPORTED,
                             "%s: proposed a tree; this engine verifies chains only (tree verification is the "
-                            "token-tree issue)", name);
+                            "token-tree issue)",
+                            name);
     return VS_OK;
 }
 
 /* Result of walking a verified proposal. */
 typedef struct walk_result {
-    int32_t n_accept; /* accepted nodes (path in acc_nodes) */
-    int32_t n_eval;   /* decided drafted positions */
-    int32_t next;     /* correction / bonus token, -1 when an accepted EOS ended the request */
-    bool eos;         /* generation ends with this block at an EOS (accepted or next) */
+    int32_t n_accept;  /* accepted nodes (path in acc_nodes) */
+    int32_t n_eval;    /* decided drafted positions */
+    int32_t next;      /* correction / bonus token, -1 when an accepted EOS ended the request */
+    bool eos;          /* generation ends with this block at an EOS (accepted or next) */
     bool eos_accepted; /* ... at an accepted draft (no correction / bonus token then) */
 } walk_result;
 
@@ -531,8 +550,10 @@ static vs_status walk_chain(vs_spec *s, const vs_spec_drafter *d, const vs_spec_
             const float *q = prop->q_row[i] >= 0 ? prop->q + (size_t)prop->q_row[i] * V : NULL;
             const double qd = q ? q[t] : 1.0, pd = s->p[t];
             if (!(qd > 0))
-                return vs_error_set(err, VS_ERR_INVALID, "%s: drafted token %d with q = %g (q must be the "
-                                    "distribution it was drawn from)", d->vt->name, t, qd);
+                return vs_error_set(err, VS_ERR_INVALID,
+                                    "%s: drafted token %d with q = %g (q must be the "
+                                    "distribution it was drawn from)",
+                                    d->vt->name, t, qd);
             /* accept with probability min(1, p/q): u in [0, 1) so u * q < p */
             accept = vs_sampler_uniform(s->sampler) * qd < pd;
             if (!accept) {
@@ -582,8 +603,8 @@ static vs_status walk_chain(vs_spec *s, const vs_spec_drafter *d, const vs_spec_
 }
 
 /* Target prefill of prompt rows [from, to) in chunks; the drafter gets their features. */
-static vs_status prefill(vs_spec *s, vs_spec_drafter *d, const vs_spec_prompt *prompt, int32_t from, int32_t to,
-                         vs_error *err) {
+static vs_status prefill(vs_spec *s, vs_spec_drafter *d, const vs_spec_prompt *prompt, int32_t from,
+                         int32_t to, vs_error *err) {
     prompt_cursor cur = {prompt, 0, 0};
     vs_lm_row tmp;
     for (int32_t i = 0; i < from; i++) prompt_row(&cur, &tmp, s->n_embd);
@@ -607,24 +628,28 @@ static vs_status prefill(vs_spec *s, vs_spec_drafter *d, const vs_spec_prompt *p
 }
 
 vs_status vs_spec_generate(vs_spec *s, vs_spec_drafter *d, const vs_spec_prompt *prompt,
-                           const vs_spec_params *pr, vs_spec_token_fn on_tokens, void *cb_ctx, vs_spec_log *log,
-                           vs_error *err) {
+                           const vs_spec_params *pr, vs_spec_token_fn on_tokens, void *cb_ctx,
+                           vs_spec_log *log, vs_error *err) {
     vs_spec_log_reset(log);
     const char *tname = vs_gguf_name(vs_lm_gguf(s->lm));
     if (!pr) return vs_error_set(err, VS_ERR_INVALID, "spec: no parameters");
     if (pr->gamma < 0 || pr->gamma > VS_SPEC_MAX_GAMMA)
         return vs_error_set(err, VS_ERR_INVALID, "spec: draft length %d outside [0, %d]", pr->gamma,
                             VS_SPEC_MAX_GAMMA);
-    if (pr->n_predict < 1) return vs_error_set(err, VS_ERR_INVALID, "spec: token limit %d < 1", pr->n_predict);
-    if (pr->gamma > 0 && !d) return vs_error_set(err, VS_ERR_INVALID, "spec: draft length %d needs a drafter", pr->gamma);
+    if (pr->n_predict < 1)
+        return vs_error_set(err, VS_ERR_INVALID, "spec: token limit %d < 1", pr->n_predict);
+    if (pr->gamma > 0 && !d)
+        return vs_error_set(err, VS_ERR_INVALID, "spec: draft length %d needs a drafter", pr->gamma);
     if (pr->gamma == 0) d = NULL; /* plain decoding */
     if (d) {
         if (!d->vt || !d->vt->begin || !d->vt->propose || !d->vt->commit)
             return vs_error_set(err, VS_ERR_INVALID, "spec: drafter without begin/propose/commit");
         if (d->n_vocab != s->n_vocab)
-            return vs_error_set(err, VS_ERR_INVALID,
-                                "spec: drafter %s has a vocabulary of %d tokens, the target %s has %d: they must "
-                                "share one tokenizer", d->vt->name, d->n_vocab, tname, s->n_vocab);
+            return vs_error_set(
+                err, VS_ERR_INVALID,
+                "spec: drafter %s has a vocabulary of %d tokens, the target %s has %d: they must "
+                "share one tokenizer",
+                d->vt->name, d->n_vocab, tname, s->n_vocab);
         if (d->n_want_layers < 0 || d->n_want_layers > 64 || (d->n_want_layers > 0 && !d->want_layers))
             return vs_error_set(err, VS_ERR_INVALID, "spec: drafter %s asks for %d layers", d->vt->name,
                                 d->n_want_layers);
@@ -708,7 +733,8 @@ vs_status vs_spec_generate(vs_spec *s, vs_spec_drafter *d, const vs_spec_prompt 
         const int32_t k_max = VS_MIN(VS_MIN(pr->gamma, remaining - 1), room);
         bool chain = true;
         if (d && k_max > 0) {
-            vs_spec_limits lim = {.max_depth = k_max, .max_nodes = d->max_nodes > 0 ? VS_MIN(d->max_nodes, cap) : k_max};
+            vs_spec_limits lim = {.max_depth = k_max,
+                                  .max_nodes = d->max_nodes > 0 ? VS_MIN(d->max_nodes, cap) : k_max};
             st = d->vt->propose(d, &lim, &s->prop, err);
             if (!st) st = check_proposal(s, d, &s->prop, &lim, &chain, err);
             if (st) goto done;
@@ -770,8 +796,11 @@ vs_status vs_spec_generate(vs_spec *s, vs_spec_drafter *d, const vs_spec_prompt 
                 for (int32_t i = 0; i <= w.n_accept; i++) s->feat_tokens[i] = s->hist[L + i];
                 if ((st = deliver_features(s, d, L, 0, w.n_accept + 1, s->feat_tokens, err))) goto done;
             }
-            vs_spec_commit c = {.n_proposed = k, .n_accepted = w.n_accept, .accepted_nodes = s->acc_nodes,
-                                .accepted = s->acc_tokens, .next = ends ? -1 : w.next,
+            vs_spec_commit c = {.n_proposed = k,
+                                .n_accepted = w.n_accept,
+                                .accepted_nodes = s->acc_nodes,
+                                .accepted = s->acc_tokens,
+                                .next = ends ? -1 : w.next,
                                 .target_logits = s->logits};
             if ((st = d->vt->commit(d, &c, err))) goto done;
         }
@@ -804,8 +833,9 @@ vs_status vs_spec_time_target(vs_spec *s, int32_t n_rows, int32_t reps, double *
         return vs_error_set(err, VS_ERR_INVALID, "spec: timing needs n_rows >= 1 and 1..1000 repetitions");
     const int32_t L = vs_kv_seq_len(s->kv, 0);
     if (L + n_rows > s->n_ctx)
-        return vs_error_set(err, VS_ERR_RANGE, "spec: no room for %d more rows in the target cache (%d of %d used)",
-                            n_rows, L, s->n_ctx);
+        return vs_error_set(err, VS_ERR_RANGE,
+                            "spec: no room for %d more rows in the target cache (%d of %d used)", n_rows, L,
+                            s->n_ctx);
     vs_status st = ensure_scratch(s, n_rows, err);
     if (st) return st;
     double *t = vs_malloc(sizeof(double) * (size_t)reps);

@@ -62,10 +62,10 @@ typedef enum vs_spec_seg_kind {
 /* One piece of a prompt. The target's rows are the segments' rows in order. */
 typedef struct vs_spec_segment {
     vs_spec_seg_kind kind;
-    int32_t n;              /* text: tokens; image: target embedding rows */
-    const int32_t *tokens;  /* text: [n] token ids */
-    const float *embd;      /* image: [n][target n_embd] the target's projected rows */
-    int32_t image;          /* image: index into vs_spec_prompt.images (-1 = no features given) */
+    int32_t n;             /* text: tokens; image: target embedding rows */
+    const int32_t *tokens; /* text: [n] token ids */
+    const float *embd;     /* image: [n][target n_embd] the target's projected rows */
+    int32_t image;         /* image: index into vs_spec_prompt.images (-1 = no features given) */
 } vs_spec_segment;
 
 typedef struct vs_spec_prompt {
@@ -84,12 +84,12 @@ int64_t vs_spec_prompt_rows(const vs_spec_prompt *p);
 vs_status vs_spec_prompt_check(const vs_spec_prompt *p, int32_t n_vocab, vs_error *err);
 
 typedef struct vs_spec_params {
-    int32_t gamma;               /* longest draft per block (chain length); 0 = plain decoding */
-    int32_t n_predict;           /* token limit (> 0) */
-    vs_sampler_params sampling;  /* the user's sampling (temperature 0 = greedy) and seed */
-    bool ignore_eos;             /* do not stop at end-of-generation tokens */
-    bool reuse_prefix;           /* keep the cached rows that match the new prompt's leading TEXT rows
-                                  * (chat turns, repeated requests); false: start from an empty cache */
+    int32_t gamma;              /* longest draft per block (chain length); 0 = plain decoding */
+    int32_t n_predict;          /* token limit (> 0) */
+    vs_sampler_params sampling; /* the user's sampling (temperature 0 = greedy) and seed */
+    bool ignore_eos;            /* do not stop at end-of-generation tokens */
+    bool reuse_prefix;          /* keep the cached rows that match the new prompt's leading TEXT rows
+                                 * (chat turns, repeated requests); false: start from an empty cache */
     /* TEST ONLY: on a rejection sample the correction from p instead of norm(max(0, p - q)). This
      * makes speculative sampling WRONG (biased towards tokens the drafter overrates); it exists so
      * tests/test_spec_sampling.c can prove its distribution test detects a broken residual. */
@@ -105,8 +105,8 @@ vs_spec_params vs_spec_params_default(void);
 /* What begin receives. Pointers are valid until end(). */
 typedef struct vs_spec_begin_info {
     const vs_spec_prompt *prompt;
-    const vs_spec_params *params;  /* sampling: a drafter normally draws with the same transforms */
-    int32_t n_ctx_target;          /* the target cache's size (rows) */
+    const vs_spec_params *params; /* sampling: a drafter normally draws with the same transforms */
+    int32_t n_ctx_target;         /* the target cache's size (rows) */
 } vs_spec_begin_info;
 
 /* Limits of one proposal. */
@@ -120,17 +120,17 @@ typedef struct vs_spec_limits {
  * q rows of n_vocab); the drafter fills them in propose and may leave n = 0 (nothing to propose).
  * For a chain: parent[i] = i - 1, depth[i] = i + 1, q_row[i] = i (or -1). */
 typedef struct vs_spec_proposal {
-    int32_t n;        /* nodes proposed */
-    int32_t cap;      /* capacity (>= limits.max_nodes) */
+    int32_t n;   /* nodes proposed */
+    int32_t cap; /* capacity (>= limits.max_nodes) */
     int32_t n_vocab;
-    int32_t *token;   /* [cap] */
-    int32_t *parent;  /* [cap] index of the parent node (< own index), -1 = child of the pending row */
-    int32_t *depth;   /* [cap] 1 + parent's depth */
-    int32_t *q_row;   /* [cap] row of q this node was drawn from, -1 = deterministic (q one-hot at the
-                       * token). Siblings drawn from one distribution share a row. */
-    float *q;         /* [cap][n_vocab] distributions, each summing to 1 */
-    int32_t n_steps;  /* draft forward passes spent on this proposal (for the measured Tq); the
-                       * engine counts one per node when left 0 */
+    int32_t *token;  /* [cap] */
+    int32_t *parent; /* [cap] index of the parent node (< own index), -1 = child of the pending row */
+    int32_t *depth;  /* [cap] 1 + parent's depth */
+    int32_t *q_row;  /* [cap] row of q this node was drawn from, -1 = deterministic (q one-hot at the
+                      * token). Siblings drawn from one distribution share a row. */
+    float *q;        /* [cap][n_vocab] distributions, each summing to 1 */
+    int32_t n_steps; /* draft forward passes spent on this proposal (for the measured Tq); the
+                      * engine counts one per node when left 0 */
 } vs_spec_proposal;
 
 /* Result of one block, given to commit. */
@@ -144,17 +144,17 @@ typedef struct vs_spec_commit {
     /* The target's raw logits of the verified batch, valid during the call, for drafters that adapt to
      * the target at test time (TABED's ensemble weights): row 0 is the prediction for the first drafted
      * position (after the pending row), row i + 1 the prediction after node i. */
-    const float *target_logits;    /* [n_proposed + 1][n_vocab] */
+    const float *target_logits; /* [n_proposed + 1][n_vocab] */
 } vs_spec_commit;
 
 /* Target hidden states of rows that became final in the target cache. */
 typedef struct vs_spec_features {
-    int32_t pos0;                    /* position of the first row */
-    int32_t n;                       /* rows */
-    int32_t n_embd;                  /* target width */
-    const int32_t *tokens;           /* [n] token of each row, -1 for embedding rows */
-    const float *hidden;             /* [n][n_embd] last layer before the final norm */
-    int32_t n_layer_out;             /* extra layers (drafter's want_layers) */
+    int32_t pos0;                     /* position of the first row */
+    int32_t n;                        /* rows */
+    int32_t n_embd;                   /* target width */
+    const int32_t *tokens;            /* [n] token of each row, -1 for embedding rows */
+    const float *hidden;              /* [n][n_embd] last layer before the final norm */
+    int32_t n_layer_out;              /* extra layers (drafter's want_layers) */
     const float *const *layer_hidden; /* [n_layer_out] of [n][n_embd] */
 } vs_spec_features;
 
@@ -208,11 +208,11 @@ typedef struct vs_spec_block {
 } vs_spec_block;
 
 typedef struct vs_spec_log {
-    int32_t gamma;        /* configured draft length */
-    int32_t n_prompt;     /* prompt rows */
-    int32_t n_prefilled;  /* prompt rows the target evaluated in the prefill (after prefix reuse) */
-    int32_t n_tokens;     /* generated tokens */
-    int32_t *tokens;      /* [n_tokens] (vs_malloc'ed, owned) */
+    int32_t gamma;       /* configured draft length */
+    int32_t n_prompt;    /* prompt rows */
+    int32_t n_prefilled; /* prompt rows the target evaluated in the prefill (after prefix reuse) */
+    int32_t n_tokens;    /* generated tokens */
+    int32_t *tokens;     /* [n_tokens] (vs_malloc'ed, owned) */
     int32_t cap_tokens;
     vs_spec_block *blocks; /* [n_blocks] (owned) */
     int32_t n_blocks, cap_blocks;
@@ -228,7 +228,7 @@ typedef struct vs_spec_log {
 } vs_spec_log;
 
 void vs_spec_log_init(vs_spec_log *log);
-void vs_spec_log_free(vs_spec_log *log); /* frees the arrays, keeps the struct reusable */
+void vs_spec_log_free(vs_spec_log *log);  /* frees the arrays, keeps the struct reusable */
 void vs_spec_log_reset(vs_spec_log *log); /* empties it, keeping allocations */
 /* Appends a block / tokens (used by the engine; tests build logs with known answers). */
 vs_status vs_spec_log_add_block(vs_spec_log *log, const vs_spec_block *b, vs_error *err);
@@ -238,9 +238,9 @@ typedef struct vs_spec_stats {
     int32_t gamma;
     int32_t n_blocks, n_tokens;
     int64_t n_drafted, n_accepted;
-    double tau;                     /* new tokens / verify passes (0 if no block) */
-    double accept_rate;             /* accepted / decided drafted positions */
-    double draft_accept_rate;       /* accepted / all drafted positions */
+    double tau;                        /* new tokens / verify passes (0 if no block) */
+    double accept_rate;                /* accepted / decided drafted positions */
+    double draft_accept_rate;          /* accepted / all drafted positions */
     double n_alpha[VS_SPEC_MAX_GAMMA]; /* [n-1]: P(position n accepted | 1..n-1 accepted); -1 = no data */
     int64_t n_alpha_num[VS_SPEC_MAX_GAMMA], n_alpha_den[VS_SPEC_MAX_GAMMA];
     int64_t hist[VS_SPEC_MAX_GAMMA + 1]; /* blocks by accepted length 0..gamma */
@@ -272,10 +272,10 @@ void vs_spec_stats_json(const vs_spec_stats *s, vs_json_writer *w);
  * The engine */
 
 typedef struct vs_spec_config {
-    int32_t n_ctx;          /* target cache rows; <= 0: the model's n_ctx_train */
-    vs_type kv_type;        /* VS_TYPE_F32 (0 = F32) or VS_TYPE_F16 */
-    int32_t n_batch;        /* prefill chunk (rows per forward); <= 0: 512 */
-    vs_threadpool *tp;      /* borrowed; NULL = caller's thread */
+    int32_t n_ctx;           /* target cache rows; <= 0: the model's n_ctx_train */
+    vs_type kv_type;         /* VS_TYPE_F32 (0 = F32) or VS_TYPE_F16 */
+    int32_t n_batch;         /* prefill chunk (rows per forward); <= 0: 512 */
+    vs_threadpool *tp;       /* borrowed; NULL = caller's thread */
     const vs_tokenizer *tok; /* borrowed, for end-of-generation ids; NULL = never stop at EOS */
 } vs_spec_config;
 
@@ -284,7 +284,7 @@ typedef struct vs_spec vs_spec;
 /* The target is borrowed (free it after the engine). */
 vs_spec *vs_spec_new(vs_lm *target, const vs_spec_config *cfg, vs_error *err);
 void vs_spec_free(vs_spec *s);
-vs_kv *vs_spec_kv(vs_spec *s);        /* the target cache (read it, do not resize it) */
+vs_kv *vs_spec_kv(vs_spec *s); /* the target cache (read it, do not resize it) */
 int32_t vs_spec_n_ctx(const vs_spec *s);
 
 /* Called after each block with the tokens it emitted; return false to stop the request. */

@@ -79,7 +79,8 @@ static void free_engine(engine *e) {
 }
 
 static vs_spec_drafter *make_drafter(vs_lm *draft, vs_lm *target, vs_draft_lm_mode mode,
-                                     const vs_vision_projector *proj, const vs_vision_tower *tower, int n_ctx) {
+                                     const vs_vision_projector *proj, const vs_vision_tower *tower,
+                                     int n_ctx) {
     vs_error err = {0};
     vs_draft_lm_opts o = {.mode = mode, .n_ctx = n_ctx, .proj = proj, .tower = tower};
     vs_spec_drafter *d = vs_draft_lm_new(draft, target, &o, &err);
@@ -88,8 +89,8 @@ static vs_spec_drafter *make_drafter(vs_lm *draft, vs_lm *target, vs_draft_lm_mo
 }
 
 /* Runs one request; VT_REQUIRE success. */
-static void run(engine *e, vs_spec_drafter *d, const vs_spec_prompt *p, int gamma, int n_predict, bool ignore_eos,
-                vs_spec_log *log) {
+static void run(engine *e, vs_spec_drafter *d, const vs_spec_prompt *p, int gamma, int n_predict,
+                bool ignore_eos, vs_spec_log *log) {
     vs_error err = {0};
     vs_spec_params pr = vs_spec_params_default();
     pr.gamma = gamma;
@@ -198,10 +199,11 @@ static void check_pair(const char *what, engine *e, vs_spec_drafter *d, const vs
             if (!ok) {
                 t->mismatches++;
                 int first = 0;
-                while (first < VS_MIN(base.n_tokens, spec.n_tokens) && base.tokens[first] == spec.tokens[first])
+                while (first < VS_MIN(base.n_tokens, spec.n_tokens) &&
+                       base.tokens[first] == spec.tokens[first])
                     first++;
-                fprintf(stderr, "  %s prompt %d gamma %d: %d vs %d tokens, first difference at %d\n", what, pi,
-                        GAMMAS[gi], spec.n_tokens, base.n_tokens, first);
+                fprintf(stderr, "  %s prompt %d gamma %d: %d vs %d tokens, first difference at %d\n", what,
+                        pi, GAMMAS[gi], spec.n_tokens, base.n_tokens, first);
             }
             VT_CHECK(ok, "%s: prompt %d gamma %d: speculative output differs from target-only", what, pi,
                      GAMMAS[gi]);
@@ -213,12 +215,14 @@ static void check_pair(const char *what, engine *e, vs_spec_drafter *d, const vs
             int64_t ev = vs_draft_lm_rows_evaluated(d) - ev0;
             int kv_len = vs_kv_seq_len(vs_draft_lm_kv(d), 0);
             int ctx = n_draft_rows[pi] + spec.n_tokens;
-            VT_CHECK(ev == kv_len + wasted_drafts(&spec), "%s: drafter evaluated %lld rows, cache %d + wasted %lld",
-                     what, (long long)ev, kv_len, (long long)wasted_drafts(&spec));
+            VT_CHECK(ev == kv_len + wasted_drafts(&spec),
+                     "%s: drafter evaluated %lld rows, cache %d + wasted %lld", what, (long long)ev, kv_len,
+                     (long long)wasted_drafts(&spec));
             VT_CHECK(kv_len <= ctx && kv_len >= ctx - 3, "%s: draft cache %d rows for a context of %d", what,
                      kv_len, ctx);
             for (int b = 0; b < spec.n_blocks; b++)
-                VT_CHECK(spec.blocks[b].n_draft <= GAMMAS[gi], "block drafted %d > gamma", spec.blocks[b].n_draft);
+                VT_CHECK(spec.blocks[b].n_draft <= GAMMAS[gi], "block drafted %d > gamma",
+                         spec.blocks[b].n_draft);
         }
     }
     vs_spec_log_free(&base);
@@ -258,7 +262,8 @@ static void test_batch_invariance(void) {
         double worst = 0;
         for (int n = 1; n <= 9; n++) {
             memset(rows, 0, sizeof(rows));
-            for (int i = 0; i < n; i++) rows[i].token = 3 + (i * 7 + 1) % (V - 3), rows[i].pos = 7 + i, rows[i].want_logits = true;
+            for (int i = 0; i < n; i++)
+                rows[i].token = 3 + (i * 7 + 1) % (V - 3), rows[i].pos = 7 + i, rows[i].want_logits = true;
             vs_lm_out o = {.logits = lg, .attn_layer = -1};
             VT_REQUIRE(vs_lm_forward(lm, kv, NULL, rows, n, &o, &err) == VS_OK, "%s", err.msg);
             VT_REQUIRE(vs_kv_seq_truncate(kv, 0, 7, &err) == VS_OK, "%s", err.msg);
@@ -266,8 +271,10 @@ static void test_batch_invariance(void) {
             double d = vt_max_abs_diff(ref, lg, (size_t)V);
             worst = d > worst ? d : worst;
         }
-        printf("  batch invariance %-14s: max |logit(row 0 of n rows) - logit(1 row)| = %.3g\n", ms[m].name, worst);
-        VT_CHECK(worst <= 1e-4, "%s: the target's logits depend on the number of rows in the batch (max diff %g): "
+        printf("  batch invariance %-14s: max |logit(row 0 of n rows) - logit(1 row)| = %.3g\n", ms[m].name,
+               worst);
+        VT_CHECK(worst <= 1e-4,
+                 "%s: the target's logits depend on the number of rows in the batch (max diff %g): "
                  "verification then disagrees with one-row decoding and greedy speculative output can differ "
                  "from target-only output; vs_matmul must compute each row the same way for any n_rows",
                  ms[m].name, worst);
@@ -391,10 +398,12 @@ static void test_random_pairs(tally *t) {
          {"independent", ropts(32, 1, 2, 2, 64, 96, VS_TYPE_F32, 0.15f, true, 12), 0}},
         {{"same seed f32", ropts(32, 1, 2, 1, 64, 64, VS_TYPE_F32, 0.3f, false, 21), 0},
          {"independent 2 layers", ropts(32, 2, 4, 4, 64, 64, VS_TYPE_F32, 0.3f, false, 22), 0},
-         {NULL, {0}, 0}, {NULL, {0}, 0}},
+         {NULL, {0}, 0},
+         {NULL, {0}, 0}},
         {{"same seed q4_0", ropts(128, 2, 4, 4, 256, 128, VS_TYPE_Q4_0, 0.1f, true, 31), 0},
          {"same seed 1 layer f32", ropts(128, 1, 4, 4, 256, 128, VS_TYPE_F32, 0.1f, true, 31), 0},
-         {NULL, {0}, 0}, {NULL, {0}, 0}},
+         {NULL, {0}, 0},
+         {NULL, {0}, 0}},
     };
     for (int ti = 0; ti < 3; ti++) {
         char fname[64];
@@ -419,14 +428,16 @@ static void test_random_pairs(tally *t) {
             plain_greedy(target, tp[i].tok, lens[i], 40, ref);
             run(&e, NULL, pp[i], 0, 40, true, &log);
             VT_CHECK(log.n_tokens == 40 && memcmp(log.tokens, ref, sizeof(ref)) == 0,
-                     "%s prompt %d: engine target-only decode differs from a plain decode", targets[ti].name, i);
+                     "%s prompt %d: engine target-only decode differs from a plain decode", targets[ti].name,
+                     i);
             vs_spec_log_free(&log);
         }
         for (int pi = 0; pi < 4; pi++) {
             pair_spec *ps = &pairs[ti][pi];
             if (!ps->name) continue;
             vs_lm *draft;
-            if (ps->same == 2) draft = load_model(tmp_path(fname));
+            if (ps->same == 2)
+                draft = load_model(tmp_path(fname));
             else {
                 char dname[96];
                 snprintf(dname, sizeof(dname), "%s-draft%d.gguf", targets[ti].name, pi);
@@ -466,10 +477,12 @@ static void test_self_draft(void) {
             run(&e, d, &tp.p, g, 4 * (g + 1), true, &log);
             vs_spec_stats s;
             vs_spec_stats_compute(&log, NULL, &s);
-            VT_CHECK(s.tau == g + 1, "self draft (%s), gamma %d: tau %g", di ? "same file" : "same model", g, s.tau);
-            VT_CHECK(s.n_accepted == s.n_drafted && s.n_drafted == 4 * g, "gamma %d: %lld of %lld accepted", g,
-                     (long long)s.n_accepted, (long long)s.n_drafted);
-            for (int n = 0; n < g; n++) VT_CHECK(s.n_alpha[n] == 1, "gamma %d: %d-alpha %g", g, n + 1, s.n_alpha[n]);
+            VT_CHECK(s.tau == g + 1, "self draft (%s), gamma %d: tau %g", di ? "same file" : "same model", g,
+                     s.tau);
+            VT_CHECK(s.n_accepted == s.n_drafted && s.n_drafted == 4 * g, "gamma %d: %lld of %lld accepted",
+                     g, (long long)s.n_accepted, (long long)s.n_drafted);
+            for (int n = 0; n < g; n++)
+                VT_CHECK(s.n_alpha[n] == 1, "gamma %d: %d-alpha %g", g, n + 1, s.n_alpha[n]);
             VT_CHECK(s.hist[g] == 4, "gamma %d: histogram", g);
             vs_spec_log_free(&log);
         }
@@ -489,8 +502,8 @@ static void test_parity_pairs(tally *t) {
     const char *names[4] = {"llama-d64-l2-gqa-tied-f32", "llama-d128-l2-f16", "llama-d128-l2-q8_0",
                             "llama-d128-l2-q4_0"};
     /* prompts in the LLaMA-2 vocabulary: the parity prompt's tokens, and random tokens */
-    static const int32_t parity_prompt[19] = {1,   3148, 1001, 29901, 1724, 2927,  338,   278,  2919, 8607,
-                                              297, 278,  7623, 29973, 319,  1799,  9047,  13566, 29901};
+    static const int32_t parity_prompt[19] = {1,   3148, 1001, 29901, 1724, 2927, 338,  278,   2919, 8607,
+                                              297, 278,  7623, 29973, 319,  1799, 9047, 13566, 29901};
     enum { NP = 3 };
     text_prompt tp[NP];
     const vs_spec_prompt *pp[NP];
@@ -563,8 +576,8 @@ static void test_multimodal_pairs(tally *t) {
     tiny_vision(&tc, 64, true);
     tiny_vision(&dc, 32, false);
     tiny_vision(&dc2, 64, false);
-    VT_REQUIRE(vs_mmproj_write_random(tmp_path("mm-target-mmproj.gguf"), &tc, VS_TYPE_F32, 5, &err) == VS_OK, "%s",
-               err.msg);
+    VT_REQUIRE(vs_mmproj_write_random(tmp_path("mm-target-mmproj.gguf"), &tc, VS_TYPE_F32, 5, &err) == VS_OK,
+               "%s", err.msg);
     vs_mmproj *tm = vs_mmproj_open(tmp_path("mm-target-mmproj.gguf"), &err);
     VT_REQUIRE(tm, "%s", err.msg);
     const vs_vision_tower *tower = vs_mmproj_tower(tm);
@@ -573,11 +586,13 @@ static void test_multimodal_pairs(tally *t) {
     VT_REQUIRE(vs_vision_weights_alloc(&dw, &dc, &err) == VS_OK, "%s", err.msg);
     vs_vision_weights_randomize(&dw, &dc, 6);
     vs_mmproj_write_opts wo = {.mat_type = VS_TYPE_F32, .tower_hash = vs_vision_tower_hash(tower)};
-    VT_REQUIRE(vs_mmproj_write(tmp_path("mm-draft-mmproj.gguf"), &dc, &dw, &wo, &err) == VS_OK, "%s", err.msg);
+    VT_REQUIRE(vs_mmproj_write(tmp_path("mm-draft-mmproj.gguf"), &dc, &dw, &wo, &err) == VS_OK, "%s",
+               err.msg);
     vs_vision_weights_free(&dw, &dc);
     VT_REQUIRE(vs_vision_weights_alloc(&dw, &dc2, &err) == VS_OK, "%s", err.msg);
     vs_vision_weights_randomize(&dw, &dc2, 7);
-    VT_REQUIRE(vs_mmproj_write(tmp_path("mm-draft2-mmproj.gguf"), &dc2, &dw, &wo, &err) == VS_OK, "%s", err.msg);
+    VT_REQUIRE(vs_mmproj_write(tmp_path("mm-draft2-mmproj.gguf"), &dc2, &dw, &wo, &err) == VS_OK, "%s",
+               err.msg);
     vs_vision_weights_free(&dw, &dc2);
     vs_mmproj *dm = vs_mmproj_open(tmp_path("mm-draft-mmproj.gguf"), &err);
     VT_REQUIRE(dm, "%s", err.msg);
@@ -597,7 +612,8 @@ static void test_multimodal_pairs(tally *t) {
     for (int i = 0; i < NI; i++) {
         for (int j = 0; j < 3 * S * S; j++) pix[j] = (float)(vs_rng_uniform(&r) * 2 - 1);
         VT_REQUIRE(vs_vision_encode(tower, NULL, pix, NULL, &feat[i], &err) == VS_OK, "%s", err.msg);
-        VT_REQUIRE(vs_vision_embed(vs_mmproj_projector(tm), NULL, &feat[i], 1, &trows[i], &n_trows[i], &err) == VS_OK,
+        VT_REQUIRE(vs_vision_embed(vs_mmproj_projector(tm), NULL, &feat[i], 1, &trows[i], &n_trows[i],
+                                   &err) == VS_OK,
                    "%s", err.msg);
         fp[i] = &feat[i];
     }
@@ -616,19 +632,20 @@ static void test_multimodal_pairs(tally *t) {
         memset(&mp[i], 0, sizeof(mp[i]));
         for (int k = 0; k <= n_img; k++) {
             int len = 1 + (int)vs_rng_below(&r, 6) + (k == n_img ? 3 : 0);
-            for (int j = 0; j < len; j++) mp[i].tok[at + j] = at + j == 0 ? 1 : 3 + (int32_t)vs_rng_below(&r, 93);
+            for (int j = 0; j < len; j++)
+                mp[i].tok[at + j] = at + j == 0 ? 1 : 3 + (int32_t)vs_rng_below(&r, 93);
             mp[i].seg[ns++] = (vs_spec_segment){.kind = VS_SPEC_SEG_TEXT, .n = len, .tokens = mp[i].tok + at};
             at += len, nt += len;
             if (k < n_img) {
                 int im = (i + k) % NI;
-                mp[i].seg[ns++] = (vs_spec_segment){.kind = VS_SPEC_SEG_IMAGE, .n = (int32_t)n_trows[im],
-                                                    .embd = trows[im], .image = im};
+                mp[i].seg[ns++] = (vs_spec_segment){
+                    .kind = VS_SPEC_SEG_IMAGE, .n = (int32_t)n_trows[im], .embd = trows[im], .image = im};
             }
         }
         mp[i].p.seg = mp[i].seg, mp[i].p.n_seg = ns, mp[i].p.images = fp, mp[i].p.n_images = NI;
         pp[i] = &mp[i].p;
         rows_m[i] = nt + n_img * (int)n_trows[0]; /* the drafter's projector gives as many rows */
-        rows_t[i] = nt; /* filled below with the newline token count */
+        rows_t[i] = nt;                           /* filled below with the newline token count */
     }
     engine e = make_engine(target, 256);
     vs_spec_drafter *dm_d = make_drafter(draft, target, VS_DRAFT_LM_MM, vs_mmproj_projector(dm), tower, 0);
@@ -653,7 +670,8 @@ static void test_multimodal_pairs(tally *t) {
     check_pair("multimodal T (same-seed 1-layer drafter)", &e, dt2_d, pp, NP, rows_t, 24, t);
     vs_spec_drafter_free(dm2_d);
     vs_spec_drafter_free(dt2_d);
-    printf("  %-36s %3d combos, acceptance %.3f\n", "multimodal pairs (M and T, 2 drafters)", t->combos - before.combos,
+    printf("  %-36s %3d combos, acceptance %.3f\n", "multimodal pairs (M and T, 2 drafters)",
+           t->combos - before.combos,
            (double)(t->accepted - before.accepted) / (double)VS_MAX(t->drafted - before.drafted, 1));
 
     /* a self-drafting multimodal pair: the target drafting for itself in M mode with its own projector
@@ -668,17 +686,20 @@ static void test_multimodal_pairs(tally *t) {
     vs_spec_log_free(&log);
 
     /* M mode without features in the request: a clear error */
-    vs_spec_segment nofeat[2] = {{.kind = VS_SPEC_SEG_TEXT, .n = 2, .tokens = mp[0].tok},
-                                 {.kind = VS_SPEC_SEG_IMAGE, .n = (int32_t)n_trows[0], .embd = trows[0], .image = -1}};
+    vs_spec_segment nofeat[2] = {
+        {.kind = VS_SPEC_SEG_TEXT, .n = 2, .tokens = mp[0].tok},
+        {.kind = VS_SPEC_SEG_IMAGE, .n = (int32_t)n_trows[0], .embd = trows[0], .image = -1}};
     vs_spec_segment nf3[3] = {nofeat[0], nofeat[1], {.kind = VS_SPEC_SEG_TEXT, .n = 2, .tokens = mp[0].tok}};
     vs_spec_prompt np = {.seg = nf3, .n_seg = 3};
     vs_spec_params pr = vs_spec_params_default();
     pr.gamma = 3, pr.n_predict = 5, pr.sampling.temperature = 0;
     VT_CHECK(vs_spec_generate(e.s, dm_d, &np, &pr, NULL, NULL, &log, &err) == VS_ERR_INVALID &&
-                 strstr(err.msg, "features"), "M mode without features: %s", err.msg);
+                 strstr(err.msg, "features"),
+             "M mode without features: %s", err.msg);
     /* a drafter projector of the wrong width */
     vs_draft_lm_opts bad = {.mode = VS_DRAFT_LM_MM, .proj = vs_mmproj_projector(tm)};
-    VT_CHECK(!vs_draft_lm_new(draft, target, &bad, &err) && strstr(err.msg, "wide"), "width check: %s", err.msg);
+    VT_CHECK(!vs_draft_lm_new(draft, target, &bad, &err) && strstr(err.msg, "wide"), "width check: %s",
+             err.msg);
     bad.proj = NULL;
     VT_CHECK(!vs_draft_lm_new(draft, target, &bad, &err) && strstr(err.msg, "projector"), "no projector: %s",
              err.msg);
@@ -714,7 +735,8 @@ static vs_status td_begin(vs_spec_drafter *d, const vs_spec_begin_info *r, vs_er
     (void)d, (void)r, (void)e;
     return VS_OK;
 }
-static vs_status td_propose(vs_spec_drafter *base, const vs_spec_limits *lim, vs_spec_proposal *out, vs_error *e) {
+static vs_status td_propose(vs_spec_drafter *base, const vs_spec_limits *lim, vs_spec_proposal *out,
+                            vs_error *e) {
     test_drafter *d = (test_drafter *)base;
     (void)e;
     d->calls++;
@@ -750,7 +772,8 @@ static void test_bad_input(void) {
 
     /* another vocabulary size: refused at creation, with both names */
     VT_CHECK(!vs_draft_lm_new(other, target, NULL, &err) && strstr(err.msg, "bad-other-vocab") &&
-                 strstr(err.msg, "96"), "vocabulary size: %s", err.msg);
+                 strstr(err.msg, "96"),
+             "vocabulary size: %s", err.msg);
     /* same size, different tokenizer (LLaMA-2 vs a synthetic 32000-token vocabulary) */
     const char *dir = vt_shared_dir();
     if (dir) {
@@ -780,7 +803,8 @@ static void test_bad_input(void) {
     test_drafter td = {.hdr = {.vt = &td_vt, .n_vocab = 64}};
     pr.gamma = 3;
     VT_CHECK(vs_spec_generate(e.s, &td.hdr, &tp.p, &pr, NULL, NULL, &log, &err) == VS_ERR_INVALID &&
-                 strstr(err.msg, "vocabulary"), "engine vocabulary check: %s", err.msg);
+                 strstr(err.msg, "vocabulary"),
+             "engine vocabulary check: %s", err.msg);
     td.hdr.n_vocab = 96;
     const vs_status want[4] = {VS_ERR_UNSUPPORTED, VS_ERR_INVALID, VS_ERR_INVALID, VS_ERR_INVALID};
     const char *what[4] = {"tree", "token range", "q = 0", "depth"};
@@ -795,22 +819,28 @@ static void test_bad_input(void) {
     /* gamma > 0 without a drafter; bad gamma; bad limit; prompts */
     VT_CHECK(vs_spec_generate(e.s, NULL, &tp.p, &pr, NULL, NULL, &log, &err) == VS_ERR_INVALID, "no drafter");
     pr.gamma = VS_SPEC_MAX_GAMMA + 1;
-    VT_CHECK(vs_spec_generate(e.s, &td.hdr, &tp.p, &pr, NULL, NULL, &log, &err) == VS_ERR_INVALID, "gamma range");
+    VT_CHECK(vs_spec_generate(e.s, &td.hdr, &tp.p, &pr, NULL, NULL, &log, &err) == VS_ERR_INVALID,
+             "gamma range");
     pr.gamma = -1;
-    VT_CHECK(vs_spec_generate(e.s, &td.hdr, &tp.p, &pr, NULL, NULL, &log, &err) == VS_ERR_INVALID, "gamma < 0");
+    VT_CHECK(vs_spec_generate(e.s, &td.hdr, &tp.p, &pr, NULL, NULL, &log, &err) == VS_ERR_INVALID,
+             "gamma < 0");
     pr.gamma = 0, pr.n_predict = 0;
-    VT_CHECK(vs_spec_generate(e.s, NULL, &tp.p, &pr, NULL, NULL, &log, &err) == VS_ERR_INVALID, "n_predict 0");
+    VT_CHECK(vs_spec_generate(e.s, NULL, &tp.p, &pr, NULL, NULL, &log, &err) == VS_ERR_INVALID,
+             "n_predict 0");
     pr.n_predict = 8;
     vs_spec_prompt empty = {0};
-    VT_CHECK(vs_spec_generate(e.s, NULL, &empty, &pr, NULL, NULL, &log, &err) == VS_ERR_INVALID, "empty prompt");
+    VT_CHECK(vs_spec_generate(e.s, NULL, &empty, &pr, NULL, NULL, &log, &err) == VS_ERR_INVALID,
+             "empty prompt");
     int32_t badtok[2] = {1, 96};
     vs_spec_segment bs = {.kind = VS_SPEC_SEG_TEXT, .n = 2, .tokens = badtok};
     vs_spec_prompt bp = {.seg = &bs, .n_seg = 1};
     VT_CHECK(vs_spec_generate(e.s, NULL, &bp, &pr, NULL, NULL, &log, &err) == VS_ERR_INVALID &&
-                 strstr(err.msg, "vocabulary"), "token out of range: %s", err.msg);
+                 strstr(err.msg, "vocabulary"),
+             "token out of range: %s", err.msg);
     text_prompt longp;
     make_text_prompt(&longp, 65, 1, 96, 4);
-    VT_CHECK(vs_spec_generate(e.s, NULL, &longp.p, &pr, NULL, NULL, &log, &err) == VS_ERR_RANGE, "prompt > context");
+    VT_CHECK(vs_spec_generate(e.s, NULL, &longp.p, &pr, NULL, NULL, &log, &err) == VS_ERR_RANGE,
+             "prompt > context");
 
     /* gamma = 0 with a drafter: plain decoding, the drafter is not used */
     vs_spec_drafter *d = make_drafter(target, target, VS_DRAFT_LM_TEXT, NULL, NULL, 0);
@@ -823,8 +853,8 @@ static void test_bad_input(void) {
      * target-only up to the context stop */
     make_text_prompt(&tp, 40, 1, 96, 5);
     run(&e, NULL, &tp.p, 0, 100, true, &base);
-    VT_CHECK(base.stop == VS_SPEC_STOP_CONTEXT && base.n_tokens == 64 - 40 + 1, "context stop after %d tokens (%s)",
-             base.n_tokens, vs_spec_stop_name(base.stop));
+    VT_CHECK(base.stop == VS_SPEC_STOP_CONTEXT && base.n_tokens == 64 - 40 + 1,
+             "context stop after %d tokens (%s)", base.n_tokens, vs_spec_stop_name(base.stop));
     for (int gi = 0; gi < 4; gi++) {
         run(&e, d, &tp.p, GAMMAS[gi], 100, true, &log);
         VT_CHECK(same_tokens(&log, &base), "gamma %d near the context end", GAMMAS[gi]);
@@ -849,7 +879,8 @@ static void test_bad_input(void) {
     d = make_drafter(target, target, VS_DRAFT_LM_TEXT, NULL, NULL, 16);
     pr.gamma = 3;
     VT_CHECK(vs_spec_generate(e.s, d, &tp.p, &pr, NULL, NULL, &log, &err) == VS_ERR_RANGE &&
-                 strstr(err.msg, "draft cache"), "prompt > draft cache: %s", err.msg);
+                 strstr(err.msg, "draft cache"),
+             "prompt > draft cache: %s", err.msg);
     vs_spec_drafter_free(d);
 
     /* the token limit: the chain shrinks to the tokens left, the count is exact */
@@ -931,8 +962,8 @@ static void test_reject_drafter(void) {
     vs_spec_stats s;
     vs_spec_stats_compute(&log, &base, &s);
     VT_CHECK(same_tokens(&log, &base), "reject drafter keeps the output");
-    VT_CHECK(s.n_accepted == 0 && s.tau == 1, "reject drafter: %lld accepted, tau %g", (long long)s.n_accepted,
-             s.tau);
+    VT_CHECK(s.n_accepted == 0 && s.tau == 1, "reject drafter: %lld accepted, tau %g",
+             (long long)s.n_accepted, s.tau);
     vs_spec_log_free(&log);
     vs_spec_log_free(&base);
     vs_spec_drafter_free(d);
@@ -991,18 +1022,22 @@ static vs_status fd_rows(vs_spec_drafter *base, const vs_spec_features *f, vs_er
     if (f->pos0 != d->n_rows || f->n_layer_out != 1 || f->n_embd != d->E) d->contiguous = false;
     for (int i = 0; i < f->n && d->n_rows < 256; i++, d->n_rows++) {
         memcpy(d->hid + (size_t)d->n_rows * d->E, f->hidden + (size_t)i * d->E, sizeof(float) * d->E);
-        memcpy(d->lay0 + (size_t)d->n_rows * d->E, f->layer_hidden[0] + (size_t)i * d->E, sizeof(float) * d->E);
+        memcpy(d->lay0 + (size_t)d->n_rows * d->E, f->layer_hidden[0] + (size_t)i * d->E,
+               sizeof(float) * d->E);
         d->tok[d->n_rows] = f->tokens[i];
     }
     return VS_OK;
 }
-static vs_status fd_propose(vs_spec_drafter *base, const vs_spec_limits *lim, vs_spec_proposal *out, vs_error *e) {
+static vs_status fd_propose(vs_spec_drafter *base, const vs_spec_limits *lim, vs_spec_proposal *out,
+                            vs_error *e) {
     (void)base, (void)e;
     out->n = lim->max_depth;
-    for (int i = 0; i < out->n; i++) out->token[i] = 7, out->parent[i] = i - 1, out->depth[i] = i + 1, out->q_row[i] = -1;
+    for (int i = 0; i < out->n; i++)
+        out->token[i] = 7, out->parent[i] = i - 1, out->depth[i] = i + 1, out->q_row[i] = -1;
     return VS_OK;
 }
-static const vs_spec_drafter_vt fd_vt = {"feature-drafter", td_begin, fd_rows, fd_propose, td_commit, NULL, NULL};
+static const vs_spec_drafter_vt fd_vt = {"feature-drafter", td_begin, fd_rows, fd_propose,
+                                         td_commit,         NULL,     NULL};
 
 static void test_features(void) {
     vs_error err = {0};
@@ -1010,9 +1045,10 @@ static void test_features(void) {
     vs_lm *lm = make_model(&o, "feat.gguf");
     engine e = make_engine(lm, 128);
     static const int layer0[1] = {0};
-    feat_drafter fd = {.hdr = {.vt = &fd_vt, .n_vocab = 96, .want_hidden = true, .n_want_layers = 1,
-                               .want_layers = layer0},
-                       .E = 64, .contiguous = true};
+    feat_drafter fd = {
+        .hdr = {.vt = &fd_vt, .n_vocab = 96, .want_hidden = true, .n_want_layers = 1, .want_layers = layer0},
+        .E = 64,
+        .contiguous = true};
     fd.hid = malloc(sizeof(float) * 256 * 64);
     fd.lay0 = malloc(sizeof(float) * 256 * 64);
     text_prompt tp;
@@ -1036,10 +1072,13 @@ static void test_features(void) {
     for (int i = 0; i < fd.n_rows; i++) rows[i].token = seq[i], rows[i].pos = i;
     float *h = malloc(sizeof(float) * 256 * 64), *h0 = malloc(sizeof(float) * 256 * 64);
     float *lh[1] = {h0};
-    vs_lm_out out = {.hidden = h, .n_layer_out = 1, .layer_ids = layer0, .layer_hidden = lh, .attn_layer = -1};
+    vs_lm_out out = {
+        .hidden = h, .n_layer_out = 1, .layer_ids = layer0, .layer_hidden = lh, .attn_layer = -1};
     VT_REQUIRE(vs_lm_forward(lm, kv, NULL, rows, fd.n_rows, &out, &err) == VS_OK, "%s", err.msg);
-    double dh = vt_max_abs_diff(h, fd.hid, (size_t)fd.n_rows * 64), d0 = vt_max_abs_diff(h0, fd.lay0, (size_t)fd.n_rows * 64);
-    VT_CHECK(dh < 1e-4 && d0 < 1e-4, "delivered features vs a direct forward: %g (last), %g (layer 0)", dh, d0);
+    double dh = vt_max_abs_diff(h, fd.hid, (size_t)fd.n_rows * 64),
+           d0 = vt_max_abs_diff(h0, fd.lay0, (size_t)fd.n_rows * 64);
+    VT_CHECK(dh < 1e-4 && d0 < 1e-4, "delivered features vs a direct forward: %g (last), %g (layer 0)", dh,
+             d0);
     /* features turn prefix reuse off: a second request still delivers every row */
     vs_spec_params pr = vs_spec_params_default();
     pr.gamma = 3, pr.n_predict = 10, pr.sampling.temperature = 0, pr.reuse_prefix = true;
@@ -1074,21 +1113,22 @@ static void test_cli(void) {
     vs_error err = {0};
     vs_lm_random_opts to = ropts(64, 2, 4, 2, 128, 96, VS_TYPE_Q8_0, 0.15f, true, 111);
     vs_lm_random_opts dq = ropts(64, 2, 4, 2, 128, 96, VS_TYPE_Q4_0, 0.15f, true, 111); /* the twin */
-    vs_lm_random_opts dv = ropts(32, 1, 2, 2, 64, 64, VS_TYPE_F32, 0.15f, true, 112);  /* other vocab */
+    vs_lm_random_opts dv = ropts(32, 1, 2, 2, 64, 64, VS_TYPE_F32, 0.15f, true, 112);   /* other vocab */
     VT_REQUIRE(vs_lm_write_random(&to, tmp_path("cli-t.gguf"), &err) == VS_OK, "%s", err.msg);
     VT_REQUIRE(vs_lm_write_random(&dq, tmp_path("cli-d.gguf"), &err) == VS_OK, "%s", err.msg);
     VT_REQUIRE(vs_lm_write_random(&dv, tmp_path("cli-v.gguf"), &err) == VS_OK, "%s", err.msg);
     vs_vision_config tc, dc;
     tiny_vision(&tc, 64, true);
     tiny_vision(&dc, 64, false);
-    VT_REQUIRE(vs_mmproj_write_random(tmp_path("cli-t-mmproj.gguf"), &tc, VS_TYPE_F32, 3, &err) == VS_OK, "%s",
-               err.msg);
+    VT_REQUIRE(vs_mmproj_write_random(tmp_path("cli-t-mmproj.gguf"), &tc, VS_TYPE_F32, 3, &err) == VS_OK,
+               "%s", err.msg);
     vs_mmproj *tm = vs_mmproj_open(tmp_path("cli-t-mmproj.gguf"), &err);
     VT_REQUIRE(tm, "%s", err.msg);
     vs_vision_weights dw;
     VT_REQUIRE(vs_vision_weights_alloc(&dw, &dc, &err) == VS_OK, "%s", err.msg);
     vs_vision_weights_randomize(&dw, &dc, 4);
-    vs_mmproj_write_opts wo = {.mat_type = VS_TYPE_F32, .tower_hash = vs_vision_tower_hash(vs_mmproj_tower(tm))};
+    vs_mmproj_write_opts wo = {.mat_type = VS_TYPE_F32,
+                               .tower_hash = vs_vision_tower_hash(vs_mmproj_tower(tm))};
     VT_REQUIRE(vs_mmproj_write(tmp_path("cli-d-mmproj.gguf"), &dc, &dw, &wo, &err) == VS_OK, "%s", err.msg);
     vs_vision_weights_free(&dw, &dc);
     vs_mmproj_free(tm);
@@ -1110,26 +1150,31 @@ static void test_cli(void) {
     snprintf(i0, sizeof(i0), "%s", tmp_path("cli-img0.ppm"));
     snprintf(i1, sizeof(i1), "%s", tmp_path("cli-img1.ppm"));
     /* text */
-    int rc = vt_run("%s generate -m %s -md %s --draft 3 -p 'abc def' -n 20 --temp 0 --compare --json > %s 2>&1",
-                    vt_cli(), T, D, out);
-    VT_CHECK(rc == 0 && file_has(out, "\"identical\":true") && file_has(out, "\"tau\""), "CLI text run (rc %d)", rc);
+    int rc =
+        vt_run("%s generate -m %s -md %s --draft 3 -p 'abc def' -n 20 --temp 0 --compare --json > %s 2>&1",
+               vt_cli(), T, D, out);
+    VT_CHECK(rc == 0 && file_has(out, "\"identical\":true") && file_has(out, "\"tau\""),
+             "CLI text run (rc %d)", rc);
     /* images, m and t drafting */
     const char *modes[2] = {"m", "t"};
     for (int m = 0; m < 2; m++) {
         rc = vt_run("%s generate -m %s --mmproj %s -md %s --mmproj-draft %s --draft 4 --draft-mode %s "
                     "--image %s --image %s -p 'USER: <image>\nwhat <image> is it? ASSISTANT:' -n 16 --temp 0 "
-                    "--compare --json > %s 2>&1", vt_cli(), T, tm_path, D, dm_path, modes[m], i0, i1, out);
+                    "--compare --json > %s 2>&1",
+                    vt_cli(), T, tm_path, D, dm_path, modes[m], i0, i1, out);
         VT_CHECK(rc == 0 && file_has(out, "\"identical\":true") && file_has(out, "\"images\":2"),
                  "CLI image run, %s mode (rc %d)", modes[m], rc);
     }
     /* sampling prints statistics after the text */
-    rc = vt_run("%s generate -m %s -md %s --draft 2 -p 'abc' -n 8 --temp 0.8 --seed 5 > %s 2>&1", vt_cli(), T, D, out);
+    rc = vt_run("%s generate -m %s -md %s --draft 2 -p 'abc' -n 8 --temp 0.8 --seed 5 > %s 2>&1", vt_cli(), T,
+                D, out);
     VT_CHECK(rc == 0 && file_has(out, "tau") && file_has(out, "TABED"), "CLI sampling run (rc %d)", rc);
     /* bad input: another vocabulary, missing projector, markers without images, bad mode */
     rc = vt_run("%s generate -m %s -md %s -p x -n 4 > %s 2>&1", vt_cli(), T, tmp_path("cli-v.gguf"), out);
     VT_CHECK(rc == 1 && file_has(out, "vocabulary"), "CLI other vocabulary (rc %d)", rc);
-    rc = vt_run("%s generate -m %s --mmproj %s -md %s --draft-mode m --image %s -p '<image> x' -n 4 > %s 2>&1",
-                vt_cli(), T, tm_path, D, i0, out);
+    rc =
+        vt_run("%s generate -m %s --mmproj %s -md %s --draft-mode m --image %s -p '<image> x' -n 4 > %s 2>&1",
+               vt_cli(), T, tm_path, D, i0, out);
     VT_CHECK(rc == 1 && file_has(out, "mmproj-draft"), "CLI m mode without a projector (rc %d)", rc);
     rc = vt_run("%s generate -m %s --mmproj %s -md %s --image %s -p 'no marker' -n 4 > %s 2>&1", vt_cli(), T,
                 tm_path, D, i0, out);
@@ -1137,7 +1182,8 @@ static void test_cli(void) {
     rc = vt_run("%s generate -m %s -md %s --draft-mode q -p x > %s 2>&1", vt_cli(), T, D, out);
     VT_CHECK(rc == 2, "CLI bad draft mode (rc %d)", rc);
     rc = vt_run("%s generate --help > %s 2>&1", vt_cli(), out);
-    VT_CHECK(rc == 0 && file_has(out, "--draft-mode") && file_has(out, "--compare"), "generate --help lists the flags");
+    VT_CHECK(rc == 0 && file_has(out, "--draft-mode") && file_has(out, "--compare"),
+             "generate --help lists the flags");
 }
 
 int main(void) {
@@ -1148,8 +1194,10 @@ int main(void) {
     test_random_pairs(&t);
     test_parity_pairs(&t);
     test_multimodal_pairs(&t);
-    printf("lossless greedy: %d combinations, %d mismatches; %lld drafted, %lld accepted, %lld partly accepted "
-           "blocks\n", t.combos, t.mismatches, (long long)t.drafted, (long long)t.accepted, (long long)t.partial_blocks);
+    printf(
+        "lossless greedy: %d combinations, %d mismatches; %lld drafted, %lld accepted, %lld partly accepted "
+        "blocks\n",
+        t.combos, t.mismatches, (long long)t.drafted, (long long)t.accepted, (long long)t.partial_blocks);
     VT_CHECK(t.combos >= 300, "only %d combinations", t.combos);
     VT_CHECK(t.partial_blocks > 100, "too few partly accepted blocks (%lld) to exercise rollbacks",
              (long long)t.partial_blocks);

@@ -106,7 +106,8 @@ static void target_probs(vs_lm *lm, vs_sampler *smp, const int32_t *prompt, int 
     vs_kv_free(kv);
 }
 
-static void exact_distribution(vs_lm *lm, const vs_sampler_params *sp, const int32_t *prompt, int n, double *pd) {
+static void exact_distribution(vs_lm *lm, const vs_sampler_params *sp, const int32_t *prompt, int n,
+                               double *pd) {
     vs_error err = {0};
     vs_sampler *smp = vs_sampler_new(V, sp, &err);
     VT_REQUIRE(smp, "%s", err.msg);
@@ -188,7 +189,8 @@ static double run_config(vs_lm *target, vs_lm *draft, const config *c, int n, co
         VT_REQUIRE(log.n_tokens >= 1 && log.n_tokens <= 3, "sample %d has %d tokens", i, log.n_tokens);
         VT_REQUIRE(log.n_tokens == 3 || log.tokens[log.n_tokens - 1] == EOS, "short path without EOS");
         cnt[cat_of(log.tokens, log.n_tokens)]++;
-        for (int b = 0; b < log.n_blocks; b++) drafted += log.blocks[b].n_eval, accepted += log.blocks[b].n_accept;
+        for (int b = 0; b < log.n_blocks; b++)
+            drafted += log.blocks[b].n_eval, accepted += log.blocks[b].n_accept;
     }
     *accept_rate = drafted ? (double)accepted / (double)drafted : 0;
 
@@ -242,7 +244,8 @@ int main(int argc, char **argv) {
     double t0 = vs_time_now();
     test_chi2_function();
     vs_lm *target = make_model(32, 64, 0.6f, 101, "target16.gguf");
-    vs_lm *draft = make_model(32, 64, 0.45f, 101, "draft16.gguf"); /* the target's seed, weights scaled: related */
+    vs_lm *draft =
+        make_model(32, 64, 0.45f, 101, "draft16.gguf"); /* the target's seed, weights scaled: related */
     const int32_t prompt[4] = {1, 7, 11, 4};
     const config cfgs[] = {
         {"T 1.0, gamma 2", 1.0f, 1.0f, 0, 2, false, false},
@@ -254,8 +257,10 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < VS_ARRAY_LEN(cfgs); i++) {
         double acc;
         double p = run_config(target, draft, &cfgs[i], N, prompt, 4, &acc);
-        VT_CHECK(p > 0.001, "%s: speculative sampling differs from target-only sampling (p = %g)", cfgs[i].name, p);
-        VT_CHECK(acc > 0.05 && acc < 0.95, "%s: acceptance %g does not exercise both branches", cfgs[i].name, acc);
+        VT_CHECK(p > 0.001, "%s: speculative sampling differs from target-only sampling (p = %g)",
+                 cfgs[i].name, p);
+        VT_CHECK(acc > 0.05 && acc < 0.95, "%s: acceptance %g does not exercise both branches", cfgs[i].name,
+                 acc);
     }
     /* the deliberately broken residual must be caught */
     const config broken = {"BROKEN residual (must fail), T 1.0", 1.0f, 1.0f, 0, 2, false, true};

@@ -45,26 +45,31 @@ int vs_cli_spec_parse_flag(const char *cmd, int argc, char **argv, int *i, vs_cl
     if (!strcmp(a, "--compare")) return o->compare = true, 1;
     if (!strcmp(a, "--json")) return o->json = true, 1;
     if (!strcmp(a, "--draft-greedy")) return o->greedy_draft = true, 1;
-    if (strcmp(a, "-md") && strcmp(a, "--model-draft") && strcmp(a, "--mmproj-draft") && strcmp(a, "--draft") &&
-        strcmp(a, "--draft-mode") && strcmp(a, "--mmproj") && strcmp(a, "--image"))
+    if (strcmp(a, "-md") && strcmp(a, "--model-draft") && strcmp(a, "--mmproj-draft") &&
+        strcmp(a, "--draft") && strcmp(a, "--draft-mode") && strcmp(a, "--mmproj") && strcmp(a, "--image"))
         return 0;
     if (!(v = cli_value(cmd, argc, argv, i))) return -1;
-    if (!strcmp(a, "-md") || !strcmp(a, "--model-draft")) o->draft_model = v;
-    else if (!strcmp(a, "--mmproj")) o->mmproj = v;
+    if (!strcmp(a, "-md") || !strcmp(a, "--model-draft"))
+        o->draft_model = v;
+    else if (!strcmp(a, "--mmproj"))
+        o->mmproj = v;
     else if (!strcmp(a, "--image")) {
         if (o->n_images == VS_CLI_SPEC_MAX_IMAGES) {
             cli_fail(cmd, "more than %d images", VS_CLI_SPEC_MAX_IMAGES);
             return -1;
         }
         o->images[o->n_images++] = v;
-    }
-    else if (!strcmp(a, "--mmproj-draft")) o->mmproj_draft = v;
+    } else if (!strcmp(a, "--mmproj-draft"))
+        o->mmproj_draft = v;
     else if (!strcmp(a, "--draft")) {
         if (!cli_parse_int(cmd, a, v, 0, VS_SPEC_MAX_GAMMA, &o->gamma)) return -1;
     } else {
-        if (!strcmp(v, "t")) o->mode = VS_CLI_DRAFT_T;
-        else if (!strcmp(v, "m")) o->mode = VS_CLI_DRAFT_M;
-        else if (!strcmp(v, "reject")) o->mode = VS_CLI_DRAFT_REJECT;
+        if (!strcmp(v, "t"))
+            o->mode = VS_CLI_DRAFT_T;
+        else if (!strcmp(v, "m"))
+            o->mode = VS_CLI_DRAFT_M;
+        else if (!strcmp(v, "reject"))
+            o->mode = VS_CLI_DRAFT_REJECT;
         else {
             cli_fail(cmd, "--draft-mode %s: expected m, t or reject", v);
             return -1;
@@ -110,7 +115,8 @@ static vs_status warm_up(vs_lm *lm, vs_threadpool *tp, vs_error *err) {
     float *lg = vs_malloc(sizeof(float) * (size_t)vs_lm_cfg(lm)->n_vocab);
     vs_lm_row r = {.token = 0, .want_logits = true};
     vs_lm_out o = {.logits = lg, .attn_layer = -1};
-    vs_status st = lg ? vs_lm_forward(lm, kv, tp, &r, 1, &o, err) : vs_error_set(err, VS_ERR_NOMEM, "out of memory");
+    vs_status st =
+        lg ? vs_lm_forward(lm, kv, tp, &r, 1, &o, err) : vs_error_set(err, VS_ERR_NOMEM, "out of memory");
     vs_free(lg);
     vs_kv_free(kv);
     return st;
@@ -177,7 +183,8 @@ int vs_cli_spec_run(const char *cmd, const vs_cli_spec_opts *o) {
         double tv0 = vs_time_now();
         for (; n_feats < o->n_images; n_feats++) {
             int i = n_feats;
-            if (vs_vision_encode_file(tower, tp, o->images[i], VS_PREPROC_LLAVA, NULL, &feats[i], &err)) goto fail;
+            if (vs_vision_encode_file(tower, tp, o->images[i], VS_PREPROC_LLAVA, NULL, &feats[i], &err))
+                goto fail;
             featp[i] = &feats[i];
             float *rows = NULL;
             int64_t nr = 0;
@@ -185,7 +192,8 @@ int vs_cli_spec_run(const char *cmd, const vs_cli_spec_opts *o) {
                 vs_vision_features_free(&feats[i]);
                 goto fail;
             }
-            imgs[i] = (vs_mm_image){rows, nr, vs_vision_projector_config(vs_mmproj_projector(mp_target))->proj_out};
+            imgs[i] =
+                (vs_mm_image){rows, nr, vs_vision_projector_config(vs_mmproj_projector(mp_target))->proj_out};
         }
         t_vision = vs_time_now() - tv0;
     }
@@ -193,7 +201,8 @@ int vs_cli_spec_run(const char *cmd, const vs_cli_spec_opts *o) {
     /* the prompt */
     int np = 0;
     if (mm) {
-        vs_mm_prompt_opts po = {.no_special = o->no_bos, .no_parse_special = !o->special, .lm_width = c->n_embd};
+        vs_mm_prompt_opts po = {
+            .no_special = o->no_bos, .no_parse_special = !o->special, .lm_width = c->n_embd};
         if (vs_mm_prompt_build(&mp, tok, o->prompt, strlen(o->prompt), imgs, n_feats, &po, &err)) goto fail;
         np = (int)mp.n_rows;
     } else if (o->prompt) {
@@ -249,13 +258,16 @@ int vs_cli_spec_run(const char *cmd, const vs_cli_spec_opts *o) {
             if (mp.embd[r]) {
                 int im = 0;
                 while (im + 1 < mp.n_images && mp.image_first[im + 1] <= r) im++;
-                segs[ns++] = (vs_spec_segment){.kind = VS_SPEC_SEG_IMAGE, .n = (int32_t)imgs[im].n_rows,
-                                               .embd = imgs[im].rows, .image = im};
+                segs[ns++] = (vs_spec_segment){.kind = VS_SPEC_SEG_IMAGE,
+                                               .n = (int32_t)imgs[im].n_rows,
+                                               .embd = imgs[im].rows,
+                                               .image = im};
                 r += imgs[im].n_rows;
             } else {
                 int64_t e = r;
                 while (e < np && !mp.embd[e]) e++;
-                segs[ns++] = (vs_spec_segment){.kind = VS_SPEC_SEG_TEXT, .n = (int32_t)(e - r), .tokens = mp.tokens + r};
+                segs[ns++] = (vs_spec_segment){
+                    .kind = VS_SPEC_SEG_TEXT, .n = (int32_t)(e - r), .tokens = mp.tokens + r};
                 r = e;
             }
         }
@@ -318,7 +330,10 @@ int vs_cli_spec_run(const char *cmd, const vs_cli_spec_opts *o) {
         vs_json_obj_begin(&w);
         vs_json_kv_str(&w, "model", o->model);
         vs_json_kv_str(&w, "draft_model", o->draft_model ? o->draft_model : "");
-        vs_json_kv_str(&w, "draft_mode", o->mode == VS_CLI_DRAFT_M ? "m" : o->mode == VS_CLI_DRAFT_T ? "t" : "reject");
+        vs_json_kv_str(&w, "draft_mode",
+                       o->mode == VS_CLI_DRAFT_M   ? "m"
+                       : o->mode == VS_CLI_DRAFT_T ? "t"
+                                                   : "reject");
         vs_json_kv_num(&w, "temperature", o->sp.temperature);
         vs_json_kv_int(&w, "prompt_rows", np);
         vs_json_kv_int(&w, "images", n_feats);
@@ -350,12 +365,16 @@ int vs_cli_spec_run(const char *cmd, const vs_cli_spec_opts *o) {
     } else if (!o->quiet) {
         fprintf(stderr, "[speculative] target %s, draft %s (%s), stop: %s, seed %llu, %d threads\n", o->model,
                 o->draft_model ? o->draft_model : "-",
-                o->mode == VS_CLI_DRAFT_M ? "m" : o->mode == VS_CLI_DRAFT_T ? "t" : "reject (debug)",
+                o->mode == VS_CLI_DRAFT_M   ? "m"
+                : o->mode == VS_CLI_DRAFT_T ? "t"
+                                            : "reject (debug)",
                 vs_spec_stop_name(log.stop), (unsigned long long)o->sp.seed, o->threads);
         vs_spec_stats_print(&stats, stderr);
         if (o->compare)
-            fprintf(stderr, "target-only output %s the speculative output%s\n", identical ? "is identical to" : "differs from",
-                    o->sp.temperature == 0 ? "" : " (expected when sampling: the same distribution, other draws)");
+            fprintf(stderr, "target-only output %s the speculative output%s\n",
+                    identical ? "is identical to" : "differs from",
+                    o->sp.temperature == 0 ? ""
+                                           : " (expected when sampling: the same distribution, other draws)");
     }
     if (o->compare && o->sp.temperature == 0 && !identical) {
         cli_fail(cmd, "greedy speculative output differs from target-only output (a bug: please report)");

@@ -26,25 +26,25 @@ typedef enum vs_cli_draft_mode {
 
 typedef struct vs_cli_spec_opts {
     /* from generate's own flags */
-    const char *model;          /* -m */
-    const char *mmproj;         /* --mmproj (target tower + projector) or NULL */
+    const char *model;                          /* -m */
+    const char *mmproj;                         /* --mmproj (target tower + projector) or NULL */
     const char *images[VS_CLI_SPEC_MAX_IMAGES]; /* --image files, in prompt-marker order */
     int n_images;
-    const char *prompt;         /* -p text, or NULL when ids are given */
-    const int32_t *ids;         /* --tokens */
+    const char *prompt; /* -p text, or NULL when ids are given */
+    const int32_t *ids; /* --tokens */
     int n_ids;
     int n_predict, n_ctx, threads;
     vs_type kv_type;
     bool no_bos, special, ignore_eos, show_ids, quiet;
     vs_sampler_params sp;
     /* speculative decoding (vs_cli_spec_parse_flag) */
-    const char *draft_model;    /* -md / --model-draft */
-    const char *mmproj_draft;   /* --mmproj-draft */
-    int gamma;                  /* --draft (default 5) */
-    vs_cli_draft_mode mode;     /* --draft-mode m|t|reject (default t) */
-    bool greedy_draft;          /* --draft-greedy */
-    bool compare;               /* --compare */
-    bool json;                  /* --json */
+    const char *draft_model;  /* -md / --model-draft */
+    const char *mmproj_draft; /* --mmproj-draft */
+    int gamma;                /* --draft (default 5) */
+    vs_cli_draft_mode mode;   /* --draft-mode m|t|reject (default t) */
+    bool greedy_draft;        /* --draft-greedy */
+    bool compare;             /* --compare */
+    bool json;                /* --json */
 } vs_cli_spec_opts;
 
 /* Defaults of the speculative flags (the rest is left to the caller). */
