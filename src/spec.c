@@ -688,6 +688,7 @@ vs_status vs_spec_generate(vs_spec *s, vs_spec_drafter *d, const vs_spec_prompt 
     const double t0 = vs_time_now();
     double t2 = t0;
     bool begun = false;
+    int32_t block_L = -1; /* cache length before the block in flight (its rows are not in hist yet) */
     if (d) {
         vs_spec_begin_info bi = {.prompt = prompt, .params = pr, .n_ctx_target = s->n_ctx};
         st = d->vt->begin(d, &bi, err);
@@ -761,6 +762,7 @@ vs_status vs_spec_generate(vs_spec *s, vs_spec_drafter *d, const vs_spec_prompt 
         }
         vs_lm_out out = make_out(s, d, s->logits);
         if ((st = vs_lm_forward(s->lm, s->kv, s->tp, rows, k + 1, &out, err))) goto done;
+        block_L = L;
 
         /* 3. accept */
         walk_result w;
@@ -788,6 +790,7 @@ vs_status vs_spec_generate(vs_spec *s, vs_spec_drafter *d, const vs_spec_prompt 
         if ((st = vs_kv_seq_compact(s->kv, 0, s->slots, w.n_accept, L + 1, err))) goto done;
         s->hist[L] = pending.embd ? -1 : pending.token;
         for (int32_t i = 0; i < w.n_accept; i++) s->hist[L + 1 + i] = s->acc_tokens[i];
+        block_L = -1;
 
         /* 6. tell the drafter: features of the rows that became final, then the commit */
         if (d) {
@@ -814,6 +817,9 @@ vs_status vs_spec_generate(vs_spec *s, vs_spec_drafter *d, const vs_spec_prompt 
     log->t_decode = vs_time_now() - t2;
 
 done:
+    /* an error inside a block: drop its rows, so the cache holds only rows hist describes (prefix reuse
+     * compares hist) */
+    if (st && block_L >= 0) vs_kv_seq_truncate(s->kv, 0, block_L, NULL);
     if (begun && d->vt->end) d->vt->end(d);
     if (log->t_decode == 0 && log->n_blocks > 0) log->t_decode = vs_time_now() - t2;
     log->t_total = log->t_vision + log->t_prefill + log->t_draft_prefill + log->t_decode;

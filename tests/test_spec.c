@@ -814,6 +814,8 @@ static void test_bad_input(void) {
         vs_status st = vs_spec_generate(e.s, &td.hdr, &tp.p, &pr, NULL, NULL, &log, &err);
         VT_CHECK(st == want[m], "%s: got %s (%s)", what[m], vs_status_name(st), err.msg);
         printf("  bad proposal (%s): %s\n", what[m], err.msg);
+        VT_CHECK(vs_kv_seq_len(vs_spec_kv(e.s), 0) == 9, "%s: the failed block's rows are dropped (%d cached)",
+                 what[m], vs_kv_seq_len(vs_spec_kv(e.s), 0));
     }
     pr.sampling.temperature = 0;
     /* gamma > 0 without a drafter; bad gamma; bad limit; prompts */
