@@ -185,6 +185,11 @@ int vs_cmd_kbench(int argc, char **argv) {
             fprintf(stderr, "vlmspec kbench: unknown --type '%s'\n", tok);
             return 2;
         }
+        if (vs_type_row_bytes((vs_type)t, n_in) == 0) {
+            fprintf(stderr, "vlmspec kbench: --in %lld is not a multiple of %s's block size (%lld)\n", (long long)n_in,
+                    vs_type_name(t), (long long)vs_type_block_size((vs_type)t));
+            return 2;
+        }
         tl[nt++] = (vs_type)t;
     }
     vs_error err;
