@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "cli_bench_spec.h"
 #include "json.h"
 #include "lm.h"
 
@@ -29,6 +30,7 @@ typedef struct bench_opts {
 static void usage(FILE *f) {
     fprintf(f,
             "usage: vlmspec bench -m MODEL [options]\n"
+            "       vlmspec bench spec ...   speculative decoding benchmark (vlmspec bench spec --help)\n"
             "Measures prompt processing (ppN), decoding (tgN) and the verify cost: the time of one forward\n"
             "over k rows after a prompt, as a ratio to k = 1. Medians of --reps runs after a warm-up.\n\n"
             "options:\n"
@@ -99,6 +101,7 @@ typedef struct result {
 } result;
 
 int vs_cmd_bench(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "spec")) return vs_cli_bench_spec(argc - 1, argv + 1);
     bench_opts o = {.threads = 2, .reps = 5, .tg = 32, .verify_prompt = 64, .kv_type = VS_TYPE_F16};
     o.n_pp = 2, o.pp[0] = 64, o.pp[1] = 512;
     int ks_default[] = {1, 2, 4, 6, 8, 16, 32};
