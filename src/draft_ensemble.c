@@ -1,0 +1,792 @@
+/* draft_ensemble: in-batch ensemble drafter (see draft_ensemble.h). Sections: inputs, rows and feeding,
+ * the rows' prompts (begin, deferred caption row), propose (batched steps, q_ens), commit (history,
+ * per-row rollback, trace), end, creation. */
+#include "draft_ensemble.h"
+
+#include <ctype.h>
+#include <math.h>
+#include <string.h>
+
+#include "sample.h"
+#include "tokenizer.h"
+
+#define PREFILL_CHUNK 512
+
+/* ------------------------------------------------------------------------------------------------
+ * Inputs */
+
+static const char *const input_names[] = {"m", "t", "c", "p"};
+
+const char *vs_ens_input_name(vs_ens_input in) {
+    return (unsigned)in < VS_ARRAY_LEN(input_names) ? input_names[in] : "?";
+}
+
+vs_status vs_ens_inputs_parse(const char *s, vs_ens_input *in, int32_t *n, vs_error *err) {
+    *n = 0;
+    if (!s || !*s) return vs_error_set(err, VS_ERR_INVALID, "drafting inputs: empty list (expected e.g. m,t,c,p)");
+    bool seen[4] = {false, false, false, false};
+    for (const char *p = s; *p; p++) {
+        if (*p == ',' || *p == ' ') continue;
+        int k = -1;
+        for (int i = 0; i < 4; i++)
+            if (tolower((unsigned char)*p) == input_names[i][0]) k = i;
+        if (k < 0)
+            return vs_error_set(err, VS_ERR_INVALID, "drafting inputs '%s': unknown input '%c' (expected m, t, c, p)",
+                                s, *p);
+        if (seen[k]) return vs_error_set(err, VS_ERR_INVALID, "drafting inputs '%s': '%c' given twice", s, *p);
+        seen[k] = true;
+        in[(*n)++] = (vs_ens_input)k;
+    }
+    if (*n == 0) return vs_error_set(err, VS_ERR_INVALID, "drafting inputs '%s': no input", s);
+    return VS_OK;
+}
+
+void vs_draft_ens_opts_default(vs_draft_ens_opts *o) {
+    memset(o, 0, sizeof(*o));
+    o->n_inputs = 1;
+    o->inputs[0] = VS_ENS_IN_T;
+    vs_ens_weights_cfg_default(&o->weights);
+    o->pool_k = 2;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * State */
+
+typedef struct ens_row {
+    vs_ens_input in;
+    vs_lm_row *prow; /* [n_prow] this row's prompt (image rows point into ens.img) */
+    int32_t n_prow, cap_prow;
+    int32_t *hist;   /* [n_ctx] key of each cached row: token id, -1 for an embedding row */
+    vs_lm_row *pend; /* [n_pend] rows in the context, not evaluated yet */
+    int32_t n_pend, cap_pend;
+    bool deferred;   /* C row whose captions are being computed: prompt not built yet */
+    int32_t base;    /* block in flight: cache length after the pending rows */
+} ens_row;
+
+typedef struct ens {
+    vs_spec_drafter hdr; /* first member: the engine sees this */
+    vs_lm *lm;
+    const vs_lm *target;
+    vs_kv *kv; /* one sequence per row */
+    vs_threadpool *tp;
+    vs_tokenizer *tok;
+    int32_t m, n_ctx, n_vocab, n_embd;
+    ens_row row[VS_ENS_MAX_ROWS];
+    const vs_vision_projector *proj;
+    int32_t pool_k;
+    vs_caption_src *caps;
+    bool caps_async;
+    int32_t nl[8]; /* tokens of "\n" (T) */
+    int32_t n_nl;
+    /* weights */
+    vs_ens_weights_cfg wcfg;
+    vs_ens_hist *hist; /* m > 1 */
+    bool learns;       /* the policy reads the history */
+    vs_rng rng;
+    uint64_t seed;
+    float w[VS_ENS_MAX_ROWS];
+    /* sampling */
+    vs_sampler *sampler;
+    bool greedy, force_greedy;
+    /* buffers */
+    float *logits;   /* [m][V] the rows' logits of the current step */
+    float *qrow;     /* [qcap][m][V] each row's q at each step of the block */
+    int32_t qcap;
+    float *qens;     /* [V] q_ens when drafting greedily */
+    float *pbuf;     /* [V] the target's distribution of a verified position */
+    vs_lm_row *batch; /* [cap_batch] */
+    int32_t cap_batch;
+    /* the request */
+    const vs_spec_prompt *prompt; /* valid between begin and end */
+    bool reuse;
+    float **img;     /* [n_img] projected rows (M, P) */
+    int32_t n_img, cap_img;
+    bool caps_started;
+    /* the block in flight */
+    bool fed;
+    int32_t k, n_fed;
+    /* trace */
+    bool tracing;
+    vs_ens_trace trace;
+    int32_t n_requests, request, block, step;
+    vs_draft_ens_stats stats;
+} ens;
+
+static const char *dname(const ens *d) { return vs_gguf_name(vs_lm_gguf(d->lm)); }
+
+static vs_status oom(const ens *d, vs_error *err) {
+    return vs_error_set(err, VS_ERR_NOMEM, "ensemble drafter %s: out of memory", dname(d));
+}
+
+static vs_status grow(void **p, int32_t *cap, int32_t need, size_t elem) {
+    if (need <= *cap) return VS_OK;
+    int32_t c = *cap ? *cap : 16;
+    while (c < need) c *= 2;
+    void *n = vs_realloc(*p, elem * (size_t)c);
+    if (!n) return VS_ERR_NOMEM;
+    *p = n, *cap = c;
+    return VS_OK;
+}
+
+static vs_status push_row(ens *d, vs_lm_row **arr, int32_t *n, int32_t *cap, int32_t token, const float *embd,
+                          vs_error *err) {
+    if (grow((void **)arr, cap, *n + 1, sizeof(vs_lm_row))) return oom(d, err);
+    vs_lm_row *r = &(*arr)[(*n)++];
+    memset(r, 0, sizeof(*r));
+    r->token = embd ? -1 : token;
+    r->embd = embd;
+    return VS_OK;
+}
+
+/* Evaluates batch[0..n) (rows of any sequences, seq already set, want_logits set by the caller): each
+ * row's position continues its sequence. Logits of the wanted rows land in d->logits in batch order. */
+static vs_status feed(ens *d, int32_t n, vs_error *err) {
+    int32_t off[VS_ENS_MAX_ROWS] = {0};
+    bool want = false;
+    for (int32_t i = 0; i < n; i++) {
+        vs_lm_row *r = &d->batch[i];
+        r->pos = vs_kv_seq_len(d->kv, r->seq) + off[r->seq]++;
+        r->tree = false;
+        want |= r->want_logits;
+    }
+    vs_lm_out out = {.logits = want ? d->logits : NULL, .attn_layer = -1};
+    vs_status st = vs_lm_forward(d->lm, d->kv, d->tp, d->batch, n, &out, err);
+    if (st) return st;
+    for (int32_t i = 0; i < n; i++) d->row[d->batch[i].seq].hist[d->batch[i].pos] = d->batch[i].embd ? -1 : d->batch[i].token;
+    d->stats.rows_evaluated += n;
+    d->stats.forwards++;
+    return VS_OK;
+}
+
+static vs_status ensure_batch(ens *d, int32_t n, vs_error *err) {
+    return grow((void **)&d->batch, &d->cap_batch, n, sizeof(vs_lm_row)) ? oom(d, err) : VS_OK;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * The rows' prompts */
+
+static void free_request(ens *d) {
+    for (int32_t i = 0; i < d->n_img; i++) vs_free(d->img[i]);
+    d->n_img = 0;
+    for (int32_t r = 0; r < d->m; r++) {
+        d->row[r].n_prow = 0;
+        d->row[r].n_pend = 0;
+        d->row[r].deferred = false;
+    }
+    d->fed = false;
+    d->prompt = NULL;
+}
+
+static vs_status project(ens *d, const vs_vision_features *f, int32_t pool_k, float **rows, int64_t *n_rows,
+                         vs_error *err) {
+    if (grow((void **)&d->img, &d->cap_img, d->n_img + 1, sizeof(float *))) return oom(d, err);
+    vs_status st = vs_vision_embed(d->proj, d->tp, f, pool_k, rows, n_rows, err);
+    if (st) return st;
+    d->img[d->n_img++] = *rows;
+    return VS_OK;
+}
+
+/* Builds row r's prompt from the request's segments. */
+static vs_status build_prompt(ens *d, int32_t r, vs_error *err) {
+    ens_row *w = &d->row[r];
+    const vs_spec_prompt *p = d->prompt;
+    const char *in = vs_ens_input_name(w->in);
+    vs_status st = VS_OK;
+    w->n_prow = 0;
+    for (int32_t i = 0; i < p->n_seg && !st; i++) {
+        const vs_spec_segment *sg = &p->seg[i];
+        if (sg->kind == VS_SPEC_SEG_TEXT) {
+            for (int32_t j = 0; j < sg->n && !st; j++)
+                st = push_row(d, &w->prow, &w->n_prow, &w->cap_prow, sg->tokens[j], NULL, err);
+            continue;
+        }
+        switch (w->in) {
+        case VS_ENS_IN_T:
+            for (int32_t j = 0; j < d->n_nl && !st; j++)
+                st = push_row(d, &w->prow, &w->n_prow, &w->cap_prow, d->nl[j], NULL, err);
+            break;
+        case VS_ENS_IN_M:
+        case VS_ENS_IN_P: {
+            if (sg->image < 0 || !p->images || !p->images[sg->image])
+                return vs_error_set(err, VS_ERR_INVALID, "%s: drafting input %s needs the features of image segment "
+                                    "%d (the request carries none)", dname(d), in, i);
+            const vs_vision_features *f = p->images[sg->image];
+            int32_t k = w->in == VS_ENS_IN_P ? d->pool_k : 1;
+            if (k > f->grid_h || k > f->grid_w)
+                return vs_error_set(err, VS_ERR_INVALID, "%s: pooled drafting: pool size %d is larger than image "
+                                    "%d's %d x %d patch grid", dname(d), k, sg->image, f->grid_h, f->grid_w);
+            float *rows = NULL;
+            int64_t n_rows = 0;
+            if ((st = project(d, f, k, &rows, &n_rows, err)))
+                return vs_error_wrap(err, "%s: drafting input %s, image %d", dname(d), in, sg->image);
+            for (int64_t j = 0; j < n_rows && !st; j++)
+                st = push_row(d, &w->prow, &w->n_prow, &w->cap_prow, -1, rows + j * d->n_embd, err);
+            break;
+        }
+        case VS_ENS_IN_C: {
+            const char *cap = sg->image >= 0 ? vs_caption_src_get(d->caps, sg->image) : NULL;
+            if (!cap)
+                return vs_error_set(err, VS_ERR_INVALID, "%s: caption drafting: no caption for image %d (segment %d)",
+                                    dname(d), sg->image, i);
+            if (!*cap) d->stats.n_empty_captions++;
+            size_t cl = strlen(cap);
+            char *text = vs_malloc(cl + 8);
+            if (!text) return oom(d, err);
+            memcpy(text, "image: ", 7);
+            memcpy(text + 7, cap, cl + 1);
+            int32_t *ids = NULL;
+            int64_t n_ids = 0;
+            st = vs_tokenize_alloc(d->tok, text, cl + 7, false, false, &ids, &n_ids, err);
+            vs_free(text);
+            if (st) return vs_error_wrap(err, "%s: tokenising the caption of image %d", dname(d), sg->image);
+            for (int64_t j = 0; j < n_ids && !st; j++)
+                st = push_row(d, &w->prow, &w->n_prow, &w->cap_prow, ids[j], NULL, err);
+            vs_free(ids);
+            break;
+        }
+        }
+    }
+    if (st) return st;
+    if (w->n_prow < 1) return vs_error_set(err, VS_ERR_INVALID, "%s: empty prompt for input %s", dname(d), in);
+    if (w->n_prow > d->n_ctx)
+        return vs_error_set(err, VS_ERR_RANGE, "%s: input %s's prompt of %d rows does not fit the draft cache of %d "
+                            "rows", dname(d), in, w->n_prow, d->n_ctx);
+    d->stats.prefix_rows[r] = w->n_prow;
+    return VS_OK;
+}
+
+/* Evaluates the prompts of the rows in mask (all but each prompt's last row, which becomes pending), as
+ * rows of shared forwards of at most PREFILL_CHUNK rows. Cached leading text rows equal to the prompt's
+ * are kept when the request allows reuse. */
+static vs_status prefill(ens *d, uint32_t mask, vs_error *err) {
+    vs_status st;
+    int32_t from[VS_ENS_MAX_ROWS] = {0};
+    for (int32_t r = 0; r < d->m; r++) {
+        if (!(mask >> r & 1)) continue;
+        ens_row *w = &d->row[r];
+        int32_t keep = 0;
+        if (d->reuse) {
+            int32_t len = vs_kv_seq_len(d->kv, r);
+            while (keep < VS_MIN(len, w->n_prow - 1) && !w->prow[keep].embd && w->hist[keep] == w->prow[keep].token)
+                keep++;
+        }
+        if ((st = vs_kv_seq_truncate(d->kv, r, keep, err))) return st;
+        from[r] = keep;
+    }
+    if ((st = ensure_batch(d, PREFILL_CHUNK, err))) return st;
+    int32_t n = 0;
+    for (int32_t r = 0; r < d->m; r++) {
+        if (!(mask >> r & 1)) continue;
+        ens_row *w = &d->row[r];
+        for (int32_t j = from[r]; j < w->n_prow - 1; j++) {
+            d->batch[n] = w->prow[j];
+            d->batch[n].seq = r;
+            d->batch[n].want_logits = false;
+            if (++n == PREFILL_CHUNK) {
+                if ((st = feed(d, n, err))) return st;
+                n = 0;
+            }
+        }
+    }
+    if (n && (st = feed(d, n, err))) return st;
+    for (int32_t r = 0; r < d->m; r++) {
+        if (!(mask >> r & 1)) continue;
+        ens_row *w = &d->row[r];
+        w->n_pend = 0;
+        if ((st = push_row(d, &w->pend, &w->n_pend, &w->cap_pend, w->prow[w->n_prow - 1].token,
+                           w->prow[w->n_prow - 1].embd, err)))
+            return st;
+    }
+    return VS_OK;
+}
+
+/* The C row, once its captions exist: wait for the thread, build and evaluate its prompt. Called at the
+ * start of propose and commit, so nothing was queued on a deferred row. */
+static vs_status resolve_deferred(ens *d, vs_error *err) {
+    uint32_t mask = 0;
+    for (int32_t r = 0; r < d->m; r++)
+        if (d->row[r].deferred) mask |= 1u << r;
+    if (!mask) return VS_OK;
+    double waited = 0;
+    vs_status st = vs_caption_src_wait(d->caps, &waited, err);
+    d->stats.t_caption_wait += waited;
+    d->stats.t_caption = vs_caption_src_seconds(d->caps);
+    if (st) return vs_error_wrap(err, "%s: captioning", dname(d));
+    const double t0 = vs_time_now();
+    for (int32_t r = 0; r < d->m; r++) {
+        if (!(mask >> r & 1)) continue;
+        d->row[r].deferred = false;
+        if ((st = build_prompt(d, r, err))) return st;
+    }
+    /* commit resolves deferred rows before queueing anything, so nothing is pending on them yet */
+    st = prefill(d, mask, err);
+    d->stats.t_c_prefill += vs_time_now() - t0;
+    return st;
+}
+
+static vs_status begin_request(ens *d, const vs_spec_begin_info *req, vs_error *err) {
+    const vs_spec_prompt *p = req->prompt;
+    d->prompt = p;
+    d->reuse = req->params->reuse_prefix;
+    d->request = d->n_requests++;
+    d->block = 0;
+    d->step = 0;
+    d->stats.n_empty_captions = 0;
+    d->stats.t_caption = d->stats.t_caption_wait = d->stats.t_c_prefill = d->stats.t_weights = 0;
+    vs_sampler_params sp = req->params->sampling;
+    sp.seed ^= 0x6A09E667F3BCC909ull ^ d->seed; /* the drafter's own stream, fixed by the request's seed */
+    vs_status st = vs_sampler_set_params(d->sampler, &sp, err);
+    if (st) return st;
+    vs_sampler_seed(d->sampler, sp.seed);
+    vs_rng_seed(&d->rng, sp.seed ^ 0xBB67AE8584CAA73Bull);
+    d->greedy = sp.temperature == 0 || d->force_greedy;
+    if (d->hist) vs_ens_hist_clear(d->hist);
+    for (int32_t r = 0; r < d->m; r++) d->w[r] = 1.0f / (float)d->m;
+
+    /* Captions. A captioner on another thread starts AFTER this drafter's own prefill (it may borrow the
+     * draft model, which runs one forward at a time) and overlaps the target's prefill; the C row is then
+     * built at the first propose. Fixed texts and synchronous captioning are ready at once. */
+    bool has_c = false;
+    for (int32_t r = 0; r < d->m; r++) has_c |= d->row[r].in == VS_ENS_IN_C;
+    const bool defer = has_c && vs_caption_src_lm(d->caps) != NULL && d->caps_async;
+    if (has_c && !defer) {
+        if ((st = vs_caption_src_start(d->caps, p->images, p->n_images, false, err)))
+            return vs_error_wrap(err, "%s: captioning", dname(d));
+        d->stats.t_caption = vs_caption_src_seconds(d->caps);
+    }
+    uint32_t mask = 0;
+    for (int32_t r = 0; r < d->m; r++) {
+        if (d->row[r].in == VS_ENS_IN_C && defer) {
+            d->row[r].deferred = true;
+            continue;
+        }
+        if ((st = build_prompt(d, r, err))) return st;
+        mask |= 1u << r;
+    }
+    if ((st = prefill(d, mask, err))) return st;
+    if (defer) {
+        if ((st = vs_caption_src_start(d->caps, p->images, p->n_images, true, err)))
+            return vs_error_wrap(err, "%s: captioning", dname(d));
+        d->caps_started = true;
+    }
+    return VS_OK;
+}
+
+static vs_status en_begin(vs_spec_drafter *base, const vs_spec_begin_info *req, vs_error *err) {
+    ens *d = (ens *)base;
+    free_request(d);
+    vs_status st = begin_request(d, req, err);
+    if (st && d->caps_started) {
+        /* the engine calls no end() after a failed begin: the captioning thread must not outlive it */
+        vs_caption_src_wait(d->caps, NULL, NULL);
+        d->caps_started = false;
+    }
+    return st;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Propose */
+
+/* softmax(z) at temperature 1 into p. */
+static vs_status softmax(const ens *d, const float *z, float *p, vs_error *err) {
+    const int32_t V = d->n_vocab;
+    float mx = -INFINITY;
+    for (int32_t i = 0; i < V; i++) {
+        if (z[i] != z[i]) return vs_error_set(err, VS_ERR_INVALID, "%s: NaN logit for token %d", dname(d), i);
+        if (z[i] > mx) mx = z[i];
+    }
+    if (!isfinite(mx)) return vs_error_set(err, VS_ERR_INVALID, "%s: logits without a finite maximum", dname(d));
+    double s = 0;
+    for (int32_t i = 0; i < V; i++) s += p[i] = expf(z[i] - mx);
+    const float inv = (float)(1.0 / s);
+    for (int32_t i = 0; i < V; i++) p[i] *= inv;
+    return VS_OK;
+}
+
+/* The distribution of logits z under the request's transform (softmax when greedy). */
+static vs_status transform(ens *d, const float *z, float *p, vs_error *err) {
+    return d->greedy ? softmax(d, z, p, err) : vs_sampler_probs(d->sampler, z, p, err);
+}
+
+/* Draws draft i from the rows' logits (d->logits). */
+static vs_status draw(ens *d, int32_t i, vs_spec_proposal *out, vs_error *err) {
+    const int32_t m = d->m, V = d->n_vocab;
+    vs_status st;
+    int32_t t;
+    if (m == 1 && d->greedy) {
+        /* argmax of softmax(z) == argmax z; the q row is still kept (history is off for m = 1) */
+        out->token[i] = vs_argmax(d->logits, V);
+        out->q_row[i] = -1;
+        return VS_OK;
+    }
+    float *qr = d->qrow + (size_t)i * (size_t)m * (size_t)V;
+    for (int32_t r = 0; r < m; r++)
+        if ((st = transform(d, d->logits + (size_t)r * V, qr + (size_t)r * V, err))) return st;
+    float *q = d->greedy ? d->qens : out->q + (size_t)i * V;
+    if (m == 1) {
+        memcpy(q, qr, sizeof(float) * (size_t)V);
+    } else {
+        memset(q, 0, sizeof(float) * (size_t)V);
+        for (int32_t r = 0; r < m; r++) {
+            const float w = d->w[r];
+            if (w == 0) continue;
+            const float *x = qr + (size_t)r * V;
+            for (int32_t j = 0; j < V; j++) q[j] += w * x[j];
+        }
+        /* renormalise: q_ens is then exactly the distribution vs_sampler_pick draws from */
+        double s = 0;
+        for (int32_t j = 0; j < V; j++) s += q[j];
+        if (!(s > 0)) return vs_error_set(err, VS_ERR_INVALID, "%s: the ensemble distribution is empty", dname(d));
+        const float inv = (float)(1.0 / s);
+        for (int32_t j = 0; j < V; j++) q[j] *= inv;
+    }
+    if (d->greedy) {
+        t = vs_argmax(q, V);
+        out->q_row[i] = -1;
+    } else {
+        if ((st = vs_sampler_pick(d->sampler, q, &t, err))) return st;
+        out->q_row[i] = i;
+    }
+    out->token[i] = t;
+    return VS_OK;
+}
+
+static vs_status en_propose(vs_spec_drafter *base, const vs_spec_limits *lim, vs_spec_proposal *out, vs_error *err) {
+    ens *d = (ens *)base;
+    const int32_t m = d->m, V = d->n_vocab;
+    out->n = 0;
+    out->n_steps = 0;
+    d->fed = false;
+    vs_status st = resolve_deferred(d, err);
+    if (st) return st;
+
+    /* this block's weights */
+    const double tw = vs_time_now();
+    if (d->hist) {
+        vs_ens_choice ch;
+        if ((st = vs_ens_weights_choose(d->hist, &d->rng, &ch, err))) return st;
+        memcpy(d->w, ch.w, sizeof(float) * (size_t)m);
+    } else {
+        d->w[0] = 1;
+    }
+    d->stats.t_weights += vs_time_now() - tw;
+
+    /* every row's pending rows and k - 1 drafts must fit its cache */
+    int32_t k = lim->max_depth, n0 = 0;
+    for (int32_t r = 0; r < m; r++) {
+        const int32_t D = vs_kv_seq_len(d->kv, r), u = d->row[r].n_pend;
+        if (u < 1) return VS_OK;
+        k = VS_MIN(k, d->n_ctx - D - u + 1);
+        n0 += u;
+    }
+    if (k < 1) return VS_OK; /* a cache is full: the engine decodes plainly */
+    if (k > d->qcap) {
+        float *q = vs_realloc(d->qrow, sizeof(float) * (size_t)k * (size_t)m * (size_t)V);
+        if (!q) return oom(d, err);
+        d->qrow = q, d->qcap = k;
+    }
+    if ((st = ensure_batch(d, VS_MAX(n0, m), err))) return st;
+
+    /* step 0: each row's pending rows, logits after the last of each */
+    int32_t n = 0;
+    for (int32_t r = 0; r < m; r++) {
+        ens_row *w = &d->row[r];
+        d->row[r].base = vs_kv_seq_len(d->kv, r) + w->n_pend;
+        for (int32_t j = 0; j < w->n_pend; j++) {
+            d->batch[n] = w->pend[j];
+            d->batch[n].seq = r;
+            d->batch[n].want_logits = j == w->n_pend - 1;
+            n++;
+        }
+    }
+    if ((st = feed(d, n, err))) return st;
+    for (int32_t r = 0; r < m; r++) d->row[r].n_pend = 0;
+    d->fed = true;
+    d->k = k;
+    d->n_fed = 0;
+    for (int32_t i = 0; i < k; i++) {
+        if ((st = draw(d, i, out, err))) return st;
+        out->parent[i] = i - 1;
+        out->depth[i] = i + 1;
+        out->n = i + 1;
+        out->n_steps++;
+        d->stats.draft_steps++;
+        if (i + 1 == k) break;
+        /* the next step: the draft appended to every row */
+        for (int32_t r = 0; r < m; r++) {
+            memset(&d->batch[r], 0, sizeof(vs_lm_row));
+            d->batch[r].token = out->token[i];
+            d->batch[r].seq = r;
+            d->batch[r].want_logits = true;
+        }
+        if ((st = feed(d, m, err))) return st;
+        d->n_fed++;
+    }
+    return VS_OK;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Commit */
+
+static vs_status en_commit(vs_spec_drafter *base, const vs_spec_commit *c, vs_error *err) {
+    ens *d = (ens *)base;
+    const int32_t m = d->m, V = d->n_vocab;
+    vs_status st = resolve_deferred(d, err);
+    if (st) return st;
+    if (d->fed) {
+        const int32_t a = c->n_accepted, k = d->k;
+        /* TABED history: the verified positions of this block */
+        if (d->learns && c->target_logits && c->next >= 0 && !(m == 1 && d->greedy)) {
+            const double t0 = vs_time_now();
+            const int32_t nv = VS_MIN(a + 1, k);
+            for (int32_t j = 0; j < nv; j++) {
+                if ((st = transform(d, c->target_logits + (size_t)j * V, d->pbuf, err))) return st;
+                const float *q[VS_ENS_MAX_ROWS];
+                for (int32_t r = 0; r < m; r++) q[r] = d->qrow + ((size_t)j * m + r) * (size_t)V;
+                if ((st = vs_ens_hist_push(d->hist, d->pbuf, q, err))) return st;
+            }
+            d->stats.t_weights += vs_time_now() - t0;
+        }
+        if (d->tracing) {
+            vs_ens_trace_rec rec = {.request = d->request, .block = d->block, .step = d->step, .n_draft = k,
+                                    .n_accept = a};
+            memcpy(rec.w, d->w, sizeof(float) * (size_t)m);
+            if ((st = vs_ens_trace_add(&d->trace, &rec, err))) return st;
+        }
+        d->block++;
+        /* every row back to its own prefix + the accepted drafts it evaluated (the last draft never was) */
+        for (int32_t r = 0; r < m; r++) {
+            ens_row *w = &d->row[r];
+            if ((st = vs_kv_seq_truncate(d->kv, r, w->base + VS_MIN(a, d->n_fed), err))) return st;
+            if (a > d->n_fed && (st = push_row(d, &w->pend, &w->n_pend, &w->cap_pend, c->accepted[a - 1], NULL, err)))
+                return st;
+        }
+        d->fed = false;
+    }
+    d->step += c->n_accepted + (c->next >= 0 ? 1 : 0);
+    if (c->next >= 0)
+        for (int32_t r = 0; r < m; r++)
+            if ((st = push_row(d, &d->row[r].pend, &d->row[r].n_pend, &d->row[r].cap_pend, c->next, NULL, err)))
+                return st;
+    return VS_OK;
+}
+
+static void en_end(vs_spec_drafter *base) {
+    ens *d = (ens *)base;
+    if (d->caps_started) {
+        vs_caption_src_wait(d->caps, NULL, NULL); /* never leave the thread running */
+        d->caps_started = false;
+    }
+    free_request(d);
+}
+
+static void en_free(vs_spec_drafter *base) {
+    ens *d = (ens *)base;
+    if (!d) return;
+    en_end(base);
+    for (int32_t r = 0; r < VS_ENS_MAX_ROWS; r++) {
+        vs_free(d->row[r].prow);
+        vs_free(d->row[r].hist);
+        vs_free(d->row[r].pend);
+    }
+    vs_free(d->img);
+    vs_kv_free(d->kv);
+    vs_tokenizer_free(d->tok);
+    vs_sampler_free(d->sampler);
+    vs_ens_hist_free(d->hist);
+    vs_ens_trace_free(&d->trace);
+    vs_free(d->logits), vs_free(d->qrow), vs_free(d->qens), vs_free(d->pbuf), vs_free(d->batch);
+    vs_free(d);
+}
+
+static const vs_spec_drafter_vt ens_vt = {
+    .name = "ensemble",
+    .begin = en_begin,
+    .target_rows = NULL,
+    .propose = en_propose,
+    .commit = en_commit,
+    .end = en_end,
+    .free = en_free,
+};
+
+/* ------------------------------------------------------------------------------------------------
+ * Creation */
+
+/* The tokens of "\n" without the SentencePiece space-prefix token (T's image replacement). */
+static vs_status newline_tokens(ens *d, vs_error *err) {
+    int64_t n = 0;
+    int32_t buf[8];
+    vs_status st = vs_tokenize(d->tok, "\n", 1, false, false, buf, 8, &n, err);
+    if (st) return vs_error_wrap(err, "%s: tokenising \"\\n\"", dname(d));
+    int64_t from = 0;
+    if (n > 1) {
+        size_t len = 0;
+        const char *piece = vs_tokenizer_token_piece(d->tok, buf[0], &len);
+        if (piece && len == 1 && piece[0] == ' ') from = 1;
+    }
+    d->n_nl = 0;
+    for (int64_t i = from; i < n; i++) d->nl[d->n_nl++] = buf[i];
+    return VS_OK;
+}
+
+vs_spec_drafter *vs_draft_ens_new(vs_lm *draft, const vs_lm *target, const vs_draft_ens_opts *o, vs_error *err) {
+    vs_draft_ens_opts def;
+    vs_draft_ens_opts_default(&def);
+    if (!o) o = &def;
+    if (!draft || !target) {
+        vs_error_set(err, VS_ERR_INVALID, "ensemble drafter: needs a draft and a target model");
+        return NULL;
+    }
+    const char *dn = vs_gguf_name(vs_lm_gguf(draft)), *tn = vs_gguf_name(vs_lm_gguf(target));
+    const vs_lm_config *dc = vs_lm_cfg(draft), *tc = vs_lm_cfg(target);
+    const int32_t m = o->n_inputs;
+    if (m < 1 || m > VS_ENS_MAX_ROWS) {
+        vs_error_set(err, VS_ERR_INVALID, "ensemble drafter: %d drafting inputs (1 .. %d)", m, VS_ENS_MAX_ROWS);
+        return NULL;
+    }
+    bool seen[4] = {false, false, false, false}, mm = false, has_c = false;
+    for (int32_t r = 0; r < m; r++) {
+        if ((unsigned)o->inputs[r] > VS_ENS_IN_P) {
+            vs_error_set(err, VS_ERR_INVALID, "ensemble drafter: unknown drafting input %d", (int)o->inputs[r]);
+            return NULL;
+        }
+        if (seen[o->inputs[r]]) {
+            vs_error_set(err, VS_ERR_INVALID, "ensemble drafter: drafting input %s given twice",
+                         vs_ens_input_name(o->inputs[r]));
+            return NULL;
+        }
+        seen[o->inputs[r]] = true;
+        mm |= o->inputs[r] == VS_ENS_IN_M || o->inputs[r] == VS_ENS_IN_P;
+        has_c |= o->inputs[r] == VS_ENS_IN_C;
+    }
+    if (vs_ens_weights_check(&o->weights, m, err)) return NULL;
+    if (dc->n_vocab != tc->n_vocab) {
+        vs_error_set(err, VS_ERR_INVALID, "draft model %s has %d tokens but the target %s has %d: a drafter must "
+                     "share the target's vocabulary", dn, dc->n_vocab, tn, tc->n_vocab);
+        return NULL;
+    }
+    if (seen[VS_ENS_IN_P] && o->pool_k < 1) {
+        vs_error_set(err, VS_ERR_INVALID, "ensemble drafter: pool size %d (pooled drafting needs k >= 1)", o->pool_k);
+        return NULL;
+    }
+    if (mm) {
+        if (!o->proj) {
+            vs_error_set(err, VS_ERR_INVALID, "draft model %s: multimodal and pooled drafting need the drafter's "
+                         "projector (--mmproj-draft)", dn);
+            return NULL;
+        }
+        const vs_vision_config *pc = vs_vision_projector_config(o->proj);
+        if (pc->proj_out != dc->n_embd) {
+            vs_error_set(err, VS_ERR_INVALID, "draft projector %s outputs rows of %d but the draft model %s is %d wide",
+                         vs_vision_projector_name(o->proj), pc->proj_out, dn, dc->n_embd);
+            return NULL;
+        }
+        if (o->tower && vs_vision_check_projector(o->tower, o->proj, err) != VS_OK) return NULL;
+    }
+    if (has_c && !o->captions) {
+        vs_error_set(err, VS_ERR_INVALID, "ensemble drafter: caption drafting needs captions (--captions FILE or a "
+                     "captioner)");
+        return NULL;
+    }
+    vs_tokenizer *tt = vs_tokenizer_from_gguf(vs_lm_gguf(target), err);
+    if (!tt) {
+        vs_error_wrap(err, "target %s", tn);
+        return NULL;
+    }
+    ens *d = vs_calloc(1, sizeof(*d));
+    if (!d) {
+        vs_tokenizer_free(tt);
+        vs_error_set(err, VS_ERR_NOMEM, "ensemble drafter: out of memory");
+        return NULL;
+    }
+    d->hdr.vt = &ens_vt;
+    d->hdr.n_vocab = dc->n_vocab;
+    d->lm = draft;
+    d->target = target;
+    d->tp = o->tp;
+    d->m = m;
+    d->n_vocab = dc->n_vocab;
+    d->n_embd = dc->n_embd;
+    d->n_ctx = o->n_ctx > 0 ? o->n_ctx : dc->n_ctx_train;
+    d->proj = o->proj;
+    d->pool_k = o->pool_k;
+    d->caps = o->captions;
+    d->force_greedy = o->greedy;
+    d->seed = o->seed;
+    d->wcfg = o->weights;
+    d->learns = m > 1 && (o->weights.policy == VS_ENS_GRID || o->weights.policy == VS_ENS_INV_KL ||
+                          o->weights.policy == VS_ENS_INV_TVD || o->weights.policy == VS_ENS_ADABOOST);
+    d->tracing = o->trace;
+    vs_ens_trace_init(&d->trace);
+    d->trace.m = m;
+    snprintf(d->trace.policy, sizeof(d->trace.policy), "%s", vs_ens_policy_name(o->weights.policy));
+    for (int32_t r = 0; r < m; r++) {
+        d->row[r].in = o->inputs[r];
+        snprintf(d->trace.names[r], sizeof(d->trace.names[r]), "%s", vs_ens_input_name(o->inputs[r]));
+    }
+    if (d->caps) {
+        const vs_lm *cl = vs_caption_src_lm(d->caps);
+        const vs_threadpool *ct = vs_caption_src_tp(d->caps);
+        d->caps_async = cl && cl != target && (!ct || ct != o->tp);
+    }
+    d->tok = vs_tokenizer_from_gguf(vs_lm_gguf(draft), err);
+    if (!d->tok) {
+        vs_error_wrap(err, "draft model %s", dn);
+        goto fail;
+    }
+    if (vs_tokenizer_compatible(tt, d->tok, err) != VS_OK) {
+        vs_error_wrap(err, "draft model %s cannot draft for %s", dn, tn);
+        goto fail;
+    }
+    vs_tokenizer_free(tt);
+    tt = NULL;
+    if (newline_tokens(d, err)) goto fail;
+    vs_sampler_params sp = vs_sampler_params_default();
+    if (!(d->sampler = vs_sampler_new(d->n_vocab, &sp, err))) goto fail;
+    if (m > 1 && !(d->hist = vs_ens_hist_new(&o->weights, m, d->n_vocab, err))) goto fail;
+    d->kv = vs_lm_kv_new(draft, m, d->n_ctx, o->kv_type == VS_TYPE_F16 ? VS_TYPE_F16 : VS_TYPE_F32, err);
+    if (!d->kv) goto fail;
+    d->logits = vs_malloc(sizeof(float) * (size_t)m * (size_t)d->n_vocab);
+    d->qens = vs_malloc(sizeof(float) * (size_t)d->n_vocab);
+    d->pbuf = vs_malloc(sizeof(float) * (size_t)d->n_vocab);
+    if (!d->logits || !d->qens || !d->pbuf) goto nomem;
+    for (int32_t r = 0; r < m; r++) {
+        d->row[r].hist = vs_malloc(sizeof(int32_t) * (size_t)d->n_ctx);
+        if (!d->row[r].hist) goto nomem;
+    }
+    for (int32_t r = 0; r < m; r++) d->w[r] = 1.0f / (float)m;
+    return &d->hdr;
+nomem:
+    vs_error_set(err, VS_ERR_NOMEM, "ensemble drafter: out of memory");
+fail:
+    vs_tokenizer_free(tt);
+    en_free(&d->hdr);
+    return NULL;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Accessors */
+
+static const ens *as_ens(const vs_spec_drafter *d) { return d && d->vt == &ens_vt ? (const ens *)d : NULL; }
+
+const vs_draft_ens_stats *vs_draft_ens_get_stats(const vs_spec_drafter *d) {
+    const ens *e = as_ens(d);
+    return e ? &e->stats : NULL;
+}
+const vs_ens_trace *vs_draft_ens_trace(const vs_spec_drafter *d) {
+    const ens *e = as_ens(d);
+    return e ? &e->trace : NULL;
+}
+const float *vs_draft_ens_weights(const vs_spec_drafter *d) {
+    const ens *e = as_ens(d);
+    return e ? e->w : NULL;
+}
+const vs_ens_hist *vs_draft_ens_history(const vs_spec_drafter *d) {
+    const ens *e = as_ens(d);
+    return e ? e->hist : NULL;
+}
+vs_kv *vs_draft_ens_kv(vs_spec_drafter *d) { return as_ens(d) ? ((ens *)d)->kv : NULL; }
+int32_t vs_draft_ens_rows(const vs_spec_drafter *d) {
+    const ens *e = as_ens(d);
+    return e ? e->m : 0;
+}

@@ -1,0 +1,115 @@
+/* draft_ensemble: in-batch ensemble drafting (IbED) with test-time adaptive weights (TABED); the single
+ * drafting methods M, T, C and P are its m = 1 case. ALGORITHMS.md sections 2-4.
+ * Owns: one KV cache with one sequence per drafting input ("row"), each row's prompt (its own prefix:
+ * the request's text with each image replaced as the input says), the rows' pending (fed-but-not-yet-
+ * evaluated) tokens, the sampler (the request's transforms, its own seed), the per-block distributions of
+ * every row (for the history), the TABED history and the current block's weights, the weight trace, the
+ * projected image rows of the current request. Borrowed: the draft model, the target (only for the
+ * compatibility check), the projector, the caption source.
+ *
+ * Drafting inputs (one row each, at most one of each kind):
+ *   M  each image -> the drafter's projector over the request's shared ViT features;
+ *   T  each image -> the tokens of "\n" (without SentencePiece's space-prefix token);
+ *   C  each image -> the tokens of "image: " + its caption (no BOS); captions come from the caption
+ *      source (caption.h), possibly computed on another thread during the target's prefill, in which
+ *      case the C row's prompt is evaluated at the first draft step, after the prefill;
+ *   P  each image -> the features average-pooled k x k (pool_k; 24 x 24 -> 12 x 12 at k = 2) and then
+ *      projected (a window that sticks out at the edge averages the cells inside: image.h).
+ * Text segments are the same in every row. A request without images gives every row the same prefix.
+ *
+ * One draft step = ONE vs_lm_forward over all m rows (each row its own sequence and positions: the
+ * prefixes differ in length), so the weights are read once per step for all rows. The first step of a
+ * block feeds each row's pending rows (the correction / bonus token, plus the last accepted draft when
+ * the whole chain was accepted; at the first block the last prompt row); later steps feed the previous
+ * draft to every row. With z_r the row's logits:
+ *   q_r   = the request's sampling transforms of z_r (vs_sampler_probs: temperature, top-k, top-p, min-p),
+ *           or softmax(z_r) (temperature 1, no truncation) when drafting greedily;
+ *   q_ens = sum_r w_r q_r (probabilities, not logits);
+ *   d     = argmax q_ens (greedy: request temperature 0, or opts.greedy; q_row = -1) or d ~ q_ens
+ *           (sampled; the proposal's q row is q_ens, so the engine's min(1, p/q) test and the residual
+ *           use exactly the distribution d was drawn from: lossless).
+ * m = 1 with greedy drafting takes d = argmax z directly (what draft_lm does).
+ *
+ * After verification every row is truncated to its own prefix + the accepted drafts it evaluated;
+ * nothing evaluated is ever fed again (tests count rows). TABED's history receives, for the verified
+ * positions (min(accepted + 1, drafted)), the target's distribution from the engine's target_logits
+ * (same transform as q: softmax when greedy, the sampler's transforms when sampling) and each row's q_r
+ * of that position; the weights for the next block are chosen at the start of propose
+ * (ens_weights.h). A row whose cache is full makes the drafter propose nothing (the engine decodes
+ * plainly).
+ *
+ * Bad input (clear errors at creation or at begin): an unknown or repeated input, M / P without a
+ * projector, P with pool_k < 1 or larger than an image's patch grid, C without a caption source, an
+ * image without a caption (fixed texts), an image segment without features for M / P / a captioner.
+ * Documented fallback: an EMPTY caption (a captioner that produced nothing) gives the row "image: "
+ * alone for that image (counted in stats.n_empty_captions). */
+#ifndef VS_DRAFT_ENSEMBLE_H
+#define VS_DRAFT_ENSEMBLE_H
+
+#include "caption.h"
+#include "ens_weights.h"
+#include "lm.h"
+#include "spec.h"
+#include "vision.h"
+
+typedef enum vs_ens_input {
+    VS_ENS_IN_M = 0, /* multimodal */
+    VS_ENS_IN_T = 1, /* text-only */
+    VS_ENS_IN_C = 2, /* caption */
+    VS_ENS_IN_P = 3, /* pooled multimodal */
+} vs_ens_input;
+
+const char *vs_ens_input_name(vs_ens_input in); /* "m", "t", "c", "p" */
+/* "m,t,c,p", "mtcp", "m" ... (case-insensitive, commas optional) into in[] and *n; VS_ERR_INVALID for an
+ * unknown letter, a repeat, or more than VS_ENS_MAX_ROWS. */
+vs_status vs_ens_inputs_parse(const char *s, vs_ens_input *in, int32_t *n, vs_error *err);
+
+typedef struct vs_draft_ens_opts {
+    int32_t n_inputs;                    /* m rows */
+    vs_ens_input inputs[VS_ENS_MAX_ROWS];
+    vs_ens_weights_cfg weights;          /* policy (vs_ens_weights_cfg_default: static uniform) */
+    int32_t pool_k;                      /* P: pooling window (default 2) */
+    int32_t n_ctx;                       /* rows per row's cache; <= 0: the draft model's n_ctx_train */
+    vs_type kv_type;                     /* VS_TYPE_F32 (0) or VS_TYPE_F16 */
+    vs_threadpool *tp;                   /* borrowed; NULL = caller's thread */
+    const vs_vision_projector *proj;     /* M / P: the drafter's projector (width = the draft model's) */
+    const vs_vision_tower *tower;        /* optional: vs_vision_check_projector(tower, proj) must pass */
+    vs_caption_src *captions;            /* C: borrowed; a captioner runs on another thread unless it
+                                          * shares the target's LM or this drafter's pool */
+    bool greedy;                         /* draft greedily even when the request samples */
+    bool trace;                          /* keep the per-block weight trace (vs_draft_ens_trace) */
+    uint64_t seed;                       /* mixed into the request's seed (random policy, sampled drafts) */
+} vs_draft_ens_opts;
+
+/* One row T, static uniform weights, pool 2. */
+void vs_draft_ens_opts_default(vs_draft_ens_opts *o);
+
+/* A drafter over `draft` for `target` (may be the same vs_lm; both borrowed, must outlive it). NULL + err
+ * when the vocabularies or tokenizers differ or an option is invalid. Free with vs_spec_drafter_free. */
+vs_spec_drafter *vs_draft_ens_new(vs_lm *draft, const vs_lm *target, const vs_draft_ens_opts *o, vs_error *err);
+
+typedef struct vs_draft_ens_stats {
+    int64_t rows_evaluated;   /* rows fed to the draft model since creation (all sequences) */
+    int64_t forwards;         /* vs_lm_forward calls since creation (prefill chunks + draft steps) */
+    int64_t draft_steps;      /* batched draft steps since creation */
+    int32_t prefix_rows[VS_ENS_MAX_ROWS]; /* each row's prompt rows in the last request */
+    int32_t n_empty_captions; /* images of the last request whose generated caption was empty */
+    double t_caption;         /* seconds the captioner ran for the last request (other thread) */
+    double t_caption_wait;    /* seconds the drafter waited for it (the part not hidden) */
+    double t_c_prefill;       /* seconds evaluating the C row's prompt after the wait */
+    double t_weights;         /* seconds choosing weights and updating the history (last request) */
+} vs_draft_ens_stats;
+
+/* NULL when d is not an ensemble drafter. */
+const vs_draft_ens_stats *vs_draft_ens_get_stats(const vs_spec_drafter *d);
+/* The weight trace of every request since creation (opts.trace), request index counting begins. */
+const vs_ens_trace *vs_draft_ens_trace(const vs_spec_drafter *d);
+/* The current block's weights (m values; the last block's after commit). */
+const float *vs_draft_ens_weights(const vs_spec_drafter *d);
+/* The history (tests inspect it). */
+const vs_ens_hist *vs_draft_ens_history(const vs_spec_drafter *d);
+/* The cache (one sequence per row) and m. */
+vs_kv *vs_draft_ens_kv(vs_spec_drafter *d);
+int32_t vs_draft_ens_rows(const vs_spec_drafter *d);
+
+#endif

@@ -1,0 +1,977 @@
+/* test_ensemble: the in-batch ensemble drafter (draft_ensemble.h) and captions (caption.h).
+ *   - lossless greedy: for every drafting input alone (M, T, C, P) and the ensembles MT, TC, MP, MTCP
+ *     under every weight policy, on prompts with 0, 1 and 2 images, with two drafters (a related
+ *     1-layer model and an unrelated narrower one) at gamma 1 .. 8: output token-identical to target-only
+ *     greedy decoding (>= 200 prompt x input x policy combinations per drafter), and no row ever
+ *     evaluates a token twice (rows evaluated == final cache lengths + rejected drafts);
+ *   - m = 1 is draft_lm: the T and M single-row ensembles make the same blocks as draft_lm;
+ *   - TABED adapts: a self-drafting pair whose M row sees exactly what the target sees and whose T row
+ *     does not: grid and inverse-KL weights move to M and acceptance rises to (nearly) every draft;
+ *   - lossless sampling: the joint distribution of 3 generated tokens with q_ens drafters (MT, MTP,
+ *     several policies and sampling settings, sampled and greedy drafts) matches the exact target-only
+ *     distribution (chi-square, V = 16, image rows in the prompt), and a broken residual is detected;
+ *   - captions: a captioner (the drafter VLM) on another thread gives the same blocks as the same
+ *     captions given as texts; the captions file format and its errors;
+ *   - bad input: missing caption, empty caption (documented fallback), pool size larger than the grid,
+ *     unknown / repeated inputs, unknown policy, missing projector or features, vocabulary mismatch;
+ *   - the weight trace matches the engine's blocks.
+ * `test_ensemble bench` times a batched 4-row draft step against a 1-row step instead (report only). */
+#include <string.h>
+
+#include "caption.h"
+#include "draft_ensemble.h"
+#include "draft_lm.h"
+#include "spec.h"
+#include "testutil.h"
+#include "tokenizer.h"
+#include "vision.h"
+
+/* ------------------------------------------------------------------------------------------------
+ * helpers */
+
+static const char *tmp_path(const char *name) {
+    static char buf[16][512];
+    static int k;
+    char *p = buf[k++ % 16];
+    snprintf(p, 512, "%s/%s", vt_tmpdir(), name);
+    return p;
+}
+
+static vs_lm *make_model(int E, int L, int H, int F, int V, float std, uint64_t seed, int n_ctx, const char *name) {
+    vs_lm_random_opts o;
+    memset(&o, 0, sizeof(o));
+    o.n_embd = E, o.n_layer = L, o.n_head = H, o.n_head_kv = H / 2 > 0 ? H / 2 : 1, o.n_ff = F, o.n_ctx = n_ctx;
+    o.n_vocab = V, o.type = VS_TYPE_F32, o.init_std = std, o.tied = true, o.seed = seed;
+    vs_error err = {0};
+    VT_REQUIRE(vs_lm_write_random(&o, tmp_path(name), &err) == VS_OK, "%s", err.msg);
+    vs_lm *lm = vs_lm_load(tmp_path(name), &err);
+    VT_REQUIRE(lm, "%s", err.msg);
+    return lm;
+}
+
+static vs_mmproj *make_proj(int width, int hidden, int proj_out, bool tower, uint64_t tower_hash, uint64_t seed,
+                            const char *name) {
+    vs_vision_config c;
+    memset(&c, 0, sizeof(c));
+    c.image_size = 42, c.patch_size = 14, c.width = width, c.ffn = 2 * width, c.n_heads = 2, c.n_blocks = 1;
+    c.projection_dim = width, c.proj_hidden = hidden, c.proj_out = proj_out, c.eps = 1e-5f;
+    for (int i = 0; i < 3; i++) c.mean[i] = 0.5f, c.std[i] = 0.25f;
+    c.has_tower = tower;
+    vs_error err = {0};
+    vs_vision_weights w;
+    VT_REQUIRE(vs_vision_weights_alloc(&w, &c, &err) == VS_OK, "%s", err.msg);
+    vs_vision_weights_randomize(&w, &c, seed);
+    vs_mmproj_write_opts wo = {.mat_type = VS_TYPE_F32, .tower_hash = tower_hash};
+    VT_REQUIRE(vs_mmproj_write(tmp_path(name), &c, &w, &wo, &err) == VS_OK, "%s", err.msg);
+    vs_vision_weights_free(&w, &c);
+    vs_mmproj *m = vs_mmproj_open(tmp_path(name), &err);
+    VT_REQUIRE(m, "%s", err.msg);
+    return m;
+}
+
+typedef struct engine {
+    vs_spec *s;
+    vs_tokenizer *tok;
+} engine;
+
+static engine make_engine(vs_lm *target, int n_ctx) {
+    vs_error err = {0};
+    engine e;
+    e.tok = vs_tokenizer_from_gguf(vs_lm_gguf(target), &err);
+    VT_REQUIRE(e.tok, "%s", err.msg);
+    vs_spec_config c = {.n_ctx = n_ctx, .kv_type = VS_TYPE_F32, .tok = e.tok};
+    e.s = vs_spec_new(target, &c, &err);
+    VT_REQUIRE(e.s, "%s", err.msg);
+    return e;
+}
+
+static void free_engine(engine *e) {
+    vs_spec_free(e->s);
+    vs_tokenizer_free(e->tok);
+}
+
+static vs_status gen(engine *e, vs_spec_drafter *d, const vs_spec_prompt *p, int gamma, int n_predict,
+                     vs_spec_log *log, vs_error *err) {
+    vs_spec_params pr = vs_spec_params_default();
+    pr.gamma = gamma;
+    pr.n_predict = n_predict;
+    pr.sampling.temperature = 0;
+    pr.ignore_eos = true;
+    return vs_spec_generate(e->s, d, p, &pr, NULL, NULL, log, err);
+}
+
+static bool same_tokens(const vs_spec_log *a, const vs_spec_log *b) {
+    return a->n_tokens == b->n_tokens &&
+           (a->n_tokens == 0 || memcmp(a->tokens, b->tokens, sizeof(int32_t) * (size_t)a->n_tokens) == 0);
+}
+
+static vs_spec_drafter *make_ens(vs_lm *draft, vs_lm *target, const char *inputs, const char *policy,
+                                 const vs_vision_projector *proj, vs_caption_src *caps, bool trace) {
+    vs_error err = {0};
+    vs_draft_ens_opts o;
+    vs_draft_ens_opts_default(&o);
+    VT_REQUIRE(vs_ens_inputs_parse(inputs, o.inputs, &o.n_inputs, &err) == VS_OK, "%s", err.msg);
+    VT_REQUIRE(vs_ens_weights_parse(policy, &o.weights, &err) == VS_OK, "%s", err.msg);
+    o.proj = proj;
+    o.captions = caps;
+    o.trace = trace;
+    vs_spec_drafter *d = vs_draft_ens_new(draft, target, &o, &err);
+    VT_REQUIRE(d, "ensemble %s / %s: %s", inputs, policy, err.msg);
+    return d;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * The multimodal fixture: a target (tower + projector), two drafters with projectors over the same
+ * features, three images, prompts with 0 .. 2 images, fixed captions. */
+
+enum { NI = 3, NP = 8, V96 = 96 };
+
+typedef struct fixture {
+    vs_lm *target, *draft_rel, *draft_far;
+    vs_mmproj *tm, *dm_rel, *dm_far;
+    vs_vision_features feat[NI];
+    const vs_vision_features *fp[NI];
+    float *trows[NI];
+    int64_t n_trows[NI];
+    struct {
+        int32_t tok[64];
+        vs_spec_segment seg[5];
+        vs_spec_prompt p;
+        int n_img;
+    } mp[NP];
+    vs_caption_src *caps;
+} fixture;
+
+static const char *const CAPTIONS[NI] = {"a red square on grass", "two blue circles", "a small yellow house"};
+
+static void fixture_init(fixture *f) {
+    vs_error err = {0};
+    memset(f, 0, sizeof(*f));
+    f->target = make_model(64, 2, 4, 128, V96, 0.15f, 61, 512, "ens-target.gguf");
+    /* the target's seed and shape with smaller weights: related, accepted often */
+    f->draft_rel = make_model(64, 2, 4, 128, V96, 0.12f, 61, 512, "ens-draft-rel.gguf");
+    f->draft_far = make_model(32, 1, 2, 64, V96, 0.15f, 62, 512, "ens-draft-far.gguf");
+    f->tm = make_proj(32, 64, 64, true, 0, 5, "ens-target-mmproj.gguf");
+    const vs_vision_tower *tower = vs_mmproj_tower(f->tm);
+    uint64_t th = vs_vision_tower_hash(tower);
+    f->dm_rel = make_proj(32, 64, 64, false, th, 6, "ens-draft-rel-mmproj.gguf");
+    f->dm_far = make_proj(32, 64, 32, false, th, 7, "ens-draft-far-mmproj.gguf");
+    const int S = 42;
+    float *pix = malloc(sizeof(float) * 3 * S * S);
+    vs_rng r;
+    vs_rng_seed(&r, 9);
+    for (int i = 0; i < NI; i++) {
+        for (int j = 0; j < 3 * S * S; j++) pix[j] = (float)(vs_rng_uniform(&r) * 2 - 1);
+        VT_REQUIRE(vs_vision_encode(tower, NULL, pix, NULL, &f->feat[i], &err) == VS_OK, "%s", err.msg);
+        VT_REQUIRE(vs_vision_embed(vs_mmproj_projector(f->tm), NULL, &f->feat[i], 1, &f->trows[i], &f->n_trows[i],
+                                   &err) == VS_OK, "%s", err.msg);
+        f->fp[i] = &f->feat[i];
+    }
+    free(pix);
+    VT_REQUIRE(f->feat[0].grid_h == 3 && f->feat[0].grid_w == 3, "3 x 3 patch grid");
+    for (int i = 0; i < NP; i++) {
+        vs_rng_seed(&r, 300 + i);
+        int n_img = i % 3, at = 0, ns = 0;
+        for (int k = 0; k <= n_img; k++) {
+            int len = 1 + (int)vs_rng_below(&r, 6) + (k == n_img ? 3 : 0);
+            for (int j = 0; j < len; j++) f->mp[i].tok[at + j] = at + j == 0 ? 1 : 3 + (int32_t)vs_rng_below(&r, 93);
+            f->mp[i].seg[ns++] = (vs_spec_segment){.kind = VS_SPEC_SEG_TEXT, .n = len, .tokens = f->mp[i].tok + at};
+            at += len;
+            if (k < n_img) {
+                int im = (i + k) % NI;
+                f->mp[i].seg[ns++] = (vs_spec_segment){.kind = VS_SPEC_SEG_IMAGE, .n = (int32_t)f->n_trows[im],
+                                                       .embd = f->trows[im], .image = im};
+            }
+        }
+        f->mp[i].p.seg = f->mp[i].seg, f->mp[i].p.n_seg = ns, f->mp[i].p.images = f->fp, f->mp[i].p.n_images = NI;
+        f->mp[i].n_img = n_img;
+    }
+    f->caps = vs_caption_src_new_texts(CAPTIONS, NI, &err);
+    VT_REQUIRE(f->caps, "%s", err.msg);
+}
+
+static void fixture_free(fixture *f) {
+    vs_caption_src_free(f->caps);
+    for (int i = 0; i < NI; i++) {
+        vs_free(f->trows[i]);
+        vs_vision_features_free(&f->feat[i]);
+    }
+    vs_mmproj_free(f->tm), vs_mmproj_free(f->dm_rel), vs_mmproj_free(f->dm_far);
+    vs_lm_free(f->target), vs_lm_free(f->draft_rel), vs_lm_free(f->draft_far);
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * lossless greedy over inputs x policies x prompts */
+
+static const char *const SETS[] = {"m", "t", "c", "p", "mt", "tc", "mp", "mtcp"};
+static const char *const POLICIES[] = {"static", "ratios", "grid", "inv-kl", "inv-tvd", "random", "adaboost"};
+static const int GAMMAS[4] = {1, 3, 5, 8};
+
+typedef struct tally {
+    int combos, mismatches, eval_errors;
+    int64_t drafted, accepted;
+} tally;
+
+/* Rejected drafts the drafter evaluated (chain: k - 1 fed, min(a, k - 1) kept). */
+static int64_t wasted(const vs_spec_log *log) {
+    int64_t w = 0;
+    for (int b = 0; b < log->n_blocks; b++) {
+        const vs_spec_block *k = &log->blocks[b];
+        if (k->n_draft > 0) w += (k->n_draft - 1) - VS_MIN(k->n_accept, k->n_draft - 1);
+    }
+    return w;
+}
+
+static void run_lossless(fixture *f, vs_lm *draft, const vs_vision_projector *proj, const char *label, tally *t) {
+    vs_error err = {0};
+    engine e = make_engine(f->target, 256);
+    vs_spec_log base[NP], log;
+    for (int i = 0; i < NP; i++) {
+        vs_spec_log_init(&base[i]);
+        VT_REQUIRE(gen(&e, NULL, &f->mp[i].p, 0, 20, &base[i], &err) == VS_OK, "%s", err.msg);
+    }
+    vs_spec_log_init(&log);
+    int64_t acc_by_set[8] = {0}, dr_by_set[8] = {0};
+    for (size_t s = 0; s < VS_ARRAY_LEN(SETS); s++) {
+        const int m = (int)strlen(SETS[s]);
+        for (size_t pi = 0; pi < VS_ARRAY_LEN(POLICIES); pi++) {
+            if (m == 1 && pi > 0) continue; /* one row: the weight is 1 whatever the policy */
+            char pol[64];
+            if (!strcmp(POLICIES[pi], "ratios")) {
+                snprintf(pol, sizeof(pol), "static:2");
+                for (int r = 1; r < m; r++) strcat(pol, ",1");
+            } else {
+                snprintf(pol, sizeof(pol), "%s", POLICIES[pi]);
+            }
+            vs_spec_drafter *d = make_ens(draft, f->target, SETS[s], pol, proj, f->caps, false);
+            vs_kv *kv = vs_draft_ens_kv(d);
+            for (int i = 0; i < NP; i++) {
+                const int gamma = GAMMAS[(i + (int)s + (int)pi) % 4];
+                const int64_t before = vs_draft_ens_get_stats(d)->rows_evaluated;
+                vs_status st = gen(&e, d, &f->mp[i].p, gamma, 20, &log, &err);
+                VT_REQUIRE(st == VS_OK, "%s %s %s prompt %d: %s", label, SETS[s], pol, i, err.msg);
+                t->combos++;
+                if (!same_tokens(&log, &base[i])) {
+                    t->mismatches++;
+                    VT_CHECK(false, "%s: inputs %s, weights %s, prompt %d, gamma %d: output differs from target-only",
+                             label, SETS[s], pol, i, gamma);
+                }
+                int64_t cached = 0;
+                for (int r = 0; r < m; r++) cached += vs_kv_seq_len(kv, r);
+                const int64_t evaluated = vs_draft_ens_get_stats(d)->rows_evaluated - before;
+                if (evaluated != cached + m * wasted(&log)) {
+                    t->eval_errors++;
+                    VT_CHECK(false, "%s %s %s prompt %d: %lld rows evaluated, %lld cached + %lld x %d rejected drafts",
+                             label, SETS[s], pol, i, (long long)evaluated, (long long)cached,
+                             (long long)wasted(&log), m);
+                }
+                for (int b = 0; b < log.n_blocks; b++) {
+                    t->drafted += log.blocks[b].n_eval, t->accepted += log.blocks[b].n_accept;
+                    dr_by_set[s] += log.blocks[b].n_eval, acc_by_set[s] += log.blocks[b].n_accept;
+                }
+            }
+            vs_spec_drafter_free(d);
+        }
+    }
+    printf("  %-30s acceptance by input set:", label);
+    for (size_t s = 0; s < VS_ARRAY_LEN(SETS); s++)
+        printf(" %s %.2f", SETS[s], (double)acc_by_set[s] / (double)VS_MAX(dr_by_set[s], 1));
+    printf("\n");
+    for (int i = 0; i < NP; i++) vs_spec_log_free(&base[i]);
+    vs_spec_log_free(&log);
+    free_engine(&e);
+}
+
+static void test_lossless(fixture *f) {
+    tally t = {0};
+    run_lossless(f, f->draft_rel, vs_mmproj_projector(f->dm_rel), "related drafter", &t);
+    const int first = t.combos;
+    run_lossless(f, f->draft_far, vs_mmproj_projector(f->dm_far), "unrelated drafter", &t);
+    printf("  lossless greedy: %d + %d prompt x input x policy combinations, %d mismatches, acceptance %.3f\n", first,
+           t.combos - first, t.mismatches, (double)t.accepted / (double)VS_MAX(t.drafted, 1));
+    VT_CHECK(first >= 200, "%d combinations per drafter", first);
+    VT_CHECK(t.mismatches == 0 && t.eval_errors == 0, "%d mismatches, %d evaluation-count errors", t.mismatches,
+             t.eval_errors);
+    const double acc = (double)t.accepted / (double)VS_MAX(t.drafted, 1);
+    VT_CHECK(acc > 0.05 && acc < 0.95, "acceptance %g exercises both branches", acc);
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * m = 1 is draft_lm; TABED adapts; trace; captioner thread */
+
+static void test_single_is_draft_lm(fixture *f) {
+    vs_error err = {0};
+    engine e = make_engine(f->target, 256);
+    const vs_vision_projector *proj = vs_mmproj_projector(f->dm_rel);
+    int same = 0, total = 0;
+    for (int mode = 0; mode < 2; mode++) {
+        vs_draft_lm_opts lo = {.mode = mode ? VS_DRAFT_LM_MM : VS_DRAFT_LM_TEXT, .proj = mode ? proj : NULL};
+        vs_spec_drafter *dl = vs_draft_lm_new(f->draft_rel, f->target, &lo, &err);
+        VT_REQUIRE(dl, "%s", err.msg);
+        vs_spec_drafter *de = make_ens(f->draft_rel, f->target, mode ? "m" : "t", "static", proj, NULL, false);
+        vs_spec_log a, b;
+        vs_spec_log_init(&a), vs_spec_log_init(&b);
+        for (int i = 0; i < NP; i++) {
+            VT_REQUIRE(gen(&e, dl, &f->mp[i].p, 4, 24, &a, &err) == VS_OK, "%s", err.msg);
+            VT_REQUIRE(gen(&e, de, &f->mp[i].p, 4, 24, &b, &err) == VS_OK, "%s", err.msg);
+            bool eq = a.n_blocks == b.n_blocks && same_tokens(&a, &b);
+            for (int k = 0; eq && k < a.n_blocks; k++)
+                eq = a.blocks[k].n_draft == b.blocks[k].n_draft && a.blocks[k].n_accept == b.blocks[k].n_accept;
+            same += eq;
+            total++;
+        }
+        VT_CHECK(vs_draft_lm_rows_evaluated(dl) == vs_draft_ens_get_stats(de)->rows_evaluated,
+                 "%s: draft_lm evaluated %lld rows, the 1-row ensemble %lld", mode ? "M" : "T",
+                 (long long)vs_draft_lm_rows_evaluated(dl), (long long)vs_draft_ens_get_stats(de)->rows_evaluated);
+        vs_spec_log_free(&a), vs_spec_log_free(&b);
+        vs_spec_drafter_free(dl);
+        vs_spec_drafter_free(de);
+    }
+    VT_CHECK(same == total, "1-row ensemble == draft_lm block by block on %d of %d requests", same, total);
+    free_engine(&e);
+}
+
+static void test_adaptation(fixture *f) {
+    /* the target drafting for itself: the M row (target's own projector) sees exactly the target's rows,
+     * the T row sees "\n" instead of each image */
+    vs_error err = {0};
+    engine e = make_engine(f->target, 256);
+    const vs_vision_projector *tp = vs_mmproj_projector(f->tm);
+    const char *pols[3] = {"static", "grid", "inv-kl"};
+    double acc[3] = {0};
+    float wm_last[3] = {0};
+    for (int k = 0; k < 3; k++) {
+        vs_spec_drafter *d = make_ens(f->target, f->target, "tm", pols[k], tp, NULL, true);
+        vs_spec_log log;
+        vs_spec_log_init(&log);
+        int64_t dr = 0, ac = 0;
+        /* prompts with two images: T's view differs most */
+        for (int i = 2; i < NP; i += 3) {
+            VT_REQUIRE(gen(&e, d, &f->mp[i].p, 5, 60, &log, &err) == VS_OK, "%s", err.msg);
+            for (int b = log.n_blocks / 2; b < log.n_blocks; b++) /* the second half: after adapting */
+                dr += log.blocks[b].n_eval, ac += log.blocks[b].n_accept;
+            const vs_ens_trace *tr = vs_draft_ens_trace(d);
+            int nb = 0;
+            for (int b = 0; b < log.n_blocks; b++) nb += log.blocks[b].n_draft > 0;
+            int from = tr->n - nb;
+            VT_CHECK(from >= 0, "trace has the request's blocks");
+            for (int b = 0, j = from; b < log.n_blocks && j < tr->n; b++) {
+                if (log.blocks[b].n_draft == 0) continue;
+                VT_CHECK(tr->rec[j].n_draft == log.blocks[b].n_draft && tr->rec[j].n_accept == log.blocks[b].n_accept,
+                         "trace block %d matches the engine's", b);
+                VT_CHECK(fabsf(tr->rec[j].w[0] + tr->rec[j].w[1] - 1) < 1e-5f, "weights sum to 1");
+                j++;
+            }
+            wm_last[k] = tr->rec[tr->n - 1].w[1];
+            VT_CHECK(tr->rec[from].w[0] == 0.5f, "%s: the first block is uniform", pols[k]);
+        }
+        acc[k] = (double)ac / (double)VS_MAX(dr, 1);
+        vs_spec_log_free(&log);
+        vs_spec_drafter_free(d);
+    }
+    printf("  adaptation (self drafting, rows T and M): acceptance static %.3f, grid %.3f, inv-kl %.3f; last w_M: "
+           "grid %.3f, inv-kl %.3f\n", acc[0], acc[1], acc[2], wm_last[1], wm_last[2]);
+    VT_CHECK(wm_last[1] >= 0.9f, "grid weights move to the M row (%g)", wm_last[1]);
+    VT_CHECK(wm_last[2] >= 0.99f, "inverse-KL weights move to the M row (%g)", wm_last[2]);
+    VT_CHECK(acc[1] >= 0.97 && acc[2] >= 0.97, "adaptive acceptance %g / %g", acc[1], acc[2]);
+    VT_CHECK(acc[1] >= acc[0] && acc[2] >= acc[0], "adaptive weights do at least as well as static ones");
+    free_engine(&e);
+}
+
+static void test_captioner(fixture *f) {
+    vs_error err = {0};
+    const vs_vision_projector *proj = vs_mmproj_projector(f->dm_rel);
+    vs_captioner_opts co = {.max_tokens = 8};
+    vs_captioner *cap = vs_captioner_new(f->draft_rel, proj, &co, &err);
+    VT_REQUIRE(cap, "%s", err.msg);
+    char *text[NI];
+    for (int i = 0; i < NI; i++) {
+        VT_REQUIRE(vs_captioner_caption(cap, &f->feat[i], &text[i], &err) == VS_OK, "%s", err.msg);
+        char *again = NULL;
+        VT_REQUIRE(vs_captioner_caption(cap, &f->feat[i], &again, &err) == VS_OK, "%s", err.msg);
+        VT_CHECK(!strcmp(text[i], again), "captioning is deterministic");
+        VT_CHECK(!strchr(text[i], '\n'), "a caption has no newline");
+        vs_free(again);
+    }
+    printf("  captions of the random drafter: '%s' | '%s' | '%s'\n", text[0], text[1], text[2]);
+    vs_caption_src *fixed = vs_caption_src_new_texts((const char *const *)text, NI, &err);
+    VT_REQUIRE(fixed, "%s", err.msg);
+    vs_caption_src *gen_src = vs_caption_src_new_captioner(cap, &err);
+    VT_REQUIRE(gen_src, "%s", err.msg);
+    engine e = make_engine(f->target, 256);
+    vs_spec_drafter *da = make_ens(f->draft_rel, f->target, "mtc", "inv-kl", proj, gen_src, false);
+    vs_spec_drafter *db = make_ens(f->draft_rel, f->target, "mtc", "inv-kl", proj, fixed, false);
+    vs_spec_log a, b, base;
+    vs_spec_log_init(&a), vs_spec_log_init(&b), vs_spec_log_init(&base);
+    int same = 0;
+    double t_cap = 0;
+    for (int i = 0; i < NP; i++) {
+        VT_REQUIRE(gen(&e, da, &f->mp[i].p, 4, 16, &a, &err) == VS_OK, "%s", err.msg);
+        t_cap += vs_draft_ens_get_stats(da)->t_caption;
+        VT_REQUIRE(gen(&e, db, &f->mp[i].p, 4, 16, &b, &err) == VS_OK, "%s", err.msg);
+        VT_REQUIRE(gen(&e, NULL, &f->mp[i].p, 0, 16, &base, &err) == VS_OK, "%s", err.msg);
+        VT_CHECK(same_tokens(&a, &base), "captioner ensemble is lossless (prompt %d)", i);
+        bool eq = a.n_blocks == b.n_blocks;
+        for (int k = 0; eq && k < a.n_blocks; k++) eq = a.blocks[k].n_accept == b.blocks[k].n_accept;
+        same += eq;
+    }
+    VT_CHECK(same == NP, "captions from the thread == the same captions as texts (%d of %d)", same, NP);
+    VT_CHECK(t_cap > 0, "caption time reported");
+    printf("  captioner thread: %d/%d requests identical to fixed captions, caption time %.4f s in all\n", same, NP,
+           t_cap);
+    /* an error in begin after the thread started must not leave it running: pool too large for the P row */
+    vs_draft_ens_opts o;
+    vs_draft_ens_opts_default(&o);
+    VT_REQUIRE(vs_ens_inputs_parse("cp", o.inputs, &o.n_inputs, &err) == VS_OK, "%s", err.msg);
+    o.proj = proj, o.captions = gen_src, o.pool_k = 5;
+    vs_spec_drafter *dc = vs_draft_ens_new(f->draft_rel, f->target, &o, &err);
+    VT_REQUIRE(dc, "%s", err.msg);
+    VT_CHECK(gen(&e, dc, &f->mp[1].p, 3, 8, &a, &err) == VS_ERR_INVALID && strstr(err.msg, "pool size 5"),
+             "pool error with a captioner: %s", err.msg);
+    vs_spec_drafter_free(dc);
+    vs_spec_log_free(&a), vs_spec_log_free(&b), vs_spec_log_free(&base);
+    vs_spec_drafter_free(da), vs_spec_drafter_free(db);
+    vs_caption_src_free(gen_src);
+    vs_caption_src_free(fixed);
+    for (int i = 0; i < NI; i++) vs_free(text[i]);
+    /* bad captioner set-ups */
+    vs_captioner_opts bad = {.prompt = "no marker here"};
+    VT_CHECK(!vs_captioner_new(f->draft_rel, proj, &bad, &err) && strstr(err.msg, "marker"), "%s", err.msg);
+    VT_CHECK(!vs_captioner_new(f->draft_far, proj, NULL, &err) && strstr(err.msg, "wide"), "%s", err.msg);
+    vs_captioner_free(cap);
+    free_engine(&e);
+}
+
+static void write_file(const char *path, const char *text) {
+    FILE *fp = fopen(path, "w");
+    VT_REQUIRE(fp, "open %s", path);
+    fputs(text, fp);
+    fclose(fp);
+}
+
+static void test_captions_file(void) {
+    vs_error err = {0};
+    const char *keys[2] = {"imgs/a.png", "imgs/b.png"};
+    const char *p = tmp_path("caps.txt");
+    write_file(p, "# captions\n\na red square\n  two blue circles  \n");
+    vs_caption_src *s = vs_caption_src_from_file(p, keys, 2, &err);
+    VT_REQUIRE(s, "%s", err.msg);
+    VT_CHECK(!strcmp(vs_caption_src_get(s, 1), "two blue circles") && !vs_caption_src_get(s, 2), "positional");
+    vs_caption_src_free(s);
+    write_file(p, "b.png\tthe second\nimgs/a.png\tthe first\n");
+    s = vs_caption_src_from_file(p, keys, 2, &err);
+    VT_REQUIRE(s, "%s", err.msg);
+    VT_CHECK(!strcmp(vs_caption_src_get(s, 0), "the first") && !strcmp(vs_caption_src_get(s, 1), "the second"),
+             "keyed by path and by file name");
+    vs_caption_src_free(s);
+    struct {
+        const char *text, *needle;
+    } bad[] = {
+        {"only one\n", "no caption for image 1 (imgs/b.png)"},
+        {"one\ntwo\nthree\n", "more captions than the 2 images"},
+        {"a.png\tx\na.png\ty\nb.png\tz\n", "second caption for image 0"},
+        {"c.png\tx\n", "not one of the request's images"},
+        {"a.png\tx\nplain line\n", "mixes"},
+        {"a.png\t   \nb.png\tz\n", "empty caption for image 0"},
+        {"", "no caption for image 0"},
+        {NULL, NULL},
+    };
+    for (int i = 0; bad[i].text; i++) {
+        write_file(p, bad[i].text);
+        vs_error_clear(&err);
+        s = vs_caption_src_from_file(p, keys, 2, &err);
+        VT_CHECK(!s && strstr(err.msg, bad[i].needle), "captions file %d: %s", i, err.msg);
+        vs_caption_src_free(s);
+    }
+    VT_CHECK(!vs_caption_src_from_file(tmp_path("nonexistent.txt"), keys, 2, &err), "missing file: %s", err.msg);
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * bad input */
+
+static void test_bad_input(fixture *f) {
+    vs_error err = {0};
+    const vs_vision_projector *proj = vs_mmproj_projector(f->dm_rel);
+    vs_ens_input in[8];
+    int32_t n;
+    VT_CHECK(vs_ens_inputs_parse("m,x", in, &n, &err) && strstr(err.msg, "unknown input 'x'"), "%s", err.msg);
+    VT_CHECK(vs_ens_inputs_parse("mtm", in, &n, &err) && strstr(err.msg, "twice"), "%s", err.msg);
+    VT_CHECK(vs_ens_inputs_parse("", in, &n, &err) && vs_ens_inputs_parse(",", in, &n, &err), "empty lists");
+    VT_CHECK(vs_ens_inputs_parse("M,T,C,P", in, &n, &err) == VS_OK && n == 4 && in[3] == VS_ENS_IN_P, "upper case");
+
+    vs_draft_ens_opts o;
+    vs_draft_ens_opts_default(&o);
+    o.n_inputs = 2, o.inputs[0] = VS_ENS_IN_M, o.inputs[1] = VS_ENS_IN_C;
+    o.proj = proj;
+    VT_CHECK(!vs_draft_ens_new(f->draft_rel, f->target, &o, &err) && strstr(err.msg, "captions"), "C without captions: %s",
+             err.msg);
+    o.captions = f->caps, o.proj = NULL;
+    VT_CHECK(!vs_draft_ens_new(f->draft_rel, f->target, &o, &err) && strstr(err.msg, "projector"), "M without "
+             "projector: %s", err.msg);
+    o.proj = vs_mmproj_projector(f->dm_far);
+    VT_CHECK(!vs_draft_ens_new(f->draft_rel, f->target, &o, &err) && strstr(err.msg, "wide"), "width: %s", err.msg);
+    o.proj = proj;
+    o.inputs[1] = VS_ENS_IN_M;
+    VT_CHECK(!vs_draft_ens_new(f->draft_rel, f->target, &o, &err) && strstr(err.msg, "twice"), "repeat: %s", err.msg);
+    o.inputs[1] = (vs_ens_input)7;
+    VT_CHECK(!vs_draft_ens_new(f->draft_rel, f->target, &o, &err) && strstr(err.msg, "unknown drafting input"), "%s",
+             err.msg);
+    o.inputs[1] = VS_ENS_IN_P;
+    o.pool_k = 0;
+    VT_CHECK(!vs_draft_ens_new(f->draft_rel, f->target, &o, &err) && strstr(err.msg, "pool size 0"), "%s", err.msg);
+    o.pool_k = 2;
+    o.weights.policy = (vs_ens_policy)42;
+    VT_CHECK(!vs_draft_ens_new(f->draft_rel, f->target, &o, &err) && strstr(err.msg, "unknown policy"), "%s", err.msg);
+    vs_ens_weights_cfg_default(&o.weights);
+    VT_CHECK(vs_ens_weights_parse("tabed", &o.weights, &err) && strstr(err.msg, "unknown weight policy"), "%s", err.msg);
+    o.weights.policy = VS_ENS_STATIC, o.weights.n_ratios = 3, o.weights.ratios[0] = 1;
+    VT_CHECK(!vs_draft_ens_new(f->draft_rel, f->target, &o, &err) && strstr(err.msg, "ratios"), "%s", err.msg);
+    vs_ens_weights_cfg_default(&o.weights);
+    o.n_inputs = 0;
+    VT_CHECK(!vs_draft_ens_new(f->draft_rel, f->target, &o, &err), "no inputs");
+    vs_lm *v16 = make_model(32, 1, 2, 64, 16, 0.1f, 3, 64, "ens-v16.gguf");
+    o.n_inputs = 1, o.inputs[0] = VS_ENS_IN_T;
+    VT_CHECK(!vs_draft_ens_new(v16, f->target, &o, &err) && strstr(err.msg, "vocabulary"), "%s", err.msg);
+    vs_lm_free(v16);
+
+    engine e = make_engine(f->target, 256);
+    vs_spec_log log;
+    vs_spec_log_init(&log);
+    const vs_spec_prompt *two = &f->mp[2].p; /* two images */
+    VT_REQUIRE(f->mp[2].n_img == 2, "prompt 2 has two images");
+    /* a caption missing for an image */
+    const char *partial[NI] = {CAPTIONS[0], NULL, NULL};
+    vs_caption_src *miss = vs_caption_src_new_texts(partial, NI, &err);
+    VT_REQUIRE(miss, "%s", err.msg);
+    vs_spec_drafter *d = make_ens(f->draft_rel, f->target, "tc", "static", proj, miss, false);
+    VT_CHECK(gen(&e, d, two, 3, 8, &log, &err) == VS_ERR_INVALID && strstr(err.msg, "no caption for image"), "%s",
+             err.msg);
+    vs_spec_drafter_free(d);
+    vs_caption_src_free(miss);
+    /* an empty caption: documented fallback ("image: " alone), still lossless */
+    const char *empty[NI] = {"", "", ""};
+    vs_caption_src *emp = vs_caption_src_new_texts(empty, NI, &err);
+    VT_REQUIRE(emp, "%s", err.msg);
+    d = make_ens(f->draft_rel, f->target, "c", "static", proj, emp, false);
+    vs_spec_log base;
+    vs_spec_log_init(&base);
+    VT_REQUIRE(gen(&e, d, two, 3, 12, &log, &err) == VS_OK, "%s", err.msg);
+    VT_REQUIRE(gen(&e, NULL, two, 0, 12, &base, &err) == VS_OK, "%s", err.msg);
+    VT_CHECK(same_tokens(&log, &base), "empty captions: lossless");
+    VT_CHECK(vs_draft_ens_get_stats(d)->n_empty_captions == 2, "empty captions counted (%d)",
+             vs_draft_ens_get_stats(d)->n_empty_captions);
+    vs_spec_drafter_free(d);
+    vs_caption_src_free(emp);
+    /* pool size larger than the 3 x 3 grid; equal to it is one row */
+    vs_draft_ens_opts_default(&o);
+    o.inputs[0] = VS_ENS_IN_P, o.proj = proj, o.pool_k = 4;
+    d = vs_draft_ens_new(f->draft_rel, f->target, &o, &err);
+    VT_REQUIRE(d, "%s", err.msg);
+    VT_CHECK(gen(&e, d, two, 3, 8, &log, &err) == VS_ERR_INVALID && strstr(err.msg, "pool size 4 is larger than image"),
+             "%s", err.msg);
+    vs_spec_drafter_free(d);
+    o.pool_k = 3;
+    d = vs_draft_ens_new(f->draft_rel, f->target, &o, &err);
+    VT_REQUIRE(d && gen(&e, d, two, 3, 12, &log, &err) == VS_OK, "%s", err.msg);
+    VT_CHECK(same_tokens(&log, &base), "pool 3: lossless");
+    int text_rows = 0;
+    for (int s = 0; s < two->n_seg; s++) text_rows += two->seg[s].kind == VS_SPEC_SEG_TEXT ? two->seg[s].n : 0;
+    VT_CHECK(vs_draft_ens_get_stats(d)->prefix_rows[0] == text_rows + 2, "pool 3 x 3: one row per image (%d rows)",
+             vs_draft_ens_get_stats(d)->prefix_rows[0]);
+    vs_spec_drafter_free(d);
+    /* pool 2: a 3 x 3 grid becomes 2 x 2 (edge windows average what is inside) */
+    o.pool_k = 2;
+    d = vs_draft_ens_new(f->draft_rel, f->target, &o, &err);
+    VT_REQUIRE(d && gen(&e, d, two, 3, 12, &log, &err) == VS_OK, "%s", err.msg);
+    VT_CHECK(vs_draft_ens_get_stats(d)->prefix_rows[0] == text_rows + 8, "pool 2: 4 rows per image");
+    vs_spec_drafter_free(d);
+    /* M / P without features in the request */
+    vs_spec_segment segs[3] = {two->seg[0], two->seg[1], two->seg[2]};
+    segs[1].image = -1;
+    vs_spec_prompt nof = {.seg = segs, .n_seg = 3};
+    d = make_ens(f->draft_rel, f->target, "mt", "grid", proj, NULL, false);
+    VT_CHECK(gen(&e, d, &nof, 3, 8, &log, &err) == VS_ERR_INVALID && strstr(err.msg, "features"), "%s", err.msg);
+    /* T alone does not need them */
+    vs_spec_drafter_free(d);
+    d = make_ens(f->draft_rel, f->target, "t", "static", NULL, NULL, false);
+    VT_CHECK(gen(&e, d, &nof, 3, 8, &log, &err) == VS_OK, "T without features: %s", err.msg);
+    vs_spec_drafter_free(d);
+    vs_spec_log_free(&log);
+    vs_spec_log_free(&base);
+    free_engine(&e);
+}
+
+/* Small caches: a row whose cache fills proposes nothing; output stays lossless. */
+static void test_small_cache(fixture *f) {
+    vs_error err = {0};
+    engine e = make_engine(f->target, 256);
+    vs_draft_ens_opts o;
+    vs_draft_ens_opts_default(&o);
+    VT_REQUIRE(vs_ens_inputs_parse("mt", o.inputs, &o.n_inputs, &err) == VS_OK, "%s", err.msg);
+    o.proj = vs_mmproj_projector(f->dm_rel);
+    o.weights.policy = VS_ENS_INV_KL;
+    const vs_spec_prompt *p = &f->mp[1].p; /* one image: M's prompt is the longest */
+    o.n_ctx = (int32_t)vs_spec_prompt_rows(p) + 6;
+    vs_spec_drafter *d = vs_draft_ens_new(f->draft_rel, f->target, &o, &err);
+    VT_REQUIRE(d, "%s", err.msg);
+    vs_spec_log log, base;
+    vs_spec_log_init(&log), vs_spec_log_init(&base);
+    VT_REQUIRE(gen(&e, d, p, 5, 30, &log, &err) == VS_OK, "%s", err.msg);
+    VT_REQUIRE(gen(&e, NULL, p, 0, 30, &base, &err) == VS_OK, "%s", err.msg);
+    VT_CHECK(same_tokens(&log, &base), "full draft cache: lossless");
+    int empty = 0;
+    for (int b = 0; b < log.n_blocks; b++) empty += log.blocks[b].n_draft == 0;
+    VT_CHECK(empty > 0, "blocks without drafts once the cache is full (%d)", empty);
+    vs_spec_drafter_free(d);
+    vs_spec_log_free(&log), vs_spec_log_free(&base);
+    free_engine(&e);
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * lossless sampling: q_ens drafters against the exact target-only distribution (V = 16) */
+
+#define SV 16
+#define NCAT (SV * SV * SV)
+#define EOS 2
+
+static double gamma_p_series(double a, double x) {
+    double sum = 1.0 / a, term = sum;
+    for (int n = 1; n < 100000; n++) {
+        term *= x / (a + n);
+        sum += term;
+        if (fabs(term) < fabs(sum) * 1e-15) break;
+    }
+    return sum * exp(-x + a * log(x) - lgamma(a));
+}
+
+static double gamma_q_cfrac(double a, double x) {
+    const double tiny = 1e-300;
+    double b = x + 1 - a, c = 1 / tiny, d = 1 / b, h = d;
+    for (int i = 1; i < 100000; i++) {
+        double an = -i * (i - a);
+        b += 2;
+        d = an * d + b;
+        if (fabs(d) < tiny) d = tiny;
+        c = b + an / c;
+        if (fabs(c) < tiny) c = tiny;
+        d = 1 / d;
+        double del = d * c;
+        h *= del;
+        if (fabs(del - 1) < 1e-15) break;
+    }
+    return exp(-x + a * log(x) - lgamma(a)) * h;
+}
+
+/* P(chi2_df > chi2) */
+static double chi2_pvalue(double chi2, int df) {
+    double a = df / 2.0, x = chi2 / 2.0;
+    if (x <= 0) return 1;
+    return x < a + 1 ? 1 - gamma_p_series(a, x) : gamma_q_cfrac(a, x);
+}
+
+static int cat_of(const int32_t *t, int n) {
+    int c = 0;
+    for (int i = 0; i < 3; i++) c = c * SV + (i < n ? t[i] : 0);
+    return c;
+}
+
+/* The target's processed distribution after the prompt's rows + a path (a fresh cache each time). */
+static void target_probs(vs_lm *lm, vs_sampler *smp, const vs_spec_prompt *p, const int32_t *path, int np,
+                         float *probs) {
+    vs_error err = {0};
+    vs_kv *kv = vs_lm_kv_new(lm, 1, 64, VS_TYPE_F32, &err);
+    VT_REQUIRE(kv, "%s", err.msg);
+    vs_lm_row rows[64];
+    memset(rows, 0, sizeof(rows));
+    const int E = vs_lm_cfg(lm)->n_embd;
+    int m = 0;
+    for (int s = 0; s < p->n_seg; s++)
+        for (int j = 0; j < p->seg[s].n; j++, m++) {
+            if (p->seg[s].kind == VS_SPEC_SEG_TEXT) rows[m].token = p->seg[s].tokens[j];
+            else rows[m].embd = p->seg[s].embd + (size_t)j * E;
+            rows[m].pos = m;
+        }
+    for (int i = 0; i < np; i++) rows[m].token = path[i], rows[m].pos = m, m++;
+    rows[m - 1].want_logits = true;
+    float logits[SV];
+    vs_lm_out o = {.logits = logits, .attn_layer = -1};
+    VT_REQUIRE(vs_lm_forward(lm, kv, NULL, rows, m, &o, &err) == VS_OK, "%s", err.msg);
+    VT_REQUIRE(vs_sampler_probs(smp, logits, probs, &err) == VS_OK, "%s", err.msg);
+    vs_kv_free(kv);
+}
+
+static void exact_distribution(vs_lm *lm, const vs_sampler_params *sp, const vs_spec_prompt *p, double *pd) {
+    vs_error err = {0};
+    vs_sampler *smp = vs_sampler_new(SV, sp, &err);
+    VT_REQUIRE(smp, "%s", err.msg);
+    memset(pd, 0, sizeof(double) * NCAT);
+    float p1[SV], p2[SV], p3[SV];
+    target_probs(lm, smp, p, NULL, 0, p1);
+    for (int a = 0; a < SV; a++) {
+        if (p1[a] == 0) continue;
+        int32_t path[3] = {a, 0, 0};
+        if (a == EOS) {
+            pd[cat_of(path, 1)] += p1[a];
+            continue;
+        }
+        target_probs(lm, smp, p, path, 1, p2);
+        for (int b = 0; b < SV; b++) {
+            if (p2[b] == 0) continue;
+            path[1] = b;
+            if (b == EOS) {
+                pd[cat_of(path, 2)] += (double)p1[a] * p2[b];
+                continue;
+            }
+            target_probs(lm, smp, p, path, 2, p3);
+            for (int c = 0; c < SV; c++) {
+                path[2] = c;
+                pd[cat_of(path, 3)] += (double)p1[a] * p2[b] * p3[c];
+            }
+        }
+    }
+    double s = 0;
+    for (int i = 0; i < NCAT; i++) s += pd[i];
+    VT_CHECK(fabs(s - 1) < 1e-4, "exact distribution sums to %g", s);
+    vs_sampler_free(smp);
+}
+
+typedef struct sconfig {
+    const char *name, *inputs, *policy;
+    float temperature, top_p;
+    int top_k, gamma;
+    bool greedy_draft, broken;
+} sconfig;
+
+static double run_sampling(vs_lm *target, vs_lm *draft, const vs_vision_projector *dproj, const vs_spec_prompt *pr,
+                           const sconfig *c, int n, double *accept_rate) {
+    vs_error err = {0};
+    vs_sampler_params sp = vs_sampler_params_default();
+    sp.temperature = c->temperature, sp.top_p = c->top_p, sp.top_k = c->top_k;
+    double *pd = malloc(sizeof(double) * NCAT);
+    exact_distribution(target, &sp, pr, pd);
+    vs_tokenizer *tok = vs_tokenizer_from_gguf(vs_lm_gguf(target), &err);
+    VT_REQUIRE(tok && vs_tokenizer_eos(tok) == EOS, "tokenizer with EOS %d", EOS);
+    vs_spec_config ec = {.n_ctx = 48, .tok = tok};
+    vs_spec *eng = vs_spec_new(target, &ec, &err);
+    VT_REQUIRE(eng, "%s", err.msg);
+    vs_draft_ens_opts o;
+    vs_draft_ens_opts_default(&o);
+    VT_REQUIRE(vs_ens_inputs_parse(c->inputs, o.inputs, &o.n_inputs, &err) == VS_OK, "%s", err.msg);
+    VT_REQUIRE(vs_ens_weights_parse(c->policy, &o.weights, &err) == VS_OK, "%s", err.msg);
+    o.proj = dproj, o.pool_k = 2, o.greedy = c->greedy_draft, o.n_ctx = 48;
+    vs_spec_drafter *d = vs_draft_ens_new(draft, target, &o, &err);
+    VT_REQUIRE(d, "%s", err.msg);
+    vs_spec_params par = vs_spec_params_default();
+    par.gamma = c->gamma;
+    par.n_predict = 3;
+    par.sampling = sp;
+    par.reuse_prefix = true;
+    par.debug_break_residual = c->broken;
+    int64_t *cnt = calloc(NCAT, sizeof(int64_t));
+    int64_t drafted = 0, accepted = 0;
+    vs_spec_log log;
+    vs_spec_log_init(&log);
+    for (int i = 0; i < n; i++) {
+        par.sampling.seed = 0xE45E0000ull + (uint64_t)i * 7919u;
+        VT_REQUIRE(vs_spec_generate(eng, d, pr, &par, NULL, NULL, &log, &err) == VS_OK, "%s", err.msg);
+        VT_REQUIRE(log.n_tokens >= 1 && log.n_tokens <= 3, "sample %d has %d tokens", i, log.n_tokens);
+        VT_REQUIRE(log.n_tokens == 3 || log.tokens[log.n_tokens - 1] == EOS, "short path without EOS");
+        cnt[cat_of(log.tokens, log.n_tokens)]++;
+        for (int b = 0; b < log.n_blocks; b++) drafted += log.blocks[b].n_eval, accepted += log.blocks[b].n_accept;
+    }
+    *accept_rate = drafted ? (double)accepted / (double)drafted : 0;
+    double chi2 = 0, pool_e = 0, pool_o = 0;
+    int bins = 0;
+    int64_t impossible = 0;
+    for (int i = 0; i < NCAT; i++) {
+        double e = pd[i] * n;
+        if (pd[i] == 0) {
+            impossible += cnt[i];
+            continue;
+        }
+        if (e >= 5) {
+            chi2 += (cnt[i] - e) * (cnt[i] - e) / e;
+            bins++;
+        } else {
+            pool_e += e;
+            pool_o += (double)cnt[i];
+        }
+    }
+    if (pool_e > 0) {
+        chi2 += (pool_o - pool_e) * (pool_o - pool_e) / pool_e;
+        bins++;
+    }
+    double p = impossible ? 0 : chi2_pvalue(chi2, bins - 1);
+    printf("  %-44s n %d, %d bins, chi2 %.1f, p = %.3g, impossible %lld, acceptance %.3f\n", c->name, n, bins, chi2, p,
+           (long long)impossible, *accept_rate);
+    vs_spec_log_free(&log);
+    free(cnt);
+    free(pd);
+    vs_spec_drafter_free(d);
+    vs_spec_free(eng);
+    vs_tokenizer_free(tok);
+    return p;
+}
+
+static void test_sampling(double scale) {
+    const int N = (int)(40000 * scale);
+    vs_lm *target = make_model(32, 1, 2, 64, SV, 0.6f, 101, 64, "ens-target16.gguf");
+    vs_lm *draft = make_model(32, 1, 2, 64, SV, 0.45f, 101, 64, "ens-draft16.gguf");
+    /* one projector-only mmproj, shared by the target and the drafter (as a drafter trained to the target's
+     * features would be): M sees nearly the target's view, P a pooled one, T none */
+    vs_mmproj *tproj = make_proj(16, 32, 32, false, 0, 21, "ens-t16-mmproj.gguf");
+    vs_mmproj *dproj = tproj;
+    vs_vision_features feat;
+    memset(&feat, 0, sizeof(feat));
+    feat.grid_h = feat.grid_w = 2, feat.width = 16;
+    feat.data = vs_malloc(sizeof(float) * 4 * 16);
+    vs_rng r;
+    vs_rng_seed(&r, 77);
+    for (int i = 0; i < 64; i++) feat.data[i] = vs_rng_normal(&r);
+    const vs_vision_features *fp[1] = {&feat};
+    float *trows = NULL;
+    int64_t n_trows = 0;
+    vs_error err = {0};
+    VT_REQUIRE(vs_vision_embed(vs_mmproj_projector(tproj), NULL, &feat, 1, &trows, &n_trows, &err) == VS_OK, "%s",
+               err.msg);
+    const int32_t t0[2] = {1, 7}, t1[2] = {11, 4};
+    vs_spec_segment seg[3] = {{.kind = VS_SPEC_SEG_TEXT, .n = 2, .tokens = t0},
+                              {.kind = VS_SPEC_SEG_IMAGE, .n = (int32_t)n_trows, .embd = trows, .image = 0},
+                              {.kind = VS_SPEC_SEG_TEXT, .n = 2, .tokens = t1}};
+    vs_spec_prompt pr = {.seg = seg, .n_seg = 3, .images = fp, .n_images = 1};
+    const sconfig cfgs[] = {
+        {"MT static, T 1.0, gamma 2", "mt", "static", 1.0f, 1.0f, 0, 2, false, false},
+        {"MTP inv-kl, T 0.7, top-p 0.9, gamma 2", "mtp", "inv-kl", 0.7f, 0.9f, 0, 2, false, false},
+        {"MT grid, T 1.0, top-k 6, gamma 3", "mt", "grid", 1.0f, 1.0f, 6, 3, false, false},
+        {"MTP random, T 1.5, top-p 0.8, gamma 1", "mtp", "random", 1.5f, 0.8f, 0, 1, false, false},
+        {"MT static 3:1, greedy drafts, T 1.0, gamma 2", "mt", "static:3,1", 1.0f, 1.0f, 0, 2, true, false},
+    };
+    for (size_t i = 0; i < VS_ARRAY_LEN(cfgs); i++) {
+        double acc;
+        double p = run_sampling(target, draft, vs_mmproj_projector(dproj), &pr, &cfgs[i], N, &acc);
+        VT_CHECK(p > 0.001, "%s: speculative sampling differs from target-only sampling (p = %g)", cfgs[i].name, p);
+        VT_CHECK(acc > 0.05 && acc < 0.95, "%s: acceptance %g does not exercise both branches", cfgs[i].name, acc);
+    }
+    const sconfig broken = {"BROKEN residual (must fail), MT static", "mt", "static", 1.0f, 1.0f, 0, 2, false, true};
+    double acc;
+    double p = run_sampling(target, draft, vs_mmproj_projector(dproj), &pr, &broken, N / 3, &acc);
+    VT_CHECK(p < 1e-6, "the test did not detect the broken residual (p = %g)", p);
+    vs_free(trows);
+    vs_vision_features_free(&feat);
+    vs_mmproj_free(tproj);
+    vs_lm_free(draft), vs_lm_free(target);
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * benchmark (report only): one batched draft step of 4 rows vs 1 row after a 600-position prompt */
+
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static int bench(int threads) {
+    vs_error err = {0};
+    vs_threadpool *tp = threads > 1 ? vs_threadpool_new(threads, &err) : NULL;
+    const int E = 160, L = 3, V = 2048, P = 600, REPS = 200;
+    vs_lm *lm = make_model(E, L, 4, 4 * E, V, 0.05f, 5, 1024, "ens-bench.gguf");
+    vs_kv *kv = vs_lm_kv_new(lm, 4, 1024, VS_TYPE_F32, &err);
+    VT_REQUIRE(kv, "%s", err.msg);
+    vs_lm_row *rows = calloc(P, sizeof(vs_lm_row));
+    vs_rng r;
+    vs_rng_seed(&r, 1);
+    for (int s = 0; s < 4; s++) {
+        for (int i = 0; i < P; i++) rows[i] = (vs_lm_row){.token = 3 + (int32_t)vs_rng_below(&r, V - 3), .seq = s, .pos = i};
+        VT_REQUIRE(vs_lm_forward(lm, kv, tp, rows, P, NULL, &err) == VS_OK, "%s", err.msg);
+    }
+    float *logits = malloc(sizeof(float) * 4 * V);
+    double t1[REPS], t4[REPS];
+    for (int k = 0; k < REPS; k++) {
+        for (int m = 1; m <= 4; m += 3) {
+            vs_lm_row st[4];
+            for (int s = 0; s < m; s++) st[s] = (vs_lm_row){.token = 5 + k % 50, .seq = s, .pos = P, .want_logits = true};
+            vs_lm_out o = {.logits = logits, .attn_layer = -1};
+            double a = vs_time_now();
+            VT_REQUIRE(vs_lm_forward(lm, kv, tp, st, m, &o, &err) == VS_OK, "%s", err.msg);
+            (m == 1 ? t1 : t4)[k] = vs_time_now() - a;
+            for (int s = 0; s < m; s++) vs_kv_seq_truncate(kv, s, P, &err);
+        }
+    }
+    qsort(t1, REPS, sizeof(double), cmp_d);
+    qsort(t4, REPS, sizeof(double), cmp_d);
+    printf("bench (threads %d): drafter-sized model (width %d, %d layers, vocab %d), prompt %d positions per row\n",
+           threads, E, L, V, P);
+    printf("  forward step: 1 row %.3f ms, 4 rows %.3f ms (median of %d): ratio %.2f\n", t1[REPS / 2] * 1e3,
+           t4[REPS / 2] * 1e3, REPS, t4[REPS / 2] / t1[REPS / 2]);
+    free(logits);
+    free(rows);
+    vs_kv_free(kv);
+
+    /* the whole draft step of the drafter (forward + per-row softmax + mixing), self-drafting so every block
+     * drafts gamma tokens: T alone vs M, T, C, P on a text prompt (no images: four rows of 600 positions) */
+    double tq[2];
+    vs_mmproj *bp = make_proj(32, 64, E, false, 0, 3, "ens-bench-mmproj.gguf");
+    for (int k = 0; k < 2; k++) {
+        vs_caption_src *caps = vs_caption_src_new_texts(NULL, 0, &err);
+        VT_REQUIRE(caps, "%s", err.msg);
+        vs_draft_ens_opts o;
+        vs_draft_ens_opts_default(&o);
+        VT_REQUIRE(vs_ens_inputs_parse(k ? "mtcp" : "t", o.inputs, &o.n_inputs, &err) == VS_OK, "%s", err.msg);
+        o.captions = caps;
+        o.proj = vs_mmproj_projector(bp);
+        o.tp = tp;
+        o.n_ctx = 1024;
+        vs_spec_drafter *d = vs_draft_ens_new(lm, lm, &o, &err);
+        VT_REQUIRE(d, "%s", err.msg);
+        vs_tokenizer *tok = vs_tokenizer_from_gguf(vs_lm_gguf(lm), &err);
+        vs_spec_config ec = {.n_ctx = 1024, .tp = tp, .tok = tok};
+        vs_spec *eng = vs_spec_new(lm, &ec, &err);
+        VT_REQUIRE(eng, "%s", err.msg);
+        int32_t *pt = malloc(sizeof(int32_t) * P);
+        vs_rng_seed(&r, 2);
+        for (int i = 0; i < P; i++) pt[i] = 3 + (int32_t)vs_rng_below(&r, V - 3);
+        vs_spec_segment seg = {.kind = VS_SPEC_SEG_TEXT, .n = P, .tokens = pt};
+        vs_spec_prompt pr = {.seg = &seg, .n_seg = 1};
+        vs_spec_params par = vs_spec_params_default();
+        par.gamma = 5, par.n_predict = 120, par.sampling.temperature = 0, par.ignore_eos = true;
+        vs_spec_log log;
+        vs_spec_log_init(&log);
+        VT_REQUIRE(vs_spec_generate(eng, d, &pr, &par, NULL, NULL, &log, &err) == VS_OK, "%s", err.msg);
+        vs_spec_stats s;
+        vs_spec_stats_compute(&log, NULL, &s);
+        tq[k] = s.tq;
+        vs_spec_log_free(&log);
+        free(pt);
+        vs_spec_free(eng);
+        vs_tokenizer_free(tok);
+        vs_spec_drafter_free(d);
+        vs_caption_src_free(caps);
+    }
+    vs_mmproj_free(bp);
+    printf("  drafter step (forward + softmax + mix, greedy): 1 row %.3f ms, 4 rows %.3f ms: ratio %.2f\n", tq[0] * 1e3,
+           tq[1] * 1e3, tq[1] / tq[0]);
+    vs_lm_free(lm);
+    vs_threadpool_free(tp);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "bench")) return bench(argc > 2 ? atoi(argv[2]) : 1);
+    /* an optional number scales the sampling test's sample count (the suite runs 1.0) */
+    const double scale = argc > 1 ? atof(argv[1]) : 1.0;
+    const double t0 = vs_time_now();
+    fixture f;
+    fixture_init(&f);
+    test_lossless(&f);
+    test_single_is_draft_lm(&f);
+    test_adaptation(&f);
+    test_captioner(&f);
+    test_captions_file();
+    test_bad_input(&f);
+    test_small_cache(&f);
+    fixture_free(&f);
+    printf("  greedy parts: %.1f s\n", vs_time_now() - t0);
+    test_sampling(scale > 0 ? scale : 1.0);
+    printf("ensemble: %.1f s\n", vs_time_now() - t0);
+    return vt_finish("ensemble");
+}
