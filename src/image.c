@@ -60,9 +60,14 @@ static vs_status check_png(const uint8_t *d, size_t n, const char *name, int64_t
 }
 
 /* JPEG: marker segments from SOI to EOI; after each SOS the entropy-coded data runs to the next
- * marker that is not a stuffed 0xFF00 or a restart marker. */
+ * marker that is not a stuffed 0xFF00 or a restart marker. Besides truncation this refuses what
+ * stb_image 2.27 mishandles: Huffman tables declaring more than 256 symbols (it overruns its arrays)
+ * and scans that use a Huffman table no DHT defined (its tables are uninitialised heap memory then,
+ * and decoding indexes with garbage; both found by the fuzz target). */
 static vs_status check_jpeg(const uint8_t *d, size_t n, const char *name, int64_t *w, int64_t *h,
                             vs_error *err) {
+    bool dc_def[4] = {false}, ac_def[4] = {false};
+    bool progressive = false;
     size_t pos = 2;
     for (;;) {
         if (pos >= n)
@@ -83,29 +88,54 @@ static vs_status check_jpeg(const uint8_t *d, size_t n, const char *name, int64_
         size_t len = ((size_t)d[pos] << 8) | d[pos + 1];
         if (len < 2) return vs_error_set(err, VS_ERR_FORMAT, "%s: corrupt JPEG segment length", name);
         if (len > n - pos) return vs_error_set(err, VS_ERR_FORMAT, "%s: truncated JPEG segment", name);
-        /* DHT: stb_image (v2.27) stores up to 256 symbols per table without checking the 16 code
-         * counts, so a table declaring more overruns its arrays: refuse it here. */
-        if (m == 0xC4) {
-            size_t q = pos + 2, seg_end = pos + len;
-            while (q < seg_end) {
+        const size_t seg_end = pos + len;
+        if (m == 0xC4) { /* DHT: one or more tables (class/id byte, 16 counts, symbols) */
+            for (size_t q = pos + 2; q < seg_end;) {
                 if (seg_end - q < 17)
                     return vs_error_set(err, VS_ERR_FORMAT, "%s: corrupt JPEG Huffman table", name);
+                const int tc = d[q] >> 4, th = d[q] & 15;
+                if (tc > 1 || th > 3)
+                    return vs_error_set(err, VS_ERR_FORMAT, "%s: corrupt JPEG Huffman table id 0x%02X", name,
+                                        d[q]);
                 size_t total = 0;
                 for (int i = 1; i <= 16; i++)
                     total += d[q + (size_t)i];
                 if (total > 256 || total > seg_end - q - 17)
                     return vs_error_set(err, VS_ERR_FORMAT, "%s: corrupt JPEG Huffman table (%zu symbols)",
                                         name, total);
+                if (tc)
+                    ac_def[th] = true;
+                else
+                    dc_def[th] = true;
                 q += 17 + total;
             }
         }
         /* SOFn (not DHT C4, JPG C8, DAC CC): precision, height, width */
-        if (m >= 0xC0 && m <= 0xCF && m != 0xC4 && m != 0xC8 && m != 0xCC && len >= 7 && *w < 0) {
-            *h = ((int64_t)d[pos + 3] << 8) | d[pos + 4];
-            *w = ((int64_t)d[pos + 5] << 8) | d[pos + 6];
+        if (m >= 0xC0 && m <= 0xCF && m != 0xC4 && m != 0xC8 && m != 0xCC && len >= 7) {
+            if (*w < 0) {
+                *h = ((int64_t)d[pos + 3] << 8) | d[pos + 4];
+                *w = ((int64_t)d[pos + 5] << 8) | d[pos + 6];
+            }
+            progressive = m == 0xC2 || m == 0xC6 || m == 0xCA || m == 0xCE;
         }
-        pos += len;
-        if (m == 0xDA) { /* SOS: skip entropy-coded data */
+        if (m == 0xDA) { /* SOS: Ns, Ns x (component, Td << 4 | Ta), Ss, Se, Ah << 4 | Al */
+            const size_t ns = len >= 3 ? d[pos + 2] : 0;
+            if (ns < 1 || ns > 4 || len != 6 + 2 * ns)
+                return vs_error_set(err, VS_ERR_FORMAT, "%s: corrupt JPEG scan header", name);
+            const uint8_t ss = d[pos + 3 + 2 * ns], se = d[pos + 4 + 2 * ns], ah = d[pos + 5 + 2 * ns] >> 4;
+            const bool uses_dc = !progressive || (ss == 0 && ah == 0);
+            const bool uses_ac = !progressive || se > 0;
+            for (size_t c = 0; c < ns; c++) {
+                const int td = d[pos + 4 + 2 * c] >> 4, ta = d[pos + 4 + 2 * c] & 15;
+                if (td > 3 || ta > 3 || (uses_dc && !dc_def[td]) || (uses_ac && !ac_def[ta]))
+                    return vs_error_set(err, VS_ERR_FORMAT,
+                                        "%s: corrupt JPEG (a scan uses an undefined Huffman "
+                                        "table)",
+                                        name);
+            }
+        }
+        pos = seg_end;
+        if (m == 0xDA) { /* skip the entropy-coded data */
             for (;;) {
                 if (n - pos < 2)
                     return vs_error_set(err, VS_ERR_FORMAT, "%s: truncated JPEG scan data", name);
@@ -114,13 +144,12 @@ static vs_status check_jpeg(const uint8_t *d, size_t n, const char *name, int64_
                     continue;
                 }
                 uint8_t nx = d[pos + 1];
-                if (nx == 0x00 || (nx >= 0xD0 && nx <= 0xD7)) {
+                if (nx == 0x00 || (nx >= 0xD0 && nx <= 0xD7))
                     pos += 2;
-                } else if (nx == 0xFF) {
+                else if (nx == 0xFF)
                     pos++;
-                } else {
+                else
                     break; /* a real marker */
-                }
             }
         }
     }
@@ -185,21 +214,35 @@ static bool pnm_int(const uint8_t *d, size_t n, size_t *pos, int64_t *out) {
     return true;
 }
 
+static bool pnm_space(uint8_t c) {
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
+}
+
 static vs_status check_pnm(const uint8_t *d, size_t n, const char *name, int64_t *ow, int64_t *oh,
                            vs_error *err) {
     size_t pos = 2;
     int64_t w, h, maxv;
+    if (n < 3 || !pnm_space(d[2]))
+        return vs_error_set(err, VS_ERR_FORMAT, "%s: corrupt PNM header (no whitespace after the magic)",
+                            name);
     if (!pnm_int(d, n, &pos, &w) || !pnm_int(d, n, &pos, &h) || !pnm_int(d, n, &pos, &maxv))
         return vs_error_set(err, VS_ERR_FORMAT, "%s: corrupt or truncated PNM header", name);
     *ow = w;
     *oh = h;
     if (w <= 0 || h <= 0) return vs_error_set(err, VS_ERR_FORMAT, "%s: zero-sized PNM image", name);
+    if (pos >= n || !pnm_space(d[pos]))
+        return vs_error_set(err, VS_ERR_FORMAT, "%s: corrupt PNM header (no whitespace after maxval)", name);
     if (maxv <= 0 || maxv > 65535)
         return vs_error_set(err, VS_ERR_FORMAT, "%s: corrupt PNM (maxval %lld)", name, (long long)maxv);
+    /* stb_image 2.27 converts 16-bit PNM channels with its 8-bit converter and then reads the buffer
+     * as 16-bit (a heap over-read, found by the fuzz target): only 8-bit PNM is accepted. */
+    if (maxv > 255)
+        return vs_error_set(err, VS_ERR_UNSUPPORTED, "%s: 16-bit PNM (maxval %lld) is not supported", name,
+                            (long long)maxv);
     if (w > VS_IMAGE_MAX_DIM || h > VS_IMAGE_MAX_DIM) return VS_OK; /* the size check reports it */
     pos++; /* the single whitespace byte after maxval */
-    uint64_t need = (uint64_t)w * (uint64_t)h * (d[1] == '6' ? 3u : 1u) * (maxv > 255 ? 2u : 1u);
-    if (pos > n || need > n - pos)
+    uint64_t need = (uint64_t)w * (uint64_t)h * (d[1] == '6' ? 3u : 1u);
+    if (need > n - pos)
         return vs_error_set(err, VS_ERR_FORMAT, "%s: truncated PNM (pixel data ends early)", name);
     return VS_OK;
 }

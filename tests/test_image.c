@@ -123,6 +123,11 @@ static void test_bad_inputs(void) {
                 "20000^2 PPM");
     const char ppm_zero[] = "P6\n0 5\n255\n";
     expect_fail((const uint8_t *)ppm_zero, strlen(ppm_zero), VS_ERR_FORMAT, "zero-sized", "0-wide PPM");
+    const char pgm16[] = "P5\n2 2\n65535\n01234567";
+    expect_fail((const uint8_t *)pgm16, strlen(pgm16), VS_ERR_UNSUPPORTED, "16-bit", "16-bit PGM");
+    const char pnm_nospace[] = "P51 9 255\n123456789";
+    expect_fail((const uint8_t *)pnm_nospace, strlen(pnm_nospace), VS_ERR_FORMAT, "whitespace",
+                "P5 glued to width");
     const char ppm_short[] = "P6\n4 4\n255\nabc";
     expect_fail((const uint8_t *)ppm_short, strlen(ppm_short), VS_ERR_FORMAT, "truncated", "short PPM");
 
@@ -168,6 +173,24 @@ static void test_bad_inputs(void) {
         }
     VT_REQUIRE(patched, "img_b.jpg has a DHT segment");
     expect_fail(d, n, VS_ERR_FORMAT, "Huffman", "DHT with 3200 symbols");
+    vs_free(d);
+
+    /* a scan selecting Huffman tables no DHT defined (stb would decode with uninitialised tables) */
+    d = read_all(FIX "img_b.jpg", &n);
+    patched = false;
+    for (size_t i = 2; i + 6 < n && !patched; i++)
+        if (d[i] == 0xFF && d[i + 1] == 0xDA) {
+            d[i + 6] = 0x33; /* first component: DC table 3, AC table 3 */
+            patched = true;
+        }
+    VT_REQUIRE(patched, "img_b.jpg has an SOS segment");
+    expect_fail(d, n, VS_ERR_FORMAT, "undefined Huffman", "scan with undefined tables");
+    vs_free(d);
+    d = read_all("fuzz/corpus/fuzz_image/undefined_huffman.jpg", &n);
+    expect_fail(d, n, VS_ERR_FORMAT, "undefined Huffman", "fuzzer's progressive JPEG");
+    vs_free(d);
+    d = read_all("fuzz/corpus/fuzz_image/pnm16_overread.pgm", &n);
+    expect_fail(d, n, VS_ERR_FORMAT, "whitespace", "fuzzer's 16-bit PGM");
     vs_free(d);
 
     /* caller-chosen limit */
