@@ -49,7 +49,7 @@ void vs_bench_record_fill(vs_bench_record *r, const vs_spec_log *log, const vs_s
     r->t_prefill = log->t_prefill;
     r->t_draft_prefill = log->t_draft_prefill;
     r->t_decode = log->t_decode;
-    r->t_total = r->t_vision + r->t_caption + log->t_prefill + log->t_draft_prefill + log->t_decode;
+    r->t_total = r->t_vision + log->t_prefill + log->t_draft_prefill + log->t_decode;
     copy_str(r->stop, sizeof(r->stop), vs_spec_stop_name(log->stop));
     r->base_tokens = r->base_blocks = 0;
     r->base_t_verify = r->base_t_decode = r->base_t_total = 0;
@@ -58,7 +58,7 @@ void vs_bench_record_fill(vs_bench_record *r, const vs_spec_log *log, const vs_s
         r->base_blocks = base->n_blocks;
         for (int32_t i = 0; i < base->n_blocks; i++) r->base_t_verify += base->blocks[i].t_verify;
         r->base_t_decode = base->t_decode;
-        /* the baseline's vision time is the same measurement (shared), its caption time is 0 */
+        /* the baseline's vision time is the same measurement (shared) */
         r->base_t_total = r->t_vision + base->t_prefill + base->t_draft_prefill + base->t_decode;
         r->identical = base->n_tokens == log->n_tokens &&
                        (log->n_tokens == 0 ||

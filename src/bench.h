@@ -22,6 +22,7 @@
 
 #include <stdio.h>
 
+#include "caption.h"
 #include "common.h"
 #include "json.h"
 #include "quant.h"
@@ -53,7 +54,9 @@ typedef struct vs_bench_record {
     int64_t alpha_num[VS_SPEC_MAX_GAMMA], alpha_den[VS_SPEC_MAX_GAMMA]; /* n-alpha counts ([n - 1]) */
     int64_t hist[VS_SPEC_MAX_GAMMA + 1];                                /* blocks by accepted length */
     double t_vision;        /* image encoding + the target's projection (shared by all methods) */
-    double t_caption;       /* captioning (caption drafting), 0 when none */
+    double t_caption;       /* captioner wall time (caption drafting), 0 when none; it runs concurrently
+                             * with the target's prefill: only the part not hidden counts, inside
+                             * t_decode (the drafter's wait) or t_draft_prefill, so t_total excludes it */
     double t_prefill;       /* target prefill */
     double t_draft_prefill; /* drafter begin (its prefill, its own projection) */
     double t_draft;         /* proposing */
@@ -71,8 +74,8 @@ typedef struct vs_bench_record {
 
 /* Fills the measured fields of r from a run's log and the target-only log of the same request
  * (base may be NULL: base fields 0). Identity fields (sample, suite, turn, method, temp ...) and
- * t_vision / t_caption are left as they are; t_total is recomputed as t_vision + t_caption +
- * log->t_prefill + log->t_draft_prefill + log->t_decode. identical is set when base is given. */
+ * t_vision / t_caption are left as they are; t_total is recomputed as t_vision + log->t_prefill +
+ * log->t_draft_prefill + log->t_decode. identical is set when base is given. */
 void vs_bench_record_fill(vs_bench_record *r, const vs_spec_log *log, const vs_spec_log *base);
 
 /* Per-record derived figures (0 when undefined). */
@@ -203,16 +206,15 @@ typedef struct vs_bench_models {
     vs_lm *massv;             /* MASSV drafter */
     vs_mmproj *massv_mmproj;
     vs_threadpool *tp;
-    int32_t n_ctx; /* drafter cache rows (0 = the draft model's n_ctx_train) */
+    vs_captioner *captioner;  /* caption drafting: the LLaVA drafter prompted for a caption (its LM and
+                               * projector), on its own thread during the target's prefill */
+    vs_caption_src *captions; /* its caption source, shared by the C methods (one request at a time) */
+    int32_t n_ctx;            /* drafter cache rows (0 = the draft model's n_ctx_train) */
     vs_type kv_type;
 } vs_bench_models;
 
 /* Builds a method's drafter (arg: the entry's arg). NULL + err when a model it needs is missing. */
 typedef vs_spec_drafter *(*vs_bench_make_fn)(const vs_bench_models *m, int arg, vs_error *err);
-/* Optional, per request: hands the drafter what the request needs beyond the prompt (e.g. captions of
- * the sample's images for caption drafting) and adds the seconds it spent to *t_caption. */
-typedef vs_status (*vs_bench_prepare_fn)(vs_spec_drafter *d, const vs_world_sample *s, int turn,
-                                         double *t_caption, vs_error *err);
 
 typedef struct vs_bench_method {
     const char *name;  /* --methods name */
@@ -222,7 +224,7 @@ typedef struct vs_bench_method {
     const char *what;      /* one line for --help and docs */
     vs_bench_make_fn make; /* NULL for the baseline */
     int arg;
-    vs_bench_prepare_fn prepare; /* NULL when not needed */
+    bool captions; /* needs the captioner (vs_bench_models.captions) */
 } vs_bench_method;
 
 /* The method table (n entries). */

@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 
 #include "bench.h"
+#include "draft_ensemble.h"
 #include "draft_lm.h"
 #include "mmprompt.h"
 
@@ -48,18 +49,69 @@ static vs_spec_drafter *make_massv(const vs_bench_models *m, int arg, vs_error *
     return make_lm(m, m->massv, m->massv_mmproj, (vs_draft_lm_mode)arg, err);
 }
 
+/* Ensemble drafters (draft_ensemble.h) over the LLaVA-recipe drafter: drafting inputs and weight policy.
+ * The single C and P methods are its one-row case. TABED's defaults: w-grid for two inputs ("MT*"),
+ * inverse KL distance for four ("MTCP*", app. B). */
+typedef struct ens_spec {
+    const char *inputs;
+    vs_ens_policy policy;
+} ens_spec;
+
+static const ens_spec ens_specs[] = {
+    {"c", VS_ENS_STATIC},    {"p", VS_ENS_STATIC},    {"mt", VS_ENS_STATIC},
+    {"mtcp", VS_ENS_STATIC}, {"mt", VS_ENS_GRID},     {"mtcp", VS_ENS_INV_KL},
+    {"mt", VS_ENS_RANDOM},   {"mtcp", VS_ENS_RANDOM}, {"mtcp", VS_ENS_INV_TVD}};
+
+static vs_spec_drafter *make_ens(const vs_bench_models *m, int arg, vs_error *err) {
+    const ens_spec *es = &ens_specs[arg];
+    if (!m->draft) {
+        vs_error_set(err, VS_ERR_INVALID, "the drafter model is missing");
+        return NULL;
+    }
+    vs_draft_ens_opts o;
+    vs_draft_ens_opts_default(&o);
+    if (vs_ens_inputs_parse(es->inputs, o.inputs, &o.n_inputs, err)) return NULL;
+    o.weights.policy = es->policy;
+    o.n_ctx = m->n_ctx;
+    o.kv_type = m->kv_type;
+    o.tp = m->tp;
+    o.proj = m->draft_mmproj ? vs_mmproj_projector(m->draft_mmproj) : NULL;
+    o.tower = m->target_mmproj ? vs_mmproj_tower(m->target_mmproj) : NULL;
+    o.captions = m->captions;
+    return vs_draft_ens_new(m->draft, m->target, &o, err);
+}
+
 static const vs_bench_method method_table[] = {
     {"ar", "AR", VS_BENCH_BASELINE, VS_BENCH_DRAFT_NONE, "target-only decoding (the baseline, always run)",
-     NULL, 0, NULL},
+     NULL, 0, false},
     {"m", "M", VS_BENCH_SINGLE, VS_BENCH_DRAFT_LLAVA,
      "multimodal drafting: the drafter's projector over the shared image features", make_llava,
-     VS_DRAFT_LM_MM, NULL},
+     VS_DRAFT_LM_MM, false},
     {"t", "T", VS_BENCH_SINGLE, VS_BENCH_DRAFT_LLAVA, "text-only drafting: each image replaced by \"\\n\"",
-     make_llava, VS_DRAFT_LM_TEXT, NULL},
+     make_llava, VS_DRAFT_LM_TEXT, false},
+    {"c", "C", VS_BENCH_SINGLE, VS_BENCH_DRAFT_LLAVA,
+     "caption drafting: each image replaced by \"image: \" + a caption by the drafter (captioner thread)",
+     make_ens, 0, true},
+    {"p", "P", VS_BENCH_SINGLE, VS_BENCH_DRAFT_LLAVA, "pooled multimodal drafting: features pooled 2 x 2",
+     make_ens, 1, false},
+    {"mt", "Static^MT", VS_BENCH_ENSEMBLE, VS_BENCH_DRAFT_LLAVA,
+     "in-batch ensemble of M and T, uniform weights (IbED)", make_ens, 2, false},
+    {"mtcp", "Static^MTCP", VS_BENCH_ENSEMBLE, VS_BENCH_DRAFT_LLAVA,
+     "in-batch ensemble of M, T, C, P, uniform weights", make_ens, 3, true},
+    {"tabed-mt", "TABED^MT", VS_BENCH_ENSEMBLE, VS_BENCH_DRAFT_LLAVA, "TABED over M and T, w-grid weights",
+     make_ens, 4, false},
+    {"tabed-mtcp", "TABED^MTCP", VS_BENCH_ENSEMBLE, VS_BENCH_DRAFT_LLAVA,
+     "TABED over M, T, C, P, inverse-KL weights", make_ens, 5, true},
+    {"random-mt", "Random^MT", VS_BENCH_ENSEMBLE, VS_BENCH_DRAFT_LLAVA,
+     "M and T with random weights per block (TABED Table 4 ablation)", make_ens, 6, false},
+    {"random-mtcp", "Random^MTCP", VS_BENCH_ENSEMBLE, VS_BENCH_DRAFT_LLAVA,
+     "M, T, C, P with random weights per block (ablation)", make_ens, 7, true},
+    {"tabed-mtcp-tvd", "TABED^MTCP-TVD", VS_BENCH_ENSEMBLE, VS_BENCH_DRAFT_LLAVA,
+     "TABED over M, T, C, P, inverse-TVD weights (ablation)", make_ens, 8, true},
     {"massv", "MASSV", VS_BENCH_SINGLE, VS_BENCH_DRAFT_MASSV, "the MASSV drafter, multimodal", make_massv,
-     VS_DRAFT_LM_MM, NULL},
+     VS_DRAFT_LM_MM, false},
     {"massv-t", "MASSV-T", VS_BENCH_SINGLE, VS_BENCH_DRAFT_MASSV, "the MASSV drafter, text-only (ablation)",
-     make_massv, VS_DRAFT_LM_TEXT, NULL},
+     make_massv, VS_DRAFT_LM_TEXT, false},
 };
 
 const vs_bench_method *vs_bench_methods(int *n) {
@@ -438,6 +490,20 @@ static vs_status load_models(runner *r, const char *const paths[6], vs_error *er
             return err->code;
     }
     if (c->threads > 1 && !(r->m.tp = vs_threadpool_new(c->threads, err))) return err->code;
+    bool captions = false;
+    for (int i = 0; i < r->n_meth; i++) captions |= r->meth[i]->captions;
+    if (captions) {
+        /* the captioner: the drafter's LM and projector, on its own thread (no pool: it must not share the
+         * target's, which runs the prefill at the same time) */
+        if (!r->m.draft_mmproj)
+            return vs_error_set(err, VS_ERR_INVALID, "caption drafting needs the drafter's projector (%s)",
+                                paths[3]);
+        vs_captioner_opts co = {.prompt = NULL, .max_tokens = 0, .pool_k = 1, .tp = NULL};
+        if (!(r->m.captioner =
+                  vs_captioner_new(r->m.draft, vs_mmproj_projector(r->m.draft_mmproj), &co, err)))
+            return vs_error_wrap(err, "captioner");
+        if (!(r->m.captions = vs_caption_src_new_captioner(r->m.captioner, err))) return err->code;
+    }
     r->m.kv_type = c->kv_type;
     r->m.n_ctx = c->n_ctx;
     r->n_ctx = c->n_ctx > 0 ? c->n_ctx : vs_lm_cfg(r->m.target)->n_ctx_train;
@@ -458,6 +524,8 @@ static vs_status load_models(runner *r, const char *const paths[6], vs_error *er
 static void runner_free(runner *r) {
     for (int i = 0; i < r->n_meth; i++) vs_spec_drafter_free(r->drafters[i]);
     vs_spec_free(r->eng);
+    vs_caption_src_free(r->m.captions);
+    vs_captioner_free(r->m.captioner);
     vs_mmproj_free(r->m.massv_mmproj);
     vs_lm_free(r->m.massv);
     vs_mmproj_free(r->m.draft_mmproj);
@@ -515,10 +583,10 @@ static vs_status run_unit(runner *r, const vs_world_sample *s, int turn, double 
         cell *x = &cells[(k + rot) % nc];
         if (!x->missing && x->m->kind != VS_BENCH_BASELINE) continue;
         vs_spec_drafter *d = r->drafters[x->mi];
-        x->t_caption = 0;
-        if (d && x->m->prepare && (st = x->m->prepare(d, s, turn - 1, &x->t_caption, err))) break;
         par.gamma = x->gamma;
         st = vs_spec_generate(r->eng, d, &tp->p, &par, NULL, NULL, &x->log, err);
+        const vs_draft_ens_stats *es = d ? vs_draft_ens_get_stats(d) : NULL;
+        x->t_caption = es ? es->t_caption : 0;
         if (st) vs_error_wrap(err, "sample %s turn %d method %s gamma %d", s->id, turn, x->m->name, x->gamma);
         (*done)++;
         info->n_run += x->missing;

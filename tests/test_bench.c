@@ -629,6 +629,40 @@ static void test_smoke(void) {
     VT_CHECK(vs_bench_run(&c, &info, &err) != VS_OK && strstr(err.msg, "missing.gguf"), "%s", err.msg);
     c.draft = NULL;
 
+    /* every ensemble-based method on the same models: lossless, caption times recorded */
+    char out2[600];
+    snprintf(out2, sizeof(out2), "%s/bench-ens", vt_tmpdir());
+    vs_bench_config e;
+    vs_bench_config_default(&e);
+    e.models_dir = models, e.data_dir = data, e.out_dir = out2;
+    const char *ens[] = {"c", "p", "mt", "mtcp", "tabed-mt", "tabed-mtcp", "random-mt", "tabed-mtcp-tvd"};
+    e.n_methods = 0;
+    for (size_t i = 0; i < VS_ARRAY_LEN(ens); i++) e.methods[e.n_methods++] = ens[i];
+    e.gammas[0] = 3, e.n_gammas = 1;
+    e.temps[0] = 0, e.temps[1] = 1, e.n_temps = 2;
+    e.turns[0] = 1, e.n_turns = 1;
+    e.limit = 1, e.n_predict = 10, e.progress = false, e.quiet = true;
+    VT_REQUIRE(vs_bench_run(&e, &info, &err) == VS_OK, "%s", err.msg);
+    VT_CHECK(info.n_run == 3 * 2 * 9 && info.n_mismatch == 0, "ensembles: %lld cells, %lld mismatches",
+             (long long)info.n_run, (long long)info.n_mismatch);
+    snprintf(path, sizeof(path), "%s/results.jsonl", out2);
+    VT_REQUIRE(vs_bench_results_load(path, &res, &err) == VS_OK, "%s", err.msg);
+    int caption_recs = 0, caption_timed = 0;
+    for (int64_t i = 0; i < res.n; i++) {
+        const vs_bench_record *r = &res.rec[i];
+        if (r->temp == 0 && strcmp(r->method, "ar"))
+            VT_CHECK(r->identical == 1, "%s %s greedy output differs", r->sample, r->method);
+        if (!strcmp(r->method, "c") || !strcmp(r->method, "mtcp")) {
+            caption_recs += r->n_images > 0;
+            caption_timed += r->n_images > 0 && r->t_caption > 0;
+        }
+    }
+    VT_CHECK(caption_recs > 0 && caption_timed == caption_recs, "caption times %d of %d", caption_timed,
+             caption_recs);
+    VT_REQUIRE(vs_bench_report_dir(out2, 1, false, &err) == VS_OK, "%s", err.msg);
+    snprintf(path, sizeof(path), "%s/report.md", out2);
+    VT_CHECK(file_has(path, "TABED<sup>MT</sup>") && file_has(path, "Random<sup>MT</sup>"), "ensemble rows");
+
     VT_REQUIRE(vs_bench_report_dir(out, 1, false, &err) == VS_OK, "%s", err.msg);
     snprintf(path, sizeof(path), "%s/report.md", out);
     VT_CHECK(file_has(path, "Headline"), "report");
