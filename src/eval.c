@@ -1,0 +1,358 @@
+/* eval: the world's test split scored by its checker. See eval.h. Sections: prompts, the loop,
+ * reports, the greedy answerer. */
+#include "eval.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "mmprompt.h"
+#include "sample.h"
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Prompts */
+
+/* A model answer as history text: one leading space dropped, "<image>" removed. */
+static char *clean_answer(const char *a) {
+    if (a[0] == ' ') a++;
+    size_t n = strlen(a), ml = strlen("<image>");
+    char *out = vs_malloc(n + 1);
+    if (!out) return NULL;
+    size_t k = 0;
+    for (size_t i = 0; i < n;) {
+        if (i + ml <= n && !memcmp(a + i, "<image>", ml)) {
+            i += ml;
+            continue;
+        }
+        out[k++] = a[i++];
+    }
+    out[k] = 0;
+    return out;
+}
+
+char *vs_eval_prompt(const vs_world_sample *s, int t, const char *const *answers) {
+    if (t < 0 || t >= s->n_turns) return NULL;
+    vs_world_sample tmp = *s;
+    char *clean[VS_WORLD_MAX_TURNS] = {0};
+    bool ok = true;
+    for (int i = 0; i < t && answers; i++)
+        if (answers[i]) {
+            clean[i] = clean_answer(answers[i]);
+            ok &= clean[i] != NULL;
+            tmp.turns[i].assistant = clean[i];
+        }
+    char *p = ok ? vs_world_prompt(&tmp, t, false) : NULL;
+    for (int i = 0; i < VS_WORLD_MAX_TURNS; i++) vs_free(clean[i]);
+    return p;
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* The loop */
+
+static void count(vs_eval_counts *c, int t, bool correct, int64_t n_tokens, bool eos, double sec) {
+    c->turns++, c->correct += correct;
+    if (t == 0) c->first_turns++, c->first_correct += correct;
+    else c->second_turns++, c->second_correct += correct;
+    c->answer_tokens += n_tokens;
+    c->no_eos += !eos;
+    c->seconds += sec;
+}
+
+vs_status vs_eval_run(const vs_world_dataset *d, const vs_eval_opts *o, vs_eval_answer_fn fn, void *fn_ctx,
+                      vs_eval_result *res, vs_error *err) {
+    memset(res, 0, sizeof(*res));
+    static const vs_eval_opts defaults = {0};
+    if (!o) o = &defaults;
+    if (!d || !fn) return vs_error_set(err, VS_ERR_INVALID, "eval: no dataset or no answerer");
+    const uint32_t mask = o->suites ? o->suites : VS_WORLD_ALL_SUITES;
+    int64_t seen[VS_WORLD_N_SUITES] = {0};
+    for (int64_t i = 0; i < d->n; i++) {
+        const vs_world_sample *s = &d->samples[i];
+        const int su = (int)s->suite;
+        if (!(mask & VS_WORLD_SUITE_BIT(su)) || (o->limit > 0 && seen[su] >= o->limit)) continue;
+        seen[su]++;
+        res->suite[su].samples++, res->total.samples++;
+        char *own[VS_WORLD_MAX_TURNS] = {0};
+        vs_status st = VS_OK;
+        for (int t = 0; t < s->n_turns; t++) {
+            char *prompt = vs_eval_prompt(s, t, o->reference_history ? NULL : (const char *const *)own);
+            if (!prompt) {
+                st = vs_error_set(err, VS_ERR_NOMEM, "eval: out of memory");
+                break;
+            }
+            int n_images = vs_mm_count_markers(prompt, strlen(prompt), NULL);
+            char *ans = NULL;
+            int64_t n_tok = 0;
+            bool eos = false;
+            double t0 = vs_time_now();
+            st = fn(fn_ctx, s, prompt, n_images, &ans, &n_tok, &eos, err);
+            double sec = vs_time_now() - t0;
+            if (st != VS_OK) {
+                vs_error_wrap(err, "eval: %s turn %d", s->id, t);
+                vs_free(prompt);
+                break;
+            }
+            if (!ans) {
+                vs_free(prompt);
+                st = vs_error_set(err, VS_ERR_INVALID, "eval: %s turn %d: the answerer gave no text", s->id, t);
+                break;
+            }
+            vs_eval_turn r = {.sample = s, .turn = t, .prompt = prompt, .answer = ans, .n_tokens = n_tok,
+                              .eos = eos, .seconds = sec};
+            vs_world_check(s, t, ans, &r.verdict);
+            count(&res->suite[su], t, r.verdict.correct, n_tok, eos, sec);
+            count(&res->total, t, r.verdict.correct, n_tok, eos, sec);
+            if (o->on_turn) o->on_turn(o->on_turn_ctx, &r);
+            own[t] = ans;
+            vs_free(prompt);
+        }
+        for (int t = 0; t < VS_WORLD_MAX_TURNS; t++) vs_free(own[t]);
+        if (st != VS_OK) return st;
+    }
+    return VS_OK;
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Reports */
+
+static double frac(int64_t a, int64_t b) { return b ? (double)a / (double)b : 0.0; }
+
+static void table_line(char *buf, size_t cap, size_t *len, const char *name, const vs_eval_counts *c) {
+    char f[16] = "-", s[16] = "-";
+    if (c->first_turns) snprintf(f, sizeof(f), "%.1f%%", 100.0 * frac(c->first_correct, c->first_turns));
+    if (c->second_turns) snprintf(s, sizeof(s), "%.1f%%", 100.0 * frac(c->second_correct, c->second_turns));
+    int n = snprintf(buf + *len, cap - *len, "%-9s %8lld %6lld %8.1f%% %7s %7s %11.1f %6lld %9.1f\n", name,
+                     (long long)c->samples, (long long)c->turns, 100.0 * vs_eval_accuracy(c), f, s,
+                     vs_eval_mean_tokens(c), (long long)c->no_eos, c->seconds);
+    if (n > 0) *len += VS_MIN((size_t)n, cap - *len - 1);
+}
+
+char *vs_eval_table(const vs_eval_result *r) {
+    const size_t cap = 128 * (VS_WORLD_N_SUITES + 4);
+    char *buf = vs_malloc(cap);
+    if (!buf) return NULL;
+    size_t len = 0;
+    int n = snprintf(buf, cap, "%-9s %8s %6s %9s %7s %7s %11s %6s %9s\n", "suite", "samples", "turns", "accuracy",
+                     "first", "second", "mean tokens", "cut", "seconds");
+    len = (size_t)n;
+    for (int s = 0; s < VS_WORLD_N_SUITES; s++)
+        if (r->suite[s].turns) table_line(buf, cap, &len, vs_world_suite_name((vs_world_suite)s), &r->suite[s]);
+    table_line(buf, cap, &len, "total", &r->total);
+    return buf;
+}
+
+static void json_counts(vs_json_writer *w, const vs_eval_counts *c) {
+    vs_json_obj_begin(w);
+    vs_json_key(w, "samples"), vs_json_int(w, c->samples);
+    vs_json_key(w, "turns"), vs_json_int(w, c->turns);
+    vs_json_key(w, "correct"), vs_json_int(w, c->correct);
+    vs_json_key(w, "accuracy"), vs_json_num(w, vs_eval_accuracy(c));
+    vs_json_key(w, "first_turns"), vs_json_int(w, c->first_turns);
+    vs_json_key(w, "first_accuracy"), vs_json_num(w, frac(c->first_correct, c->first_turns));
+    vs_json_key(w, "second_turns"), vs_json_int(w, c->second_turns);
+    vs_json_key(w, "second_accuracy"), vs_json_num(w, frac(c->second_correct, c->second_turns));
+    vs_json_key(w, "answer_tokens"), vs_json_int(w, c->answer_tokens);
+    vs_json_key(w, "mean_answer_tokens"), vs_json_num(w, vs_eval_mean_tokens(c));
+    vs_json_key(w, "no_eos"), vs_json_int(w, c->no_eos);
+    vs_json_key(w, "seconds"), vs_json_num(w, c->seconds);
+    vs_json_obj_end(w);
+}
+
+void vs_eval_json(const vs_eval_result *r, vs_json_writer *w) {
+    vs_json_obj_begin(w);
+    vs_json_key(w, "suites");
+    vs_json_obj_begin(w);
+    for (int s = 0; s < VS_WORLD_N_SUITES; s++)
+        if (r->suite[s].turns) {
+            vs_json_key(w, vs_world_suite_name((vs_world_suite)s));
+            json_counts(w, &r->suite[s]);
+        }
+    vs_json_obj_end(w);
+    vs_json_key(w, "total");
+    json_counts(w, &r->total);
+    vs_json_obj_end(w);
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Greedy answerer */
+
+struct vs_eval_lm {
+    vs_lm *lm;
+    const vs_mmproj *mm;
+    const vs_tokenizer *tok;
+    vs_threadpool *tp;
+    vs_eval_lm_opts o;
+    int n_ctx, n_vocab, width;
+    vs_kv *kv;
+    float *logits;        /* (n_vocab) */
+    vs_lm_row *rows;      /* (n_batch) */
+    int32_t *gen;         /* (max_tokens) the last answer */
+    int64_t n_gen;
+    /* what the KV cache holds, row by row: a token or an image row */
+    int32_t *c_tok;       /* (n_ctx) */
+    const float **c_embd; /* (n_ctx) */
+    int64_t c_n;
+    /* the current sample's images, all encoded on its first turn */
+    const vs_world_sample *img_sample;
+    vs_mm_image imgs[VS_WORLD_MAX_IMAGES];
+    int n_imgs;
+    int64_t n_prefilled, n_reused, n_decoded;
+};
+
+enum { EVAL_BATCH = 256 };
+
+vs_eval_lm *vs_eval_lm_new(vs_lm *lm, const vs_mmproj *mm, const vs_tokenizer *tok, vs_threadpool *tp,
+                           const vs_eval_lm_opts *o, vs_error *err) {
+    if (!lm || !mm || !tok) {
+        vs_error_set(err, VS_ERR_INVALID, "eval: a model, an mmproj and a tokenizer are needed");
+        return NULL;
+    }
+    const vs_lm_config *c = vs_lm_cfg(lm);
+    const vs_vision_projector *p = vs_mmproj_projector(mm);
+    if (!vs_mmproj_tower(mm)) {
+        vs_error_set(err, VS_ERR_INVALID, "eval: %s has no vision tower", vs_mmproj_path(mm));
+        return NULL;
+    }
+    if (vs_vision_projector_config(p)->proj_out != c->n_embd) {
+        vs_error_set(err, VS_ERR_INVALID, "eval: %s projects to width %d but the LM's width is %d",
+                     vs_mmproj_path(mm), vs_vision_projector_config(p)->proj_out, c->n_embd);
+        return NULL;
+    }
+    if (vs_tokenizer_n_vocab(tok) != c->n_vocab) {
+        vs_error_set(err, VS_ERR_INVALID, "eval: the tokenizer has %d tokens, the LM %d", vs_tokenizer_n_vocab(tok),
+                     c->n_vocab);
+        return NULL;
+    }
+    vs_eval_lm *e = vs_calloc(1, sizeof(*e));
+    if (!e) {
+        vs_error_set(err, VS_ERR_NOMEM, "eval: out of memory");
+        return NULL;
+    }
+    e->lm = lm, e->mm = mm, e->tok = tok, e->tp = tp;
+    if (o) e->o = *o;
+    if (e->o.max_tokens <= 0) e->o.max_tokens = 256;
+    e->n_ctx = e->o.n_ctx > 0 ? e->o.n_ctx : c->n_ctx_train;
+    e->n_vocab = c->n_vocab, e->width = c->n_embd;
+    e->kv = vs_lm_kv_new(lm, 1, e->n_ctx, e->o.kv_f32 ? VS_TYPE_F32 : VS_TYPE_F16, err);
+    e->logits = vs_malloc(sizeof(float) * (size_t)e->n_vocab);
+    e->rows = vs_calloc(EVAL_BATCH, sizeof(vs_lm_row));
+    e->gen = vs_malloc(sizeof(int32_t) * (size_t)e->o.max_tokens);
+    e->c_tok = vs_malloc(sizeof(int32_t) * (size_t)e->n_ctx);
+    e->c_embd = vs_calloc((size_t)e->n_ctx, sizeof(float *));
+    if (!e->kv || !e->logits || !e->rows || !e->gen || !e->c_tok || !e->c_embd) {
+        if (e->kv) vs_error_set(err, VS_ERR_NOMEM, "eval: out of memory");
+        vs_eval_lm_free(e);
+        return NULL;
+    }
+    return e;
+}
+
+void vs_eval_lm_free(vs_eval_lm *e) {
+    if (!e) return;
+    vs_mm_images_free(e->imgs, e->n_imgs);
+    vs_kv_free(e->kv);
+    vs_free(e->logits), vs_free(e->rows), vs_free(e->gen), vs_free(e->c_tok), vs_free(e->c_embd);
+    vs_free(e);
+}
+
+const int32_t *vs_eval_lm_last_tokens(const vs_eval_lm *e, int64_t *n) {
+    if (n) *n = e->n_gen;
+    return e->gen;
+}
+
+void vs_eval_lm_counters(const vs_eval_lm *e, int64_t *prefilled, int64_t *reused, int64_t *decoded) {
+    if (prefilled) *prefilled = e->n_prefilled;
+    if (reused) *reused = e->n_reused;
+    if (decoded) *decoded = e->n_decoded;
+}
+
+/* Encodes the images of s once; a new sample drops the cache (its rows may reuse old addresses). */
+static vs_status ensure_images(vs_eval_lm *e, const vs_world_sample *s, vs_error *err) {
+    if (e->img_sample == s) return VS_OK;
+    vs_mm_images_free(e->imgs, e->n_imgs);
+    e->n_imgs = 0, e->img_sample = NULL;
+    e->c_n = 0;
+    vs_kv_clear(e->kv);
+    if (s->n_images > 0) {
+        vs_status st = vs_mm_images_from_files(vs_mmproj_tower(e->mm), vs_mmproj_projector(e->mm), e->tp,
+                                               (const char *const *)s->images, s->n_images, VS_PREPROC_LLAVA, 1,
+                                               e->imgs, err);
+        if (st != VS_OK) return st;
+    }
+    e->n_imgs = s->n_images;
+    e->img_sample = s;
+    return VS_OK;
+}
+
+/* Appends prompt rows [first, n) to the cache in batches, logits after the last one. */
+static vs_status prefill(vs_eval_lm *e, const vs_mm_prompt *p, int64_t first, vs_error *err) {
+    for (int64_t r0 = first; r0 < p->n_rows; r0 += EVAL_BATCH) {
+        const int64_t n = VS_MIN(EVAL_BATCH, p->n_rows - r0);
+        vs_mm_prompt_rows(p, r0, n, 0, 0, e->rows);
+        const bool last = r0 + n == p->n_rows;
+        if (last) e->rows[n - 1].want_logits = true;
+        vs_lm_out out = {.logits = last ? e->logits : NULL};
+        vs_status st = vs_lm_forward(e->lm, e->kv, e->tp, e->rows, (int)n, &out, err);
+        if (st != VS_OK) return st;
+        for (int64_t i = 0; i < n; i++) e->c_tok[r0 + i] = p->tokens[r0 + i], e->c_embd[r0 + i] = p->embd[r0 + i];
+        e->c_n = r0 + n;
+    }
+    e->n_prefilled += p->n_rows - first;
+    return VS_OK;
+}
+
+vs_status vs_eval_lm_answer(void *ctx, const vs_world_sample *s, const char *prompt, int n_images, char **answer,
+                            int64_t *n_tokens, bool *eos, vs_error *err) {
+    vs_eval_lm *e = ctx;
+    *answer = NULL, *n_tokens = 0, *eos = false;
+    e->n_gen = 0;
+    if (n_images < 0 || n_images > s->n_images)
+        return vs_error_set(err, VS_ERR_INVALID, "eval: %d images asked, the sample has %d", n_images, s->n_images);
+    vs_status st = ensure_images(e, s, err);
+    if (st != VS_OK) return st;
+    vs_mm_prompt p;
+    vs_mm_prompt_opts po = {.lm_width = e->width, .n_ctx = e->n_ctx};
+    st = vs_mm_prompt_build(&p, e->tok, prompt, strlen(prompt), e->imgs, n_images, &po, err);
+    if (st != VS_OK) return st;
+    /* rows shared with the cache are kept; at least the last prompt row is evaluated (its logits) */
+    int64_t keep = 0;
+    if (!e->o.no_reuse)
+        while (keep < e->c_n && keep < p.n_rows && e->c_tok[keep] == p.tokens[keep] &&
+               e->c_embd[keep] == p.embd[keep])
+            keep++;
+    keep = VS_MIN(keep, p.n_rows - 1);
+    st = vs_kv_seq_truncate(e->kv, 0, (int)keep, err);
+    if (st == VS_OK) {
+        e->c_n = keep;
+        e->n_reused += keep;
+        st = prefill(e, &p, keep, err);
+    }
+    vs_mm_prompt_free(&p);
+    if (st != VS_OK) {
+        e->c_n = 0;
+        vs_kv_clear(e->kv);
+        return st;
+    }
+    while (e->n_gen < e->o.max_tokens) {
+        const int32_t t = vs_argmax(e->logits, e->n_vocab);
+        if (vs_tokenizer_is_eog(e->tok, t)) {
+            *eos = true;
+            break;
+        }
+        e->gen[e->n_gen++] = t;
+        if (e->n_gen == e->o.max_tokens || e->c_n >= e->n_ctx) break;
+        vs_lm_row r = {.token = t, .pos = (int32_t)e->c_n, .want_logits = true};
+        vs_lm_out out = {.logits = e->logits};
+        st = vs_lm_forward(e->lm, e->kv, e->tp, &r, 1, &out, err);
+        if (st != VS_OK) {
+            e->c_n = 0;
+            vs_kv_clear(e->kv);
+            return st;
+        }
+        e->c_tok[e->c_n] = t, e->c_embd[e->c_n] = NULL;
+        e->c_n++;
+        e->n_decoded++;
+    }
+    *n_tokens = e->n_gen;
+    *answer = vs_detokenize(e->tok, e->gen, e->n_gen, 0, NULL, err);
+    return *answer ? VS_OK : (err && err->code ? err->code : VS_ERR_NOMEM);
+}

@@ -1,0 +1,490 @@
+/* train_data: world samples -> training batches. See train_data.h. Sections: encoding one
+ * conversation, the reader (sequence table, epochs, batches). */
+#include "train_data.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "mmprompt.h"
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Encoding */
+
+char *vs_train_conversation(const vs_world_sample *s) {
+    char *p = vs_world_prompt(s, s->n_turns - 1, true);
+    if (!p) return NULL;
+    size_t n = strlen(p);
+    char *out = vs_malloc(n + 5);
+    if (out) {
+        memcpy(out, p, n);
+        memcpy(out + n, "</s>", 5);
+    }
+    vs_free(p);
+    return out;
+}
+
+/* Lays text out as inference does (mmprompt), every image a run of image_rows rows of width 1 over
+ * the shared dummy buffer (the rows' contents are never read; image_first tells the images apart). */
+static vs_status layout(const char *text, const vs_tokenizer *tok, int image_rows, const float *dummy,
+                        vs_mm_prompt *p, vs_error *err) {
+    vs_mm_image imgs[VS_WORLD_MAX_IMAGES];
+    size_t len = strlen(text);
+    int32_t n = vs_mm_count_markers(text, len, NULL);
+    if (n > VS_WORLD_MAX_IMAGES)
+        return vs_error_set(err, VS_ERR_INVALID, "%d image markers (at most %d)", n, VS_WORLD_MAX_IMAGES);
+    for (int32_t i = 0; i < n; i++) imgs[i] = (vs_mm_image){dummy, image_rows, 1};
+    return vs_mm_prompt_build(p, tok, text, len, imgs, n, NULL, err);
+}
+
+/* True when prompt q's rows are the first rows of p (same tokens, same images at the same rows). */
+static bool is_prefix(const vs_mm_prompt *q, const vs_mm_prompt *p) {
+    if (q->n_rows > p->n_rows || q->n_images > p->n_images) return false;
+    for (int64_t r = 0; r < q->n_rows; r++)
+        if (q->tokens[r] != p->tokens[r]) return false;
+    for (int32_t i = 0; i < q->n_images; i++)
+        if (q->image_first[i] != p->image_first[i]) return false;
+    return true;
+}
+
+void vs_train_example_free(vs_train_example *ex) {
+    if (!ex) return;
+    vs_free(ex->tokens), vs_free(ex->img_row), vs_free(ex->answer);
+    memset(ex, 0, sizeof(*ex));
+}
+
+/* Rows of the text after appending "</s>" to vs_world_prompt(s, t, with_answer) when close. */
+static vs_status turn_prompt(const vs_world_sample *s, int t, bool with_answer, const vs_tokenizer *tok,
+                             int image_rows, const float *dummy, vs_mm_prompt *q, vs_error *err) {
+    char *txt = vs_world_prompt(s, t, with_answer);
+    if (!txt) return vs_error_set(err, VS_ERR_NOMEM, "out of memory");
+    vs_status st;
+    if (with_answer) {
+        size_t n = strlen(txt);
+        char *c = vs_malloc(n + 5);
+        if (!c) {
+            vs_free(txt);
+            return vs_error_set(err, VS_ERR_NOMEM, "out of memory");
+        }
+        memcpy(c, txt, n);
+        memcpy(c + n, "</s>", 5);
+        vs_free(txt);
+        txt = c;
+    }
+    st = layout(txt, tok, image_rows, dummy, q, err);
+    vs_free(txt);
+    return st;
+}
+
+vs_status vs_train_encode(const vs_world_sample *s, const vs_tokenizer *tok, int image_rows,
+                          vs_train_example *ex, vs_error *err) {
+    memset(ex, 0, sizeof(*ex));
+    const char *id = s && s->id ? s->id : "?";
+    if (!s || !tok || image_rows < 1 || s->n_turns < 1 || s->n_turns > VS_WORLD_MAX_TURNS)
+        return vs_error_set(err, VS_ERR_INVALID, "encode %s: bad arguments", id);
+    const int32_t eos = vs_tokenizer_eos(tok);
+    if (eos < 0) return vs_error_set(err, VS_ERR_INVALID, "encode %s: the tokenizer has no EOS token", id);
+    float *dummy = vs_calloc((size_t)image_rows, sizeof(float));
+    char *conv = vs_train_conversation(s);
+    vs_mm_prompt full = {0}, q = {0};
+    vs_status st = VS_OK;
+    if (!dummy || !conv) st = vs_error_set(err, VS_ERR_NOMEM, "encode %s: out of memory", id);
+    if (st == VS_OK) st = layout(conv, tok, image_rows, dummy, &full, err);
+    if (st == VS_OK && full.n_images != s->n_images)
+        st = vs_error_set(err, VS_ERR_INVALID, "encode %s: %d image markers but %d images", id, full.n_images,
+                          s->n_images);
+    if (st == VS_OK && full.n_rows > INT32_MAX / 2)
+        st = vs_error_set(err, VS_ERR_RANGE, "encode %s: %lld rows", id, (long long)full.n_rows);
+    if (st == VS_OK) {
+        ex->n_rows = (int32_t)full.n_rows;
+        ex->n_images = full.n_images;
+        ex->n_turns = s->n_turns;
+        ex->tokens = vs_malloc(sizeof(int32_t) * (size_t)full.n_rows);
+        ex->img_row = vs_malloc(sizeof(int32_t) * (size_t)full.n_rows);
+        ex->answer = vs_calloc((size_t)full.n_rows, 1);
+        if (!ex->tokens || !ex->img_row || !ex->answer)
+            st = vs_error_set(err, VS_ERR_NOMEM, "encode %s: out of memory", id);
+    }
+    if (st == VS_OK) {
+        for (int64_t r = 0; r < full.n_rows; r++) ex->tokens[r] = full.tokens[r], ex->img_row[r] = -1;
+        for (int32_t i = 0; i < full.n_images; i++)
+            for (int j = 0; j < image_rows; j++) ex->img_row[full.image_first[i] + j] = i * image_rows + j;
+    }
+    /* answer rows of every turn: from the end of its prompt to its closing </s> */
+    int32_t prev_end = 0;
+    for (int t = 0; st == VS_OK && t < s->n_turns; t++) {
+        for (int with_answer = 0; st == VS_OK && with_answer < 2; with_answer++) {
+            st = turn_prompt(s, t, with_answer, tok, image_rows, dummy, &q, err);
+            if (st != VS_OK) break;
+            if (!is_prefix(&q, &full))
+                st = vs_error_set(err, VS_ERR_INVALID,
+                                  "encode %s: turn %d's %s does not lay out as a prefix of the conversation "
+                                  "(training and inference would see different rows)",
+                                  id, t, with_answer ? "answer" : "prompt");
+            else if (!with_answer)
+                ex->turn_start[t] = (int32_t)q.n_rows;
+            else
+                ex->turn_end[t] = (int32_t)q.n_rows;
+            vs_mm_prompt_free(&q);
+        }
+        if (st != VS_OK) break;
+        int32_t a = ex->turn_start[t], b = ex->turn_end[t];
+        if (a <= prev_end || b <= a || ex->tokens[b - 1] != eos) {
+            st = vs_error_set(err, VS_ERR_INVALID, "encode %s: turn %d's answer rows [%d, %d) are malformed", id,
+                              t, a, b);
+            break;
+        }
+        for (int32_t r = a; r < b; r++) {
+            if (ex->img_row[r] >= 0) {
+                st = vs_error_set(err, VS_ERR_INVALID, "encode %s: turn %d's answer holds image rows", id, t);
+                break;
+            }
+            ex->answer[r] = 1;
+        }
+        ex->n_answer += b - a;
+        prev_end = b;
+    }
+    if (st == VS_OK && prev_end != ex->n_rows)
+        st = vs_error_set(err, VS_ERR_INVALID, "encode %s: the conversation ends at row %d, its last answer at %d",
+                          id, ex->n_rows, prev_end);
+    vs_mm_prompt_free(&full);
+    vs_free(conv);
+    vs_free(dummy);
+    if (st != VS_OK) vs_train_example_free(ex);
+    return st;
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* The reader */
+
+typedef struct seq_entry {
+    const vs_world_sample *sample;
+    int64_t off;      /* into the row arrays */
+    int32_t n_rows, n_images, n_answer;
+} seq_entry;
+
+struct vs_train_data {
+    vs_train_data_opts o;
+    vs_train_data_stats stats;
+    int64_t n_seq;
+    seq_entry *seqs;    /* (n_seq) */
+    int32_t *tokens;    /* (stats.rows) */
+    int32_t *img_row;   /* (stats.rows) sample-local image * NP + patch, -1 on text */
+    uint8_t *answer;    /* (stats.rows) */
+    /* epoch */
+    vs_train_data_state st;
+    vs_rng next_rng;    /* the RNG after drawing this epoch's order */
+    int64_t *order;     /* (n_seq) sequence indices in batch order */
+    int64_t *b_first;   /* (n_batches) batch k = order[b_first[k] .. b_first[k] + b_len[k]) */
+    int32_t *b_len;
+    int64_t n_batches;
+    /* batch buffers: max_B x max_T rows, max_images images */
+    int max_B, max_T, max_images;
+    int32_t *bt_tokens, *bt_img_row, *bt_targets;
+    float *bt_mask, *pixels;
+};
+
+void vs_train_data_free(vs_train_data *d) {
+    if (!d) return;
+    vs_free(d->seqs), vs_free(d->tokens), vs_free(d->img_row), vs_free(d->answer);
+    vs_free(d->order), vs_free(d->b_first), vs_free(d->b_len);
+    vs_free(d->bt_tokens), vs_free(d->bt_img_row), vs_free(d->bt_targets), vs_free(d->bt_mask);
+    vs_free(d->pixels);
+    vs_free(d);
+}
+
+const vs_train_data_stats *vs_train_data_get_stats(const vs_train_data *d) { return &d->stats; }
+
+void vs_train_data_capacity(const vs_train_data *d, int *max_B, int *max_T, int *max_images) {
+    if (max_B) *max_B = d->max_B;
+    if (max_T) *max_T = d->max_T;
+    if (max_images) *max_images = d->max_images;
+}
+
+int64_t vs_train_data_n_seqs(const vs_train_data *d) { return d->n_seq; }
+
+const vs_world_sample *vs_train_data_sample(const vs_train_data *d, int64_t i) {
+    return i >= 0 && i < d->n_seq ? d->seqs[i].sample : NULL;
+}
+
+/* Appends ex to the row arrays (grown geometrically). */
+static bool push_rows(vs_train_data *d, int64_t *cap, const vs_train_example *ex) {
+    int64_t need = d->stats.rows + ex->n_rows;
+    if (need > *cap) {
+        int64_t nc = VS_MAX(need, *cap * 2);
+        int32_t *t = vs_realloc(d->tokens, sizeof(int32_t) * (size_t)nc);
+        if (t) d->tokens = t;
+        int32_t *g = vs_realloc(d->img_row, sizeof(int32_t) * (size_t)nc);
+        if (g) d->img_row = g;
+        uint8_t *a = vs_realloc(d->answer, (size_t)nc);
+        if (a) d->answer = a;
+        if (!t || !g || !a) return false;
+        *cap = nc;
+    }
+    memcpy(d->tokens + d->stats.rows, ex->tokens, sizeof(int32_t) * (size_t)ex->n_rows);
+    memcpy(d->img_row + d->stats.rows, ex->img_row, sizeof(int32_t) * (size_t)ex->n_rows);
+    memcpy(d->answer + d->stats.rows, ex->answer, (size_t)ex->n_rows);
+    return true;
+}
+
+/* Sorting a chunk by length; ties keep the shuffled order (pos), so the result is deterministic. */
+typedef struct sort_key {
+    int32_t n_rows;
+    int64_t pos, seq;
+} sort_key;
+
+static int cmp_key(const void *a, const void *b) {
+    const sort_key *x = a, *y = b;
+    if (x->n_rows != y->n_rows) return x->n_rows < y->n_rows ? -1 : 1;
+    return x->pos < y->pos ? -1 : x->pos > y->pos;
+}
+
+/* Draws the order of the current epoch from a copy of st.rng. */
+static vs_status build_epoch(vs_train_data *d, vs_error *err) {
+    vs_rng r = d->st.rng;
+    const int64_t n = d->n_seq, B = d->o.batch;
+    for (int64_t i = 0; i < n; i++) d->order[i] = i;
+    for (int64_t i = n - 1; i > 0; i--) {
+        int64_t j = (int64_t)vs_rng_below(&r, (uint32_t)(i + 1));
+        int64_t t = d->order[i];
+        d->order[i] = d->order[j], d->order[j] = t;
+    }
+    const int64_t chunk = (d->o.bucket > 1 ? d->o.bucket : 1) * B;
+    sort_key *keys = vs_malloc(sizeof(sort_key) * (size_t)VS_MIN(chunk, n));
+    int64_t *first = vs_malloc(sizeof(int64_t) * (size_t)d->n_batches);
+    int32_t *len = vs_malloc(sizeof(int32_t) * (size_t)d->n_batches);
+    int64_t *perm = vs_malloc(sizeof(int64_t) * (size_t)d->n_batches);
+    if (!keys || !first || !len || !perm) {
+        vs_free(keys), vs_free(first), vs_free(len), vs_free(perm);
+        return vs_error_set(err, VS_ERR_NOMEM, "training data: out of memory");
+    }
+    int64_t nb = 0;
+    for (int64_t c0 = 0; c0 < n; c0 += chunk) {
+        int64_t c1 = VS_MIN(n, c0 + chunk);
+        if (d->o.bucket > 1) {
+            for (int64_t i = c0; i < c1; i++)
+                keys[i - c0] = (sort_key){d->seqs[d->order[i]].n_rows, i, d->order[i]};
+            qsort(keys, (size_t)(c1 - c0), sizeof(sort_key), cmp_key);
+            for (int64_t i = c0; i < c1; i++) d->order[i] = keys[i - c0].seq;
+        }
+        for (int64_t b0 = c0; b0 < c1; b0 += B) first[nb] = b0, len[nb] = (int32_t)VS_MIN(B, c1 - b0), nb++;
+    }
+    /* the chunks cut batches of B except at the end of the data: the count is fixed */
+    for (int64_t i = 0; i < nb; i++) perm[i] = i;
+    for (int64_t i = nb - 1; i > 0; i--) {
+        int64_t j = (int64_t)vs_rng_below(&r, (uint32_t)(i + 1));
+        int64_t t = perm[i];
+        perm[i] = perm[j], perm[j] = t;
+    }
+    for (int64_t i = 0; i < nb; i++) d->b_first[i] = first[perm[i]], d->b_len[i] = len[perm[i]];
+    d->next_rng = r;
+    vs_free(keys), vs_free(first), vs_free(len), vs_free(perm);
+    return VS_OK;
+}
+
+vs_train_data *vs_train_data_new(const vs_world_dataset *const *sets, int n_sets, const vs_tokenizer *tok,
+                                 const vs_train_data_opts *opts, vs_error *err) {
+    if (!sets || n_sets < 1 || !tok || !opts || opts->seq_len < 2 || opts->batch < 1 || opts->image_rows < 1 ||
+        opts->preproc.size < 1) {
+        vs_error_set(err, VS_ERR_INVALID, "training data: bad options (seq_len >= 2, batch >= 1, image rows >= 1)");
+        return NULL;
+    }
+    vs_train_data *d = vs_calloc(1, sizeof(*d));
+    if (!d) {
+        vs_error_set(err, VS_ERR_NOMEM, "training data: out of memory");
+        return NULL;
+    }
+    d->o = *opts;
+    int64_t total = 0;
+    for (int k = 0; k < n_sets; k++) total += sets[k]->n;
+    d->seqs = vs_calloc((size_t)VS_MAX(total, 1), sizeof(seq_entry));
+    if (!d->seqs) {
+        vs_error_set(err, VS_ERR_NOMEM, "training data: out of memory");
+        vs_train_data_free(d);
+        return NULL;
+    }
+    int64_t cap = 0;
+    vs_status st = VS_OK;
+    vs_train_data_stats *S = &d->stats;
+    for (int k = 0; st == VS_OK && k < n_sets; k++)
+        for (int64_t i = 0; st == VS_OK && i < sets[k]->n; i++) {
+            const vs_world_sample *s = &sets[k]->samples[i];
+            vs_train_example ex;
+            st = vs_train_encode(s, tok, opts->image_rows, &ex, err);
+            if (st != VS_OK) {
+                vs_error_wrap(err, "%s/%s.jsonl", sets[k]->dir, sets[k]->split);
+                break;
+            }
+            S->n_samples++;
+            int su = (int)s->suite;
+            if (ex.n_rows > opts->seq_len) {
+                S->n_skipped++, S->skipped[su]++;
+                S->longest_skipped = VS_MAX(S->longest_skipped, ex.n_rows);
+            } else if (!push_rows(d, &cap, &ex)) {
+                st = vs_error_set(err, VS_ERR_NOMEM, "training data: out of memory");
+            } else {
+                d->seqs[d->n_seq++] = (seq_entry){s, S->rows, ex.n_rows, ex.n_images, ex.n_answer};
+                S->n_seqs++, S->kept[su]++;
+                S->rows += ex.n_rows, S->answer_rows += ex.n_answer, S->images += ex.n_images;
+                S->longest = VS_MAX(S->longest, ex.n_rows);
+                S->max_images = VS_MAX(S->max_images, ex.n_images);
+            }
+            vs_train_example_free(&ex);
+        }
+    if (st == VS_OK && d->n_seq == 0)
+        st = vs_error_set(err, VS_ERR_INVALID,
+                          "training data: none of %lld conversations fits in %d rows (longest skipped: %lld)",
+                          (long long)S->n_samples, opts->seq_len, (long long)S->longest_skipped);
+    if (st == VS_OK && d->n_seq > (int64_t)UINT32_MAX)
+        st = vs_error_set(err, VS_ERR_RANGE, "training data: too many sequences");
+    if (st == VS_OK) {
+        const int64_t chunk = (opts->bucket > 1 ? opts->bucket : 1) * (int64_t)opts->batch;
+        int64_t nb = 0;
+        for (int64_t c0 = 0; c0 < d->n_seq; c0 += chunk)
+            nb += (VS_MIN(d->n_seq, c0 + chunk) - c0 + opts->batch - 1) / opts->batch;
+        d->n_batches = S->n_batches = nb;
+        d->max_B = (int)VS_MIN(opts->batch, d->n_seq);
+        d->max_T = (int)S->longest;
+        d->max_images = (int)VS_MAX(1, d->max_B * S->max_images);
+        size_t N = (size_t)d->max_B * d->max_T, S2 = (size_t)opts->preproc.size * opts->preproc.size;
+        d->order = vs_malloc(sizeof(int64_t) * (size_t)d->n_seq);
+        d->b_first = vs_malloc(sizeof(int64_t) * (size_t)nb);
+        d->b_len = vs_malloc(sizeof(int32_t) * (size_t)nb);
+        d->bt_tokens = vs_malloc(sizeof(int32_t) * N);
+        d->bt_img_row = vs_malloc(sizeof(int32_t) * N);
+        d->bt_targets = vs_malloc(sizeof(int32_t) * N);
+        d->bt_mask = vs_malloc(sizeof(float) * N);
+        d->pixels = vs_malloc(sizeof(float) * 3 * S2 * (size_t)d->max_images);
+        if (!d->order || !d->b_first || !d->b_len || !d->bt_tokens || !d->bt_img_row || !d->bt_targets ||
+            !d->bt_mask || !d->pixels)
+            st = vs_error_set(err, VS_ERR_NOMEM, "training data: out of memory for batches");
+    }
+    if (st == VS_OK) {
+        vs_rng_seed(&d->st.rng, opts->seed);
+        st = build_epoch(d, err);
+    }
+    if (st != VS_OK) {
+        vs_train_data_free(d);
+        return NULL;
+    }
+    return d;
+}
+
+void vs_train_data_get_state(const vs_train_data *d, vs_train_data_state *st) { *st = d->st; }
+
+vs_status vs_train_data_set_state(vs_train_data *d, const vs_train_data_state *st, vs_error *err) {
+    if (st->pos > (uint64_t)d->n_batches)
+        return vs_error_set(err, VS_ERR_INVALID,
+                            "training data: position %llu is past the %lld batches of an epoch (was the "
+                            "checkpoint made with other data or batch settings?)",
+                            (unsigned long long)st->pos, (long long)d->n_batches);
+    vs_train_data_state old = d->st;
+    d->st = *st;
+    vs_status s = build_epoch(d, err);
+    if (s != VS_OK) {
+        d->st = old;
+        build_epoch(d, NULL);
+    }
+    return s;
+}
+
+static vs_status load_pixels(const vs_train_data *d, const vs_world_sample *s, int i, float *out, vs_error *err) {
+    vs_image img;
+    vs_status st = vs_image_load(&img, s->images[i], err);
+    if (st != VS_OK) return st;
+    st = vs_image_preprocess(&img, &d->o.preproc, out, err);
+    if (st != VS_OK) vs_error_wrap(err, "%s", s->images[i]);
+    vs_image_free(&img);
+    return st;
+}
+
+vs_status vs_train_data_batch(vs_train_data *d, const int64_t *seqs, int n, vs_train_batch *b,
+                              vs_train_batch_info *info, vs_error *err) {
+    if (!seqs || n < 1 || n > d->max_B)
+        return vs_error_set(err, VS_ERR_INVALID, "training batch: %d sequences (1..%d)", n, d->max_B);
+    int T = 0, NI = 0;
+    for (int k = 0; k < n; k++) {
+        if (seqs[k] < 0 || seqs[k] >= d->n_seq)
+            return vs_error_set(err, VS_ERR_INVALID, "training batch: no sequence %lld", (long long)seqs[k]);
+        T = VS_MAX(T, d->seqs[seqs[k]].n_rows);
+        NI += d->seqs[seqs[k]].n_images;
+    }
+    if (NI > d->max_images) return vs_error_set(err, VS_ERR_INVALID, "training batch: %d images", NI);
+    const int32_t pad = 0;
+    const size_t npx = (size_t)3 * d->o.preproc.size * d->o.preproc.size;
+    int64_t rows = 0, counted = 0;
+    int img_base = 0;
+    for (int k = 0; k < n; k++) {
+        const seq_entry *e = &d->seqs[seqs[k]];
+        const int32_t *tok = d->tokens + e->off, *ir = d->img_row + e->off;
+        const uint8_t *ans = d->answer + e->off;
+        int32_t *bt = d->bt_tokens + (size_t)k * T, *bi = d->bt_img_row + (size_t)k * T;
+        int32_t *tg = d->bt_targets + (size_t)k * T;
+        float *mk = d->bt_mask + (size_t)k * T;
+        for (int t = 0; t < T; t++) {
+            if (t < e->n_rows) {
+                bt[t] = tok[t];
+                bi[t] = ir[t] >= 0 ? img_base * d->o.image_rows + ir[t] : -1;
+            } else {
+                bt[t] = pad, bi[t] = -1;
+            }
+            bool c = t + 1 < e->n_rows && ans[t + 1];
+            tg[t] = c ? tok[t + 1] : 0;
+            mk[t] = c ? 1.0f : 0.0f;
+            counted += c;
+        }
+        for (int i = 0; i < e->n_images; i++) {
+            vs_status st = load_pixels(d, e->sample, i, d->pixels + (size_t)(img_base + i) * npx, err);
+            if (st != VS_OK) return st;
+        }
+        img_base += e->n_images;
+        rows += e->n_rows;
+    }
+    *b = (vs_train_batch){.B = n, .T = T, .n_images = NI, .pixels = d->pixels, .tokens = d->bt_tokens,
+                          .img_row = d->bt_img_row, .targets = d->bt_targets, .loss_mask = d->bt_mask,
+                          .pos = NULL, .loss_norm = 0};
+    if (info) *info = (vs_train_batch_info){rows, counted, d->st.epoch, d->st.pos, seqs};
+    return VS_OK;
+}
+
+/* Moves to the next epoch when the current one is used up. */
+static vs_status roll_epoch(vs_train_data *d, vs_error *err) {
+    if (d->st.pos < (uint64_t)d->n_batches) return VS_OK;
+    d->st.rng = d->next_rng;
+    d->st.epoch++;
+    d->st.pos = 0;
+    return build_epoch(d, err);
+}
+
+vs_status vs_train_data_next(vs_train_data *d, vs_train_batch *b, vs_train_batch_info *info, vs_error *err) {
+    vs_status st = roll_epoch(d, err);
+    if (st != VS_OK) return st;
+    const int64_t k = (int64_t)d->st.pos;
+    st = vs_train_data_batch(d, d->order + d->b_first[k], d->b_len[k], b, info, err);
+    if (st == VS_OK) d->st.pos++;
+    return st;
+}
+
+int64_t vs_train_data_counted_ahead(const vs_train_data *d, int k) {
+    /* batches past the end of this epoch come from an order not drawn yet: draw it on a copy */
+    vs_train_data tmp = *d;
+    int64_t *order = NULL, *first = NULL;
+    int32_t *len = NULL;
+    int64_t sum = 0;
+    for (int i = 0; i < k; i++) {
+        if (tmp.st.pos >= (uint64_t)tmp.n_batches) {
+            if (!order) {
+                order = vs_malloc(sizeof(int64_t) * (size_t)d->n_seq);
+                first = vs_malloc(sizeof(int64_t) * (size_t)d->n_batches);
+                len = vs_malloc(sizeof(int32_t) * (size_t)d->n_batches);
+                if (!order || !first || !len) break;
+                tmp.order = order, tmp.b_first = first, tmp.b_len = len;
+            }
+            tmp.st.rng = tmp.next_rng, tmp.st.epoch++, tmp.st.pos = 0;
+            if (build_epoch(&tmp, NULL) != VS_OK) break;
+        }
+        const int64_t b = (int64_t)tmp.st.pos++;
+        for (int j = 0; j < tmp.b_len[b]; j++) sum += d->seqs[tmp.order[tmp.b_first[b] + j]].n_answer;
+    }
+    vs_free(order), vs_free(first), vs_free(len);
+    return sum;
+}

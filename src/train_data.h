@@ -1,0 +1,139 @@
+/* train_data: the generated world (world.h) as training batches for the VLM trainer (train_model.h).
+ * Owns: the encoding of a conversation into the rows the LM sees (vs_train_encode), the table of
+ * encoded sequences of a dataset (token ids, image rows, answer flags: built once, a few bytes per
+ * row), the epoch order (a shuffle drawn from the checkpointed RNG, grouped into length buckets), and
+ * the batch buffers it fills (tokens, image-row indices, next-token targets, loss mask, pixels).
+ *
+ * Layout (exactly what inference builds with mmprompt.h, so training and inference agree): the text
+ * of a sample is the vicuna conversation of world.h with every answer and a closing "</s>",
+ *   "USER: {user 0} ASSISTANT: {answer 0}</s>USER: {user 1} ASSISTANT: {answer 1}</s>",
+ * laid out by vs_mm_prompt_build: split at each "<image>", piece 0 tokenised with BOS, "</s>" parsed
+ * as the EOS token, image i's NP rows between piece i and piece i + 1. The prompt of turn t (what
+ * `vlmspec eval` and the benchmark feed, vs_world_prompt(s, t, false)) is checked to lay out as a
+ * prefix of these rows, so the model is trained on exactly the rows it is later prompted with.
+ *
+ * Loss: row i predicts row i + 1; it is counted when row i + 1 is a token of an answer (each answer's
+ * tokens and the "</s>" that closes it; every turn of the conversation). Prompts, image rows and
+ * padding are never counted.
+ *
+ * Sequence-length policy (no silent truncation): one conversation per sequence (no packing: causal
+ * attention would let a sample see another's images); a conversation longer than seq_len rows is
+ * SKIPPED and counted in the stats (per suite), never cut. Batches group sequences of similar length
+ * (a shuffled epoch is cut into chunks of `bucket` batches, each chunk sorted by length, then the
+ * batch order is shuffled), and a batch is as long as its longest sequence; shorter ones are padded
+ * at the end with loss mask 0.
+ *
+ * Epochs and resuming: the data state is (epoch, batches consumed in it, the RNG state at the start
+ * of the epoch). The epoch's order is drawn from a copy of that RNG; when the epoch ends the RNG moves
+ * on to the copy's state after drawing. Restoring a state (vs_train_data_set_state, e.g. from a
+ * checkpoint's train.epoch / train.data_pos / train.rng) continues with exactly the batches an
+ * uninterrupted run would have seen. */
+#ifndef VS_TRAIN_DATA_H
+#define VS_TRAIN_DATA_H
+
+#include "image.h"
+#include "tokenizer.h"
+#include "train_model.h"
+#include "world.h"
+
+/* ---------------------------------------------------------------------------------------------- */
+/* One conversation as LM rows */
+
+typedef struct vs_train_example {
+    int32_t n_rows;    /* positions the whole conversation occupies (BOS, text, image rows) */
+    int32_t n_images;  /* images of the sample (all turns) */
+    int32_t n_answer;  /* answer rows (tokens of answers and their closing </s>) */
+    int32_t n_turns;
+    int32_t *tokens;   /* (n_rows) token id; -1 on image rows */
+    int32_t *img_row;  /* (n_rows) image * image_rows + patch on image rows; -1 on text rows */
+    uint8_t *answer;   /* (n_rows) 1 on answer rows */
+    int32_t turn_start[VS_WORLD_MAX_TURNS]; /* first answer row of turn t = rows of its prompt */
+    int32_t turn_end[VS_WORLD_MAX_TURNS];   /* one past turn t's closing </s> */
+} vs_train_example;
+
+/* The conversation text the trainer lays out: vs_world_prompt(s, last, true) + "</s>" (vs_malloc'd). */
+char *vs_train_conversation(const vs_world_sample *s);
+
+/* Encodes sample s with tokenizer tok, every image taking image_rows rows. Fails (VS_ERR_INVALID)
+ * when the tokenizer has no EOS, when the sample's image markers do not match its images, or when
+ * a turn's prompt does not lay out as a prefix of the conversation (inference would then see other
+ * rows than training did). */
+vs_status vs_train_encode(const vs_world_sample *s, const vs_tokenizer *tok, int image_rows,
+                          vs_train_example *ex, vs_error *err);
+void vs_train_example_free(vs_train_example *ex);
+
+/* ---------------------------------------------------------------------------------------------- */
+/* A dataset as batches */
+
+typedef struct vs_train_data_opts {
+    int seq_len;             /* longest sequence in rows (T); longer conversations are skipped */
+    int batch;               /* sequences per batch (B) */
+    int image_rows;          /* rows per image = the model's patches NP */
+    vs_preproc preproc;      /* image preprocessing (size = the ViT's S, mean/std as exported) */
+    int bucket;              /* batches per length-sorted chunk; <= 1: no length grouping */
+    uint64_t seed;           /* seeds the epoch RNG of a fresh state */
+} vs_train_data_opts;
+
+/* Counts over the dataset (one epoch). */
+typedef struct vs_train_data_stats {
+    int64_t n_samples;       /* conversations offered */
+    int64_t n_seqs;          /* kept: fit in seq_len */
+    int64_t n_skipped;       /* longer than seq_len: skipped (never truncated) */
+    int64_t longest_skipped; /* rows of the longest skipped conversation (0: none) */
+    int64_t longest;         /* rows of the longest kept sequence */
+    int64_t rows;            /* rows of all kept sequences */
+    int64_t answer_rows;     /* rows counted in the loss */
+    int64_t images;          /* images of the kept sequences */
+    int64_t max_images;      /* most images in one kept sequence */
+    int64_t n_batches;       /* batches per epoch */
+    int64_t kept[VS_WORLD_N_SUITES], skipped[VS_WORLD_N_SUITES];
+} vs_train_data_stats;
+
+/* Where the reader is: see the top of this file. */
+typedef struct vs_train_data_state {
+    uint64_t epoch; /* epochs completed */
+    uint64_t pos;   /* batches of the current epoch consumed */
+    vs_rng rng;     /* the RNG at the start of the current epoch */
+} vs_train_data_state;
+
+/* What a batch holds besides the vs_train_batch. */
+typedef struct vs_train_batch_info {
+    int64_t rows;     /* rows that are not padding */
+    int64_t counted;  /* rows counted in the loss */
+    uint64_t epoch;   /* the batch is number `index` of epoch `epoch` */
+    uint64_t index;
+    const int64_t *seqs; /* (batch.B) its sequences (vs_train_data_sample), valid until the next batch */
+} vs_train_batch_info;
+
+typedef struct vs_train_data vs_train_data;
+
+/* Encodes every sample of the n_sets datasets (borrowed: they must outlive the reader). Fails on a
+ * sample that cannot be encoded (naming it) and when no sample fits in seq_len. The state starts
+ * at epoch 0, batch 0, RNG seeded with opts->seed. */
+vs_train_data *vs_train_data_new(const vs_world_dataset *const *sets, int n_sets, const vs_tokenizer *tok,
+                                 const vs_train_data_opts *opts, vs_error *err);
+void vs_train_data_free(vs_train_data *d);
+const vs_train_data_stats *vs_train_data_get_stats(const vs_train_data *d);
+/* Largest batch the reader produces: use for vs_train_vlm_new (max_B, max_T, max_images). */
+void vs_train_data_capacity(const vs_train_data *d, int *max_B, int *max_T, int *max_images);
+
+void vs_train_data_get_state(const vs_train_data *d, vs_train_data_state *st);
+/* Restores a state (rebuilds that epoch's order). VS_ERR_INVALID when pos exceeds the epoch. */
+vs_status vs_train_data_set_state(vs_train_data *d, const vs_train_data_state *st, vs_error *err);
+
+/* The next batch (moving to the next epoch when the current one is done). b's arrays point into the
+ * reader and stay valid until the next call; b->loss_norm is 0 (this batch's counted rows). Image
+ * files are loaded and preprocessed here (errors name the file). */
+vs_status vs_train_data_next(vs_train_data *d, vs_train_batch *b, vs_train_batch_info *info, vs_error *err);
+/* Rows counted in the loss over the next k batches, without moving (gradient accumulation's
+ * loss_norm). */
+int64_t vs_train_data_counted_ahead(const vs_train_data *d, int k);
+
+/* Kept sequences, in dataset order: the sample behind sequence i and its encoding. */
+int64_t vs_train_data_n_seqs(const vs_train_data *d);
+const vs_world_sample *vs_train_data_sample(const vs_train_data *d, int64_t i);
+/* A batch of chosen sequences (1 <= n <= opts.batch), e.g. for tests and validation. */
+vs_status vs_train_data_batch(vs_train_data *d, const int64_t *seqs, int n, vs_train_batch *b,
+                              vs_train_batch_info *info, vs_error *err);
+
+#endif
