@@ -250,6 +250,12 @@ typedef struct vs_bench_report_opts {
  * n-alpha, accepted-length histogram). */
 vs_status vs_bench_write_report(const vs_bench_record *recs, int64_t n, const vs_bench_report_opts *o,
                                 vs_error *err);
+/* Reproducibility check: compares two runs of the same command (a = this run, b = the reference),
+ * per method, gamma and temperature, on the median decode-only and end-to-end speedups and tau; writes a
+ * markdown table to f (may be NULL) and returns in *max_rel the largest |a - b| / b of the median
+ * speedups (groups present in only one run are listed and count as a difference of 1). */
+vs_status vs_bench_compare(const vs_bench_record *a, int64_t na, const vs_bench_record *b, int64_t nb,
+                           FILE *f, double *max_rel, vs_error *err);
 /* The CSV alone (header line + one row per record). */
 vs_status vs_bench_write_csv(const vs_bench_record *recs, int64_t n, const char *path, vs_error *err);
 

@@ -917,3 +917,61 @@ vs_status vs_bench_report_dir(const char *out_dir, int threads, bool measure_bw,
     vs_bench_results_free(&res);
     return st;
 }
+
+vs_status vs_bench_compare(const vs_bench_record *a, int64_t na, const vs_bench_record *b, int64_t nb,
+                           FILE *f, double *max_rel, vs_error *err) {
+    *max_rel = 0;
+    dims *d = vs_calloc(2, sizeof(dims));
+    if (!d) return vs_error_set(err, VS_ERR_NOMEM, "out of memory");
+    find_dims(a, na, &d[0]);
+    find_dims(b, nb, &d[1]);
+    if (f)
+        fprintf(
+            f,
+            "| Method | gamma | temperature | median decode speedup (this / reference) | diff | median "
+            "end-to-end speedup | diff | tau | samples |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | "
+            "---: | ---: |\n");
+    /* every (method, gamma, temp) of either run */
+    for (int side = 0; side < 2; side++) {
+        const dims *x = &d[side];
+        for (int m = 0; m < x->n_methods; m++) {
+            if (is_baseline(x->methods[m])) continue;
+            for (int gi = 0; gi < x->n_gammas; gi++) {
+                for (int ti = 0; ti < x->n_temps; ti++) {
+                    const char *meth = x->methods[m];
+                    int32_t G = x->gammas[gi];
+                    double T = x->temps[ti];
+                    vs_bench_group ga, gb;
+                    group(a, na, meth, G, T, NULL, 0, NULL, &ga);
+                    group(b, nb, meth, G, T, NULL, 0, NULL, &gb);
+                    if (side == 1 && ga.n > 0) continue; /* listed in the first pass */
+                    if (ga.n == 0 && gb.n == 0) continue;
+                    char ts[32];
+                    fmt_temp(ts, sizeof(ts), T);
+                    if (ga.n == 0 || gb.n == 0 || gb.speedup_decode_median <= 0 ||
+                        gb.speedup_total_median <= 0) {
+                        *max_rel = VS_MAX(*max_rel, 1.0);
+                        if (f)
+                            fprintf(f, "| %s | %d | %s | only in %s | | | | | |\n", meth, G, ts,
+                                    ga.n ? "this run" : "the reference");
+                        continue;
+                    }
+                    double rd =
+                        fabs(ga.speedup_decode_median - gb.speedup_decode_median) / gb.speedup_decode_median;
+                    double rt =
+                        fabs(ga.speedup_total_median - gb.speedup_total_median) / gb.speedup_total_median;
+                    *max_rel = VS_MAX(*max_rel, VS_MAX(rd, rt));
+                    if (f)
+                        fprintf(f,
+                                "| %s | %d | %s | %.3f / %.3f | %.1f%% | %.3f / %.3f | %.1f%% | %.3f / %.3f "
+                                "| %lld / %lld |\n",
+                                meth, G, ts, ga.speedup_decode_median, gb.speedup_decode_median, 100 * rd,
+                                ga.speedup_total_median, gb.speedup_total_median, 100 * rt, ga.tau, gb.tau,
+                                (long long)ga.n, (long long)gb.n);
+                }
+            }
+        }
+    }
+    vs_free(d);
+    return VS_OK;
+}

@@ -210,6 +210,23 @@ static void test_group_statistics(void) {
     VT_CHECK(vs_bench_median(v, 3) == 3 && vs_bench_median(v, 0) == 0, "median");
 }
 
+static void test_compare(void) {
+    vs_bench_record a[4] = {
+        rec_of("a", "ar", "vqa", 1, 0, 0, 8, 8, 1.0), rec_of("a", "m", "vqa", 1, 3, 0, 8, 2, 2.0),
+        rec_of("b", "ar", "vqa", 1, 0, 0, 8, 8, 1.0), rec_of("b", "m", "vqa", 1, 3, 0, 8, 2, 2.0)};
+    vs_bench_record b[4];
+    memcpy(b, a, sizeof(a));
+    vs_error err = {0};
+    double rel = -1;
+    VT_CHECK(vs_bench_compare(a, 4, b, 4, NULL, &rel, &err) == VS_OK && rel == 0, "identical runs: %g", rel);
+    b[1].base_t_decode = b[3].base_t_decode = 2.2; /* reference median decode speedup 2.2 */
+    b[1].base_t_total = b[3].base_t_total = 4.4;   /* and end-to-end 2.2 */
+    VT_CHECK(vs_bench_compare(a, 4, b, 4, NULL, &rel, &err) == VS_OK && fabs(rel - 0.2 / 2.2) < 1e-12,
+             "10%% faster reference: %g", rel);
+    a[3] = rec_of("b", "t", "vqa", 1, 3, 0, 8, 2, 2.0); /* a method only this run has */
+    VT_CHECK(vs_bench_compare(a, 4, b, 4, NULL, &rel, &err) == VS_OK && rel == 1, "missing group: %g", rel);
+}
+
 static void test_record_json(void) {
     vs_bench_record r = rec_of("test-vqa-00001", "tabed-mtcp", "vqa", 2, 4, 0.7, 33, 9, 1.37);
     r.t_vision = 0.0123456789;
@@ -691,11 +708,20 @@ static void test_smoke(void) {
                     models, data, cli_out) == 1,
              "unknown method: exit 1");
     VT_CHECK(vt_run("%s bench spec --bogus > /dev/null 2>&1", vt_cli()) == 2, "unknown flag: exit 2");
+    VT_CHECK(
+        vt_run("%s bench spec --report-only --no-bandwidth -q --out %s --compare-with %s > /dev/null 2>&1",
+               vt_cli(), cli_out, cli_out) == 0,
+        "a run agrees with itself");
+    VT_CHECK(
+        vt_run("%s bench spec --report-only --no-bandwidth -q --out %s --compare-with %s > /dev/null 2>&1",
+               vt_cli(), cli_out, out2) == 1,
+        "runs of other methods differ");
 }
 
 int main(void) {
     test_record_and_aggregate();
     test_group_statistics();
+    test_compare();
     test_record_json();
     test_results_file();
     test_report_files();

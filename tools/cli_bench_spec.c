@@ -114,123 +114,122 @@ static void print_headline(const char *out_dir) {
     vs_free(d);
 }
 
+/* Compares this run's results with another folder's; 0 when every median speedup agrees within tol. */
+static int compare(const char *out_dir, const char *ref_dir, double tol) {
+    char pa[4200], pb[4200];
+    snprintf(pa, sizeof(pa), "%s/results.jsonl", out_dir);
+    snprintf(pb, sizeof(pb), "%s/results.jsonl", ref_dir);
+    vs_bench_results a, b;
+    vs_bench_results_init(&a);
+    vs_bench_results_init(&b);
+    vs_error err = {0};
+    int rc = 1;
+    double max_rel = 0;
+    if (vs_bench_results_load(pa, &a, &err) || vs_bench_results_load(pb, &b, &err)) {
+        cli_fail_err(CMD, &err);
+    } else if (b.n == 0) {
+        cli_fail(CMD, "--compare-with %s: no results there", ref_dir);
+    } else if (vs_bench_compare(a.rec, a.n, b.rec, b.n, NULL, &max_rel, &err)) {
+        cli_fail_err(CMD, &err);
+    } else {
+        printf("\nreproducibility: this run (%s) against %s\n\n", out_dir, ref_dir);
+        vs_bench_compare(a.rec, a.n, b.rec, b.n, stdout, &max_rel, &err);
+        printf("\nlargest relative difference of a median speedup: %.1f%% (tolerance %.1f%%)\n",
+               100 * max_rel, 100 * tol);
+        rc = max_rel > tol ? cli_fail(CMD, "the runs differ by more than the tolerance") : 0;
+    }
+    vs_bench_results_free(&a);
+    vs_bench_results_free(&b);
+    return rc;
+}
+
 int vs_cli_bench_spec(int argc, char **argv) {
     vs_bench_config c;
     vs_bench_config_default(&c);
     char *lists[4] = {0}; /* copies of the --methods / --gamma / --temp / --turns values */
     bool report_only = false, with_model_bench = false, measure_bw = true, list_methods = false;
-    const char *random_dir = NULL;
-    const char *methods_arg = NULL, *gamma_arg = NULL, *temp_arg = NULL, *turns_arg = NULL,
-               *suites_arg = NULL;
+    const char *random_dir = NULL, *compare_dir = NULL, *suites_arg = NULL;
+    const char *methods_arg = NULL, *gamma_arg = NULL, *temp_arg = NULL, *turns_arg = NULL;
+    double tolerance = 0.05;
+    /* flags whose value is kept as a string */
+    struct {
+        const char *flag;
+        const char **dst;
+    } str_flags[] = {{"--models", &c.models_dir},
+                     {"--data", &c.data_dir},
+                     {"--out", &c.out_dir},
+                     {"--split", &c.split},
+                     {"--suites", &suites_arg},
+                     {"--methods", &methods_arg},
+                     {"--gamma", &gamma_arg},
+                     {"--temp", &temp_arg},
+                     {"--turns", &turns_arg},
+                     {"--target", &c.target},
+                     {"--target-mmproj", &c.target_mmproj},
+                     {"--draft", &c.draft},
+                     {"--draft-mmproj", &c.draft_mmproj},
+                     {"--massv", &c.massv},
+                     {"--massv-mmproj", &c.massv_mmproj},
+                     {"--make-random-models", &random_dir},
+                     {"--compare-with", &compare_dir}};
     int rc = 2;
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
+        const char *a = argv[i], *v = NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
         }
-        if (!strcmp(a, "--ignore-eos"))
-            c.ignore_eos = true;
-        else if (!strcmp(a, "--fresh"))
-            c.fresh = true;
-        else if (!strcmp(a, "--report-only"))
-            report_only = true;
-        else if (!strcmp(a, "--with-model-bench"))
-            with_model_bench = true;
-        else if (!strcmp(a, "--no-bandwidth"))
-            measure_bw = false;
-        else if (!strcmp(a, "--no-progress"))
-            c.progress = false;
-        else if (!strcmp(a, "-q") || !strcmp(a, "--quiet"))
-            c.quiet = true, c.progress = false;
-        else if (!strcmp(a, "--list-methods"))
-            list_methods = true;
-        else {
-            static const char *const valued[] = {"--models",
-                                                 "--data",
-                                                 "--out",
-                                                 "--split",
-                                                 "--suites",
-                                                 "--methods",
-                                                 "--gamma",
-                                                 "--temp",
-                                                 "--turns",
-                                                 "--limit",
-                                                 "-n",
-                                                 "--max-tokens",
-                                                 "--ctx",
-                                                 "--kv-type",
-                                                 "--seed",
-                                                 "-t",
-                                                 "--threads",
-                                                 "--target",
-                                                 "--target-mmproj",
-                                                 "--draft",
-                                                 "--draft-mmproj",
-                                                 "--massv",
-                                                 "--massv-mmproj",
-                                                 "--make-random-models"};
-            bool known = false;
-            for (size_t k = 0; k < VS_ARRAY_LEN(valued) && !known; k++) known = !strcmp(a, valued[k]);
-            if (!known) {
-                cli_fail(CMD, "unknown option '%s' (see vlmspec bench spec --help)", a);
-                goto done;
-            }
+        bool done_flag = true;
+        if (!strcmp(a, "--ignore-eos")) c.ignore_eos = true;
+        else if (!strcmp(a, "--fresh")) c.fresh = true;
+        else if (!strcmp(a, "--report-only")) report_only = true;
+        else if (!strcmp(a, "--with-model-bench")) with_model_bench = true;
+        else if (!strcmp(a, "--no-bandwidth")) measure_bw = false;
+        else if (!strcmp(a, "--no-progress")) c.progress = false;
+        else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) c.quiet = true, c.progress = false;
+        else if (!strcmp(a, "--list-methods")) list_methods = true;
+        else done_flag = false;
+        if (done_flag) continue;
+        for (size_t k = 0; k < VS_ARRAY_LEN(str_flags) && !done_flag; k++) {
+            if (strcmp(a, str_flags[k].flag)) continue;
             if (!(v = cli_value(CMD, argc, argv, &i))) goto done;
-            int64_t x;
-            if (!strcmp(a, "--models"))
-                c.models_dir = v;
-            else if (!strcmp(a, "--data"))
-                c.data_dir = v;
-            else if (!strcmp(a, "--out"))
-                c.out_dir = v;
-            else if (!strcmp(a, "--split"))
-                c.split = v;
-            else if (!strcmp(a, "--suites"))
-                suites_arg = v;
-            else if (!strcmp(a, "--methods"))
-                methods_arg = v;
-            else if (!strcmp(a, "--gamma"))
-                gamma_arg = v;
-            else if (!strcmp(a, "--temp"))
-                temp_arg = v;
-            else if (!strcmp(a, "--turns"))
-                turns_arg = v;
-            else if (!strcmp(a, "--limit")) {
-                if (!cli_parse_i64(CMD, a, v, 0, INT64_MAX, &c.limit)) goto done;
-            } else if (!strcmp(a, "-n") || !strcmp(a, "--max-tokens")) {
-                if (!cli_parse_int(CMD, a, v, 1, 1 << 20, &c.n_predict)) goto done;
-            } else if (!strcmp(a, "--ctx")) {
-                if (!cli_parse_int(CMD, a, v, 0, 1 << 24, &c.n_ctx)) goto done;
-            } else if (!strcmp(a, "--kv-type")) {
-                if (!strcmp(v, "f16") || !strcmp(v, "F16"))
-                    c.kv_type = VS_TYPE_F16;
-                else if (!strcmp(v, "f32") || !strcmp(v, "F32"))
-                    c.kv_type = VS_TYPE_F32;
-                else {
-                    cli_fail(CMD, "--kv-type %s: expected f16 or f32", v);
-                    goto done;
-                }
-            } else if (!strcmp(a, "--seed")) {
-                if (!cli_parse_i64(CMD, a, v, 0, INT64_MAX, &x)) goto done;
-                c.seed = (uint64_t)x;
-            } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
-                if (!cli_parse_int(CMD, a, v, 1, 1024, &c.threads)) goto done;
-            } else if (!strcmp(a, "--target"))
-                c.target = v;
-            else if (!strcmp(a, "--target-mmproj"))
-                c.target_mmproj = v;
-            else if (!strcmp(a, "--draft"))
-                c.draft = v;
-            else if (!strcmp(a, "--draft-mmproj"))
-                c.draft_mmproj = v;
-            else if (!strcmp(a, "--massv"))
-                c.massv = v;
-            else if (!strcmp(a, "--massv-mmproj"))
-                c.massv_mmproj = v;
-            else if (!strcmp(a, "--make-random-models"))
-                random_dir = v;
+            *str_flags[k].dst = v;
+            done_flag = true;
         }
+        if (done_flag) continue;
+        static const char *const num_flags[] = {"--limit", "-n", "--max-tokens", "--ctx", "--kv-type",
+                                                "--seed", "-t", "--threads", "--tolerance"};
+        bool num = false;
+        for (size_t k = 0; k < VS_ARRAY_LEN(num_flags); k++) num |= !strcmp(a, num_flags[k]);
+        if (!num) {
+            cli_fail(CMD, "unknown option '%s' (see vlmspec bench spec --help)", a);
+            goto done;
+        }
+        if (!(v = cli_value(CMD, argc, argv, &i))) goto done;
+        int64_t x = 0;
+        bool ok = true;
+        if (!strcmp(a, "--limit")) {
+            ok = cli_parse_i64(CMD, a, v, 0, INT64_MAX, &c.limit);
+        } else if (!strcmp(a, "-n") || !strcmp(a, "--max-tokens")) {
+            ok = cli_parse_int(CMD, a, v, 1, 1 << 20, &c.n_predict);
+        } else if (!strcmp(a, "--ctx")) {
+            ok = cli_parse_int(CMD, a, v, 0, 1 << 24, &c.n_ctx);
+        } else if (!strcmp(a, "--seed")) {
+            ok = cli_parse_i64(CMD, a, v, 0, INT64_MAX, &x);
+            c.seed = (uint64_t)x;
+        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
+            ok = cli_parse_int(CMD, a, v, 1, 1024, &c.threads);
+        } else if (!strcmp(a, "--tolerance")) {
+            ok = cli_parse_f64(CMD, a, v, 0, 100, &tolerance);
+        } else if (!strcmp(v, "f16") || !strcmp(v, "F16")) {
+            c.kv_type = VS_TYPE_F16;
+        } else if (!strcmp(v, "f32") || !strcmp(v, "F32")) {
+            c.kv_type = VS_TYPE_F32;
+        } else {
+            ok = false;
+            cli_fail(CMD, "--kv-type %s: expected f16 or f32", v);
+        }
+        if (!ok) goto done;
     }
     if (list_methods) {
         int n;
@@ -341,6 +340,10 @@ int vs_cli_bench_spec(int argc, char **argv) {
         goto done;
     }
     if (!c.quiet) print_headline(c.out_dir);
+    if (compare_dir && compare(c.out_dir, compare_dir, tolerance)) {
+        rc = 1;
+        goto done;
+    }
     rc = 0;
 done:
     for (int k = 0; k < 4; k++) vs_free(lists[k]);
