@@ -267,6 +267,91 @@ static void test_xq(vs_isa best) {
     }
 }
 
+/* ---- batch invariance ----
+ * The guarantee in kernels.h: for a fixed ISA, row r of vs_matmul over n rows is BITWISE equal to
+ * vs_matmul over that row alone, for any thread count (speculative decoding verifies k drafted rows in
+ * one batch and must reproduce single-row decoding exactly). F32/F16/BF16 with BLAS (n >= 128) are the
+ * documented exception, checked here with BLAS off. Returns the number of differing rows. */
+static int invariance_case(vs_type t, int64_t n_out, int64_t n_in, const int64_t *ns, size_t n_ns,
+                           vs_threadpool **pools, int n_pools, vs_rng *rng) {
+    int64_t max_rows = 0;
+    for (size_t k = 0; k < n_ns; k++) max_rows = VS_MAX(max_rows, ns[k]);
+    size_t rb = vs_type_row_bytes(t, n_in);
+    uint8_t *w = vs_malloc(rb * (size_t)n_out);
+    float *x = malloc(sizeof(float) * (size_t)(max_rows * n_in));
+    float *single = malloc(sizeof(float) * (size_t)(max_rows * n_out));
+    float *y = malloc(sizeof(float) * (size_t)(max_rows * n_out));
+    float *tmp = malloc(sizeof(float) * (size_t)n_in);
+    for (int64_t o = 0; o < n_out; o++) {
+        for (int64_t i = 0; i < n_in; i++) tmp[i] = vs_rng_normal(rng) * (o % 7 == 3 ? 4.0f : 0.5f);
+        vs_quantize_row(t, tmp, w + o * rb, n_in);
+    }
+    for (int64_t r = 0; r < max_rows; r++)
+        for (int64_t i = 0; i < n_in; i++) {
+            float v = vs_rng_normal(rng) * (r % 5 == 4 ? 30.0f : 1.0f);
+            if (i % 32 == 7) v = (float)(int)(v * 4) * 0.5f; /* values that quantise to ties */
+            x[r * n_in + i] = v;
+        }
+    for (int64_t r = 0; r < max_rows; r++) vs_matmul(NULL, t, w, n_out, n_in, x + r * n_in, 1, single + r * n_out);
+    int bad = 0;
+    for (int pi = 0; pi < n_pools; pi++) {
+        /* the single rows again on this pool: thread count does not matter either */
+        for (int64_t r = 0; r < max_rows && pi > 0; r += 7) {
+            vs_matmul(pools[pi], t, w, n_out, n_in, x + r * n_in, 1, y);
+            bad += memcmp(y, single + r * n_out, sizeof(float) * (size_t)n_out) != 0;
+        }
+        for (size_t k = 0; k < n_ns; k++) {
+            int64_t n = ns[k];
+            vs_matmul(pools[pi], t, w, n_out, n_in, x, n, y);
+            for (int64_t r = 0; r < n; r++) {
+                if (memcmp(y + r * n_out, single + r * n_out, sizeof(float) * (size_t)n_out) == 0) continue;
+                if (bad < 4) {
+                    int64_t o = 0;
+                    while (y[r * n_out + o] == single[r * n_out + o]) o++;
+                    fprintf(stderr, "  %s %s %lld x %lld, %d threads: row %lld of %lld, out %lld: %.9g vs single %.9g\n",
+                            vs_isa_name(vs_isa_active()), vs_type_name(t), (long long)n_out, (long long)n_in,
+                            vs_threadpool_size(pools[pi]), (long long)r, (long long)n, (long long)o,
+                            y[r * n_out + o], single[r * n_out + o]);
+                }
+                bad++;
+            }
+        }
+    }
+    vs_free(w);
+    free(x);
+    free(single);
+    free(y);
+    free(tmp);
+    return bad;
+}
+
+static void test_batch_invariance(vs_isa isa, vs_threadpool **pools, int n_pools) {
+    static const int64_t ns_all[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 24, 32, 33, 64, 65};
+    static const int64_t ns_big[] = {1, 2, 4, 6, 16, 17, 33, 65};
+    static const int64_t ns_large[] = {130}; /* the many-row paths (AMX groups; BLAS off for float) */
+    vs_rng rng;
+    vs_rng_seed(&rng, 4321 + (uint64_t)isa);
+    bool blas = vs_matmul_set_blas(false);
+    int bad = 0, cases = 0;
+    for (size_t ti = 0; ti < VS_ARRAY_LEN(k_types); ti++) {
+        vs_type t = k_types[ti];
+        int64_t in_odd = is_quant(t) ? 288 : 301;
+        bad += invariance_case(t, 131, in_odd, ns_all, VS_ARRAY_LEN(ns_all), pools, n_pools, &rng);
+        bad += invariance_case(t, 37, 2 * in_odd, ns_large, 1, pools, n_pools, &rng);
+        cases += 2;
+        /* the reference model's FFN shape on the fast paths (the scalar path would take too long) */
+        if (isa >= VS_ISA_AVX2 && t != VS_TYPE_F32 && t != VS_TYPE_BF16) {
+            bad += invariance_case(t, 5632, 2048, ns_big, VS_ARRAY_LEN(ns_big), pools, n_pools, &rng);
+            cases++;
+        }
+    }
+    vs_matmul_set_blas(blas);
+    VT_CHECK(bad == 0, "%s: %d rows of a batch differ from the same row alone (batch invariance)",
+             vs_isa_name(isa), bad);
+    printf("kernels: %s batch invariance: %d shapes x %d pools, %d differing rows\n", vs_isa_name(isa), cases,
+           n_pools, bad);
+}
+
 static void test_vector_ops(vs_isa isa) {
     static const int64_t ns[] = {0, 1, 7, 15, 16, 17, 100, 1000, 4099};
     vs_rng rng;
@@ -329,6 +414,7 @@ int main(void) {
         VT_CHECK(vs_isa_set_max((vs_isa)isa) == (vs_isa)isa, "ISA cap %d", isa);
         VT_CHECK(vs_isa_active() == (vs_isa)isa, "active ISA");
         test_matmul((vs_isa)isa, pools, 3);
+        test_batch_invariance((vs_isa)isa, pools, 2);
         test_vector_ops((vs_isa)isa);
     }
     /* F32/F16/BF16 with 128+ rows go to OpenBLAS when the build has it: the built-in path again */

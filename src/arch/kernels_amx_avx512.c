@@ -193,12 +193,14 @@ VS_INLINE void amx_tile(const vs_mm_job *jb, int64_t o_t, int valid, int64_t g, 
         const uint8_t *ch = jb->xq + (size_t)(b * G + g) * chunk;
         __m512 dwv = gather_scales(wt, rb, (size_t)(b * bbytes), valid);
         __m512 dxv = _mm512_load_ps((const float *)(ch + 32 * N));
+        /* Every (output, row) lane: acc = fma((float)isum_b, d_w * d_x, acc), blocks in order; the same
+         * float operations for every N, G and lane position (batch invariance, kernels.h). */
         if (N == 16) {
             _mm512_store_ps(dwf, dwv);
             VS_UNROLL
             for (int k = 0; k < 16; k++) {
-                __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_load_si512(cb + 16 * k)), dxv);
-                acc[k] = _mm512_fmadd_ps(v, _mm512_set1_ps(dwf[k]), acc[k]);
+                __m512 s = _mm512_mul_ps(_mm512_set1_ps(dwf[k]), dxv);
+                acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(cb + 16 * k)), s, acc[k]);
             }
         } else {
             __m512 dxpat = _mm512_permutexvar_ps(dxidx, dxv);
