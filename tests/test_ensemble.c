@@ -17,6 +17,7 @@
  *   - the weight trace matches the engine's blocks.
  * `test_ensemble bench` times a batched 4-row draft step against a 1-row step instead (report only). */
 #include <string.h>
+#include <unistd.h>
 
 #include "caption.h"
 #include "draft_ensemble.h"
@@ -628,6 +629,106 @@ static void test_small_cache(fixture *f) {
 }
 
 /* ------------------------------------------------------------------------------------------------
+ * CLI: generate with ensembles (captions file, captioner thread, trace), plot weights, bad input */
+
+static bool file_has(const char *path, const char *needle) {
+    static char buf[1 << 16];
+    FILE *fp = fopen(path, "rb");
+    if (!fp) return false;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, fp);
+    fclose(fp);
+    buf[n] = 0;
+    return strstr(buf, needle) != NULL;
+}
+
+static void test_cli(void) {
+    if (access(vt_cli(), X_OK) != 0) {
+        printf("SKIP: CLI checks: %s not found (set VLMSPEC_BIN)\n", vt_cli());
+        return;
+    }
+    vs_lm *t = make_model(64, 2, 4, 128, V96, 0.15f, 111, 512, "cli-t.gguf");
+    vs_lm *d = make_model(64, 2, 4, 128, V96, 0.12f, 111, 512, "cli-d.gguf");
+    vs_lm_free(t), vs_lm_free(d);
+    vs_mmproj *tm = make_proj(32, 64, 64, true, 0, 3, "cli-t-mmproj.gguf");
+    vs_mmproj *dm = make_proj(32, 64, 64, false, vs_vision_tower_hash(vs_mmproj_tower(tm)), 4, "cli-d-mmproj.gguf");
+    vs_mmproj_free(tm), vs_mmproj_free(dm);
+    char T[512], D[512], TM[512], DM[512], I0[512], I1[512], CAP[512], TR[512], SVG[512], OUT[512];
+    snprintf(T, sizeof(T), "%s", tmp_path("cli-t.gguf"));
+    snprintf(D, sizeof(D), "%s", tmp_path("cli-d.gguf"));
+    snprintf(TM, sizeof(TM), "%s", tmp_path("cli-t-mmproj.gguf"));
+    snprintf(DM, sizeof(DM), "%s", tmp_path("cli-d-mmproj.gguf"));
+    snprintf(CAP, sizeof(CAP), "%s", tmp_path("cli-captions.txt"));
+    snprintf(TR, sizeof(TR), "%s", tmp_path("cli-trace.tsv"));
+    snprintf(SVG, sizeof(SVG), "%s", tmp_path("cli-weights.svg"));
+    snprintf(OUT, sizeof(OUT), "%s", tmp_path("cli-out.txt"));
+    for (int k = 0; k < 2; k++) {
+        char *p = k ? I1 : I0, name[32];
+        snprintf(name, sizeof(name), "cli-img%d.ppm", k);
+        snprintf(p, 512, "%s", tmp_path(name));
+        FILE *fp = fopen(p, "wb");
+        VT_REQUIRE(fp, "image file");
+        fprintf(fp, "P6\n20 17\n255\n");
+        for (int i = 0; i < 20 * 17 * 3; i++) fputc((i * (7 + 5 * k)) % 251, fp);
+        fclose(fp);
+    }
+    write_file(CAP, "cli-img1.ppm\tsome dots\ncli-img0.ppm\ta gradient\n");
+    const char *P = "'USER: <image>\nwhat <image> is it? ASSISTANT:'";
+    /* MTCP, inverse KL, captions from a file, trace */
+    int rc = vt_run("%s generate -m %s --mmproj %s -md %s --mmproj-draft %s --draft 4 --draft-mode m,t,c,p "
+                    "--weights inv-kl --weights-tau 0.5 --history 8 --pool 2 --captions %s --trace-weights %s "
+                    "--image %s --image %s -p %s -n 24 --temp 0 --compare --json > %s 2>&1",
+                    vt_cli(), T, TM, D, DM, CAP, TR, I0, I1, P, OUT);
+    VT_CHECK(rc == 0 && file_has(OUT, "\"identical\":true") && file_has(OUT, "\"draft_mode\":\"m,t,c,p\"") &&
+                 file_has(OUT, "\"last_weights\"") && file_has(OUT, "\"weights\":\"inv-kl\""),
+             "CLI MTCP run (rc %d)", rc);
+    VT_CHECK(file_has(TR, "# vlmspec weight trace 1") && file_has(TR, "w_p"), "trace written");
+    rc = vt_run("%s plot weights %s -o %s > %s 2>&1", vt_cli(), TR, SVG, OUT);
+    VT_CHECK(rc == 0 && file_has(SVG, "<svg") && file_has(SVG, "w_m") && file_has(OUT, "blocks"),
+             "plot weights (rc %d)", rc);
+    rc = vt_run("%s plot weights %s -o %s --all-inputs --input t > %s 2>&1", vt_cli(), TR, SVG, OUT);
+    VT_CHECK(rc == 0 && file_has(SVG, "w_c"), "plot weights --all-inputs (rc %d)", rc);
+    /* MTC with the drafter captioning on its own thread, grid weights, text statistics */
+    rc = vt_run("%s generate -m %s --mmproj %s -md %s --mmproj-draft %s --draft 3 --draft-mode mtc --weights grid "
+                "--image %s --image %s -p %s -n 16 --temp 0 --compare > %s 2>&1",
+                vt_cli(), T, TM, D, DM, I0, I1, P, OUT);
+    VT_CHECK(rc == 0 && file_has(OUT, "is identical to") && file_has(OUT, "captions:") &&
+                 file_has(OUT, "own thread"), "CLI MTC captioner run (rc %d)", rc);
+    /* sampling with an ensemble */
+    rc = vt_run("%s generate -m %s --mmproj %s -md %s --mmproj-draft %s --draft-mode m,t --weights static:2,1 "
+                "--image %s --image %s -p %s -n 12 --temp 0.8 --seed 3 > %s 2>&1",
+                vt_cli(), T, TM, D, DM, I0, I1, P, OUT);
+    VT_CHECK(rc == 0 && file_has(OUT, "tau"), "CLI sampling ensemble run (rc %d)", rc);
+    /* bad input */
+    rc = vt_run("%s generate -m %s -md %s --draft-mode m,t --weights tabed -p x > %s 2>&1", vt_cli(), T, D, OUT);
+    VT_CHECK(rc == 2 && file_has(OUT, "unknown weight policy 'tabed'"), "CLI unknown policy (rc %d)", rc);
+    rc = vt_run("%s generate -m %s --draft-mode m,t,x -md %s -p x > %s 2>&1", vt_cli(), T, D, OUT);
+    VT_CHECK(rc == 2 && file_has(OUT, "unknown input 'x'"), "CLI unknown input (rc %d)", rc);
+    rc = vt_run("%s generate -m %s --draft-mode m,t -p x > %s 2>&1", vt_cli(), T, OUT);
+    VT_CHECK(rc == 2 && file_has(OUT, "draft model"), "CLI ensemble without a draft model (rc %d)", rc);
+    rc = vt_run("%s generate -m %s --mmproj %s -md %s --mmproj-draft %s --draft-mode t,p --pool 9 --image %s "
+                "-p '<image> x' -n 4 > %s 2>&1", vt_cli(), T, TM, D, DM, I0, OUT);
+    VT_CHECK(rc == 1 && file_has(OUT, "pool size 9 is larger"), "CLI pool larger than the grid (rc %d)", rc);
+    write_file(CAP, "cli-img0.ppm\ta gradient\n");
+    rc = vt_run("%s generate -m %s --mmproj %s -md %s --mmproj-draft %s --draft-mode t,c --captions %s --image %s "
+                "--image %s -p %s -n 4 > %s 2>&1", vt_cli(), T, TM, D, DM, CAP, I0, I1, P, OUT);
+    VT_CHECK(rc == 1 && file_has(OUT, "no caption for image 1"), "CLI missing caption (rc %d)", rc);
+    rc = vt_run("%s generate -m %s --mmproj %s -md %s --draft-mode t,c --image %s -p '<image> x' -n 4 > %s 2>&1",
+                vt_cli(), T, TM, D, I0, OUT);
+    VT_CHECK(rc == 1 && file_has(OUT, "--captions"), "CLI captions without a source (rc %d)", rc);
+    rc = vt_run("%s plot weights %s > %s 2>&1", vt_cli(), TR, OUT);
+    VT_CHECK(rc == 2 && file_has(OUT, "-o"), "plot without -o (rc %d)", rc);
+    rc = vt_run("%s plot weights %s -o %s > %s 2>&1", vt_cli(), CAP, SVG, OUT);
+    VT_CHECK(rc == 1 && file_has(OUT, "not a vlmspec weight trace"), "plot of a non-trace (rc %d)", rc);
+    rc = vt_run("%s plot weights %s -o %s --request 7 > %s 2>&1", vt_cli(), TR, SVG, OUT);
+    VT_CHECK(rc == 1 && file_has(OUT, "no block of request 7"), "plot of a missing request (rc %d)", rc);
+    rc = vt_run("%s plot --help > %s 2>&1", vt_cli(), OUT);
+    VT_CHECK(rc == 0 && file_has(OUT, "--all-inputs"), "plot --help");
+    rc = vt_run("%s generate --help > %s 2>&1", vt_cli(), OUT);
+    VT_CHECK(rc == 0 && file_has(OUT, "--weights POLICY") && file_has(OUT, "--trace-weights"),
+             "generate --help lists the ensemble flags");
+}
+
+/* ------------------------------------------------------------------------------------------------
  * lossless sampling: q_ens drafters against the exact target-only distribution (V = 16) */
 
 #define SV 16
@@ -970,6 +1071,7 @@ int main(int argc, char **argv) {
     test_bad_input(&f);
     test_small_cache(&f);
     fixture_free(&f);
+    test_cli();
     printf("  greedy parts: %.1f s\n", vs_time_now() - t0);
     test_sampling(scale > 0 ? scale : 1.0);
     printf("ensemble: %.1f s\n", vs_time_now() - t0);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "cli_ensemble.h"
 #include "cli_spec.h"
 #include "lm.h"
 #include "sample.h"
@@ -26,6 +27,7 @@ typedef struct gen_opts {
     vs_sampler_params sp;
     bool seed_given;
     vs_cli_spec_opts spec; /* speculative decoding flags (tools/cli_spec.c) */
+    vs_cli_ens_opts ens;   /* ensemble drafting flags (tools/cli_ensemble.c) */
 } gen_opts;
 
 static void usage(FILE *f) {
@@ -52,6 +54,7 @@ static void usage(FILE *f) {
             "  -q, --quiet          no statistics on stderr\n"
             "  -h, --help           this help\n");
     vs_cli_spec_usage(f);
+    vs_cli_ens_usage(f);
 }
 
 /* Parses "1,2,3" into a vs_malloc'ed array; false on malformed input. */
@@ -88,6 +91,7 @@ static int gen_parse(int argc, char **argv, gen_opts *o) {
     o->sp.top_p = 0.95f;
     o->sp.min_p = 0.05f;
     vs_cli_spec_opts_init(&o->spec);
+    vs_cli_ens_opts_init(&o->ens);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         double d;
@@ -102,7 +106,9 @@ static int gen_parse(int argc, char **argv, gen_opts *o) {
         else if (!strcmp(a, "--ignore-eos")) o->ignore_eos = true;
         else if (!strcmp(a, "--ids")) o->show_ids = true;
         else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) o->quiet = true;
-        else if ((sr = vs_cli_spec_parse_flag(CMD, argc, argv, &i, &o->spec)) != 0) {
+        else if ((sr = vs_cli_ens_parse_flag(CMD, argc, argv, &i, &o->ens, &o->spec)) != 0) {
+            if (sr < 0) return 2;
+        } else if ((sr = vs_cli_spec_parse_flag(CMD, argc, argv, &i, &o->spec)) != 0) {
             if (sr < 0) return 2;
         } else {
             if (!(v = cli_value(CMD, argc, argv, &i))) return 2;
@@ -271,7 +277,7 @@ int vs_cmd_generate(int argc, char **argv) {
     gen_opts o;
     int st = gen_parse(argc, argv, &o);
     if (st >= 0) return st;
-    if (o.spec.draft_model) {
+    if (o.spec.draft_model || vs_cli_ens_active(&o.ens)) {
         /* speculative decoding: tools/cli_spec.c runs the request with the options parsed here */
         vs_cli_spec_opts *s = &o.spec;
         int32_t *ids = NULL;
@@ -281,7 +287,7 @@ int vs_cmd_generate(int argc, char **argv) {
         if (o.tokens && !parse_ids(o.tokens, &ids, &s->n_ids))
             return cli_fail(CMD, "--tokens '%s': expected comma-separated token ids", o.tokens);
         s->ids = ids;
-        st = vs_cli_spec_run(CMD, s);
+        st = vs_cli_ens_active(&o.ens) ? vs_cli_ens_run(CMD, s, &o.ens) : vs_cli_spec_run(CMD, s);
         vs_free(ids);
         return st;
     }

@@ -1,0 +1,46 @@
+/* cli_ensemble: `vlmspec generate` with images and with the ensemble drafter (src/draft_ensemble.h):
+ * drafting inputs M, T, C, P alone or as an ensemble, weight policies, captions, the weight trace.
+ * cmd_generate.c hands every flag to vs_cli_ens_parse_flag before vs_cli_spec_parse_flag; when
+ * vs_cli_ens_active says so (several drafting inputs, c or p, or an ensemble flag) it calls
+ * vs_cli_ens_run instead of vs_cli_spec_run. `--draft-mode t|m|reject` alone with no other ensemble flag
+ * stays on tools/cli_spec.c (draft_lm), so those runs are unchanged. Images (--mmproj, --image) are
+ * parsed by cli_spec into vs_cli_spec_opts and read from there.
+ *
+ * Flags: --draft-mode m,t,c,p (any non-empty subset, order = row order), --weights POLICY
+ * (static[:r1,r2,..] | grid | inv-kl | inv-tvd | random | adaboost), --weights-tau T, --history H,
+ * --grid-n N, --history-topk K, --pool K, --trace-weights FILE, --captions FILE, --caption-tokens N. */
+#ifndef VS_CLI_ENSEMBLE_H
+#define VS_CLI_ENSEMBLE_H
+
+#include <stdio.h>
+
+#include "cli_spec.h"
+#include "draft_ensemble.h"
+
+typedef struct vs_cli_ens_opts {
+    bool mode_given;                   /* --draft-mode seen */
+    int n_inputs;
+    vs_ens_input inputs[VS_ENS_MAX_ROWS];
+    vs_ens_weights_cfg weights;        /* --weights, --weights-tau, --history, --grid-n, --history-topk */
+    bool weights_given;
+    int pool_k;                        /* --pool (default 2) */
+    const char *trace_path;            /* --trace-weights */
+    const char *captions_path;         /* --captions */
+    int caption_tokens;                /* --caption-tokens (captioner; default 24) */
+    bool ens_flag;                     /* any flag that only the ensemble path understands */
+} vs_cli_ens_opts;
+
+void vs_cli_ens_opts_init(vs_cli_ens_opts *o);
+/* If argv[*i] is one of our flags, consumes it (and its value) and returns 1; 0 when it is not ours;
+ * -1 after printing an error (exit status 2). A single --draft-mode t, m or reject is also recorded in
+ * spec->mode for the text-only path. */
+int vs_cli_ens_parse_flag(const char *cmd, int argc, char **argv, int *i, vs_cli_ens_opts *o,
+                          vs_cli_spec_opts *spec);
+void vs_cli_ens_usage(FILE *f);
+/* True when the request must run through vs_cli_ens_run. */
+bool vs_cli_ens_active(const vs_cli_ens_opts *o);
+/* Runs the request (spec carries generate's parsed options, images included). Returns the exit status
+ * (0 ok, 1 error, 2 usage). */
+int vs_cli_ens_run(const char *cmd, const vs_cli_spec_opts *spec, const vs_cli_ens_opts *o);
+
+#endif
