@@ -1,0 +1,413 @@
+/* eval: the scoring loop, its counts and reports, the greedy answerer, and the train/eval CLI.
+ *   1. oracles: reference answers score 100% in every suite; second turns are prompted with the
+ *      answerer's own first answer (exact prompt text), or the reference with reference_history;
+ *      token counts, cut answers, limit and suite selection are counted exactly; an answerer that is
+ *      right on one suite only gives exactly the checker's verdicts elsewhere; errors name the turn;
+ *      the JSON report parses back to the same numbers;
+ *   2. the greedy answerer over vs_lm + mmproj (a tiny trained VLM exported with the tiny world's
+ *      tokenizer) gives, token for token, what a from-scratch greedy loop gives (full prefill for every
+ *      token, no cache reuse), and reuses the first turn's rows for second turns;
+ *   3. CLI: `vlmspec train target` run 4 steps straight and 2 + --resume 2 gives byte-identical
+ *      exported models and the same loss curve; a resume with other settings is refused; `vlmspec
+ *      eval` runs on the result and writes its JSON. */
+#include <string.h>
+#include <unistd.h>
+
+#include "eval.h"
+#include "mmprompt.h"
+#include "sample.h"
+#include "world_tiny.h"
+
+/* ---------------------------------------------------------------------------------------------- */
+/* 1. oracles */
+
+typedef struct oracle {
+    int mode;                 /* 0: reference answers (+ " zq" on first turns); 1: right on vqa only */
+    int calls, fail_at;       /* fail_at > 0: the fail_at-th call returns an error */
+    bool check_history;       /* verify the prompt of second turns */
+    bool reference_history;
+    int bad_prompts;
+    int64_t tokens_given;
+} oracle;
+
+static int turn_of(const char *prompt) {
+    int n = 0;
+    for (const char *p = prompt; (p = strstr(p, "ASSISTANT:")) != NULL; p++) n++;
+    return n - 1;
+}
+
+static vs_status oracle_answer(void *ctx, const vs_world_sample *s, const char *prompt, int n_images, char **answer,
+                               int64_t *n_tokens, bool *eos, vs_error *err) {
+    oracle *o = ctx;
+    o->calls++;
+    if (o->fail_at && o->calls == o->fail_at) return vs_error_set(err, VS_ERR_IO, "oracle broke");
+    int t = turn_of(prompt);
+    VT_CHECK(t >= 0 && t < s->n_turns, "%s: prompt of turn %d", s->id, t);
+    VT_CHECK(n_images == vs_mm_count_markers(prompt, strlen(prompt), NULL) && n_images <= s->n_images,
+             "%s: %d images", s->id, n_images);
+    if (o->check_history) {
+        /* the exact prompt: the world's, with the earlier answer replaced as documented */
+        vs_world_sample tmp = *s;
+        char buf[4096];
+        if (t == 1 && !o->reference_history) {
+            snprintf(buf, sizeof(buf), "%s zq", s->turns[0].assistant);
+            tmp.turns[0].assistant = buf;
+        }
+        char *want = vs_world_prompt(&tmp, t, false);
+        if (strcmp(want, prompt)) o->bad_prompts++;
+        vs_free(want);
+    }
+    const char *ref = s->turns[t].assistant;
+    size_t n = strlen(ref) + 8;
+    char *a = vs_malloc(n);
+    if (o->mode == 0 || s->suite == VS_WORLD_VQA) snprintf(a, n, " %s%s", ref, t == 0 ? " zq" : "");
+    else a[0] = 0;
+    *answer = a;
+    *n_tokens = 10 * t + 7;
+    *eos = t == 0;
+    o->tokens_given += *n_tokens;
+    return VS_OK;
+}
+
+static void test_oracles(const vs_world_dataset *d) {
+    vs_error err = {0};
+    vs_eval_result r;
+    oracle o = {.check_history = true};
+    vs_eval_opts eo = {0};
+    VT_REQUIRE(vs_eval_run(d, &eo, oracle_answer, &o, &r, &err) == VS_OK, "%s", err.msg);
+    int64_t turns = 0, second = 0;
+    for (int64_t i = 0; i < d->n; i++) turns += d->samples[i].n_turns, second += d->samples[i].n_turns - 1;
+    VT_CHECK(r.total.samples == d->n && r.total.turns == turns && r.total.second_turns == second, "counts");
+    VT_CHECK(r.total.correct == turns, "reference answers: %lld of %lld correct", (long long)r.total.correct,
+             (long long)turns);
+    for (int s = 0; s < VS_WORLD_N_SUITES; s++)
+        if (r.suite[s].turns) VT_CHECK(vs_eval_accuracy(&r.suite[s]) == 1.0, "suite %d accuracy", s);
+    VT_CHECK(o.bad_prompts == 0, "%d second-turn prompts are not built from the model's own answer", o.bad_prompts);
+    VT_CHECK(r.total.answer_tokens == o.tokens_given && r.total.answer_tokens == 7 * turns + 10 * second,
+             "answer tokens %lld", (long long)r.total.answer_tokens);
+    VT_CHECK(r.total.no_eos == second, "cut answers %lld vs %lld", (long long)r.total.no_eos, (long long)second);
+    VT_CHECK(second > 0, "the tiny test split has no second turns");
+
+    o = (oracle){.check_history = true, .reference_history = true};
+    eo.reference_history = true;
+    VT_REQUIRE(vs_eval_run(d, &eo, oracle_answer, &o, &r, &err) == VS_OK, "%s", err.msg);
+    VT_CHECK(o.bad_prompts == 0, "reference history: %d prompts differ", o.bad_prompts);
+
+    /* right on vqa only: elsewhere exactly the checker's verdicts on an empty answer */
+    o = (oracle){.mode = 1};
+    eo = (vs_eval_opts){0};
+    VT_REQUIRE(vs_eval_run(d, &eo, oracle_answer, &o, &r, &err) == VS_OK, "%s", err.msg);
+    int64_t want[VS_WORLD_N_SUITES] = {0};
+    for (int64_t i = 0; i < d->n; i++)
+        for (int t = 0; t < d->samples[i].n_turns; t++)
+            want[d->samples[i].suite] += d->samples[i].suite == VS_WORLD_VQA || vs_world_check(&d->samples[i], t, "", NULL);
+    for (int s = 0; s < VS_WORLD_N_SUITES; s++)
+        VT_CHECK(r.suite[s].correct == want[s], "suite %s: %lld correct, checker says %lld",
+                 vs_world_suite_name((vs_world_suite)s), (long long)r.suite[s].correct, (long long)want[s]);
+    VT_CHECK(vs_eval_accuracy(&r.suite[VS_WORLD_VQA]) == 1.0 && vs_eval_accuracy(&r.suite[VS_WORLD_OCR]) < 1.0,
+             "vqa-only oracle");
+
+    /* limit and suites */
+    o = (oracle){0};
+    eo = (vs_eval_opts){.limit = 1, .suites = VS_WORLD_SUITE_BIT(VS_WORLD_POPE) | VS_WORLD_SUITE_BIT(VS_WORLD_TEXT)};
+    VT_REQUIRE(vs_eval_run(d, &eo, oracle_answer, &o, &r, &err) == VS_OK, "%s", err.msg);
+    VT_CHECK(r.suite[VS_WORLD_POPE].samples == 1 && r.suite[VS_WORLD_TEXT].samples == 1 && r.total.samples == 2,
+             "limit/suites: %lld samples", (long long)r.total.samples);
+
+    /* an answerer error stops the run and names the turn */
+    o = (oracle){.fail_at = 3};
+    eo = (vs_eval_opts){0};
+    VT_CHECK(vs_eval_run(d, &eo, oracle_answer, &o, &r, &err) == VS_ERR_IO && strstr(err.msg, "oracle broke") &&
+                 strstr(err.msg, "turn"),
+             "error: %s", err.msg);
+
+    /* reports */
+    o = (oracle){0};
+    VT_REQUIRE(vs_eval_run(d, &eo, oracle_answer, &o, &r, &err) == VS_OK, "%s", err.msg);
+    char *table = vs_eval_table(&r);
+    VT_CHECK(table && strstr(table, "total") && strstr(table, "100.0%"), "table");
+    printf("%s", table ? table : "");
+    vs_free(table);
+    vs_json_writer w;
+    vs_json_writer_init(&w);
+    vs_eval_json(&r, &w);
+    vs_json_doc *doc = vs_json_parse(w.buf, w.len, "eval json", &err);
+    VT_REQUIRE(doc, "%s", err.msg);
+    const vs_json *tot = vs_json_get(vs_json_root(doc), "total");
+    VT_CHECK(vs_json_get_int(tot, "turns", -1) == r.total.turns &&
+                 vs_json_get_int(tot, "correct", -1) == r.total.correct &&
+                 vs_json_get_num(tot, "accuracy", -1) == 1.0 &&
+                 vs_json_get_int(vs_json_get(vs_json_get(vs_json_root(doc), "suites"), "vqa"), "turns", -1) ==
+                     r.suite[VS_WORLD_VQA].turns,
+             "JSON report");
+    vs_json_doc_free(doc);
+    vs_json_writer_free(&w);
+
+    /* prompt cleaning: one leading space and image markers are dropped from model answers */
+    const vs_world_sample *s2 = NULL;
+    for (int64_t i = 0; i < d->n && !s2; i++)
+        if (d->samples[i].n_turns == 2) s2 = &d->samples[i];
+    const char *ans[2] = {"  hi <image>there", NULL};
+    char *p = vs_eval_prompt(s2, 1, ans);
+    VT_CHECK(p && strstr(p, "ASSISTANT:  hi there</s>USER:"), "cleaned history: %s", p ? p : "(null)");
+    vs_free(p);
+    printf("oracles: %lld samples, %lld turns (%lld second turns) counted exactly\n", (long long)d->n,
+           (long long)turns, (long long)second);
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* 2. the greedy answerer against a from-scratch greedy loop */
+
+typedef struct lm_check {
+    vs_eval_lm *e;
+    vs_lm *lm;
+    const vs_mmproj *mm;
+    const vs_tokenizer *tok;
+    vs_threadpool *tp;
+    int max_tokens, answers, mismatches;
+} lm_check;
+
+/* Greedy tokens for a prompt, every step a fresh cache and a full forward over all rows. */
+static int64_t reference_greedy(lm_check *c, const vs_world_sample *s, const char *prompt, int n_images,
+                                int32_t *out) {
+    vs_error err = {0};
+    vs_mm_image imgs[VS_WORLD_MAX_IMAGES];
+    VT_REQUIRE(vs_mm_images_from_files(vs_mmproj_tower(c->mm), vs_mmproj_projector(c->mm), c->tp,
+                                       (const char *const *)s->images, n_images, VS_PREPROC_LLAVA, 1, imgs,
+                                       &err) == VS_OK,
+               "%s", err.msg);
+    vs_mm_prompt p;
+    VT_REQUIRE(vs_mm_prompt_build(&p, c->tok, prompt, strlen(prompt), imgs, n_images, NULL, &err) == VS_OK, "%s",
+               err.msg);
+    const int V = vs_lm_cfg(c->lm)->n_vocab;
+    int64_t n = 0, np = p.n_rows;
+    vs_lm_row *rows = vs_calloc((size_t)(np + c->max_tokens), sizeof(vs_lm_row));
+    float *logits = vs_malloc(sizeof(float) * V);
+    vs_mm_prompt_rows(&p, 0, np, 0, 0, rows);
+    for (;;) {
+        vs_kv *kv = vs_lm_kv_new(c->lm, 1, (int)(np + n), VS_TYPE_F32, &err);
+        VT_REQUIRE(kv, "%s", err.msg);
+        for (int64_t i = 0; i < np + n; i++) rows[i].want_logits = i == np + n - 1;
+        vs_lm_out o = {.logits = logits};
+        VT_REQUIRE(vs_lm_forward(c->lm, kv, c->tp, rows, (int)(np + n), &o, &err) == VS_OK, "%s", err.msg);
+        vs_kv_free(kv);
+        int32_t t = vs_argmax(logits, V);
+        if (vs_tokenizer_is_eog(c->tok, t)) break;
+        out[n++] = t;
+        if (n == c->max_tokens) break;
+        rows[np + n - 1] = (vs_lm_row){.token = t, .pos = (int32_t)(np + n - 1)};
+    }
+    vs_free(rows), vs_free(logits);
+    vs_mm_prompt_free(&p);
+    vs_mm_images_free(imgs, n_images);
+    return n;
+}
+
+static vs_status checked_answer(void *ctx, const vs_world_sample *s, const char *prompt, int n_images, char **answer,
+                                int64_t *n_tokens, bool *eos, vs_error *err) {
+    lm_check *c = ctx;
+    vs_status st = vs_eval_lm_answer(c->e, s, prompt, n_images, answer, n_tokens, eos, err);
+    if (st != VS_OK) return st;
+    int64_t n;
+    const int32_t *got = vs_eval_lm_last_tokens(c->e, &n);
+    int32_t want[64];
+    int64_t nw = reference_greedy(c, s, prompt, n_images, want);
+    bool same = n == nw && n == *n_tokens && (n == 0 || !memcmp(got, want, sizeof(int32_t) * (size_t)n));
+    VT_CHECK(same, "%s: greedy answer differs from the from-scratch loop (%lld vs %lld tokens)", s->id,
+             (long long)n, (long long)nw);
+    VT_CHECK(*eos == (n < c->max_tokens), "%s: eos flag", s->id);
+    c->mismatches += !same;
+    c->answers++;
+    return VS_OK;
+}
+
+static void test_answerer(const vs_world_dataset *train, const vs_world_dataset *test, const vs_tokenizer *tok,
+                          const char *tok_path) {
+    vs_error err = {0};
+    vs_threadpool *tp = vs_threadpool_new(2, &err);
+    VT_REQUIRE(tp, "%s", err.msg);
+    /* a tiny VLM trained a few steps (so it emits varied tokens), exported with the tokenizer */
+    vs_train_vlm_config c = wt_config(vs_tokenizer_n_vocab(tok));
+    vs_train_data_opts dopts = {.seq_len = 4096, .batch = 4, .image_rows = 16, .preproc = wt_preproc(&c),
+                                .bucket = 1, .seed = 1};
+    vs_train_data *data = vs_train_data_new(&train, 1, tok, &dopts, &err);
+    VT_REQUIRE(data, "%s", err.msg);
+    int mb, mt, mi;
+    vs_train_data_capacity(data, &mb, &mt, &mi);
+    vs_train_vlm *m = vs_train_vlm_new(&c, mb, mt, mi, &err);
+    VT_REQUIRE(m, "%s", err.msg);
+    vs_train_vlm_init(m, 9);
+    vs_adamw opt;
+    vs_adamw_default(&opt);
+    for (int s = 0; s < 4; s++) {
+        vs_train_batch b;
+        float loss;
+        VT_REQUIRE(vs_train_data_next(data, &b, NULL, &err) == VS_OK, "%s", err.msg);
+        vs_train_params_zero_grad(vs_train_vlm_params(m));
+        VT_REQUIRE(vs_train_vlm_forward(m, tp, &b, &loss, &err) == VS_OK, "%s", err.msg);
+        VT_REQUIRE(vs_train_vlm_backward(m, tp, &err) == VS_OK, "%s", err.msg);
+        vs_train_adamw_step(vs_train_vlm_params(m), tp, &opt, 1e-2f);
+    }
+    char lm_path[600], mm_path[600];
+    snprintf(lm_path, sizeof(lm_path), "%s/eval_lm.gguf", vt_tmpdir());
+    snprintf(mm_path, sizeof(mm_path), "%s/eval_mmproj.gguf", vt_tmpdir());
+    vs_gguf *tg = vs_gguf_open(tok_path, &err);
+    VT_REQUIRE(tg, "%s", err.msg);
+    vs_train_export_opts xo = {.type = VS_TYPE_F32, .tokenizer = tg};
+    VT_REQUIRE(vs_train_vlm_export(m, lm_path, mm_path, &xo, &err) == VS_OK, "%s", err.msg);
+    vs_gguf_close(tg);
+    vs_train_vlm_free(m);
+    vs_train_data_free(data);
+
+    vs_lm *lm = vs_lm_load(lm_path, &err);
+    vs_mmproj *mm = vs_mmproj_open(mm_path, &err);
+    VT_REQUIRE(lm && mm, "%s", err.msg);
+    lm_check ck = {.lm = lm, .mm = mm, .tok = tok, .tp = tp, .max_tokens = 12};
+    vs_eval_lm_opts lo = {.max_tokens = ck.max_tokens, .kv_f32 = true};
+    ck.e = vs_eval_lm_new(lm, mm, tok, tp, &lo, &err);
+    VT_REQUIRE(ck.e, "%s", err.msg);
+    vs_eval_opts eo = {.limit = 2};
+    vs_eval_result r1, r2;
+    VT_REQUIRE(vs_eval_run(test, &eo, checked_answer, &ck, &r1, &err) == VS_OK, "%s", err.msg);
+    int64_t pre, reused, dec;
+    vs_eval_lm_counters(ck.e, &pre, &reused, &dec);
+    VT_CHECK(reused > 0 && r1.total.second_turns > 0, "second turns reused no rows (%lld)", (long long)reused);
+    VT_CHECK(r1.total.answer_tokens <= (int64_t)ck.max_tokens * r1.total.turns, "answer tokens");
+    printf("greedy answerer: %d answers match the from-scratch loop (%d mismatches); prefilled %lld rows, reused "
+           "%lld, decoded %lld\n",
+           ck.answers, ck.mismatches, (long long)pre, (long long)reused, (long long)dec);
+    vs_eval_lm_free(ck.e);
+    /* without reuse: the same answers */
+    lo.no_reuse = true;
+    ck.e = vs_eval_lm_new(lm, mm, tok, tp, &lo, &err);
+    VT_REQUIRE(ck.e, "%s", err.msg);
+    VT_REQUIRE(vs_eval_run(test, &eo, vs_eval_lm_answer, ck.e, &r2, &err) == VS_OK, "%s", err.msg);
+    VT_CHECK(r1.total.answer_tokens == r2.total.answer_tokens && r1.total.correct == r2.total.correct &&
+                 r1.total.no_eos == r2.total.no_eos,
+             "reuse changes the results");
+    vs_eval_lm_free(ck.e);
+    /* a projector of another width is refused */
+    vs_lm_random_opts ro = {.n_embd = 48, .n_layer = 1, .n_head = 2, .n_head_kv = 2, .n_ff = 16, .n_ctx = 64,
+                            .type = VS_TYPE_F32, .tok_from = NULL, .n_vocab = vs_tokenizer_n_vocab(tok), .seed = 1};
+    char other[600];
+    snprintf(other, sizeof(other), "%s/other_lm.gguf", vt_tmpdir());
+    VT_REQUIRE(vs_lm_write_random(&ro, other, &err) == VS_OK, "%s", err.msg);
+    vs_lm *lm2 = vs_lm_load(other, &err);
+    VT_REQUIRE(lm2, "%s", err.msg);
+    VT_CHECK(vs_eval_lm_new(lm2, mm, tok, tp, &lo, &err) == NULL && strstr(err.msg, "width"), "width mismatch: %s",
+             err.msg);
+    vs_lm_free(lm2);
+    vs_mmproj_free(mm);
+    vs_lm_free(lm);
+    vs_threadpool_free(tp);
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* 3. the CLI: train target (exact resume) and eval */
+
+static bool same_file(const char *a, const char *b) {
+    uint8_t *x = NULL, *y = NULL;
+    size_t nx = 0, ny = 0;
+    bool same = vs_read_file(a, &x, &nx, NULL) == VS_OK && vs_read_file(b, &y, &ny, NULL) == VS_OK && nx == ny &&
+                !memcmp(x, y, nx);
+    vs_free(x), vs_free(y);
+    return same;
+}
+
+static void test_cli(const char *dir, const char *tok) {
+    const char *cli = vt_cli();
+    if (!cli || access(cli, X_OK) != 0) {
+        printf("SKIP CLI checks: no vlmspec binary ($VLMSPEC_BIN)\n");
+        return;
+    }
+    const char *tiny = "--patch 16 --v-width 16 --v-ffn 32 --v-heads 2 --v-blocks 1 --width 32 --layers 2 "
+                       "--heads 4 --kv-heads 2 --ffn 64 --batch 3 --accum 2 --warmup 2 --lr 3e-3 --threads 1 -q";
+    const char *tmp = vt_tmpdir();
+    int rc = vt_run("%s train target --data %s --tokenizer %s --out %s/straight --steps 4 --f32 %s > %s/straight.log",
+                    cli, dir, tok, tmp, tiny, tmp);
+    VT_CHECK(rc == 0, "train target (straight) exit %d", rc);
+    rc = vt_run("%s train target --data %s --tokenizer %s --out %s/chunked --steps 4 --f32 --chunk-steps 2 %s "
+                "> %s/chunk1.log",
+                cli, dir, tok, tmp, tiny, tmp);
+    VT_CHECK(rc == 0, "train target (chunk 1) exit %d", rc);
+    char path[1024], p2[1024];
+    snprintf(path, sizeof(path), "%s/chunked/target.gguf", tmp);
+    VT_CHECK(access(path, F_OK) != 0, "a stopped run exported the model");
+    /* other settings are refused on resume */
+    rc = vt_run("%s train target --data %s --tokenizer %s --out %s/chunked --steps 4 --f32 %s --lr 1e-3 --resume "
+                "> %s/bad.log 2>&1",
+                cli, dir, tok, tmp, tiny, tmp);
+    VT_CHECK(rc == 1, "resume with another --lr: exit %d", rc);
+    rc = vt_run("%s train target --data %s --tokenizer %s --out %s/chunked --steps 4 --f32 %s --resume > %s/chunk2.log",
+                cli, dir, tok, tmp, tiny, tmp);
+    VT_CHECK(rc == 0, "train target (resume) exit %d", rc);
+    const char *files[] = {"target-f32.gguf", "target-mmproj-f32.gguf", "target.gguf", "target-mmproj.gguf",
+                           "loss.csv"};
+    for (size_t i = 0; i < VS_ARRAY_LEN(files); i++) {
+        snprintf(path, sizeof(path), "%s/straight/%s", tmp, files[i]);
+        snprintf(p2, sizeof(p2), "%s/chunked/%s", tmp, files[i]);
+        bool same = same_file(path, p2);
+        if (!strcmp(files[i], "loss.csv")) {
+            /* time columns differ: compare step, loss, lr, tokens */
+            same = true;
+            FILE *a = fopen(path, "r"), *b = fopen(p2, "r");
+            char la[256], lb[256];
+            int lines = 0;
+            while (a && b && fgets(la, sizeof(la), a)) {
+                if (!fgets(lb, sizeof(lb), b)) {
+                    same = false;
+                    break;
+                }
+                char *ca = strrchr(la, ','), *cb = strrchr(lb, ',');
+                if (ca) *ca = 0;
+                if (cb) *cb = 0;
+                same &= !strcmp(la, lb);
+                lines++;
+            }
+            same &= lines == 5 && !(b && fgets(lb, sizeof(lb), b));
+            if (a) fclose(a);
+            if (b) fclose(b);
+        }
+        VT_CHECK(same, "%s differs between the straight and the resumed run", files[i]);
+    }
+    printf("train target: 4 steps straight == 2 steps + --resume 2 steps (exports byte-identical, same curve)\n");
+    snprintf(path, sizeof(path), "%s/eval.json", tmp);
+    rc = vt_run("%s eval --model %s/straight/target.gguf --mmproj %s/straight/target-mmproj.gguf --data %s --limit 1 "
+                "--max-tokens 6 --threads 1 -q --json %s > %s/eval.log 2>&1",
+                cli, tmp, tmp, dir, path, tmp);
+    VT_CHECK(rc == 0, "eval exit %d", rc);
+    uint8_t *js = NULL;
+    size_t n = 0;
+    vs_error err = {0};
+    VT_REQUIRE(vs_read_file(path, &js, &n, &err) == VS_OK, "%s", err.msg);
+    vs_json_doc *doc = vs_json_parse((const char *)js, n, path, &err);
+    VT_REQUIRE(doc, "%s", err.msg);
+    const vs_json *tot = vs_json_get(vs_json_get(vs_json_root(doc), "results"), "total");
+    VT_CHECK(vs_json_get_int(tot, "samples", 0) == 8 && vs_json_get_int(tot, "turns", 0) >= 8 &&
+                 vs_json_get_num(tot, "mean_answer_tokens", -1) <= 6,
+             "eval JSON totals");
+    vs_json_doc_free(doc);
+    vs_free(js);
+    rc = vt_run("%s eval --model %s/straight/target.gguf --data %s > /dev/null 2>&1", cli, tmp, dir);
+    VT_CHECK(rc == 2, "eval without --mmproj: exit %d", rc);
+}
+
+int main(void) {
+    double t0 = vs_time_now();
+    char dir[512], tok_path[512];
+    wt_make("world", 2, 2, 512, dir, tok_path, sizeof(dir));
+    vs_error err = {0};
+    vs_world_dataset *test = vs_world_load(dir, "test", VS_WORLD_ALL_SUITES, &err);
+    vs_world_dataset *train = vs_world_load(dir, "train", VS_WORLD_ALL_SUITES, &err);
+    VT_REQUIRE(test && train, "%s", err.msg);
+    vs_tokenizer *tok = vs_tokenizer_load(tok_path, &err);
+    VT_REQUIRE(tok, "%s", err.msg);
+    test_oracles(test);
+    test_answerer(train, test, tok, tok_path);
+    test_cli(dir, tok_path);
+    vs_tokenizer_free(tok);
+    vs_world_dataset_free(test);
+    vs_world_dataset_free(train);
+    printf("%.2f s\n", vs_time_now() - t0);
+    return vt_finish("eval");
+}
