@@ -98,11 +98,30 @@ void vs_sysinfo_parse_proc(vs_sysinfo *s, const char *cpuinfo, const char *memin
     }
 }
 
+/* Whole text file, read in chunks: /proc files report a size of 0, so no size-first reading. NULL when
+ * the file cannot be opened or is larger than 16 MiB. */
 static char *read_text(const char *path) {
-    uint8_t *d = NULL;
-    size_t n = 0;
-    if (vs_read_file(path, &d, &n, NULL)) return NULL;
-    return (char *)d;
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 4096, len = 0;
+    char *buf = vs_malloc(cap);
+    while (buf) {
+        if (len + 1 >= cap) {
+            char *nb = cap < ((size_t)16 << 20) ? vs_realloc(buf, cap * 2) : NULL;
+            if (!nb) {
+                vs_free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = nb, cap *= 2;
+        }
+        size_t n = fread(buf + len, 1, cap - len - 1, f);
+        len += n;
+        if (n == 0) break;
+    }
+    fclose(f);
+    if (buf) buf[len] = 0;
+    return buf;
 }
 
 /* ------------------------------------------------------------------------------------------------
