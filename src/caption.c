@@ -32,12 +32,13 @@ vs_captioner *vs_captioner_new(vs_lm *lm, const vs_vision_projector *proj, const
     }
     const char *prompt = o->prompt ? o->prompt : VS_CAPTION_PROMPT;
     if (vs_mm_count_markers(prompt, strlen(prompt), NULL) != 1) {
-        vs_error_set(err, VS_ERR_INVALID, "captioner: the prompt must contain exactly one <image> marker: '%s'",
-                     prompt);
+        vs_error_set(err, VS_ERR_INVALID,
+                     "captioner: the prompt must contain exactly one <image> marker: '%s'", prompt);
         return NULL;
     }
     if (vs_vision_projector_config(proj)->proj_out != vs_lm_cfg(lm)->n_embd) {
-        vs_error_set(err, VS_ERR_INVALID, "captioner: projector %s outputs rows of %d but the LM %s is %d wide",
+        vs_error_set(err, VS_ERR_INVALID,
+                     "captioner: projector %s outputs rows of %d but the LM %s is %d wide",
                      vs_vision_projector_name(proj), vs_vision_projector_config(proj)->proj_out, lm_name(lm),
                      vs_lm_cfg(lm)->n_embd);
         return NULL;
@@ -55,8 +56,10 @@ vs_captioner *vs_captioner_new(vs_lm *lm, const vs_vision_projector *proj, const
     c->prompt = vs_strdup(prompt);
     c->tok = vs_tokenizer_from_gguf(vs_lm_gguf(lm), err);
     if (!c->prompt || !c->tok) {
-        if (!c->prompt) vs_error_set(err, VS_ERR_NOMEM, "captioner: out of memory");
-        else vs_error_wrap(err, "captioner %s", lm_name(lm));
+        if (!c->prompt)
+            vs_error_set(err, VS_ERR_NOMEM, "captioner: out of memory");
+        else
+            vs_error_wrap(err, "captioner %s", lm_name(lm));
         vs_captioner_free(c);
         return NULL;
     }
@@ -172,8 +175,8 @@ done:
  * Caption source */
 
 struct vs_caption_src {
-    vs_captioner *cap;  /* NULL: fixed texts */
-    char **text;        /* [n] captions (owned; NULL = none) */
+    vs_captioner *cap; /* NULL: fixed texts */
+    char **text;       /* [n] captions (owned; NULL = none) */
     int32_t n;
     /* the request being captioned */
     const vs_vision_features **img; /* [n_img] */
@@ -354,8 +357,9 @@ vs_caption_src *vs_caption_src_from_file(const char *path, const char *const *ke
         int is_keyed = tab != NULL;
         if (keyed < 0) keyed = is_keyed;
         if (keyed != is_keyed) {
-            vs_error_set(err, VS_ERR_FORMAT, "captions %s:%d: mixes 'KEY<TAB>CAPTION' lines with plain caption lines",
-                         path, lineno);
+            vs_error_set(err, VS_ERR_FORMAT,
+                         "captions %s:%d: mixes 'KEY<TAB>CAPTION' lines with plain caption lines", path,
+                         lineno);
             goto done;
         }
         int32_t img = -1;
@@ -375,21 +379,23 @@ vs_caption_src *vs_caption_src_from_file(const char *path, const char *const *ke
             for (int32_t i = 0; i < n_images && img < 0; i++)
                 if (keys && keys[i] && (!strcmp(keys[i], key) || !strcmp(base_name(keys[i]), key))) img = i;
             if (img < 0) {
-                vs_error_set(err, VS_ERR_FORMAT, "captions %s:%d: '%s' is not one of the request's images", path,
-                             lineno, key);
+                vs_error_set(err, VS_ERR_FORMAT, "captions %s:%d: '%s' is not one of the request's images",
+                             path, lineno, key);
                 goto done;
             }
             if (texts[img]) {
-                vs_error_set(err, VS_ERR_FORMAT, "captions %s:%d: a second caption for image %d (line %d has the "
-                             "first)", path, lineno, img, line_of[img]);
+                vs_error_set(err, VS_ERR_FORMAT,
+                             "captions %s:%d: a second caption for image %d (line %d has the "
+                             "first)",
+                             path, lineno, img, line_of[img]);
                 goto done;
             }
             cap = tab + 1;
             cl = ll - (size_t)(tab + 1 - ln);
         } else {
             if (n_pos >= n_images) {
-                vs_error_set(err, VS_ERR_FORMAT, "captions %s:%d: more captions than the %d images", path, lineno,
-                             n_images);
+                vs_error_set(err, VS_ERR_FORMAT, "captions %s:%d: more captions than the %d images", path,
+                             lineno, n_images);
                 goto done;
             }
             img = n_pos++;
@@ -410,7 +416,8 @@ vs_caption_src *vs_caption_src_from_file(const char *path, const char *const *ke
     for (int32_t i = 0; i < n_images; i++)
         if (!texts[i]) {
             vs_error_set(err, VS_ERR_FORMAT, "captions %s: no caption for image %d%s%s%s", path, i,
-                         keys && keys[i] ? " (" : "", keys && keys[i] ? keys[i] : "", keys && keys[i] ? ")" : "");
+                         keys && keys[i] ? " (" : "", keys && keys[i] ? keys[i] : "",
+                         keys && keys[i] ? ")" : "");
             goto done;
         }
     s = vs_caption_src_new_texts((const char *const *)texts, n_images, err);

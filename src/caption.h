@@ -31,11 +31,11 @@
  * Captioner */
 
 typedef struct vs_captioner_opts {
-    const char *prompt;  /* template with exactly one "<image>" marker; NULL = VS_CAPTION_PROMPT */
-    int32_t max_tokens;  /* longest caption in tokens (<= 0: 24) */
-    int32_t pool_k;      /* pool the features k x k before projecting (<= 1: none) */
-    vs_threadpool *tp;   /* the pool the captioner computes with (borrowed; NULL = its own thread only);
-                          * must not be a pool another thread uses at the same time */
+    const char *prompt; /* template with exactly one "<image>" marker; NULL = VS_CAPTION_PROMPT */
+    int32_t max_tokens; /* longest caption in tokens (<= 0: 24) */
+    int32_t pool_k;     /* pool the features k x k before projecting (<= 1: none) */
+    vs_threadpool *tp;  /* the pool the captioner computes with (borrowed; NULL = its own thread only);
+                         * must not be a pool another thread uses at the same time */
 } vs_captioner_opts;
 
 #define VS_CAPTION_PROMPT "USER: <image>\nDescribe the image in one short sentence. ASSISTANT:"

@@ -23,7 +23,8 @@ const char *vs_ens_input_name(vs_ens_input in) {
 
 vs_status vs_ens_inputs_parse(const char *s, vs_ens_input *in, int32_t *n, vs_error *err) {
     *n = 0;
-    if (!s || !*s) return vs_error_set(err, VS_ERR_INVALID, "drafting inputs: empty list (expected e.g. m,t,c,p)");
+    if (!s || !*s)
+        return vs_error_set(err, VS_ERR_INVALID, "drafting inputs: empty list (expected e.g. m,t,c,p)");
     bool seen[4] = {false, false, false, false};
     for (const char *p = s; *p; p++) {
         if (*p == ',' || *p == ' ') continue;
@@ -31,9 +32,10 @@ vs_status vs_ens_inputs_parse(const char *s, vs_ens_input *in, int32_t *n, vs_er
         for (int i = 0; i < 4; i++)
             if (tolower((unsigned char)*p) == input_names[i][0]) k = i;
         if (k < 0)
-            return vs_error_set(err, VS_ERR_INVALID, "drafting inputs '%s': unknown input '%c' (expected m, t, c, p)",
-                                s, *p);
-        if (seen[k]) return vs_error_set(err, VS_ERR_INVALID, "drafting inputs '%s': '%c' given twice", s, *p);
+            return vs_error_set(err, VS_ERR_INVALID,
+                                "drafting inputs '%s': unknown input '%c' (expected m, t, c, p)", s, *p);
+        if (seen[k])
+            return vs_error_set(err, VS_ERR_INVALID, "drafting inputs '%s': '%c' given twice", s, *p);
         seen[k] = true;
         in[(*n)++] = (vs_ens_input)k;
     }
@@ -59,8 +61,8 @@ typedef struct ens_row {
     int32_t *hist;   /* [n_ctx] key of each cached row: token id, -1 for an embedding row */
     vs_lm_row *pend; /* [n_pend] rows in the context, not evaluated yet */
     int32_t n_pend, cap_pend;
-    bool deferred;   /* C row whose captions are being computed: prompt not built yet */
-    int32_t base;    /* block in flight: cache length after the pending rows */
+    bool deferred; /* C row whose captions are being computed: prompt not built yet */
+    int32_t base;  /* block in flight: cache length after the pending rows */
 } ens_row;
 
 typedef struct ens {
@@ -89,17 +91,17 @@ typedef struct ens {
     vs_sampler *sampler;
     bool greedy, force_greedy;
     /* buffers */
-    float *logits;   /* [m][V] the rows' logits of the current step */
-    float *qrow;     /* [qcap][m][V] each row's q at each step of the block */
+    float *logits; /* [m][V] the rows' logits of the current step */
+    float *qrow;   /* [qcap][m][V] each row's q at each step of the block */
     int32_t qcap;
-    float *qens;     /* [V] q_ens when drafting greedily */
-    float *pbuf;     /* [V] the target's distribution of a verified position */
+    float *qens;      /* [V] q_ens when drafting greedily */
+    float *pbuf;      /* [V] the target's distribution of a verified position */
     vs_lm_row *batch; /* [cap_batch] */
     int32_t cap_batch;
     /* the request */
     const vs_spec_prompt *prompt; /* valid between begin and end */
     bool reuse;
-    float **img;     /* [n_img] projected rows (M, P) */
+    float **img; /* [n_img] projected rows (M, P) */
     int32_t n_img, cap_img;
     bool caps_started;
     /* the block in flight */
@@ -152,7 +154,8 @@ static vs_status feed(ens *d, int32_t n, vs_error *err) {
     vs_lm_out out = {.logits = want ? d->logits : NULL, .attn_layer = -1};
     vs_status st = vs_lm_forward(d->lm, d->kv, d->tp, d->batch, n, &out, err);
     if (st) return st;
-    for (int32_t i = 0; i < n; i++) d->row[d->batch[i].seq].hist[d->batch[i].pos] = d->batch[i].embd ? -1 : d->batch[i].token;
+    for (int32_t i = 0; i < n; i++)
+        d->row[d->batch[i].seq].hist[d->batch[i].pos] = d->batch[i].embd ? -1 : d->batch[i].token;
     d->stats.rows_evaluated += n;
     d->stats.forwards++;
     return VS_OK;
@@ -208,13 +211,17 @@ static vs_status build_prompt(ens *d, int32_t r, vs_error *err) {
         case VS_ENS_IN_M:
         case VS_ENS_IN_P: {
             if (sg->image < 0 || !p->images || !p->images[sg->image])
-                return vs_error_set(err, VS_ERR_INVALID, "%s: drafting input %s needs the features of image segment "
-                                    "%d (the request carries none)", dname(d), in, i);
+                return vs_error_set(err, VS_ERR_INVALID,
+                                    "%s: drafting input %s needs the features of image segment "
+                                    "%d (the request carries none)",
+                                    dname(d), in, i);
             const vs_vision_features *f = p->images[sg->image];
             int32_t k = w->in == VS_ENS_IN_P ? d->pool_k : 1;
             if (k > f->grid_h || k > f->grid_w)
-                return vs_error_set(err, VS_ERR_INVALID, "%s: pooled drafting: pool size %d is larger than image "
-                                    "%d's %d x %d patch grid", dname(d), k, sg->image, f->grid_h, f->grid_w);
+                return vs_error_set(err, VS_ERR_INVALID,
+                                    "%s: pooled drafting: pool size %d is larger than image "
+                                    "%d's %d x %d patch grid",
+                                    dname(d), k, sg->image, f->grid_h, f->grid_w);
             float *rows = NULL;
             int64_t n_rows = 0;
             if ((st = project(d, f, k, &rows, &n_rows, err)))
@@ -226,8 +233,9 @@ static vs_status build_prompt(ens *d, int32_t r, vs_error *err) {
         case VS_ENS_IN_C: {
             const char *cap = sg->image >= 0 ? vs_caption_src_get(d->caps, sg->image) : NULL;
             if (!cap)
-                return vs_error_set(err, VS_ERR_INVALID, "%s: caption drafting: no caption for image %d (segment %d)",
-                                    dname(d), sg->image, i);
+                return vs_error_set(err, VS_ERR_INVALID,
+                                    "%s: caption drafting: no caption for image %d (segment %d)", dname(d),
+                                    sg->image, i);
             if (!*cap) d->stats.n_empty_captions++;
             size_t cl = strlen(cap);
             char *text = vs_malloc(cl + 8);
@@ -247,10 +255,13 @@ static vs_status build_prompt(ens *d, int32_t r, vs_error *err) {
         }
     }
     if (st) return st;
-    if (w->n_prow < 1) return vs_error_set(err, VS_ERR_INVALID, "%s: empty prompt for input %s", dname(d), in);
+    if (w->n_prow < 1)
+        return vs_error_set(err, VS_ERR_INVALID, "%s: empty prompt for input %s", dname(d), in);
     if (w->n_prow > d->n_ctx)
-        return vs_error_set(err, VS_ERR_RANGE, "%s: input %s's prompt of %d rows does not fit the draft cache of %d "
-                            "rows", dname(d), in, w->n_prow, d->n_ctx);
+        return vs_error_set(err, VS_ERR_RANGE,
+                            "%s: input %s's prompt of %d rows does not fit the draft cache of %d "
+                            "rows",
+                            dname(d), in, w->n_prow, d->n_ctx);
     d->stats.prefix_rows[r] = w->n_prow;
     return VS_OK;
 }
@@ -267,7 +278,8 @@ static vs_status prefill(ens *d, uint32_t mask, vs_error *err) {
         int32_t keep = 0;
         if (d->reuse) {
             int32_t len = vs_kv_seq_len(d->kv, r);
-            while (keep < VS_MIN(len, w->n_prow - 1) && !w->prow[keep].embd && w->hist[keep] == w->prow[keep].token)
+            while (keep < VS_MIN(len, w->n_prow - 1) && !w->prow[keep].embd &&
+                   w->hist[keep] == w->prow[keep].token)
                 keep++;
         }
         if ((st = vs_kv_seq_truncate(d->kv, r, keep, err))) return st;
@@ -395,7 +407,8 @@ static vs_status softmax(const ens *d, const float *z, float *p, vs_error *err) 
         if (z[i] != z[i]) return vs_error_set(err, VS_ERR_INVALID, "%s: NaN logit for token %d", dname(d), i);
         if (z[i] > mx) mx = z[i];
     }
-    if (!isfinite(mx)) return vs_error_set(err, VS_ERR_INVALID, "%s: logits without a finite maximum", dname(d));
+    if (!isfinite(mx))
+        return vs_error_set(err, VS_ERR_INVALID, "%s: logits without a finite maximum", dname(d));
     double s = 0;
     for (int32_t i = 0; i < V; i++) s += p[i] = expf(z[i] - mx);
     const float inv = (float)(1.0 / s);
@@ -436,7 +449,8 @@ static vs_status draw(ens *d, int32_t i, vs_spec_proposal *out, vs_error *err) {
         /* renormalise: q_ens is then exactly the distribution vs_sampler_pick draws from */
         double s = 0;
         for (int32_t j = 0; j < V; j++) s += q[j];
-        if (!(s > 0)) return vs_error_set(err, VS_ERR_INVALID, "%s: the ensemble distribution is empty", dname(d));
+        if (!(s > 0))
+            return vs_error_set(err, VS_ERR_INVALID, "%s: the ensemble distribution is empty", dname(d));
         const float inv = (float)(1.0 / s);
         for (int32_t j = 0; j < V; j++) q[j] *= inv;
     }
@@ -451,7 +465,8 @@ static vs_status draw(ens *d, int32_t i, vs_spec_proposal *out, vs_error *err) {
     return VS_OK;
 }
 
-static vs_status en_propose(vs_spec_drafter *base, const vs_spec_limits *lim, vs_spec_proposal *out, vs_error *err) {
+static vs_status en_propose(vs_spec_drafter *base, const vs_spec_limits *lim, vs_spec_proposal *out,
+                            vs_error *err) {
     ens *d = (ens *)base;
     const int32_t m = d->m, V = d->n_vocab;
     out->n = 0;
@@ -548,8 +563,8 @@ static vs_status en_commit(vs_spec_drafter *base, const vs_spec_commit *c, vs_er
             d->stats.t_weights += vs_time_now() - t0;
         }
         if (d->tracing) {
-            vs_ens_trace_rec rec = {.request = d->request, .block = d->block, .step = d->step, .n_draft = k,
-                                    .n_accept = a};
+            vs_ens_trace_rec rec = {
+                .request = d->request, .block = d->block, .step = d->step, .n_draft = k, .n_accept = a};
             memcpy(rec.w, d->w, sizeof(float) * (size_t)m);
             if ((st = vs_ens_trace_add(&d->trace, &rec, err))) return st;
         }
@@ -558,7 +573,8 @@ static vs_status en_commit(vs_spec_drafter *base, const vs_spec_commit *c, vs_er
         for (int32_t r = 0; r < m; r++) {
             ens_row *w = &d->row[r];
             if ((st = vs_kv_seq_truncate(d->kv, r, w->base + VS_MIN(a, d->n_fed), err))) return st;
-            if (a > d->n_fed && (st = push_row(d, &w->pend, &w->n_pend, &w->cap_pend, c->accepted[a - 1], NULL, err)))
+            if (a > d->n_fed &&
+                (st = push_row(d, &w->pend, &w->n_pend, &w->cap_pend, c->accepted[a - 1], NULL, err)))
                 return st;
         }
         d->fed = false;
@@ -566,7 +582,8 @@ static vs_status en_commit(vs_spec_drafter *base, const vs_spec_commit *c, vs_er
     d->step += c->n_accepted + (c->next >= 0 ? 1 : 0);
     if (c->next >= 0)
         for (int32_t r = 0; r < m; r++)
-            if ((st = push_row(d, &d->row[r].pend, &d->row[r].n_pend, &d->row[r].cap_pend, c->next, NULL, err)))
+            if ((st = push_row(d, &d->row[r].pend, &d->row[r].n_pend, &d->row[r].cap_pend, c->next, NULL,
+                               err)))
                 return st;
     return VS_OK;
 }
@@ -629,7 +646,8 @@ static vs_status newline_tokens(ens *d, vs_error *err) {
     return VS_OK;
 }
 
-vs_spec_drafter *vs_draft_ens_new(vs_lm *draft, const vs_lm *target, const vs_draft_ens_opts *o, vs_error *err) {
+vs_spec_drafter *vs_draft_ens_new(vs_lm *draft, const vs_lm *target, const vs_draft_ens_opts *o,
+                                  vs_error *err) {
     vs_draft_ens_opts def;
     vs_draft_ens_opts_default(&def);
     if (!o) o = &def;
@@ -641,13 +659,15 @@ vs_spec_drafter *vs_draft_ens_new(vs_lm *draft, const vs_lm *target, const vs_dr
     const vs_lm_config *dc = vs_lm_cfg(draft), *tc = vs_lm_cfg(target);
     const int32_t m = o->n_inputs;
     if (m < 1 || m > VS_ENS_MAX_ROWS) {
-        vs_error_set(err, VS_ERR_INVALID, "ensemble drafter: %d drafting inputs (1 .. %d)", m, VS_ENS_MAX_ROWS);
+        vs_error_set(err, VS_ERR_INVALID, "ensemble drafter: %d drafting inputs (1 .. %d)", m,
+                     VS_ENS_MAX_ROWS);
         return NULL;
     }
     bool seen[4] = {false, false, false, false}, mm = false, has_c = false;
     for (int32_t r = 0; r < m; r++) {
         if ((unsigned)o->inputs[r] > VS_ENS_IN_P) {
-            vs_error_set(err, VS_ERR_INVALID, "ensemble drafter: unknown drafting input %d", (int)o->inputs[r]);
+            vs_error_set(err, VS_ERR_INVALID, "ensemble drafter: unknown drafting input %d",
+                         (int)o->inputs[r]);
             return NULL;
         }
         if (seen[o->inputs[r]]) {
@@ -661,30 +681,37 @@ vs_spec_drafter *vs_draft_ens_new(vs_lm *draft, const vs_lm *target, const vs_dr
     }
     if (vs_ens_weights_check(&o->weights, m, err)) return NULL;
     if (dc->n_vocab != tc->n_vocab) {
-        vs_error_set(err, VS_ERR_INVALID, "draft model %s has %d tokens but the target %s has %d: a drafter must "
-                     "share the target's vocabulary", dn, dc->n_vocab, tn, tc->n_vocab);
+        vs_error_set(err, VS_ERR_INVALID,
+                     "draft model %s has %d tokens but the target %s has %d: a drafter must "
+                     "share the target's vocabulary",
+                     dn, dc->n_vocab, tn, tc->n_vocab);
         return NULL;
     }
     if (seen[VS_ENS_IN_P] && o->pool_k < 1) {
-        vs_error_set(err, VS_ERR_INVALID, "ensemble drafter: pool size %d (pooled drafting needs k >= 1)", o->pool_k);
+        vs_error_set(err, VS_ERR_INVALID, "ensemble drafter: pool size %d (pooled drafting needs k >= 1)",
+                     o->pool_k);
         return NULL;
     }
     if (mm) {
         if (!o->proj) {
-            vs_error_set(err, VS_ERR_INVALID, "draft model %s: multimodal and pooled drafting need the drafter's "
-                         "projector (--mmproj-draft)", dn);
+            vs_error_set(err, VS_ERR_INVALID,
+                         "draft model %s: multimodal and pooled drafting need the drafter's "
+                         "projector (--mmproj-draft)",
+                         dn);
             return NULL;
         }
         const vs_vision_config *pc = vs_vision_projector_config(o->proj);
         if (pc->proj_out != dc->n_embd) {
-            vs_error_set(err, VS_ERR_INVALID, "draft projector %s outputs rows of %d but the draft model %s is %d wide",
+            vs_error_set(err, VS_ERR_INVALID,
+                         "draft projector %s outputs rows of %d but the draft model %s is %d wide",
                          vs_vision_projector_name(o->proj), pc->proj_out, dn, dc->n_embd);
             return NULL;
         }
         if (o->tower && vs_vision_check_projector(o->tower, o->proj, err) != VS_OK) return NULL;
     }
     if (has_c && !o->captions) {
-        vs_error_set(err, VS_ERR_INVALID, "ensemble drafter: caption drafting needs captions (--captions FILE or a "
+        vs_error_set(err, VS_ERR_INVALID,
+                     "ensemble drafter: caption drafting needs captions (--captions FILE or a "
                      "captioner)");
         return NULL;
     }

@@ -65,20 +65,20 @@ const char *vs_ens_input_name(vs_ens_input in); /* "m", "t", "c", "p" */
 vs_status vs_ens_inputs_parse(const char *s, vs_ens_input *in, int32_t *n, vs_error *err);
 
 typedef struct vs_draft_ens_opts {
-    int32_t n_inputs;                    /* m rows */
+    int32_t n_inputs; /* m rows */
     vs_ens_input inputs[VS_ENS_MAX_ROWS];
-    vs_ens_weights_cfg weights;          /* policy (vs_ens_weights_cfg_default: static uniform) */
-    int32_t pool_k;                      /* P: pooling window (default 2) */
-    int32_t n_ctx;                       /* rows per row's cache; <= 0: the draft model's n_ctx_train */
-    vs_type kv_type;                     /* VS_TYPE_F32 (0) or VS_TYPE_F16 */
-    vs_threadpool *tp;                   /* borrowed; NULL = caller's thread */
-    const vs_vision_projector *proj;     /* M / P: the drafter's projector (width = the draft model's) */
-    const vs_vision_tower *tower;        /* optional: vs_vision_check_projector(tower, proj) must pass */
-    vs_caption_src *captions;            /* C: borrowed; a captioner runs on another thread unless it
-                                          * shares the target's LM or this drafter's pool */
-    bool greedy;                         /* draft greedily even when the request samples */
-    bool trace;                          /* keep the per-block weight trace (vs_draft_ens_trace) */
-    uint64_t seed;                       /* mixed into the request's seed (random policy, sampled drafts) */
+    vs_ens_weights_cfg weights;      /* policy (vs_ens_weights_cfg_default: static uniform) */
+    int32_t pool_k;                  /* P: pooling window (default 2) */
+    int32_t n_ctx;                   /* rows per row's cache; <= 0: the draft model's n_ctx_train */
+    vs_type kv_type;                 /* VS_TYPE_F32 (0) or VS_TYPE_F16 */
+    vs_threadpool *tp;               /* borrowed; NULL = caller's thread */
+    const vs_vision_projector *proj; /* M / P: the drafter's projector (width = the draft model's) */
+    const vs_vision_tower *tower;    /* optional: vs_vision_check_projector(tower, proj) must pass */
+    vs_caption_src *captions;        /* C: borrowed; a captioner runs on another thread unless it
+                                      * shares the target's LM or this drafter's pool */
+    bool greedy;                     /* draft greedily even when the request samples */
+    bool trace;                      /* keep the per-block weight trace (vs_draft_ens_trace) */
+    uint64_t seed;                   /* mixed into the request's seed (random policy, sampled drafts) */
 } vs_draft_ens_opts;
 
 /* One row T, static uniform weights, pool 2. */
@@ -86,18 +86,19 @@ void vs_draft_ens_opts_default(vs_draft_ens_opts *o);
 
 /* A drafter over `draft` for `target` (may be the same vs_lm; both borrowed, must outlive it). NULL + err
  * when the vocabularies or tokenizers differ or an option is invalid. Free with vs_spec_drafter_free. */
-vs_spec_drafter *vs_draft_ens_new(vs_lm *draft, const vs_lm *target, const vs_draft_ens_opts *o, vs_error *err);
+vs_spec_drafter *vs_draft_ens_new(vs_lm *draft, const vs_lm *target, const vs_draft_ens_opts *o,
+                                  vs_error *err);
 
 typedef struct vs_draft_ens_stats {
-    int64_t rows_evaluated;   /* rows fed to the draft model since creation (all sequences) */
-    int64_t forwards;         /* vs_lm_forward calls since creation (prefill chunks + draft steps) */
-    int64_t draft_steps;      /* batched draft steps since creation */
+    int64_t rows_evaluated; /* rows fed to the draft model since creation (all sequences) */
+    int64_t forwards;       /* vs_lm_forward calls since creation (prefill chunks + draft steps) */
+    int64_t draft_steps;    /* batched draft steps since creation */
     int32_t prefix_rows[VS_ENS_MAX_ROWS]; /* each row's prompt rows in the last request */
-    int32_t n_empty_captions; /* images of the last request whose generated caption was empty */
-    double t_caption;         /* seconds the captioner ran for the last request (other thread) */
-    double t_caption_wait;    /* seconds the drafter waited for it (the part not hidden) */
-    double t_c_prefill;       /* seconds evaluating the C row's prompt after the wait */
-    double t_weights;         /* seconds choosing weights and updating the history (last request) */
+    int32_t n_empty_captions;             /* images of the last request whose generated caption was empty */
+    double t_caption;                     /* seconds the captioner ran for the last request (other thread) */
+    double t_caption_wait;                /* seconds the drafter waited for it (the part not hidden) */
+    double t_c_prefill;                   /* seconds evaluating the C row's prompt after the wait */
+    double t_weights; /* seconds choosing weights and updating the history (last request) */
 } vs_draft_ens_stats;
 
 /* NULL when d is not an ensemble drafter. */

@@ -42,13 +42,16 @@ vs_status vs_ens_weights_parse(const char *s, vs_ens_weights_cfg *c, vs_error *e
         bool any = false;
         for (;;) {
             if (n == VS_ENS_MAX_ROWS)
-                return vs_error_set(err, VS_ERR_INVALID, "weights '%s': more than %d ratios", s, VS_ENS_MAX_ROWS);
+                return vs_error_set(err, VS_ERR_INVALID, "weights '%s': more than %d ratios", s,
+                                    VS_ENS_MAX_ROWS);
             char *end;
             errno = 0;
             double v = strtod(p, &end);
             if (end == p || errno || !isfinite(v) || v < 0 || (*end && *end != ',' && *end != ':'))
-                return vs_error_set(err, VS_ERR_INVALID, "weights '%s': ratios must be numbers >= 0 separated "
-                                    "by ',' or ':' (static:2,1)", s);
+                return vs_error_set(err, VS_ERR_INVALID,
+                                    "weights '%s': ratios must be numbers >= 0 separated "
+                                    "by ',' or ':' (static:2,1)",
+                                    s);
             r[n++] = (float)v;
             any |= v > 0;
             if (!*end) break;
@@ -65,8 +68,10 @@ vs_status vs_ens_weights_parse(const char *s, vs_ens_weights_cfg *c, vs_error *e
             c->n_ratios = 0;
             return VS_OK;
         }
-    return vs_error_set(err, VS_ERR_INVALID, "unknown weight policy '%s': expected static[:r1,r2,..], grid, inv-kl, "
-                        "inv-tvd, random or adaboost", s);
+    return vs_error_set(err, VS_ERR_INVALID,
+                        "unknown weight policy '%s': expected static[:r1,r2,..], grid, inv-kl, "
+                        "inv-tvd, random or adaboost",
+                        s);
 }
 
 vs_status vs_ens_weights_check(const vs_ens_weights_cfg *c, int32_t m, vs_error *err) {
@@ -88,8 +93,10 @@ vs_status vs_ens_weights_check(const vs_ens_weights_cfg *c, int32_t m, vs_error 
         if (!any) return vs_error_set(err, VS_ERR_INVALID, "weights: the static ratios are all zero");
     }
     if (c->policy == VS_ENS_GRID && vs_ens_grid_count(m, c->grid_n) < 0)
-        return vs_error_set(err, VS_ERR_INVALID, "weights: grid n = %d for %d inputs is out of range (n in "
-                            "[1, 1000], at most 1e6 vectors)", c->grid_n, m);
+        return vs_error_set(err, VS_ERR_INVALID,
+                            "weights: grid n = %d for %d inputs is out of range (n in "
+                            "[1, 1000], at most 1e6 vectors)",
+                            c->grid_n, m);
     if (!(c->tau >= 0) || !isfinite(c->tau))
         return vs_error_set(err, VS_ERR_INVALID, "weights: temperature %g must be >= 0", c->tau);
     if (c->window < 0) return vs_error_set(err, VS_ERR_INVALID, "weights: history window %d < 0", c->window);
@@ -129,8 +136,8 @@ static void grid_rec(int32_t m, int32_t n, int32_t row, int32_t rem, int32_t *a,
 vs_status vs_ens_grid_build(int32_t m, int32_t n, float *w, int64_t count, vs_error *err) {
     int64_t c = vs_ens_grid_count(m, n);
     if (c < 0 || c != count)
-        return vs_error_set(err, VS_ERR_INVALID, "weights: grid of m = %d, n = %d has %lld vectors, not %lld", m, n,
-                            (long long)c, (long long)count);
+        return vs_error_set(err, VS_ERR_INVALID, "weights: grid of m = %d, n = %d has %lld vectors, not %lld",
+                            m, n, (long long)c, (long long)count);
     int32_t a[VS_ENS_MAX_ROWS];
     int64_t k = 0;
     grid_rec(m, n, 0, n, a, w, &k);
@@ -140,7 +147,9 @@ vs_status vs_ens_grid_build(int32_t m, int32_t n, float *w, int64_t count, vs_er
 /* ------------------------------------------------------------------------------------------------
  * Distances */
 
-static inline double kl_term(double p, double q) { return p > 0 ? p * log(p / (q > Q_FLOOR ? q : Q_FLOOR)) : 0; }
+static inline double kl_term(double p, double q) {
+    return p > 0 ? p * log(p / (q > Q_FLOOR ? q : Q_FLOOR)) : 0;
+}
 
 double vs_ens_kl(const float *p, const float *q, int64_t n) {
     double s = 0;
@@ -160,12 +169,12 @@ double vs_ens_tvd(const float *p, const float *q, int64_t n) {
 struct vs_ens_hist {
     vs_ens_weights_cfg cfg;
     int32_t m, V;
-    bool exact;      /* the union is the whole vocabulary */
-    int32_t k;       /* top-k per distribution (when !exact) */
-    int64_t J;       /* grid vectors (grid policy), else 0 */
-    float *grid;     /* [J][m] */
-    double *gridd;   /* [J][m] the same as exact multiples of 1/n in double (mixtures sum to 1 within
-                      * 1e-16, so equal mixtures tie in KL) */
+    bool exact;    /* the union is the whole vocabulary */
+    int32_t k;     /* top-k per distribution (when !exact) */
+    int64_t J;     /* grid vectors (grid policy), else 0 */
+    float *grid;   /* [J][m] */
+    double *gridd; /* [J][m] the same as exact multiples of 1/n in double (mixtures sum to 1 within
+                    * 1e-16, so equal mixtures tie in KL) */
     /* records: ring of cap; record i holds doubles rd[i][nd] = kl[m], tvd[m], kl_cand[J] and bytes
      * rb[i][nb] = hit[m], hit_cand[J] */
     int32_t nd, nb;
@@ -174,11 +183,11 @@ struct vs_ens_hist {
     int32_t cap, head, len; /* oldest record at head */
     int64_t total;
     /* push scratch */
-    uint8_t *mark;   /* [V] */
-    int32_t *utok;   /* [V] union tokens, ascending */
-    float *uval;     /* [m + 1][V] values on the union: p, then each q_m */
-    int32_t *heap;   /* [k] */
-    double *qw;      /* [V] a mixture on the union */
+    uint8_t *mark; /* [V] */
+    int32_t *utok; /* [V] union tokens, ascending */
+    float *uval;   /* [m + 1][V] values on the union: p, then each q_m */
+    int32_t *heap; /* [k] */
+    double *qw;    /* [V] a mixture on the union */
 };
 
 vs_ens_hist *vs_ens_hist_new(const vs_ens_weights_cfg *c, int32_t m, int32_t n_vocab, vs_error *err) {
@@ -201,7 +210,8 @@ vs_ens_hist *vs_ens_hist_new(const vs_ens_weights_cfg *c, int32_t m, int32_t n_v
         if (vs_ens_grid_build(m, c->grid_n, h->grid, h->J, err)) goto fail;
         h->gridd = vs_malloc(sizeof(double) * (size_t)(h->J * m));
         if (!h->gridd) goto oom;
-        for (int64_t i = 0; i < h->J * m; i++) h->gridd[i] = round((double)h->grid[i] * c->grid_n) / c->grid_n;
+        for (int64_t i = 0; i < h->J * m; i++)
+            h->gridd[i] = round((double)h->grid[i] * c->grid_n) / c->grid_n;
     }
     h->nd = 2 * m + (int32_t)h->J;
     h->nb = m + (int32_t)h->J;
@@ -227,7 +237,8 @@ fail:
 
 void vs_ens_hist_free(vs_ens_hist *h) {
     if (!h) return;
-    vs_free(h->grid), vs_free(h->gridd), vs_free(h->rd), vs_free(h->rb), vs_free(h->mark), vs_free(h->utok), vs_free(h->uval);
+    vs_free(h->grid), vs_free(h->gridd), vs_free(h->rd), vs_free(h->rb), vs_free(h->mark), vs_free(h->utok),
+        vs_free(h->uval);
     vs_free(h->qw), vs_free(h->heap);
     vs_free(h);
 }
@@ -287,7 +298,8 @@ static double kl_union(const float *p, const double *q, int32_t n, double p_o, d
 }
 
 vs_status vs_ens_hist_push(vs_ens_hist *h, const float *p, const float *const *q, vs_error *err) {
-    if (!h || !p || !q) return vs_error_set(err, VS_ERR_INVALID, "weights: history push without distributions");
+    if (!h || !p || !q)
+        return vs_error_set(err, VS_ERR_INVALID, "weights: history push without distributions");
     const int32_t m = h->m, V = h->V;
     for (int32_t r = 0; r < m; r++)
         if (!q[r]) return vs_error_set(err, VS_ERR_INVALID, "weights: history push without row %d", r);
@@ -424,9 +436,12 @@ static vs_status choose_grid(const vs_ens_hist *h, vs_ens_choice *o) {
             better = best < 0 || score > best_score;
         } else {
             double tol = 1e-9 * fmax(fabs(kl), fabs(best_kl));
-            if (kl < best_kl - tol) better = true;
-            else if (kl > best_kl + tol) better = false;
-            else better = u < best_u - 1e-12;
+            if (kl < best_kl - tol)
+                better = true;
+            else if (kl > best_kl + tol)
+                better = false;
+            else
+                better = u < best_u - 1e-12;
         }
         if (better) best = j, best_score = score, best_kl = kl, best_u = u;
     }
@@ -481,8 +496,7 @@ vs_status vs_ens_weights_choose(const vs_ens_hist *h, vs_rng *rng, vs_ens_choice
         if (!normalise(w, m, o)) uniform(o, m), o->fallback = true;
         o->n_positions = 0;
         return VS_OK;
-    default:
-        break;
+    default: break;
     }
     if (h->len == 0) {
         uniform(o, m);
@@ -490,12 +504,9 @@ vs_status vs_ens_weights_choose(const vs_ens_hist *h, vs_rng *rng, vs_ens_choice
         return VS_OK;
     }
     switch (h->cfg.policy) {
-    case VS_ENS_GRID:
-        return choose_grid(h, o);
+    case VS_ENS_GRID: return choose_grid(h, o);
     case VS_ENS_INV_KL:
-    case VS_ENS_INV_TVD:
-        choose_inverse(h, h->cfg.policy == VS_ENS_INV_TVD, o);
-        return VS_OK;
+    case VS_ENS_INV_TVD: choose_inverse(h, h->cfg.policy == VS_ENS_INV_TVD, o); return VS_OK;
     case VS_ENS_ADABOOST: {
         int32_t hits[VS_ENS_MAX_ROWS];
         vs_ens_hist_row_sums(h, NULL, NULL, hits);
@@ -508,8 +519,7 @@ vs_status vs_ens_weights_choose(const vs_ens_hist *h, vs_rng *rng, vs_ens_choice
         if (!normalise(w, m, o)) uniform(o, m), o->fallback = true;
         return VS_OK;
     }
-    default:
-        return vs_error_set(err, VS_ERR_INVALID, "weights: unknown policy %d", (int)h->cfg.policy);
+    default: return vs_error_set(err, VS_ERR_INVALID, "weights: unknown policy %d", (int)h->cfg.policy);
     }
 }
 
@@ -538,7 +548,8 @@ vs_status vs_ens_trace_add(vs_ens_trace *t, const vs_ens_trace_rec *r, vs_error 
 #define TRACE_MAGIC "# vlmspec weight trace 1"
 
 vs_status vs_ens_trace_write(const vs_ens_trace *t, FILE *f, vs_error *err) {
-    if (t->m < 1 || t->m > VS_ENS_MAX_ROWS) return vs_error_set(err, VS_ERR_INVALID, "weight trace: %d rows", t->m);
+    if (t->m < 1 || t->m > VS_ENS_MAX_ROWS)
+        return vs_error_set(err, VS_ERR_INVALID, "weight trace: %d rows", t->m);
     fprintf(f, "%s\n# inputs", TRACE_MAGIC);
     for (int32_t r = 0; r < t->m; r++) fprintf(f, " %s", t->names[r]);
     fprintf(f, "\n# policy %s\nrequest\tblock\tstep\tn_draft\tn_accept", t->policy[0] ? t->policy : "?");
@@ -593,7 +604,8 @@ vs_status vs_ens_trace_parse(const char *text, size_t len, const char *name, vs_
         lineno++;
         if (ll && text[pos + ll - 1] == '\r') ll--;
         if (ll >= sizeof(line)) {
-            st = vs_error_set(err, VS_ERR_FORMAT, "%s:%d: line longer than %zu bytes", name, lineno, sizeof(line) - 1);
+            st = vs_error_set(err, VS_ERR_FORMAT, "%s:%d: line longer than %zu bytes", name, lineno,
+                              sizeof(line) - 1);
             goto fail;
         }
         memcpy(line, text + pos, ll);
@@ -605,8 +617,9 @@ vs_status vs_ens_trace_parse(const char *text, size_t len, const char *name, vs_
         }
         if (lineno == 1) {
             if (strcmp(line, TRACE_MAGIC)) {
-                st = vs_error_set(err, VS_ERR_FORMAT, "%s: not a vlmspec weight trace (first line must be '%s')",
-                                  name, TRACE_MAGIC);
+                st = vs_error_set(err, VS_ERR_FORMAT,
+                                  "%s: not a vlmspec weight trace (first line must be '%s')", name,
+                                  TRACE_MAGIC);
                 goto fail;
             }
             continue;
@@ -617,8 +630,9 @@ vs_status vs_ens_trace_parse(const char *text, size_t len, const char *name, vs_
             int n = split_fields(line + 1, f, cap);
             if (n >= 1 && !strcmp(f[0], "inputs")) {
                 if (have_inputs || n < 2 || n > VS_ENS_MAX_ROWS + 1) {
-                    st = vs_error_set(err, VS_ERR_FORMAT, "%s:%d: expected one '# inputs' line with 1 .. %d names",
-                                      name, lineno, VS_ENS_MAX_ROWS);
+                    st = vs_error_set(err, VS_ERR_FORMAT,
+                                      "%s:%d: expected one '# inputs' line with 1 .. %d names", name, lineno,
+                                      VS_ENS_MAX_ROWS);
                     goto fail;
                 }
                 t->m = n - 1;
@@ -643,24 +657,28 @@ vs_status vs_ens_trace_parse(const char *text, size_t len, const char *name, vs_
             for (int r = 0; ok && r < t->m; r++)
                 ok = !strncmp(f[5 + r], "w_", 2) && !strcmp(f[5 + r] + 2, t->names[r]);
             if (!ok) {
-                st = vs_error_set(err, VS_ERR_FORMAT, "%s:%d: expected the '# inputs' line and then the header "
-                                  "'request block step n_draft n_accept w_<input>...'", name, lineno);
+                st = vs_error_set(err, VS_ERR_FORMAT,
+                                  "%s:%d: expected the '# inputs' line and then the header "
+                                  "'request block step n_draft n_accept w_<input>...'",
+                                  name, lineno);
                 goto fail;
             }
             have_header = true;
             continue;
         }
         if (n != 5 + t->m) {
-            st = vs_error_set(err, VS_ERR_FORMAT, "%s:%d: %d fields, expected %d", name, lineno, n > cap ? cap + 1 : n,
-                              5 + t->m);
+            st = vs_error_set(err, VS_ERR_FORMAT, "%s:%d: %d fields, expected %d", name, lineno,
+                              n > cap ? cap + 1 : n, 5 + t->m);
             goto fail;
         }
         vs_ens_trace_rec r;
         memset(&r, 0, sizeof(r));
         if (!parse_i32(f[0], &r.request) || !parse_i32(f[1], &r.block) || !parse_i32(f[2], &r.step) ||
             !parse_i32(f[3], &r.n_draft) || !parse_i32(f[4], &r.n_accept) || r.n_accept > r.n_draft) {
-            st = vs_error_set(err, VS_ERR_FORMAT, "%s:%d: request, block, step, n_draft, n_accept must be integers "
-                              ">= 0 with n_accept <= n_draft", name, lineno);
+            st = vs_error_set(err, VS_ERR_FORMAT,
+                              "%s:%d: request, block, step, n_draft, n_accept must be integers "
+                              ">= 0 with n_accept <= n_draft",
+                              name, lineno);
             goto fail;
         }
         for (int k = 0; k < t->m; k++) {
@@ -668,8 +686,8 @@ vs_status vs_ens_trace_parse(const char *text, size_t len, const char *name, vs_
             errno = 0;
             double v = strtod(f[5 + k], &end);
             if (end == f[5 + k] || *end || errno || !isfinite(v) || v < 0 || v > 1.0001) {
-                st = vs_error_set(err, VS_ERR_FORMAT, "%s:%d: weight '%s' is not a number in [0, 1]", name, lineno,
-                                  f[5 + k]);
+                st = vs_error_set(err, VS_ERR_FORMAT, "%s:%d: weight '%s' is not a number in [0, 1]", name,
+                                  lineno, f[5 + k]);
                 goto fail;
             }
             r.w[k] = (float)v;

@@ -62,13 +62,13 @@ typedef enum vs_ens_policy {
 
 typedef struct vs_ens_weights_cfg {
     vs_ens_policy policy;
-    int32_t n_ratios;                /* static: number of given ratios (0 = uniform; else == m) */
-    float ratios[VS_ENS_MAX_ROWS];   /* static: ratios >= 0, not all 0 */
-    int32_t grid_n;                  /* grid resolution n (>= 1; default 10) */
-    float tau;                       /* inverse-distance temperature (>= 0; default 1) */
-    int32_t window;                  /* h: positions used (0 = all of the request) */
-    int32_t topk;                    /* tokens kept per distribution for distances (0 = exact; default 64) */
-    float adaboost_c;                /* AdaBoost's C (default 1) */
+    int32_t n_ratios;              /* static: number of given ratios (0 = uniform; else == m) */
+    float ratios[VS_ENS_MAX_ROWS]; /* static: ratios >= 0, not all 0 */
+    int32_t grid_n;                /* grid resolution n (>= 1; default 10) */
+    float tau;                     /* inverse-distance temperature (>= 0; default 1) */
+    int32_t window;                /* h: positions used (0 = all of the request) */
+    int32_t topk;                  /* tokens kept per distribution for distances (0 = exact; default 64) */
+    float adaboost_c;              /* AdaBoost's C (default 1) */
 } vs_ens_weights_cfg;
 
 /* static uniform, n 10, tau 1, window 0, top-k 64, C 1. */

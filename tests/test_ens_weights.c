@@ -43,13 +43,15 @@ static void test_grid_enumeration(void) {
     VT_CHECK(vs_ens_grid_count(4, 10) == 286, "m 4 n 10: %lld", (long long)vs_ens_grid_count(4, 10));
     VT_CHECK(vs_ens_grid_count(3, 2) == 6, "m 3 n 2");
     VT_CHECK(vs_ens_grid_count(1, 10) == 1, "m 1");
-    VT_CHECK(vs_ens_grid_count(0, 10) == -1 && vs_ens_grid_count(2, 0) == -1 && vs_ens_grid_count(9, 10) == -1,
+    VT_CHECK(vs_ens_grid_count(0, 10) == -1 && vs_ens_grid_count(2, 0) == -1 &&
+                 vs_ens_grid_count(9, 10) == -1,
              "out of range");
     VT_CHECK(vs_ens_grid_count(8, 1000) == -1, "too many vectors");
     float w2[11 * 2];
     VT_REQUIRE(vs_ens_grid_build(2, 10, w2, 11, &err) == VS_OK, "%s", err.msg);
     for (int j = 0; j <= 10; j++) /* TABED app. B.2: w_j = [1 - j/n, j/n] */
-        VT_CHECK(fabsf(w2[2 * j] - (1 - j / 10.0f)) < 1e-6f && fabsf(w2[2 * j + 1] - j / 10.0f) < 1e-6f, "vector %d", j);
+        VT_CHECK(fabsf(w2[2 * j] - (1 - j / 10.0f)) < 1e-6f && fabsf(w2[2 * j + 1] - j / 10.0f) < 1e-6f,
+                 "vector %d", j);
     float *w4 = malloc(sizeof(float) * 286 * 4);
     VT_REQUIRE(vs_ens_grid_build(4, 10, w4, 286, &err) == VS_OK, "%s", err.msg);
     int bad = 0, dup = 0;
@@ -75,7 +77,8 @@ static void test_distances(void) {
     VT_CHECK_NEAR(vs_ens_kl(p, p, 2), 0, 1e-12, "KL(p||p)");
     VT_CHECK_NEAR(vs_ens_tvd(p, q, 2), 0.25, 1e-7, "TVD");
     const float z[2] = {1.0f, 0.0f};
-    VT_CHECK_NEAR(vs_ens_kl(p, z, 2), 0.5 * log(0.5) + 0.5 * log(0.5 / 1e-10), 1e-4, "KL with a zero in q: floored at 1e-10");
+    VT_CHECK_NEAR(vs_ens_kl(p, z, 2), 0.5 * log(0.5) + 0.5 * log(0.5 / 1e-10), 1e-4,
+                  "KL with a zero in q: floored at 1e-10");
 }
 
 static void test_grid_choice(void) {
@@ -90,7 +93,8 @@ static void test_grid_choice(void) {
     const float p[3] = {0.6f, 0.3f, 0.1f}, q1[3] = {0.5f, 0.4f, 0.1f}, q2[3] = {0.2f, 0.7f, 0.1f};
     push2(h, p, q1, q2);
     ch = choose(h, NULL);
-    VT_CHECK(!ch.fallback && ch.score == 1 && ch.grid_index == 0, "score %d index %d", ch.score, ch.grid_index);
+    VT_CHECK(!ch.fallback && ch.score == 1 && ch.grid_index == 0, "score %d index %d", ch.score,
+             ch.grid_index);
     VT_CHECK(ch.w[0] == 1 && ch.w[1] == 0, "w (%g, %g)", ch.w[0], ch.w[1]);
     VT_CHECK_NEAR(ch.dist, 0.6 * log(1.2) + 0.3 * log(0.75), 1e-6, "winner's sum KL");
     vs_ens_hist_free(h);
@@ -101,8 +105,8 @@ static void test_grid_choice(void) {
     const float pb[3] = {0.5f, 0.4f, 0.1f}, qb1[3] = {0.7f, 0.2f, 0.1f}, qb2[3] = {0.3f, 0.6f, 0.1f};
     push2(h, pb, qb1, qb2);
     ch = choose(h, NULL);
-    VT_CHECK(ch.score == 1 && ch.grid_index == 5 && fabsf(ch.w[0] - 0.5f) < 1e-6f, "interior winner: index %d, w0 %g",
-             ch.grid_index, ch.w[0]);
+    VT_CHECK(ch.score == 1 && ch.grid_index == 5 && fabsf(ch.w[0] - 0.5f) < 1e-6f,
+             "interior winner: index %d, w0 %g", ch.grid_index, ch.w[0]);
     VT_CHECK(ch.dist < 1e-6, "KL at the winner %g", ch.dist);
     /* a second position where only q2 is right (p argmax 1, q1 argmax 0): the mixture's token 1 wins iff
      * 0.2 + 0.4a > 0.7 - 0.4a, a > 0.625: positions scored: j <= 6 get 1 + 0, j >= 7 get 0 + 1: still a
@@ -128,8 +132,8 @@ static void test_grid_choice(void) {
         }
         if (score > bs || (score == bs && kl < bk - 1e-9)) best = j, bs = score, bk = kl;
     }
-    VT_CHECK(ch.grid_index == best && ch.score == bs, "two positions: index %d (brute force %d), score %d (%d)",
-             ch.grid_index, best, ch.score, bs);
+    VT_CHECK(ch.grid_index == best && ch.score == bs,
+             "two positions: index %d (brute force %d), score %d (%d)", ch.grid_index, best, ch.score, bs);
     VT_CHECK_NEAR(ch.dist, bk, 1e-5, "sum KL");
     vs_ens_hist_free(h);
 
@@ -280,7 +284,8 @@ static void test_static_random(void) {
     VT_CHECK_NEAR(ch.w[0], 2.0 / 3.0, 1e-6, "static 2:1");
     VT_CHECK(!ch.fallback, "static is no fallback");
     vs_ens_hist_free(h);
-    VT_CHECK(!vs_ens_hist_new(&c, 3, 16, &err) && strstr(err.msg, "ratios"), "2 ratios for 3 inputs: %s", err.msg);
+    VT_CHECK(!vs_ens_hist_new(&c, 3, 16, &err) && strstr(err.msg, "ratios"), "2 ratios for 3 inputs: %s",
+             err.msg);
     c = cfg_of(VS_ENS_STATIC, 64);
     h = hist_new(&c, 4, 16);
     ch = choose(h, NULL);
@@ -323,22 +328,34 @@ static void test_parse(void) {
     vs_error err = {0};
     vs_ens_weights_cfg c;
     vs_ens_weights_cfg_default(&c);
-    const char *ok[] = {"static", "grid", "inv-kl", "inv-tvd", "random", "adaboost", "static:1,2,3", "static:2:1"};
-    const vs_ens_policy pol[] = {VS_ENS_STATIC, VS_ENS_GRID,   VS_ENS_INV_KL, VS_ENS_INV_TVD,
+    const char *ok[] = {"static", "grid",     "inv-kl",       "inv-tvd",
+                        "random", "adaboost", "static:1,2,3", "static:2:1"};
+    const vs_ens_policy pol[] = {VS_ENS_STATIC, VS_ENS_GRID,     VS_ENS_INV_KL, VS_ENS_INV_TVD,
                                  VS_ENS_RANDOM, VS_ENS_ADABOOST, VS_ENS_STATIC, VS_ENS_STATIC};
     for (size_t i = 0; i < VS_ARRAY_LEN(ok); i++) {
-        VT_CHECK(vs_ens_weights_parse(ok[i], &c, &err) == VS_OK && c.policy == pol[i], "%s: %s", ok[i], err.msg);
+        VT_CHECK(vs_ens_weights_parse(ok[i], &c, &err) == VS_OK && c.policy == pol[i], "%s: %s", ok[i],
+                 err.msg);
         VT_CHECK(!strcmp(vs_ens_policy_name(c.policy), i < 6 ? ok[i] : "static"), "name of %s", ok[i]);
     }
     VT_CHECK(c.n_ratios == 2 && c.ratios[0] == 2 && c.ratios[1] == 1, "static:2:1 ratios");
-    const char *bad[] = {"", "tabed", "GRID", "static:", "static:a", "static:0,0", "static:1,,2", "static:-1,2",
-                         "static:1,2,3,4,5,6,7,8,9", "inv-kl2"};
+    const char *bad[] = {"",
+                         "tabed",
+                         "GRID",
+                         "static:",
+                         "static:a",
+                         "static:0,0",
+                         "static:1,,2",
+                         "static:-1,2",
+                         "static:1,2,3,4,5,6,7,8,9",
+                         "inv-kl2"};
     for (size_t i = 0; i < VS_ARRAY_LEN(bad); i++) {
         vs_error_clear(&err);
-        VT_CHECK(vs_ens_weights_parse(bad[i], &c, &err) == VS_ERR_INVALID && err.msg[0], "'%s' refused", bad[i]);
+        VT_CHECK(vs_ens_weights_parse(bad[i], &c, &err) == VS_ERR_INVALID && err.msg[0], "'%s' refused",
+                 bad[i]);
     }
     VT_CHECK(vs_ens_weights_parse("tabed", &c, &err) && strstr(err.msg, "unknown weight policy 'tabed'") &&
-                 strstr(err.msg, "inv-kl"), "unknown policy message names the choices: %s", err.msg);
+                 strstr(err.msg, "inv-kl"),
+             "unknown policy message names the choices: %s", err.msg);
     vs_ens_weights_cfg_default(&c);
     c.tau = -1;
     VT_CHECK(vs_ens_weights_check(&c, 2, &err) && strstr(err.msg, "temperature"), "negative tau");
@@ -388,8 +405,8 @@ static void test_topk_and_memory(void) {
         VT_CHECK(kla[m] > 0.5 * kle[m], "row %d: top-k KL %g close to the exact %g", m, kla[m], kle[m]);
     }
     VT_CHECK(same >= N * 3 / 4, "grid choices agree with the exact ones in %d of %d blocks", same, N);
-    printf("  top-64 vs exact (V %d): row KL %.4f / %.4f and %.4f / %.4f, grid choice equal in %d/%d\n", V, kla[0],
-           kle[0], kla[1], kle[1], same, N);
+    printf("  top-64 vs exact (V %d): row KL %.4f / %.4f and %.4f / %.4f, grid choice equal in %d/%d\n", V,
+           kla[0], kle[0], kla[1], kle[1], same, N);
     vs_ens_hist_free(he);
     vs_ens_hist_free(ha);
 
@@ -400,20 +417,22 @@ static void test_topk_and_memory(void) {
     size_t b0 = vs_ens_hist_bytes(hw);
     float *ps[8], *q1s[8], *q2s[8];
     for (int i = 0; i < 8; i++) {
-        ps[i] = malloc(sizeof(float) * V), q1s[i] = malloc(sizeof(float) * V), q2s[i] = malloc(sizeof(float) * V);
+        ps[i] = malloc(sizeof(float) * V), q1s[i] = malloc(sizeof(float) * V),
+        q2s[i] = malloc(sizeof(float) * V);
         rand_dist(&r, ps[i], V, 2.0f);
         rand_dist(&r, q1s[i], V, 2.0f);
         rand_dist(&r, q2s[i], V, 2.0f);
         push2(hw, ps[i], q1s[i], q2s[i]);
     }
     VT_CHECK(vs_ens_hist_bytes(hw) == b0, "window: memory constant (%zu vs %zu)", vs_ens_hist_bytes(hw), b0);
-    VT_CHECK(vs_ens_hist_len(hw) == 3 && vs_ens_hist_total(hw) == 8, "window: %d of %lld", vs_ens_hist_len(hw),
-             (long long)vs_ens_hist_total(hw));
+    VT_CHECK(vs_ens_hist_len(hw) == 3 && vs_ens_hist_total(hw) == 8, "window: %d of %lld",
+             vs_ens_hist_len(hw), (long long)vs_ens_hist_total(hw));
     cw.window = 0;
     vs_ens_hist *hf = hist_new(&cw, M, V);
     for (int i = 5; i < 8; i++) push2(hf, ps[i], q1s[i], q2s[i]);
     vs_ens_choice a = choose(hw, NULL), b = choose(hf, NULL);
-    VT_CHECK(a.w[0] == b.w[0] && a.n_positions == 3, "window 3 == the last 3 positions (%g vs %g)", a.w[0], b.w[0]);
+    VT_CHECK(a.w[0] == b.w[0] && a.n_positions == 3, "window 3 == the last 3 positions (%g vs %g)", a.w[0],
+             b.w[0]);
     /* all positions: records only, about (2m + J) doubles each */
     size_t before = vs_ens_hist_bytes(hf);
     for (int i = 0; i < 1000; i++) push2(hf, ps[i % 8], q1s[i % 8], q2s[i % 8]);
@@ -448,14 +467,17 @@ static void test_trace(void) {
     fclose(f);
     vs_ens_trace u;
     VT_REQUIRE(vs_ens_trace_read(path, &u, &err) == VS_OK, "%s", err.msg);
-    VT_CHECK(u.m == 2 && u.n == 5 && !strcmp(u.names[1], "t") && !strcmp(u.policy, "grid"), "round trip header");
+    VT_CHECK(u.m == 2 && u.n == 5 && !strcmp(u.names[1], "t") && !strcmp(u.policy, "grid"),
+             "round trip header");
     for (int i = 0; i < 5; i++)
-        VT_CHECK(u.rec[i].step == 3 * i && u.rec[i].n_accept == i && fabsf(u.rec[i].w[0] - t.rec[i].w[0]) < 1e-6f,
+        VT_CHECK(u.rec[i].step == 3 * i && u.rec[i].n_accept == i &&
+                     fabsf(u.rec[i].w[0] - t.rec[i].w[0]) < 1e-6f,
                  "record %d", i);
     vs_ens_trace_free(&u);
     vs_ens_trace_free(&t);
 
-    const char *head = "# vlmspec weight trace 1\n# inputs m t\nrequest\tblock\tstep\tn_draft\tn_accept\tw_m\tw_t\n";
+    const char *head =
+        "# vlmspec weight trace 1\n# inputs m t\nrequest\tblock\tstep\tn_draft\tn_accept\tw_m\tw_t\n";
     struct {
         const char *text, *needle;
     } bad[] = {
@@ -471,15 +493,18 @@ static void test_trace(void) {
     for (int i = 0; bad[i].text; i++) {
         vs_error_clear(&err);
         VT_CHECK(vs_ens_trace_parse(bad[i].text, strlen(bad[i].text), "x.tsv", &u, &err) == VS_ERR_FORMAT &&
-                     strstr(err.msg, bad[i].needle), "bad trace %d: %s", i, err.msg);
+                     strstr(err.msg, bad[i].needle),
+                 "bad trace %d: %s", i, err.msg);
     }
-    const char *rows[] = {"0\t0\t0\t5\t2\t0.5\n",         "0\t0\t0\t5\t6\t0.5\t0.5\n", "0\t0\t-1\t5\t2\t0.5\t0.5\n",
-                          "0\t0\t0\t5\t2\t1.5\t0.5\n",    "0\t0\t0\t5\t2\tnan\t0.5\n", "0\t0\t0\t5\t2\t0.5\t0.5\t1\n",
+    const char *rows[] = {"0\t0\t0\t5\t2\t0.5\n",        "0\t0\t0\t5\t6\t0.5\t0.5\n",
+                          "0\t0\t-1\t5\t2\t0.5\t0.5\n",  "0\t0\t0\t5\t2\t1.5\t0.5\n",
+                          "0\t0\t0\t5\t2\tnan\t0.5\n",   "0\t0\t0\t5\t2\t0.5\t0.5\t1\n",
                           "0\t0\t0x1\t5\t2\t0.5\t0.5\n", "0\t0\t99999999999\t5\t2\t0.5\t0.5\n"};
     for (size_t i = 0; i < VS_ARRAY_LEN(rows); i++) {
         snprintf(buf, sizeof(buf), "%s%s", head, rows[i]);
         vs_error_clear(&err);
-        VT_CHECK(vs_ens_trace_parse(buf, strlen(buf), "x.tsv", &u, &err) == VS_ERR_FORMAT && strstr(err.msg, "x.tsv:4"),
+        VT_CHECK(vs_ens_trace_parse(buf, strlen(buf), "x.tsv", &u, &err) == VS_ERR_FORMAT &&
+                     strstr(err.msg, "x.tsv:4"),
                  "bad row %zu: %s", i, err.msg);
     }
     /* a long line, a NUL byte */

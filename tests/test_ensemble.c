@@ -38,10 +38,12 @@ static const char *tmp_path(const char *name) {
     return p;
 }
 
-static vs_lm *make_model(int E, int L, int H, int F, int V, float std, uint64_t seed, int n_ctx, const char *name) {
+static vs_lm *make_model(int E, int L, int H, int F, int V, float std, uint64_t seed, int n_ctx,
+                         const char *name) {
     vs_lm_random_opts o;
     memset(&o, 0, sizeof(o));
-    o.n_embd = E, o.n_layer = L, o.n_head = H, o.n_head_kv = H / 2 > 0 ? H / 2 : 1, o.n_ff = F, o.n_ctx = n_ctx;
+    o.n_embd = E, o.n_layer = L, o.n_head = H, o.n_head_kv = H / 2 > 0 ? H / 2 : 1, o.n_ff = F,
+    o.n_ctx = n_ctx;
     o.n_vocab = V, o.type = VS_TYPE_F32, o.init_std = std, o.tied = true, o.seed = seed;
     vs_error err = {0};
     VT_REQUIRE(vs_lm_write_random(&o, tmp_path(name), &err) == VS_OK, "%s", err.msg);
@@ -50,8 +52,8 @@ static vs_lm *make_model(int E, int L, int H, int F, int V, float std, uint64_t 
     return lm;
 }
 
-static vs_mmproj *make_proj(int width, int hidden, int proj_out, bool tower, uint64_t tower_hash, uint64_t seed,
-                            const char *name) {
+static vs_mmproj *make_proj(int width, int hidden, int proj_out, bool tower, uint64_t tower_hash,
+                            uint64_t seed, const char *name) {
     vs_vision_config c;
     memset(&c, 0, sizeof(c));
     c.image_size = 42, c.patch_size = 14, c.width = width, c.ffn = 2 * width, c.n_heads = 2, c.n_blocks = 1;
@@ -164,8 +166,9 @@ static void fixture_init(fixture *f) {
     for (int i = 0; i < NI; i++) {
         for (int j = 0; j < 3 * S * S; j++) pix[j] = (float)(vs_rng_uniform(&r) * 2 - 1);
         VT_REQUIRE(vs_vision_encode(tower, NULL, pix, NULL, &f->feat[i], &err) == VS_OK, "%s", err.msg);
-        VT_REQUIRE(vs_vision_embed(vs_mmproj_projector(f->tm), NULL, &f->feat[i], 1, &f->trows[i], &f->n_trows[i],
-                                   &err) == VS_OK, "%s", err.msg);
+        VT_REQUIRE(vs_vision_embed(vs_mmproj_projector(f->tm), NULL, &f->feat[i], 1, &f->trows[i],
+                                   &f->n_trows[i], &err) == VS_OK,
+                   "%s", err.msg);
         f->fp[i] = &f->feat[i];
     }
     free(pix);
@@ -175,16 +178,21 @@ static void fixture_init(fixture *f) {
         int n_img = i % 3, at = 0, ns = 0;
         for (int k = 0; k <= n_img; k++) {
             int len = 1 + (int)vs_rng_below(&r, 6) + (k == n_img ? 3 : 0);
-            for (int j = 0; j < len; j++) f->mp[i].tok[at + j] = at + j == 0 ? 1 : 3 + (int32_t)vs_rng_below(&r, 93);
-            f->mp[i].seg[ns++] = (vs_spec_segment){.kind = VS_SPEC_SEG_TEXT, .n = len, .tokens = f->mp[i].tok + at};
+            for (int j = 0; j < len; j++)
+                f->mp[i].tok[at + j] = at + j == 0 ? 1 : 3 + (int32_t)vs_rng_below(&r, 93);
+            f->mp[i].seg[ns++] =
+                (vs_spec_segment){.kind = VS_SPEC_SEG_TEXT, .n = len, .tokens = f->mp[i].tok + at};
             at += len;
             if (k < n_img) {
                 int im = (i + k) % NI;
-                f->mp[i].seg[ns++] = (vs_spec_segment){.kind = VS_SPEC_SEG_IMAGE, .n = (int32_t)f->n_trows[im],
-                                                       .embd = f->trows[im], .image = im};
+                f->mp[i].seg[ns++] = (vs_spec_segment){.kind = VS_SPEC_SEG_IMAGE,
+                                                       .n = (int32_t)f->n_trows[im],
+                                                       .embd = f->trows[im],
+                                                       .image = im};
             }
         }
-        f->mp[i].p.seg = f->mp[i].seg, f->mp[i].p.n_seg = ns, f->mp[i].p.images = f->fp, f->mp[i].p.n_images = NI;
+        f->mp[i].p.seg = f->mp[i].seg, f->mp[i].p.n_seg = ns, f->mp[i].p.images = f->fp,
+        f->mp[i].p.n_images = NI;
         f->mp[i].n_img = n_img;
     }
     f->caps = vs_caption_src_new_texts(CAPTIONS, NI, &err);
@@ -223,7 +231,8 @@ static int64_t wasted(const vs_spec_log *log) {
     return w;
 }
 
-static void run_lossless(fixture *f, vs_lm *draft, const vs_vision_projector *proj, const char *label, tally *t) {
+static void run_lossless(fixture *f, vs_lm *draft, const vs_vision_projector *proj, const char *label,
+                         tally *t) {
     vs_error err = {0};
     engine e = make_engine(f->target, 256);
     vs_spec_log base[NP], log;
@@ -254,17 +263,21 @@ static void run_lossless(fixture *f, vs_lm *draft, const vs_vision_projector *pr
                 t->combos++;
                 if (!same_tokens(&log, &base[i])) {
                     t->mismatches++;
-                    VT_CHECK(false, "%s: inputs %s, weights %s, prompt %d, gamma %d: output differs from target-only",
-                             label, SETS[s], pol, i, gamma);
+                    VT_CHECK(
+                        false,
+                        "%s: inputs %s, weights %s, prompt %d, gamma %d: output differs from target-only",
+                        label, SETS[s], pol, i, gamma);
                 }
                 int64_t cached = 0;
                 for (int r = 0; r < m; r++) cached += vs_kv_seq_len(kv, r);
                 const int64_t evaluated = vs_draft_ens_get_stats(d)->rows_evaluated - before;
                 if (evaluated != cached + m * wasted(&log)) {
                     t->eval_errors++;
-                    VT_CHECK(false, "%s %s %s prompt %d: %lld rows evaluated, %lld cached + %lld x %d rejected drafts",
-                             label, SETS[s], pol, i, (long long)evaluated, (long long)cached,
-                             (long long)wasted(&log), m);
+                    VT_CHECK(
+                        false,
+                        "%s %s %s prompt %d: %lld rows evaluated, %lld cached + %lld x %d rejected drafts",
+                        label, SETS[s], pol, i, (long long)evaluated, (long long)cached,
+                        (long long)wasted(&log), m);
                 }
                 for (int b = 0; b < log.n_blocks; b++) {
                     t->drafted += log.blocks[b].n_eval, t->accepted += log.blocks[b].n_accept;
@@ -288,11 +301,12 @@ static void test_lossless(fixture *f) {
     run_lossless(f, f->draft_rel, vs_mmproj_projector(f->dm_rel), "related drafter", &t);
     const int first = t.combos;
     run_lossless(f, f->draft_far, vs_mmproj_projector(f->dm_far), "unrelated drafter", &t);
-    printf("  lossless greedy: %d + %d prompt x input x policy combinations, %d mismatches, acceptance %.3f\n", first,
-           t.combos - first, t.mismatches, (double)t.accepted / (double)VS_MAX(t.drafted, 1));
+    printf(
+        "  lossless greedy: %d + %d prompt x input x policy combinations, %d mismatches, acceptance %.3f\n",
+        first, t.combos - first, t.mismatches, (double)t.accepted / (double)VS_MAX(t.drafted, 1));
     VT_CHECK(first >= 200, "%d combinations per drafter", first);
-    VT_CHECK(t.mismatches == 0 && t.eval_errors == 0, "%d mismatches, %d evaluation-count errors", t.mismatches,
-             t.eval_errors);
+    VT_CHECK(t.mismatches == 0 && t.eval_errors == 0, "%d mismatches, %d evaluation-count errors",
+             t.mismatches, t.eval_errors);
     const double acc = (double)t.accepted / (double)VS_MAX(t.drafted, 1);
     VT_CHECK(acc > 0.05 && acc < 0.95, "acceptance %g exercises both branches", acc);
 }
@@ -309,7 +323,8 @@ static void test_single_is_draft_lm(fixture *f) {
         vs_draft_lm_opts lo = {.mode = mode ? VS_DRAFT_LM_MM : VS_DRAFT_LM_TEXT, .proj = mode ? proj : NULL};
         vs_spec_drafter *dl = vs_draft_lm_new(f->draft_rel, f->target, &lo, &err);
         VT_REQUIRE(dl, "%s", err.msg);
-        vs_spec_drafter *de = make_ens(f->draft_rel, f->target, mode ? "m" : "t", "static", proj, NULL, false);
+        vs_spec_drafter *de =
+            make_ens(f->draft_rel, f->target, mode ? "m" : "t", "static", proj, NULL, false);
         vs_spec_log a, b;
         vs_spec_log_init(&a), vs_spec_log_init(&b);
         for (int i = 0; i < NP; i++) {
@@ -317,13 +332,15 @@ static void test_single_is_draft_lm(fixture *f) {
             VT_REQUIRE(gen(&e, de, &f->mp[i].p, 4, 24, &b, &err) == VS_OK, "%s", err.msg);
             bool eq = a.n_blocks == b.n_blocks && same_tokens(&a, &b);
             for (int k = 0; eq && k < a.n_blocks; k++)
-                eq = a.blocks[k].n_draft == b.blocks[k].n_draft && a.blocks[k].n_accept == b.blocks[k].n_accept;
+                eq = a.blocks[k].n_draft == b.blocks[k].n_draft &&
+                     a.blocks[k].n_accept == b.blocks[k].n_accept;
             same += eq;
             total++;
         }
         VT_CHECK(vs_draft_lm_rows_evaluated(dl) == vs_draft_ens_get_stats(de)->rows_evaluated,
                  "%s: draft_lm evaluated %lld rows, the 1-row ensemble %lld", mode ? "M" : "T",
-                 (long long)vs_draft_lm_rows_evaluated(dl), (long long)vs_draft_ens_get_stats(de)->rows_evaluated);
+                 (long long)vs_draft_lm_rows_evaluated(dl),
+                 (long long)vs_draft_ens_get_stats(de)->rows_evaluated);
         vs_spec_log_free(&a), vs_spec_log_free(&b);
         vs_spec_drafter_free(dl);
         vs_spec_drafter_free(de);
@@ -358,7 +375,8 @@ static void test_adaptation(fixture *f) {
             VT_CHECK(from >= 0, "trace has the request's blocks");
             for (int b = 0, j = from; b < log.n_blocks && j < tr->n; b++) {
                 if (log.blocks[b].n_draft == 0) continue;
-                VT_CHECK(tr->rec[j].n_draft == log.blocks[b].n_draft && tr->rec[j].n_accept == log.blocks[b].n_accept,
+                VT_CHECK(tr->rec[j].n_draft == log.blocks[b].n_draft &&
+                             tr->rec[j].n_accept == log.blocks[b].n_accept,
                          "trace block %d matches the engine's", b);
                 VT_CHECK(fabsf(tr->rec[j].w[0] + tr->rec[j].w[1] - 1) < 1e-5f, "weights sum to 1");
                 j++;
@@ -370,8 +388,10 @@ static void test_adaptation(fixture *f) {
         vs_spec_log_free(&log);
         vs_spec_drafter_free(d);
     }
-    printf("  adaptation (self drafting, rows T and M): acceptance static %.3f, grid %.3f, inv-kl %.3f; last w_M: "
-           "grid %.3f, inv-kl %.3f\n", acc[0], acc[1], acc[2], wm_last[1], wm_last[2]);
+    printf("  adaptation (self drafting, rows T and M): acceptance static %.3f, grid %.3f, inv-kl %.3f; last "
+           "w_M: "
+           "grid %.3f, inv-kl %.3f\n",
+           acc[0], acc[1], acc[2], wm_last[1], wm_last[2]);
     VT_CHECK(wm_last[1] >= 0.9f, "grid weights move to the M row (%g)", wm_last[1]);
     VT_CHECK(wm_last[2] >= 0.99f, "inverse-KL weights move to the M row (%g)", wm_last[2]);
     VT_CHECK(acc[1] >= 0.97 && acc[2] >= 0.97, "adaptive acceptance %g / %g", acc[1], acc[2]);
@@ -418,8 +438,8 @@ static void test_captioner(fixture *f) {
     }
     VT_CHECK(same == NP, "captions from the thread == the same captions as texts (%d of %d)", same, NP);
     VT_CHECK(t_cap > 0, "caption time reported");
-    printf("  captioner thread: %d/%d requests identical to fixed captions, caption time %.4f s in all\n", same, NP,
-           t_cap);
+    printf("  captioner thread: %d/%d requests identical to fixed captions, caption time %.4f s in all\n",
+           same, NP, t_cap);
     /* an error in begin after the thread started must not leave it running: pool too large for the P row */
     vs_draft_ens_opts o;
     vs_draft_ens_opts_default(&o);
@@ -457,12 +477,14 @@ static void test_captions_file(void) {
     write_file(p, "# captions\n\na red square\n  two blue circles  \n");
     vs_caption_src *s = vs_caption_src_from_file(p, keys, 2, &err);
     VT_REQUIRE(s, "%s", err.msg);
-    VT_CHECK(!strcmp(vs_caption_src_get(s, 1), "two blue circles") && !vs_caption_src_get(s, 2), "positional");
+    VT_CHECK(!strcmp(vs_caption_src_get(s, 1), "two blue circles") && !vs_caption_src_get(s, 2),
+             "positional");
     vs_caption_src_free(s);
     write_file(p, "b.png\tthe second\nimgs/a.png\tthe first\n");
     s = vs_caption_src_from_file(p, keys, 2, &err);
     VT_REQUIRE(s, "%s", err.msg);
-    VT_CHECK(!strcmp(vs_caption_src_get(s, 0), "the first") && !strcmp(vs_caption_src_get(s, 1), "the second"),
+    VT_CHECK(!strcmp(vs_caption_src_get(s, 0), "the first") &&
+                 !strcmp(vs_caption_src_get(s, 1), "the second"),
              "keyed by path and by file name");
     vs_caption_src_free(s);
     struct {
@@ -484,7 +506,8 @@ static void test_captions_file(void) {
         VT_CHECK(!s && strstr(err.msg, bad[i].needle), "captions file %d: %s", i, err.msg);
         vs_caption_src_free(s);
     }
-    VT_CHECK(!vs_caption_src_from_file(tmp_path("nonexistent.txt"), keys, 2, &err), "missing file: %s", err.msg);
+    VT_CHECK(!vs_caption_src_from_file(tmp_path("nonexistent.txt"), keys, 2, &err), "missing file: %s",
+             err.msg);
 }
 
 /* ------------------------------------------------------------------------------------------------
@@ -498,35 +521,45 @@ static void test_bad_input(fixture *f) {
     VT_CHECK(vs_ens_inputs_parse("m,x", in, &n, &err) && strstr(err.msg, "unknown input 'x'"), "%s", err.msg);
     VT_CHECK(vs_ens_inputs_parse("mtm", in, &n, &err) && strstr(err.msg, "twice"), "%s", err.msg);
     VT_CHECK(vs_ens_inputs_parse("", in, &n, &err) && vs_ens_inputs_parse(",", in, &n, &err), "empty lists");
-    VT_CHECK(vs_ens_inputs_parse("M,T,C,P", in, &n, &err) == VS_OK && n == 4 && in[3] == VS_ENS_IN_P, "upper case");
+    VT_CHECK(vs_ens_inputs_parse("M,T,C,P", in, &n, &err) == VS_OK && n == 4 && in[3] == VS_ENS_IN_P,
+             "upper case");
 
     vs_draft_ens_opts o;
     vs_draft_ens_opts_default(&o);
     o.n_inputs = 2, o.inputs[0] = VS_ENS_IN_M, o.inputs[1] = VS_ENS_IN_C;
     o.proj = proj;
-    VT_CHECK(!vs_draft_ens_new(f->draft_rel, f->target, &o, &err) && strstr(err.msg, "captions"), "C without captions: %s",
-             err.msg);
+    VT_CHECK(!vs_draft_ens_new(f->draft_rel, f->target, &o, &err) && strstr(err.msg, "captions"),
+             "C without captions: %s", err.msg);
     o.captions = f->caps, o.proj = NULL;
-    VT_CHECK(!vs_draft_ens_new(f->draft_rel, f->target, &o, &err) && strstr(err.msg, "projector"), "M without "
-             "projector: %s", err.msg);
+    VT_CHECK(!vs_draft_ens_new(f->draft_rel, f->target, &o, &err) && strstr(err.msg, "projector"),
+             "M without "
+             "projector: %s",
+             err.msg);
     o.proj = vs_mmproj_projector(f->dm_far);
-    VT_CHECK(!vs_draft_ens_new(f->draft_rel, f->target, &o, &err) && strstr(err.msg, "wide"), "width: %s", err.msg);
+    VT_CHECK(!vs_draft_ens_new(f->draft_rel, f->target, &o, &err) && strstr(err.msg, "wide"), "width: %s",
+             err.msg);
     o.proj = proj;
     o.inputs[1] = VS_ENS_IN_M;
-    VT_CHECK(!vs_draft_ens_new(f->draft_rel, f->target, &o, &err) && strstr(err.msg, "twice"), "repeat: %s", err.msg);
-    o.inputs[1] = (vs_ens_input)7;
-    VT_CHECK(!vs_draft_ens_new(f->draft_rel, f->target, &o, &err) && strstr(err.msg, "unknown drafting input"), "%s",
+    VT_CHECK(!vs_draft_ens_new(f->draft_rel, f->target, &o, &err) && strstr(err.msg, "twice"), "repeat: %s",
              err.msg);
+    o.inputs[1] = (vs_ens_input)7;
+    VT_CHECK(!vs_draft_ens_new(f->draft_rel, f->target, &o, &err) &&
+                 strstr(err.msg, "unknown drafting input"),
+             "%s", err.msg);
     o.inputs[1] = VS_ENS_IN_P;
     o.pool_k = 0;
-    VT_CHECK(!vs_draft_ens_new(f->draft_rel, f->target, &o, &err) && strstr(err.msg, "pool size 0"), "%s", err.msg);
+    VT_CHECK(!vs_draft_ens_new(f->draft_rel, f->target, &o, &err) && strstr(err.msg, "pool size 0"), "%s",
+             err.msg);
     o.pool_k = 2;
     o.weights.policy = (vs_ens_policy)42;
-    VT_CHECK(!vs_draft_ens_new(f->draft_rel, f->target, &o, &err) && strstr(err.msg, "unknown policy"), "%s", err.msg);
+    VT_CHECK(!vs_draft_ens_new(f->draft_rel, f->target, &o, &err) && strstr(err.msg, "unknown policy"), "%s",
+             err.msg);
     vs_ens_weights_cfg_default(&o.weights);
-    VT_CHECK(vs_ens_weights_parse("tabed", &o.weights, &err) && strstr(err.msg, "unknown weight policy"), "%s", err.msg);
+    VT_CHECK(vs_ens_weights_parse("tabed", &o.weights, &err) && strstr(err.msg, "unknown weight policy"),
+             "%s", err.msg);
     o.weights.policy = VS_ENS_STATIC, o.weights.n_ratios = 3, o.weights.ratios[0] = 1;
-    VT_CHECK(!vs_draft_ens_new(f->draft_rel, f->target, &o, &err) && strstr(err.msg, "ratios"), "%s", err.msg);
+    VT_CHECK(!vs_draft_ens_new(f->draft_rel, f->target, &o, &err) && strstr(err.msg, "ratios"), "%s",
+             err.msg);
     vs_ens_weights_cfg_default(&o.weights);
     o.n_inputs = 0;
     VT_CHECK(!vs_draft_ens_new(f->draft_rel, f->target, &o, &err), "no inputs");
@@ -545,8 +578,8 @@ static void test_bad_input(fixture *f) {
     vs_caption_src *miss = vs_caption_src_new_texts(partial, NI, &err);
     VT_REQUIRE(miss, "%s", err.msg);
     vs_spec_drafter *d = make_ens(f->draft_rel, f->target, "tc", "static", proj, miss, false);
-    VT_CHECK(gen(&e, d, two, 3, 8, &log, &err) == VS_ERR_INVALID && strstr(err.msg, "no caption for image"), "%s",
-             err.msg);
+    VT_CHECK(gen(&e, d, two, 3, 8, &log, &err) == VS_ERR_INVALID && strstr(err.msg, "no caption for image"),
+             "%s", err.msg);
     vs_spec_drafter_free(d);
     vs_caption_src_free(miss);
     /* an empty caption: documented fallback ("image: " alone), still lossless */
@@ -568,7 +601,8 @@ static void test_bad_input(fixture *f) {
     o.inputs[0] = VS_ENS_IN_P, o.proj = proj, o.pool_k = 4;
     d = vs_draft_ens_new(f->draft_rel, f->target, &o, &err);
     VT_REQUIRE(d, "%s", err.msg);
-    VT_CHECK(gen(&e, d, two, 3, 8, &log, &err) == VS_ERR_INVALID && strstr(err.msg, "pool size 4 is larger than image"),
+    VT_CHECK(gen(&e, d, two, 3, 8, &log, &err) == VS_ERR_INVALID &&
+                 strstr(err.msg, "pool size 4 is larger than image"),
              "%s", err.msg);
     vs_spec_drafter_free(d);
     o.pool_k = 3;
@@ -576,9 +610,10 @@ static void test_bad_input(fixture *f) {
     VT_REQUIRE(d && gen(&e, d, two, 3, 12, &log, &err) == VS_OK, "%s", err.msg);
     VT_CHECK(same_tokens(&log, &base), "pool 3: lossless");
     int text_rows = 0;
-    for (int s = 0; s < two->n_seg; s++) text_rows += two->seg[s].kind == VS_SPEC_SEG_TEXT ? two->seg[s].n : 0;
-    VT_CHECK(vs_draft_ens_get_stats(d)->prefix_rows[0] == text_rows + 2, "pool 3 x 3: one row per image (%d rows)",
-             vs_draft_ens_get_stats(d)->prefix_rows[0]);
+    for (int s = 0; s < two->n_seg; s++)
+        text_rows += two->seg[s].kind == VS_SPEC_SEG_TEXT ? two->seg[s].n : 0;
+    VT_CHECK(vs_draft_ens_get_stats(d)->prefix_rows[0] == text_rows + 2,
+             "pool 3 x 3: one row per image (%d rows)", vs_draft_ens_get_stats(d)->prefix_rows[0]);
     vs_spec_drafter_free(d);
     /* pool 2: a 3 x 3 grid becomes 2 x 2 (edge windows average what is inside) */
     o.pool_k = 2;
@@ -591,7 +626,8 @@ static void test_bad_input(fixture *f) {
     segs[1].image = -1;
     vs_spec_prompt nof = {.seg = segs, .n_seg = 3};
     d = make_ens(f->draft_rel, f->target, "mt", "grid", proj, NULL, false);
-    VT_CHECK(gen(&e, d, &nof, 3, 8, &log, &err) == VS_ERR_INVALID && strstr(err.msg, "features"), "%s", err.msg);
+    VT_CHECK(gen(&e, d, &nof, 3, 8, &log, &err) == VS_ERR_INVALID && strstr(err.msg, "features"), "%s",
+             err.msg);
     /* T alone does not need them */
     vs_spec_drafter_free(d);
     d = make_ens(f->draft_rel, f->target, "t", "static", NULL, NULL, false);
@@ -650,7 +686,8 @@ static void test_cli(void) {
     vs_lm *d = make_model(64, 2, 4, 128, V96, 0.12f, 111, 512, "cli-d.gguf");
     vs_lm_free(t), vs_lm_free(d);
     vs_mmproj *tm = make_proj(32, 64, 64, true, 0, 3, "cli-t-mmproj.gguf");
-    vs_mmproj *dm = make_proj(32, 64, 64, false, vs_vision_tower_hash(vs_mmproj_tower(tm)), 4, "cli-d-mmproj.gguf");
+    vs_mmproj *dm =
+        make_proj(32, 64, 64, false, vs_vision_tower_hash(vs_mmproj_tower(tm)), 4, "cli-d-mmproj.gguf");
     vs_mmproj_free(tm), vs_mmproj_free(dm);
     char T[512], D[512], TM[512], DM[512], I0[512], I1[512], CAP[512], TR[512], SVG[512], OUT[512];
     snprintf(T, sizeof(T), "%s", tmp_path("cli-t.gguf"));
@@ -674,10 +711,11 @@ static void test_cli(void) {
     write_file(CAP, "cli-img1.ppm\tsome dots\ncli-img0.ppm\ta gradient\n");
     const char *P = "'USER: <image>\nwhat <image> is it? ASSISTANT:'";
     /* MTCP, inverse KL, captions from a file, trace */
-    int rc = vt_run("%s generate -m %s --mmproj %s -md %s --mmproj-draft %s --draft 4 --draft-mode m,t,c,p "
-                    "--weights inv-kl --weights-tau 0.5 --history 8 --pool 2 --captions %s --trace-weights %s "
-                    "--image %s --image %s -p %s -n 24 --temp 0 --compare --json > %s 2>&1",
-                    vt_cli(), T, TM, D, DM, CAP, TR, I0, I1, P, OUT);
+    int rc =
+        vt_run("%s generate -m %s --mmproj %s -md %s --mmproj-draft %s --draft 4 --draft-mode m,t,c,p "
+               "--weights inv-kl --weights-tau 0.5 --history 8 --pool 2 --captions %s --trace-weights %s "
+               "--image %s --image %s -p %s -n 24 --temp 0 --compare --json > %s 2>&1",
+               vt_cli(), T, TM, D, DM, CAP, TR, I0, I1, P, OUT);
     VT_CHECK(rc == 0 && file_has(OUT, "\"identical\":true") && file_has(OUT, "\"draft_mode\":\"m,t,c,p\"") &&
                  file_has(OUT, "\"last_weights\"") && file_has(OUT, "\"weights\":\"inv-kl\""),
              "CLI MTCP run (rc %d)", rc);
@@ -688,32 +726,40 @@ static void test_cli(void) {
     rc = vt_run("%s plot weights %s -o %s --all-inputs --input t > %s 2>&1", vt_cli(), TR, SVG, OUT);
     VT_CHECK(rc == 0 && file_has(SVG, "w_c"), "plot weights --all-inputs (rc %d)", rc);
     /* MTC with the drafter captioning on its own thread, grid weights, text statistics */
-    rc = vt_run("%s generate -m %s --mmproj %s -md %s --mmproj-draft %s --draft 3 --draft-mode mtc --weights grid "
-                "--image %s --image %s -p %s -n 16 --temp 0 --compare > %s 2>&1",
-                vt_cli(), T, TM, D, DM, I0, I1, P, OUT);
+    rc = vt_run(
+        "%s generate -m %s --mmproj %s -md %s --mmproj-draft %s --draft 3 --draft-mode mtc --weights grid "
+        "--image %s --image %s -p %s -n 16 --temp 0 --compare > %s 2>&1",
+        vt_cli(), T, TM, D, DM, I0, I1, P, OUT);
     VT_CHECK(rc == 0 && file_has(OUT, "is identical to") && file_has(OUT, "captions:") &&
-                 file_has(OUT, "own thread"), "CLI MTC captioner run (rc %d)", rc);
+                 file_has(OUT, "own thread"),
+             "CLI MTC captioner run (rc %d)", rc);
     /* sampling with an ensemble */
-    rc = vt_run("%s generate -m %s --mmproj %s -md %s --mmproj-draft %s --draft-mode m,t --weights static:2,1 "
-                "--image %s --image %s -p %s -n 12 --temp 0.8 --seed 3 > %s 2>&1",
-                vt_cli(), T, TM, D, DM, I0, I1, P, OUT);
+    rc =
+        vt_run("%s generate -m %s --mmproj %s -md %s --mmproj-draft %s --draft-mode m,t --weights static:2,1 "
+               "--image %s --image %s -p %s -n 12 --temp 0.8 --seed 3 > %s 2>&1",
+               vt_cli(), T, TM, D, DM, I0, I1, P, OUT);
     VT_CHECK(rc == 0 && file_has(OUT, "tau"), "CLI sampling ensemble run (rc %d)", rc);
     /* bad input */
-    rc = vt_run("%s generate -m %s -md %s --draft-mode m,t --weights tabed -p x > %s 2>&1", vt_cli(), T, D, OUT);
+    rc = vt_run("%s generate -m %s -md %s --draft-mode m,t --weights tabed -p x > %s 2>&1", vt_cli(), T, D,
+                OUT);
     VT_CHECK(rc == 2 && file_has(OUT, "unknown weight policy 'tabed'"), "CLI unknown policy (rc %d)", rc);
     rc = vt_run("%s generate -m %s --draft-mode m,t,x -md %s -p x > %s 2>&1", vt_cli(), T, D, OUT);
     VT_CHECK(rc == 2 && file_has(OUT, "unknown input 'x'"), "CLI unknown input (rc %d)", rc);
     rc = vt_run("%s generate -m %s --draft-mode m,t -p x > %s 2>&1", vt_cli(), T, OUT);
     VT_CHECK(rc == 2 && file_has(OUT, "draft model"), "CLI ensemble without a draft model (rc %d)", rc);
     rc = vt_run("%s generate -m %s --mmproj %s -md %s --mmproj-draft %s --draft-mode t,p --pool 9 --image %s "
-                "-p '<image> x' -n 4 > %s 2>&1", vt_cli(), T, TM, D, DM, I0, OUT);
+                "-p '<image> x' -n 4 > %s 2>&1",
+                vt_cli(), T, TM, D, DM, I0, OUT);
     VT_CHECK(rc == 1 && file_has(OUT, "pool size 9 is larger"), "CLI pool larger than the grid (rc %d)", rc);
     write_file(CAP, "cli-img0.ppm\ta gradient\n");
-    rc = vt_run("%s generate -m %s --mmproj %s -md %s --mmproj-draft %s --draft-mode t,c --captions %s --image %s "
-                "--image %s -p %s -n 4 > %s 2>&1", vt_cli(), T, TM, D, DM, CAP, I0, I1, P, OUT);
+    rc = vt_run(
+        "%s generate -m %s --mmproj %s -md %s --mmproj-draft %s --draft-mode t,c --captions %s --image %s "
+        "--image %s -p %s -n 4 > %s 2>&1",
+        vt_cli(), T, TM, D, DM, CAP, I0, I1, P, OUT);
     VT_CHECK(rc == 1 && file_has(OUT, "no caption for image 1"), "CLI missing caption (rc %d)", rc);
-    rc = vt_run("%s generate -m %s --mmproj %s -md %s --draft-mode t,c --image %s -p '<image> x' -n 4 > %s 2>&1",
-                vt_cli(), T, TM, D, I0, OUT);
+    rc = vt_run(
+        "%s generate -m %s --mmproj %s -md %s --draft-mode t,c --image %s -p '<image> x' -n 4 > %s 2>&1",
+        vt_cli(), T, TM, D, I0, OUT);
     VT_CHECK(rc == 1 && file_has(OUT, "--captions"), "CLI captions without a source (rc %d)", rc);
     rc = vt_run("%s plot weights %s > %s 2>&1", vt_cli(), TR, OUT);
     VT_CHECK(rc == 2 && file_has(OUT, "-o"), "plot without -o (rc %d)", rc);
@@ -788,8 +834,10 @@ static void target_probs(vs_lm *lm, vs_sampler *smp, const vs_spec_prompt *p, co
     int m = 0;
     for (int s = 0; s < p->n_seg; s++)
         for (int j = 0; j < p->seg[s].n; j++, m++) {
-            if (p->seg[s].kind == VS_SPEC_SEG_TEXT) rows[m].token = p->seg[s].tokens[j];
-            else rows[m].embd = p->seg[s].embd + (size_t)j * E;
+            if (p->seg[s].kind == VS_SPEC_SEG_TEXT)
+                rows[m].token = p->seg[s].tokens[j];
+            else
+                rows[m].embd = p->seg[s].embd + (size_t)j * E;
             rows[m].pos = m;
         }
     for (int i = 0; i < np; i++) rows[m].token = path[i], rows[m].pos = m, m++;
@@ -843,8 +891,8 @@ typedef struct sconfig {
     bool greedy_draft, broken;
 } sconfig;
 
-static double run_sampling(vs_lm *target, vs_lm *draft, const vs_vision_projector *dproj, const vs_spec_prompt *pr,
-                           const sconfig *c, int n, double *accept_rate) {
+static double run_sampling(vs_lm *target, vs_lm *draft, const vs_vision_projector *dproj,
+                           const vs_spec_prompt *pr, const sconfig *c, int n, double *accept_rate) {
     vs_error err = {0};
     vs_sampler_params sp = vs_sampler_params_default();
     sp.temperature = c->temperature, sp.top_p = c->top_p, sp.top_k = c->top_k;
@@ -878,7 +926,8 @@ static double run_sampling(vs_lm *target, vs_lm *draft, const vs_vision_projecto
         VT_REQUIRE(log.n_tokens >= 1 && log.n_tokens <= 3, "sample %d has %d tokens", i, log.n_tokens);
         VT_REQUIRE(log.n_tokens == 3 || log.tokens[log.n_tokens - 1] == EOS, "short path without EOS");
         cnt[cat_of(log.tokens, log.n_tokens)]++;
-        for (int b = 0; b < log.n_blocks; b++) drafted += log.blocks[b].n_eval, accepted += log.blocks[b].n_accept;
+        for (int b = 0; b < log.n_blocks; b++)
+            drafted += log.blocks[b].n_eval, accepted += log.blocks[b].n_accept;
     }
     *accept_rate = drafted ? (double)accepted / (double)drafted : 0;
     double chi2 = 0, pool_e = 0, pool_o = 0;
@@ -903,8 +952,8 @@ static double run_sampling(vs_lm *target, vs_lm *draft, const vs_vision_projecto
         bins++;
     }
     double p = impossible ? 0 : chi2_pvalue(chi2, bins - 1);
-    printf("  %-44s n %d, %d bins, chi2 %.1f, p = %.3g, impossible %lld, acceptance %.3f\n", c->name, n, bins, chi2, p,
-           (long long)impossible, *accept_rate);
+    printf("  %-44s n %d, %d bins, chi2 %.1f, p = %.3g, impossible %lld, acceptance %.3f\n", c->name, n, bins,
+           chi2, p, (long long)impossible, *accept_rate);
     vs_spec_log_free(&log);
     free(cnt);
     free(pd);
@@ -933,8 +982,8 @@ static void test_sampling(double scale) {
     float *trows = NULL;
     int64_t n_trows = 0;
     vs_error err = {0};
-    VT_REQUIRE(vs_vision_embed(vs_mmproj_projector(tproj), NULL, &feat, 1, &trows, &n_trows, &err) == VS_OK, "%s",
-               err.msg);
+    VT_REQUIRE(vs_vision_embed(vs_mmproj_projector(tproj), NULL, &feat, 1, &trows, &n_trows, &err) == VS_OK,
+               "%s", err.msg);
     const int32_t t0[2] = {1, 7}, t1[2] = {11, 4};
     vs_spec_segment seg[3] = {{.kind = VS_SPEC_SEG_TEXT, .n = 2, .tokens = t0},
                               {.kind = VS_SPEC_SEG_IMAGE, .n = (int32_t)n_trows, .embd = trows, .image = 0},
@@ -950,10 +999,13 @@ static void test_sampling(double scale) {
     for (size_t i = 0; i < VS_ARRAY_LEN(cfgs); i++) {
         double acc;
         double p = run_sampling(target, draft, vs_mmproj_projector(dproj), &pr, &cfgs[i], N, &acc);
-        VT_CHECK(p > 0.001, "%s: speculative sampling differs from target-only sampling (p = %g)", cfgs[i].name, p);
-        VT_CHECK(acc > 0.05 && acc < 0.95, "%s: acceptance %g does not exercise both branches", cfgs[i].name, acc);
+        VT_CHECK(p > 0.001, "%s: speculative sampling differs from target-only sampling (p = %g)",
+                 cfgs[i].name, p);
+        VT_CHECK(acc > 0.05 && acc < 0.95, "%s: acceptance %g does not exercise both branches", cfgs[i].name,
+                 acc);
     }
-    const sconfig broken = {"BROKEN residual (must fail), MT static", "mt", "static", 1.0f, 1.0f, 0, 2, false, true};
+    const sconfig broken = {
+        "BROKEN residual (must fail), MT static", "mt", "static", 1.0f, 1.0f, 0, 2, false, true};
     double acc;
     double p = run_sampling(target, draft, vs_mmproj_projector(dproj), &pr, &broken, N / 3, &acc);
     VT_CHECK(p < 1e-6, "the test did not detect the broken residual (p = %g)", p);
@@ -971,43 +1023,63 @@ static int cmp_d(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-static int bench(int threads) {
+/* Median seconds of one draft step of m rows (each its own sequence after P cached rows). */
+static double step_time(vs_lm *lm, vs_threadpool *tp, int m, int P, vs_type kvt, int reps) {
     vs_error err = {0};
-    vs_threadpool *tp = threads > 1 ? vs_threadpool_new(threads, &err) : NULL;
-    const int E = 160, L = 3, V = 2048, P = 600, REPS = 200;
-    vs_lm *lm = make_model(E, L, 4, 4 * E, V, 0.05f, 5, 1024, "ens-bench.gguf");
-    vs_kv *kv = vs_lm_kv_new(lm, 4, 1024, VS_TYPE_F32, &err);
+    const int V = vs_lm_cfg(lm)->n_vocab;
+    vs_kv *kv = vs_lm_kv_new(lm, 4, P + 8, kvt, &err);
     VT_REQUIRE(kv, "%s", err.msg);
-    vs_lm_row *rows = calloc(P, sizeof(vs_lm_row));
+    vs_lm_row *rows = calloc((size_t)P, sizeof(vs_lm_row));
     vs_rng r;
     vs_rng_seed(&r, 1);
-    for (int s = 0; s < 4; s++) {
-        for (int i = 0; i < P; i++) rows[i] = (vs_lm_row){.token = 3 + (int32_t)vs_rng_below(&r, V - 3), .seq = s, .pos = i};
+    for (int s = 0; s < m; s++) {
+        for (int i = 0; i < P; i++)
+            rows[i] = (vs_lm_row){.token = 3 + (int32_t)vs_rng_below(&r, V - 3), .seq = s, .pos = i};
         VT_REQUIRE(vs_lm_forward(lm, kv, tp, rows, P, NULL, &err) == VS_OK, "%s", err.msg);
     }
     float *logits = malloc(sizeof(float) * 4 * V);
-    double t1[REPS], t4[REPS];
-    for (int k = 0; k < REPS; k++) {
-        for (int m = 1; m <= 4; m += 3) {
-            vs_lm_row st[4];
-            for (int s = 0; s < m; s++) st[s] = (vs_lm_row){.token = 5 + k % 50, .seq = s, .pos = P, .want_logits = true};
-            vs_lm_out o = {.logits = logits, .attn_layer = -1};
-            double a = vs_time_now();
-            VT_REQUIRE(vs_lm_forward(lm, kv, tp, st, m, &o, &err) == VS_OK, "%s", err.msg);
-            (m == 1 ? t1 : t4)[k] = vs_time_now() - a;
-            for (int s = 0; s < m; s++) vs_kv_seq_truncate(kv, s, P, &err);
-        }
+    double *t = malloc(sizeof(double) * (size_t)reps);
+    for (int k = 0; k < reps; k++) {
+        vs_lm_row st[4];
+        for (int s = 0; s < m; s++)
+            st[s] = (vs_lm_row){.token = 5 + k % 50, .seq = s, .pos = P, .want_logits = true};
+        vs_lm_out o = {.logits = logits, .attn_layer = -1};
+        double a = vs_time_now();
+        VT_REQUIRE(vs_lm_forward(lm, kv, tp, st, m, &o, &err) == VS_OK, "%s", err.msg);
+        t[k] = vs_time_now() - a;
+        for (int s = 0; s < m; s++) vs_kv_seq_truncate(kv, s, P, &err);
     }
-    qsort(t1, REPS, sizeof(double), cmp_d);
-    qsort(t4, REPS, sizeof(double), cmp_d);
-    printf("bench (threads %d): drafter-sized model (width %d, %d layers, vocab %d), prompt %d positions per row\n",
-           threads, E, L, V, P);
-    printf("  forward step: 1 row %.3f ms, 4 rows %.3f ms (median of %d): ratio %.2f\n", t1[REPS / 2] * 1e3,
-           t4[REPS / 2] * 1e3, REPS, t4[REPS / 2] / t1[REPS / 2]);
+    qsort(t, (size_t)reps, sizeof(double), cmp_d);
+    double med = t[reps / 2];
+    free(t);
     free(logits);
     free(rows);
     vs_kv_free(kv);
+    return med;
+}
 
+static int bench(int threads) {
+    vs_error err = {0};
+    vs_threadpool *tp = threads > 1 ? vs_threadpool_new(threads, &err) : NULL;
+    const int E = 160, L = 3, V = 2048, P = 600, REPS = 300;
+    vs_lm *lm = make_model(E, L, 4, 4 * E, V, 0.05f, 5, 1024, "ens-bench.gguf");
+    vs_rng r;
+    printf("bench (threads %d; shared machine: noisy): drafter-sized model (width %d, %d layers, vocab %d, "
+           "F32)\n",
+           threads, E, L, V);
+    const int plens[3] = {16, 200, 600};
+    for (int pi = 0; pi < 3; pi++)
+        for (int kt = 0; kt < 2; kt++) {
+            vs_type kvt = kt ? VS_TYPE_F16 : VS_TYPE_F32;
+            /* interleave to cancel drift: 1, 4, 1, 4 */
+            double a1 = step_time(lm, tp, 1, plens[pi], kvt, REPS),
+                   a4 = step_time(lm, tp, 4, plens[pi], kvt, REPS);
+            double b1 = step_time(lm, tp, 1, plens[pi], kvt, REPS),
+                   b4 = step_time(lm, tp, 4, plens[pi], kvt, REPS);
+            double t1 = VS_MIN(a1, b1), t4 = VS_MIN(a4, b4);
+            printf("  forward step after %3d positions, KV %s: 1 row %.3f ms, 4 rows %.3f ms: ratio %.2f\n",
+                   plens[pi], kt ? "F16" : "F32", t1 * 1e3, t4 * 1e3, t4 / t1);
+        }
     /* the whole draft step of the drafter (forward + per-row softmax + mixing), self-drafting so every block
      * drafts gamma tokens: T alone vs M, T, C, P on a text prompt (no images: four rows of 600 positions) */
     double tq[2];
@@ -1017,7 +1089,8 @@ static int bench(int threads) {
         VT_REQUIRE(caps, "%s", err.msg);
         vs_draft_ens_opts o;
         vs_draft_ens_opts_default(&o);
-        VT_REQUIRE(vs_ens_inputs_parse(k ? "mtcp" : "t", o.inputs, &o.n_inputs, &err) == VS_OK, "%s", err.msg);
+        VT_REQUIRE(vs_ens_inputs_parse(k ? "mtcp" : "t", o.inputs, &o.n_inputs, &err) == VS_OK, "%s",
+                   err.msg);
         o.captions = caps;
         o.proj = vs_mmproj_projector(bp);
         o.tp = tp;
@@ -1049,8 +1122,8 @@ static int bench(int threads) {
         vs_caption_src_free(caps);
     }
     vs_mmproj_free(bp);
-    printf("  drafter step (forward + softmax + mix, greedy): 1 row %.3f ms, 4 rows %.3f ms: ratio %.2f\n", tq[0] * 1e3,
-           tq[1] * 1e3, tq[1] / tq[0]);
+    printf("  drafter step (forward + softmax + mix, greedy): 1 row %.3f ms, 4 rows %.3f ms: ratio %.2f\n",
+           tq[0] * 1e3, tq[1] * 1e3, tq[1] / tq[0]);
     vs_lm_free(lm);
     vs_threadpool_free(tp);
     return 0;

@@ -27,26 +27,27 @@ void vs_cli_ens_opts_init(vs_cli_ens_opts *o) {
 }
 
 void vs_cli_ens_usage(FILE *f) {
-    fprintf(f,
-            "ensemble drafting (with -md; docs/ensemble.md):\n"
-            "  --draft-mode LIST        drafting inputs of the draft model, one batched row each: m (its\n"
-            "                           projector over the shared image features), t (images -> \"\\n\"),\n"
-            "                           c (images -> \"image: \" + caption), p (k x k pooled features);\n"
-            "                           e.g. m,t,c,p. A single t or m without other ensemble flags\n"
-            "                           uses the plain draft_lm drafter; reject: DEBUG (see above)\n"
-            "  --weights POLICY         static[:r1,r2,..] (uniform or ratios, IbED; default), grid (TABED\n"
-            "                           w-grid), inv-kl | inv-tvd (TABED inverse distance), random, adaboost\n"
-            "  --weights-tau T          inverse-distance temperature (default 1; 0 = the best input only)\n"
-            "  --history H              TABED window: last H verified positions (default 0 = all)\n"
-            "  --grid-n N               w-grid resolution: weights in steps of 1/N (default 10)\n"
-            "  --history-topk K         tokens kept per distribution for the history's distances\n"
-            "                           (default 64; 0 = exact, full vocabulary)\n"
-            "  --pool K                 p: pooling window K x K (default 2: 24x24 -> 12x12)\n"
-            "  --captions FILE          c: captions, one line per image or \"IMAGE<TAB>caption\" lines; without\n"
-            "                           it the drafter captions each image itself (needs --mmproj-draft) on a\n"
-            "                           thread while the target prefills\n"
-            "  --caption-tokens N       longest generated caption (default 24)\n"
-            "  --trace-weights FILE     write the weights of every block (vlmspec plot weights FILE)\n");
+    fprintf(
+        f,
+        "ensemble drafting (with -md; docs/ensemble.md):\n"
+        "  --draft-mode LIST        drafting inputs of the draft model, one batched row each: m (its\n"
+        "                           projector over the shared image features), t (images -> \"\\n\"),\n"
+        "                           c (images -> \"image: \" + caption), p (k x k pooled features);\n"
+        "                           e.g. m,t,c,p. A single t or m without other ensemble flags\n"
+        "                           uses the plain draft_lm drafter; reject: DEBUG (see above)\n"
+        "  --weights POLICY         static[:r1,r2,..] (uniform or ratios, IbED; default), grid (TABED\n"
+        "                           w-grid), inv-kl | inv-tvd (TABED inverse distance), random, adaboost\n"
+        "  --weights-tau T          inverse-distance temperature (default 1; 0 = the best input only)\n"
+        "  --history H              TABED window: last H verified positions (default 0 = all)\n"
+        "  --grid-n N               w-grid resolution: weights in steps of 1/N (default 10)\n"
+        "  --history-topk K         tokens kept per distribution for the history's distances\n"
+        "                           (default 64; 0 = exact, full vocabulary)\n"
+        "  --pool K                 p: pooling window K x K (default 2: 24x24 -> 12x12)\n"
+        "  --captions FILE          c: captions, one line per image or \"IMAGE<TAB>caption\" lines; without\n"
+        "                           it the drafter captions each image itself (needs --mmproj-draft) on a\n"
+        "                           thread while the target prefills\n"
+        "  --caption-tokens N       longest generated caption (default 24)\n"
+        "  --trace-weights FILE     write the weights of every block (vlmspec plot weights FILE)\n");
 }
 
 static bool is(const char *a, const char *b) { return !strcmp(a, b); }
@@ -54,9 +55,9 @@ static bool is(const char *a, const char *b) { return !strcmp(a, b); }
 int vs_cli_ens_parse_flag(const char *cmd, int argc, char **argv, int *i, vs_cli_ens_opts *o,
                           vs_cli_spec_opts *spec) {
     const char *a = argv[*i], *v;
-    static const char *const with_value[] = {"--draft-mode", "--weights",       "--weights-tau",    "--history",
-                                             "--grid-n",     "--history-topk",  "--pool",           "--trace-weights",
-                                             "--captions",   "--caption-tokens"};
+    static const char *const with_value[] = {
+        "--draft-mode",   "--weights", "--weights-tau",   "--history",  "--grid-n",
+        "--history-topk", "--pool",    "--trace-weights", "--captions", "--caption-tokens"};
     bool ours = false;
     for (size_t k = 0; k < VS_ARRAY_LEN(with_value); k++) ours |= is(a, with_value[k]);
     if (!ours) return 0;
@@ -153,7 +154,8 @@ static vs_status warm_up(vs_lm *lm, vs_threadpool *tp, vs_error *err) {
     float *lg = vs_malloc(sizeof(float) * (size_t)vs_lm_cfg(lm)->n_vocab);
     vs_lm_row r = {.token = 0, .want_logits = true};
     vs_lm_out out = {.logits = lg, .attn_layer = -1};
-    vs_status st = lg ? vs_lm_forward(lm, kv, tp, &r, 1, &out, err) : vs_error_set(err, VS_ERR_NOMEM, "out of memory");
+    vs_status st =
+        lg ? vs_lm_forward(lm, kv, tp, &r, 1, &out, err) : vs_error_set(err, VS_ERR_NOMEM, "out of memory");
     vs_free(lg);
     vs_kv_free(kv);
     return st;
@@ -169,15 +171,18 @@ static void inputs_str(const vs_cli_ens_opts *o, char *buf, size_t n) {
 
 /* Splits the prompt rows of mp into segments: runs of text rows, and each image's rows. seg has room for
  * 2 * n_images + 1 entries. */
-static int32_t make_segments(const vs_mm_prompt *mp, float *const *trows, const int64_t *n_trows, vs_spec_segment *seg) {
+static int32_t make_segments(const vs_mm_prompt *mp, float *const *trows, const int64_t *n_trows,
+                             vs_spec_segment *seg) {
     int32_t ns = 0;
     int64_t at = 0;
     for (int32_t i = 0; i <= mp->n_images; i++) {
         const int64_t end = i < mp->n_images ? mp->image_first[i] : mp->n_rows;
-        if (end > at) seg[ns++] = (vs_spec_segment){.kind = VS_SPEC_SEG_TEXT, .n = (int32_t)(end - at),
-                                                    .tokens = mp->tokens + at, .image = -1};
+        if (end > at)
+            seg[ns++] = (vs_spec_segment){
+                .kind = VS_SPEC_SEG_TEXT, .n = (int32_t)(end - at), .tokens = mp->tokens + at, .image = -1};
         if (i == mp->n_images) break;
-        seg[ns++] = (vs_spec_segment){.kind = VS_SPEC_SEG_IMAGE, .n = (int32_t)n_trows[i], .embd = trows[i], .image = i};
+        seg[ns++] = (vs_spec_segment){
+            .kind = VS_SPEC_SEG_IMAGE, .n = (int32_t)n_trows[i], .embd = trows[i], .image = i};
         at = end + n_trows[i];
     }
     return ns;
@@ -213,16 +218,21 @@ int vs_cli_ens_run(const char *cmd, const vs_cli_spec_opts *s, const vs_cli_ens_
     char inputs[64];
     const int n_img = s->n_images;
     vs_cli_ens_opts eo = *o;
-    if (eo.n_inputs == 0) eo.n_inputs = 1, eo.inputs[0] = s->mode == VS_CLI_DRAFT_M ? VS_ENS_IN_M : VS_ENS_IN_T;
+    if (eo.n_inputs == 0)
+        eo.n_inputs = 1, eo.inputs[0] = s->mode == VS_CLI_DRAFT_M ? VS_ENS_IN_M : VS_ENS_IN_T;
     inputs_str(&eo, inputs, sizeof(inputs));
 
     /* usage checks first */
     if (s->mode == VS_CLI_DRAFT_REJECT && s->draft_model)
-        return cli_fail(cmd, "--draft-mode reject is the plain draft_lm debug drafter: it does not combine with images "
-                             "or ensemble flags"), 2;
+        return cli_fail(
+                   cmd,
+                   "--draft-mode reject is the plain draft_lm debug drafter: it does not combine with images "
+                   "or ensemble flags"),
+               2;
     if (!s->draft_model && (o->mode_given || o->ens_flag))
         return cli_fail(cmd, "--draft-mode and the ensemble flags need a draft model (-md FILE)"), 2;
-    if (n_img > 0 && !s->mmproj) return cli_fail(cmd, "--image needs the target's vision model (--mmproj FILE)"), 2;
+    if (n_img > 0 && !s->mmproj)
+        return cli_fail(cmd, "--image needs the target's vision model (--mmproj FILE)"), 2;
     if (n_img > 0 && !s->prompt)
         return cli_fail(cmd, "images need a text prompt with <image> markers (-p), not --tokens"), 2;
 
@@ -245,7 +255,8 @@ int vs_cli_ens_run(const char *cmd, const vs_cli_spec_opts *s, const vs_cli_ens_
         }
         if (vs_vision_projector_config(vs_mmproj_projector(mp_target))->proj_out != c->n_embd) {
             cli_fail(cmd, "%s projects to rows of %d but the target %s is %d wide", s->mmproj,
-                     vs_vision_projector_config(vs_mmproj_projector(mp_target))->proj_out, s->model, c->n_embd);
+                     vs_vision_projector_config(vs_mmproj_projector(mp_target))->proj_out, s->model,
+                     c->n_embd);
             goto done;
         }
     }
@@ -256,7 +267,8 @@ int vs_cli_ens_run(const char *cmd, const vs_cli_spec_opts *s, const vs_cli_ens_
             goto fail;
         }
         featp[i] = &feat[i];
-        if (vs_vision_embed(vs_mmproj_projector(mp_target), tp, &feat[i], 1, &trows[i], &n_trows[i], &err)) goto fail;
+        if (vs_vision_embed(vs_mmproj_projector(mp_target), tp, &feat[i], 1, &trows[i], &n_trows[i], &err))
+            goto fail;
         mimg[i] = (vs_mm_image){.rows = trows[i], .n_rows = n_trows[i], .width = c->n_embd};
     }
     t_vision = vs_time_now() - tv0;
@@ -265,7 +277,8 @@ int vs_cli_ens_run(const char *cmd, const vs_cli_spec_opts *s, const vs_cli_ens_
     vs_spec_prompt prompt;
     memset(&prompt, 0, sizeof(prompt));
     if (s->prompt) {
-        vs_mm_prompt_opts po = {.no_special = s->no_bos, .no_parse_special = !s->special, .lm_width = c->n_embd};
+        vs_mm_prompt_opts po = {
+            .no_special = s->no_bos, .no_parse_special = !s->special, .lm_width = c->n_embd};
         if (vs_mm_prompt_build(&mp, tok, s->prompt, strlen(s->prompt), mimg, n_img, &po, &err)) goto fail;
         seg = vs_calloc((size_t)(2 * n_img + 1), sizeof(*seg));
         if (!seg) goto oom;
@@ -286,9 +299,11 @@ int vs_cli_ens_run(const char *cmd, const vs_cli_spec_opts *s, const vs_cli_ens_
         cli_fail(cmd, "the prompt is empty");
         goto done;
     }
-    const int n_ctx = s->n_ctx > 0 ? s->n_ctx : (int)VS_MIN(np + s->n_predict + gamma + 1, (int64_t)c->n_ctx_train);
+    const int n_ctx =
+        s->n_ctx > 0 ? s->n_ctx : (int)VS_MIN(np + s->n_predict + gamma + 1, (int64_t)c->n_ctx_train);
     if (np > n_ctx) {
-        cli_fail(cmd, "the prompt has %lld rows (text and image) but the context holds %d", (long long)np, n_ctx);
+        cli_fail(cmd, "the prompt has %lld rows (text and image) but the context holds %d", (long long)np,
+                 n_ctx);
         goto done;
     }
     vs_spec_config ec = {.n_ctx = n_ctx, .kv_type = s->kv_type, .tp = tp, .tok = tok};
@@ -314,8 +329,10 @@ int vs_cli_ens_run(const char *cmd, const vs_cli_spec_opts *s, const vs_cli_ens_
                 if (!(caps = vs_caption_src_from_file(o->captions_path, s->images, n_img, &err))) goto fail;
             } else if (n_img > 0) {
                 if (!dproj) {
-                    cli_fail(cmd, "caption drafting needs --captions FILE, or the drafter's projector (--mmproj-draft "
-                                  "FILE) to caption the images itself");
+                    cli_fail(
+                        cmd,
+                        "caption drafting needs --captions FILE, or the drafter's projector (--mmproj-draft "
+                        "FILE) to caption the images itself");
                     goto done;
                 }
                 /* its own thread, no pool: the target's pool is busy with the prefill meanwhile */
@@ -377,7 +394,8 @@ int vs_cli_ens_run(const char *cmd, const vs_cli_spec_opts *s, const vs_cli_ens_
     /* the target's step and verify costs on the final cache (TABED eq. 1) */
     int room = n_ctx - vs_kv_seq_len(vs_spec_kv(eng), 0);
     double tv = 0, t1 = 0;
-    if (gamma > 0 && room >= gamma + 1 && !vs_spec_time_target(eng, gamma + 1, 5, &tv, &err)) log.tp_verify = tv;
+    if (gamma > 0 && room >= gamma + 1 && !vs_spec_time_target(eng, gamma + 1, 5, &tv, &err))
+        log.tp_verify = tv;
     if (!s->compare && room >= 1 && !vs_spec_time_target(eng, 1, 5, &t1, &err)) log.tp_step = t1;
 
     bool identical = false;
@@ -464,10 +482,12 @@ int vs_cli_ens_run(const char *cmd, const vs_cli_spec_opts *s, const vs_cli_ens_
         printf("%s\n", w.buf);
         vs_json_writer_free(&w);
     } else if (!s->quiet) {
-        fprintf(stderr, "[ensemble] target %s, %d image(s) (vision %.3f s), draft %s (inputs %s, weights %s), stop: "
-                "%s, seed %llu, %d threads\n", s->model, n_img, t_vision, s->draft_model ? s->draft_model : "-",
-                drafter ? inputs : "-", drafter ? vs_ens_policy_name(eo.weights.policy) : "-",
-                vs_spec_stop_name(log.stop), (unsigned long long)s->sp.seed, s->threads);
+        fprintf(stderr,
+                "[ensemble] target %s, %d image(s) (vision %.3f s), draft %s (inputs %s, weights %s), stop: "
+                "%s, seed %llu, %d threads\n",
+                s->model, n_img, t_vision, s->draft_model ? s->draft_model : "-", drafter ? inputs : "-",
+                drafter ? vs_ens_policy_name(eo.weights.policy) : "-", vs_spec_stop_name(log.stop),
+                (unsigned long long)s->sp.seed, s->threads);
         if (es) {
             fprintf(stderr, "[ensemble] prompt rows per input:");
             for (int r = 0; r < eo.n_inputs; r++)
@@ -476,15 +496,18 @@ int vs_cli_ens_run(const char *cmd, const vs_cli_spec_opts *s, const vs_cli_ens_
             for (int r = 0; r < eo.n_inputs; r++) fprintf(stderr, " %.3f", wlast[r]);
             fprintf(stderr, "; weight policy time %.4f s\n", es->t_weights);
             if (has_c)
-                fprintf(stderr, "[ensemble] captions: %.3f s captioning (%s), %.3f s waited after the prefill, "
-                        "%.3f s C-row prefill, %d empty\n", es->t_caption,
-                        captioner ? "on its own thread during the target prefill" : "given",
+                fprintf(stderr,
+                        "[ensemble] captions: %.3f s captioning (%s), %.3f s waited after the prefill, "
+                        "%.3f s C-row prefill, %d empty\n",
+                        es->t_caption, captioner ? "on its own thread during the target prefill" : "given",
                         es->t_caption_wait, es->t_c_prefill, es->n_empty_captions);
         }
         vs_spec_stats_print(&stats, stderr);
         if (s->compare)
-            fprintf(stderr, "target-only output %s the speculative output%s\n", identical ? "is identical to" : "differs from",
-                    s->sp.temperature == 0 ? "" : " (expected when sampling: the same distribution, other draws)");
+            fprintf(stderr, "target-only output %s the speculative output%s\n",
+                    identical ? "is identical to" : "differs from",
+                    s->sp.temperature == 0 ? ""
+                                           : " (expected when sampling: the same distribution, other draws)");
     }
     if (s->compare && s->sp.temperature == 0 && !identical) {
         cli_fail(cmd, "greedy speculative output differs from target-only output (a bug: please report)");

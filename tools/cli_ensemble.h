@@ -18,16 +18,16 @@
 #include "draft_ensemble.h"
 
 typedef struct vs_cli_ens_opts {
-    bool mode_given;                   /* --draft-mode seen */
+    bool mode_given; /* --draft-mode seen */
     int n_inputs;
     vs_ens_input inputs[VS_ENS_MAX_ROWS];
-    vs_ens_weights_cfg weights;        /* --weights, --weights-tau, --history, --grid-n, --history-topk */
+    vs_ens_weights_cfg weights; /* --weights, --weights-tau, --history, --grid-n, --history-topk */
     bool weights_given;
-    int pool_k;                        /* --pool (default 2) */
-    const char *trace_path;            /* --trace-weights */
-    const char *captions_path;         /* --captions */
-    int caption_tokens;                /* --caption-tokens (captioner; default 24) */
-    bool ens_flag;                     /* any flag that only the ensemble path understands */
+    int pool_k;                /* --pool (default 2) */
+    const char *trace_path;    /* --trace-weights */
+    const char *captions_path; /* --captions */
+    int caption_tokens;        /* --caption-tokens (captioner; default 24) */
+    bool ens_flag;             /* any flag that only the ensemble path understands */
 } vs_cli_ens_opts;
 
 void vs_cli_ens_opts_init(vs_cli_ens_opts *o);

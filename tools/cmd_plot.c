@@ -17,7 +17,8 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: vlmspec plot weights TRACE -o OUT.svg [options]\n"
-            "Draws the ensemble weights of a weight trace (vlmspec generate --trace-weights TRACE): the share of\n"
+            "Draws the ensemble weights of a weight trace (vlmspec generate --trace-weights TRACE): the "
+            "share of\n"
             "one drafting input's weight per decoding step (a step line: a block's weights hold for its\n"
             "tokens), its accepted drafts (dots) and first rejected draft (crosses), like TABED fig. 3.\n\n"
             "options:\n"
@@ -50,9 +51,12 @@ static int plot_weights(int argc, char **argv) {
             continue;
         }
         if (!(v = cli_value(CMD, argc, argv, &i))) return 2;
-        if (!strcmp(a, "-o") || !strcmp(a, "--output")) out = v;
-        else if (!strcmp(a, "--input")) input = v;
-        else if (!strcmp(a, "--title")) title = v;
+        if (!strcmp(a, "-o") || !strcmp(a, "--output"))
+            out = v;
+        else if (!strcmp(a, "--input"))
+            input = v;
+        else if (!strcmp(a, "--title"))
+            title = v;
         else if (!strcmp(a, "--request")) {
             if (!cli_parse_int(CMD, a, v, 0, INT32_MAX, &request)) return 2;
         } else if (!strcmp(a, "--size")) {
@@ -132,7 +136,8 @@ static int plot_weights(int argc, char **argv) {
     }
     char ylabel[64];
     snprintf(ylabel, sizeof(ylabel), all ? "weight" : "share of %s's weight", t.names[sel]);
-    if (vs_plot_title(p, title, &err) || vs_plot_labels(p, "decoding step (tokens generated)", ylabel, &err)) goto fail;
+    if (vs_plot_title(p, title, &err) || vs_plot_labels(p, "decoding step (tokens generated)", ylabel, &err))
+        goto fail;
     vs_plot_size(p, width, height);
     vs_plot_yrange(p, 0, 1);
     char sname[64];
