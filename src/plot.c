@@ -601,7 +601,7 @@ char *vs_plot_svg(vs_plot *p, size_t *len, vs_error *err) {
                 sb_printf(&b, " / ");
                 sb_text(&b, p->cats[c]);
                 sb_printf(&b, ": %g</title></rect>\n", v);
-                if (bw >= 24)
+                if (bw >= 32)
                     sb_printf(
                         &b,
                         "<text x=\"%.2f\" y=\"%.2f\" text-anchor=\"middle\" font-size=\"10\">%.3g</text>\n",

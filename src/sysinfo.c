@@ -133,38 +133,45 @@ static bool is_hex40(const char *s) {
     return true;
 }
 
+/* buf = a + b (b starts with '/' or is appended after one); false when it does not fit. */
+static bool join(char *buf, size_t cap, const char *a, const char *sep, const char *b) {
+    size_t la = strlen(a), ls = strlen(sep), lb = strlen(b);
+    if (la + ls + lb >= cap) return false;
+    memmove(buf, a, la); /* a may be buf itself */
+    memcpy(buf + la, sep, ls);
+    memcpy(buf + la + ls, b, lb + 1);
+    return true;
+}
+
 /* The git directory of the repository containing dir: dir/.git (directory or "gitdir:" file), searched
  * upwards. *common: the directory holding refs (commondir of a worktree). Both vs_malloc'd. */
 static bool find_git_dir(const char *dir, char **gitdir, char **common) {
     char path[4096];
     char cur[4096];
     if (!getcwd(cur, sizeof(cur))) return false;
-    if (dir && dir[0] == '/')
-        snprintf(cur, sizeof(cur), "%s", dir);
-    else if (dir && strcmp(dir, ".")) {
-        size_t l = strlen(cur);
-        snprintf(cur + l, sizeof(cur) - l, "/%s", dir);
+    if (dir && dir[0] == '/') {
+        if (!join(cur, sizeof(cur), dir, "", "")) return false;
+    } else if (dir && strcmp(dir, ".")) {
+        char base[4096];
+        memcpy(base, cur, sizeof(base));
+        if (!join(cur, sizeof(cur), base, "/", dir)) return false;
     }
     for (int depth = 0; depth < 64; depth++) {
-        snprintf(path, sizeof(path), "%s/.git/HEAD", cur);
+        if (!join(path, sizeof(path), cur, "/", ".git/HEAD")) return false;
         if (access(path, R_OK) == 0) {
-            snprintf(path, sizeof(path), "%s/.git", cur);
+            join(path, sizeof(path), cur, "/", ".git");
             *gitdir = vs_strdup(path);
             break;
         }
-        snprintf(path, sizeof(path), "%s/.git", cur);
+        join(path, sizeof(path), cur, "/", ".git");
         char *t = read_text(path);
         if (t && !strncmp(t, "gitdir:", 7)) {
             char *v = t + 7;
             while (*v == ' ') v++;
             size_t l = strcspn(v, "\r\n");
             v[l] = 0;
-            if (v[0] == '/')
-                *gitdir = vs_strdup(v);
-            else {
-                snprintf(path, sizeof(path), "%s/%s", cur, v);
-                *gitdir = vs_strdup(path);
-            }
+            if (v[0] == '/') *gitdir = vs_strdup(v);
+            else if (join(path, sizeof(path), cur, "/", v)) *gitdir = vs_strdup(path);
             vs_free(t);
             break;
         }
@@ -174,17 +181,13 @@ static bool find_git_dir(const char *dir, char **gitdir, char **common) {
         *slash = 0;
     }
     if (!*gitdir) return false;
-    snprintf(path, sizeof(path), "%s/commondir", *gitdir);
+    if (!join(path, sizeof(path), *gitdir, "/", "commondir")) return false;
     char *c = read_text(path);
     if (c) {
         size_t l = strcspn(c, "\r\n");
         c[l] = 0;
-        if (c[0] == '/')
-            *common = vs_strdup(c);
-        else {
-            snprintf(path, sizeof(path), "%s/%s", *gitdir, c);
-            *common = vs_strdup(path);
-        }
+        if (c[0] == '/') *common = vs_strdup(c);
+        else if (join(path, sizeof(path), *gitdir, "/", c)) *common = vs_strdup(path);
         vs_free(c);
     } else {
         *common = vs_strdup(*gitdir);
@@ -197,8 +200,7 @@ static bool resolve_ref(const char *gitdir, const char *common, const char *ref,
     char path[4096];
     const char *dirs[2] = {gitdir, common};
     for (int i = 0; i < 2; i++) {
-        snprintf(path, sizeof(path), "%s/%s", dirs[i], ref);
-        char *t = read_text(path);
+        char *t = join(path, sizeof(path), dirs[i], "/", ref) ? read_text(path) : NULL;
         if (t) {
             bool ok = strlen(t) >= 40 && is_hex40(t);
             if (ok) copy_n(commit, 41, t, 40);
@@ -206,8 +208,7 @@ static bool resolve_ref(const char *gitdir, const char *common, const char *ref,
             if (ok) return true;
         }
     }
-    snprintf(path, sizeof(path), "%s/packed-refs", common);
-    char *t = read_text(path);
+    char *t = join(path, sizeof(path), common, "/", "packed-refs") ? read_text(path) : NULL;
     if (!t) return false;
     bool found = false;
     size_t rl = strlen(ref);
@@ -235,8 +236,7 @@ vs_status vs_git_head(const char *dir, char commit[41], char *ref, size_t ref_ca
         return vs_error_set(err, VS_ERR_IO, "no git repository contains %s", dir ? dir : ".");
     }
     char path[4096];
-    snprintf(path, sizeof(path), "%s/HEAD", gitdir);
-    char *head = read_text(path);
+    char *head = join(path, sizeof(path), gitdir, "/", "HEAD") ? read_text(path) : NULL;
     vs_status st = VS_OK;
     if (!head)
         st = vs_error_set(err, VS_ERR_IO, "%s: cannot read", path);
