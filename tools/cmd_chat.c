@@ -203,9 +203,11 @@ static void images_drop_from(chat *c, int first) {
     c->n_imgs = first;
 }
 
-static void history_clear(chat *c) {
-    for (int i = 0; i < c->n_msgs; i++) vs_free((char *)c->msgs[i].content);
-    c->n_msgs = 0;
+/* Forgets the conversation; keep_system keeps a leading system message (--system). */
+static void history_clear(chat *c, bool keep_system) {
+    int first = keep_system && c->n_msgs > 0 && c->msgs[0].role == VS_CHAT_SYSTEM ? 1 : 0;
+    for (int i = first; i < c->n_msgs; i++) vs_free((char *)c->msgs[i].content);
+    c->n_msgs = first;
     images_drop_from(c, 0);
     c->n_pending = 0;
 }
@@ -520,7 +522,7 @@ static int chat_loop(chat *c) {
         if (!*s) continue;
         if (!strcmp(s, "/quit") || !strcmp(s, "/exit")) break;
         if (!strcmp(s, "/reset")) {
-            history_clear(c);
+            history_clear(c, true);
             if (!c->o->quiet) fprintf(stderr, "[chat] conversation cleared\n");
             continue;
         }
@@ -625,7 +627,7 @@ int vs_cmd_chat(int argc, char **argv) {
 fail:
     cli_fail_err(CMD, &err);
 done:
-    history_clear(&c);
+    history_clear(&c, false);
     vs_free(c.msgs);
     vs_free(c.imgs);
     vs_free(c.cache_id);
