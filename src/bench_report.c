@@ -208,7 +208,7 @@ static void md_headline(FILE *f, const vs_bench_record *recs, int64_t n, const d
     fprintf(
         f,
         "| Method | tau (avg. over suites) | speedup decode mean | median | speedup end-to-end mean | median "
-        "| eq. 1 | eq. 1 CPU | Tq/Tp | tok/s decode | samples |\n");
+        "| eq. 1 | eq. 1 CPU | Tq/Tp | tok/s decode | runs |\n");
     fprintf(f, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
     for (int m = 0; m < d->n_methods; m++) {
         const char *meth = d->methods[m];
@@ -929,7 +929,7 @@ vs_status vs_bench_compare(const vs_bench_record *a, int64_t na, const vs_bench_
         fprintf(
             f,
             "| Method | gamma | temperature | median decode speedup (this / reference) | diff | median "
-            "end-to-end speedup | diff | tau | samples |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | "
+            "end-to-end speedup | diff | tau | runs |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | "
             "---: | ---: |\n");
     /* every (method, gamma, temp) of either run */
     for (int side = 0; side < 2; side++) {
