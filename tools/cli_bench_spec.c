@@ -136,6 +136,7 @@ static int compare(const char *out_dir, const char *ref_dir, double tol) {
         vs_bench_compare(a.rec, a.n, b.rec, b.n, stdout, &max_rel, &err);
         printf("\nlargest relative difference of a median speedup: %.1f%% (tolerance %.1f%%)\n",
                100 * max_rel, 100 * tol);
+        fflush(stdout);
         rc = max_rel > tol ? cli_fail(CMD, "the runs differ by more than the tolerance") : 0;
     }
     vs_bench_results_free(&a);
