@@ -33,7 +33,8 @@ static char *path_of(const char *name) {
 /* The whole file as a NUL-terminated string (NULL if unreadable); *n its length. */
 static char *slurp(const char *path, size_t *n) {
     FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
+    if (!f)
+        return NULL;
     fseek(f, 0, SEEK_END);
     long sz = ftell(f);
     fseek(f, 0, SEEK_SET);
@@ -45,7 +46,8 @@ static char *slurp(const char *path, size_t *n) {
         return NULL;
     }
     s[sz] = 0;
-    if (n) *n = (size_t)sz;
+    if (n)
+        *n = (size_t)sz;
     return s;
 }
 
@@ -70,7 +72,8 @@ static void write_ppm(const char *path, int w, int h, uint64_t seed) {
     memcpy(b, hdr, (size_t)hl);
     vs_rng r;
     vs_rng_seed(&r, seed);
-    for (size_t i = (size_t)hl; i < n; i++) b[i] = (unsigned char)vs_rng_below(&r, 256);
+    for (size_t i = (size_t)hl; i < n; i++)
+        b[i] = (unsigned char)vs_rng_below(&r, 256);
     write_bytes(path, b, n);
     free(b);
 }
@@ -78,12 +81,14 @@ static void write_ppm(const char *path, int w, int h, uint64_t seed) {
 /* Parses "[chat] turn N: prompt R rows (I images), reused K, evaluated E" from a stderr file. */
 static bool turn_stats(const char *errfile, int turn, long *R, long *K, long *E) {
     char *s = slurp(errfile, NULL);
-    if (!s) return false;
+    if (!s)
+        return false;
     char key[64];
     snprintf(key, sizeof(key), "[chat] turn %d: prompt ", turn);
     char *p = strstr(s, key);
     int im = 0;
-    bool ok = p && sscanf(p + strlen(key), "%ld rows (%d images), reused %ld, evaluated %ld", R, &im, K, E) == 4;
+    bool ok =
+        p && sscanf(p + strlen(key), "%ld rows (%d images), reused %ld, evaluated %ld", R, &im, K, E) == 4;
     free(s);
     return ok;
 }
@@ -109,8 +114,9 @@ static void check_turn_matches_generate(const char *prefix, int turn, const char
     VT_CHECK(rc == 0, "%s: generate of turn %d's prompt exits %d", tag, turn, rc);
     char *g = slurp(gf, &ng);
     bool same = g && ng == np + nr + 1 && !memcmp(g, p, np) && !memcmp(g + np, r, nr) && g[ng - 1] == '\n';
-    VT_CHECK(same, "%s: turn %d reply (%zu bytes) differs from generate's continuation of the same prompt "
-                   "(%zu bytes after a %zu-byte prompt)",
+    VT_CHECK(same,
+             "%s: turn %d reply (%zu bytes) differs from generate's continuation of the same prompt "
+             "(%zu bytes after a %zu-byte prompt)",
              tag, turn, nr, ng > np ? ng - np : 0, np);
     VT_CHECK(nr > 0, "%s: turn %d produced a reply", tag, turn);
     free(p), free(r), free(g);
@@ -126,14 +132,16 @@ int main(void) {
     double t0 = vs_time_now();
 
     /* --- models --- */
-    VT_REQUIRE(vt_run("%s model random --dim 64 --layers 2 --heads 4 --ffn 128 --ctx 512 --vocab 400 --type F32 "
-                      "--std 0.3 --seed 3 -o %s > /dev/null 2>&1",
-                      B, path_of("lm.gguf")) == 0,
-               "random LM");
-    VT_REQUIRE(vt_run("%s model random --dim 48 --layers 1 --heads 4 --ffn 96 --ctx 512 --vocab 400 --type F32 "
-                      "--std 0.3 --seed 7 -o %s > /dev/null 2>&1",
-                      B, path_of("draft.gguf")) == 0,
-               "random draft LM");
+    VT_REQUIRE(
+        vt_run("%s model random --dim 64 --layers 2 --heads 4 --ffn 128 --ctx 512 --vocab 400 --type F32 "
+               "--std 0.3 --seed 3 -o %s > /dev/null 2>&1",
+               B, path_of("lm.gguf")) == 0,
+        "random LM");
+    VT_REQUIRE(
+        vt_run("%s model random --dim 48 --layers 1 --heads 4 --ffn 96 --ctx 512 --vocab 400 --type F32 "
+               "--std 0.3 --seed 7 -o %s > /dev/null 2>&1",
+               B, path_of("draft.gguf")) == 0,
+        "random draft LM");
 
     /* --- mmproj random / info --- */
     VT_CHECK(vt_run("%s mmproj --help > /dev/null", B) == 0, "mmproj --help");
@@ -146,8 +154,10 @@ int main(void) {
                     "--proj-dim 48 --gelu --type F16 -o %s 2> /dev/null",
                     B, path_of("mm48.gguf")) == 0,
              "mmproj random F16 GELU, width 48");
-    VT_CHECK(vt_run("%s mmproj info %s > %s", B, path_of("mm.gguf"), path_of("info.txt")) == 0, "mmproj info");
-    VT_CHECK(file_contains(path_of("info.txt"), "tower hash") && file_contains(path_of("info.txt"), "32 -> 64 -> 64"),
+    VT_CHECK(vt_run("%s mmproj info %s > %s", B, path_of("mm.gguf"), path_of("info.txt")) == 0,
+             "mmproj info");
+    VT_CHECK(file_contains(path_of("info.txt"), "tower hash") &&
+                 file_contains(path_of("info.txt"), "32 -> 64 -> 64"),
              "info prints the hash and the projector shape");
     /* drafter files sharing the tower: a full copy and a projector-only one */
     VT_CHECK(vt_run("%s mmproj random --tower-from %s --proj-dim 48 --seed 5 -o %s 2> /dev/null", B,
@@ -157,8 +167,10 @@ int main(void) {
                     path_of("mm.gguf"), path_of("mmd.gguf")) == 0,
              "--tower-from --projector-only");
     {
-        VT_CHECK(vt_run("%s mmproj info %s > %s", B, path_of("mmd_full.gguf"), path_of("info2.txt")) == 0, "info 2");
-        VT_CHECK(vt_run("%s mmproj info %s > %s", B, path_of("mmd.gguf"), path_of("info3.txt")) == 0, "info 3");
+        VT_CHECK(vt_run("%s mmproj info %s > %s", B, path_of("mmd_full.gguf"), path_of("info2.txt")) == 0,
+                 "info 2");
+        VT_CHECK(vt_run("%s mmproj info %s > %s", B, path_of("mmd.gguf"), path_of("info3.txt")) == 0,
+                 "info 3");
         char *a = slurp(path_of("info.txt"), NULL), *b = slurp(path_of("info2.txt"), NULL),
              *c = slurp(path_of("info3.txt"), NULL);
         const char *ha = a ? strstr(a, "tower hash") : NULL, *hb = b ? strstr(b, "tower hash") : NULL,
@@ -167,8 +179,8 @@ int main(void) {
                  "the copied tower and the recorded hash equal the source's");
         free(a), free(b), free(c);
     }
-    VT_CHECK(vt_run("%s mmproj random --tower-from %s --width 16 --proj-dim 48 -o %s 2> %s", B, path_of("mm.gguf"),
-                    path_of("x.gguf"), path_of("e.txt")) == 2 &&
+    VT_CHECK(vt_run("%s mmproj random --tower-from %s --width 16 --proj-dim 48 -o %s 2> %s", B,
+                    path_of("mm.gguf"), path_of("x.gguf"), path_of("e.txt")) == 2 &&
                  file_contains(path_of("e.txt"), "--width"),
              "--tower-from with a disagreeing --width is a usage error");
     VT_CHECK(vt_run("%s mmproj random --tower-from %s --type F16 --proj-dim 48 -o %s 2> /dev/null", B,
@@ -182,7 +194,8 @@ int main(void) {
                     "--proj-dim 64 -o %s 2> /dev/null",
                     B, path_of("x.gguf")) == 2,
              "image size not a multiple of the patch");
-    VT_CHECK(vt_run("%s mmproj info %s 2> /dev/null", B, path_of("missing.gguf")) == 1, "info on a missing file");
+    VT_CHECK(vt_run("%s mmproj info %s 2> /dev/null", B, path_of("missing.gguf")) == 1,
+             "info on a missing file");
 
     /* --- images --- */
     write_ppm(path_of("a.ppm"), 5, 3, 1);
@@ -201,8 +214,8 @@ int main(void) {
         VT_CHECK(f && nf == 4 * 32 * sizeof(float), "features: 4 patches of 32 floats (got %zu bytes)", nf);
         free(r), free(f);
     }
-    VT_CHECK(vt_run("%s embed-image --mmproj %s --image %s -o %s 2> %s", B, path_of("mm.gguf"), path_of("bad.png"),
-                    path_of("emb2"), path_of("e.txt")) == 1 &&
+    VT_CHECK(vt_run("%s embed-image --mmproj %s --image %s -o %s 2> %s", B, path_of("mm.gguf"),
+                    path_of("bad.png"), path_of("emb2"), path_of("e.txt")) == 1 &&
                  file_contains(path_of("e.txt"), "bad.png"),
              "embed-image on a corrupt image: exit 1 naming the file");
 
@@ -212,12 +225,16 @@ int main(void) {
         const char *extra = spec ? "-md" : "";
         char md[1024];
         snprintf(md, sizeof(md), "%s %s --draft 3", extra, spec ? path_of("draft.gguf") : "");
-        if (!spec) md[0] = 0;
-        int ra = vt_run("%s generate -m %s %s --mmproj %s --image %s -p %s --temp 0 -n 16 --ids -q -t 1 > %s 2>&1", B,
-                        path_of("lm.gguf"), md, path_of("mm.gguf"), path_of("a.ppm"), q, path_of("ga.out"));
-        int rb = vt_run("%s generate -m %s %s --mmproj %s --image %s -p %s --temp 0 -n 16 --ids -q -t 1 > %s 2>&1", B,
-                        path_of("lm.gguf"), md, path_of("mm.gguf"), path_of("b.ppm"), q, path_of("gb.out"));
-        VT_CHECK(ra == 0 && rb == 0, "generate with an image (%s): exit %d, %d", spec ? "-md" : "target only", ra, rb);
+        if (!spec)
+            md[0] = 0;
+        int ra =
+            vt_run("%s generate -m %s %s --mmproj %s --image %s -p %s --temp 0 -n 16 --ids -q -t 1 > %s 2>&1",
+                   B, path_of("lm.gguf"), md, path_of("mm.gguf"), path_of("a.ppm"), q, path_of("ga.out"));
+        int rb =
+            vt_run("%s generate -m %s %s --mmproj %s --image %s -p %s --temp 0 -n 16 --ids -q -t 1 > %s 2>&1",
+                   B, path_of("lm.gguf"), md, path_of("mm.gguf"), path_of("b.ppm"), q, path_of("gb.out"));
+        VT_CHECK(ra == 0 && rb == 0, "generate with an image (%s): exit %d, %d", spec ? "-md" : "target only",
+                 ra, rb);
         char *a = slurp(path_of("ga.out"), NULL), *b = slurp(path_of("gb.out"), NULL);
         VT_CHECK(a && b && strcmp(a, b) != 0,
                  "generate (%s): two different images gave the same tokens: %s (images ignored?%s)",
@@ -229,14 +246,16 @@ int main(void) {
     /* --- chat: target only, two turns with an image each, a bad image path in between, then /reset --- */
     {
         char script[4096];
-        snprintf(script, sizeof(script), "/image %s\nhello there\n/image %s\n/image %s\nwhat is it?\n/reset\nagain\n",
+        snprintf(script, sizeof(script),
+                 "/image %s\nhello there\n/image %s\n/image %s\nwhat is it?\n/reset\nagain\n",
                  path_of("a.ppm"), path_of("nope.png"), path_of("b.ppm"));
         write_bytes(path_of("script.txt"), script, strlen(script));
         int rc = vt_run("%s chat -m %s --mmproj %s --temp 0 -n 12 -t 1 --dump %s < %s > %s 2> %s", B,
                         path_of("lm.gguf"), path_of("mm.gguf"), path_of("c"), path_of("script.txt"),
                         path_of("chat.out"), path_of("chat.err"));
         VT_CHECK(rc == 1, "chat with a bad /image path exits 1 at the end (got %d)", rc);
-        VT_CHECK(file_contains(path_of("chat.err"), "nope.png") && file_contains(path_of("chat.err"), "goes on"),
+        VT_CHECK(file_contains(path_of("chat.err"), "nope.png") &&
+                     file_contains(path_of("chat.err"), "goes on"),
                  "the bad image path is reported and the chat goes on");
         long R1 = 0, K1 = 0, E1 = 0, R2 = 0, K2 = 0, E2 = 0, R3 = 0, K3 = 0, E3 = 0;
         VT_CHECK(turn_stats(path_of("chat.err"), 1, &R1, &K1, &E1), "turn 1 stats line");
@@ -246,7 +265,8 @@ int main(void) {
         VT_CHECK(E2 < R2 && K2 + E2 == R2, "turn 2 evaluated %ld of %ld rows", E2, R2);
         /* the image is in turn 1's prompt: reusing (almost) all of it reuses the image rows */
         VT_CHECK(K2 >= R1 - 1, "turn 2 reused %ld rows, turn 1's prompt had %ld (image rows kept?)", K2, R1);
-        VT_CHECK(K3 > 0 && E3 < R3, "after /reset the system prompt stays cached (%ld reused of %ld)", K3, R3);
+        VT_CHECK(K3 > 0 && E3 < R3, "after /reset the system prompt stays cached (%ld reused of %ld)", K3,
+                 R3);
         char imgs[2048];
         snprintf(imgs, sizeof(imgs), "--image %s", path_of("a.ppm"));
         check_turn_matches_generate(path_of("c"), 1, imgs, "chat");
@@ -256,13 +276,15 @@ int main(void) {
 
     /* --- chat: speculative (m mode, projector-only drafter over the shared features) --- */
     {
-        int rc = vt_run("%s chat -m %s --mmproj %s -md %s --mmproj-draft %s --draft-mode m --draft 3 --temp 0 -n 12 "
-                        "-t 1 --dump %s < %s > %s 2> %s",
-                        B, path_of("lm.gguf"), path_of("mm.gguf"), path_of("draft.gguf"), path_of("mmd.gguf"),
-                        path_of("s"), path_of("script.txt"), path_of("schat.out"), path_of("schat.err"));
+        int rc = vt_run(
+            "%s chat -m %s --mmproj %s -md %s --mmproj-draft %s --draft-mode m --draft 3 --temp 0 -n 12 "
+            "-t 1 --dump %s < %s > %s 2> %s",
+            B, path_of("lm.gguf"), path_of("mm.gguf"), path_of("draft.gguf"), path_of("mmd.gguf"),
+            path_of("s"), path_of("script.txt"), path_of("schat.out"), path_of("schat.err"));
         VT_CHECK(rc == 1, "speculative chat exits 1 (bad image path) (got %d)", rc);
         long R2 = 0, K2 = 0, E2 = 0;
-        VT_CHECK(turn_stats(path_of("schat.err"), 2, &R2, &K2, &E2) && E2 < R2, "speculative turn 2 reuses rows");
+        VT_CHECK(turn_stats(path_of("schat.err"), 2, &R2, &K2, &E2) && E2 < R2,
+                 "speculative turn 2 reuses rows");
         VT_CHECK(file_contains(path_of("schat.err"), "tau "), "speculative stats line has tau");
         char imgs[2048];
         snprintf(imgs, sizeof(imgs), "--image %s --image %s", path_of("a.ppm"), path_of("b.ppm"));
@@ -277,43 +299,51 @@ int main(void) {
     {
         const char *base = "generate -m";
         /* corrupt image */
-        int rc = vt_run("%s %s %s -md %s --draft 2 --mmproj %s --image %s -p %s -n 4 -q 2> %s > /dev/null", B, base,
-                        path_of("lm.gguf"), path_of("draft.gguf"), path_of("mm.gguf"), path_of("bad.png"), q,
-                        path_of("e.txt"));
+        int rc = vt_run("%s %s %s -md %s --draft 2 --mmproj %s --image %s -p %s -n 4 -q 2> %s > /dev/null", B,
+                        base, path_of("lm.gguf"), path_of("draft.gguf"), path_of("mm.gguf"),
+                        path_of("bad.png"), q, path_of("e.txt"));
         VT_CHECK(rc == 1 && file_contains(path_of("e.txt"), "bad.png"), "corrupt image: exit %d", rc);
         /* more markers than images */
-        rc = vt_run("%s %s %s -md %s --draft 2 --mmproj %s --image %s -p \"<image> <image> hi\" -n 4 -q 2> %s > /dev/null",
+        rc = vt_run("%s %s %s -md %s --draft 2 --mmproj %s --image %s -p \"<image> <image> hi\" -n 4 -q 2> "
+                    "%s > /dev/null",
                     B, base, path_of("lm.gguf"), path_of("draft.gguf"), path_of("mm.gguf"), path_of("a.ppm"),
                     path_of("e.txt"));
         VT_CHECK(rc == 1 && file_contains(path_of("e.txt"), "marker"), "2 markers, 1 image: exit %d", rc);
         /* projector width 48 != LM width 64 */
-        rc = vt_run("%s %s %s -md %s --draft 2 --mmproj %s --image %s -p %s -n 4 -q 2> %s > /dev/null", B, base,
-                    path_of("lm.gguf"), path_of("draft.gguf"), path_of("mm48.gguf"), path_of("a.ppm"), q,
-                    path_of("e.txt"));
-        VT_CHECK(rc == 1 && file_contains(path_of("e.txt"), "width"), "projector width 48 vs LM 64: exit %d", rc);
-        rc = vt_run("%s chat -m %s --mmproj %s < /dev/null 2> %s", B, path_of("lm.gguf"), path_of("mm48.gguf"),
-                    path_of("e.txt"));
-        VT_CHECK(rc == 1 && file_contains(path_of("e.txt"), "width"), "chat: projector width mismatch: exit %d", rc);
+        rc = vt_run("%s %s %s -md %s --draft 2 --mmproj %s --image %s -p %s -n 4 -q 2> %s > /dev/null", B,
+                    base, path_of("lm.gguf"), path_of("draft.gguf"), path_of("mm48.gguf"), path_of("a.ppm"),
+                    q, path_of("e.txt"));
+        VT_CHECK(rc == 1 && file_contains(path_of("e.txt"), "width"), "projector width 48 vs LM 64: exit %d",
+                 rc);
+        rc = vt_run("%s chat -m %s --mmproj %s < /dev/null 2> %s", B, path_of("lm.gguf"),
+                    path_of("mm48.gguf"), path_of("e.txt"));
+        VT_CHECK(rc == 1 && file_contains(path_of("e.txt"), "width"),
+                 "chat: projector width mismatch: exit %d", rc);
         /* prompt + image longer than the context */
-        rc = vt_run("%s %s %s -md %s --draft 2 --mmproj %s --image %s -p %s -n 4 -c 10 -q 2> %s > /dev/null", B, base,
-                    path_of("lm.gguf"), path_of("draft.gguf"), path_of("mm.gguf"), path_of("a.ppm"), q,
-                    path_of("e.txt"));
-        VT_CHECK(rc == 1 && file_contains(path_of("e.txt"), "context"), "prompt + image > context: exit %d", rc);
-        /* chat: a turn that does not fit is dropped with a hint, a corrupt image is refused, the chat goes on */
+        rc = vt_run("%s %s %s -md %s --draft 2 --mmproj %s --image %s -p %s -n 4 -c 10 -q 2> %s > /dev/null",
+                    B, base, path_of("lm.gguf"), path_of("draft.gguf"), path_of("mm.gguf"), path_of("a.ppm"),
+                    q, path_of("e.txt"));
+        VT_CHECK(rc == 1 && file_contains(path_of("e.txt"), "context"), "prompt + image > context: exit %d",
+                 rc);
+        /* chat: a turn that does not fit is dropped with a hint, a corrupt image is refused, the chat goes on
+         */
         char script[2048];
         snprintf(script, sizeof(script), "/image %s\nhi\n/image %s\n", path_of("bad.png"), path_of("a.ppm"));
         write_bytes(path_of("script2.txt"), script, strlen(script));
-        rc = vt_run("%s chat -m %s --mmproj %s -c 100 --temp 0 -n 4 < %s > /dev/null 2> %s", B, path_of("lm.gguf"),
-                    path_of("mm.gguf"), path_of("script2.txt"), path_of("e.txt"));
-        VT_CHECK(rc == 1 && file_contains(path_of("e.txt"), "bad.png") && file_contains(path_of("e.txt"), "/reset") &&
+        rc = vt_run("%s chat -m %s --mmproj %s -c 100 --temp 0 -n 4 < %s > /dev/null 2> %s", B,
+                    path_of("lm.gguf"), path_of("mm.gguf"), path_of("script2.txt"), path_of("e.txt"));
+        VT_CHECK(rc == 1 && file_contains(path_of("e.txt"), "bad.png") &&
+                     file_contains(path_of("e.txt"), "/reset") &&
                      file_contains(path_of("e.txt"), "never sent"),
                  "chat: corrupt image, context overflow: exit %d", rc);
         rc = vt_run("%s chat -m %s --bogus 2> /dev/null", B, path_of("lm.gguf"));
         VT_CHECK(rc == 2, "chat: unknown flag is a usage error (%d)", rc);
         rc = vt_run("%s chat -m %s --template nope < /dev/null 2> /dev/null", B, path_of("lm.gguf"));
         VT_CHECK(rc == 2, "chat: unknown template (%d)", rc);
-        rc = vt_run("echo '/image %s' | %s chat -m %s 2> %s", path_of("a.ppm"), B, path_of("lm.gguf"), path_of("e.txt"));
-        VT_CHECK(rc == 1 && file_contains(path_of("e.txt"), "--mmproj"), "chat: /image without --mmproj (%d)", rc);
+        rc = vt_run("echo '/image %s' | %s chat -m %s 2> %s", path_of("a.ppm"), B, path_of("lm.gguf"),
+                    path_of("e.txt"));
+        VT_CHECK(rc == 1 && file_contains(path_of("e.txt"), "--mmproj"), "chat: /image without --mmproj (%d)",
+                 rc);
     }
     printf("cli_vision: %.1f s\n", vs_time_now() - t0);
     return vt_finish("cli_vision");

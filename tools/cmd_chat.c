@@ -95,29 +95,29 @@ static void usage(FILE *f) {
             "  --template NAME         chat template (default vicuna):");
     for (int i = 0; i < vs_chat_template_count(); i++)
         fprintf(f, " %s", vs_chat_template_name(vs_chat_template_at(i)));
-    fprintf(f,
-            "\n"
-            "  --system TEXT           system prompt instead of the template's default\n"
-            "  -n, --n-predict N       most tokens per reply (default 256)\n"
-            "  --temp T                temperature (default 0.8; 0 = greedy)\n"
-            "  --top-k K               keep the K most likely tokens (default 40; 0 = off)\n"
-            "  --top-p P               nucleus sampling mass (default 0.95; 1 = off)\n"
-            "  --min-p P               drop tokens below P x the top probability (default 0.05; 0 = off)\n"
-            "  --seed S                sampling seed (default: from the clock, printed)\n"
-            "  -t, --threads N         threads (default 2)\n"
-            "  -c, --ctx N             KV cache rows (default: the model's context)\n"
-            "  --kv-type T             KV cache storage f16 (default) or f32\n"
-            "  --ignore-eos            do not stop a reply at end-of-generation tokens\n"
-            "  --dump PREFIX           write each turn's full prompt text to PREFIX.turnN.prompt.txt and its\n"
-            "                          reply (as printed) to PREFIX.turnN.reply.txt (tests, debugging)\n"
-            "  -q, --quiet             no statistics lines\n"
-            "  -h, --help              this help\n"
-            "speculative decoding:\n"
-            "  -md, --model-draft FILE draft LM (same tokenizer as the target)\n"
-            "  --mmproj-draft FILE     the drafter's projector over the target's vision features (m mode)\n"
-            "  --draft GAMMA           drafted tokens per block (default 5)\n"
-            "  --draft-mode MODE       t: text-only drafting (default), m: multimodal drafting\n"
-            "  --draft-greedy          draft greedily even when sampling\n");
+    fprintf(
+        f, "\n"
+           "  --system TEXT           system prompt instead of the template's default\n"
+           "  -n, --n-predict N       most tokens per reply (default 256)\n"
+           "  --temp T                temperature (default 0.8; 0 = greedy)\n"
+           "  --top-k K               keep the K most likely tokens (default 40; 0 = off)\n"
+           "  --top-p P               nucleus sampling mass (default 0.95; 1 = off)\n"
+           "  --min-p P               drop tokens below P x the top probability (default 0.05; 0 = off)\n"
+           "  --seed S                sampling seed (default: from the clock, printed)\n"
+           "  -t, --threads N         threads (default 2)\n"
+           "  -c, --ctx N             KV cache rows (default: the model's context)\n"
+           "  --kv-type T             KV cache storage f16 (default) or f32\n"
+           "  --ignore-eos            do not stop a reply at end-of-generation tokens\n"
+           "  --dump PREFIX           write each turn's full prompt text to PREFIX.turnN.prompt.txt and its\n"
+           "                          reply (as printed) to PREFIX.turnN.reply.txt (tests, debugging)\n"
+           "  -q, --quiet             no statistics lines\n"
+           "  -h, --help              this help\n"
+           "speculative decoding:\n"
+           "  -md, --model-draft FILE draft LM (same tokenizer as the target)\n"
+           "  --mmproj-draft FILE     the drafter's projector over the target's vision features (m mode)\n"
+           "  --draft GAMMA           drafted tokens per block (default 5)\n"
+           "  --draft-mode MODE       t: text-only drafting (default), m: multimodal drafting\n"
+           "  --draft-greedy          draft greedily even when sampling\n");
 }
 
 /* Returns -1 when the options are fine, else the exit status. */
@@ -135,61 +135,90 @@ static int parse(int argc, char **argv, chat_opts *o) {
             usage(stdout);
             return 0;
         }
-        if (!strcmp(a, "--ignore-eos")) o->ignore_eos = true;
-        else if (!strcmp(a, "--draft-greedy")) o->greedy_draft = true;
-        else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) o->quiet = true;
+        if (!strcmp(a, "--ignore-eos"))
+            o->ignore_eos = true;
+        else if (!strcmp(a, "--draft-greedy"))
+            o->greedy_draft = true;
+        else if (!strcmp(a, "-q") || !strcmp(a, "--quiet"))
+            o->quiet = true;
         else {
-            if (!(v = cli_value(CMD, argc, argv, &i))) return 2;
-            if (!strcmp(a, "-m") || !strcmp(a, "--model")) o->model = v;
-            else if (!strcmp(a, "--mmproj")) o->mmproj = v;
-            else if (!strcmp(a, "-md") || !strcmp(a, "--model-draft")) o->draft_model = v;
-            else if (!strcmp(a, "--mmproj-draft")) o->mmproj_draft = v;
-            else if (!strcmp(a, "--template")) o->tpl_name = v;
-            else if (!strcmp(a, "--system")) o->system = v;
-            else if (!strcmp(a, "--dump")) o->dump = v;
+            if (!(v = cli_value(CMD, argc, argv, &i)))
+                return 2;
+            if (!strcmp(a, "-m") || !strcmp(a, "--model"))
+                o->model = v;
+            else if (!strcmp(a, "--mmproj"))
+                o->mmproj = v;
+            else if (!strcmp(a, "-md") || !strcmp(a, "--model-draft"))
+                o->draft_model = v;
+            else if (!strcmp(a, "--mmproj-draft"))
+                o->mmproj_draft = v;
+            else if (!strcmp(a, "--template"))
+                o->tpl_name = v;
+            else if (!strcmp(a, "--system"))
+                o->system = v;
+            else if (!strcmp(a, "--dump"))
+                o->dump = v;
             else if (!strcmp(a, "--draft")) {
-                if (!cli_parse_int(CMD, a, v, 0, VS_SPEC_MAX_GAMMA, &o->gamma)) return 2;
+                if (!cli_parse_int(CMD, a, v, 0, VS_SPEC_MAX_GAMMA, &o->gamma))
+                    return 2;
             } else if (!strcmp(a, "--draft-mode")) {
-                if (!strcmp(v, "m")) o->mode_m = true;
-                else if (!strcmp(v, "t")) o->mode_m = false;
-                else return cli_fail(CMD, "--draft-mode %s: expected m or t", v), 2;
+                if (!strcmp(v, "m"))
+                    o->mode_m = true;
+                else if (!strcmp(v, "t"))
+                    o->mode_m = false;
+                else
+                    return cli_fail(CMD, "--draft-mode %s: expected m or t", v), 2;
             } else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
-                if (!cli_parse_int(CMD, a, v, 1, 1 << 24, &o->n_predict)) return 2;
+                if (!cli_parse_int(CMD, a, v, 1, 1 << 24, &o->n_predict))
+                    return 2;
             } else if (!strcmp(a, "--temp")) {
-                if (!cli_parse_f64(CMD, a, v, 0, 100, &d)) return 2;
+                if (!cli_parse_f64(CMD, a, v, 0, 100, &d))
+                    return 2;
                 o->sp.temperature = (float)d;
             } else if (!strcmp(a, "--top-k")) {
-                if (!cli_parse_int(CMD, a, v, 0, INT32_MAX, &o->sp.top_k)) return 2;
+                if (!cli_parse_int(CMD, a, v, 0, INT32_MAX, &o->sp.top_k))
+                    return 2;
             } else if (!strcmp(a, "--top-p")) {
-                if (!cli_parse_f64(CMD, a, v, 0, 1, &d)) return 2;
+                if (!cli_parse_f64(CMD, a, v, 0, 1, &d))
+                    return 2;
                 o->sp.top_p = (float)d;
             } else if (!strcmp(a, "--min-p")) {
-                if (!cli_parse_f64(CMD, a, v, 0, 1, &d)) return 2;
+                if (!cli_parse_f64(CMD, a, v, 0, 1, &d))
+                    return 2;
                 o->sp.min_p = (float)d;
             } else if (!strcmp(a, "--seed")) {
-                if (!cli_parse_i64(CMD, a, v, 0, INT64_MAX, &s64)) return 2;
+                if (!cli_parse_i64(CMD, a, v, 0, INT64_MAX, &s64))
+                    return 2;
                 o->sp.seed = (uint64_t)s64;
                 seed_given = true;
             } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
-                if (!cli_parse_int(CMD, a, v, 1, 1024, &o->threads)) return 2;
+                if (!cli_parse_int(CMD, a, v, 1, 1024, &o->threads))
+                    return 2;
             } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx")) {
-                if (!cli_parse_int(CMD, a, v, 1, 1 << 24, &o->n_ctx)) return 2;
+                if (!cli_parse_int(CMD, a, v, 1, 1 << 24, &o->n_ctx))
+                    return 2;
             } else if (!strcmp(a, "--kv-type")) {
-                if (!strcmp(v, "f16") || !strcmp(v, "F16")) o->kv_type = VS_TYPE_F16;
-                else if (!strcmp(v, "f32") || !strcmp(v, "F32")) o->kv_type = VS_TYPE_F32;
-                else return cli_fail(CMD, "--kv-type %s: expected f16 or f32", v), 2;
+                if (!strcmp(v, "f16") || !strcmp(v, "F16"))
+                    o->kv_type = VS_TYPE_F16;
+                else if (!strcmp(v, "f32") || !strcmp(v, "F32"))
+                    o->kv_type = VS_TYPE_F32;
+                else
+                    return cli_fail(CMD, "--kv-type %s: expected f16 or f32", v), 2;
             } else {
                 return cli_fail(CMD, "unknown option '%s' (see vlmspec chat --help)", a), 2;
             }
         }
     }
-    if (!o->model) return cli_fail(CMD, "-m MODEL is required"), 2;
+    if (!o->model)
+        return cli_fail(CMD, "-m MODEL is required"), 2;
     if (!o->draft_model && (o->mmproj_draft || o->mode_m))
         return cli_fail(CMD, "--mmproj-draft / --draft-mode m need a draft model (-md FILE)"), 2;
     if (o->draft_model && o->mode_m && !o->mmproj_draft)
         return cli_fail(CMD, "--draft-mode m needs the drafter's projector (--mmproj-draft FILE)"), 2;
-    if (o->mode_m && !o->mmproj) return cli_fail(CMD, "--draft-mode m needs --mmproj (the shared tower)"), 2;
-    if (!seed_given) o->sp.seed = (uint64_t)(vs_time_now() * 1e6);
+    if (o->mode_m && !o->mmproj)
+        return cli_fail(CMD, "--draft-mode m needs --mmproj (the shared tower)"), 2;
+    if (!seed_given)
+        o->sp.seed = (uint64_t)(vs_time_now() * 1e6);
     return -1;
 }
 
@@ -206,21 +235,25 @@ static void images_drop_from(chat *c, int first) {
 /* Forgets the conversation; keep_system keeps a leading system message (--system). */
 static void history_clear(chat *c, bool keep_system) {
     int first = keep_system && c->n_msgs > 0 && c->msgs[0].role == VS_CHAT_SYSTEM ? 1 : 0;
-    for (int i = first; i < c->n_msgs; i++) vs_free((char *)c->msgs[i].content);
+    for (int i = first; i < c->n_msgs; i++)
+        vs_free((char *)c->msgs[i].content);
     c->n_msgs = first;
     images_drop_from(c, 0);
     c->n_pending = 0;
 }
 
-static vs_status push_msg(chat *c, vs_chat_role role, const char *text, size_t len, int n_images, vs_error *err) {
+static vs_status push_msg(chat *c, vs_chat_role role, const char *text, size_t len, int n_images,
+                          vs_error *err) {
     if (c->n_msgs == c->cap_msgs) {
         int cap = c->cap_msgs ? 2 * c->cap_msgs : 16;
         vs_chat_msg *m = vs_realloc(c->msgs, sizeof(*m) * (size_t)cap);
-        if (!m) return vs_error_set(err, VS_ERR_NOMEM, "chat: out of memory");
+        if (!m)
+            return vs_error_set(err, VS_ERR_NOMEM, "chat: out of memory");
         c->msgs = m, c->cap_msgs = cap;
     }
     char *s = vs_malloc(len + 1);
-    if (!s) return vs_error_set(err, VS_ERR_NOMEM, "chat: out of memory");
+    if (!s)
+        return vs_error_set(err, VS_ERR_NOMEM, "chat: out of memory");
     memcpy(s, text, len);
     s[len] = 0;
     c->msgs[c->n_msgs++] = (vs_chat_msg){.role = role, .content = s, .n_images = n_images};
@@ -231,17 +264,20 @@ static void pop_msg(chat *c) { vs_free((char *)c->msgs[--c->n_msgs].content); }
 
 /* /image PATH: encode once (features for every projector) and project with the target's projector. */
 static vs_status attach_image(chat *c, const char *path, vs_error *err) {
-    if (!c->tower) return vs_error_set(err, VS_ERR_INVALID, "/image %s: no --mmproj was given", path);
+    if (!c->tower)
+        return vs_error_set(err, VS_ERR_INVALID, "/image %s: no --mmproj was given", path);
     if (c->n_imgs == c->cap_imgs) {
         int cap = c->cap_imgs ? 2 * c->cap_imgs : 8;
         chat_image *m = vs_realloc(c->imgs, sizeof(*m) * (size_t)cap);
-        if (!m) return vs_error_set(err, VS_ERR_NOMEM, "chat: out of memory");
+        if (!m)
+            return vs_error_set(err, VS_ERR_NOMEM, "chat: out of memory");
         c->imgs = m, c->cap_imgs = cap;
     }
     chat_image *im = &c->imgs[c->n_imgs];
     memset(im, 0, sizeof(*im));
     vs_status st = vs_vision_encode_file(c->tower, c->tp, path, VS_PREPROC_LLAVA, NULL, &im->feat, err);
-    if (st) return st;
+    if (st)
+        return st;
     float *rows = NULL;
     int64_t nr = 0;
     const vs_vision_projector *p = vs_mmproj_projector(c->mp);
@@ -271,7 +307,8 @@ static bool reply_put(reply *r, const char *s, size_t n) {
     if (r->len + n + 1 > r->cap) {
         size_t cap = VS_MAX(2 * r->cap, r->len + n + 64);
         char *b = vs_realloc(r->buf, cap);
-        if (!b) return r->oom = true, false;
+        if (!b)
+            return r->oom = true, false;
         r->buf = b, r->cap = cap;
     }
     memcpy(r->buf + r->len, s, n);
@@ -285,16 +322,20 @@ static bool reply_tokens(void *ctx, const int32_t *t, int32_t n) {
     for (int32_t i = 0; i < n; i++) {
         size_t len = 0;
         const char *s = vs_detok_feed(r->dt, t + i, 1, &len, &r->err);
-        if (!s) return r->failed = true, false;
-        if (!reply_put(r, s, len)) return false;
+        if (!s)
+            return r->failed = true, false;
+        if (!reply_put(r, s, len))
+            return false;
     }
     return true;
 }
 
 static int64_t row_id(const chat *c, const vs_mm_prompt *p, int64_t r) {
-    if (!p->embd[r]) return p->tokens[r];
+    if (!p->embd[r])
+        return p->tokens[r];
     int im = 0;
-    while (im + 1 < p->n_images && p->image_first[im + 1] <= r) im++;
+    while (im + 1 < p->n_images && p->image_first[im + 1] <= r)
+        im++;
     return -(1 + c->imgs[im].serial * ((int64_t)1 << 32) + (r - p->image_first[im]));
 }
 
@@ -302,7 +343,8 @@ static void write_file(const char *prefix, int turn, const char *what, const cha
     char path[4096];
     snprintf(path, sizeof(path), "%s.turn%d.%s.txt", prefix, turn, what);
     FILE *f = fopen(path, "wb");
-    if (!f || fwrite(s, 1, n, f) != n || fclose(f) != 0) fprintf(stderr, "vlmspec chat: cannot write %s\n", path);
+    if (!f || fwrite(s, 1, n, f) != n || fclose(f) != 0)
+        fprintf(stderr, "vlmspec chat: cannot write %s\n", path);
 }
 
 typedef struct turn_stats {
@@ -319,9 +361,11 @@ static vs_status run_target(chat *c, const vs_mm_prompt *p, reply *r, turn_stats
     const chat_opts *o = c->o;
     const int32_t n_vocab = vs_lm_cfg(c->lm)->n_vocab;
     int64_t keep = 0;
-    while (keep < c->n_cached && keep < p->n_rows - 1 && c->cache_id[keep] == row_id(c, p, keep)) keep++;
+    while (keep < c->n_cached && keep < p->n_rows - 1 && c->cache_id[keep] == row_id(c, p, keep))
+        keep++;
     vs_status st = vs_kv_seq_truncate(c->kv, 0, (int)keep, err);
-    if (st) return st;
+    if (st)
+        return st;
     c->n_cached = (int)keep;
     ts->rows = p->n_rows, ts->reused = keep;
     vs_lm_row rows[N_BATCH];
@@ -332,29 +376,35 @@ static vs_status run_target(chat *c, const vs_mm_prompt *p, reply *r, turn_stats
         const bool last = r0 + n == p->n_rows;
         rows[n - 1].want_logits = last;
         vs_lm_out out = {.logits = last ? c->logits : NULL, .attn_layer = -1};
-        if ((st = vs_lm_forward(c->lm, c->kv, c->tp, rows, (int)n, &out, err))) return st;
-        for (int64_t i = 0; i < n; i++) c->cache_id[c->n_cached++] = row_id(c, p, r0 + i);
+        if ((st = vs_lm_forward(c->lm, c->kv, c->tp, rows, (int)n, &out, err)))
+            return st;
+        for (int64_t i = 0; i < n; i++)
+            c->cache_id[c->n_cached++] = row_id(c, p, r0 + i);
     }
     double t1 = vs_time_now();
     ts->t_prefill = t1 - t0;
     ts->stop = "token limit";
     while (ts->n_gen < o->n_predict) {
         int32_t t;
-        if ((st = vs_sampler_sample(c->smp, c->logits, NULL, &t, err))) return st;
+        if ((st = vs_sampler_sample(c->smp, c->logits, NULL, &t, err)))
+            return st;
         ts->n_gen++;
-        if (!reply_tokens(r, &t, 1)) break;
+        if (!reply_tokens(r, &t, 1))
+            break;
         if (!o->ignore_eos && vs_tokenizer_is_eog(c->tok, t)) {
             ts->stop = "end of generation";
             break;
         }
-        if (ts->n_gen == o->n_predict) break;
+        if (ts->n_gen == o->n_predict)
+            break;
         if (c->n_cached >= c->n_ctx) {
             ts->stop = "context full";
             break;
         }
         vs_lm_row row = {.token = t, .pos = c->n_cached, .want_logits = true};
         vs_lm_out out = {.logits = c->logits, .attn_layer = -1};
-        if ((st = vs_lm_forward(c->lm, c->kv, c->tp, &row, 1, &out, err))) return st;
+        if ((st = vs_lm_forward(c->lm, c->kv, c->tp, &row, 1, &out, err)))
+            return st;
         c->cache_id[c->n_cached++] = t;
     }
     (void)n_vocab;
@@ -374,12 +424,14 @@ static vs_status run_spec(chat *c, const vs_mm_prompt *p, reply *r, turn_stats *
         st = vs_error_set(err, VS_ERR_NOMEM, "chat: out of memory");
         goto done;
     }
-    for (int i = 0; i < c->n_imgs; i++) featp[i] = &c->imgs[i].feat;
+    for (int i = 0; i < c->n_imgs; i++)
+        featp[i] = &c->imgs[i].feat;
     int ns = 0;
     for (int64_t row = 0; row < p->n_rows;) {
         if (p->embd[row]) {
             int im = 0;
-            while (im + 1 < p->n_images && p->image_first[im + 1] <= row) im++;
+            while (im + 1 < p->n_images && p->image_first[im + 1] <= row)
+                im++;
             segs[ns++] = (vs_spec_segment){.kind = VS_SPEC_SEG_IMAGE,
                                            .n = (int32_t)c->imgs[im].rows.n_rows,
                                            .embd = c->imgs[im].rows.rows,
@@ -387,8 +439,10 @@ static vs_status run_spec(chat *c, const vs_mm_prompt *p, reply *r, turn_stats *
             row += c->imgs[im].rows.n_rows;
         } else {
             int64_t e = row;
-            while (e < p->n_rows && !p->embd[e]) e++;
-            segs[ns++] = (vs_spec_segment){.kind = VS_SPEC_SEG_TEXT, .n = (int32_t)(e - row), .tokens = p->tokens + row};
+            while (e < p->n_rows && !p->embd[e])
+                e++;
+            segs[ns++] = (vs_spec_segment){
+                .kind = VS_SPEC_SEG_TEXT, .n = (int32_t)(e - row), .tokens = p->tokens + row};
             row = e;
         }
     }
@@ -423,8 +477,10 @@ done:
 /* Trimmed copy bounds of s (spaces and newlines at both ends). */
 static void trim(const char *s, size_t n, size_t *b, size_t *e) {
     *b = 0, *e = n;
-    while (*b < *e && (s[*b] == ' ' || s[*b] == '\n' || s[*b] == '\t' || s[*b] == '\r')) (*b)++;
-    while (*e > *b && (s[*e - 1] == ' ' || s[*e - 1] == '\n' || s[*e - 1] == '\t' || s[*e - 1] == '\r')) (*e)--;
+    while (*b < *e && (s[*b] == ' ' || s[*b] == '\n' || s[*b] == '\t' || s[*b] == '\r'))
+        (*b)++;
+    while (*e > *b && (s[*e - 1] == ' ' || s[*e - 1] == '\n' || s[*e - 1] == '\t' || s[*e - 1] == '\r'))
+        (*e)--;
 }
 
 /* One user turn. Returns VS_OK or an error (the history is then as before the turn). */
@@ -432,7 +488,8 @@ static vs_status user_turn(chat *c, const char *text, size_t len, vs_error *err)
     const chat_opts *o = c->o;
     const int n_att = c->n_pending;
     vs_status st = push_msg(c, VS_CHAT_USER, text, len, n_att, err);
-    if (st) return st;
+    if (st)
+        return st;
     c->n_pending = 0;
     char *ptext = NULL;
     size_t plen = 0;
@@ -446,8 +503,10 @@ static vs_status user_turn(chat *c, const char *text, size_t len, vs_error *err)
         st = vs_error_set(err, VS_ERR_NOMEM, "chat: out of memory");
         goto undo;
     }
-    for (int i = 0; i < c->n_imgs; i++) ims[i] = c->imgs[i].rows;
-    if ((st = vs_chat_format(c->tpl, c->msgs, c->n_msgs, true, &ptext, &plen, err))) goto undo;
+    for (int i = 0; i < c->n_imgs; i++)
+        ims[i] = c->imgs[i].rows;
+    if ((st = vs_chat_format(c->tpl, c->msgs, c->n_msgs, true, &ptext, &plen, err)))
+        goto undo;
     vs_mm_prompt_opts po = {.lm_width = vs_lm_cfg(c->lm)->n_embd, .n_ctx = c->n_ctx};
     if ((st = vs_mm_prompt_build(&mp, c->tok, ptext, plen, ims, c->n_imgs, &po, err))) {
         if (st == VS_ERR_RANGE)
@@ -456,14 +515,17 @@ static vs_status user_turn(chat *c, const char *text, size_t len, vs_error *err)
         goto undo;
     }
     c->turn++;
-    if (o->dump) write_file(o->dump, c->turn, "prompt", ptext, plen);
+    if (o->dump)
+        write_file(o->dump, c->turn, "prompt", ptext, plen);
     if (!(r.dt = vs_detok_new(c->tok, 0, err))) {
         st = err->code;
         goto undo;
     }
     st = c->eng ? run_spec(c, &mp, &r, &ts, err) : run_target(c, &mp, &r, &ts, err);
-    if (!st && r.failed) *err = r.err, st = err->code;
-    if (!st && r.oom) st = vs_error_set(err, VS_ERR_NOMEM, "chat: out of memory");
+    if (!st && r.failed)
+        *err = r.err, st = err->code;
+    if (!st && r.oom)
+        st = vs_error_set(err, VS_ERR_NOMEM, "chat: out of memory");
     if (st) {
         printf("\n");
         fflush(stdout);
@@ -474,27 +536,32 @@ static vs_status user_turn(chat *c, const char *text, size_t len, vs_error *err)
     reply_put(&r, tail, tl);
     printf("\n");
     fflush(stdout);
-    if (o->dump) write_file(o->dump, c->turn, "reply", r.buf ? r.buf : "", r.len);
+    if (o->dump)
+        write_file(o->dump, c->turn, "reply", r.buf ? r.buf : "", r.len);
     size_t b, e;
     trim(r.buf ? r.buf : "", r.len, &b, &e);
-    if ((st = push_msg(c, VS_CHAT_ASSISTANT, r.buf ? r.buf + b : "", e - b, 0, err))) goto undo;
+    if ((st = push_msg(c, VS_CHAT_ASSISTANT, r.buf ? r.buf + b : "", e - b, 0, err)))
+        goto undo;
     if (!o->quiet) {
         double tps = ts.n_gen > 0 && ts.t_decode > 0 ? ts.n_gen / ts.t_decode : 0;
         fprintf(stderr,
                 "[chat] turn %d: prompt %lld rows (%d images), reused %lld, evaluated %lld in %.3f s; "
                 "%d tokens in %.3f s (%.2f t/s)",
-                c->turn, (long long)ts.rows, c->n_imgs, (long long)ts.reused, (long long)(ts.rows - ts.reused),
-                ts.t_prefill, ts.n_gen, ts.t_decode, tps);
-        if (ts.spec) fprintf(stderr, "; tau %.3f (gamma %d)", ts.tau, o->gamma);
+                c->turn, (long long)ts.rows, c->n_imgs, (long long)ts.reused,
+                (long long)(ts.rows - ts.reused), ts.t_prefill, ts.n_gen, ts.t_decode, tps);
+        if (ts.spec)
+            fprintf(stderr, "; tau %.3f (gamma %d)", ts.tau, o->gamma);
         fprintf(stderr, "; stop: %s\n", ts.stop);
     }
     if (!strcmp(ts.stop, "context full"))
-        fprintf(stderr, "vlmspec chat: the context (%d rows) is full: the reply was cut; /reset starts over\n",
+        fprintf(stderr,
+                "vlmspec chat: the context (%d rows) is full: the reply was cut; /reset starts over\n",
                 c->n_ctx);
     goto done;
 undo:
     /* the turn did not happen: drop its message, its images become pending again */
-    if (c->n_msgs > 0 && c->msgs[c->n_msgs - 1].role == VS_CHAT_USER) pop_msg(c);
+    if (c->n_msgs > 0 && c->msgs[c->n_msgs - 1].role == VS_CHAT_USER)
+        pop_msg(c);
     c->n_pending = n_att;
 done:
     vs_free(r.buf);
@@ -513,22 +580,30 @@ static int chat_loop(chat *c) {
     ssize_t n;
     vs_error err = {0};
     for (;;) {
-        if (tty) fputs("> ", stderr), fflush(stderr);
-        if ((n = getline(&line, &cap, stdin)) < 0) break;
-        while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r')) line[--n] = 0;
+        if (tty)
+            fputs("> ", stderr), fflush(stderr);
+        if ((n = getline(&line, &cap, stdin)) < 0)
+            break;
+        while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
+            line[--n] = 0;
         size_t b = 0;
-        while (line[b] == ' ' || line[b] == '\t') b++;
+        while (line[b] == ' ' || line[b] == '\t')
+            b++;
         const char *s = line + b;
-        if (!*s) continue;
-        if (!strcmp(s, "/quit") || !strcmp(s, "/exit")) break;
+        if (!*s)
+            continue;
+        if (!strcmp(s, "/quit") || !strcmp(s, "/exit"))
+            break;
         if (!strcmp(s, "/reset")) {
             history_clear(c, true);
-            if (!c->o->quiet) fprintf(stderr, "[chat] conversation cleared\n");
+            if (!c->o->quiet)
+                fprintf(stderr, "[chat] conversation cleared\n");
             continue;
         }
         if (!strncmp(s, "/image", 6) && (s[6] == ' ' || s[6] == '\t' || !s[6])) {
             const char *path = s + 6;
-            while (*path == ' ' || *path == '\t') path++;
+            while (*path == ' ' || *path == '\t')
+                path++;
             if (!*path) {
                 fprintf(stderr, "vlmspec chat: /image needs a PATH\n");
                 n_fail++;
@@ -555,14 +630,16 @@ static int chat_loop(chat *c) {
     }
     free(line);
     if (c->n_pending > 0)
-        fprintf(stderr, "vlmspec chat: %d attached image(s) were never sent (no turn followed)\n", c->n_pending);
+        fprintf(stderr, "vlmspec chat: %d attached image(s) were never sent (no turn followed)\n",
+                c->n_pending);
     return n_fail ? 1 : 0;
 }
 
 int vs_cmd_chat(int argc, char **argv) {
     chat_opts o;
     int st = parse(argc, argv, &o);
-    if (st >= 0) return st;
+    if (st >= 0)
+        return st;
     int rc = 1;
     vs_error err = {0};
     chat c;
@@ -572,18 +649,23 @@ int vs_cmd_chat(int argc, char **argv) {
         cli_fail(CMD, "unknown template '%s' (see vlmspec chat --help)", o.tpl_name);
         return 2;
     }
-    if (!(c.lm = vs_lm_load(o.model, &err))) goto fail;
-    if (!(c.tok = vs_tokenizer_from_gguf(vs_lm_gguf(c.lm), &err))) goto fail;
+    if (!(c.lm = vs_lm_load(o.model, &err)))
+        goto fail;
+    if (!(c.tok = vs_tokenizer_from_gguf(vs_lm_gguf(c.lm), &err)))
+        goto fail;
     const vs_lm_config *lc = vs_lm_cfg(c.lm);
     c.n_ctx = o.n_ctx > 0 ? o.n_ctx : lc->n_ctx_train;
-    if (o.threads > 1 && !(c.tp = vs_threadpool_new(o.threads, &err))) goto fail;
+    if (o.threads > 1 && !(c.tp = vs_threadpool_new(o.threads, &err)))
+        goto fail;
     if (o.mmproj) {
-        if (!(c.mp = vs_mmproj_open(o.mmproj, &err))) goto fail;
+        if (!(c.mp = vs_mmproj_open(o.mmproj, &err)))
+            goto fail;
         if (!(c.tower = vs_mmproj_tower(c.mp))) {
             cli_fail(CMD, "%s has no vision tower (a projector-only file cannot encode images)", o.mmproj);
             goto done;
         }
-        if (vs_vision_check_projector(c.tower, vs_mmproj_projector(c.mp), &err)) goto fail;
+        if (vs_vision_check_projector(c.tower, vs_mmproj_projector(c.mp), &err))
+            goto fail;
         int32_t pw = vs_vision_projector_config(vs_mmproj_projector(c.mp))->proj_out;
         if (pw != lc->n_embd) {
             cli_fail(CMD, "the projector of %s writes rows of %d values but %s has width %d", o.mmproj, pw,
@@ -591,25 +673,32 @@ int vs_cmd_chat(int argc, char **argv) {
             goto done;
         }
     }
-    if (o.system && push_msg(&c, VS_CHAT_SYSTEM, o.system, strlen(o.system), 0, &err)) goto fail;
+    if (o.system && push_msg(&c, VS_CHAT_SYSTEM, o.system, strlen(o.system), 0, &err))
+        goto fail;
     if (o.draft_model) {
-        if (!(c.draft = vs_lm_load(o.draft_model, &err))) goto fail;
+        if (!(c.draft = vs_lm_load(o.draft_model, &err)))
+            goto fail;
         vs_spec_config ec = {.n_ctx = c.n_ctx, .kv_type = o.kv_type, .tp = c.tp, .tok = c.tok};
-        if (!(c.eng = vs_spec_new(c.lm, &ec, &err))) goto fail;
+        if (!(c.eng = vs_spec_new(c.lm, &ec, &err)))
+            goto fail;
         vs_draft_lm_opts dopt = {.mode = o.mode_m ? VS_DRAFT_LM_MM : VS_DRAFT_LM_TEXT,
                                  .n_ctx = c.n_ctx,
                                  .kv_type = o.kv_type,
                                  .tp = c.tp,
                                  .greedy = o.greedy_draft};
         if (o.mode_m) {
-            if (!(c.mp_draft = vs_mmproj_open(o.mmproj_draft, &err))) goto fail;
+            if (!(c.mp_draft = vs_mmproj_open(o.mmproj_draft, &err)))
+                goto fail;
             dopt.proj = vs_mmproj_projector(c.mp_draft);
             dopt.tower = c.tower;
         }
-        if (!(c.drafter = vs_draft_lm_new(c.draft, c.lm, &dopt, &err))) goto fail;
+        if (!(c.drafter = vs_draft_lm_new(c.draft, c.lm, &dopt, &err)))
+            goto fail;
     } else {
-        if (!(c.kv = vs_lm_kv_new(c.lm, 1, c.n_ctx, o.kv_type, &err))) goto fail;
-        if (!(c.smp = vs_sampler_new(lc->n_vocab, &o.sp, &err))) goto fail;
+        if (!(c.kv = vs_lm_kv_new(c.lm, 1, c.n_ctx, o.kv_type, &err)))
+            goto fail;
+        if (!(c.smp = vs_sampler_new(lc->n_vocab, &o.sp, &err)))
+            goto fail;
         c.cache_id = vs_malloc(sizeof(int64_t) * (size_t)c.n_ctx);
         c.logits = vs_malloc(sizeof(float) * (size_t)lc->n_vocab);
         if (!c.cache_id || !c.logits) {

@@ -52,17 +52,20 @@ static void param_counts(const vs_vision_config *c, int64_t *tower, int64_t *pro
     const int64_t W = c->width, F = c->ffn, P = c->patch_size, G = vs_vision_grid(c);
     int64_t blk = 4 * (W * W + W) + 4 * W + (F * W + F) + (W * F + W);
     *tower = c->has_tower ? W + W * 3 * P * P + (G * G + 1) * W + 2 * W + c->n_blocks * blk : 0;
-    *proj = (int64_t)c->proj_hidden * W + c->proj_hidden + (int64_t)c->proj_out * c->proj_hidden + c->proj_out;
+    *proj =
+        (int64_t)c->proj_hidden * W + c->proj_hidden + (int64_t)c->proj_out * c->proj_hidden + c->proj_out;
 }
 
 /* ggml type of the tower's first attention matrix (the writer uses one type for all matrices). */
 static int tower_matrix_type(const char *path, vs_error *err) {
     vs_gguf *g = vs_gguf_open(path, err);
-    if (!g) return -1;
+    if (!g)
+        return -1;
     const vs_gguf_tensor *t = vs_gguf_find_tensor(g, "v.blk.0.attn_q.weight");
     int ty = t ? t->type : -1;
     vs_gguf_close(g);
-    if (ty < 0) vs_error_set(err, VS_ERR_FORMAT, "%s: no tensor v.blk.0.attn_q.weight", path);
+    if (ty < 0)
+        vs_error_set(err, VS_ERR_FORMAT, "%s: no tensor v.blk.0.attn_q.weight", path);
     return ty;
 }
 
@@ -73,14 +76,18 @@ static int cmd_info(int argc, char **argv) {
             usage(stdout);
             return 0;
         }
-        if (argv[i][0] == '-') return cli_fail(CMD, "info: unknown option '%s' (see vlmspec mmproj --help)", argv[i]), 2;
-        if (path) return cli_fail(CMD, "info: one FILE only"), 2;
+        if (argv[i][0] == '-')
+            return cli_fail(CMD, "info: unknown option '%s' (see vlmspec mmproj --help)", argv[i]), 2;
+        if (path)
+            return cli_fail(CMD, "info: one FILE only"), 2;
         path = argv[i];
     }
-    if (!path) return cli_fail(CMD, "info: FILE is required"), 2;
+    if (!path)
+        return cli_fail(CMD, "info: FILE is required"), 2;
     vs_error err = {0};
     vs_mmproj *m = vs_mmproj_open(path, &err);
-    if (!m) return cli_fail_err(CMD, &err);
+    if (!m)
+        return cli_fail_err(CMD, &err);
     const vs_vision_config *c = vs_mmproj_config(m);
     int64_t nt, np;
     param_counts(c, &nt, &np);
@@ -101,7 +108,8 @@ static int cmd_info(int argc, char **argv) {
         vs_gguf *g = vs_gguf_open(path, &err);
         int64_t h = 0;
         if (g && vs_gguf_get_int(g, "vlmspec.vision.tower_hash", &h) == 1)
-            printf("tower hash      %016llx (recorded: the tower it was trained against)\n", (unsigned long long)h);
+            printf("tower hash      %016llx (recorded: the tower it was trained against)\n",
+                   (unsigned long long)h);
         else
             printf("tower hash      none recorded\n");
         vs_gguf_close(g);
@@ -135,27 +143,32 @@ static int cmd_random(int argc, char **argv) {
             proj_only = true;
             continue;
         }
-        if (!(v = cli_value(CMD, argc, argv, &i))) return 2;
+        if (!(v = cli_value(CMD, argc, argv, &i)))
+            return 2;
         struct {
             const char *flag;
             int *dst;
-        } ints[] = {{"--image-size", &image_size}, {"--patch", &patch},       {"--width", &width},
-                    {"--layers", &layers},         {"--heads", &heads},       {"--ffn", &ffn},
+        } ints[] = {{"--image-size", &image_size}, {"--patch", &patch},
+                    {"--width", &width},           {"--layers", &layers},
+                    {"--heads", &heads},           {"--ffn", &ffn},
                     {"--proj-dim", &proj_dim},     {"--proj-hidden", &proj_hidden}};
         bool done = false;
         for (size_t k = 0; k < sizeof(ints) / sizeof(ints[0]); k++)
             if (!strcmp(a, ints[k].flag)) {
-                if (!cli_parse_int(CMD, a, v, 1, 1 << 20, ints[k].dst)) return 2;
+                if (!cli_parse_int(CMD, a, v, 1, 1 << 20, ints[k].dst))
+                    return 2;
                 done = true;
             }
-        if (done) continue;
+        if (done)
+            continue;
         if (!strcmp(a, "--type")) {
             type = vs_type_from_name(v);
             if (type != VS_TYPE_F32 && type != VS_TYPE_F16 && type != VS_TYPE_BF16 && type != VS_TYPE_Q8_0 &&
                 type != VS_TYPE_Q4_0)
                 return cli_fail(CMD, "--type %s: expected F32, F16, BF16, Q8_0 or Q4_0", v), 2;
         } else if (!strcmp(a, "--seed")) {
-            if (!cli_parse_i64(CMD, a, v, 0, INT64_MAX, &seed)) return 2;
+            if (!cli_parse_i64(CMD, a, v, 0, INT64_MAX, &seed))
+                return 2;
         } else if (!strcmp(a, "--tower-from")) {
             tower_from = v;
         } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
@@ -164,9 +177,12 @@ static int cmd_random(int argc, char **argv) {
             return cli_fail(CMD, "random: unknown option '%s' (see vlmspec mmproj --help)", a), 2;
         }
     }
-    if (!out) return cli_fail(CMD, "random: -o OUT is required"), 2;
-    if (!proj_dim) return cli_fail(CMD, "random: --proj-dim D (the LM's embedding width) is required"), 2;
-    if (proj_only && !tower_from) return cli_fail(CMD, "random: --projector-only needs --tower-from FILE"), 2;
+    if (!out)
+        return cli_fail(CMD, "random: -o OUT is required"), 2;
+    if (!proj_dim)
+        return cli_fail(CMD, "random: --proj-dim D (the LM's embedding width) is required"), 2;
+    if (proj_only && !tower_from)
+        return cli_fail(CMD, "random: --projector-only needs --tower-from FILE"), 2;
 
     vs_error err = {0};
     vs_mmproj *src = NULL;
@@ -178,7 +194,8 @@ static int cmd_random(int argc, char **argv) {
     int rc = 1;
     uint64_t src_hash = 0;
     if (tower_from) {
-        if (!(src = vs_mmproj_open(tower_from, &err))) return cli_fail_err(CMD, &err);
+        if (!(src = vs_mmproj_open(tower_from, &err)))
+            return cli_fail_err(CMD, &err);
         if (!vs_mmproj_tower(src)) {
             cli_fail(CMD, "--tower-from %s: the file has no vision tower (projector-only)", tower_from);
             goto done;
@@ -187,13 +204,16 @@ static int cmd_random(int argc, char **argv) {
         struct {
             const char *flag;
             int given, have;
-        } chk[] = {{"--image-size", image_size, s->image_size}, {"--patch", patch, s->patch_size},
-                   {"--width", width, s->width},                {"--layers", layers, s->n_blocks},
-                   {"--heads", heads, s->n_heads},              {"--ffn", ffn, s->ffn}};
+        } chk[] = {{"--image-size", image_size, s->image_size},
+                   {"--patch", patch, s->patch_size},
+                   {"--width", width, s->width},
+                   {"--layers", layers, s->n_blocks},
+                   {"--heads", heads, s->n_heads},
+                   {"--ffn", ffn, s->ffn}};
         for (size_t k = 0; k < sizeof(chk) / sizeof(chk[0]); k++)
             if (chk[k].given && chk[k].given != chk[k].have) {
-                cli_fail(CMD, "%s %d disagrees with the tower of %s (%d): omit it with --tower-from", chk[k].flag,
-                         chk[k].given, tower_from, chk[k].have);
+                cli_fail(CMD, "%s %d disagrees with the tower of %s (%d): omit it with --tower-from",
+                         chk[k].flag, chk[k].given, tower_from, chk[k].have);
                 rc = 2;
                 goto done;
             }
@@ -208,7 +228,8 @@ static int cmd_random(int argc, char **argv) {
             goto done;
         }
         if (type >= 0 && type != st) {
-            cli_fail(CMD, "--type %s: the tower of %s is %s; another type would change the tower (omit --type)",
+            cli_fail(CMD,
+                     "--type %s: the tower of %s is %s; another type would change the tower (omit --type)",
                      vs_type_name(type), tower_from, vs_type_name(st));
             rc = 2;
             goto done;
@@ -217,28 +238,38 @@ static int cmd_random(int argc, char **argv) {
         c = *s;
         src_hash = vs_vision_tower_hash(vs_mmproj_tower(src));
     } else {
-        const char *missing = !image_size ? "--image-size" : !patch ? "--patch" : !width ? "--width"
-                              : !layers   ? "--layers"     : !heads ? "--heads" : !ffn ? "--ffn" : NULL;
-        if (missing) return cli_fail(CMD, "random: %s is required (or --tower-from FILE)", missing), 2;
+        const char *missing = !image_size ? "--image-size"
+                              : !patch    ? "--patch"
+                              : !width    ? "--width"
+                              : !layers   ? "--layers"
+                              : !heads    ? "--heads"
+                              : !ffn      ? "--ffn"
+                                          : NULL;
+        if (missing)
+            return cli_fail(CMD, "random: %s is required (or --tower-from FILE)", missing), 2;
         c.image_size = image_size, c.patch_size = patch, c.width = width, c.n_blocks = layers;
         c.n_heads = heads, c.ffn = ffn, c.use_gelu = gelu, c.projection_dim = width;
         c.has_tower = true;
-        if (type < 0) type = VS_TYPE_F32;
+        if (type < 0)
+            type = VS_TYPE_F32;
     }
     c.proj_out = proj_dim;
     c.proj_hidden = proj_hidden ? proj_hidden : proj_dim;
-    if (proj_only) c.has_tower = false;
+    if (proj_only)
+        c.has_tower = false;
     if (vs_vision_config_check(&c, out, &err)) {
         cli_fail_err(CMD, &err);
         rc = 2;
         goto done;
     }
-    if (vs_vision_weights_alloc(&w, &c, &err)) goto fail;
+    if (vs_vision_weights_alloc(&w, &c, &err))
+        goto fail;
     have_w = true;
     vs_vision_weights_randomize(&w, &c, (uint64_t)seed);
     if (src) {
         /* the source's tower replaces the random one (the projector stays random) */
-        if (vs_mmproj_read_weights(src, &src_w, &err)) goto fail;
+        if (vs_mmproj_read_weights(src, &src_w, &err))
+            goto fail;
         have_src_w = true;
         if (!proj_only) {
             const vs_vision_config *s = vs_mmproj_config(src);
@@ -262,36 +293,42 @@ static int cmd_random(int argc, char **argv) {
 #undef CP
         }
     }
-    vs_mmproj_write_opts wo = {.mat_type = (vs_type)type, .tower_hash = proj_only ? src_hash : 0,
-                               .name = "vlmspec random mmproj"};
-    if (vs_mmproj_write(out, &c, &w, &wo, &err)) goto fail;
+    vs_mmproj_write_opts wo = {
+        .mat_type = (vs_type)type, .tower_hash = proj_only ? src_hash : 0, .name = "vlmspec random mmproj"};
+    if (vs_mmproj_write(out, &c, &w, &wo, &err))
+        goto fail;
 
     /* read it back: the tower must hash like the source's */
     vs_mmproj *chk = vs_mmproj_open(out, &err);
-    if (!chk) goto fail;
+    if (!chk)
+        goto fail;
     if (src && !proj_only) {
         uint64_t h = vs_vision_tower_hash(vs_mmproj_tower(chk));
         if (h != src_hash) {
             vs_mmproj_free(chk);
             unlink(out);
-            cli_fail(CMD, "%s: the written tower's hash %016llx differs from %s's %016llx (the tower did not "
-                          "survive the copy; file removed)",
+            cli_fail(CMD,
+                     "%s: the written tower's hash %016llx differs from %s's %016llx (the tower did not "
+                     "survive the copy; file removed)",
                      out, (unsigned long long)h, tower_from, (unsigned long long)src_hash);
             goto done;
         }
-    } else if (src && proj_only && vs_vision_check_projector(vs_mmproj_tower(src), vs_mmproj_projector(chk), &err)) {
+    } else if (src && proj_only &&
+               vs_vision_check_projector(vs_mmproj_tower(src), vs_mmproj_projector(chk), &err)) {
         vs_mmproj_free(chk);
         unlink(out);
         goto fail;
     }
     int64_t nt, np;
     param_counts(&c, &nt, &np);
-    fprintf(stderr, "wrote %s: %s%s, %d x %d image, width %d, %d blocks, projector %d -> %d -> %d, %s, "
-                    "%lld parameters",
+    fprintf(stderr,
+            "wrote %s: %s%s, %d x %d image, width %d, %d blocks, projector %d -> %d -> %d, %s, "
+            "%lld parameters",
             out, c.has_tower ? "tower + projector" : "projector-only", src ? " (tower of source)" : "",
             c.image_size, c.image_size, c.width, c.n_blocks, c.width, c.proj_hidden, c.proj_out,
             vs_type_name(type), (long long)(nt + np));
-    if (src) fprintf(stderr, ", tower hash %016llx", (unsigned long long)src_hash);
+    if (src)
+        fprintf(stderr, ", tower hash %016llx", (unsigned long long)src_hash);
     fprintf(stderr, "\n");
     vs_mmproj_free(chk);
     rc = 0;
@@ -299,8 +336,10 @@ static int cmd_random(int argc, char **argv) {
 fail:
     cli_fail_err(CMD, &err);
 done:
-    if (have_w) vs_vision_weights_free(&w, &c);
-    if (have_src_w) vs_vision_weights_free(&src_w, vs_mmproj_config(src));
+    if (have_w)
+        vs_vision_weights_free(&w, &c);
+    if (have_src_w)
+        vs_vision_weights_free(&src_w, vs_mmproj_config(src));
     vs_mmproj_free(src);
     return rc;
 }
@@ -310,7 +349,9 @@ int vs_cmd_mmproj(int argc, char **argv) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
     }
-    if (!strcmp(argv[1], "random")) return cmd_random(argc - 1, argv + 1);
-    if (!strcmp(argv[1], "info")) return cmd_info(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "random"))
+        return cmd_random(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "info"))
+        return cmd_info(argc - 1, argv + 1);
     return cli_fail(CMD, "unknown subcommand '%s': expected random or info", argv[1]), 2;
 }
