@@ -95,6 +95,8 @@ static bool turn_stats(const char *errfile, int turn, long *R, long *K, long *E)
 
 /* Runs `generate` on a chat turn's dumped prompt with the given images and checks its output equals
  * the prompt + the chat's reply + "\n" (what generate prints). */
+static const char *g_lm, *g_mm; /* the model pair check_turn_matches_generate runs */
+
 static void check_turn_matches_generate(const char *prefix, int turn, const char *images, const char *tag) {
     char pf[1024], rf[1024], gf[1024];
     snprintf(pf, sizeof(pf), "%s.turn%d.prompt.txt", prefix, turn);
@@ -110,7 +112,7 @@ static void check_turn_matches_generate(const char *prefix, int turn, const char
     /* generate -md TARGET (the target as its own drafter; greedy speculative = target-only output) */
     int rc = vt_run("%s generate -m %s -md %s --draft 2 --mmproj %s %s --special --temp 0 -n 12 -t 1 -q "
                     "-p \"$(cat %s)\" > %s 2> %s.err",
-                    B, path_of("lm.gguf"), path_of("lm.gguf"), path_of("mm.gguf"), images, pf, gf, gf);
+                    B, g_lm, g_lm, g_mm, images, pf, gf, gf);
     VT_CHECK(rc == 0, "%s: generate of turn %d's prompt exits %d", tag, turn, rc);
     char *g = slurp(gf, &ng);
     bool same = g && ng == np + nr + 1 && !memcmp(g, p, np) && !memcmp(g + np, r, nr) && g[ng - 1] == '\n';
@@ -129,6 +131,10 @@ int main(void) {
         return VT_SKIP_CODE;
     }
     D = vt_tmpdir();
+    char lm_path[1024], mm_path[1024];
+    snprintf(lm_path, sizeof(lm_path), "%s/lm.gguf", D);
+    snprintf(mm_path, sizeof(mm_path), "%s/mm.gguf", D);
+    g_lm = lm_path, g_mm = mm_path;
     double t0 = vs_time_now();
 
     /* --- models --- */
@@ -344,6 +350,45 @@ int main(void) {
                     path_of("e.txt"));
         VT_CHECK(rc == 1 && file_contains(path_of("e.txt"), "--mmproj"), "chat: /image without --mmproj (%d)",
                  rc);
+    }
+    /* --- chat with the LLaMA tokenizer (realistic re-tokenisation of replies), if the shared data is here
+     * --- */
+    const char *sh = vt_shared_dir();
+    char pm[1024];
+    if (sh)
+        snprintf(pm, sizeof(pm), "%s/parity/llama-d128-l2-f16.gguf", sh);
+    if (!sh || access(pm, R_OK) != 0) {
+        printf("  SKIP (part): chat with the LLaMA tokenizer needs ../shared/testdata/parity\n");
+    } else {
+        VT_REQUIRE(
+            vt_run("%s mmproj random --image-size 28 --patch 14 --width 32 --layers 2 --heads 4 --ffn 64 "
+                   "--proj-dim 128 --seed 4 -o %s 2> /dev/null",
+                   B, path_of("m128.gguf")) == 0,
+            "mmproj for the parity model");
+        char script[4096];
+        snprintf(script, sizeof(script),
+                 "/image %s\nWhat is in the picture?\nTell me more.\n/image %s\nAnd this one?\n",
+                 path_of("a.ppm"), path_of("b.ppm"));
+        write_bytes(path_of("script3.txt"), script, strlen(script));
+        int rc = vt_run("%s chat -m %s --mmproj %s --temp 0 -n 12 -t 1 --dump %s < %s > /dev/null 2> %s", B,
+                        pm, path_of("m128.gguf"), path_of("l"), path_of("script3.txt"), path_of("lchat.err"));
+        VT_CHECK(rc == 0, "chat with the parity model: exit %d", rc);
+        long R1 = 0, K1 = 0, E1 = 0, R2 = 0, K2 = 0, E2 = 0, R3 = 0, K3 = 0, E3 = 0;
+        VT_CHECK(turn_stats(path_of("lchat.err"), 1, &R1, &K1, &E1), "turn 1 stats");
+        VT_CHECK(turn_stats(path_of("lchat.err"), 2, &R2, &K2, &E2), "turn 2 stats");
+        VT_CHECK(turn_stats(path_of("lchat.err"), 3, &R3, &K3, &E3), "turn 3 stats");
+        /* turn 1's prompt (image rows included) is reused; the reply's rows too where its text re-tokenises
+         * as generated (not when a random model's first token lacks the SentencePiece space) */
+        VT_CHECK(K2 >= R1 && E2 < R2, "turn 2 reused %ld rows; turn 1's prompt had %ld", K2, R1);
+        VT_CHECK(K3 > K2 && E3 < R3, "turn 3 reused %ld of %ld rows", K3, R3);
+        char m128[1024];
+        snprintf(m128, sizeof(m128), "%s", path_of("m128.gguf"));
+        g_lm = pm, g_mm = m128;
+        char imgs[2048];
+        snprintf(imgs, sizeof(imgs), "--image %s", path_of("a.ppm"));
+        check_turn_matches_generate(path_of("l"), 2, imgs, "llama chat");
+        snprintf(imgs, sizeof(imgs), "--image %s --image %s", path_of("a.ppm"), path_of("b.ppm"));
+        check_turn_matches_generate(path_of("l"), 3, imgs, "llama chat");
     }
     printf("cli_vision: %.1f s\n", vs_time_now() - t0);
     return vt_finish("cli_vision");
