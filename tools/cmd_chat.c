@@ -39,6 +39,7 @@ typedef struct chat_opts {
     const char *model, *mmproj, *draft_model, *mmproj_draft, *tpl_name, *system, *dump;
     int gamma, n_predict, n_ctx, threads;
     bool mode_m, greedy_draft, ignore_eos, quiet;
+    vs_preproc_mode preproc;
     vs_type kv_type;
     vs_sampler_params sp;
 } chat_opts;
@@ -97,6 +98,7 @@ static void usage(FILE *f) {
         fprintf(f, " %s", vs_chat_template_name(vs_chat_template_at(i)));
     fprintf(
         f, "\n"
+           "  --preproc MODE          image preprocessing: llava (default) or llamacpp\n"
            "  --system TEXT           system prompt instead of the template's default\n"
            "  -n, --n-predict N       most tokens per reply (default 256)\n"
            "  --temp T                temperature (default 0.8; 0 = greedy)\n"
@@ -123,6 +125,7 @@ static void usage(FILE *f) {
 /* Returns -1 when the options are fine, else the exit status. */
 static int parse(int argc, char **argv, chat_opts *o) {
     memset(o, 0, sizeof(*o));
+    o->preproc = VS_PREPROC_LLAVA;
     o->gamma = 5, o->n_predict = 256, o->threads = 2, o->kv_type = VS_TYPE_F16, o->tpl_name = "vicuna";
     o->sp = vs_sampler_params_default();
     o->sp.temperature = 0.8f, o->sp.top_k = 40, o->sp.top_p = 0.95f, o->sp.min_p = 0.05f;
@@ -156,7 +159,14 @@ static int parse(int argc, char **argv, chat_opts *o) {
                 o->tpl_name = v;
             else if (!strcmp(a, "--system"))
                 o->system = v;
-            else if (!strcmp(a, "--dump"))
+            else if (!strcmp(a, "--preproc")) {
+                if (!strcmp(v, "llava"))
+                    o->preproc = VS_PREPROC_LLAVA;
+                else if (!strcmp(v, "llamacpp"))
+                    o->preproc = VS_PREPROC_LLAMACPP;
+                else
+                    return cli_fail(CMD, "--preproc %s: expected llava or llamacpp", v), 2;
+            } else if (!strcmp(a, "--dump"))
                 o->dump = v;
             else if (!strcmp(a, "--draft")) {
                 if (!cli_parse_int(CMD, a, v, 0, VS_SPEC_MAX_GAMMA, &o->gamma))
@@ -275,7 +285,7 @@ static vs_status attach_image(chat *c, const char *path, vs_error *err) {
     }
     chat_image *im = &c->imgs[c->n_imgs];
     memset(im, 0, sizeof(*im));
-    vs_status st = vs_vision_encode_file(c->tower, c->tp, path, VS_PREPROC_LLAVA, NULL, &im->feat, err);
+    vs_status st = vs_vision_encode_file(c->tower, c->tp, path, c->o->preproc, NULL, &im->feat, err);
     if (st)
         return st;
     float *rows = NULL;
@@ -510,7 +520,7 @@ static vs_status user_turn(chat *c, const char *text, size_t len, vs_error *err)
     vs_mm_prompt_opts po = {.lm_width = vs_lm_cfg(c->lm)->n_embd, .n_ctx = c->n_ctx};
     if ((st = vs_mm_prompt_build(&mp, c->tok, ptext, plen, ims, c->n_imgs, &po, err))) {
         if (st == VS_ERR_RANGE)
-            vs_error_wrap(err, "the conversation no longer fits the context of %d rows (/reset starts over)",
+            vs_error_wrap(err, "the conversation does not fit the context of %d rows (/reset starts over)",
                           c->n_ctx);
         goto undo;
     }
