@@ -277,8 +277,11 @@ int vs_cmd_generate(int argc, char **argv) {
     gen_opts o;
     int st = gen_parse(argc, argv, &o);
     if (st >= 0) return st;
-    if (o.spec.draft_model || vs_cli_ens_active(&o.ens)) {
-        /* speculative decoding: tools/cli_spec.c runs the request with the options parsed here */
+    bool has_drafter = o.spec.draft_model || vs_cli_ens_active(&o.ens);
+    if (has_drafter || o.spec.mmproj || o.spec.n_images > 0) {
+        /* speculative decoding, or any request with images: tools/cli_spec.c runs it with the options
+         * parsed here (images without a drafter run as target-only decoding, gamma 0) */
+        if (!has_drafter) o.spec.gamma = 0;
         vs_cli_spec_opts *s = &o.spec;
         int32_t *ids = NULL;
         s->model = o.model, s->prompt = o.prompt, s->n_predict = o.n_predict, s->n_ctx = o.n_ctx;
