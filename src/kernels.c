@@ -235,9 +235,8 @@ static void mm_scalar(const vs_mm_job *jb, int64_t o0, int64_t o1) {
 
 /* ---- the threaded driver ---- */
 
-/* Fewest activation rows for which the AMX kernel beats the VNNI one (vlmspec kbench, 1 thread, weights
- * in L2): AMX costs about the same for 2..8 rows, VNNI grows by ~40% per row, and the Q4_0 AMX path pays
- * for unpacking nibbles. */
+/* With AMX, Q8_0/Q4_0 use the AMX layout for every row count (batch invariance: one quantiser, one
+ * per-lane float epilogue): tiles for 2+ rows, the bitwise-equal VNNI kernel vs_mm_amx_row1 for one. */
 static int64_t amx_min_rows(vs_type t) { (void)t; return 1; }
 
 typedef struct mm_ctx {
@@ -278,7 +277,10 @@ static void mm_task(void *p, int ith, int nth) {
     vs_split_range(c->job.n_out, ith, nth, 16, &o0, &o1);
     if (o0 >= o1) return;
     switch (c->isa) {
-    case VS_ISA_AMX: vs_mm_amx(&c->job, o0, o1); break;
+    case VS_ISA_AMX:
+        if (c->job.n_rows == 1) vs_mm_amx_row1(&c->job, o0, o1);
+        else vs_mm_amx(&c->job, o0, o1);
+        break;
     case VS_ISA_AVX512: vs_mm_avx512(&c->job, o0, o1); break;
     case VS_ISA_AVX2: vs_mm_avx2(&c->job, o0, o1); break;
     default: mm_scalar(&c->job, o0, o1); break;

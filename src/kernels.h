@@ -26,7 +26,19 @@ vs_isa vs_isa_active(void); /* the ISA vs_matmul and the vector ops use now: min
 
 /* y[r * n_out + o] = sum_i W[o, i] * x[r * n_in + i] for r < n_rows, o < n_out.
  * w points at n_out rows of vs_type_row_bytes(wtype, n_in) bytes each. x and y must not alias.
- * n_in must be a multiple of the type's block size (32 for Q8_0/Q4_0). Threads split output rows. */
+ * n_in must be a multiple of the type's block size (32 for Q8_0/Q4_0). Threads split output rows.
+ *
+ * BATCH INVARIANCE (what speculative decoding's greedy identity rests on): while the active ISA
+ * (vs_isa_active) and the BLAS setting stay the same, row r of y is BITWISE equal to the result of
+ * vs_matmul on row r of x alone, whatever n_rows, the row's position in the batch, the other rows and
+ * the pool's thread count, for
+ *   - Q8_0 / Q4_0: every n_rows (one activation quantiser; per output and row, the exact integer block
+ *     dots scaled and added in block order by the same float operations on every path of an ISA);
+ *   - F32 / F16 / BF16: n_rows < 128 always, and every n_rows when BLAS is off (vs_matmul_set_blas,
+ *     VLMSPEC_NO_BLAS=1). With BLAS, batches of 128+ rows (prompt prefill, the vision tower) use
+ *     sgemm, whose summation order is its own: such rows may differ from single-row results in the
+ *     last bits. Verification batches (gamma + 1 <= 65 rows) and decoding never reach it.
+ * Different ISAs (scalar / AVX2 / AVX-512 / AMX) give results that differ in f32 rounding only. */
 void vs_matmul(vs_threadpool *tp, vs_type wtype, const void *w, int64_t n_out, int64_t n_in,
                const float *x, int64_t n_rows, float *y);
 /* The scalar reference twin (single thread, double accumulation not required). */

@@ -43,12 +43,8 @@ void vs_xq_quantize_row_amx(const float *x, int64_t n_in, vs_type wtype, int64_t
         float d = 0.0f;
         int32_t corr = 0;
         if (x) {
-            __m512 v0 = _mm512_loadu_ps(x + b * 32), v1 = _mm512_loadu_ps(x + b * 32 + 16);
-            float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
-            float id = amax > 0.0f ? 127.0f / amax : 0.0f;
-            d = _cvtsh_ss(_cvtss_sh(amax / 127.0f, _MM_FROUND_TO_NEAREST_INT));
-            __m512 vid = _mm512_set1_ps(id);
-            __m512i i0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, vid)), i1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, vid));
+            __m512i i0, i1;
+            vs_xq_block_avx512(x + b * 32, &i0, &i1, &d); /* the shared quantiser (kernels_arch.h) */
             __m256i qv = _mm256_set_m128i(_mm512_cvtepi32_epi8(i1), _mm512_cvtepi32_epi8(i0));
             if (wtype == VS_TYPE_Q4_0) {
                 corr = -8 * _mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1));
@@ -159,7 +155,7 @@ VS_INLINE void unpack_q4(const uint8_t *src, size_t stride, uint8_t *out) {
  * are software-pipelined: the tile ops of block b + 1 are issued before block b's f32 epilogue.
  * Epilogue lanes are (output, row) pairs: N == 16 keeps one accumulator per output (lanes = rows),
  * N < 16 packs 16 / N outputs per vector (flat index o * N + c). */
-VS_INLINE void amx_tile(const vs_mm_job *jb, int64_t o_t, int valid, int64_t g, const int N) {
+VS_INLINE void amx_tile(const vs_mm_job *jb, int64_t o_t, int valid, int64_t g, size_t next_bytes, const int N) {
     const bool q8 = jb->wtype == VS_TYPE_Q8_0;
     const int64_t nb = jb->n_in / 32, G = vs_xq_amx_G(jb->n_rows);
     const size_t rb = jb->w_row_bytes, bbytes = q8 ? 34 : 18, chunk = vs_xq_amx_chunk(N);
@@ -184,7 +180,11 @@ VS_INLINE void amx_tile(const vs_mm_job *jb, int64_t o_t, int valid, int64_t g, 
     }
 
     BLOCK_TILES(0, 2, 4, 0, abuf[0], cbuf[0]);
+    const uint8_t *next = wt + 16 * rb; /* the next tile's weights, prefetched linearly (see row1 below) */
+    size_t pf = 0;
     for (int64_t b = 0; b < nb; b++) {
+        for (size_t pe = next_bytes * (size_t)(b + 1) / (size_t)nb; pf < pe; pf += 64)
+            _mm_prefetch((const char *)next + pf, _MM_HINT_T0);
         if (b + 1 < nb) {
             if ((b + 1) & 1) BLOCK_TILES(1, 3, 5, b + 1, abuf[1], cbuf[1]);
             else BLOCK_TILES(0, 2, 4, b + 1, abuf[0], cbuf[0]);
@@ -227,15 +227,112 @@ void vs_mm_amx(const vs_mm_job *jb, int64_t o0, int64_t o1) {
     amx_config(N);
     for (int64_t o = o0; o < o1; o += 16) {
         int valid = (int)VS_MIN(16, o1 - o);
+        size_t nx = o + 16 < o1 ? (size_t)VS_MIN(16, o1 - o - 16) * jb->w_row_bytes : 0;
         for (int64_t g = 0; g < G; g++) {
+            size_t pfb = g == 0 ? nx : 0;
             switch (N) {
-            case 1: amx_tile(jb, o, valid, g, 1); break;
-            case 2: amx_tile(jb, o, valid, g, 2); break;
-            case 4: amx_tile(jb, o, valid, g, 4); break;
-            case 8: amx_tile(jb, o, valid, g, 8); break;
-            default: amx_tile(jb, o, valid, g, 16); break;
+            case 1: amx_tile(jb, o, valid, g, pfb, 1); break;
+            case 2: amx_tile(jb, o, valid, g, pfb, 2); break;
+            case 4: amx_tile(jb, o, valid, g, pfb, 4); break;
+            case 8: amx_tile(jb, o, valid, g, pfb, 8); break;
+            default: amx_tile(jb, o, valid, g, pfb, 16); break;
             }
         }
     }
     __asm__ volatile("tilerelease" ::: "memory");
+}
+
+/* ---- one activation row with AVX-512 VNNI, bitwise equal to the AMX tiles ----
+ * Decoding (n_rows == 1) streams every weight once for a single row, where a tile product wastes 15 of
+ * its 16 columns; VNNI dot products are cheaper there, mostly for Q4_0. To keep batch invariance this
+ * kernel reads the same AMX layout (N = 1) and produces, per output, the same exact integer block dots
+ * and then the same float operations in the same order as amx_tile: acc = fma((float)isum_b,
+ * d_w * d_x, acc) for b = 0, 1, ... Lanes are 16 outputs. Per block: 8 vectors of two outputs' 32
+ * weights (unsigned: Q8_0 as w + 128, Q4_0 nibbles in the chunk's K order) times the row's 32 q in both
+ * halves, each started from -K * (sum of the lane's 4 q) so the lane sums are exact; a three-level
+ * add tree turns the 8 x (2 outputs x 8 lanes) into one vector of 16 block dots. */
+
+/* Sums adjacent halves of the lane groups of a and b: groups of 2h lanes -> groups of h, a's then b's. */
+VS_INLINE __m512i fold(__m512i a, __m512i b, __m512i ilo, __m512i ihi) {
+    return _mm512_add_epi32(_mm512_permutex2var_epi32(a, ilo, b), _mm512_permutex2var_epi32(a, ihi, b));
+}
+
+void vs_mm_amx_row1(const vs_mm_job *jb, int64_t o0, int64_t o1) {
+    const bool q8 = jb->wtype == VS_TYPE_Q8_0;
+    const int64_t nb = jb->n_in / 32;
+    const size_t rb = jb->w_row_bytes, bbytes = q8 ? 34 : 18, chunk = vs_xq_amx_chunk(1);
+    const __m512i kmul = _mm512_set1_epi8(q8 ? (char)0x80 : 8), m0f = _mm512_set1_epi8(0x0f);
+    const __m512i x80 = _mm512_set1_epi8((char)0x80);
+    /* fold indices: h = 4, 2, 1 (lanes per output after the fold) */
+    __m512i ilo[3], ihi[3];
+    /* Q4_0 vectors are [A lo nibbles, B lo, A hi, B hi] (16 bytes each): A's lanes are 0-3 and 8-11 */
+    const __m512i q4lo = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
+    const __m512i q4hi = _mm512_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+    /* the chunk's Q4_0 K order (v0, v16, v1, v17, ...) back to value order, per 16-byte half */
+    const __m256i deint = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0, 2, 4, 6, 8, 10, 12,
+                                           14, 1, 3, 5, 7, 9, 11, 13, 15);
+    for (int s = 0; s < 3; s++) {
+        int h = 4 >> s;
+        _Alignas(64) int32_t lo[16], hi[16];
+        for (int l = 0; l < 16; l++) { /* output lane group l / h of the result comes from a (first 8) or b */
+            int grp = l / h, src = (grp % (8 / h)) * 2 * h + l % h + (grp >= 8 / h ? 16 : 0);
+            lo[l] = src;
+            hi[l] = src + h;
+        }
+        ilo[s] = _mm512_load_si512(lo);
+        ihi[s] = _mm512_load_si512(hi);
+    }
+    for (int64_t o = o0; o < o1; o += 16) {
+        const int valid = (int)VS_MIN(16, o1 - o);
+        const uint8_t *wt = jb->w + o * rb;
+        const uint8_t *wrow[16];
+        for (int k = 0; k < 16; k++) wrow[k] = wt + (size_t)VS_MIN(k, valid - 1) * rb + 2; /* pad: repeat */
+        __m512 acc = _mm512_setzero_ps();
+        /* The tile's 16 rows are one contiguous range read as 16 interleaved streams, which the hardware
+         * prefetchers follow poorly: prefetch the next tile's range linearly, a share per block. */
+        const uint8_t *next = wt + 16 * rb;
+        const size_t next_bytes = o + 16 < o1 ? (size_t)VS_MIN(16, o1 - o - 16) * rb : 0;
+        size_t pf = 0;
+        for (int64_t b = 0; b < nb; b++) {
+            for (size_t pe = next_bytes * (size_t)(b + 1) / (size_t)nb; pf < pe; pf += 64)
+                _mm_prefetch((const char *)next + pf, _MM_HINT_T0);
+            const uint8_t *ch = jb->xq + (size_t)b * chunk;
+            __m512i xq;
+            if (q8) {
+                xq = _mm512_broadcast_i64x4(_mm256_load_si256((const __m256i *)ch));
+            } else { /* [v0..15, v0..15, v16..31, v16..31] */
+                __m256i nat = _mm256_shuffle_epi8(_mm256_load_si256((const __m256i *)ch), deint);
+                nat = _mm256_permute4x64_epi64(nat, _MM_SHUFFLE(3, 1, 2, 0));
+                xq = _mm512_shuffle_i64x2(_mm512_castsi256_si512(nat), _mm512_castsi256_si512(nat),
+                                          _MM_SHUFFLE(1, 1, 0, 0));
+            }
+            const __m512i cinit = _mm512_sub_epi32(_mm512_setzero_si512(),
+                                                   _mm512_dpbusd_epi32(_mm512_setzero_si512(), kmul, xq));
+            const size_t boff = (size_t)b * bbytes;
+            __m512i v[8];
+            VS_UNROLL
+            for (int j = 0; j < 8; j++) {
+                const uint8_t *pa = wrow[2 * j] + boff, *pb = wrow[2 * j + 1] + boff;
+                __m512i w;
+                if (q8) {
+                    w = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)pa)),
+                                           _mm256_loadu_si256((const __m256i *)pb), 1);
+                    w = _mm512_xor_si512(w, x80);
+                } else {
+                    __m256i t = _mm256_loadu2_m128i((const __m128i *)pb, (const __m128i *)pa);
+                    w = _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(t), _mm256_srli_epi16(t, 4), 1), m0f);
+                }
+                v[j] = _mm512_dpbusd_epi32(cinit, w, xq);
+            }
+            const __m512i l0 = q8 ? ilo[0] : q4lo, h0 = q8 ? ihi[0] : q4hi;
+            __m512i f0 = fold(v[0], v[1], l0, h0), f1 = fold(v[2], v[3], l0, h0);
+            __m512i f2 = fold(v[4], v[5], l0, h0), f3 = fold(v[6], v[7], l0, h0);
+            __m512i g0 = fold(f0, f1, ilo[1], ihi[1]), g1 = fold(f2, f3, ilo[1], ihi[1]);
+            __m512i isum = fold(g0, g1, ilo[2], ihi[2]);
+            __m512 dwv = gather_scales(wt, rb, boff, valid);
+            __m512 s = _mm512_mul_ps(dwv, _mm512_set1_ps(*(const float *)(ch + 32)));
+            acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), s, acc);
+        }
+        _mm512_mask_storeu_ps(jb->y + o, valid >= 16 ? 0xffff : (__mmask16)((1u << valid) - 1), acc);
+    }
 }

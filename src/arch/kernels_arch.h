@@ -62,6 +62,9 @@ static inline size_t vs_xq_amx_bytes(int64_t n_in, int64_t n_rows) {
 void vs_xq_quantize_row_amx(const float *x, int64_t n_in, vs_type wtype, int64_t n_rows, int64_t r, uint8_t *xq);
 /* Outputs [o0, o1) for all rows from the AMX layout (job->xq); o0 a multiple of 16. */
 void vs_mm_amx(const vs_mm_job *job, int64_t o0, int64_t o1);
+/* Outputs [o0, o1) of ONE row (n_rows == 1) from the AMX layout, with AVX-512 VNNI instead of tiles
+ * (cheaper for one row); bitwise equal to vs_mm_amx on that row. */
+void vs_mm_amx_row1(const vs_mm_job *job, int64_t o0, int64_t o1);
 /* Asks the OS for AMX tile state (once per process); false if unavailable. */
 bool vs_amx_request(void);
 
@@ -88,5 +91,24 @@ void vs_rmsnorm_avx512(float *out, const float *x, const float *weight, int64_t 
 void vs_softmax_avx512(float *x, int64_t n);
 float vs_dot_f32_avx512(const float *a, const float *b, int64_t n);
 void vs_axpy_f32_avx512(float *y, float a, const float *x, int64_t n);
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__F16C__)
+#include <immintrin.h>
+/* THE activation quantiser of the AVX-512 and AMX paths (one block of 32; the same q and d as
+ * vs_xq_block_ref and the AVX2 quantiser: id = 127 / amax, q = round_half_even(x * id), d =
+ * fp16(amax / 127)). q comes back as two vectors of 16 int32 (values 0..15, 16..31). Only files compiled
+ * with AVX-512 see it. */
+static inline __attribute__((always_inline)) void vs_xq_block_avx512(const float *x, __m512i *q0, __m512i *q1,
+                                                                     float *d) {
+    __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
+    float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+    float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+    *d = _cvtsh_ss(_cvtss_sh(amax / 127.0f, _MM_FROUND_TO_NEAREST_INT));
+    __m512 vid = _mm512_set1_ps(id);
+    /* cvtps rounds to nearest even (the default mode), like rintf in the scalar twin */
+    *q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, vid));
+    *q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, vid));
+}
+#endif
 
 #endif

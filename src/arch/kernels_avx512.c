@@ -19,15 +19,10 @@ size_t vs_xq_row_bytes_avx512(int64_t n_in) {
     return (size_t)(np * 128 + ng * 64);
 }
 
-/* One block: q (32 int8, round half even) and d, identical to vs_xq_block_ref. */
+/* One block: q (32 int8) and d, by the shared quantiser (kernels_arch.h). */
 VS_INLINE __m256i quant_block(const float *x, float *d) {
-    __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
-    float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
-    float id = amax > 0.0f ? 127.0f / amax : 0.0f;
-    *d = _cvtsh_ss(_cvtss_sh(amax / 127.0f, _MM_FROUND_TO_NEAREST_INT));
-    __m512 vid = _mm512_set1_ps(id);
-    /* cvtps rounds to nearest even (the default mode), like rintf in the scalar twin. */
-    __m512i i0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, vid)), i1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, vid));
+    __m512i i0, i1;
+    vs_xq_block_avx512(x, &i0, &i1, d);
     return _mm256_set_m128i(_mm512_cvtepi32_epi8(i1), _mm512_cvtepi32_epi8(i0));
 }
 
