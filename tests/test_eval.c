@@ -8,8 +8,9 @@
  *      tokenizer) gives, token for token, what a from-scratch greedy loop gives (full prefill for every
  *      token, no cache reuse), and reuses the first turn's rows for second turns;
  *   3. CLI: `vlmspec train target` run 4 steps straight and 2 + --resume 2 gives byte-identical
- *      exported models and the same loss curve; a resume with other settings is refused; `vlmspec
- *      eval` runs on the result and writes its JSON. */
+ *      exported models and the same loss curve; a resume with other settings is refused; `train
+ *      export` of the last checkpoint equals the end-of-training export; `vlmspec eval` runs on the
+ *      result and writes its JSON. */
 #include <string.h>
 #include <unistd.h>
 
@@ -371,6 +372,14 @@ static void test_cli(const char *dir, const char *tok) {
         VT_CHECK(same, "%s differs between the straight and the resumed run", files[i]);
     }
     printf("train target: 4 steps straight == 2 steps + --resume 2 steps (exports byte-identical, same curve)\n");
+    /* train export of the final checkpoint writes the same files as the end of training */
+    rc = vt_run("%s train export --ckpt %s/chunked/ckpt/ckpt.gguf --tokenizer %s --lm %s/x.gguf --mmproj %s/xm.gguf "
+                "--type f32 > /dev/null",
+                cli, tmp, tok, tmp, tmp);
+    VT_CHECK(rc == 0, "train export exit %d", rc);
+    snprintf(path, sizeof(path), "%s/x.gguf", tmp);
+    snprintf(p2, sizeof(p2), "%s/straight/target-f32.gguf", tmp);
+    VT_CHECK(same_file(path, p2), "train export differs from the end-of-training export");
     snprintf(path, sizeof(path), "%s/eval.json", tmp);
     rc = vt_run("%s eval --model %s/straight/target.gguf --mmproj %s/straight/target-mmproj.gguf --data %s --limit 1 "
                 "--max-tokens 6 --threads 1 -q --json %s > %s/eval.log 2>&1",

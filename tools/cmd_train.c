@@ -2,6 +2,7 @@
  *   target  trains the target VLM jointly on the generated world's training split (train_data.h
  *           batches, AdamW with warm-up + cosine, clipping, gradient accumulation), with resumable
  *           checkpoints, a progress line, the loss curve (CSV + SVG), and GGUF export at the end.
+ *   export  writes a checkpoint as LM + mmproj GGUF (evaluating a model in the middle of training).
  *   bench   times training steps of a VLM of the given size on synthetic data and compares the
  *           achieved FLOP rate with the F32 sgemm peak measured on this machine. */
 #include <errno.h>
@@ -436,8 +437,10 @@ static void print_data_stats(const vs_train_data_stats *s, const vs_world_datase
                              int seq) {
     printf("data:");
     for (int k = 0; k < n_sets; k++) printf(" %s/%s.jsonl (%lld)", sets[k]->dir, sets[k]->split, (long long)sets[k]->n);
-    printf("\n  %lld sequences kept, %lld skipped as longer than %d rows (never truncated; longest %lld rows)\n",
-           (long long)s->n_seqs, (long long)s->n_skipped, seq, (long long)s->longest_skipped);
+    printf("\n  %lld sequences kept, %lld skipped as longer than %d rows (never truncated", (long long)s->n_seqs,
+           (long long)s->n_skipped, seq);
+    if (s->n_skipped) printf("; longest skipped: %lld rows", (long long)s->longest_skipped);
+    printf(")\n");
     for (int su = 0; su < VS_WORLD_N_SUITES; su++)
         if (s->kept[su] || s->skipped[su])
             printf("    %-9s kept %6lld  skipped %4lld\n", vs_world_suite_name((vs_world_suite)su),
@@ -730,16 +733,70 @@ static int cmd_target(int argc, char **argv) {
     return rc;
 }
 
+/* ---------------------------------------------------------------------------------------------- */
+/* train export: a checkpoint as GGUF files (e.g. to evaluate a model in the middle of training) */
+
+static void export_usage(FILE *f) {
+    fprintf(f, "usage: vlmspec train export --ckpt FILE --tokenizer TOK.gguf --lm LM.gguf --mmproj MMPROJ.gguf\n"
+               "                            [--type f16|f32] [--name NAME]\n"
+               "Exports a training checkpoint (OUT/ckpt/ckpt.gguf of 'vlmspec train target') in llama.cpp's\n"
+               "LLaVA layout, as the end of training does: the LM with the tokenizer's keys, and the mmproj.\n"
+               "  --type T   matrix type, f16 (default) or f32\n"
+               "  --name S   general.name (default vlmspec-world-target)\n");
+}
+
+static int cmd_export(int argc, char **argv) {
+    const char *cmd = "train export", *ckpt = NULL, *tok = NULL, *lm = NULL, *mm = NULL;
+    const char *name = "vlmspec-world-target";
+    int type = VS_TYPE_F16;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            export_usage(stdout);
+            return 0;
+        }
+        if (!(v = cli_value(cmd, argc, argv, &i))) return 2;
+        if (!strcmp(a, "--ckpt")) ckpt = v;
+        else if (!strcmp(a, "--tokenizer")) tok = v;
+        else if (!strcmp(a, "--lm")) lm = v;
+        else if (!strcmp(a, "--mmproj")) mm = v;
+        else if (!strcmp(a, "--name")) name = v;
+        else if (!strcmp(a, "--type") && (!strcmp(v, "f16") || !strcmp(v, "F16"))) type = VS_TYPE_F16;
+        else if (!strcmp(a, "--type") && (!strcmp(v, "f32") || !strcmp(v, "F32"))) type = VS_TYPE_F32;
+        else {
+            fprintf(stderr, "vlmspec %s: unknown option or value '%s %s'\n", cmd, a, v);
+            export_usage(stderr);
+            return 2;
+        }
+    }
+    if (!ckpt || !tok || !lm || !mm) return cli_fail(cmd, "--ckpt, --tokenizer, --lm and --mmproj are required"), 2;
+    vs_error err = {0};
+    vs_train_state st;
+    vs_gguf *tg = vs_gguf_open(tok, &err);
+    vs_train_vlm *m = tg ? vs_train_vlm_load(ckpt, 1, 2, 1, &st, &err) : NULL;
+    vs_train_export_opts eo = {.type = type, .tokenizer = tg, .name = name};
+    int rc = 0;
+    if (!m || vs_train_vlm_export(m, lm, mm, &eo, &err) != VS_OK) rc = cli_fail_err(cmd, &err);
+    else
+        printf("exported step %lld (epoch %llu, %.0f s trained) to %s and %s (%s)\n", (long long)st.step,
+               (unsigned long long)st.epoch, st.elapsed_s, lm, mm, type == VS_TYPE_F16 ? "F16" : "F32");
+    vs_train_vlm_free(m);
+    vs_gguf_close(tg);
+    return rc;
+}
+
 int vs_cmd_train(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         FILE *f = argc < 2 ? stderr : stdout;
         fprintf(f, "usage: vlmspec train <command> [options]   (vlmspec train <command> --help)\n"
                    "commands:\n"
                    "  target  train the target VLM on the generated world (resumable; exports GGUF)\n"
+                   "  export  export a training checkpoint as LM + mmproj GGUF\n"
                    "  bench   time training steps of a VLM on synthetic data against the sgemm peak\n");
         return argc < 2 ? 2 : 0;
     }
     if (!strcmp(argv[1], "target")) return cmd_target(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "export")) return cmd_export(argc - 1, argv + 1);
     if (!strcmp(argv[1], "bench")) return cmd_bench(argc - 1, argv + 1);
     fprintf(stderr, "vlmspec train: unknown command '%s'\n", argv[1]);
     return 2;

@@ -1,0 +1,104 @@
+#!/bin/sh
+# make_models.sh: reproduces vlmspec's target VLM from the seed (docs/target.md, models/README.md).
+#
+#   1. data       vlmspec data gen        -> $WORK/world        (skipped when world.json exists)
+#   2. tokenizer  vlmspec tokenizer train -> $WORK/tok.gguf     (skipped when present)
+#   3. training   vlmspec train target --resume, in chunks of at most $CHUNK_SECONDS each (every chunk
+#                 ends with a checkpoint; the next one continues exactly) until $WORK/train/target.gguf
+#                 exists
+#   4. eval       vlmspec eval on the test split -> $WORK/eval.json, $WORK/eval.txt (redone when the
+#                 model is newer)
+#   5. results    $OUT/target.gguf, $OUT/target-mmproj.gguf (F16), $OUT/target-train.json,
+#                 $OUT/target-eval.json, $OUT/target-eval.txt, $OUT/target-loss.svg (copied when changed)
+#
+# Idempotent: run it again after an interruption (or from cron with ONE_CHUNK=1) and it picks up where
+# it stopped. Every setting is an environment variable; the defaults are the shipped model's.
+#
+#   VLMSPEC          the CLI binary (default build/vlmspec)
+#   SEED             world seed (default 1)
+#   TRAIN_PER_SUITE  training conversations per suite (default 4000)
+#   TEST_PER_SUITE   test conversations per suite (default 100)
+#   VOCAB            BPE vocabulary (default 2048)
+#   EPOCHS           passes over the training split (default 4)
+#   TRAIN_FLAGS      extra `vlmspec train target` flags (sizes, --lr, --batch ...; default none: the
+#                    command's defaults, a 28.8M-parameter target)
+#   THREADS          threads (default 2)
+#   CHUNK_SECONDS    wall-time limit of one training run (default 7000, under 2 hours)
+#   ONE_CHUNK        1: stop after one training chunk (default 0: train to the end)
+#   EVAL_FLAGS       extra `vlmspec eval` flags (e.g. --limit 20; default none: the whole test split)
+#   WORK             scratch directory (default work/models; not committed)
+#   OUT              results directory (default models)
+set -eu
+
+VLMSPEC=${VLMSPEC:-build/vlmspec}
+SEED=${SEED:-1}
+TRAIN_PER_SUITE=${TRAIN_PER_SUITE:-4000}
+TEST_PER_SUITE=${TEST_PER_SUITE:-100}
+VOCAB=${VOCAB:-2048}
+EPOCHS=${EPOCHS:-4}
+TRAIN_FLAGS=${TRAIN_FLAGS:-}
+THREADS=${THREADS:-2}
+CHUNK_SECONDS=${CHUNK_SECONDS:-7000}
+ONE_CHUNK=${ONE_CHUNK:-0}
+EVAL_FLAGS=${EVAL_FLAGS:-}
+WORK=${WORK:-work/models}
+OUT=${OUT:-models}
+
+log() { printf '[make_models %s] %s\n' "$(date '+%H:%M:%S')" "$*"; }
+
+[ -x "$VLMSPEC" ] || { echo "make_models: $VLMSPEC not found (build first: cmake --build build)" >&2; exit 1; }
+mkdir -p "$WORK" "$OUT"
+
+# 1. data (world.json is written last: its presence means the directory is complete)
+if [ -f "$WORK/world/world.json" ]; then
+    log "data: $WORK/world exists"
+else
+    log "data: generating seed $SEED, $TRAIN_PER_SUITE train + $TEST_PER_SUITE test per suite"
+    "$VLMSPEC" data gen --out "$WORK/world" --seed "$SEED" --train "$TRAIN_PER_SUITE" --test "$TEST_PER_SUITE" \
+        --quiet
+fi
+
+# 2. tokenizer
+if [ -f "$WORK/tok.gguf" ]; then
+    log "tokenizer: $WORK/tok.gguf exists"
+else
+    log "tokenizer: training a $VOCAB-token BPE"
+    "$VLMSPEC" tokenizer train --data "$WORK/world" --vocab "$VOCAB" -o "$WORK/tok.gguf.tmp"
+    mv "$WORK/tok.gguf.tmp" "$WORK/tok.gguf"
+fi
+
+# 3. training, in resumable chunks
+while [ ! -f "$WORK/train/target.gguf" ]; do
+    log "training: chunk of at most $CHUNK_SECONDS s"
+    # shellcheck disable=SC2086 # TRAIN_FLAGS is a list of flags
+    "$VLMSPEC" train target --data "$WORK/world" --tokenizer "$WORK/tok.gguf" --out "$WORK/train" \
+        --epochs "$EPOCHS" --threads "$THREADS" --resume --time-limit "$CHUNK_SECONDS" $TRAIN_FLAGS
+    if [ "$ONE_CHUNK" = 1 ] && [ ! -f "$WORK/train/target.gguf" ]; then
+        log "training: chunk done (ONE_CHUNK=1); run again to continue"
+        exit 0
+    fi
+done
+log "training: done ($WORK/train/target.gguf)"
+
+# 4. eval (again when the model is newer than the results)
+if [ ! -f "$WORK/eval.json" ] || [ "$WORK/train/target.gguf" -nt "$WORK/eval.json" ]; then
+    log "eval: test split, greedy"
+    # shellcheck disable=SC2086
+    "$VLMSPEC" eval --model "$WORK/train/target.gguf" --mmproj "$WORK/train/target-mmproj.gguf" \
+        --data "$WORK/world" --threads "$THREADS" --json "$WORK/eval.json.tmp" $EVAL_FLAGS > "$WORK/eval.txt.tmp"
+    mv "$WORK/eval.txt.tmp" "$WORK/eval.txt"
+    mv "$WORK/eval.json.tmp" "$WORK/eval.json"
+else
+    log "eval: $WORK/eval.json is up to date"
+fi
+cat "$WORK/eval.txt"
+
+# 5. results
+copy() { cmp -s "$1" "$2" 2> /dev/null || { cp "$1" "$2.tmp" && mv "$2.tmp" "$2" && log "wrote $2"; }; }
+copy "$WORK/train/target.gguf" "$OUT/target.gguf"
+copy "$WORK/train/target-mmproj.gguf" "$OUT/target-mmproj.gguf"
+copy "$WORK/train/train.json" "$OUT/target-train.json"
+copy "$WORK/train/loss.svg" "$OUT/target-loss.svg"
+copy "$WORK/eval.json" "$OUT/target-eval.json"
+copy "$WORK/eval.txt" "$OUT/target-eval.txt"
+log "done"
