@@ -13,6 +13,7 @@
 #
 # Idempotent: run it again after an interruption (or from cron with ONE_CHUNK=1) and it picks up where
 # it stopped. Every setting is an environment variable; the defaults are the shipped model's.
+# It runs from the repository root (relative paths below are relative to it).
 #
 #   VLMSPEC          the CLI binary (default build/vlmspec)
 #   SEED             world seed (default 1)
@@ -26,9 +27,10 @@
 #   CHUNK_SECONDS    wall-time limit of one training run (default 7000, under 2 hours)
 #   ONE_CHUNK        1: stop after one training chunk (default 0: train to the end)
 #   EVAL_FLAGS       extra `vlmspec eval` flags (e.g. --limit 20; default none: the whole test split)
-#   WORK             scratch directory (default work/models; not committed)
+#   WORK             scratch directory (default out/models; not committed)
 #   OUT              results directory (default models)
 set -eu
+cd "$(dirname "$0")/.."
 
 VLMSPEC=${VLMSPEC:-build/vlmspec}
 SEED=${SEED:-1}
@@ -41,7 +43,7 @@ THREADS=${THREADS:-2}
 CHUNK_SECONDS=${CHUNK_SECONDS:-7000}
 ONE_CHUNK=${ONE_CHUNK:-0}
 EVAL_FLAGS=${EVAL_FLAGS:-}
-WORK=${WORK:-work/models}
+WORK=${WORK:-out/models}
 OUT=${OUT:-models}
 
 log() { printf '[make_models %s] %s\n' "$(date '+%H:%M:%S')" "$*"; }
