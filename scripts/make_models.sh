@@ -48,7 +48,10 @@ OUT=${OUT:-models}
 
 log() { printf '[make_models %s] %s\n' "$(date '+%H:%M:%S')" "$*"; }
 
-[ -x "$VLMSPEC" ] || { echo "make_models: $VLMSPEC not found (build first: cmake --build build)" >&2; exit 1; }
+if [ ! -x "$VLMSPEC" ]; then
+    echo "make_models: $VLMSPEC not found (build first: cmake --build build)" >&2
+    exit 1
+fi
 mkdir -p "$WORK" "$OUT"
 
 # 1. data (world.json is written last: its presence means the directory is complete)
@@ -56,8 +59,8 @@ if [ -f "$WORK/world/world.json" ]; then
     log "data: $WORK/world exists"
 else
     log "data: generating seed $SEED, $TRAIN_PER_SUITE train + $TEST_PER_SUITE test per suite"
-    "$VLMSPEC" data gen --out "$WORK/world" --seed "$SEED" --train "$TRAIN_PER_SUITE" --test "$TEST_PER_SUITE" \
-        --quiet
+    "$VLMSPEC" data gen --out "$WORK/world" --seed "$SEED" --train "$TRAIN_PER_SUITE" \
+        --test "$TEST_PER_SUITE" --quiet
 fi
 
 # 2. tokenizer
@@ -87,7 +90,8 @@ if [ ! -f "$WORK/eval.json" ] || [ "$WORK/train/target.gguf" -nt "$WORK/eval.jso
     log "eval: test split, greedy"
     # shellcheck disable=SC2086
     "$VLMSPEC" eval --model "$WORK/train/target.gguf" --mmproj "$WORK/train/target-mmproj.gguf" \
-        --data "$WORK/world" --threads "$THREADS" --json "$WORK/eval.json.tmp" $EVAL_FLAGS > "$WORK/eval.txt.tmp"
+        --data "$WORK/world" --threads "$THREADS" --json "$WORK/eval.json.tmp" $EVAL_FLAGS \
+        > "$WORK/eval.txt.tmp"
     mv "$WORK/eval.txt.tmp" "$WORK/eval.txt"
     mv "$WORK/eval.json.tmp" "$WORK/eval.json"
 else

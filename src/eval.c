@@ -50,8 +50,10 @@ char *vs_eval_prompt(const vs_world_sample *s, int t, const char *const *answers
 
 static void count(vs_eval_counts *c, int t, bool correct, int64_t n_tokens, bool eos, double sec) {
     c->turns++, c->correct += correct;
-    if (t == 0) c->first_turns++, c->first_correct += correct;
-    else c->second_turns++, c->second_correct += correct;
+    if (t == 0)
+        c->first_turns++, c->first_correct += correct;
+    else
+        c->second_turns++, c->second_correct += correct;
     c->answer_tokens += n_tokens;
     c->no_eos += !eos;
     c->seconds += sec;
@@ -93,11 +95,17 @@ vs_status vs_eval_run(const vs_world_dataset *d, const vs_eval_opts *o, vs_eval_
             }
             if (!ans) {
                 vs_free(prompt);
-                st = vs_error_set(err, VS_ERR_INVALID, "eval: %s turn %d: the answerer gave no text", s->id, t);
+                st = vs_error_set(err, VS_ERR_INVALID, "eval: %s turn %d: the answerer gave no text", s->id,
+                                  t);
                 break;
             }
-            vs_eval_turn r = {.sample = s, .turn = t, .prompt = prompt, .answer = ans, .n_tokens = n_tok,
-                              .eos = eos, .seconds = sec};
+            vs_eval_turn r = {.sample = s,
+                              .turn = t,
+                              .prompt = prompt,
+                              .answer = ans,
+                              .n_tokens = n_tok,
+                              .eos = eos,
+                              .seconds = sec};
             vs_world_check(s, t, ans, &r.verdict);
             count(&res->suite[su], t, r.verdict.correct, n_tok, eos, sec);
             count(&res->total, t, r.verdict.correct, n_tok, eos, sec);
@@ -131,11 +139,12 @@ char *vs_eval_table(const vs_eval_result *r) {
     char *buf = vs_malloc(cap);
     if (!buf) return NULL;
     size_t len = 0;
-    int n = snprintf(buf, cap, "%-9s %8s %6s %9s %7s %7s %11s %6s %9s\n", "suite", "samples", "turns", "accuracy",
-                     "first", "second", "mean tokens", "cut", "seconds");
+    int n = snprintf(buf, cap, "%-9s %8s %6s %9s %7s %7s %11s %6s %9s\n", "suite", "samples", "turns",
+                     "accuracy", "first", "second", "mean tokens", "cut", "seconds");
     len = (size_t)n;
     for (int s = 0; s < VS_WORLD_N_SUITES; s++)
-        if (r->suite[s].turns) table_line(buf, cap, &len, vs_world_suite_name((vs_world_suite)s), &r->suite[s]);
+        if (r->suite[s].turns)
+            table_line(buf, cap, &len, vs_world_suite_name((vs_world_suite)s), &r->suite[s]);
     table_line(buf, cap, &len, "total", &r->total);
     return buf;
 }
@@ -183,9 +192,9 @@ struct vs_eval_lm {
     vs_eval_lm_opts o;
     int n_ctx, n_vocab, width;
     vs_kv *kv;
-    float *logits;        /* (n_vocab) */
-    vs_lm_row *rows;      /* (n_batch) */
-    int32_t *gen;         /* (max_tokens) the last answer */
+    float *logits;   /* (n_vocab) */
+    vs_lm_row *rows; /* (n_batch) */
+    int32_t *gen;    /* (max_tokens) the last answer */
     int64_t n_gen;
     /* what the KV cache holds, row by row: a token or an image row */
     int32_t *c_tok;       /* (n_ctx) */
@@ -218,8 +227,8 @@ vs_eval_lm *vs_eval_lm_new(vs_lm *lm, const vs_mmproj *mm, const vs_tokenizer *t
         return NULL;
     }
     if (vs_tokenizer_n_vocab(tok) != c->n_vocab) {
-        vs_error_set(err, VS_ERR_INVALID, "eval: the tokenizer has %d tokens, the LM %d", vs_tokenizer_n_vocab(tok),
-                     c->n_vocab);
+        vs_error_set(err, VS_ERR_INVALID, "eval: the tokenizer has %d tokens, the LM %d",
+                     vs_tokenizer_n_vocab(tok), c->n_vocab);
         return NULL;
     }
     vs_eval_lm *e = vs_calloc(1, sizeof(*e));
@@ -274,8 +283,8 @@ static vs_status ensure_images(vs_eval_lm *e, const vs_world_sample *s, vs_error
     vs_kv_clear(e->kv);
     if (s->n_images > 0) {
         vs_status st = vs_mm_images_from_files(vs_mmproj_tower(e->mm), vs_mmproj_projector(e->mm), e->tp,
-                                               (const char *const *)s->images, s->n_images, VS_PREPROC_LLAVA, 1,
-                                               e->imgs, err);
+                                               (const char *const *)s->images, s->n_images, VS_PREPROC_LLAVA,
+                                               1, e->imgs, err);
         if (st != VS_OK) return st;
     }
     e->n_imgs = s->n_images;
@@ -293,20 +302,22 @@ static vs_status prefill(vs_eval_lm *e, const vs_mm_prompt *p, int64_t first, vs
         vs_lm_out out = {.logits = last ? e->logits : NULL};
         vs_status st = vs_lm_forward(e->lm, e->kv, e->tp, e->rows, (int)n, &out, err);
         if (st != VS_OK) return st;
-        for (int64_t i = 0; i < n; i++) e->c_tok[r0 + i] = p->tokens[r0 + i], e->c_embd[r0 + i] = p->embd[r0 + i];
+        for (int64_t i = 0; i < n; i++)
+            e->c_tok[r0 + i] = p->tokens[r0 + i], e->c_embd[r0 + i] = p->embd[r0 + i];
         e->c_n = r0 + n;
     }
     e->n_prefilled += p->n_rows - first;
     return VS_OK;
 }
 
-vs_status vs_eval_lm_answer(void *ctx, const vs_world_sample *s, const char *prompt, int n_images, char **answer,
-                            int64_t *n_tokens, bool *eos, vs_error *err) {
+vs_status vs_eval_lm_answer(void *ctx, const vs_world_sample *s, const char *prompt, int n_images,
+                            char **answer, int64_t *n_tokens, bool *eos, vs_error *err) {
     vs_eval_lm *e = ctx;
     *answer = NULL, *n_tokens = 0, *eos = false;
     e->n_gen = 0;
     if (n_images < 0 || n_images > s->n_images)
-        return vs_error_set(err, VS_ERR_INVALID, "eval: %d images asked, the sample has %d", n_images, s->n_images);
+        return vs_error_set(err, VS_ERR_INVALID, "eval: %d images asked, the sample has %d", n_images,
+                            s->n_images);
     vs_status st = ensure_images(e, s, err);
     if (st != VS_OK) return st;
     vs_mm_prompt p;

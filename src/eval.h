@@ -35,29 +35,29 @@ typedef vs_status (*vs_eval_answer_fn)(void *ctx, const vs_world_sample *s, cons
 typedef struct vs_eval_turn {
     const vs_world_sample *sample;
     int turn;
-    const char *prompt;      /* the conversation fed */
-    const char *answer;      /* the answer text */
+    const char *prompt; /* the conversation fed */
+    const char *answer; /* the answer text */
     int64_t n_tokens;
     bool eos;
     vs_world_verdict verdict;
-    double seconds;          /* answering time */
+    double seconds; /* answering time */
 } vs_eval_turn;
 
 typedef struct vs_eval_opts {
-    int64_t limit;           /* samples per suite, the first ones in file order; <= 0: all */
-    uint32_t suites;         /* VS_WORLD_SUITE_BIT mask; 0: all */
-    bool reference_history;  /* second turns see the reference first answer (default: the model's) */
+    int64_t limit;          /* samples per suite, the first ones in file order; <= 0: all */
+    uint32_t suites;        /* VS_WORLD_SUITE_BIT mask; 0: all */
+    bool reference_history; /* second turns see the reference first answer (default: the model's) */
     void (*on_turn)(void *ctx, const vs_eval_turn *t); /* after each turn, or NULL */
     void *on_turn_ctx;
 } vs_eval_opts;
 
 typedef struct vs_eval_counts {
     int64_t samples;
-    int64_t turns, correct;            /* all turns */
+    int64_t turns, correct; /* all turns */
     int64_t first_turns, first_correct;
     int64_t second_turns, second_correct;
-    int64_t answer_tokens;             /* generated tokens over all turns */
-    int64_t no_eos;                    /* answers that hit the token limit or the context */
+    int64_t answer_tokens; /* generated tokens over all turns */
+    int64_t no_eos;        /* answers that hit the token limit or the context */
     double seconds;
 } vs_eval_counts;
 
@@ -97,10 +97,10 @@ void vs_eval_json(const vs_eval_result *r, vs_json_writer *w);
 typedef struct vs_eval_lm vs_eval_lm;
 
 typedef struct vs_eval_lm_opts {
-    int max_tokens;          /* per answer; <= 0: 256 */
-    int n_ctx;               /* KV rows; <= 0: the model's context length */
-    bool kv_f32;             /* F32 KV cache (default F16, as `vlmspec generate`) */
-    bool no_reuse;           /* prefill every prompt from scratch (tests) */
+    int max_tokens; /* per answer; <= 0: 256 */
+    int n_ctx;      /* KV rows; <= 0: the model's context length */
+    bool kv_f32;    /* F32 KV cache (default F16, as `vlmspec generate`) */
+    bool no_reuse;  /* prefill every prompt from scratch (tests) */
 } vs_eval_lm_opts;
 
 /* lm, mm, tok and tp are borrowed. The mmproj needs a tower whose projector outputs the LM's width. */
@@ -108,8 +108,8 @@ vs_eval_lm *vs_eval_lm_new(vs_lm *lm, const vs_mmproj *mm, const vs_tokenizer *t
                            const vs_eval_lm_opts *o, vs_error *err);
 void vs_eval_lm_free(vs_eval_lm *e);
 /* A vs_eval_answer_fn; ctx is the vs_eval_lm. */
-vs_status vs_eval_lm_answer(void *ctx, const vs_world_sample *s, const char *prompt, int n_images, char **answer,
-                            int64_t *n_tokens, bool *eos, vs_error *err);
+vs_status vs_eval_lm_answer(void *ctx, const vs_world_sample *s, const char *prompt, int n_images,
+                            char **answer, int64_t *n_tokens, bool *eos, vs_error *err);
 /* The tokens of the last answer (end-of-generation excluded), valid until the next call. */
 const int32_t *vs_eval_lm_last_tokens(const vs_eval_lm *e, int64_t *n);
 /* Rows prefilled and rows reused from the cache, over all calls so far. */

@@ -129,8 +129,8 @@ vs_status vs_train_encode(const vs_world_sample *s, const vs_tokenizer *tok, int
         if (st != VS_OK) break;
         int32_t a = ex->turn_start[t], b = ex->turn_end[t];
         if (a <= prev_end || b <= a || ex->tokens[b - 1] != eos) {
-            st = vs_error_set(err, VS_ERR_INVALID, "encode %s: turn %d's answer rows [%d, %d) are malformed", id,
-                              t, a, b);
+            st = vs_error_set(err, VS_ERR_INVALID, "encode %s: turn %d's answer rows [%d, %d) are malformed",
+                              id, t, a, b);
             break;
         }
         for (int32_t r = a; r < b; r++) {
@@ -144,8 +144,9 @@ vs_status vs_train_encode(const vs_world_sample *s, const vs_tokenizer *tok, int
         prev_end = b;
     }
     if (st == VS_OK && prev_end != ex->n_rows)
-        st = vs_error_set(err, VS_ERR_INVALID, "encode %s: the conversation ends at row %d, its last answer at %d",
-                          id, ex->n_rows, prev_end);
+        st = vs_error_set(err, VS_ERR_INVALID,
+                          "encode %s: the conversation ends at row %d, its last answer at %d", id, ex->n_rows,
+                          prev_end);
     vs_mm_prompt_free(&full);
     vs_free(conv);
     vs_free(dummy);
@@ -158,7 +159,7 @@ vs_status vs_train_encode(const vs_world_sample *s, const vs_tokenizer *tok, int
 
 typedef struct seq_entry {
     const vs_world_sample *sample;
-    int64_t off;      /* into the row arrays */
+    int64_t off; /* into the row arrays */
     int32_t n_rows, n_images, n_answer;
 } seq_entry;
 
@@ -166,15 +167,15 @@ struct vs_train_data {
     vs_train_data_opts o;
     vs_train_data_stats stats;
     int64_t n_seq;
-    seq_entry *seqs;    /* (n_seq) */
-    int32_t *tokens;    /* (stats.rows) */
-    int32_t *img_row;   /* (stats.rows) sample-local image * NP + patch, -1 on text */
-    uint8_t *answer;    /* (stats.rows) */
+    seq_entry *seqs;  /* (n_seq) */
+    int32_t *tokens;  /* (stats.rows) */
+    int32_t *img_row; /* (stats.rows) sample-local image * NP + patch, -1 on text */
+    uint8_t *answer;  /* (stats.rows) */
     /* epoch */
     vs_train_data_state st;
-    vs_rng next_rng;    /* the RNG after drawing this epoch's order */
-    int64_t *order;     /* (n_seq) sequence indices in batch order */
-    int64_t *b_first;   /* (n_batches) batch k = order[b_first[k] .. b_first[k] + b_len[k]) */
+    vs_rng next_rng;  /* the RNG after drawing this epoch's order */
+    int64_t *order;   /* (n_seq) sequence indices in batch order */
+    int64_t *b_first; /* (n_batches) batch k = order[b_first[k] .. b_first[k] + b_len[k]) */
     int32_t *b_len;
     int64_t n_batches;
     /* batch buffers: max_B x max_T rows, max_images images */
@@ -283,9 +284,10 @@ static vs_status build_epoch(vs_train_data *d, vs_error *err) {
 
 vs_train_data *vs_train_data_new(const vs_world_dataset *const *sets, int n_sets, const vs_tokenizer *tok,
                                  const vs_train_data_opts *opts, vs_error *err) {
-    if (!sets || n_sets < 1 || !tok || !opts || opts->seq_len < 2 || opts->batch < 1 || opts->image_rows < 1 ||
-        opts->preproc.size < 1) {
-        vs_error_set(err, VS_ERR_INVALID, "training data: bad options (seq_len >= 2, batch >= 1, image rows >= 1)");
+    if (!sets || n_sets < 1 || !tok || !opts || opts->seq_len < 2 || opts->batch < 1 ||
+        opts->image_rows < 1 || opts->preproc.size < 1) {
+        vs_error_set(err, VS_ERR_INVALID,
+                     "training data: bad options (seq_len >= 2, batch >= 1, image rows >= 1)");
         return NULL;
     }
     vs_train_data *d = vs_calloc(1, sizeof(*d));
@@ -387,7 +389,8 @@ vs_status vs_train_data_set_state(vs_train_data *d, const vs_train_data_state *s
     return s;
 }
 
-static vs_status load_pixels(const vs_train_data *d, const vs_world_sample *s, int i, float *out, vs_error *err) {
+static vs_status load_pixels(const vs_train_data *d, const vs_world_sample *s, int i, float *out,
+                             vs_error *err) {
     vs_image img;
     vs_status st = vs_image_load(&img, s->images[i], err);
     if (st != VS_OK) return st;
@@ -439,9 +442,16 @@ vs_status vs_train_data_batch(vs_train_data *d, const int64_t *seqs, int n, vs_t
         img_base += e->n_images;
         rows += e->n_rows;
     }
-    *b = (vs_train_batch){.B = n, .T = T, .n_images = NI, .pixels = d->pixels, .tokens = d->bt_tokens,
-                          .img_row = d->bt_img_row, .targets = d->bt_targets, .loss_mask = d->bt_mask,
-                          .pos = NULL, .loss_norm = 0};
+    *b = (vs_train_batch){.B = n,
+                          .T = T,
+                          .n_images = NI,
+                          .pixels = d->pixels,
+                          .tokens = d->bt_tokens,
+                          .img_row = d->bt_img_row,
+                          .targets = d->bt_targets,
+                          .loss_mask = d->bt_mask,
+                          .pos = NULL,
+                          .loss_norm = 0};
     if (info) *info = (vs_train_batch_info){rows, counted, d->st.epoch, d->st.pos, seqs};
     return VS_OK;
 }

@@ -40,13 +40,13 @@
 /* One conversation as LM rows */
 
 typedef struct vs_train_example {
-    int32_t n_rows;    /* positions the whole conversation occupies (BOS, text, image rows) */
-    int32_t n_images;  /* images of the sample (all turns) */
-    int32_t n_answer;  /* answer rows (tokens of answers and their closing </s>) */
+    int32_t n_rows;   /* positions the whole conversation occupies (BOS, text, image rows) */
+    int32_t n_images; /* images of the sample (all turns) */
+    int32_t n_answer; /* answer rows (tokens of answers and their closing </s>) */
     int32_t n_turns;
-    int32_t *tokens;   /* (n_rows) token id; -1 on image rows */
-    int32_t *img_row;  /* (n_rows) image * image_rows + patch on image rows; -1 on text rows */
-    uint8_t *answer;   /* (n_rows) 1 on answer rows */
+    int32_t *tokens;  /* (n_rows) token id; -1 on image rows */
+    int32_t *img_row; /* (n_rows) image * image_rows + patch on image rows; -1 on text rows */
+    uint8_t *answer;  /* (n_rows) 1 on answer rows */
     int32_t turn_start[VS_WORLD_MAX_TURNS]; /* first answer row of turn t = rows of its prompt */
     int32_t turn_end[VS_WORLD_MAX_TURNS];   /* one past turn t's closing </s> */
 } vs_train_example;
@@ -66,12 +66,12 @@ void vs_train_example_free(vs_train_example *ex);
 /* A dataset as batches */
 
 typedef struct vs_train_data_opts {
-    int seq_len;             /* longest sequence in rows (T); longer conversations are skipped */
-    int batch;               /* sequences per batch (B) */
-    int image_rows;          /* rows per image = the model's patches NP */
-    vs_preproc preproc;      /* image preprocessing (size = the ViT's S, mean/std as exported) */
-    int bucket;              /* batches per length-sorted chunk; <= 1: no length grouping */
-    uint64_t seed;           /* seeds the epoch RNG of a fresh state */
+    int seq_len;        /* longest sequence in rows (T); longer conversations are skipped */
+    int batch;          /* sequences per batch (B) */
+    int image_rows;     /* rows per image = the model's patches NP */
+    vs_preproc preproc; /* image preprocessing (size = the ViT's S, mean/std as exported) */
+    int bucket;         /* batches per length-sorted chunk; <= 1: no length grouping */
+    uint64_t seed;      /* seeds the epoch RNG of a fresh state */
 } vs_train_data_opts;
 
 /* Counts over the dataset (one epoch). */
@@ -98,9 +98,9 @@ typedef struct vs_train_data_state {
 
 /* What a batch holds besides the vs_train_batch. */
 typedef struct vs_train_batch_info {
-    int64_t rows;     /* rows that are not padding */
-    int64_t counted;  /* rows counted in the loss */
-    uint64_t epoch;   /* the batch is number `index` of epoch `epoch` */
+    int64_t rows;    /* rows that are not padding */
+    int64_t counted; /* rows counted in the loss */
+    uint64_t epoch;  /* the batch is number `index` of epoch `epoch` */
     uint64_t index;
     const int64_t *seqs; /* (batch.B) its sequences (vs_train_data_sample), valid until the next batch */
 } vs_train_batch_info;

@@ -23,9 +23,9 @@
 /* 1. oracles */
 
 typedef struct oracle {
-    int mode;                 /* 0: reference answers (+ " zq" on first turns); 1: right on vqa only */
-    int calls, fail_at;       /* fail_at > 0: the fail_at-th call returns an error */
-    bool check_history;       /* verify the prompt of second turns */
+    int mode;           /* 0: reference answers (+ " zq" on first turns); 1: right on vqa only */
+    int calls, fail_at; /* fail_at > 0: the fail_at-th call returns an error */
+    bool check_history; /* verify the prompt of second turns */
     bool reference_history;
     int bad_prompts;
     int64_t tokens_given;
@@ -37,8 +37,8 @@ static int turn_of(const char *prompt) {
     return n - 1;
 }
 
-static vs_status oracle_answer(void *ctx, const vs_world_sample *s, const char *prompt, int n_images, char **answer,
-                               int64_t *n_tokens, bool *eos, vs_error *err) {
+static vs_status oracle_answer(void *ctx, const vs_world_sample *s, const char *prompt, int n_images,
+                               char **answer, int64_t *n_tokens, bool *eos, vs_error *err) {
     oracle *o = ctx;
     o->calls++;
     if (o->fail_at && o->calls == o->fail_at) return vs_error_set(err, VS_ERR_IO, "oracle broke");
@@ -61,8 +61,10 @@ static vs_status oracle_answer(void *ctx, const vs_world_sample *s, const char *
     const char *ref = s->turns[t].assistant;
     size_t n = strlen(ref) + 8;
     char *a = vs_malloc(n);
-    if (o->mode == 0 || s->suite == VS_WORLD_VQA) snprintf(a, n, " %s%s", ref, t == 0 ? " zq" : "");
-    else a[0] = 0;
+    if (o->mode == 0 || s->suite == VS_WORLD_VQA)
+        snprintf(a, n, " %s%s", ref, t == 0 ? " zq" : "");
+    else
+        a[0] = 0;
     *answer = a;
     *n_tokens = 10 * t + 7;
     *eos = t == 0;
@@ -83,10 +85,12 @@ static void test_oracles(const vs_world_dataset *d) {
              (long long)turns);
     for (int s = 0; s < VS_WORLD_N_SUITES; s++)
         if (r.suite[s].turns) VT_CHECK(vs_eval_accuracy(&r.suite[s]) == 1.0, "suite %d accuracy", s);
-    VT_CHECK(o.bad_prompts == 0, "%d second-turn prompts are not built from the model's own answer", o.bad_prompts);
+    VT_CHECK(o.bad_prompts == 0, "%d second-turn prompts are not built from the model's own answer",
+             o.bad_prompts);
     VT_CHECK(r.total.answer_tokens == o.tokens_given && r.total.answer_tokens == 7 * turns + 10 * second,
              "answer tokens %lld", (long long)r.total.answer_tokens);
-    VT_CHECK(r.total.no_eos == second, "cut answers %lld vs %lld", (long long)r.total.no_eos, (long long)second);
+    VT_CHECK(r.total.no_eos == second, "cut answers %lld vs %lld", (long long)r.total.no_eos,
+             (long long)second);
     VT_CHECK(second > 0, "the tiny test split has no second turns");
 
     o = (oracle){.check_history = true, .reference_history = true};
@@ -101,25 +105,29 @@ static void test_oracles(const vs_world_dataset *d) {
     int64_t want[VS_WORLD_N_SUITES] = {0};
     for (int64_t i = 0; i < d->n; i++)
         for (int t = 0; t < d->samples[i].n_turns; t++)
-            want[d->samples[i].suite] += d->samples[i].suite == VS_WORLD_VQA || vs_world_check(&d->samples[i], t, "", NULL);
+            want[d->samples[i].suite] +=
+                d->samples[i].suite == VS_WORLD_VQA || vs_world_check(&d->samples[i], t, "", NULL);
     for (int s = 0; s < VS_WORLD_N_SUITES; s++)
         VT_CHECK(r.suite[s].correct == want[s], "suite %s: %lld correct, checker says %lld",
                  vs_world_suite_name((vs_world_suite)s), (long long)r.suite[s].correct, (long long)want[s]);
-    VT_CHECK(vs_eval_accuracy(&r.suite[VS_WORLD_VQA]) == 1.0 && vs_eval_accuracy(&r.suite[VS_WORLD_OCR]) < 1.0,
+    VT_CHECK(vs_eval_accuracy(&r.suite[VS_WORLD_VQA]) == 1.0 &&
+                 vs_eval_accuracy(&r.suite[VS_WORLD_OCR]) < 1.0,
              "vqa-only oracle");
 
     /* limit and suites */
     o = (oracle){0};
-    eo = (vs_eval_opts){.limit = 1, .suites = VS_WORLD_SUITE_BIT(VS_WORLD_POPE) | VS_WORLD_SUITE_BIT(VS_WORLD_TEXT)};
+    eo = (vs_eval_opts){.limit = 1,
+                        .suites = VS_WORLD_SUITE_BIT(VS_WORLD_POPE) | VS_WORLD_SUITE_BIT(VS_WORLD_TEXT)};
     VT_REQUIRE(vs_eval_run(d, &eo, oracle_answer, &o, &r, &err) == VS_OK, "%s", err.msg);
-    VT_CHECK(r.suite[VS_WORLD_POPE].samples == 1 && r.suite[VS_WORLD_TEXT].samples == 1 && r.total.samples == 2,
+    VT_CHECK(r.suite[VS_WORLD_POPE].samples == 1 && r.suite[VS_WORLD_TEXT].samples == 1 &&
+                 r.total.samples == 2,
              "limit/suites: %lld samples", (long long)r.total.samples);
 
     /* an answerer error stops the run and names the turn */
     o = (oracle){.fail_at = 3};
     eo = (vs_eval_opts){0};
-    VT_CHECK(vs_eval_run(d, &eo, oracle_answer, &o, &r, &err) == VS_ERR_IO && strstr(err.msg, "oracle broke") &&
-                 strstr(err.msg, "turn"),
+    VT_CHECK(vs_eval_run(d, &eo, oracle_answer, &o, &r, &err) == VS_ERR_IO &&
+                 strstr(err.msg, "oracle broke") && strstr(err.msg, "turn"),
              "error: %s", err.msg);
 
     /* reports */
@@ -178,8 +186,8 @@ static int64_t reference_greedy(lm_check *c, const vs_world_sample *s, const cha
                                        &err) == VS_OK,
                "%s", err.msg);
     vs_mm_prompt p;
-    VT_REQUIRE(vs_mm_prompt_build(&p, c->tok, prompt, strlen(prompt), imgs, n_images, NULL, &err) == VS_OK, "%s",
-               err.msg);
+    VT_REQUIRE(vs_mm_prompt_build(&p, c->tok, prompt, strlen(prompt), imgs, n_images, NULL, &err) == VS_OK,
+               "%s", err.msg);
     const int V = vs_lm_cfg(c->lm)->n_vocab;
     int64_t n = 0, np = p.n_rows;
     vs_lm_row *rows = vs_calloc((size_t)(np + c->max_tokens), sizeof(vs_lm_row));
@@ -204,8 +212,8 @@ static int64_t reference_greedy(lm_check *c, const vs_world_sample *s, const cha
     return n;
 }
 
-static vs_status checked_answer(void *ctx, const vs_world_sample *s, const char *prompt, int n_images, char **answer,
-                                int64_t *n_tokens, bool *eos, vs_error *err) {
+static vs_status checked_answer(void *ctx, const vs_world_sample *s, const char *prompt, int n_images,
+                                char **answer, int64_t *n_tokens, bool *eos, vs_error *err) {
     lm_check *c = ctx;
     vs_status st = vs_eval_lm_answer(c->e, s, prompt, n_images, answer, n_tokens, eos, err);
     if (st != VS_OK) return st;
@@ -222,15 +230,15 @@ static vs_status checked_answer(void *ctx, const vs_world_sample *s, const char 
     return VS_OK;
 }
 
-static void test_answerer(const vs_world_dataset *train, const vs_world_dataset *test, const vs_tokenizer *tok,
-                          const char *tok_path) {
+static void test_answerer(const vs_world_dataset *train, const vs_world_dataset *test,
+                          const vs_tokenizer *tok, const char *tok_path) {
     vs_error err = {0};
     vs_threadpool *tp = vs_threadpool_new(2, &err);
     VT_REQUIRE(tp, "%s", err.msg);
     /* a tiny VLM trained a few steps (so it emits varied tokens), exported with the tokenizer */
     vs_train_vlm_config c = wt_config(vs_tokenizer_n_vocab(tok));
-    vs_train_data_opts dopts = {.seq_len = 4096, .batch = 4, .image_rows = 16, .preproc = wt_preproc(&c),
-                                .bucket = 1, .seed = 1};
+    vs_train_data_opts dopts = {
+        .seq_len = 4096, .batch = 4, .image_rows = 16, .preproc = wt_preproc(&c), .bucket = 1, .seed = 1};
     vs_train_data *data = vs_train_data_new(&train, 1, tok, &dopts, &err);
     VT_REQUIRE(data, "%s", err.msg);
     int mb, mt, mi;
@@ -272,9 +280,11 @@ static void test_answerer(const vs_world_dataset *train, const vs_world_dataset 
     VT_REQUIRE(vs_eval_run(test, &eo, checked_answer, &ck, &r1, &err) == VS_OK, "%s", err.msg);
     int64_t pre, reused, dec;
     vs_eval_lm_counters(ck.e, &pre, &reused, &dec);
-    VT_CHECK(reused > 0 && r1.total.second_turns > 0, "second turns reused no rows (%lld)", (long long)reused);
+    VT_CHECK(reused > 0 && r1.total.second_turns > 0, "second turns reused no rows (%lld)",
+             (long long)reused);
     VT_CHECK(r1.total.answer_tokens <= (int64_t)ck.max_tokens * r1.total.turns, "answer tokens");
-    printf("greedy answerer: %d answers match the from-scratch loop (%d mismatches); prefilled %lld rows, reused "
+    printf("greedy answerer: %d answers match the from-scratch loop (%d mismatches); prefilled %lld rows, "
+           "reused "
            "%lld, decoded %lld\n",
            ck.answers, ck.mismatches, (long long)pre, (long long)reused, (long long)dec);
     vs_eval_lm_free(ck.e);
@@ -288,15 +298,23 @@ static void test_answerer(const vs_world_dataset *train, const vs_world_dataset 
              "reuse changes the results");
     vs_eval_lm_free(ck.e);
     /* a projector of another width is refused */
-    vs_lm_random_opts ro = {.n_embd = 48, .n_layer = 1, .n_head = 2, .n_head_kv = 2, .n_ff = 16, .n_ctx = 64,
-                            .type = VS_TYPE_F32, .tok_from = NULL, .n_vocab = vs_tokenizer_n_vocab(tok), .seed = 1};
+    vs_lm_random_opts ro = {.n_embd = 48,
+                            .n_layer = 1,
+                            .n_head = 2,
+                            .n_head_kv = 2,
+                            .n_ff = 16,
+                            .n_ctx = 64,
+                            .type = VS_TYPE_F32,
+                            .tok_from = NULL,
+                            .n_vocab = vs_tokenizer_n_vocab(tok),
+                            .seed = 1};
     char other[600];
     snprintf(other, sizeof(other), "%s/other_lm.gguf", vt_tmpdir());
     VT_REQUIRE(vs_lm_write_random(&ro, other, &err) == VS_OK, "%s", err.msg);
     vs_lm *lm2 = vs_lm_load(other, &err);
     VT_REQUIRE(lm2, "%s", err.msg);
-    VT_CHECK(vs_eval_lm_new(lm2, mm, tok, tp, &lo, &err) == NULL && strstr(err.msg, "width"), "width mismatch: %s",
-             err.msg);
+    VT_CHECK(vs_eval_lm_new(lm2, mm, tok, tp, &lo, &err) == NULL && strstr(err.msg, "width"),
+             "width mismatch: %s", err.msg);
     vs_lm_free(lm2);
     vs_mmproj_free(mm);
     vs_lm_free(lm);
@@ -309,8 +327,8 @@ static void test_answerer(const vs_world_dataset *train, const vs_world_dataset 
 static bool same_file(const char *a, const char *b) {
     uint8_t *x = NULL, *y = NULL;
     size_t nx = 0, ny = 0;
-    bool same = vs_read_file(a, &x, &nx, NULL) == VS_OK && vs_read_file(b, &y, &ny, NULL) == VS_OK && nx == ny &&
-                !memcmp(x, y, nx);
+    bool same = vs_read_file(a, &x, &nx, NULL) == VS_OK && vs_read_file(b, &y, &ny, NULL) == VS_OK &&
+                nx == ny && !memcmp(x, y, nx);
     vs_free(x), vs_free(y);
     return same;
 }
@@ -321,25 +339,30 @@ static void test_cli(const char *dir, const char *tok) {
         printf("SKIP CLI checks: no vlmspec binary ($VLMSPEC_BIN)\n");
         return;
     }
-    const char *tiny = "--patch 16 --v-width 16 --v-ffn 32 --v-heads 2 --v-blocks 1 --width 32 --layers 2 "
-                       "--heads 4 --kv-heads 2 --ffn 64 --batch 3 --accum 2 --warmup 2 --lr 3e-3 --threads 1 -q";
+    const char *tiny =
+        "--patch 16 --v-width 16 --v-ffn 32 --v-heads 2 --v-blocks 1 --width 32 --layers 2 "
+        "--heads 4 --kv-heads 2 --ffn 64 --batch 3 --accum 2 --warmup 2 --lr 3e-3 --threads 1 -q";
     const char *tmp = vt_tmpdir();
-    int rc = vt_run("%s train target --data %s --tokenizer %s --out %s/straight --steps 4 --f32 %s > %s/straight.log",
-                    cli, dir, tok, tmp, tiny, tmp);
+    int rc = vt_run(
+        "%s train target --data %s --tokenizer %s --out %s/straight --steps 4 --f32 %s > %s/straight.log",
+        cli, dir, tok, tmp, tiny, tmp);
     VT_CHECK(rc == 0, "train target (straight) exit %d", rc);
-    rc = vt_run("%s train target --data %s --tokenizer %s --out %s/chunked --steps 4 --f32 --chunk-steps 2 %s "
-                "> %s/chunk1.log",
-                cli, dir, tok, tmp, tiny, tmp);
+    rc =
+        vt_run("%s train target --data %s --tokenizer %s --out %s/chunked --steps 4 --f32 --chunk-steps 2 %s "
+               "> %s/chunk1.log",
+               cli, dir, tok, tmp, tiny, tmp);
     VT_CHECK(rc == 0, "train target (chunk 1) exit %d", rc);
     char path[1024], p2[1024];
     snprintf(path, sizeof(path), "%s/chunked/target.gguf", tmp);
     VT_CHECK(access(path, F_OK) != 0, "a stopped run exported the model");
     /* other settings are refused on resume */
-    rc = vt_run("%s train target --data %s --tokenizer %s --out %s/chunked --steps 4 --f32 %s --lr 1e-3 --resume "
-                "> %s/bad.log 2>&1",
-                cli, dir, tok, tmp, tiny, tmp);
+    rc = vt_run(
+        "%s train target --data %s --tokenizer %s --out %s/chunked --steps 4 --f32 %s --lr 1e-3 --resume "
+        "> %s/bad.log 2>&1",
+        cli, dir, tok, tmp, tiny, tmp);
     VT_CHECK(rc == 1, "resume with another --lr: exit %d", rc);
-    rc = vt_run("%s train target --data %s --tokenizer %s --out %s/chunked --steps 4 --f32 %s --resume > %s/chunk2.log",
+    rc = vt_run("%s train target --data %s --tokenizer %s --out %s/chunked --steps 4 --f32 %s --resume > "
+                "%s/chunk2.log",
                 cli, dir, tok, tmp, tiny, tmp);
     VT_CHECK(rc == 0, "train target (resume) exit %d", rc);
     const char *files[] = {"target-f32.gguf", "target-mmproj-f32.gguf", "target.gguf", "target-mmproj.gguf",
@@ -371,19 +394,22 @@ static void test_cli(const char *dir, const char *tok) {
         }
         VT_CHECK(same, "%s differs between the straight and the resumed run", files[i]);
     }
-    printf("train target: 4 steps straight == 2 steps + --resume 2 steps (exports byte-identical, same curve)\n");
+    printf("train target: 4 steps straight == 2 steps + --resume 2 steps (exports byte-identical, same "
+           "curve)\n");
     /* train export of the final checkpoint writes the same files as the end of training */
-    rc = vt_run("%s train export --ckpt %s/chunked/ckpt/ckpt.gguf --tokenizer %s --lm %s/x.gguf --mmproj %s/xm.gguf "
-                "--type f32 > /dev/null",
-                cli, tmp, tok, tmp, tmp);
+    rc = vt_run(
+        "%s train export --ckpt %s/chunked/ckpt/ckpt.gguf --tokenizer %s --lm %s/x.gguf --mmproj %s/xm.gguf "
+        "--type f32 > /dev/null",
+        cli, tmp, tok, tmp, tmp);
     VT_CHECK(rc == 0, "train export exit %d", rc);
     snprintf(path, sizeof(path), "%s/x.gguf", tmp);
     snprintf(p2, sizeof(p2), "%s/straight/target-f32.gguf", tmp);
     VT_CHECK(same_file(path, p2), "train export differs from the end-of-training export");
     snprintf(path, sizeof(path), "%s/eval.json", tmp);
-    rc = vt_run("%s eval --model %s/straight/target.gguf --mmproj %s/straight/target-mmproj.gguf --data %s --limit 1 "
-                "--max-tokens 6 --threads 1 -q --json %s > %s/eval.log 2>&1",
-                cli, tmp, tmp, dir, path, tmp);
+    rc = vt_run(
+        "%s eval --model %s/straight/target.gguf --mmproj %s/straight/target-mmproj.gguf --data %s --limit 1 "
+        "--max-tokens 6 --threads 1 -q --json %s > %s/eval.log 2>&1",
+        cli, tmp, tmp, dir, path, tmp);
     VT_CHECK(rc == 0, "eval exit %d", rc);
     uint8_t *js = NULL;
     size_t n = 0;

@@ -39,11 +39,12 @@ static void test_encode(const vs_world_dataset *d, const vs_tokenizer *tok) {
             }
             VT_CHECK(ex.tokens[r] == -1 && !ex.answer[r], "%s row %d: image row with a token", s->id, r);
             int j = ex.img_row[r] % NP;
-            VT_CHECK(j == 0 || ex.img_row[r - 1] == ex.img_row[r] - 1, "%s row %d: image rows out of order", s->id,
-                     r);
+            VT_CHECK(j == 0 || ex.img_row[r - 1] == ex.img_row[r] - 1, "%s row %d: image rows out of order",
+                     s->id, r);
             n_img_rows++;
         }
-        VT_CHECK(n_img_rows == (int64_t)s->n_images * NP, "%s: %lld image rows", s->id, (long long)n_img_rows);
+        VT_CHECK(n_img_rows == (int64_t)s->n_images * NP, "%s: %lld image rows", s->id,
+                 (long long)n_img_rows);
         /* answers: turn t's rows decode to " " + reference answer, then EOS; nothing else is answer */
         int32_t n_ans = 0;
         for (int t = 0; t < s->n_turns; t++) {
@@ -52,8 +53,8 @@ static void test_encode(const vs_world_dataset *d, const vs_tokenizer *tok) {
             VT_CHECK(ex.tokens[b - 1] == vs_tokenizer_eos(tok), "%s turn %d does not end in EOS", s->id, t);
             char *txt = vs_detokenize(tok, ex.tokens + a, b - 1 - a, 0, NULL, &err);
             VT_REQUIRE(txt, "%s", err.msg);
-            VT_CHECK(txt[0] == ' ' && !strcmp(txt + 1, s->turns[t].assistant), "%s turn %d answer rows: '%.60s'",
-                     s->id, t, txt);
+            VT_CHECK(txt[0] == ' ' && !strcmp(txt + 1, s->turns[t].assistant),
+                     "%s turn %d answer rows: '%.60s'", s->id, t, txt);
             vs_free(txt);
             for (int32_t r = a; r < b; r++) VT_CHECK(ex.answer[r], "%s row %d not marked", s->id, r);
             n_ans += b - a;
@@ -65,7 +66,8 @@ static void test_encode(const vs_world_dataset *d, const vs_tokenizer *tok) {
             vs_mm_image im[VS_WORLD_MAX_IMAGES];
             int nm = vs_mm_count_markers(pt, strlen(pt), NULL);
             for (int k = 0; k < nm; k++) im[k] = (vs_mm_image){dummy, NP, 1};
-            VT_REQUIRE(vs_mm_prompt_build(&q, tok, pt, strlen(pt), im, nm, NULL, &err) == VS_OK, "%s", err.msg);
+            VT_REQUIRE(vs_mm_prompt_build(&q, tok, pt, strlen(pt), im, nm, NULL, &err) == VS_OK, "%s",
+                       err.msg);
             VT_CHECK(q.n_rows == a, "%s turn %d: prompt has %lld rows, answer starts at %d", s->id, t,
                      (long long)q.n_rows, a);
             for (int64_t r = 0; r < q.n_rows && r < a; r++)
@@ -88,8 +90,12 @@ static vs_train_data *make_reader(const vs_world_dataset *d, const vs_tokenizer 
                                   int bucket, uint64_t seed) {
     vs_error err = {0};
     vs_train_vlm_config c = wt_config(vs_tokenizer_n_vocab(tok));
-    vs_train_data_opts o = {.seq_len = seq_len, .batch = batch, .image_rows = NP, .preproc = wt_preproc(&c),
-                            .bucket = bucket, .seed = seed};
+    vs_train_data_opts o = {.seq_len = seq_len,
+                            .batch = batch,
+                            .image_rows = NP,
+                            .preproc = wt_preproc(&c),
+                            .bucket = bucket,
+                            .seed = seed};
     vs_train_data *r = vs_train_data_new(&d, 1, tok, &o, &err);
     VT_REQUIRE(r, "%s", err.msg);
     return r;
@@ -115,14 +121,16 @@ static void test_skip(const vs_world_dataset *d, const vs_tokenizer *tok) {
     const vs_train_data_stats *st = vs_train_data_get_stats(r);
     int64_t want_skip = 0, want_longest_skip = 0, want_kept_rows = 0, su_skip[VS_WORLD_N_SUITES] = {0};
     for (int64_t i = 0; i < d->n; i++)
-        if (rows[i] > limit) want_skip++, su_skip[d->samples[i].suite]++, want_longest_skip = max_i64(want_longest_skip, rows[i]);
-        else want_kept_rows += rows[i];
+        if (rows[i] > limit)
+            want_skip++, su_skip[d->samples[i].suite]++,
+                want_longest_skip = max_i64(want_longest_skip, rows[i]);
+        else
+            want_kept_rows += rows[i];
     VT_CHECK(st->n_samples == d->n && st->n_seqs + st->n_skipped == d->n, "counts %lld + %lld != %lld",
              (long long)st->n_seqs, (long long)st->n_skipped, (long long)d->n);
     VT_CHECK(st->n_skipped == want_skip && st->n_skipped >= 1, "skipped %lld, expected %lld",
              (long long)st->n_skipped, (long long)want_skip);
-    VT_CHECK(st->skipped[VS_WORLD_STORY] == su_skip[VS_WORLD_STORY] &&
-                 st->kept[VS_WORLD_STORY] == 0,
+    VT_CHECK(st->skipped[VS_WORLD_STORY] == su_skip[VS_WORLD_STORY] && st->kept[VS_WORLD_STORY] == 0,
              "stories: %lld skipped, %lld kept", (long long)st->skipped[VS_WORLD_STORY],
              (long long)st->kept[VS_WORLD_STORY]);
     VT_CHECK(st->longest_skipped == want_longest_skip && st->longest <= limit, "longest %lld / skipped %lld",
@@ -134,7 +142,8 @@ static void test_skip(const vs_world_dataset *d, const vs_tokenizer *tok) {
     vs_train_data_free(r);
     /* nothing fits: an error naming the sizes */
     vs_train_vlm_config c = wt_config(vs_tokenizer_n_vocab(tok));
-    vs_train_data_opts o = {.seq_len = 8, .batch = 2, .image_rows = NP, .preproc = wt_preproc(&c), .bucket = 1};
+    vs_train_data_opts o = {
+        .seq_len = 8, .batch = 2, .image_rows = NP, .preproc = wt_preproc(&c), .bucket = 1};
     VT_CHECK(vs_train_data_new(&d, 1, tok, &o, &err) == NULL && err.code == VS_ERR_INVALID, "nothing fits");
     printf("nothing fits: %s\n", err.msg);
     vs_free(rows);
@@ -156,7 +165,8 @@ static void check_batch(vs_train_data *r, const vs_tokenizer *tok, const vs_trai
             if (t < ex.n_rows) {
                 VT_CHECK(b->tokens[i] == ex.tokens[t], "%s row %d token", s->id, t);
                 int want = ex.img_row[t] >= 0 ? img_base * NP + ex.img_row[t] : -1;
-                VT_CHECK(b->img_row[i] == want, "%s row %d image row %d vs %d", s->id, t, b->img_row[i], want);
+                VT_CHECK(b->img_row[i] == want, "%s row %d image row %d vs %d", s->id, t, b->img_row[i],
+                         want);
             } else {
                 VT_CHECK(b->img_row[i] == -1 && b->tokens[i] >= 0, "padding row %d", t);
             }
@@ -193,8 +203,7 @@ static void test_batches(const vs_world_dataset *d, const vs_tokenizer *tok) {
     vs_train_data *r = make_reader(d, tok, 4096, 3, 2, 11);
     const vs_train_data_stats *st = vs_train_data_get_stats(r);
     const int64_t n = st->n_seqs, nb = st->n_batches;
-    VT_CHECK(n == d->n && nb == (n + 2) / 3, "%lld seqs %lld batches",
-             (long long)n, (long long)nb);
+    VT_CHECK(n == d->n && nb == (n + 2) / 3, "%lld seqs %lld batches", (long long)n, (long long)nb);
     int max_B, max_T, max_I;
     vs_train_data_capacity(r, &max_B, &max_T, &max_I);
     VT_CHECK(max_B == 3 && max_T == st->longest && max_I >= 3 * 1, "capacity %d %d %d", max_B, max_T, max_I);
@@ -212,8 +221,8 @@ static void test_batches(const vs_world_dataset *d, const vs_tokenizer *tok) {
         vs_train_batch b;
         vs_train_batch_info info;
         VT_REQUIRE(vs_train_data_next(r, &b, &info, &err) == VS_OK, "%s", err.msg);
-        VT_CHECK(info.epoch == (uint64_t)(k / nb) && info.index == (uint64_t)(k % nb), "batch %d is %llu/%llu", k,
-                 (unsigned long long)info.epoch, (unsigned long long)info.index);
+        VT_CHECK(info.epoch == (uint64_t)(k / nb) && info.index == (uint64_t)(k % nb),
+                 "batch %d is %llu/%llu", k, (unsigned long long)info.epoch, (unsigned long long)info.index);
         check_batch(r, tok, &b, &info, k < 3);
         log_n[k] = b.B;
         counted[k] = info.counted;
@@ -271,7 +280,8 @@ static void test_batches(const vs_world_dataset *d, const vs_tokenizer *tok) {
         range[k][0] = INT64_MAX, range[k][1] = 0;
         for (int j = 0; j < b.B; j++) {
             vs_train_example ex;
-            VT_REQUIRE(vs_train_encode(vs_train_data_sample(r, info.seqs[j]), tok, NP, &ex, &err) == VS_OK, "x");
+            VT_REQUIRE(vs_train_encode(vs_train_data_sample(r, info.seqs[j]), tok, NP, &ex, &err) == VS_OK,
+                       "x");
             range[k][0] = ex.n_rows < range[k][0] ? ex.n_rows : range[k][0];
             range[k][1] = max_i64(range[k][1], ex.n_rows);
             vs_train_example_free(&ex);
@@ -285,7 +295,8 @@ static void test_batches(const vs_world_dataset *d, const vs_tokenizer *tok) {
     VT_CHECK(overlaps == 0, "%d batches overlap in length with one bucket", overlaps);
     vs_free(range);
     vs_train_data_free(r);
-    printf("batches: %lld sequences, %lld batches/epoch; 2.5 epochs checked (targets, mask, image rows, pixels), "
+    printf("batches: %lld sequences, %lld batches/epoch; 2.5 epochs checked (targets, mask, image rows, "
+           "pixels), "
            "resume, seeds, buckets\n",
            (long long)n, (long long)nb);
     vs_free(log), vs_free(log_n), vs_free(seen), vs_free(counted);
@@ -321,8 +332,8 @@ static void test_parity(const vs_world_dataset *d, const vs_tokenizer *tok, cons
         if (s == 0) first = loss;
         last = loss;
     }
-    printf("tiny VLM (%.3fM parameters) trained 6 steps: loss %.3f -> %.3f\n", vs_train_vlm_n_params(m, -1) / 1e6,
-           first, last);
+    printf("tiny VLM (%.3fM parameters) trained 6 steps: loss %.3f -> %.3f\n",
+           vs_train_vlm_n_params(m, -1) / 1e6, first, last);
 
     char lm_path[600], mm_path[600];
     snprintf(lm_path, sizeof(lm_path), "%s/tiny_lm.gguf", vt_tmpdir());
@@ -367,14 +378,14 @@ static void test_parity(const vs_world_dataset *d, const vs_tokenizer *tok, cons
         const vs_world_sample *s = vs_train_data_sample(r, pick[k]);
         vs_mm_image imgs[VS_WORLD_MAX_IMAGES];
         VT_REQUIRE(vs_mm_images_from_files(vs_mmproj_tower(mm), vs_mmproj_projector(mm), tp,
-                                           (const char *const *)s->images, s->n_images, VS_PREPROC_LLAVA, 1, imgs,
-                                           &err) == VS_OK,
+                                           (const char *const *)s->images, s->n_images, VS_PREPROC_LLAVA, 1,
+                                           imgs, &err) == VS_OK,
                    "%s", err.msg);
         char *text = vs_train_conversation(s);
         vs_mm_prompt q;
         vs_mm_prompt_opts po = {.lm_width = c.width};
-        VT_REQUIRE(vs_mm_prompt_build(&q, etok, text, strlen(text), imgs, s->n_images, &po, &err) == VS_OK, "%s",
-                   err.msg);
+        VT_REQUIRE(vs_mm_prompt_build(&q, etok, text, strlen(text), imgs, s->n_images, &po, &err) == VS_OK,
+                   "%s", err.msg);
         int64_t n = q.n_rows;
         bool rows_ok = true;
         for (int64_t t = 0; t < n; t++) rows_ok &= q.tokens[t] == b.tokens[(size_t)k * b.T + t];
@@ -396,8 +407,9 @@ static void test_parity(const vs_world_dataset *d, const vs_tokenizer *tok, cons
             mr = fabs(tr[i]) > mr ? fabs(tr[i]) : mr;
         }
         double e = md / (mr > 0 ? mr : 1);
-        printf("  %-22s %d image%s, %d turn%s, %4lld rows: max |diff| / max |logit| = %.2e\n", s->id, s->n_images,
-               s->n_images == 1 ? "" : "s", s->n_turns, s->n_turns == 1 ? "" : "s", (long long)n, e);
+        printf("  %-22s %d image%s, %d turn%s, %4lld rows: max |diff| / max |logit| = %.2e\n", s->id,
+               s->n_images, s->n_images == 1 ? "" : "s", s->n_turns, s->n_turns == 1 ? "" : "s", (long long)n,
+               e);
         VT_CHECK(e <= 1e-4, "%s: exported model's logits differ by %.3e", s->id, e);
         worst = e > worst ? e : worst;
         rows_compared += n;
@@ -407,7 +419,8 @@ static void test_parity(const vs_world_dataset *d, const vs_tokenizer *tok, cons
         vs_free(text);
         vs_mm_images_free(imgs, s->n_images);
     }
-    printf("export parity on %d world samples (%lld rows): worst %.2e\n", n_pick, (long long)rows_compared, worst);
+    printf("export parity on %d world samples (%lld rows): worst %.2e\n", n_pick, (long long)rows_compared,
+           worst);
     vs_tokenizer_free(etok);
     vs_mmproj_free(mm);
     vs_lm_free(lm);

@@ -42,11 +42,24 @@ static void wt_make(const char *name, int n_train, int n_test, int vocab, char *
 /* A tiny VLM for 64x64 world images: ViT patch 16 (16 rows per image), width 16, 1 block; LM width
  * 32, 2 layers, 4 heads over 2 KV heads. */
 static vs_train_vlm_config wt_config(int vocab) {
-    vs_train_vlm_config c = {.image_size = 64, .patch_size = 16, .v_width = 16, .v_ffn = 32, .v_heads = 2,
-                             .v_blocks = 1, .v_eps = 1e-5f, .vocab = vocab, .width = 32, .n_layers = 2,
-                             .n_heads = 4, .n_kv_heads = 2, .ffn = 64, .max_seq = 2048, .rms_eps = 1e-5f,
+    vs_train_vlm_config c = {.image_size = 64,
+                             .patch_size = 16,
+                             .v_width = 16,
+                             .v_ffn = 32,
+                             .v_heads = 2,
+                             .v_blocks = 1,
+                             .v_eps = 1e-5f,
+                             .vocab = vocab,
+                             .width = 32,
+                             .n_layers = 2,
+                             .n_heads = 4,
+                             .n_kv_heads = 2,
+                             .ffn = 64,
+                             .max_seq = 2048,
+                             .rms_eps = 1e-5f,
                              .rope_base = 10000.0f};
-    const float mean[3] = {0.48145466f, 0.4578275f, 0.40821073f}, std[3] = {0.26862954f, 0.26130258f, 0.27577711f};
+    const float mean[3] = {0.48145466f, 0.4578275f, 0.40821073f},
+                std[3] = {0.26862954f, 0.26130258f, 0.27577711f};
     for (int i = 0; i < 3; i++) c.image_mean[i] = mean[i], c.image_std[i] = std[i];
     return c;
 }

@@ -64,7 +64,8 @@ static void on_turn(void *ctx, const vs_eval_turn *t) {
         fflush(c->details);
     }
     if (!c->quiet)
-        vs_progress_update(&c->pr, c->done, " turns, %.1f%% correct ", 100.0 * (double)c->correct / (double)c->done);
+        vs_progress_update(&c->pr, c->done, " turns, %.1f%% correct ",
+                           100.0 * (double)c->correct / (double)c->done);
 }
 
 int vs_cmd_eval(int argc, char **argv) {
@@ -87,13 +88,20 @@ int vs_cmd_eval(int argc, char **argv) {
             continue;
         }
         if (!(v = cli_value(CMD, argc, argv, &i))) return 2;
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
-        else if (!strcmp(a, "--mmproj")) mmproj = v;
-        else if (!strcmp(a, "--data")) data = v;
-        else if (!strcmp(a, "--split")) split = v;
-        else if (!strcmp(a, "--suites")) suites = v;
-        else if (!strcmp(a, "--json")) json = v;
-        else if (!strcmp(a, "--details")) details = v;
+        if (!strcmp(a, "-m") || !strcmp(a, "--model"))
+            model = v;
+        else if (!strcmp(a, "--mmproj"))
+            mmproj = v;
+        else if (!strcmp(a, "--data"))
+            data = v;
+        else if (!strcmp(a, "--split"))
+            split = v;
+        else if (!strcmp(a, "--suites"))
+            suites = v;
+        else if (!strcmp(a, "--json"))
+            json = v;
+        else if (!strcmp(a, "--details"))
+            details = v;
         else if (!strcmp(a, "--limit")) {
             if (!cli_parse_i64(CMD, a, v, 1, INT64_MAX, &limit)) return 2;
         } else if (!strcmp(a, "--max-tokens")) {
@@ -101,13 +109,19 @@ int vs_cmd_eval(int argc, char **argv) {
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
             if (!cli_parse_int(CMD, a, v, 1, 1024, &threads)) return 2;
         } else if (!strcmp(a, "--history")) {
-            if (!strcmp(v, "own")) eo.reference_history = false;
-            else if (!strcmp(v, "reference")) eo.reference_history = true;
-            else return cli_fail(CMD, "--history %s: expected own or reference", v), 2;
+            if (!strcmp(v, "own"))
+                eo.reference_history = false;
+            else if (!strcmp(v, "reference"))
+                eo.reference_history = true;
+            else
+                return cli_fail(CMD, "--history %s: expected own or reference", v), 2;
         } else if (!strcmp(a, "--kv-type")) {
-            if (!strcmp(v, "f16") || !strcmp(v, "F16")) lo.kv_f32 = false;
-            else if (!strcmp(v, "f32") || !strcmp(v, "F32")) lo.kv_f32 = true;
-            else return cli_fail(CMD, "--kv-type %s: expected f16 or f32", v), 2;
+            if (!strcmp(v, "f16") || !strcmp(v, "F16"))
+                lo.kv_f32 = false;
+            else if (!strcmp(v, "f32") || !strcmp(v, "F32"))
+                lo.kv_f32 = true;
+            else
+                return cli_fail(CMD, "--kv-type %s: expected f16 or f32", v), 2;
         } else {
             fprintf(stderr, "vlmspec %s: unknown option '%s'\n", CMD, a);
             usage(stderr);
@@ -140,7 +154,8 @@ int vs_cmd_eval(int argc, char **argv) {
     for (int64_t i = 0; i < d->n; i++)
         if (limit <= 0 || per[d->samples[i].suite]++ < limit) n_turns += d->samples[i].n_turns;
     fprintf(stderr, "[eval] %s + %s on %s/%s.jsonl: %lld turns, greedy, at most %d tokens each, %s history\n",
-            model, mmproj, data, split, (long long)n_turns, lo.max_tokens, eo.reference_history ? "reference" : "own");
+            model, mmproj, data, split, (long long)n_turns, lo.max_tokens,
+            eo.reference_history ? "reference" : "own");
     vs_progress_begin(&cx.pr, "eval", n_turns);
     eo.on_turn = on_turn, eo.on_turn_ctx = &cx;
     vs_eval_result res;
@@ -153,9 +168,9 @@ int vs_cmd_eval(int argc, char **argv) {
     vs_free(table);
     int64_t pre, reu, dec;
     vs_eval_lm_counters(e, &pre, &reu, &dec);
-    printf("%.1f s: %lld answer tokens (%.1f tokens/s including prefill); prefilled %lld rows, reused %lld\n", sec,
-           (long long)res.total.answer_tokens, sec > 0 ? (double)res.total.answer_tokens / sec : 0.0, (long long)pre,
-           (long long)reu);
+    printf("%.1f s: %lld answer tokens (%.1f tokens/s including prefill); prefilled %lld rows, reused %lld\n",
+           sec, (long long)res.total.answer_tokens, sec > 0 ? (double)res.total.answer_tokens / sec : 0.0,
+           (long long)pre, (long long)reu);
     if (json) {
         vs_json_writer w;
         vs_json_writer_init(&w);

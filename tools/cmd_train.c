@@ -66,9 +66,21 @@ static double time_sgemm(vs_threadpool *tp, int m, int n, int k, int reps) {
 static int cmd_bench(int argc, char **argv) {
     const char *cmd = "train bench";
     int threads = 2, steps = 3, B = 8, T = 192, K = 1, gemm = 2048;
-    vs_train_vlm_config c = {.image_size = 64, .patch_size = 8, .v_width = 192, .v_ffn = 768, .v_heads = 3,
-                             .v_blocks = 6, .v_eps = 1e-5f, .vocab = 2048, .width = 512, .n_layers = 8,
-                             .n_heads = 8, .n_kv_heads = 4, .ffn = 1408, .max_seq = 512, .rms_eps = 1e-5f,
+    vs_train_vlm_config c = {.image_size = 64,
+                             .patch_size = 8,
+                             .v_width = 192,
+                             .v_ffn = 768,
+                             .v_heads = 3,
+                             .v_blocks = 6,
+                             .v_eps = 1e-5f,
+                             .vocab = 2048,
+                             .width = 512,
+                             .n_layers = 8,
+                             .n_heads = 8,
+                             .n_kv_heads = 4,
+                             .ffn = 1408,
+                             .max_seq = 512,
+                             .rms_eps = 1e-5f,
                              .rope_base = 10000.0f};
     for (int i = 0; i < 3; i++) c.image_mean[i] = 0.5f, c.image_std[i] = 0.25f;
     struct {
@@ -145,8 +157,14 @@ static int cmd_bench(int argc, char **argv) {
             tgt[i] = (int32_t)vs_rng_below(&r, (uint32_t)c.vocab);
             mask[i] = t >= K * NP ? 1.0f : 0.0f;
         }
-    vs_train_batch b = {.B = B, .T = T, .n_images = NI, .pixels = pixels, .tokens = tok, .img_row = img,
-                        .targets = tgt, .loss_mask = mask};
+    vs_train_batch b = {.B = B,
+                        .T = T,
+                        .n_images = NI,
+                        .pixels = pixels,
+                        .tokens = tok,
+                        .img_row = img,
+                        .targets = tgt,
+                        .loss_mask = mask};
     vs_train_params *p = vs_train_vlm_params(m);
     vs_adamw opt;
     vs_adamw_default(&opt);
@@ -209,7 +227,7 @@ static int cmd_bench(int argc, char **argv) {
 
 typedef struct target_opts {
     const char *data, *tokenizer, *out, *name;
-    int64_t steps;   /* 0: from epochs */
+    int64_t steps; /* 0: from epochs */
     double epochs;
     int batch, accum, seq, bucket, ctx, threads, ckpt_every, chunk_steps;
     double lr, lr_min, warmup, wd, clip, beta2, time_limit;
@@ -261,7 +279,8 @@ static void target_usage(FILE *f) {
         "  --v-width W         ViT width (default 192)          --v-blocks N  ViT blocks (default 6)\n"
         "  --v-heads N         ViT heads (default 3)            --v-ffn N     ViT MLP width (default 768)\n"
         "  --width C           LM width (default 512)           --layers N    LM layers (default 8)\n"
-        "  --heads N           LM heads (default 8)             --kv-heads N  LM key/value heads (default 4)\n"
+        "  --heads N           LM heads (default 8)             --kv-heads N  LM key/value heads (default "
+        "4)\n"
         "  --ffn N             LM SwiGLU width (default 1408)\n"
         "  --ctx N             LM context length (default max(1024, --seq))\n");
 }
@@ -276,9 +295,20 @@ static int target_parse(int argc, char **argv, target_opts *o) {
     o->ckpt_every = 200, o->lr = 1e-3, o->lr_min = -1, o->warmup = 100, o->wd = 0.1, o->clip = 1.0;
     o->beta2 = 0.95, o->seed = 1, o->name = "vlmspec-world-target";
     vs_train_vlm_config *c = &o->cfg;
-    *c = (vs_train_vlm_config){.image_size = 64, .patch_size = 8, .v_width = 192, .v_ffn = 768, .v_heads = 3,
-                               .v_blocks = 6, .v_eps = 1e-5f, .width = 512, .n_layers = 8, .n_heads = 8,
-                               .n_kv_heads = 4, .ffn = 1408, .rms_eps = 1e-5f, .rope_base = 10000.0f};
+    *c = (vs_train_vlm_config){.image_size = 64,
+                               .patch_size = 8,
+                               .v_width = 192,
+                               .v_ffn = 768,
+                               .v_heads = 3,
+                               .v_blocks = 6,
+                               .v_eps = 1e-5f,
+                               .width = 512,
+                               .n_layers = 8,
+                               .n_heads = 8,
+                               .n_kv_heads = 4,
+                               .ffn = 1408,
+                               .rms_eps = 1e-5f,
+                               .rope_base = 10000.0f};
     /* CLIP's preprocessing constants, as LLaVA's image processor uses them */
     const float mean[3] = {0.48145466f, 0.4578275f, 0.40821073f};
     const float stdv[3] = {0.26862954f, 0.26130258f, 0.27577711f};
@@ -288,15 +318,24 @@ static int target_parse(int argc, char **argv, target_opts *o) {
         int *dst;
         int lo, hi;
     } iflags[] = {
-        {"--batch", &o->batch, 1, 4096},       {"--accum", &o->accum, 1, 4096},
-        {"--seq", &o->seq, 2, 1 << 16},        {"--bucket", &o->bucket, 1, 1 << 20},
-        {"--ctx", &o->ctx, 2, 1 << 20},        {"--threads", &o->threads, 1, 256},
-        {"--ckpt-every", &o->ckpt_every, 1, 1 << 30}, {"--chunk-steps", &o->chunk_steps, 0, 1 << 30},
-        {"--image-size", &c->image_size, 1, 4096}, {"--patch", &c->patch_size, 1, 4096},
-        {"--v-width", &c->v_width, 1, 1 << 14}, {"--v-blocks", &c->v_blocks, 0, 256},
-        {"--v-heads", &c->v_heads, 1, 256},    {"--v-ffn", &c->v_ffn, 1, 1 << 16},
-        {"--width", &c->width, 2, 1 << 14},    {"--layers", &c->n_layers, 1, 256},
-        {"--heads", &c->n_heads, 1, 256},      {"--kv-heads", &c->n_kv_heads, 1, 256},
+        {"--batch", &o->batch, 1, 4096},
+        {"--accum", &o->accum, 1, 4096},
+        {"--seq", &o->seq, 2, 1 << 16},
+        {"--bucket", &o->bucket, 1, 1 << 20},
+        {"--ctx", &o->ctx, 2, 1 << 20},
+        {"--threads", &o->threads, 1, 256},
+        {"--ckpt-every", &o->ckpt_every, 1, 1 << 30},
+        {"--chunk-steps", &o->chunk_steps, 0, 1 << 30},
+        {"--image-size", &c->image_size, 1, 4096},
+        {"--patch", &c->patch_size, 1, 4096},
+        {"--v-width", &c->v_width, 1, 1 << 14},
+        {"--v-blocks", &c->v_blocks, 0, 256},
+        {"--v-heads", &c->v_heads, 1, 256},
+        {"--v-ffn", &c->v_ffn, 1, 1 << 16},
+        {"--width", &c->width, 2, 1 << 14},
+        {"--layers", &c->n_layers, 1, 256},
+        {"--heads", &c->n_heads, 1, 256},
+        {"--kv-heads", &c->n_kv_heads, 1, 256},
         {"--ffn", &c->ffn, 1, 1 << 16},
     };
     struct {
@@ -304,9 +343,14 @@ static int target_parse(int argc, char **argv, target_opts *o) {
         double *dst;
         double lo, hi;
     } fflags[] = {
-        {"--epochs", &o->epochs, 1e-6, 1e6}, {"--lr", &o->lr, 0, 10},      {"--lr-min", &o->lr_min, 0, 10},
-        {"--warmup", &o->warmup, 0, 1e9},    {"--wd", &o->wd, 0, 10},      {"--clip", &o->clip, 0, 1e9},
-        {"--beta2", &o->beta2, 0, 1},        {"--time-limit", &o->time_limit, 0, 1e9},
+        {"--epochs", &o->epochs, 1e-6, 1e6},
+        {"--lr", &o->lr, 0, 10},
+        {"--lr-min", &o->lr_min, 0, 10},
+        {"--warmup", &o->warmup, 0, 1e9},
+        {"--wd", &o->wd, 0, 10},
+        {"--clip", &o->clip, 0, 1e9},
+        {"--beta2", &o->beta2, 0, 1},
+        {"--time-limit", &o->time_limit, 0, 1e9},
     };
     bool epochs_given = false;
     for (int i = 1; i < argc; i++) {
@@ -349,13 +393,17 @@ static int target_parse(int argc, char **argv, target_opts *o) {
             found = true;
         }
         if (found) continue;
-        if (!strcmp(a, "--data") || !strcmp(a, "--tokenizer") || !strcmp(a, "--out") || !strcmp(a, "--name") ||
-            !strcmp(a, "--steps") || !strcmp(a, "--seed")) {
+        if (!strcmp(a, "--data") || !strcmp(a, "--tokenizer") || !strcmp(a, "--out") ||
+            !strcmp(a, "--name") || !strcmp(a, "--steps") || !strcmp(a, "--seed")) {
             if (!(v = cli_value(cmd, argc, argv, &i))) return 2;
-            if (!strcmp(a, "--data")) o->data = v;
-            else if (!strcmp(a, "--tokenizer")) o->tokenizer = v;
-            else if (!strcmp(a, "--out")) o->out = v;
-            else if (!strcmp(a, "--name")) o->name = v;
+            if (!strcmp(a, "--data"))
+                o->data = v;
+            else if (!strcmp(a, "--tokenizer"))
+                o->tokenizer = v;
+            else if (!strcmp(a, "--out"))
+                o->out = v;
+            else if (!strcmp(a, "--name"))
+                o->name = v;
             else if (!strcmp(a, "--steps")) {
                 if (!cli_parse_i64(cmd, a, v, 1, INT64_C(1) << 40, &o->steps)) return 2;
             } else if (!cli_parse_i64(cmd, a, v, 0, INT64_MAX, &o->seed))
@@ -436,16 +484,18 @@ static vs_status write_text(const char *path, const char *text, vs_error *err) {
 static void print_data_stats(const vs_train_data_stats *s, const vs_world_dataset *const *sets, int n_sets,
                              int seq) {
     printf("data:");
-    for (int k = 0; k < n_sets; k++) printf(" %s/%s.jsonl (%lld)", sets[k]->dir, sets[k]->split, (long long)sets[k]->n);
-    printf("\n  %lld sequences kept, %lld skipped as longer than %d rows (never truncated", (long long)s->n_seqs,
-           (long long)s->n_skipped, seq);
+    for (int k = 0; k < n_sets; k++)
+        printf(" %s/%s.jsonl (%lld)", sets[k]->dir, sets[k]->split, (long long)sets[k]->n);
+    printf("\n  %lld sequences kept, %lld skipped as longer than %d rows (never truncated",
+           (long long)s->n_seqs, (long long)s->n_skipped, seq);
     if (s->n_skipped) printf("; longest skipped: %lld rows", (long long)s->longest_skipped);
     printf(")\n");
     for (int su = 0; su < VS_WORLD_N_SUITES; su++)
         if (s->kept[su] || s->skipped[su])
             printf("    %-9s kept %6lld  skipped %4lld\n", vs_world_suite_name((vs_world_suite)su),
                    (long long)s->kept[su], (long long)s->skipped[su]);
-    printf("  per epoch: %lld rows (%lld answer rows in the loss), %lld images, %lld batches; longest %lld rows\n",
+    printf("  per epoch: %lld rows (%lld answer rows in the loss), %lld images, %lld batches; longest %lld "
+           "rows\n",
            (long long)s->rows, (long long)s->answer_rows, (long long)s->images, (long long)s->n_batches,
            (long long)s->longest);
 }
@@ -473,7 +523,8 @@ static vs_status save_checkpoint(target_run *r, vs_error *err) {
         return vs_error_set(err, VS_ERR_IO, "%s: cannot rename to %s: %s", r->ckpt, r->prev, strerror(errno));
     vs_status s = vs_train_vlm_save(r->m, &r->st, r->ckpt, err);
     if (s == VS_OK) s = vs_train_curve_write_csv(&r->curve, r->csv, err);
-    if (s == VS_OK) s = vs_train_curve_write_svg(&r->curve, r->svg, "target VLM: training loss", 25, true, err);
+    if (s == VS_OK)
+        s = vs_train_curve_write_svg(&r->curve, r->svg, "target VLM: training loss", 25, true, err);
     return s;
 }
 
@@ -502,7 +553,8 @@ static vs_status write_summary(target_run *r, double final_loss, vs_error *err) 
         vs_json_int(&w, vs_train_vlm_n_params(r->m, VS_TRAIN_GROUP_PROJECTOR));
     vs_json_key(&w, "parameters_lm"), vs_json_int(&w, vs_train_vlm_n_params(r->m, VS_TRAIN_GROUP_LM));
     vs_json_key(&w, "steps"), vs_json_int(&w, r->st.step);
-    vs_json_key(&w, "epochs"), vs_json_num(&w, (double)r->st.epoch + (double)r->st.data_pos / (double)ds->n_batches);
+    vs_json_key(&w, "epochs"),
+        vs_json_num(&w, (double)r->st.epoch + (double)r->st.data_pos / (double)ds->n_batches);
     vs_json_key(&w, "rows_trained"), vs_json_int(&w, (int64_t)r->st.tokens);
     vs_json_key(&w, "rows_per_epoch"), vs_json_int(&w, ds->rows);
     vs_json_key(&w, "answer_rows_per_epoch"), vs_json_int(&w, ds->answer_rows);
@@ -553,7 +605,8 @@ static vs_status target_train(target_run *r, vs_error *err) {
     /* inputs */
     if (!(r->tok = vs_tokenizer_load(o->tokenizer, err))) return VS_ERR_INVALID;
     if (!(r->tok_gguf = vs_gguf_open(o->tokenizer, err))) return VS_ERR_INVALID;
-    if (!(r->sets[r->n_sets++] = vs_world_load(o->data, "train", VS_WORLD_ALL_SUITES, err))) return VS_ERR_INVALID;
+    if (!(r->sets[r->n_sets++] = vs_world_load(o->data, "train", VS_WORLD_ALL_SUITES, err)))
+        return VS_ERR_INVALID;
     if (o->captions && !(r->sets[r->n_sets++] = vs_world_load(o->data, "captions", VS_WORLD_ALL_SUITES, err)))
         return VS_ERR_INVALID;
     vs_train_vlm_config *c = &o->cfg;
@@ -564,12 +617,17 @@ static vs_status target_train(target_run *r, vs_error *err) {
         return vs_error_set(err, VS_ERR_INVALID, "--ctx %d is shorter than --seq %d", c->max_seq, o->seq);
     if ((s = vs_train_vlm_config_check(c, err))) return s;
     const int G = c->image_size / c->patch_size;
-    vs_train_data_opts dopts = {.seq_len = o->seq, .batch = o->batch, .image_rows = G * G,
+    vs_train_data_opts dopts = {.seq_len = o->seq,
+                                .batch = o->batch,
+                                .image_rows = G * G,
                                 .preproc = {.size = c->image_size, .mode = VS_PREPROC_LLAVA},
-                                .bucket = o->bucket, .seed = (uint64_t)o->seed};
-    for (int i = 0; i < 3; i++) dopts.preproc.mean[i] = c->image_mean[i], dopts.preproc.std[i] = c->image_std[i];
+                                .bucket = o->bucket,
+                                .seed = (uint64_t)o->seed};
+    for (int i = 0; i < 3; i++)
+        dopts.preproc.mean[i] = c->image_mean[i], dopts.preproc.std[i] = c->image_std[i];
     double t0 = vs_time_now();
-    if (!(r->data = vs_train_data_new((const vs_world_dataset *const *)r->sets, r->n_sets, r->tok, &dopts, err)))
+    if (!(r->data =
+              vs_train_data_new((const vs_world_dataset *const *)r->sets, r->n_sets, r->tok, &dopts, err)))
         return VS_ERR_INVALID;
     const vs_train_data_stats *ds = vs_train_data_get_stats(r->data);
     print_data_stats(ds, (const vs_world_dataset *const *)r->sets, r->n_sets, o->seq);
@@ -639,10 +697,11 @@ static vs_status target_train(target_run *r, vs_error *err) {
     }
     vs_free(settings);
     if (s != VS_OK) return s;
-    printf("model: ViT %dx%d/%d width %d x %d blocks (%d heads, MLP %d), projector %d -> %d, LM width %d x %d "
-           "layers (%d/%d heads, SwiGLU %d), vocab %d, context %d\n",
-           c->image_size, c->image_size, c->patch_size, c->v_width, c->v_blocks, c->v_heads, c->v_ffn, c->v_width,
-           c->width, c->width, c->n_layers, c->n_heads, c->n_kv_heads, c->ffn, c->vocab, c->max_seq);
+    printf(
+        "model: ViT %dx%d/%d width %d x %d blocks (%d heads, MLP %d), projector %d -> %d, LM width %d x %d "
+        "layers (%d/%d heads, SwiGLU %d), vocab %d, context %d\n",
+        c->image_size, c->image_size, c->patch_size, c->v_width, c->v_blocks, c->v_heads, c->v_ffn,
+        c->v_width, c->width, c->width, c->n_layers, c->n_heads, c->n_kv_heads, c->ffn, c->vocab, c->max_seq);
     printf("parameters: %.2fM (vision %.2fM, projector %.2fM, LM %.2fM = %.1f MB in F16)\n",
            vs_train_vlm_n_params(r->m, -1) / 1e6, vs_train_vlm_n_params(r->m, VS_TRAIN_GROUP_VISION) / 1e6,
            vs_train_vlm_n_params(r->m, VS_TRAIN_GROUP_PROJECTOR) / 1e6,
@@ -650,8 +709,8 @@ static vs_status target_train(target_run *r, vs_error *err) {
            2.0 * vs_train_vlm_n_params(r->m, VS_TRAIN_GROUP_LM) / 1e6);
     printf("schedule: %lld steps of %d x %d sequences (%.2f epochs), lr %.2e -> %.2e, warm-up %.0f, "
            "sgemm %s, %d threads\n",
-           (long long)r->total, o->accum, o->batch, (double)r->total * o->accum / (double)ds->n_batches, o->lr,
-           o->lr_min, o->warmup, vs_train_sgemm_backend(), o->threads);
+           (long long)r->total, o->accum, o->batch, (double)r->total * o->accum / (double)ds->n_batches,
+           o->lr, o->lr_min, o->warmup, vs_train_sgemm_backend(), o->threads);
     fflush(stdout);
 
     /* the loop */
@@ -694,8 +753,10 @@ static vs_status target_train(target_run *r, vs_error *err) {
         vs_train_curve_point pt = {r->st.step, (float)loss, lr, (double)r->st.tokens, r->st.elapsed_s};
         if ((s = vs_train_curve_add(&r->curve, pt, err))) return s;
         r->st.step++;
-        if (!isfinite(loss)) return vs_error_set(err, VS_ERR_INVALID, "loss is %f at step %lld", loss, (long long)pt.step);
-        if (!o->quiet) vs_train_progress(&pr, r->st.step, recent_loss(&r->curve, 20), rows_run / (now - run_t0), lr);
+        if (!isfinite(loss))
+            return vs_error_set(err, VS_ERR_INVALID, "loss is %f at step %lld", loss, (long long)pt.step);
+        if (!o->quiet)
+            vs_train_progress(&pr, r->st.step, recent_loss(&r->curve, 20), rows_run / (now - run_t0), lr);
         stop = (o->chunk_steps > 0 && steps_run >= o->chunk_steps) ||
                (o->time_limit > 0 && now - run_t0 >= o->time_limit);
         if (r->st.step % o->ckpt_every == 0 || r->st.step == r->total || stop)
@@ -703,13 +764,16 @@ static vs_status target_train(target_run *r, vs_error *err) {
     }
     if (!o->quiet) vs_progress_end(&pr, r->st.step);
     const double run_s = vs_time_now() - run_t0;
-    printf("this run: %lld steps, %.0f rows in %.1f s (%.0f rows/s); total %lld/%lld steps, %llu rows, %.0f s\n",
-           (long long)steps_run, rows_run, run_s, run_s > 0 ? rows_run / run_s : 0.0, (long long)r->st.step,
-           (long long)r->total, (unsigned long long)r->st.tokens, r->st.elapsed_s);
-    if (r->curve.n) printf("loss: first step %.4f, last 20 steps %.4f\n", r->curve.pt[0].loss, recent_loss(&r->curve, 20));
+    printf(
+        "this run: %lld steps, %.0f rows in %.1f s (%.0f rows/s); total %lld/%lld steps, %llu rows, %.0f s\n",
+        (long long)steps_run, rows_run, run_s, run_s > 0 ? rows_run / run_s : 0.0, (long long)r->st.step,
+        (long long)r->total, (unsigned long long)r->st.tokens, r->st.elapsed_s);
+    if (r->curve.n)
+        printf("loss: first step %.4f, last 20 steps %.4f\n", r->curve.pt[0].loss,
+               recent_loss(&r->curve, 20));
     if (r->st.step < r->total) {
-        printf("stopped at step %lld of %lld: continue with the same flags and --resume\n", (long long)r->st.step,
-               (long long)r->total);
+        printf("stopped at step %lld of %lld: continue with the same flags and --resume\n",
+               (long long)r->st.step, (long long)r->total);
         return VS_OK;
     }
     return export_models(r, recent_loss(&r->curve, 20), err);
@@ -737,12 +801,13 @@ static int cmd_target(int argc, char **argv) {
 /* train export: a checkpoint as GGUF files (e.g. to evaluate a model in the middle of training) */
 
 static void export_usage(FILE *f) {
-    fprintf(f, "usage: vlmspec train export --ckpt FILE --tokenizer TOK.gguf --lm LM.gguf --mmproj MMPROJ.gguf\n"
-               "                            [--type f16|f32] [--name NAME]\n"
-               "Exports a training checkpoint (OUT/ckpt/ckpt.gguf of 'vlmspec train target') in llama.cpp's\n"
-               "LLaVA layout, as the end of training does: the LM with the tokenizer's keys, and the mmproj.\n"
-               "  --type T   matrix type, f16 (default) or f32\n"
-               "  --name S   general.name (default vlmspec-world-target)\n");
+    fprintf(f,
+            "usage: vlmspec train export --ckpt FILE --tokenizer TOK.gguf --lm LM.gguf --mmproj MMPROJ.gguf\n"
+            "                            [--type f16|f32] [--name NAME]\n"
+            "Exports a training checkpoint (OUT/ckpt/ckpt.gguf of 'vlmspec train target') in llama.cpp's\n"
+            "LLaVA layout, as the end of training does: the LM with the tokenizer's keys, and the mmproj.\n"
+            "  --type T   matrix type, f16 (default) or f32\n"
+            "  --name S   general.name (default vlmspec-world-target)\n");
 }
 
 static int cmd_export(int argc, char **argv) {
@@ -756,27 +821,36 @@ static int cmd_export(int argc, char **argv) {
             return 0;
         }
         if (!(v = cli_value(cmd, argc, argv, &i))) return 2;
-        if (!strcmp(a, "--ckpt")) ckpt = v;
-        else if (!strcmp(a, "--tokenizer")) tok = v;
-        else if (!strcmp(a, "--lm")) lm = v;
-        else if (!strcmp(a, "--mmproj")) mm = v;
-        else if (!strcmp(a, "--name")) name = v;
-        else if (!strcmp(a, "--type") && (!strcmp(v, "f16") || !strcmp(v, "F16"))) type = VS_TYPE_F16;
-        else if (!strcmp(a, "--type") && (!strcmp(v, "f32") || !strcmp(v, "F32"))) type = VS_TYPE_F32;
+        if (!strcmp(a, "--ckpt"))
+            ckpt = v;
+        else if (!strcmp(a, "--tokenizer"))
+            tok = v;
+        else if (!strcmp(a, "--lm"))
+            lm = v;
+        else if (!strcmp(a, "--mmproj"))
+            mm = v;
+        else if (!strcmp(a, "--name"))
+            name = v;
+        else if (!strcmp(a, "--type") && (!strcmp(v, "f16") || !strcmp(v, "F16")))
+            type = VS_TYPE_F16;
+        else if (!strcmp(a, "--type") && (!strcmp(v, "f32") || !strcmp(v, "F32")))
+            type = VS_TYPE_F32;
         else {
             fprintf(stderr, "vlmspec %s: unknown option or value '%s %s'\n", cmd, a, v);
             export_usage(stderr);
             return 2;
         }
     }
-    if (!ckpt || !tok || !lm || !mm) return cli_fail(cmd, "--ckpt, --tokenizer, --lm and --mmproj are required"), 2;
+    if (!ckpt || !tok || !lm || !mm)
+        return cli_fail(cmd, "--ckpt, --tokenizer, --lm and --mmproj are required"), 2;
     vs_error err = {0};
     vs_train_state st;
     vs_gguf *tg = vs_gguf_open(tok, &err);
     vs_train_vlm *m = tg ? vs_train_vlm_load(ckpt, 1, 2, 1, &st, &err) : NULL;
     vs_train_export_opts eo = {.type = type, .tokenizer = tg, .name = name};
     int rc = 0;
-    if (!m || vs_train_vlm_export(m, lm, mm, &eo, &err) != VS_OK) rc = cli_fail_err(cmd, &err);
+    if (!m || vs_train_vlm_export(m, lm, mm, &eo, &err) != VS_OK)
+        rc = cli_fail_err(cmd, &err);
     else
         printf("exported step %lld (epoch %llu, %.0f s trained) to %s and %s (%s)\n", (long long)st.step,
                (unsigned long long)st.epoch, st.elapsed_s, lm, mm, type == VS_TYPE_F16 ? "F16" : "F32");
