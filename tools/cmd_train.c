@@ -725,7 +725,7 @@ static vs_status target_train(target_run *r, vs_error *err) {
     vs_progress_begin(&pr, "train", r->total);
     pr.t_start -= r->st.elapsed_s; /* elapsed and ETA over the whole training */
     const double run_t0 = vs_time_now(), elapsed0 = r->st.elapsed_s;
-    double rows_run = 0;
+    double rows_run = 0, padded_run = 0;
     int64_t steps_run = 0;
     bool stop = false;
     while (r->st.step < r->total && !stop) {
@@ -742,6 +742,7 @@ static vs_status target_train(target_run *r, vs_error *err) {
             if ((s = vs_train_vlm_forward(r->m, r->tp, &b, &l, err))) return s;
             if ((s = vs_train_vlm_backward(r->m, r->tp, err))) return s;
             loss += l, rows += (double)info.rows;
+            padded_run += (double)b.B * b.T;
         }
         if (o->clip > 0) vs_train_clip_grad(p, (float)o->clip);
         vs_train_adamw_step(p, r->tp, &opt, lr);
@@ -764,10 +765,11 @@ static vs_status target_train(target_run *r, vs_error *err) {
     }
     if (!o->quiet) vs_progress_end(&pr, r->st.step);
     const double run_s = vs_time_now() - run_t0;
-    printf(
-        "this run: %lld steps, %.0f rows in %.1f s (%.0f rows/s); total %lld/%lld steps, %llu rows, %.0f s\n",
-        (long long)steps_run, rows_run, run_s, run_s > 0 ? rows_run / run_s : 0.0, (long long)r->st.step,
-        (long long)r->total, (unsigned long long)r->st.tokens, r->st.elapsed_s);
+    printf("this run: %lld steps, %.0f rows (+%.1f%% padding) in %.1f s (%.0f rows/s); total %lld/%lld steps, "
+           "%llu rows, %.0f s\n",
+           (long long)steps_run, rows_run, padded_run > 0 ? 100.0 * (padded_run - rows_run) / rows_run : 0.0,
+           run_s, run_s > 0 ? rows_run / run_s : 0.0, (long long)r->st.step, (long long)r->total,
+           (unsigned long long)r->st.tokens, r->st.elapsed_s);
     if (r->curve.n)
         printf("loss: first step %.4f, last 20 steps %.4f\n", r->curve.pt[0].loss,
                recent_loss(&r->curve, 20));
