@@ -57,13 +57,21 @@ void vs_draft_ens_opts_default(vs_draft_ens_opts *o) {
 typedef struct ens_row {
     vs_ens_input in;
     vs_lm_row *prow; /* [n_prow] this row's prompt (image rows point into ens.img) */
+    int64_t *pkey;   /* [n_prow] their keys (spec.h: token id, image rows by (image_id, row)) */
     int32_t n_prow, cap_prow;
-    int32_t *hist;   /* [n_ctx] key of each cached row: token id, -1 for an embedding row */
+    int64_t *hist;   /* [n_ctx] key of each cached row */
     vs_lm_row *pend; /* [n_pend] rows in the context, not evaluated yet */
+    int64_t *pend_key;
     int32_t n_pend, cap_pend;
     bool deferred; /* C row whose captions are being computed: prompt not built yet */
     int32_t base;  /* block in flight: cache length after the pending rows */
 } ens_row;
+
+typedef struct ens_image {
+    int32_t id, pool_k; /* the segment's image_id (0 = never reused), the pooling window */
+    float *rows;        /* [n][n_embd] */
+    int64_t n;
+} ens_image;
 
 typedef struct ens {
     vs_spec_drafter hdr; /* first member: the engine sees this */
@@ -97,12 +105,16 @@ typedef struct ens {
     float *qens;      /* [V] q_ens when drafting greedily */
     float *pbuf;      /* [V] the target's distribution of a verified position */
     vs_lm_row *batch; /* [cap_batch] */
+    int64_t *bkey;    /* [cap_batch] the batch rows' keys */
     int32_t cap_batch;
     /* the request */
     const vs_spec_prompt *prompt; /* valid between begin and end */
     bool reuse;
-    float **img; /* [n_img] projected rows (M, P) */
-    int32_t n_img, cap_img;
+    /* [n_img] projected images (M, P), kept after the request: the next request takes an image's rows
+     * over when its segment has the same image_id (and the same pooling): chat turns do not project
+     * again */
+    ens_image *img;
+    int32_t n_img, cap_img, n_old_img;
     bool caps_started;
     /* the block in flight */
     bool fed;
@@ -130,9 +142,15 @@ static vs_status grow(void **p, int32_t *cap, int32_t need, size_t elem) {
     return VS_OK;
 }
 
-static vs_status push_row(ens *d, vs_lm_row **arr, int32_t *n, int32_t *cap, int32_t token, const float *embd,
-                          vs_error *err) {
-    if (grow((void **)arr, cap, *n + 1, sizeof(vs_lm_row))) return oom(d, err);
+/* Appends a row (token or embedding) with its key to a row array and its parallel key array. */
+static vs_status push_row(ens *d, vs_lm_row **arr, int64_t **keys, int32_t *n, int32_t *cap, int32_t token,
+                          const float *embd, int64_t key, vs_error *err) {
+    int32_t c1 = *cap, c2 = *cap;
+    if (grow((void **)arr, &c1, *n + 1, sizeof(vs_lm_row)) ||
+        grow((void **)keys, &c2, *n + 1, sizeof(int64_t)))
+        return oom(d, err);
+    *cap = c1;
+    (*keys)[*n] = key;
     vs_lm_row *r = &(*arr)[(*n)++];
     memset(r, 0, sizeof(*r));
     r->token = embd ? -1 : token;
@@ -155,22 +173,26 @@ static vs_status feed(ens *d, int32_t n, vs_error *err) {
     vs_status st = vs_lm_forward(d->lm, d->kv, d->tp, d->batch, n, &out, err);
     if (st) return st;
     for (int32_t i = 0; i < n; i++)
-        d->row[d->batch[i].seq].hist[d->batch[i].pos] = d->batch[i].embd ? -1 : d->batch[i].token;
+        d->row[d->batch[i].seq].hist[d->batch[i].pos] = d->bkey[i];
     d->stats.rows_evaluated += n;
     d->stats.forwards++;
     return VS_OK;
 }
 
 static vs_status ensure_batch(ens *d, int32_t n, vs_error *err) {
-    return grow((void **)&d->batch, &d->cap_batch, n, sizeof(vs_lm_row)) ? oom(d, err) : VS_OK;
+    int32_t c1 = d->cap_batch, c2 = d->cap_batch;
+    if (grow((void **)&d->batch, &c1, n, sizeof(vs_lm_row)) ||
+        grow((void **)&d->bkey, &c2, n, sizeof(int64_t)))
+        return oom(d, err);
+    d->cap_batch = c1;
+    return VS_OK;
 }
 
 /* ------------------------------------------------------------------------------------------------
  * The rows' prompts */
 
+/* The request's state (the projected images stay for the next request). */
 static void free_request(ens *d) {
-    for (int32_t i = 0; i < d->n_img; i++) vs_free(d->img[i]);
-    d->n_img = 0;
     for (int32_t r = 0; r < d->m; r++) {
         d->row[r].n_prow = 0;
         d->row[r].n_pend = 0;
@@ -180,13 +202,37 @@ static void free_request(ens *d) {
     d->prompt = NULL;
 }
 
-static vs_status project(ens *d, const vs_vision_features *f, int32_t pool_k, float **rows, int64_t *n_rows,
-                         vs_error *err) {
-    if (grow((void **)&d->img, &d->cap_img, d->n_img + 1, sizeof(float *))) return oom(d, err);
-    vs_status st = vs_vision_embed(d->proj, d->tp, f, pool_k, rows, n_rows, err);
-    if (st) return st;
-    d->img[d->n_img++] = *rows;
+/* The drafter's projection of an image (pooled k x k): taken over from the previous request's images
+ * (img[0 .. n_old_img)) when one has the same image_id > 0 and pool_k, else computed. */
+static vs_status project(ens *d, const vs_vision_features *f, int32_t image_id, int32_t pool_k, float **rows,
+                         int64_t *n_rows, vs_error *err) {
+    if (grow((void **)&d->img, &d->cap_img, d->n_img + 1, sizeof(ens_image))) return oom(d, err);
+    ens_image im = {.id = image_id, .pool_k = pool_k};
+    for (int32_t k = 0; k < d->n_old_img && image_id > 0 && !im.rows; k++) {
+        ens_image *o = &d->img[k];
+        if (o->rows && o->id == image_id && o->pool_k == pool_k)
+            im.rows = o->rows, im.n = o->n, o->rows = NULL;
+    }
+    if (!im.rows) {
+        vs_status st = vs_vision_embed(d->proj, d->tp, f, pool_k, &im.rows, &im.n, err);
+        if (st) return st;
+    }
+    d->img[d->n_img++] = im;
+    *rows = im.rows, *n_rows = im.n;
     return VS_OK;
+}
+
+/* Frees the previous request's images no segment took over (img[0 .. n_old_img)). */
+static void drop_old_images(ens *d) {
+    int32_t w = 0;
+    for (int32_t k = 0; k < d->n_img; k++) {
+        if (k < d->n_old_img)
+            vs_free(d->img[k].rows);
+        else
+            d->img[w++] = d->img[k];
+    }
+    d->n_img = w;
+    d->n_old_img = 0;
 }
 
 /* Builds row r's prompt from the request's segments. */
@@ -200,13 +246,14 @@ static vs_status build_prompt(ens *d, int32_t r, vs_error *err) {
         const vs_spec_segment *sg = &p->seg[i];
         if (sg->kind == VS_SPEC_SEG_TEXT) {
             for (int32_t j = 0; j < sg->n && !st; j++)
-                st = push_row(d, &w->prow, &w->n_prow, &w->cap_prow, sg->tokens[j], NULL, err);
+                st = push_row(d, &w->prow, &w->pkey, &w->n_prow, &w->cap_prow, sg->tokens[j], NULL,
+                              sg->tokens[j], err);
             continue;
         }
         switch (w->in) {
         case VS_ENS_IN_T:
             for (int32_t j = 0; j < d->n_nl && !st; j++)
-                st = push_row(d, &w->prow, &w->n_prow, &w->cap_prow, d->nl[j], NULL, err);
+                st = push_row(d, &w->prow, &w->pkey, &w->n_prow, &w->cap_prow, d->nl[j], NULL, d->nl[j], err);
             break;
         case VS_ENS_IN_M:
         case VS_ENS_IN_P: {
@@ -224,10 +271,11 @@ static vs_status build_prompt(ens *d, int32_t r, vs_error *err) {
                                     dname(d), k, sg->image, f->grid_h, f->grid_w);
             float *rows = NULL;
             int64_t n_rows = 0;
-            if ((st = project(d, f, k, &rows, &n_rows, err)))
+            if ((st = project(d, f, sg->image_id, k, &rows, &n_rows, err)))
                 return vs_error_wrap(err, "%s: drafting input %s, image %d", dname(d), in, sg->image);
             for (int64_t j = 0; j < n_rows && !st; j++)
-                st = push_row(d, &w->prow, &w->n_prow, &w->cap_prow, -1, rows + j * d->n_embd, err);
+                st = push_row(d, &w->prow, &w->pkey, &w->n_prow, &w->cap_prow, -1, rows + j * d->n_embd,
+                              vs_spec_key_image(sg->image_id, j), err);
             break;
         }
         case VS_ENS_IN_C: {
@@ -248,7 +296,7 @@ static vs_status build_prompt(ens *d, int32_t r, vs_error *err) {
             vs_free(text);
             if (st) return vs_error_wrap(err, "%s: tokenising the caption of image %d", dname(d), sg->image);
             for (int64_t j = 0; j < n_ids && !st; j++)
-                st = push_row(d, &w->prow, &w->n_prow, &w->cap_prow, ids[j], NULL, err);
+                st = push_row(d, &w->prow, &w->pkey, &w->n_prow, &w->cap_prow, ids[j], NULL, ids[j], err);
             vs_free(ids);
             break;
         }
@@ -276,12 +324,8 @@ static vs_status prefill(ens *d, uint32_t mask, vs_error *err) {
         if (!(mask >> r & 1)) continue;
         ens_row *w = &d->row[r];
         int32_t keep = 0;
-        if (d->reuse) {
-            int32_t len = vs_kv_seq_len(d->kv, r);
-            while (keep < VS_MIN(len, w->n_prow - 1) && !w->prow[keep].embd &&
-                   w->hist[keep] == w->prow[keep].token)
-                keep++;
-        }
+        if (d->reuse)
+            keep = vs_spec_keys_common(w->pkey, w->hist, VS_MIN(vs_kv_seq_len(d->kv, r), w->n_prow - 1));
         if ((st = vs_kv_seq_truncate(d->kv, r, keep, err))) return st;
         from[r] = keep;
     }
@@ -292,6 +336,7 @@ static vs_status prefill(ens *d, uint32_t mask, vs_error *err) {
         ens_row *w = &d->row[r];
         for (int32_t j = from[r]; j < w->n_prow - 1; j++) {
             d->batch[n] = w->prow[j];
+            d->bkey[n] = w->pkey[j];
             d->batch[n].seq = r;
             d->batch[n].want_logits = false;
             if (++n == PREFILL_CHUNK) {
@@ -305,8 +350,8 @@ static vs_status prefill(ens *d, uint32_t mask, vs_error *err) {
         if (!(mask >> r & 1)) continue;
         ens_row *w = &d->row[r];
         w->n_pend = 0;
-        if ((st = push_row(d, &w->pend, &w->n_pend, &w->cap_pend, w->prow[w->n_prow - 1].token,
-                           w->prow[w->n_prow - 1].embd, err)))
+        if ((st = push_row(d, &w->pend, &w->pend_key, &w->n_pend, &w->cap_pend, w->prow[w->n_prow - 1].token,
+                           w->prow[w->n_prow - 1].embd, w->pkey[w->n_prow - 1], err)))
             return st;
     }
     return VS_OK;
@@ -367,14 +412,17 @@ static vs_status begin_request(ens *d, const vs_spec_begin_info *req, vs_error *
         d->stats.t_caption = vs_caption_src_seconds(d->caps);
     }
     uint32_t mask = 0;
-    for (int32_t r = 0; r < d->m; r++) {
+    d->n_old_img = d->n_img; /* the previous request's projections, taken over by image_id */
+    for (int32_t r = 0; r < d->m && !st; r++) {
         if (d->row[r].in == VS_ENS_IN_C && defer) {
             d->row[r].deferred = true;
             continue;
         }
-        if ((st = build_prompt(d, r, err))) return st;
+        st = build_prompt(d, r, err);
         mask |= 1u << r;
     }
+    drop_old_images(d);
+    if (st) return st;
     if ((st = prefill(d, mask, err))) return st;
     if (defer) {
         if ((st = vs_caption_src_start(d->caps, p->images, p->n_images, true, err)))
@@ -509,6 +557,7 @@ static vs_status en_propose(vs_spec_drafter *base, const vs_spec_limits *lim, vs
         d->row[r].base = vs_kv_seq_len(d->kv, r) + w->n_pend;
         for (int32_t j = 0; j < w->n_pend; j++) {
             d->batch[n] = w->pend[j];
+            d->bkey[n] = w->pend_key[j];
             d->batch[n].seq = r;
             d->batch[n].want_logits = j == w->n_pend - 1;
             n++;
@@ -531,6 +580,7 @@ static vs_status en_propose(vs_spec_drafter *base, const vs_spec_limits *lim, vs
         for (int32_t r = 0; r < m; r++) {
             memset(&d->batch[r], 0, sizeof(vs_lm_row));
             d->batch[r].token = out->token[i];
+            d->bkey[r] = out->token[i];
             d->batch[r].seq = r;
             d->batch[r].want_logits = true;
         }
@@ -574,7 +624,8 @@ static vs_status en_commit(vs_spec_drafter *base, const vs_spec_commit *c, vs_er
             ens_row *w = &d->row[r];
             if ((st = vs_kv_seq_truncate(d->kv, r, w->base + VS_MIN(a, d->n_fed), err))) return st;
             if (a > d->n_fed &&
-                (st = push_row(d, &w->pend, &w->n_pend, &w->cap_pend, c->accepted[a - 1], NULL, err)))
+                (st = push_row(d, &w->pend, &w->pend_key, &w->n_pend, &w->cap_pend, c->accepted[a - 1], NULL,
+                               c->accepted[a - 1], err)))
                 return st;
         }
         d->fed = false;
@@ -582,8 +633,8 @@ static vs_status en_commit(vs_spec_drafter *base, const vs_spec_commit *c, vs_er
     d->step += c->n_accepted + (c->next >= 0 ? 1 : 0);
     if (c->next >= 0)
         for (int32_t r = 0; r < m; r++)
-            if ((st = push_row(d, &d->row[r].pend, &d->row[r].n_pend, &d->row[r].cap_pend, c->next, NULL,
-                               err)))
+            if ((st = push_row(d, &d->row[r].pend, &d->row[r].pend_key, &d->row[r].n_pend,
+                               &d->row[r].cap_pend, c->next, NULL, c->next, err)))
                 return st;
     return VS_OK;
 }
@@ -602,10 +653,12 @@ static void en_free(vs_spec_drafter *base) {
     if (!d) return;
     en_end(base);
     for (int32_t r = 0; r < VS_ENS_MAX_ROWS; r++) {
-        vs_free(d->row[r].prow);
+        vs_free(d->row[r].prow), vs_free(d->row[r].pkey);
         vs_free(d->row[r].hist);
-        vs_free(d->row[r].pend);
+        vs_free(d->row[r].pend), vs_free(d->row[r].pend_key);
     }
+    d->n_old_img = d->n_img;
+    drop_old_images(d);
     vs_free(d->img);
     vs_kv_free(d->kv);
     vs_tokenizer_free(d->tok);
@@ -613,6 +666,7 @@ static void en_free(vs_spec_drafter *base) {
     vs_ens_hist_free(d->hist);
     vs_ens_trace_free(&d->trace);
     vs_free(d->logits), vs_free(d->qrow), vs_free(d->qens), vs_free(d->pbuf), vs_free(d->batch);
+    vs_free(d->bkey);
     vs_free(d);
 }
 
@@ -778,7 +832,7 @@ vs_spec_drafter *vs_draft_ens_new(vs_lm *draft, const vs_lm *target, const vs_dr
     d->pbuf = vs_malloc(sizeof(float) * (size_t)d->n_vocab);
     if (!d->logits || !d->qens || !d->pbuf) goto nomem;
     for (int32_t r = 0; r < m; r++) {
-        d->row[r].hist = vs_malloc(sizeof(int32_t) * (size_t)d->n_ctx);
+        d->row[r].hist = vs_malloc(sizeof(int64_t) * (size_t)d->n_ctx);
         if (!d->row[r].hist) goto nomem;
     }
     for (int32_t r = 0; r < m; r++) d->w[r] = 1.0f / (float)m;

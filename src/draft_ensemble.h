@@ -30,6 +30,11 @@
  *           use exactly the distribution d was drawn from: lossless).
  * m = 1 with greedy drafting takes d = argmax z directly (what draft_lm does).
  *
+ * Prefix reuse (params.reuse_prefix): each row keeps the cached rows whose keys equal its new prompt's
+ * leading rows (spec.h keys: tokens; M / P image rows by the segment's image_id and row) and evaluates
+ * only the rest; an image whose image_id (and pooling) was in the previous request is not projected
+ * again (the projections are kept until the next request).
+ *
  * After verification every row is truncated to its own prefix + the accepted drafts it evaluated;
  * nothing evaluated is ever fed again (tests count rows). TABED's history receives, for the verified
  * positions (min(accepted + 1, drafted)), the target's distribution from the engine's target_logits

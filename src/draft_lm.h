@@ -7,6 +7,10 @@
  *   VS_DRAFT_LM_TEXT  (T): each image segment is replaced by the tokens of "\n" (no image features);
  *   VS_DRAFT_LM_MM    (M): each image segment becomes the drafter's own projection of the SAME ViT
  *                          features the target's projector read (vs_spec_prompt.images, computed once).
+ * Prefix reuse (params.reuse_prefix): begin keeps the cached rows whose keys equal the new prompt's
+ * leading rows (spec.h: tokens; image rows by the segment's image_id and row; T mode's "\n" by token)
+ * and evaluates only the rest; in M mode an image whose image_id was in the previous request is not
+ * projected again (its rows are kept until the next request).
  * Chains only: each step feeds the rows the drafter has not evaluated yet (the first step of a block:
  * the correction / bonus token, plus the last accepted draft when the whole chain was accepted), takes
  * the last row's logits, and draws d_i with the request's sampling transforms (q = that exact
@@ -56,6 +60,9 @@ vs_spec_drafter *vs_draft_lm_new(vs_lm *draft, const vs_lm *target, const vs_dra
 /* Rows the drafter evaluated in total (prompt + fed tokens) since creation: tests use it to prove no
  * token is evaluated twice. */
 int64_t vs_draft_lm_rows_evaluated(const vs_spec_drafter *d);
+/* Prompt rows the last begin() evaluated (the rest was reused from the cache: params.reuse_prefix);
+ * -1 when d is not a draft-LM drafter. */
+int32_t vs_draft_lm_prefilled(const vs_spec_drafter *d);
 /* Its cache (tests inspect lengths). */
 vs_kv *vs_draft_lm_kv(vs_spec_drafter *d);
 

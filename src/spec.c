@@ -40,6 +40,9 @@ vs_status vs_spec_prompt_check(const vs_spec_prompt *p, int32_t n_vocab, vs_erro
                                     s->image, p->n_images);
             if (s->image >= 0 && !p->images[s->image])
                 return vs_error_set(err, VS_ERR_INVALID, "prompt: image %d has no features", s->image);
+            if (s->image_id < 0)
+                return vs_error_set(err, VS_ERR_INVALID, "prompt: image segment %d has identity %d (< 0)", i,
+                                    s->image_id);
         } else {
             return vs_error_set(err, VS_ERR_INVALID, "prompt: segment %d has unknown kind %d", i,
                                 (int)s->kind);
@@ -49,6 +52,22 @@ vs_status vs_spec_prompt_check(const vs_spec_prompt *p, int32_t n_vocab, vs_erro
     if (rows < 1) return vs_error_set(err, VS_ERR_INVALID, "prompt: empty (no rows)");
     if (rows > INT32_MAX / 2) return vs_error_set(err, VS_ERR_RANGE, "prompt: %lld rows", (long long)rows);
     return VS_OK;
+}
+
+int64_t vs_spec_key_image(int32_t image_id, int64_t row) {
+    if (image_id <= 0 || row < 0 || row > (int64_t)UINT32_MAX) return VS_SPEC_KEY_NONE;
+    return -1 - (((int64_t)image_id << 32) | row);
+}
+
+int64_t vs_spec_segment_key(const vs_spec_segment *seg, int64_t row) {
+    if (seg->kind == VS_SPEC_SEG_TEXT) return seg->tokens[row];
+    return vs_spec_key_image(seg->image_id, row);
+}
+
+int32_t vs_spec_keys_common(const int64_t *a, const int64_t *b, int32_t n) {
+    int32_t i = 0;
+    while (i < n && a[i] != VS_SPEC_KEY_NONE && a[i] == b[i]) i++;
+    return i;
 }
 
 vs_spec_params vs_spec_params_default(void) {
@@ -278,7 +297,8 @@ struct vs_spec {
     vs_threadpool *tp;
     const vs_tokenizer *tok;
     int32_t n_vocab, n_embd, n_ctx, n_batch;
-    int32_t *hist;       /* [n_ctx] what each cached row holds: token id, or -1 for an embedding row */
+    int64_t *hist;       /* [n_ctx] key of each cached row (vs_spec_segment_key; a token id after the
+                          * prompt) */
     vs_sampler *sampler; /* the target's sampler (acceptance tests, corrections, bonus tokens) */
 
     /* per-request scratch, grown on demand for cap nodes */
@@ -331,7 +351,7 @@ vs_spec *vs_spec_new(vs_lm *target, const vs_spec_config *cfg, vs_error *err) {
         return NULL;
     }
     s->kv = vs_lm_kv_new(target, 1, s->n_ctx, kt, err);
-    s->hist = vs_malloc(sizeof(int32_t) * (size_t)s->n_ctx);
+    s->hist = vs_malloc(sizeof(int64_t) * (size_t)s->n_ctx);
     vs_sampler_params sp = vs_sampler_params_default();
     s->sampler = vs_sampler_new(s->n_vocab, &sp, err);
     s->p = vs_malloc(sizeof(float) * (size_t)s->n_vocab);
@@ -466,10 +486,12 @@ typedef struct prompt_cursor {
     int32_t seg, off;
 } prompt_cursor;
 
-static void prompt_row(prompt_cursor *c, vs_lm_row *r, int32_t n_embd) {
+/* The next prompt row into r, its key into *key. */
+static void prompt_row(prompt_cursor *c, vs_lm_row *r, int64_t *key, int32_t n_embd) {
     while (c->off >= c->p->seg[c->seg].n) c->seg++, c->off = 0;
     const vs_spec_segment *sg = &c->p->seg[c->seg];
     memset(r, 0, sizeof(*r));
+    *key = vs_spec_segment_key(sg, c->off);
     if (sg->kind == VS_SPEC_SEG_TEXT)
         r->token = sg->tokens[c->off];
     else
@@ -607,17 +629,17 @@ static vs_status prefill(vs_spec *s, vs_spec_drafter *d, const vs_spec_prompt *p
                          int32_t to, vs_error *err) {
     prompt_cursor cur = {prompt, 0, 0};
     vs_lm_row tmp;
-    for (int32_t i = 0; i < from; i++) prompt_row(&cur, &tmp, s->n_embd);
+    int64_t key;
+    for (int32_t i = 0; i < from; i++) prompt_row(&cur, &tmp, &key, s->n_embd);
     vs_lm_row *rows = vs_malloc(sizeof(vs_lm_row) * (size_t)VS_MIN(s->n_batch, VS_MAX(to - from, 1)));
     if (!rows) return vs_error_set(err, VS_ERR_NOMEM, "spec: out of memory for the prefill");
     vs_status st = VS_OK;
     for (int32_t a = from; a < to && !st; a += s->n_batch) {
         int32_t n = VS_MIN(s->n_batch, to - a);
         for (int32_t i = 0; i < n; i++) {
-            prompt_row(&cur, &rows[i], s->n_embd);
+            prompt_row(&cur, &rows[i], &s->hist[a + i], s->n_embd);
             rows[i].pos = a + i;
-            s->hist[a + i] = rows[i].embd ? -1 : rows[i].token;
-            if (s->feat_tokens) s->feat_tokens[i] = s->hist[a + i];
+            if (s->feat_tokens) s->feat_tokens[i] = rows[i].embd ? -1 : rows[i].token;
         }
         vs_lm_out out = make_out(s, d, NULL);
         st = vs_lm_forward(s->lm, s->kv, s->tp, rows, n, &out, err);
@@ -669,16 +691,18 @@ vs_status vs_spec_generate(vs_spec *s, vs_spec_drafter *d, const vs_spec_prompt 
     log->gamma = pr->gamma;
     log->n_prompt = n_prompt;
 
-    /* Prefix reuse: keep cached TEXT rows equal to the prompt's (never the last prompt row: it is the
-     * pending row of the first block). Feature drafters see every prompt row, so no reuse for them. */
+    /* Prefix reuse: keep cached rows whose keys equal the prompt's leading rows (text rows by token,
+     * image rows by (image_id, row); never the last prompt row: it is the pending row of the first
+     * block). Feature drafters see every prompt row, so no reuse for them. */
     int32_t keep = 0;
     if (pr->reuse_prefix && !wants_features(d)) {
         prompt_cursor cur = {prompt, 0, 0};
         int32_t len = vs_kv_seq_len(s->kv, 0);
         vs_lm_row r;
+        int64_t key;
         while (keep < VS_MIN(len, n_prompt - 1)) {
-            prompt_row(&cur, &r, s->n_embd);
-            if (r.embd || s->hist[keep] != r.token) break;
+            prompt_row(&cur, &r, &key, s->n_embd);
+            if (key == VS_SPEC_KEY_NONE || s->hist[keep] != key) break;
             keep++;
         }
     }
@@ -708,9 +732,10 @@ vs_status vs_spec_generate(vs_spec *s, vs_spec_drafter *d, const vs_spec_prompt 
 
     /* The pending row: the last prompt row. */
     vs_lm_row pending;
+    int64_t pending_key;
     {
         prompt_cursor cur = {prompt, 0, 0};
-        for (int32_t i = 0; i < n_prompt; i++) prompt_row(&cur, &pending, s->n_embd);
+        for (int32_t i = 0; i < n_prompt; i++) prompt_row(&cur, &pending, &pending_key, s->n_embd);
     }
     while (log->stop == VS_SPEC_STOP_NONE) {
         const int32_t remaining = pr->n_predict - log->n_tokens;
@@ -788,7 +813,7 @@ vs_status vs_spec_generate(vs_spec *s, vs_spec_drafter *d, const vs_spec_prompt 
         /* 5. roll back: keep the pending row + the accepted path */
         for (int32_t i = 0; i < w.n_accept; i++) s->slots[i] = L + 1 + s->acc_nodes[i];
         if ((st = vs_kv_seq_compact(s->kv, 0, s->slots, w.n_accept, L + 1, err))) goto done;
-        s->hist[L] = pending.embd ? -1 : pending.token;
+        s->hist[L] = pending_key;
         for (int32_t i = 0; i < w.n_accept; i++) s->hist[L + 1 + i] = s->acc_tokens[i];
         block_L = -1;
 
@@ -796,7 +821,8 @@ vs_status vs_spec_generate(vs_spec *s, vs_spec_drafter *d, const vs_spec_prompt 
         if (d) {
             if (wants_features(d)) {
                 /* chain: batch rows 0 .. n_accept are already contiguous (trees gather along the path) */
-                for (int32_t i = 0; i <= w.n_accept; i++) s->feat_tokens[i] = s->hist[L + i];
+                s->feat_tokens[0] = pending.embd ? -1 : pending.token;
+                for (int32_t i = 0; i < w.n_accept; i++) s->feat_tokens[i + 1] = s->acc_tokens[i];
                 if ((st = deliver_features(s, d, L, 0, w.n_accept + 1, s->feat_tokens, err))) goto done;
             }
             vs_spec_commit c = {.n_proposed = k,
@@ -809,6 +835,7 @@ vs_status vs_spec_generate(vs_spec *s, vs_spec_drafter *d, const vs_spec_prompt 
         }
         memset(&pending, 0, sizeof(pending));
         pending.token = w.next;
+        pending_key = w.next;
         blk.t_verify = vs_time_now() - tb1;
         if ((st = vs_spec_log_add_block(log, &blk, err))) goto done;
         if (on_tokens && !on_tokens(cb_ctx, s->acc_tokens, n_emit) && log->stop == VS_SPEC_STOP_NONE)
@@ -849,7 +876,7 @@ vs_status vs_spec_time_target(vs_spec *s, int32_t n_rows, int32_t reps, double *
     for (int32_t r = 0; r < reps && !st; r++) {
         for (int32_t i = 0; i < n_rows; i++) {
             memset(&s->rows[i], 0, sizeof(vs_lm_row));
-            s->rows[i].token = L > 0 && s->hist[L - 1] >= 0 ? s->hist[L - 1] : 0;
+            s->rows[i].token = L > 0 && s->hist[L - 1] >= 0 ? (int32_t)s->hist[L - 1] : 0;
             s->rows[i].pos = L + i;
             s->rows[i].want_logits = true;
         }

@@ -66,7 +66,20 @@ typedef struct vs_spec_segment {
     const int32_t *tokens; /* text: [n] token ids */
     const float *embd;     /* image: [n][target n_embd] the target's projected rows */
     int32_t image;         /* image: index into vs_spec_prompt.images (-1 = no features given) */
+    int32_t image_id;      /* image: the caller's identity of this image (> 0), the same number for the
+                            * same image in every request (chat turns); 0 = unknown: its rows are never
+                            * reused from a cache. Prefix reuse keys image rows by (image_id, row). */
 } vs_spec_segment;
+
+/* Identity of one cached row, for prefix reuse (engine and drafters): a text row's key is its token id
+ * (>= 0); row j of an image with image_id > 0 has the key -1 - (image_id * 2^32 + j); VS_SPEC_KEY_NONE
+ * (rows of an image without identity, unknown rows) never matches anything. */
+#define VS_SPEC_KEY_NONE INT64_MIN
+int64_t vs_spec_key_image(int32_t image_id, int64_t row);
+/* Key of row `row` (0-based) of segment seg: its token, or vs_spec_key_image(seg->image_id, row). */
+int64_t vs_spec_segment_key(const vs_spec_segment *seg, int64_t row);
+/* Length of the longest common prefix of two key lists (VS_SPEC_KEY_NONE never matches). */
+int32_t vs_spec_keys_common(const int64_t *a, const int64_t *b, int32_t n);
 
 typedef struct vs_spec_prompt {
     const vs_spec_segment *seg; /* [n_seg] */
@@ -88,8 +101,10 @@ typedef struct vs_spec_params {
     int32_t n_predict;          /* token limit (> 0) */
     vs_sampler_params sampling; /* the user's sampling (temperature 0 = greedy) and seed */
     bool ignore_eos;            /* do not stop at end-of-generation tokens */
-    bool reuse_prefix;          /* keep the cached rows that match the new prompt's leading TEXT rows
-                                 * (chat turns, repeated requests); false: start from an empty cache */
+    bool reuse_prefix;          /* keep the cached rows whose keys (vs_spec_segment_key: tokens, and
+                                 * image rows of images with an image_id) equal the new prompt's leading
+                                 * rows (chat turns, repeated requests); drafters do the same with their
+                                 * caches; false: start from an empty cache */
     /* TEST ONLY: on a rejection sample the correction from p instead of norm(max(0, p - q)). This
      * makes speculative sampling WRONG (biased towards tokens the drafter overrates); it exists so
      * tests/test_spec_sampling.c can prove its distribution test detects a broken residual. */

@@ -93,6 +93,21 @@ static bool turn_stats(const char *errfile, int turn, long *R, long *K, long *E)
     return ok;
 }
 
+/* Parses the speculative part "draft prefill D rows" of turn N's stats line. */
+static bool turn_draft_prefill(const char *errfile, int turn, long *DP) {
+    char *s = slurp(errfile, NULL);
+    if (!s)
+        return false;
+    char key[64];
+    snprintf(key, sizeof(key), "[chat] turn %d: prompt ", turn);
+    char *p = strstr(s, key);
+    char *q = p ? strstr(p, "draft prefill ") : NULL;
+    char *nl = p ? strchr(p, '\n') : NULL;
+    bool ok = q && (!nl || q < nl) && sscanf(q + strlen("draft prefill "), "%ld rows", DP) == 1;
+    free(s);
+    return ok;
+}
+
 /* Runs `generate` on a chat turn's dumped prompt with the given images and checks its output equals
  * the prompt + the chat's reply + "\n" (what generate prints). */
 static const char *g_lm, *g_mm; /* the model pair check_turn_matches_generate runs */
@@ -288,11 +303,27 @@ int main(void) {
             B, path_of("lm.gguf"), path_of("mm.gguf"), path_of("draft.gguf"), path_of("mmd.gguf"),
             path_of("s"), path_of("script.txt"), path_of("schat.out"), path_of("schat.err"));
         VT_CHECK(rc == 1, "speculative chat exits 1 (bad image path) (got %d)", rc);
-        long R2 = 0, K2 = 0, E2 = 0;
+        long R1 = 0, K1 = 0, E1 = 0, R2 = 0, K2 = 0, E2 = 0, DP1 = -1, DP2 = -1;
+        VT_CHECK(turn_stats(path_of("schat.err"), 1, &R1, &K1, &E1) && K1 == 0 && E1 == R1,
+                 "speculative turn 1 evaluates its %ld rows (%ld)", R1, E1);
         VT_CHECK(turn_stats(path_of("schat.err"), 2, &R2, &K2, &E2) && E2 < R2,
                  "speculative turn 2 reuses rows");
+        /* turn 1's prompt holds image a (4 rows: 28 / 14 squared): the engine keeps image rows too, so
+         * turn 2 reuses all of turn 1's prompt (but its pending last row) and evaluates fewer rows than
+         * its prompt has outside image a */
+        VT_CHECK(K2 >= R1 - 1,
+                 "speculative turn 2 reused %ld rows, turn 1's prompt had %ld (image rows kept?)", K2, R1);
+        VT_CHECK(E2 < R2 - 4, "speculative turn 2 evaluated %ld of %ld rows (image a has 4)", E2, R2);
+        /* the drafter (m mode: the same row count as the target) also evaluates only new rows */
+        VT_CHECK(turn_draft_prefill(path_of("schat.err"), 1, &DP1) && DP1 == R1 - 1,
+                 "turn 1: the drafter evaluates its prompt but the last row (%ld of %ld)", DP1, R1);
+        VT_CHECK(turn_draft_prefill(path_of("schat.err"), 2, &DP2) && DP2 >= 0 && DP2 <= R2 - R1,
+                 "turn 2: the drafter evaluated %ld prompt rows; only the %ld after turn 1's prompt are new",
+                 DP2, R2 - R1);
         VT_CHECK(file_contains(path_of("schat.err"), "tau "), "speculative stats line has tau");
         char imgs[2048];
+        snprintf(imgs, sizeof(imgs), "--image %s", path_of("a.ppm"));
+        check_turn_matches_generate(path_of("s"), 1, imgs, "speculative chat");
         snprintf(imgs, sizeof(imgs), "--image %s --image %s", path_of("a.ppm"), path_of("b.ppm"));
         check_turn_matches_generate(path_of("s"), 2, imgs, "speculative chat");
         /* both chats decode greedily with the same target: same replies */

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "draft_ensemble.h"
 #include "draft_lm.h"
 #include "spec.h"
 #include "testutil.h"
@@ -564,6 +565,111 @@ static void tiny_vision(vs_vision_config *c, int proj_out, bool tower) {
     c->has_tower = tower;
 }
 
+
+/* Prefix reuse with images (chat turns): request A = [text, image 0, text]; B = A + [text, image 1,
+ * text]. With reuse, running A then B gives B's fresh output, the target evaluates only B's rows after
+ * A's prompt, and so do the drafters (draft-LM in M and T mode, a 2-row M + T ensemble). An image
+ * segment with another image_id (or 0) is not reused: evaluation restarts at that image. */
+static void test_multimodal_reuse(engine *e, vs_lm *draft, vs_lm *target, const vs_vision_projector *proj,
+                                  const vs_vision_tower *tower, const vs_vision_features *const *fp,
+                                  float *const *trows, const int64_t *n_trows) {
+    vs_error err = {0};
+    int32_t tok[24];
+    vs_rng r;
+    vs_rng_seed(&r, 4242);
+    for (int j = 0; j < 24; j++) tok[j] = j == 0 ? 1 : 3 + (int32_t)vs_rng_below(&r, 93);
+    const int32_t n0 = 4, n1 = 5, n2 = 6, n3 = 5; /* text lengths */
+    vs_spec_segment seg[6] = {
+        {.kind = VS_SPEC_SEG_TEXT, .n = n0, .tokens = tok},
+        {.kind = VS_SPEC_SEG_IMAGE, .n = (int32_t)n_trows[0], .embd = trows[0], .image = 0, .image_id = 7},
+        {.kind = VS_SPEC_SEG_TEXT, .n = n1, .tokens = tok + n0},
+        {.kind = VS_SPEC_SEG_TEXT, .n = n2, .tokens = tok + n0 + n1},
+        {.kind = VS_SPEC_SEG_IMAGE, .n = (int32_t)n_trows[1], .embd = trows[1], .image = 1, .image_id = 8},
+        {.kind = VS_SPEC_SEG_TEXT, .n = n3, .tokens = tok + n0 + n1 + n2}};
+    vs_spec_prompt A = {.seg = seg, .n_seg = 3, .images = fp, .n_images = 2};
+    vs_spec_prompt B = {.seg = seg, .n_seg = 6, .images = fp, .n_images = 2};
+    const int32_t rA = (int32_t)vs_spec_prompt_rows(&A), rB = (int32_t)vs_spec_prompt_rows(&B);
+    VT_CHECK(vs_spec_key_image(7, 3) != vs_spec_key_image(8, 3) && vs_spec_key_image(7, 3) < 0 &&
+                 vs_spec_key_image(0, 3) == VS_SPEC_KEY_NONE,
+             "image keys");
+
+    vs_draft_ens_opts eo;
+    vs_draft_ens_opts_default(&eo);
+    eo.n_inputs = 2, eo.inputs[0] = VS_ENS_IN_M, eo.inputs[1] = VS_ENS_IN_T;
+    eo.proj = proj, eo.tower = tower, eo.n_ctx = 256;
+    vs_spec_drafter *ds[3] = {make_drafter(draft, target, VS_DRAFT_LM_MM, proj, tower, 0),
+                              make_drafter(draft, target, VS_DRAFT_LM_TEXT, NULL, NULL, 0),
+                              vs_draft_ens_new(draft, target, &eo, &err)};
+    VT_REQUIRE(ds[2], "ensemble drafter: %s", err.msg);
+    const char *names[3] = {"draft-lm M", "draft-lm T", "ensemble M+T"};
+    vs_spec_log ref, log;
+    vs_spec_log_init(&ref);
+    vs_spec_log_init(&log);
+    vs_spec_params pr = vs_spec_params_default();
+    pr.gamma = 3, pr.n_predict = 10, pr.sampling.temperature = 0, pr.ignore_eos = true;
+    for (int di = 0; di < 3; di++) {
+        vs_spec_drafter *d = ds[di];
+        const bool ens = di == 2;
+        /* drafter rows evaluated by a request: draft-lm's counter, or the ensemble's */
+#define ROWS_EVAL(d) (ens ? vs_draft_ens_get_stats(d)->rows_evaluated : vs_draft_lm_rows_evaluated(d))
+        /* fresh B (no reuse: both caches start empty) */
+        pr.reuse_prefix = false;
+        int64_t r0 = ROWS_EVAL(d);
+        VT_REQUIRE(vs_spec_generate(e->s, d, &B, &pr, NULL, NULL, &ref, &err) == VS_OK, "%s", err.msg);
+        const int64_t fresh_rows = ROWS_EVAL(d) - r0;
+        VT_CHECK(ref.n_prefilled == rB - 1, "%s: fresh B prefills %d of %d rows", names[di], ref.n_prefilled,
+                 rB);
+        const int32_t fresh_prefill = ens ? 0 : vs_draft_lm_prefilled(d);
+        /* A, then B with reuse */
+        VT_REQUIRE(vs_spec_generate(e->s, d, &A, &pr, NULL, NULL, &log, &err) == VS_OK, "%s", err.msg);
+        int32_t pa[VS_ENS_MAX_ROWS] = {0}, pa_sum = 0;
+        if (ens)
+            for (int k = 0; k < 2; k++) pa_sum += pa[k] = vs_draft_ens_get_stats(d)->prefix_rows[k];
+        pr.reuse_prefix = true;
+        VT_REQUIRE(vs_spec_generate(e->s, d, &A, &pr, NULL, NULL, &log, &err) == VS_OK, "%s", err.msg);
+        VT_CHECK(log.n_prefilled == 0, "%s: A again: prefilled %d rows", names[di], log.n_prefilled);
+        r0 = ROWS_EVAL(d);
+        VT_REQUIRE(vs_spec_generate(e->s, d, &B, &pr, NULL, NULL, &log, &err) == VS_OK, "%s", err.msg);
+        const int64_t reuse_rows = ROWS_EVAL(d) - r0;
+        VT_CHECK(same_tokens(&log, &ref), "%s: B after A with reuse (images kept) = fresh B", names[di]);
+        VT_CHECK(log.n_prefilled <= rB - 1 - rA, "%s: B after A prefilled %d rows (new: %d)", names[di],
+                 log.n_prefilled, rB - 1 - rA);
+        if (!ens)
+            VT_CHECK(vs_draft_lm_prefilled(d) <= fresh_prefill - (di == 0 ? rA : n0 + n1 + 1),
+                     "%s: the drafter prefilled %d rows after A (fresh: %d)", names[di],
+                     vs_draft_lm_prefilled(d), fresh_prefill);
+        else
+            VT_CHECK(reuse_rows <= fresh_rows - pa_sum,
+                     "%s: the drafter evaluated %lld rows for B after A (fresh %lld, A's prefixes %d)",
+                     names[di], (long long)reuse_rows, (long long)fresh_rows, pa_sum);
+        /* image 0 under another identity (9, then 0 = unknown): not reused, same output */
+        const int32_t ids[2] = {9, 0};
+        for (int k = 0; k < 2; k++) {
+            VT_REQUIRE(vs_spec_generate(e->s, d, &A, &pr, NULL, NULL, &log, &err) == VS_OK, "%s", err.msg);
+            seg[1].image_id = ids[k];
+            r0 = ROWS_EVAL(d);
+            VT_REQUIRE(vs_spec_generate(e->s, d, &B, &pr, NULL, NULL, &log, &err) == VS_OK, "%s", err.msg);
+            const int64_t other_rows = ROWS_EVAL(d) - r0;
+            VT_CHECK(same_tokens(&log, &ref), "%s: image_id %d: same output", names[di], ids[k]);
+            VT_CHECK(log.n_prefilled == rB - 1 - n0, "%s: image_id %d: prefilled %d rows (expected %d)",
+                     names[di], ids[k], log.n_prefilled, rB - 1 - n0);
+            if (di == 0)
+                VT_CHECK(vs_draft_lm_prefilled(d) == fresh_prefill - n0,
+                         "%s: image_id %d: the drafter prefilled %d rows (expected %d)", names[di], ids[k],
+                         vs_draft_lm_prefilled(d), fresh_prefill - n0);
+            if (ens)
+                VT_CHECK(other_rows > reuse_rows, "%s: image_id %d: the M row evaluates image 0 again",
+                         names[di], ids[k]);
+            seg[1].image_id = 7;
+        }
+#undef ROWS_EVAL
+        (void)pa;
+    }
+    vs_spec_log_free(&ref);
+    vs_spec_log_free(&log);
+    for (int di = 0; di < 3; di++) vs_spec_drafter_free(ds[di]);
+}
+
 static void test_multimodal_pairs(tally *t) {
     vs_error err = {0};
     vs_lm_random_opts to = ropts(64, 2, 4, 2, 128, 96, VS_TYPE_F32, 0.15f, true, 61);
@@ -704,6 +810,7 @@ static void test_multimodal_pairs(tally *t) {
     VT_CHECK(!vs_draft_lm_new(draft, target, &bad, &err) && strstr(err.msg, "projector"), "no projector: %s",
              err.msg);
     vs_spec_log_free(&log);
+    test_multimodal_reuse(&e, draft, target, vs_mmproj_projector(dm), tower, fp, trows, n_trows);
 
     vs_spec_drafter_free(self);
     vs_spec_drafter_free(dm_d);

@@ -12,8 +12,10 @@
  *     that starts with an image reuses it in every later turn), truncates the rest and evaluates the
  *     remaining rows in batches. The reply's tokens are cached as they are generated; when the template
  *     re-tokenises the reply text differently, the cache is cut at the first difference.
- *   speculative (-md): vs_spec's reuse_prefix, which keeps only leading TEXT rows: rows from the first
- *     image on are evaluated again every turn, and the drafter re-reads the whole prompt (its begin()).
+ *   speculative (-md): vs_spec's reuse_prefix with the same identities: each image segment carries its
+ *     serial number + 1 as image_id, so the engine keeps the cached prefix, image rows included, and the
+ *     drafter does the same with its own cache (and takes its projection of a known image over): a turn
+ *     evaluates only the rows after the first difference, in the target and in the drafter.
  * Statistics go to stderr, one line per turn: prompt rows, rows reused, rows evaluated, tokens and
  * tokens/s (+ tau when speculative). Exit status: 0, or 1 when any command or turn failed (the chat
  * goes on after an error and says why), 2 for bad flags. */
@@ -363,6 +365,7 @@ typedef struct turn_stats {
     double t_prefill, t_decode;
     const char *stop;
     double tau;
+    int32_t draft_prefilled; /* speculative: prompt rows the drafter evaluated (its begin) */
     bool spec;
 } turn_stats;
 
@@ -422,7 +425,7 @@ static vs_status run_target(chat *c, const vs_mm_prompt *p, reply *r, turn_stats
     return VS_OK;
 }
 
-/* Speculative: the engine with reuse_prefix (leading text rows only). */
+/* Speculative: the engine with reuse_prefix; images identified by serial + 1 (spec.h image_id). */
 static vs_status run_spec(chat *c, const vs_mm_prompt *p, reply *r, turn_stats *ts, vs_error *err) {
     const chat_opts *o = c->o;
     vs_spec_segment *segs = vs_calloc((size_t)p->n_rows, sizeof(*segs));
@@ -445,7 +448,10 @@ static vs_status run_spec(chat *c, const vs_mm_prompt *p, reply *r, turn_stats *
             segs[ns++] = (vs_spec_segment){.kind = VS_SPEC_SEG_IMAGE,
                                            .n = (int32_t)c->imgs[im].rows.n_rows,
                                            .embd = c->imgs[im].rows.rows,
-                                           .image = im};
+                                           .image = im,
+                                           .image_id = c->imgs[im].serial < INT32_MAX - 1
+                                                           ? (int32_t)(c->imgs[im].serial + 1)
+                                                           : 0};
             row += c->imgs[im].rows.n_rows;
         } else {
             int64_t e = row;
@@ -470,6 +476,7 @@ static vs_status run_spec(chat *c, const vs_mm_prompt *p, reply *r, turn_stats *
         vs_spec_stats_compute(&log, NULL, &stats);
         ts->spec = true;
         ts->tau = stats.tau;
+        ts->draft_prefilled = vs_draft_lm_prefilled(c->drafter);
         ts->n_gen = log.n_tokens;
         ts->rows = log.n_prompt;
         ts->reused = log.n_prompt - 1 - log.n_prefilled;
@@ -560,7 +567,8 @@ static vs_status user_turn(chat *c, const char *text, size_t len, vs_error *err)
                 c->turn, (long long)ts.rows, c->n_imgs, (long long)ts.reused,
                 (long long)(ts.rows - ts.reused), ts.t_prefill, ts.n_gen, ts.t_decode, tps);
         if (ts.spec)
-            fprintf(stderr, "; tau %.3f (gamma %d)", ts.tau, o->gamma);
+            fprintf(stderr, "; tau %.3f (gamma %d), draft prefill %d rows", ts.tau, o->gamma,
+                    ts.draft_prefilled);
         fprintf(stderr, "; stop: %s\n", ts.stop);
     }
     if (!strcmp(ts.stop, "context full"))
