@@ -28,6 +28,28 @@ static int name_matches(const char *c_name, const char *arg) {
     return *c_name == 0 && *arg == 0;
 }
 
+/* One line per subcommand for the top-level help; a command missing here is listed without one. */
+static const struct {
+    const char *name, *what;
+} descriptions[] = {
+    {"bench", "model benchmark (pp, tg, verify cost); `bench spec`: the speculative decoding benchmark"},
+    {"chat", "interactive multi-turn chat with images (/image PATH), optionally speculative"},
+    {"data", "the generated multimodal world: gen, stats, preview, check"},
+    {"embed_image", "image -> projected rows (and raw ViT features) of an mmproj"},
+    {"eval", "per-suite accuracy of a VLM on the world's test split (greedy)"},
+    {"generate", "generate text (with images, with speculative decoding: -md DRAFT)"},
+    {"gguf", "dump a GGUF file's metadata and tensor table"},
+    {"kbench", "matrix kernel benchmark (rows x weight types, bandwidth)"},
+    {"logits", "teacher-forced logits in the llama.cpp parity layout"},
+    {"mmproj", "random mmproj files (tests, demos) and their description"},
+    {"model", "random-weight LLaMA models (tests, benchmarks) and model info"},
+    {"plot", "SVG plots of traces (TABED weight shares)"},
+    {"tokenize", "text -> token ids and pieces"},
+    {"tokenizer", "train a byte-level BPE tokenizer on the world's corpus"},
+    {"train", "train the target VLM, export checkpoints, training benchmark"},
+    {"version", "version and the SIMD path chosen for this CPU"},
+};
+
 static void usage(FILE *f) {
     fprintf(f, "usage: vlmspec <command> [options]   (vlmspec <command> --help for its options)\n\ncommands:\n");
     for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
@@ -35,7 +57,10 @@ static void usage(FILE *f) {
         snprintf(name, sizeof(name), "%s", commands[i].name);
         for (char *p = name; *p; p++)
             if (*p == '_') *p = '-';
-        fprintf(f, "  %s\n", name);
+        const char *what = "";
+        for (size_t j = 0; j < sizeof(descriptions) / sizeof(descriptions[0]); j++)
+            if (!strcmp(descriptions[j].name, commands[i].name)) what = descriptions[j].what;
+        fprintf(f, "  %-12s %s\n", name, what);
     }
 }
 
