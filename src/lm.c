@@ -6,13 +6,9 @@
 #include <stdio.h>
 #include <string.h>
 
-/* AVX2 twins of the attention inner loops (arch/attn_avx2.c); scalar references below. */
-void vs_attn_qk_avx2(float *s, const float *q, const void *k, int f16, int T, int hd, float scale);
-void vs_attn_pv_avx2(float *o, const float *p, const void *v, int f16, int T, int hd);
-void vs_attn_store_avx2(void *dst, const float *src, int f16, int n);
+#include "arch/attn_arch.h"
 
-/* Rows of queries handled by one attention task (rows of one sequence, one head). */
-#define ATTN_ROW_BLOCK 16
+/* Queries (rows x heads of one KV head group) handled by one attention task: VS_ATTN_QMAX. */
 
 struct vs_lm {
     vs_lm_config cfg;
@@ -23,7 +19,7 @@ struct vs_lm {
     double *inv_freq; /* [rope_dim / 2]: rope_base^(-2i / rope_dim) */
     int64_t n_params;
     size_t n_bytes;
-    bool use_avx2;
+    int attn_isa;     /* ISA of the attention kernels in this forward: 0 scalar, 1 AVX2, 2 AVX-512 */
 
     /* scratch, grown to the largest batch / context seen (never shrunk) */
     int cap_rows;     /* rows the buffers below hold */
@@ -45,7 +41,7 @@ struct vs_lm {
     int *seq_len0;    /* [n_seq] cache length before this batch */
     int *seq_cnt;     /* [n_seq] rows of this batch per sequence */
     int cap_ctx, cap_thr;
-    float *attn_buf;  /* [threads][cap_ctx + head_dim] per-thread scores */
+    float *attn_buf;  /* [threads][VS_ATTN_QMAX][cap_ctx + 16] per-thread scores */
 };
 
 /* ------------------------------------------------------------------------------------------------ */
@@ -328,7 +324,7 @@ static vs_status ensure_scratch(vs_lm *lm, int rows, int n_ctx, int threads, int
     }
     if (ok && (n_ctx > lm->cap_ctx || threads > lm->cap_thr)) {
         int nc = VS_MAX(n_ctx, lm->cap_ctx), nt = VS_MAX(threads, lm->cap_thr);
-        ok = grow((void **)&lm->attn_buf, (size_t)nt * ((size_t)nc + (size_t)c->head_dim) * sizeof(float));
+        ok = grow((void **)&lm->attn_buf, (size_t)nt * VS_ATTN_QMAX * ((size_t)nc + 16) * sizeof(float));
         if (ok) {
             lm->cap_ctx = nc;
             lm->cap_thr = nt;
@@ -343,26 +339,75 @@ static vs_status ensure_scratch(vs_lm *lm, int rows, int n_ctx, int threads, int
 }
 
 /* ------------------------------------------------------------------------------------------------ */
-/* attention kernels: scalar references (the AVX2 twins are in arch/attn_avx2.c) */
+/* attention kernels: scalar references (twins in arch/attn_avx2.c, arch/attn_avx512.c; attn_arch.h) */
 
 static inline float kv_get(const void *base, bool f16, int64_t i) {
     return f16 ? vs_fp16_to_fp32(((const uint16_t *)base)[i]) : ((const float *)base)[i];
 }
 
-static void attn_qk_ref(float *s, const float *q, const void *k, bool f16, int T, int hd, float scale) {
-    for (int t = 0; t < T; t++) {
-        float acc = 0.0f;
-        for (int d = 0; d < hd; d++) acc += q[d] * kv_get(k, f16, (int64_t)t * hd + d);
-        s[t] = acc * scale;
+void vs_attn_scores_ref(float *s, int ld, const float *const *q, const int *T, int nq, const void *k, int f16,
+                        int hd, float scale) {
+    for (int i = 0; i < nq; i++)
+        for (int t = 0; t < T[i]; t++) {
+            float acc = 0.0f;
+            for (int d = 0; d < hd; d++) acc += q[i][d] * kv_get(k, f16, (int64_t)t * hd + d);
+            s[(size_t)i * ld + t] = acc * scale;
+        }
+}
+
+void vs_attn_pv_ref(float *const *o, const float *p, int ld, int nq, int T, const void *v, int f16, int hd) {
+    for (int i = 0; i < nq; i++) {
+        const float *pi = p + (size_t)i * ld;
+        for (int d = 0; d < hd; d++) o[i][d] = 0.0f;
+        for (int t = 0; t < T; t++) {
+            if (pi[t] == 0.0f) continue;
+            for (int d = 0; d < hd; d++) o[i][d] += pi[t] * kv_get(v, f16, (int64_t)t * hd + d);
+        }
     }
 }
 
-static void attn_pv_ref(float *o, const float *p, const void *v, bool f16, int T, int hd) {
-    for (int d = 0; d < hd; d++) o[d] = 0.0f;
-    for (int t = 0; t < T; t++) {
-        if (p[t] == 0.0f) continue;
-        for (int d = 0; d < hd; d++) o[d] += p[t] * kv_get(v, f16, (int64_t)t * hd + d);
+/* The vector kernels' exp polynomial, one value at a time (x <= 0; 0 below VS_ATTN_EXP_LO). */
+static inline float exp_poly(float x) {
+    if (!(x >= VS_ATTN_EXP_LO)) return 0.0f;
+    float n = nearbyintf(x * VS_ATTN_LOG2E);
+    float r = x - n * VS_ATTN_LN2_HI;
+    r = r - n * VS_ATTN_LN2_LO;
+    float p = VS_ATTN_P0;
+    p = p * r + VS_ATTN_P1;
+    p = p * r + VS_ATTN_P2;
+    p = p * r + VS_ATTN_P3;
+    p = p * r + VS_ATTN_P4;
+    p = p * r + VS_ATTN_P5;
+    float y = p * (r * r) + r + 1.0f;
+    uint32_t bits = (uint32_t)((int32_t)n + 127) << 23;
+    float sc;
+    memcpy(&sc, &bits, sizeof(sc));
+    return y * sc;
+}
+
+void vs_attn_exp_ref(float *y, const float *x, int n) {
+    for (int i = 0; i < n; i++) y[i] = exp_poly(x[i]);
+}
+
+void vs_attn_swiglu_ref(float *g, const float *u, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        float x = g[i], e = exp_poly(-fabsf(x));
+        float sig = (x >= 0 ? 1.0f : e) / (1.0f + e);
+        g[i] = x * sig * u[i];
     }
+}
+
+void vs_attn_softmax_ref(float *s, int T) {
+    float mx = -INFINITY;
+    for (int t = 0; t < T; t++) mx = s[t] > mx ? s[t] : mx;
+    double sum = 0.0;
+    for (int t = 0; t < T; t++) {
+        float e = s[t] == -INFINITY ? 0.0f : exp_poly(s[t] - mx);
+        s[t] = e;
+        sum += e;
+    }
+    float inv = (float)(1.0 / sum);
+    for (int t = 0; t < T; t++) s[t] *= inv;
 }
 
 static void attn_store_ref(void *dst, const float *src, bool f16, int n) {
@@ -370,20 +415,6 @@ static void attn_store_ref(void *dst, const float *src, bool f16, int n) {
         for (int i = 0; i < n; i++) ((uint16_t *)dst)[i] = vs_fp32_to_fp16(src[i]);
     else
         memcpy(dst, src, (size_t)n * sizeof(float));
-}
-
-/* Softmax over s[0..T) where entries equal to -INFINITY are masked (become exactly 0). */
-static void softmax_masked(float *s, int T) {
-    float mx = -INFINITY;
-    for (int t = 0; t < T; t++) mx = s[t] > mx ? s[t] : mx;
-    double sum = 0.0;
-    for (int t = 0; t < T; t++) {
-        float e = s[t] == -INFINITY ? 0.0f : expf(s[t] - mx);
-        s[t] = e;
-        sum += e;
-    }
-    float inv = (float)(1.0 / sum);
-    for (int t = 0; t < T; t++) s[t] *= inv;
 }
 
 /* ------------------------------------------------------------------------------------------------ */
@@ -402,6 +433,9 @@ typedef struct fwd_ctx {
     int *group_start; /* [n_groups + 1] into order */
     int n_tasks;
     int *task_first;  /* [n_tasks + 1]: first task of each group (prefix sums) */
+    int attn_hb;      /* query heads of one KV head group per task: min(G, VS_ATTN_QMAX) */
+    int attn_nhs;     /* head sub-blocks per KV head group: ceil(G / attn_hb) */
+    int attn_rb;      /* rows per task: max(1, VS_ATTN_QMAX / attn_hb) */
     bool any_tree;
 } fwd_ctx;
 
@@ -466,7 +500,7 @@ static void job_rope_store(void *p, int ith, int nth) {
         for (int h = 0; h < c->n_head_kv; h++) {
             uint8_t *kd = (uint8_t *)vs_kv_k(f->kv, seq, f->layer, h) + at;
             uint8_t *vd = (uint8_t *)vs_kv_v(f->kv, seq, f->layer, h) + at;
-            if (lm->use_avx2) {
+            if (lm->attn_isa >= 1) {
                 vs_attn_store_avx2(kd, k + (size_t)h * hd, f16, hd);
                 vs_attn_store_avx2(vd, v + (size_t)h * hd, f16, hd);
             } else {
@@ -477,53 +511,73 @@ static void job_rope_store(void *p, int ith, int nth) {
     }
 }
 
-/* One attention task: heads h of the rows [b0, b1) of a sequence group (indices into order). */
-static void attn_task(fwd_ctx *f, int g, int h, int b0, int b1, float *s) {
+/* One attention task: the query heads [hs * hb, ...) of KV head group hk for the rows [blk * rb, ...) of a
+ * sequence group (indices into order): every key and value row is read once for all of them. */
+static void attn_task(fwd_ctx *f, int g, int hk, int hs, int blk, float *s) {
     vs_lm *lm = f->lm;
     const vs_lm_config *c = &lm->cfg;
-    const int hd = c->head_dim, Q = c->n_head * hd, hkv = h / (c->n_head / c->n_head_kv);
-    const bool f16 = vs_kv_type(f->kv) == VS_TYPE_F16;
+    const int hd = c->head_dim, Q = c->n_head * hd, G = c->n_head / c->n_head_kv;
+    const int f16 = vs_kv_type(f->kv) == VS_TYPE_F16;
     const float scale = 1.0f / sqrtf((float)hd);
     const int *grp = lm->order + f->group_start[g];
+    const int cnt = f->group_start[g + 1] - f->group_start[g];
     const int seq = f->rows[grp[0]].seq, len0 = lm->seq_len0[seq];
-    const void *kb = vs_kv_k_const(f->kv, seq, f->layer, hkv), *vb = vs_kv_v_const(f->kv, seq, f->layer, hkv);
+    const void *kb = vs_kv_k_const(f->kv, seq, f->layer, hk), *vb = vs_kv_v_const(f->kv, seq, f->layer, hk);
     const bool want_cb = f->out && f->out->attn_fn && (f->out->attn_layer < 0 || f->out->attn_layer == f->layer);
-    for (int b = b0; b < b1; b++) {
-        int r = grp[b];
-        int T = len0 + lm->off[r] + 1;
-        const float *q = lm->q + (size_t)r * Q + (size_t)h * hd;
-        if (lm->use_avx2) vs_attn_qk_avx2(s, q, kb, f16, T, hd, scale);
-        else attn_qk_ref(s, q, kb, f16, T, hd, scale);
+    const int h0 = hk * G + hs * f->attn_hb, nh = VS_MIN(f->attn_hb, G - hs * f->attn_hb);
+    const int b0 = blk * f->attn_rb, b1 = VS_MIN(cnt, b0 + f->attn_rb);
+    const float *qp[VS_ATTN_QMAX];
+    float *op[VS_ATTN_QMAX];
+    int T[VS_ATTN_QMAX], rowof[VS_ATTN_QMAX], headof[VS_ATTN_QMAX], nq = 0, tmax = 0;
+    for (int b = b0; b < b1; b++)
+        for (int j = 0; j < nh; j++) {
+            int r = grp[b], h = h0 + j;
+            qp[nq] = lm->q + (size_t)r * Q + (size_t)h * hd;
+            op[nq] = lm->att + (size_t)r * Q + (size_t)h * hd;
+            T[nq] = len0 + lm->off[r] + 1;
+            rowof[nq] = r, headof[nq] = h;
+            tmax = VS_MAX(tmax, T[nq]);
+            nq++;
+        }
+    const int ld = (tmax + 15) & ~15;
+    vs_attn_scores_fn *scores = vs_attn_scores_ref;
+    vs_attn_softmax_fn *softmax = vs_attn_softmax_ref;
+    vs_attn_pv_fn *pv = vs_attn_pv_ref;
+    if (lm->attn_isa >= 2) scores = vs_attn_scores_avx512, softmax = vs_attn_softmax_avx512, pv = vs_attn_pv_avx512;
+    else if (lm->attn_isa == 1) scores = vs_attn_scores_avx2, softmax = vs_attn_softmax_avx2, pv = vs_attn_pv_avx2;
+    scores(s, ld, qp, T, nq, kb, f16, hd, scale);
+    for (int i = 0; i < nq; i++) {
+        float *si = s + (size_t)i * ld;
+        int r = rowof[i];
         if (f->rows[r].tree) {
             const uint8_t *m = lm->mask + (size_t)r * f->n;
             for (int j = 0; j < lm->off[r]; j++)
-                if (!m[j]) s[len0 + j] = -INFINITY;
+                if (!m[j]) si[len0 + j] = -INFINITY;
         }
-        softmax_masked(s, T);
-        if (want_cb) f->out->attn_fn(f->out->attn_ctx, f->layer, r, h, s, T);
-        float *o = lm->att + (size_t)r * Q + (size_t)h * hd;
-        if (lm->use_avx2) vs_attn_pv_avx2(o, s, vb, f16, T, hd);
-        else attn_pv_ref(o, s, vb, f16, T, hd);
+        softmax(si, T[i]);
+        if (want_cb) f->out->attn_fn(f->out->attn_ctx, f->layer, r, headof[i], si, T[i]);
+        if (T[i] < tmax) memset(si + T[i], 0, (size_t)(tmax - T[i]) * sizeof(float));
     }
+    pv(op, s, ld, nq, tmax, vb, f16, hd);
 }
 
 static void job_attention(void *p, int ith, int nth) {
     fwd_ctx *f = p;
     vs_lm *lm = f->lm;
-    float *s = lm->attn_buf + (size_t)ith * ((size_t)lm->cap_ctx + lm->cfg.head_dim);
+    float *s = lm->attn_buf + (size_t)ith * VS_ATTN_QMAX * ((size_t)lm->cap_ctx + 16);
     int64_t lo, hi;
     vs_split_range(f->n_tasks, ith, nth, 1, &lo, &hi);
-    /* task id -> (group, head, block): tasks of group g are task_first[g] .. task_first[g+1]-1,
-     * ordered head-major then block. */
+    /* task id -> (group, kv head, head sub-block, row block): tasks of group g are task_first[g] ..
+     * task_first[g+1]-1, ordered kv-head-major, then head sub-block, then row block. */
+    const int nhs = f->attn_nhs;
     int g = 0;
     for (int64_t t = lo; t < hi; t++) {
         while (t >= f->task_first[g + 1]) g++;
         int cnt = f->group_start[g + 1] - f->group_start[g];
-        int nblk = (cnt + ATTN_ROW_BLOCK - 1) / ATTN_ROW_BLOCK;
+        int nblk = (cnt + f->attn_rb - 1) / f->attn_rb;
         int local = (int)(t - f->task_first[g]);
-        int h = local / nblk, blk = local % nblk;
-        int b0 = blk * ATTN_ROW_BLOCK, b1 = VS_MIN(cnt, b0 + ATTN_ROW_BLOCK);
-        attn_task(f, g, h, b0, b1, s);
+        int hk = local / (nhs * nblk), rem = local % (nhs * nblk);
+        attn_task(f, g, hk, rem / nblk, rem % nblk, s);
     }
 }
 
@@ -532,16 +586,17 @@ typedef struct swiglu_job {
     float *gate;
     const float *up;
     int64_t n;
+    int isa;
 } swiglu_job;
 
 static void job_swiglu(void *p, int ith, int nth) {
     swiglu_job *j = p;
     int64_t lo, hi;
     vs_split_range(j->n, ith, nth, 64, &lo, &hi);
-    for (int64_t i = lo; i < hi; i++) {
-        float g = j->gate[i];
-        j->gate[i] = g / (1.0f + expf(-g)) * j->up[i];
-    }
+    if (hi <= lo) return;
+    vs_attn_swiglu_fn *fn = j->isa >= 2 ? vs_attn_swiglu_avx512 : j->isa == 1 ? vs_attn_swiglu_avx2
+                                                                               : vs_attn_swiglu_ref;
+    fn(j->gate + lo, j->up + lo, hi - lo);
 }
 
 /* x += y over n values. */
@@ -618,7 +673,8 @@ vs_status vs_lm_forward(vs_lm *lm, vs_kv *kv, vs_threadpool *tp, const vs_lm_row
     const char *name = vs_gguf_name(lm->g);
     vs_status st = validate(lm, kv, rows, n, out, err);
     if (st) return st;
-    lm->use_avx2 = vs_isa_active() >= VS_ISA_AVX2; /* follows the kernels' cap (tests compare paths) */
+    /* the attention follows the kernels' ISA cap (tests compare the paths) */
+    lm->attn_isa = vs_isa_active() >= VS_ISA_AVX512 ? 2 : vs_isa_active() >= VS_ISA_AVX2 ? 1 : 0;
     int n_seq = vs_kv_n_seq(kv), n_ctx = vs_kv_n_ctx(kv), nth = vs_threadpool_size(tp);
     bool any_tree = false;
     for (int r = 0; r < n; r++) any_tree |= rows[r].tree;
@@ -641,6 +697,8 @@ vs_status vs_lm_forward(vs_lm *lm, vs_kv *kv, vs_threadpool *tp, const vs_lm_row
                                 name, s, lm->seq_len0[s] + lm->seq_cnt[s], n_ctx);
 
     /* Group rows by sequence (stable), and enumerate attention tasks. */
+    const int G = c->n_head / c->n_head_kv, hb = VS_MIN(G, VS_ATTN_QMAX), nhs = (G + hb - 1) / hb;
+    const int rb = VS_MAX(1, VS_ATTN_QMAX / hb);
     int n_groups = 0;
     int *group_start = lm->groups, *task_first = lm->groups + n + 1;
     {
@@ -656,7 +714,7 @@ vs_status vs_lm_forward(vs_lm *lm, vs_kv *kv, vs_threadpool *tp, const vs_lm_row
         task_first[0] = 0;
         for (int g = 0; g < n_groups; g++) {
             int cnt = group_start[g + 1] - group_start[g];
-            task_first[g + 1] = task_first[g] + c->n_head * ((cnt + ATTN_ROW_BLOCK - 1) / ATTN_ROW_BLOCK);
+            task_first[g + 1] = task_first[g] + c->n_head_kv * nhs * ((cnt + rb - 1) / rb);
         }
     }
 
@@ -689,7 +747,7 @@ vs_status vs_lm_forward(vs_lm *lm, vs_kv *kv, vs_threadpool *tp, const vs_lm_row
 
     fwd_ctx f = {.lm = lm, .kv = kv, .rows = rows, .n = n, .out = out, .n_groups = n_groups,
                  .group_start = group_start, .n_tasks = task_first[n_groups], .task_first = task_first,
-                 .any_tree = any_tree};
+                 .attn_hb = hb, .attn_nhs = nhs, .attn_rb = rb, .any_tree = any_tree};
     for (int l = 0; l < c->n_layer; l++) {
         const vs_lm_layer *L = &lm->w.layers[l];
         f.layer = l;
@@ -707,7 +765,7 @@ vs_status vs_lm_forward(vs_lm *lm, vs_kv *kv, vs_threadpool *tp, const vs_lm_row
         norm_rows(lm, tp, lm->x, lm->xn, L->ffn_norm, n);
         matmul(tp, &L->w_gate, lm->xn, n, lm->gate);
         matmul(tp, &L->w_up, lm->xn, n, lm->up);
-        swiglu_job sj = {lm->gate, lm->up, (int64_t)n * c->n_ff};
+        swiglu_job sj = {lm->gate, lm->up, (int64_t)n * c->n_ff, lm->attn_isa};
         vs_threadpool_run(tp, job_swiglu, &sj);
         matmul(tp, &L->w_down, lm->gate, n, lm->tmp);
         vs_threadpool_run(tp, job_add, &aj);

@@ -5,6 +5,7 @@
  * ../shared: every model is written here with random weights. */
 #include <unistd.h>
 
+#include "arch/attn_arch.h"
 #include "json.h"
 #include "lm_testmodel.h"
 #include "sample.h"
@@ -293,6 +294,197 @@ static void test_isa_paths(vs_lm *lm, vs_threadpool *tp) {
     free(a), free(b);
 }
 
+/* ---- attention kernels (arch/attn_arch.h): every ISA twin against the scalar reference, batch
+ * invariance of each kernel (a query alone == the same query among others, bitwise), exp accuracy ---- */
+
+typedef struct attn_isa_set {
+    const char *name;
+    vs_attn_scores_fn *scores;
+    vs_attn_softmax_fn *softmax;
+    vs_attn_pv_fn *pv;
+    vs_attn_exp_fn *exp;
+    vs_attn_swiglu_fn *swiglu;
+} attn_isa_set;
+
+static float frand(vs_rng *r) { return vs_rng_normal(r); }
+
+static void test_attn_kernel_set(const attn_isa_set *k) {
+    vs_rng r;
+    vs_rng_seed(&r, 77);
+    enum { NQ = VS_ATTN_QMAX, TM = 83, LD = 96 };
+    const int hds[] = {8, 20, 32, 40, 64, 128};
+    double w_sc = 0, w_sm = 0, w_pv = 0;
+    int inv_bad = 0;
+    for (size_t hi = 0; hi < sizeof(hds) / sizeof(hds[0]); hi++)
+        for (int f16 = 0; f16 < 2; f16++) {
+            const int hd = hds[hi];
+            float *q = malloc(sizeof(float) * NQ * hd), *kf = malloc(sizeof(float) * TM * hd);
+            float *vf = malloc(sizeof(float) * TM * hd);
+            uint16_t *kh = malloc(2 * TM * hd), *vh = malloc(2 * TM * hd);
+            for (int i = 0; i < NQ * hd; i++) q[i] = frand(&r);
+            for (int i = 0; i < TM * hd; i++) {
+                kf[i] = frand(&r), vf[i] = frand(&r);
+                kh[i] = vs_fp32_to_fp16(kf[i]), vh[i] = vs_fp32_to_fp16(vf[i]);
+                if (f16) kf[i] = vs_fp16_to_fp32(kh[i]), vf[i] = vs_fp16_to_fp32(vh[i]);
+            }
+            const void *K = f16 ? (const void *)kh : kf, *Vv = f16 ? (const void *)vh : vf;
+            const float *qp[NQ];
+            int T[NQ], nq = 1 + (int)vs_rng_below(&r, NQ), tmax = 0;
+            for (int i = 0; i < nq; i++) {
+                qp[i] = q + (size_t)i * hd;
+                T[i] = i == 0 ? TM : 1 + (int)vs_rng_below(&r, TM);
+                tmax = T[i] > tmax ? T[i] : tmax;
+            }
+            float *s = calloc(NQ * LD, sizeof(float)), *sr = calloc(NQ * LD, sizeof(float));
+            float *one = calloc(LD, sizeof(float));
+            float scale = 1.0f / sqrtf((float)hd);
+            k->scores(s, LD, qp, T, nq, K, f16, hd, scale);
+            vs_attn_scores_ref(sr, LD, qp, T, nq, K, f16, hd, scale);
+            for (int i = 0; i < nq; i++) {
+                w_sc = fmax(w_sc, max_diff(s + i * LD, sr + i * LD, (size_t)T[i]));
+                k->scores(one, LD, &qp[i], &T[i], 1, K, f16, hd, scale);
+                inv_bad += memcmp(one, s + i * LD, sizeof(float) * (size_t)T[i]) != 0;
+            }
+            /* mask a few keys like a tree row does, then softmax each row */
+            for (int i = 0; i < nq; i++) {
+                float *si = s + i * LD, *ri = sr + i * LD;
+                memcpy(ri, si, sizeof(float) * (size_t)T[i]);
+                for (int t = 0; t + 1 < T[i]; t += 3) si[t] = ri[t] = -INFINITY;
+                k->softmax(si, T[i]);
+                vs_attn_softmax_ref(ri, T[i]);
+                w_sm = fmax(w_sm, max_diff(si, ri, (size_t)T[i]));
+                for (int t = 0; t + 1 < T[i]; t += 3) inv_bad += si[t] != 0.0f;
+                for (int t = T[i]; t < tmax; t++) si[t] = 0.0f;
+            }
+            float *o = malloc(sizeof(float) * NQ * hd), *orf = malloc(sizeof(float) * NQ * hd);
+            float *o1 = malloc(sizeof(float) * hd);
+            float *op[NQ], *orp[NQ];
+            for (int i = 0; i < nq; i++) op[i] = o + (size_t)i * hd, orp[i] = orf + (size_t)i * hd;
+            k->pv(op, s, LD, nq, tmax, Vv, f16, hd);
+            vs_attn_pv_ref(orp, s, LD, nq, tmax, Vv, f16, hd);
+            w_pv = fmax(w_pv, max_diff(o, orf, (size_t)nq * hd));
+            for (int i = 0; i < nq; i++) { /* alone, over its own keys only */
+                k->pv(&o1, s + i * LD, LD, 1, T[i], Vv, f16, hd);
+                inv_bad += memcmp(o1, op[i], sizeof(float) * (size_t)hd) != 0;
+            }
+            free(q), free(kf), free(vf), free(kh), free(vh), free(s), free(sr), free(one), free(o), free(orf);
+            free(o1);
+        }
+    printf("  %-7s vs scalar: scores %.2g, softmax %.2g, PV %.2g; batch-invariance violations %d\n", k->name,
+           w_sc, w_sm, w_pv, inv_bad);
+    VT_CHECK(w_sc <= 2e-5, "%s scores differ from scalar by %g", k->name, w_sc);
+    VT_CHECK(w_sm <= 1e-6, "%s softmax differs from scalar by %g", k->name, w_sm);
+    VT_CHECK(w_pv <= 2e-5, "%s PV differs from scalar by %g", k->name, w_pv);
+    VT_CHECK(inv_bad == 0, "%s: %d results depend on the other queries of a task (or masked keys != 0)",
+             k->name, inv_bad);
+}
+
+/* The exp polynomial vs libm (double) on [-87.3, 0] and its edges; SwiGLU vs x / (1 + exp(-x)) * u. */
+static void test_attn_exp(const attn_isa_set *k) {
+    enum { N = 200003 };
+    float *x = malloc(sizeof(float) * N), *y = malloc(sizeof(float) * N), *u = malloc(sizeof(float) * N);
+    float *g = malloc(sizeof(float) * N);
+    for (int i = 0; i < N; i++) x[i] = -87.3f * (float)i / (N - 1);
+    k->exp(y, x, N);
+    double worst = 0;
+    for (int i = 0; i < N; i++) {
+        double e = exp((double)x[i]);
+        worst = fmax(worst, fabs(y[i] - e) / e);
+    }
+    float edge_x[5] = {0.0f, -INFINITY, -100.0f, -87.4f, -1e-30f}, edge_y[5];
+    k->exp(edge_y, edge_x, 5);
+    printf("  %-7s exp on [-87.3, 0]: max relative error %.3g (%.2f ulp of 2^-24)\n", k->name, worst,
+           worst / 5.96e-8);
+    VT_CHECK(worst <= 2.5e-7, "%s exp relative error %g", k->name, worst);
+    VT_CHECK(edge_y[0] == 1.0f && edge_y[1] == 0.0f && edge_y[2] == 0.0f && edge_y[3] == 0.0f &&
+                 edge_y[4] == 1.0f, "%s exp edges: %g %g %g %g %g", k->name, edge_y[0], edge_y[1], edge_y[2],
+             edge_y[3], edge_y[4]);
+    vs_rng r;
+    vs_rng_seed(&r, 5);
+    for (int i = 0; i < N; i++) g[i] = 6.0f * frand(&r), u[i] = frand(&r);
+    g[0] = 200.0f, g[1] = -200.0f, g[2] = 0.0f;
+    memcpy(x, g, sizeof(float) * N);
+    k->swiglu(x, u, N - 5); /* an odd length: the tail path */
+    double ws = 0;
+    for (int i = 0; i < N - 5; i++) {
+        double ref = (double)g[i] / (1.0 + exp(-(double)g[i])) * u[i];
+        ws = fmax(ws, fabs(x[i] - ref) / (fabs(ref) + 1e-30));
+    }
+    VT_CHECK(x[N - 5] == g[N - 5], "%s swiglu wrote past n", k->name);
+    printf("  %-7s swiglu: max relative error %.3g\n", k->name, ws);
+    VT_CHECK(ws <= 1e-6, "%s swiglu relative error %g", k->name, ws);
+    free(x), free(y), free(u), free(g);
+}
+
+static void test_attn_kernels(void) {
+    attn_isa_set sets[3] = {
+        {"scalar", vs_attn_scores_ref, vs_attn_softmax_ref, vs_attn_pv_ref, vs_attn_exp_ref, vs_attn_swiglu_ref},
+        {"avx2", vs_attn_scores_avx2, vs_attn_softmax_avx2, vs_attn_pv_avx2, vs_attn_exp_avx2, vs_attn_swiglu_avx2},
+        {"avx512", vs_attn_scores_avx512, vs_attn_softmax_avx512, vs_attn_pv_avx512, vs_attn_exp_avx512,
+         vs_attn_swiglu_avx512},
+    };
+    int n = vs_isa_detect() >= VS_ISA_AVX512 ? 3 : vs_isa_detect() >= VS_ISA_AVX2 ? 2 : 1;
+    if (n < 3) printf("  (this CPU runs %d of the 3 attention kernel sets)\n", n);
+    for (int i = 0; i < n; i++) {
+        if (i > 0) test_attn_kernel_set(&sets[i]);
+        test_attn_exp(&sets[i]);
+    }
+}
+
+/* Long contexts, GQA (4 query heads per KV head, head dim 40: a vector tail) and more queries of one
+ * sequence than one attention task holds: each row of a batch over 3 sequences gets bitwise the logits
+ * of evaluating it alone, one row per forward, under every ISA this CPU has. */
+static void test_long_invariance(vs_threadpool *tp) {
+    vs_error err = {0};
+    vs_lm_random_opts o = tm_small_opts(VS_TYPE_F32, 91);
+    o.n_embd = 160, o.n_head = 4, o.n_head_kv = 1, o.n_ctx = 256;
+    vs_lm *lm = tm_model(&o, "long-gqa.gguf");
+    enum { S = 3, NB = 10 };
+    const int npre[S] = {150, 37, 100};
+    const int seq_of[NB] = {0, 2, 0, 0, 1, 0, 2, 0, 2, 0}; /* 6 rows of seq 0 x 4 heads > one task */
+    int32_t pre[S][150], add[NB];
+    for (int s = 0; s < S; s++) tm_random_tokens(pre[s], npre[s], V, 300 + s);
+    tm_random_tokens(add, NB, V, 310);
+    vs_isa top = vs_isa_detect();
+    for (int kt = 0; kt < 2; kt++)
+        for (int cap = (int)VS_ISA_SCALAR; cap <= (int)VS_ISA_AVX512 && cap <= (int)top; cap++) {
+            vs_isa prev = vs_isa_set_max(cap == (int)VS_ISA_AVX512 ? top : (vs_isa)cap);
+            vs_type kvt = kt ? VS_TYPE_F16 : VS_TYPE_F32;
+            vs_kv *kv = vs_lm_kv_new(lm, S, 256, kvt, &err);
+            VT_REQUIRE(kv, "%s", err.msg);
+            for (int s = 0; s < S; s++) VT_CHECK(tm_feed(lm, kv, tp, s, pre[s], npre[s], NULL, &err) == VS_OK, "%s",
+                                                 err.msg);
+            vs_lm_row rows[NB];
+            int cnt[S] = {0};
+            for (int i = 0; i < NB; i++) {
+                int s = seq_of[i];
+                rows[i] = (vs_lm_row){.token = add[i], .seq = s, .pos = npre[s] + cnt[s]++, .want_logits = true};
+            }
+            float *lg = malloc(sizeof(float) * NB * V), *one = malloc(sizeof(float) * V);
+            vs_lm_out out = {.logits = lg};
+            VT_CHECK(vs_lm_forward(lm, kv, tp, rows, NB, &out, &err) == VS_OK, "%s", err.msg);
+            double worst = 0;
+            for (int s = 0; s < S; s++) {
+                vs_kv *k1 = vs_lm_kv_new(lm, 1, 256, kvt, &err);
+                VT_CHECK(tm_feed(lm, k1, tp, 0, pre[s], npre[s], NULL, &err) == VS_OK, "%s", err.msg);
+                for (int i = 0; i < NB; i++) {
+                    if (seq_of[i] != s) continue;
+                    VT_CHECK(tm_feed(lm, k1, tp, 0, &add[i], 1, one, &err) == VS_OK, "%s", err.msg);
+                    worst = fmax(worst, max_diff(one, lg + (size_t)i * V, V));
+                }
+                vs_kv_free(k1);
+            }
+            printf("  %s KV, %-6s: batch of 10 rows over 3 sequences (37-150 cached) vs one row at a time: "
+                   "max abs diff %.3g\n", vs_type_name(kvt), vs_isa_name(vs_isa_active()), worst);
+            VT_CHECK(worst == 0, "batched rows differ from single rows by %g (%s)", worst,
+                     vs_isa_name(vs_isa_active()));
+            vs_isa_set_max(prev);
+            free(lg), free(one);
+            vs_kv_free(kv);
+        }
+    vs_lm_free(lm);
+}
+
 /* Exceeding the context is an error that leaves the cache as it was; bad rows are errors. */
 static void test_errors(vs_lm *lm, vs_threadpool *tp) {
     vs_error err = {0};
@@ -488,6 +680,9 @@ int main(void) {
     test_outputs(lm, tp);
     test_isa_paths(lm, tp);
     test_errors(lm, tp);
+    printf("attention kernels:\n");
+    test_attn_kernels();
+    test_long_invariance(tp);
     printf("tied output / single thread:\n");
     {
         vs_lm_random_opts t = tm_small_opts(VS_TYPE_F32, 43);

@@ -1,0 +1,190 @@
+/* attn_avx512: AVX-512 (F/BW/VL) + F16C inner loops of the decoder's attention; see attn_arch.h for the
+ * shapes and the batch-invariance rule. Scalar twins in lm.c (vs_attn_*_ref), compared by test_lm.
+ * Only called after vs_isa_detect() reported AVX-512. */
+#include <immintrin.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "attn_arch.h"
+
+#define AI static inline __attribute__((always_inline))
+
+/* 16 lanes of row base[i ..) (F32 or F16) where m has a bit set; the others zero. */
+AI __m512 load16(const void *base, const int f16, int64_t i, __mmask16 m) {
+    if (f16) return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const uint16_t *)base + i));
+    return _mm512_maskz_loadu_ps(m, (const float *)base + i);
+}
+
+AI __mmask16 lanes(int n) { return (__mmask16)(n >= 16 ? 0xffff : (1u << n) - 1); }
+
+/* r[j] = sum of the 16 lanes of v[j], j < 16, by a fixed tree per lane. */
+static inline __m512 reduce16(const __m512 *v) {
+    __m512 u[8], w[4];
+    for (int i = 0; i < 8; i++)
+        u[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]), _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
+    for (int i = 0; i < 4; i++)
+        w[i] = _mm512_add_ps(_mm512_shuffle_ps(u[2 * i], u[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm512_shuffle_ps(u[2 * i], u[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    __m512 s01 = _mm512_add_ps(_mm512_shuffle_f32x4(w[0], w[1], _MM_SHUFFLE(1, 0, 1, 0)),
+                               _mm512_shuffle_f32x4(w[0], w[1], _MM_SHUFFLE(3, 2, 3, 2)));
+    __m512 s23 = _mm512_add_ps(_mm512_shuffle_f32x4(w[2], w[3], _MM_SHUFFLE(1, 0, 1, 0)),
+                               _mm512_shuffle_f32x4(w[2], w[3], _MM_SHUFFLE(3, 2, 3, 2)));
+    return _mm512_add_ps(_mm512_shuffle_f32x4(s01, s23, _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm512_shuffle_f32x4(s01, s23, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+/* Scores of one query against the 16 keys k[t0 .. t0 + 16) (keys >= t0 + nk are not read: their lanes
+ * repeat the last key and are not stored). */
+AI void qk16(float *s, const float *q, const void *k, const int f16, int64_t t0, const int nk, int hd, float scale) {
+    __m512 acc[16];
+    int64_t off[16];
+#pragma GCC unroll 16
+    for (int j = 0; j < 16; j++) {
+        acc[j] = _mm512_setzero_ps();
+        off[j] = (t0 + (j < nk ? j : nk - 1)) * hd;
+    }
+    for (int d = 0; d < hd; d += 16) {
+        __mmask16 m = lanes(hd - d);
+        __m512 qv = _mm512_maskz_loadu_ps(m, q + d);
+#pragma GCC unroll 16
+        for (int j = 0; j < 16; j++) acc[j] = _mm512_fmadd_ps(qv, load16(k, f16, off[j] + d, m), acc[j]);
+    }
+    __m512 r = _mm512_mul_ps(reduce16(acc), _mm512_set1_ps(scale));
+    _mm512_mask_storeu_ps(s + t0, lanes(nk), r);
+}
+
+AI void scores_impl(float *s, int ld, const float *const *q, const int *T, int nq, const void *k, const int f16,
+                    int hd, float scale) {
+    int tmax = 0;
+    for (int i = 0; i < nq; i++) tmax = T[i] > tmax ? T[i] : tmax;
+    /* key blocks outer, queries inner: a block of 16 keys is read from memory once for all queries */
+    for (int t0 = 0; t0 < tmax; t0 += 16)
+        for (int i = 0; i < nq; i++) {
+            if (T[i] >= t0 + 16) qk16(s + (size_t)i * ld, q[i], k, f16, t0, 16, hd, scale);
+            else if (T[i] > t0) qk16(s + (size_t)i * ld, q[i], k, f16, t0, T[i] - t0, hd, scale);
+        }
+}
+
+void vs_attn_scores_avx512(float *s, int ld, const float *const *q, const int *T, int nq, const void *k, int f16,
+                           int hd, float scale) {
+    if (f16) scores_impl(s, ld, q, T, nq, k, 1, hd, scale);
+    else scores_impl(s, ld, q, T, nq, k, 0, hd, scale);
+}
+
+static inline __m512 exp16(__m512 x) {
+    __mmask16 live = _mm512_cmp_ps_mask(x, _mm512_set1_ps(VS_ATTN_EXP_LO), _CMP_GE_OQ);
+    x = _mm512_max_ps(x, _mm512_set1_ps(VS_ATTN_EXP_LO));
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(VS_ATTN_LOG2E)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(VS_ATTN_LN2_HI), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(VS_ATTN_LN2_LO), r);
+    __m512 p = _mm512_set1_ps(VS_ATTN_P0);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(VS_ATTN_P1));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(VS_ATTN_P2));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(VS_ATTN_P3));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(VS_ATTN_P4));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(VS_ATTN_P5));
+    __m512 y = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
+    /* 2^n built from its exponent bits (n >= -126: a normal number), then one rounding multiply */
+    __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+    return _mm512_maskz_mul_ps(live, y, _mm512_castsi512_ps(e));
+}
+
+void vs_attn_exp_avx512(float *y, const float *x, int n) {
+    for (int i = 0; i < n; i += 16) {
+        int m = n - i < 16 ? n - i : 16;
+        __mmask16 k = (__mmask16)(m >= 16 ? 0xffff : (1u << m) - 1);
+        _mm512_mask_storeu_ps(y + i, k, exp16(_mm512_maskz_loadu_ps(k, x + i)));
+    }
+}
+
+void vs_attn_swiglu_avx512(float *g, const float *u, int64_t n) {
+    const __m512 one = _mm512_set1_ps(1.0f);
+    for (int64_t i = 0; i < n; i += 16) {
+        __mmask16 k = lanes(n - i < 16 ? (int)(n - i) : 16);
+        __m512 x = _mm512_maskz_loadu_ps(k, g + i);
+        __m512 e = exp16(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_abs_ps(x)));
+        __mmask16 pos = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GE_OQ);
+        __m512 sig = _mm512_div_ps(_mm512_mask_blend_ps(pos, e, one), _mm512_add_ps(one, e));
+        _mm512_mask_storeu_ps(g + i, k, _mm512_mul_ps(_mm512_mul_ps(x, sig), _mm512_maskz_loadu_ps(k, u + i)));
+    }
+}
+
+void vs_attn_softmax_avx512(float *s, int T) {
+    __m512 mx = _mm512_set1_ps(-INFINITY);
+    for (int t = 0; t < T; t += 16) {
+        int m = T - t < 16 ? T - t : 16;
+        __mmask16 k = (__mmask16)(m >= 16 ? 0xffff : (1u << m) - 1);
+        mx = _mm512_mask_max_ps(mx, k, mx, _mm512_maskz_loadu_ps(k, s + t));
+    }
+    __m512 mv = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
+    __m512 sum = _mm512_setzero_ps();
+    for (int t = 0; t < T; t += 16) {
+        int m = T - t < 16 ? T - t : 16;
+        __mmask16 k = (__mmask16)(m >= 16 ? 0xffff : (1u << m) - 1);
+        __m512 x = _mm512_maskz_loadu_ps(k, s + t);
+        /* masked (-inf) entries: exp16 of -inf - max is exactly 0 */
+        __m512 e = _mm512_maskz_mov_ps(k, exp16(_mm512_sub_ps(x, mv)));
+        sum = _mm512_add_ps(sum, e);
+        _mm512_mask_storeu_ps(s + t, k, e);
+    }
+    __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(sum));
+    for (int t = 0; t < T; t += 16) {
+        int m = T - t < 16 ? T - t : 16;
+        __mmask16 k = (__mmask16)(m >= 16 ? 0xffff : (1u << m) - 1);
+        _mm512_mask_storeu_ps(s + t, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, s + t), inv));
+    }
+}
+
+/* nt queries (<= 4) x nc vectors (<= 4) of output columns [d0, d0 + 16 nc), the last one nl lanes wide. */
+AI void pv_tile(float *const *o, const float *p, int ld, const int nt, const int nc, int nl, int T, const void *v,
+                const int f16, int hd, int d0) {
+    __m512 acc[4][4];
+    __mmask16 m[4];
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; c++) m[c] = c == nc - 1 ? lanes(nl) : 0xffff;
+#pragma GCC unroll 4
+    for (int i = 0; i < nt; i++)
+#pragma GCC unroll 4
+        for (int c = 0; c < nc; c++) acc[i][c] = _mm512_setzero_ps();
+    for (int t = 0; t < T; t++) {
+        __m512 vv[4];
+#pragma GCC unroll 4
+        for (int c = 0; c < nc; c++) vv[c] = load16(v, f16, (int64_t)t * hd + d0 + 16 * c, m[c]);
+#pragma GCC unroll 4
+        for (int i = 0; i < nt; i++) {
+            __m512 pt = _mm512_set1_ps(p[(size_t)i * ld + t]);
+#pragma GCC unroll 4
+            for (int c = 0; c < nc; c++) acc[i][c] = _mm512_fmadd_ps(pt, vv[c], acc[i][c]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < nt; i++)
+#pragma GCC unroll 4
+        for (int c = 0; c < nc; c++) _mm512_mask_storeu_ps(o[i] + d0 + 16 * c, m[c], acc[i][c]);
+}
+
+#define PV_CASE(NT, NC) \
+    case (NT) * 8 + (NC): pv_tile(oo, pp, ld, NT, NC, nl, T, v, F16, hd, d0); break;
+
+AI void pv_impl(float *const *o, const float *p, int ld, int nq, int T, const void *v, const int F16, int hd) {
+    for (int i0 = 0; i0 < nq; i0 += 4) {
+        int nt = nq - i0 < 4 ? nq - i0 : 4;
+        for (int d0 = 0; d0 < hd; d0 += 64) {
+            int w = hd - d0 < 64 ? hd - d0 : 64, nc = (w + 15) / 16, nl = w - 16 * (nc - 1);
+            const float *pp = p + (size_t)i0 * ld;
+            float *const *oo = o + i0;
+            switch (nt * 8 + nc) {
+                PV_CASE(1, 1) PV_CASE(1, 2) PV_CASE(1, 3) PV_CASE(1, 4)
+                PV_CASE(2, 1) PV_CASE(2, 2) PV_CASE(2, 3) PV_CASE(2, 4)
+                PV_CASE(3, 1) PV_CASE(3, 2) PV_CASE(3, 3) PV_CASE(3, 4)
+                PV_CASE(4, 1) PV_CASE(4, 2) PV_CASE(4, 3) PV_CASE(4, 4)
+            }
+        }
+    }
+}
+
+void vs_attn_pv_avx512(float *const *o, const float *p, int ld, int nq, int T, const void *v, int f16, int hd) {
+    if (f16) pv_impl(o, p, ld, nq, T, v, 1, hd);
+    else pv_impl(o, p, ld, nq, T, v, 0, hd);
+}
