@@ -236,8 +236,12 @@ static void mm_scalar(const vs_mm_job *jb, int64_t o0, int64_t o1) {
 /* ---- the threaded driver ---- */
 
 /* With AMX, Q8_0/Q4_0 use the AMX layout for every row count (batch invariance: one quantiser, one
- * per-lane float epilogue): tiles for 2+ rows, the bitwise-equal VNNI kernel vs_mm_amx_row1 for one. */
+ * per-lane float epilogue): tiles, or for few rows the bitwise-equal VNNI kernel vs_mm_amx_vnni. */
 static int64_t amx_min_rows(vs_type t) { (void)t; return 1; }
+/* Up to this many rows the VNNI kernel over the AMX layout beats the tiles (kbench, 1 thread, 5632 x
+ * 2048 from DRAM, noisy: Q8_0 2 rows 1.26-1.36 vs 1.11-1.13 ms with tiles; Q4_0 2 rows 0.70-0.92 vs
+ * 1.21-1.32 ms, 4 rows 1.05-1.41 vs 1.32-1.40 ms: Q4_0 tiles pay for unpacking nibbles via memory). */
+static int64_t amx_vnni_max_rows(vs_type t) { return t == VS_TYPE_Q8_0 ? 1 : 4; }
 
 typedef struct mm_ctx {
     vs_mm_job job;
@@ -278,7 +282,7 @@ static void mm_task(void *p, int ith, int nth) {
     if (o0 >= o1) return;
     switch (c->isa) {
     case VS_ISA_AMX:
-        if (c->job.n_rows == 1) vs_mm_amx_row1(&c->job, o0, o1);
+        if (c->job.n_rows <= amx_vnni_max_rows(c->job.wtype)) vs_mm_amx_vnni(&c->job, o0, o1);
         else vs_mm_amx(&c->job, o0, o1);
         break;
     case VS_ISA_AVX512: vs_mm_avx512(&c->job, o0, o1); break;

@@ -180,7 +180,7 @@ VS_INLINE void amx_tile(const vs_mm_job *jb, int64_t o_t, int valid, int64_t g, 
     }
 
     BLOCK_TILES(0, 2, 4, 0, abuf[0], cbuf[0]);
-    const uint8_t *next = wt + 16 * rb; /* the next tile's weights, prefetched linearly (see row1 below) */
+    const uint8_t *next = wt + 16 * rb; /* the next tile's weights, prefetched linearly (see vnni_rows) */
     size_t pf = 0;
     for (int64_t b = 0; b < nb; b++) {
         for (size_t pe = next_bytes * (size_t)(b + 1) / (size_t)nb; pf < pe; pf += 64)
@@ -242,25 +242,27 @@ void vs_mm_amx(const vs_mm_job *jb, int64_t o0, int64_t o1) {
     __asm__ volatile("tilerelease" ::: "memory");
 }
 
-/* ---- one activation row with AVX-512 VNNI, bitwise equal to the AMX tiles ----
+/* ---- one to four activation rows with AVX-512 VNNI, bitwise equal to the AMX tiles ----
  * Decoding (n_rows == 1) streams every weight once for a single row, where a tile product wastes 15 of
- * its 16 columns; VNNI dot products are cheaper there, mostly for Q4_0. To keep batch invariance this
- * kernel reads the same AMX layout (N = 1) and produces, per output, the same exact integer block dots
- * and then the same float operations in the same order as amx_tile: acc = fma((float)isum_b,
- * d_w * d_x, acc) for b = 0, 1, ... Lanes are 16 outputs. Per block: 8 vectors of two outputs' 32
- * weights (unsigned: Q8_0 as w + 128, Q4_0 nibbles in the chunk's K order) times the row's 32 q in both
- * halves, each started from -K * (sum of the lane's 4 q) so the lane sums are exact; a three-level
- * add tree turns the 8 x (2 outputs x 8 lanes) into one vector of 16 block dots. */
+ * its 16 columns, and Q4_0 tiles pay for unpacking nibbles through memory; VNNI dot products are cheaper
+ * there. To keep batch invariance this kernel reads the same AMX layout (N = 1, 2 or 4) and produces,
+ * per output and row, the same exact integer block dots and then the same float operations in the same
+ * order as amx_tile: acc = fma((float)isum_b, d_w * d_x, acc) for b = 0, 1, ... Lanes are 16 outputs.
+ * Per block: 8 vectors of two outputs' 32 weights (unsigned: Q8_0 as w + 128, Q4_0 nibbles), shared by
+ * the rows; per row, 8 dot products with the row's 32 q (in both halves), each started from -K * (sum of
+ * the lane's 4 q) so the lane sums are exact, and a three-level add tree that turns the 8 x (2 outputs x
+ * 8 lanes) into one vector of 16 block dots. */
 
 /* Sums adjacent halves of the lane groups of a and b: groups of 2h lanes -> groups of h, a's then b's. */
 VS_INLINE __m512i fold(__m512i a, __m512i b, __m512i ilo, __m512i ihi) {
     return _mm512_add_epi32(_mm512_permutex2var_epi32(a, ilo, b), _mm512_permutex2var_epi32(a, ihi, b));
 }
 
-void vs_mm_amx_row1(const vs_mm_job *jb, int64_t o0, int64_t o1) {
+VS_INLINE void vnni_rows(const vs_mm_job *jb, int64_t o0, int64_t o1, const int R) {
     const bool q8 = jb->wtype == VS_TYPE_Q8_0;
+    const int N = vs_xq_amx_N(R);
     const int64_t nb = jb->n_in / 32;
-    const size_t rb = jb->w_row_bytes, bbytes = q8 ? 34 : 18, chunk = vs_xq_amx_chunk(1);
+    const size_t rb = jb->w_row_bytes, bbytes = q8 ? 34 : 18, chunk = vs_xq_amx_chunk(N);
     const __m512i kmul = _mm512_set1_epi8(q8 ? (char)0x80 : 8), m0f = _mm512_set1_epi8(0x0f);
     const __m512i x80 = _mm512_set1_epi8((char)0x80);
     /* fold indices: h = 4, 2, 1 (lanes per output after the fold) */
@@ -282,12 +284,21 @@ void vs_mm_amx_row1(const vs_mm_job *jb, int64_t o0, int64_t o1) {
         ilo[s] = _mm512_load_si512(lo);
         ihi[s] = _mm512_load_si512(hi);
     }
+    /* row c's q: dword k of the chunk's [8][N] dwords is at k * N + c */
+    __m512i xidx[4];
+    VS_UNROLL
+    for (int c = 0; c < R; c++)
+        xidx[c] = _mm512_add_epi32(_mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 0, 0, 0, 0, 0, 0, 0, 0),
+                                                      _mm512_set1_epi32(N)),
+                                   _mm512_set1_epi32(c));
     for (int64_t o = o0; o < o1; o += 16) {
         const int valid = (int)VS_MIN(16, o1 - o);
         const uint8_t *wt = jb->w + o * rb;
         const uint8_t *wrow[16];
         for (int k = 0; k < 16; k++) wrow[k] = wt + (size_t)VS_MIN(k, valid - 1) * rb + 2; /* pad: repeat */
-        __m512 acc = _mm512_setzero_ps();
+        __m512 acc[4];
+        VS_UNROLL
+        for (int c = 0; c < R; c++) acc[c] = _mm512_setzero_ps();
         /* The tile's 16 rows are one contiguous range read as 16 interleaved streams, which the hardware
          * prefetchers follow poorly: prefetch the next tile's range linearly, a share per block. */
         const uint8_t *next = wt + 16 * rb;
@@ -297,42 +308,59 @@ void vs_mm_amx_row1(const vs_mm_job *jb, int64_t o0, int64_t o1) {
             for (size_t pe = next_bytes * (size_t)(b + 1) / (size_t)nb; pf < pe; pf += 64)
                 _mm_prefetch((const char *)next + pf, _MM_HINT_T0);
             const uint8_t *ch = jb->xq + (size_t)b * chunk;
-            __m512i xq;
-            if (q8) {
-                xq = _mm512_broadcast_i64x4(_mm256_load_si256((const __m256i *)ch));
-            } else { /* [v0..15, v0..15, v16..31, v16..31] */
-                __m256i nat = _mm256_shuffle_epi8(_mm256_load_si256((const __m256i *)ch), deint);
-                nat = _mm256_permute4x64_epi64(nat, _MM_SHUFFLE(3, 1, 2, 0));
-                xq = _mm512_shuffle_i64x2(_mm512_castsi256_si512(nat), _mm512_castsi256_si512(nat),
-                                          _MM_SHUFFLE(1, 1, 0, 0));
-            }
-            const __m512i cinit = _mm512_sub_epi32(_mm512_setzero_si512(),
-                                                   _mm512_dpbusd_epi32(_mm512_setzero_si512(), kmul, xq));
             const size_t boff = (size_t)b * bbytes;
-            __m512i v[8];
+            __m512i wv[8];
             VS_UNROLL
             for (int j = 0; j < 8; j++) {
                 const uint8_t *pa = wrow[2 * j] + boff, *pb = wrow[2 * j + 1] + boff;
-                __m512i w;
                 if (q8) {
-                    w = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)pa)),
-                                           _mm256_loadu_si256((const __m256i *)pb), 1);
-                    w = _mm512_xor_si512(w, x80);
+                    __m512i w = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)pa)),
+                                                   _mm256_loadu_si256((const __m256i *)pb), 1);
+                    wv[j] = _mm512_xor_si512(w, x80);
                 } else {
                     __m256i t = _mm256_loadu2_m128i((const __m128i *)pb, (const __m128i *)pa);
-                    w = _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(t), _mm256_srli_epi16(t, 4), 1), m0f);
+                    wv[j] = _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(t), _mm256_srli_epi16(t, 4), 1), m0f);
                 }
-                v[j] = _mm512_dpbusd_epi32(cinit, w, xq);
             }
-            const __m512i l0 = q8 ? ilo[0] : q4lo, h0 = q8 ? ihi[0] : q4hi;
-            __m512i f0 = fold(v[0], v[1], l0, h0), f1 = fold(v[2], v[3], l0, h0);
-            __m512i f2 = fold(v[4], v[5], l0, h0), f3 = fold(v[6], v[7], l0, h0);
-            __m512i g0 = fold(f0, f1, ilo[1], ihi[1]), g1 = fold(f2, f3, ilo[1], ihi[1]);
-            __m512i isum = fold(g0, g1, ilo[2], ihi[2]);
             __m512 dwv = gather_scales(wt, rb, boff, valid);
-            __m512 s = _mm512_mul_ps(dwv, _mm512_set1_ps(*(const float *)(ch + 32)));
-            acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), s, acc);
+            const __m512i z0 = _mm512_loadu_si512(ch), z1 = _mm512_loadu_si512(ch + 64);
+            VS_UNROLL
+            for (int c = 0; c < R; c++) {
+                __m256i q = N == 1 ? _mm512_castsi512_si256(z0)
+                                   : _mm512_castsi512_si256(_mm512_permutex2var_epi32(z0, xidx[c], z1));
+                __m512i xq;
+                if (q8) {
+                    xq = _mm512_broadcast_i64x4(q);
+                } else { /* [v0..15, v0..15, v16..31, v16..31] */
+                    __m256i nat = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(q, deint), _MM_SHUFFLE(3, 1, 2, 0));
+                    xq = _mm512_shuffle_i64x2(_mm512_castsi256_si512(nat), _mm512_castsi256_si512(nat),
+                                              _MM_SHUFFLE(1, 1, 0, 0));
+                }
+                const __m512i cinit = _mm512_sub_epi32(_mm512_setzero_si512(),
+                                                       _mm512_dpbusd_epi32(_mm512_setzero_si512(), kmul, xq));
+                __m512i v[8];
+                VS_UNROLL
+                for (int j = 0; j < 8; j++) v[j] = _mm512_dpbusd_epi32(cinit, wv[j], xq);
+                const __m512i l0 = q8 ? ilo[0] : q4lo, h0 = q8 ? ihi[0] : q4hi;
+                __m512i f0 = fold(v[0], v[1], l0, h0), f1 = fold(v[2], v[3], l0, h0);
+                __m512i f2 = fold(v[4], v[5], l0, h0), f3 = fold(v[6], v[7], l0, h0);
+                __m512i g0 = fold(f0, f1, ilo[1], ihi[1]), g1 = fold(f2, f3, ilo[1], ihi[1]);
+                __m512i isum = fold(g0, g1, ilo[2], ihi[2]);
+                __m512 sc = _mm512_mul_ps(dwv, _mm512_set1_ps(((const float *)(ch + 32 * N))[c]));
+                acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), sc, acc[c]);
+            }
         }
-        _mm512_mask_storeu_ps(jb->y + o, valid >= 16 ? 0xffff : (__mmask16)((1u << valid) - 1), acc);
+        const __mmask16 m = valid >= 16 ? 0xffff : (__mmask16)((1u << valid) - 1);
+        VS_UNROLL
+        for (int c = 0; c < R; c++) _mm512_mask_storeu_ps(jb->y + c * jb->n_out + o, m, acc[c]);
+    }
+}
+
+void vs_mm_amx_vnni(const vs_mm_job *jb, int64_t o0, int64_t o1) {
+    switch (jb->n_rows) {
+    case 1: vnni_rows(jb, o0, o1, 1); break;
+    case 2: vnni_rows(jb, o0, o1, 2); break;
+    case 3: vnni_rows(jb, o0, o1, 3); break;
+    default: vnni_rows(jb, o0, o1, 4); break;
     }
 }

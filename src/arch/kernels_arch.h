@@ -62,9 +62,9 @@ static inline size_t vs_xq_amx_bytes(int64_t n_in, int64_t n_rows) {
 void vs_xq_quantize_row_amx(const float *x, int64_t n_in, vs_type wtype, int64_t n_rows, int64_t r, uint8_t *xq);
 /* Outputs [o0, o1) for all rows from the AMX layout (job->xq); o0 a multiple of 16. */
 void vs_mm_amx(const vs_mm_job *job, int64_t o0, int64_t o1);
-/* Outputs [o0, o1) of ONE row (n_rows == 1) from the AMX layout, with AVX-512 VNNI instead of tiles
- * (cheaper for one row); bitwise equal to vs_mm_amx on that row. */
-void vs_mm_amx_row1(const vs_mm_job *job, int64_t o0, int64_t o1);
+/* Outputs [o0, o1) of 1 to 4 rows (n_rows <= 4) from the AMX layout, with AVX-512 VNNI instead of tiles
+ * (cheaper for one row, and for Q4_0 up to a few); bitwise equal to vs_mm_amx on the same rows. */
+void vs_mm_amx_vnni(const vs_mm_job *job, int64_t o0, int64_t o1);
 /* Asks the OS for AMX tile state (once per process); false if unavailable. */
 bool vs_amx_request(void);
 
