@@ -97,7 +97,7 @@ typedef struct ens {
     float w[VS_ENS_MAX_ROWS];
     /* sampling */
     vs_sampler *sampler;
-    bool greedy, force_greedy;
+    bool greedy, force_greedy, debug_reject;
     /* buffers */
     float *logits; /* [m][V] the rows' logits of the current step */
     float *qrow;   /* [qcap][m][V] each row's q at each step of the block */
@@ -328,6 +328,7 @@ static vs_status prefill(ens *d, uint32_t mask, vs_error *err) {
             keep = vs_spec_keys_common(w->pkey, w->hist, VS_MIN(vs_kv_seq_len(d->kv, r), w->n_prow - 1));
         if ((st = vs_kv_seq_truncate(d->kv, r, keep, err))) return st;
         from[r] = keep;
+        d->stats.prefilled[r] = w->n_prow - 1 - keep;
     }
     if ((st = ensure_batch(d, PREFILL_CHUNK, err))) return st;
     int32_t n = 0;
@@ -396,7 +397,7 @@ static vs_status begin_request(ens *d, const vs_spec_begin_info *req, vs_error *
     if (st) return st;
     vs_sampler_seed(d->sampler, sp.seed);
     vs_rng_seed(&d->rng, sp.seed ^ 0xBB67AE8584CAA73Bull);
-    d->greedy = sp.temperature == 0 || d->force_greedy;
+    d->greedy = sp.temperature == 0 || d->force_greedy || d->debug_reject;
     if (d->hist) vs_ens_hist_clear(d->hist);
     for (int32_t r = 0; r < d->m; r++) d->w[r] = 1.0f / (float)d->m;
 
@@ -469,14 +470,21 @@ static vs_status transform(ens *d, const float *z, float *p, vs_error *err) {
     return d->greedy ? softmax(d, z, p, err) : vs_sampler_probs(d->sampler, z, p, err);
 }
 
+static int32_t argmin(const float *x, int32_t n) {
+    int32_t best = 0;
+    for (int32_t i = 1; i < n; i++)
+        if (x[i] < x[best]) best = i;
+    return best;
+}
+
 /* Draws draft i from the rows' logits (d->logits). */
 static vs_status draw(ens *d, int32_t i, vs_spec_proposal *out, vs_error *err) {
     const int32_t m = d->m, V = d->n_vocab;
     vs_status st;
     int32_t t;
     if (m == 1 && d->greedy) {
-        /* argmax of softmax(z) == argmax z; the q row is still kept (history is off for m = 1) */
-        out->token[i] = vs_argmax(d->logits, V);
+        /* argmax of softmax(z) == argmax z (argmin for debug_reject); history is off for m = 1 */
+        out->token[i] = d->debug_reject ? argmin(d->logits, V) : vs_argmax(d->logits, V);
         out->q_row[i] = -1;
         return VS_OK;
     }
@@ -503,7 +511,7 @@ static vs_status draw(ens *d, int32_t i, vs_spec_proposal *out, vs_error *err) {
         for (int32_t j = 0; j < V; j++) q[j] *= inv;
     }
     if (d->greedy) {
-        t = vs_argmax(q, V);
+        t = d->debug_reject ? argmin(q, V) : vs_argmax(q, V);
         out->q_row[i] = -1;
     } else {
         if ((st = vs_sampler_pick(d->sampler, q, &t, err))) return st;
@@ -793,6 +801,7 @@ vs_spec_drafter *vs_draft_ens_new(vs_lm *draft, const vs_lm *target, const vs_dr
     d->pool_k = o->pool_k;
     d->caps = o->captions;
     d->force_greedy = o->greedy;
+    d->debug_reject = o->debug_reject;
     d->seed = o->seed;
     d->wcfg = o->weights;
     d->learns = m > 1 && (o->weights.policy == VS_ENS_GRID || o->weights.policy == VS_ENS_INV_KL ||

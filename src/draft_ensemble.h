@@ -83,6 +83,11 @@ typedef struct vs_draft_ens_opts {
                                       * shares the target's LM or this drafter's pool */
     bool greedy;                     /* draft greedily even when the request samples */
     bool trace;                      /* keep the per-block weight trace (vs_draft_ens_trace) */
+    /* DEBUG / BENCHMARK ONLY: run the draft model as usual but propose the LEAST likely token
+     * (m = 1: argmin of the logits; m > 1: argmin of q_ens over softmax(z_r)), deterministically and
+     * greedily even when the request samples, so the target (almost) always rejects it: the cost of
+     * speculation when nothing is gained (`--draft-mode reject`). Output stays lossless. */
+    bool debug_reject;
     uint64_t seed;                   /* mixed into the request's seed (random policy, sampled drafts) */
 } vs_draft_ens_opts;
 
@@ -99,6 +104,7 @@ typedef struct vs_draft_ens_stats {
     int64_t forwards;       /* vs_lm_forward calls since creation (prefill chunks + draft steps) */
     int64_t draft_steps;    /* batched draft steps since creation */
     int32_t prefix_rows[VS_ENS_MAX_ROWS]; /* each row's prompt rows in the last request */
+    int32_t prefilled[VS_ENS_MAX_ROWS];   /* of them, the rows its prefill evaluated (not reused) */
     int32_t n_empty_captions;             /* images of the last request whose generated caption was empty */
     double t_caption;                     /* seconds the captioner ran for the last request (other thread) */
     double t_caption_wait;                /* seconds the drafter waited for it (the part not hidden) */

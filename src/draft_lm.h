@@ -1,7 +1,11 @@
 /* draft_lm: the first drafter, a separate small LM (LLaMA family) sharing the target's tokenizer.
- * Owns: its KV cache (one sequence), its sampler (the request's transforms, its own seed), its copy of
- * the prompt rows it drafts from, and the bookkeeping that keeps it from ever evaluating a token twice.
- * The model itself, the target (only read for the compatibility check) and the projector are borrowed.
+ * It is the one-input case of the ensemble drafter (draft_ensemble.h): vs_draft_lm_new maps its options
+ * to vs_draft_ens_new with the single input T or M, and the drafter it returns IS an ensemble drafter
+ * (vs_draft_ens_* accessors work on it). Owns (through it): its KV cache (one sequence), its sampler
+ * (the request's transforms, its own seed: the request's XOR 0xD1B54A32D192ED03), its copy of the
+ * prompt rows it drafts from, the projections of the last request's images, and the bookkeeping that
+ * keeps it from ever evaluating a token twice. The model itself, the target (only read for the
+ * compatibility check) and the projector are borrowed.
  *
  * Drafting inputs (ALGORITHMS.md section 2):
  *   VS_DRAFT_LM_TEXT  (T): each image segment is replaced by the tokens of "\n" (no image features);
@@ -57,11 +61,11 @@ typedef struct vs_draft_lm_opts {
 vs_spec_drafter *vs_draft_lm_new(vs_lm *draft, const vs_lm *target, const vs_draft_lm_opts *opts,
                                  vs_error *err);
 
-/* Rows the drafter evaluated in total (prompt + fed tokens) since creation: tests use it to prove no
- * token is evaluated twice. */
+/* Rows the drafter evaluated in total (prompt + fed tokens) since creation (vs_draft_ens_stats
+ * .rows_evaluated): tests use it to prove no token is evaluated twice. -1 when d is no such drafter. */
 int64_t vs_draft_lm_rows_evaluated(const vs_spec_drafter *d);
 /* Prompt rows the last begin() evaluated (the rest was reused from the cache: params.reuse_prefix);
- * -1 when d is not a draft-LM drafter. */
+ * -1 when d is no such drafter. */
 int32_t vs_draft_lm_prefilled(const vs_spec_drafter *d);
 /* Its cache (tests inspect lengths). */
 vs_kv *vs_draft_lm_kv(vs_spec_drafter *d);

@@ -315,6 +315,9 @@ static void test_lossless(fixture *f) {
 /* ------------------------------------------------------------------------------------------------
  * m = 1 is draft_lm; TABED adapts; trace; captioner thread */
 
+/* draft_lm is a wrapper over the 1-row ensemble (vs_draft_lm_new -> vs_draft_ens_new): this checks that
+ * its option mapping gives the same drafter as an ensemble made directly (before the wrapper it checked
+ * that the two implementations agreed block by block and row by row). */
 static void test_single_is_draft_lm(fixture *f) {
     vs_error err = {0};
     engine e = make_engine(f->target, 256);
