@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "gguf.h"
+#include "heap.h"
 
 static const char *const GPT2_REGEX =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
@@ -289,12 +290,17 @@ typedef struct heap_item {
     uint64_t key;
 } heap_item;
 
+/* heap order: larger count first; ties to the smaller key (left id, then right id) */
+static bool heap_before(const heap_item *a, const heap_item *b) {
+    return a->count > b->count || (a->count == b->count && a->key < b->key);
+}
+VS_HEAP_DEFINE(pair_heap, heap_item, heap_before)
+
 typedef struct trainer_state {
     pair_entry *pairs;
     uint64_t pmask;
     int64_t n_pairs;
-    heap_item *heap;
-    int64_t n_heap, cap_heap;
+    pair_heap heap;
     int32_t **sym; /* per word: symbols */
     int32_t *n_sym;
     bool oom;
@@ -356,49 +362,8 @@ static void occ_add(trainer_state *s, pair_entry *e, int32_t w) {
     e->occ[e->n_occ++] = w;
 }
 
-/* heap order: larger count first; ties to the smaller key (left id, then right id) */
-static bool heap_before(const heap_item *a, const heap_item *b) {
-    return a->count > b->count || (a->count == b->count && a->key < b->key);
-}
-
 static void heap_push(trainer_state *s, int64_t count, uint64_t key) {
-    if (s->n_heap == s->cap_heap) {
-        int64_t cap = s->cap_heap ? s->cap_heap * 2 : 4096;
-        heap_item *nh = vs_realloc(s->heap, (size_t)cap * sizeof(heap_item));
-        if (!nh) {
-            s->oom = true;
-            return;
-        }
-        s->heap = nh;
-        s->cap_heap = cap;
-    }
-    int64_t i = s->n_heap++;
-    s->heap[i] = (heap_item){count, key};
-    while (i > 0) {
-        int64_t p = (i - 1) / 2;
-        if (!heap_before(&s->heap[i], &s->heap[p])) break;
-        heap_item t = s->heap[i];
-        s->heap[i] = s->heap[p];
-        s->heap[p] = t;
-        i = p;
-    }
-}
-
-static heap_item heap_pop(trainer_state *s) {
-    heap_item top = s->heap[0];
-    s->heap[0] = s->heap[--s->n_heap];
-    int64_t i = 0;
-    for (;;) {
-        int64_t l = 2 * i + 1, r = l + 1, m = i;
-        if (l < s->n_heap && heap_before(&s->heap[l], &s->heap[m])) m = l;
-        if (r < s->n_heap && heap_before(&s->heap[r], &s->heap[m])) m = r;
-        if (m == i) break;
-        heap_item t = s->heap[i];
-        s->heap[i] = s->heap[m];
-        s->heap[m] = t;
-        i = m;
-    }
-    return top;
+    if (!pair_heap_push(&s->heap, (heap_item){count, key})) s->oom = true;
 }
 
 static uint64_t pkey(int32_t a, int32_t b) { return (uint64_t)(uint32_t)a << 32 | (uint32_t)b; }
@@ -408,7 +373,7 @@ static void state_free(trainer_state *s, int64_t n_words) {
         for (uint64_t i = 0; i <= s->pmask; i++)
             if (s->pairs[i].key != UINT64_MAX) vs_free(s->pairs[i].occ);
     vs_free(s->pairs);
-    vs_free(s->heap);
+    pair_heap_free(&s->heap);
     if (s->sym)
         for (int64_t w = 0; w < n_words; w++) vs_free(s->sym[w]);
     vs_free(s->sym);
@@ -493,8 +458,8 @@ vs_status vs_bpe_train(vs_bpe_trainer *t, int64_t vocab_size, int64_t min_pair_c
     int64_t cap_new = 0;
     uint64_t *touched = NULL;
     int64_t n_touched = 0, cap_touched = 0;
-    while (!s.oom && out->n_merges < max_merges && s.n_heap > 0) {
-        heap_item top = heap_pop(&s);
+    while (!s.oom && out->n_merges < max_merges && s.heap.n > 0) {
+        heap_item top = pair_heap_pop(&s.heap);
         pair_entry *e = pair_get(&s, top.key, false);
         if (!e || e->count != top.count) {
             if (e && e->count >= min_pair_count) heap_push(&s, e->count, e->key);

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "heap.h"
 #include "tokenizer_impl.h"
 
 /* ---------------------------------------------------------------- pre-tokenisers */
@@ -291,55 +292,17 @@ static bool bp_before(const bpair *a, const bpair *b) {
     if (a->rank != b->rank) return a->rank < b->rank;
     return a->left < b->left;
 }
+VS_HEAP_DEFINE(bp_heap, bpair, bp_before)
 
-typedef struct bheap {
-    bpair *v;
-    int64_t n, cap;
-} bheap;
-
-static bool bheap_push(bheap *h, bpair x) {
-    if (h->n == h->cap) {
-        int64_t cap = h->cap ? 2 * h->cap : 64;
-        bpair *v = vs_realloc(h->v, (size_t)cap * sizeof(bpair));
-        if (!v) return false;
-        h->v = v;
-        h->cap = cap;
-    }
-    int64_t i = h->n++;
-    while (i > 0) {
-        int64_t p = (i - 1) / 2;
-        if (!bp_before(&x, &h->v[p])) break;
-        h->v[i] = h->v[p];
-        i = p;
-    }
-    h->v[i] = x;
-    return true;
-}
-
-static bpair bheap_pop(bheap *h) {
-    bpair top = h->v[0], x = h->v[--h->n];
-    int64_t i = 0;
-    for (;;) {
-        int64_t c = 2 * i + 1;
-        if (c >= h->n) break;
-        if (c + 1 < h->n && bp_before(&h->v[c + 1], &h->v[c])) c++;
-        if (!bp_before(&h->v[c], &x)) break;
-        h->v[i] = h->v[c];
-        i = c;
-    }
-    if (h->n > 0) h->v[i] = x;
-    return top;
-}
-
-static bool add_pair(const vs_tokenizer *t, const bsym *y, bheap *h, int32_t l, int32_t r) {
+static bool add_pair(const vs_tokenizer *t, const bsym *y, bp_heap *h, int32_t l, int32_t r) {
     if (l < 0 || r < 0 || y[l].id < 0 || y[r].id < 0) return true;
     int32_t rank, res;
     if (!merge_find(&t->merges, y[l].id, y[r].id, &rank, &res)) return true;
-    return bheap_push(h, (bpair){rank, l, r, y[l].id, y[r].id, res});
+    return bp_heap_push(h, (bpair){rank, l, r, y[l].id, y[r].id, res});
 }
 
 /* BPE over one piece w[0..n); y has room for n symbols. */
-static vs_status bpe_word(const vs_tokenizer *t, const uint8_t *w, size_t n, bsym *y, bheap *h, char *mapped,
+static vs_status bpe_word(const vs_tokenizer *t, const uint8_t *w, size_t n, bsym *y, bp_heap *h, char *mapped,
                           vs_idvec *out, vs_error *err) {
     if (t->pretok->ignore_merges) {
         size_t m = 0;
@@ -353,7 +316,7 @@ static vs_status bpe_word(const vs_tokenizer *t, const uint8_t *w, size_t n, bsy
     for (size_t i = 1; i < n; i++)
         if (!add_pair(t, y, h, (int32_t)i - 1, (int32_t)i)) goto nomem;
     while (h->n > 0) {
-        bpair p = bheap_pop(h);
+        bpair p = bp_heap_pop(h);
         bsym *l = &y[p.left], *r = &y[p.right];
         if (l->id != p.lid || r->id != p.rid || l->next != p.right) continue; /* stale */
         l->id = p.result;
@@ -389,7 +352,7 @@ vs_status vs_tok_bpe_fragment(const vs_tokenizer *t, const char *text, size_t le
     for (int64_t i = 0; i < pieces.n; i++) maxw = VS_MAX(maxw, pieces.v[i].len);
     bsym *y = vs_malloc(maxw * sizeof(bsym));
     char *mapped = t->pretok->ignore_merges ? vs_malloc(maxw * 2) : NULL;
-    bheap h = {0};
+    bp_heap h = {0};
     if (!y || (t->pretok->ignore_merges && !mapped)) {
         st = vs_error_set(err, VS_ERR_NOMEM, "tokenize: out of memory");
     } else {
@@ -399,7 +362,7 @@ vs_status vs_tok_bpe_fragment(const vs_tokenizer *t, const char *text, size_t le
     }
     vs_free(y);
     vs_free(mapped);
-    vs_free(h.v);
+    bp_heap_free(&h);
     vs_free(pieces.v);
     return st;
 }

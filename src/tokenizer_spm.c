@@ -6,6 +6,7 @@
  * skipped when popped. Symbols that are not tokens fall back to <0xNN> byte tokens, then UNK. */
 #include <string.h>
 
+#include "heap.h"
 #include "tokenizer_impl.h"
 
 typedef struct sym {
@@ -25,52 +26,14 @@ static bool bg_before(const bigram *a, const bigram *b) {
     if (a->score != b->score) return a->score > b->score;
     return a->left < b->left;
 }
+VS_HEAP_DEFINE(bg_heap, bigram, bg_before)
 
-typedef struct heap {
-    bigram *v;
-    int64_t n, cap;
-} heap;
-
-static bool heap_push(heap *h, bigram x) {
-    if (h->n == h->cap) {
-        int64_t cap = h->cap ? 2 * h->cap : 256;
-        bigram *v = vs_realloc(h->v, (size_t)cap * sizeof(bigram));
-        if (!v) return false;
-        h->v = v;
-        h->cap = cap;
-    }
-    int64_t i = h->n++;
-    while (i > 0) {
-        int64_t p = (i - 1) / 2;
-        if (!bg_before(&x, &h->v[p])) break;
-        h->v[i] = h->v[p];
-        i = p;
-    }
-    h->v[i] = x;
-    return true;
-}
-
-static bigram heap_pop(heap *h) {
-    bigram top = h->v[0], x = h->v[--h->n];
-    int64_t i = 0;
-    for (;;) {
-        int64_t c = 2 * i + 1;
-        if (c >= h->n) break;
-        if (c + 1 < h->n && bg_before(&h->v[c + 1], &h->v[c])) c++;
-        if (!bg_before(&h->v[c], &x)) break;
-        h->v[i] = h->v[c];
-        i = c;
-    }
-    if (h->n > 0) h->v[i] = x;
-    return top;
-}
-
-static bool try_add(const vs_tokenizer *t, const char *s, const sym *syms, heap *h, int32_t l, int32_t r) {
+static bool try_add(const vs_tokenizer *t, const char *s, const sym *syms, bg_heap *h, int32_t l, int32_t r) {
     if (l < 0 || r < 0) return true;
     int32_t size = syms[l].len + syms[r].len;
     int32_t id = vs_tok_map_find(t, s + syms[l].start, (size_t)size);
     if (id < 0) return true;
-    return heap_push(h, (bigram){t->scores[id], l, r, size});
+    return bg_heap_push(h, (bigram){t->scores[id], l, r, size});
 }
 
 /* Emits the token(s) of one final symbol. */
@@ -102,7 +65,7 @@ vs_status vs_tok_spm_fragment(const vs_tokenizer *t, const char *text, size_t le
     if (elen == 0) return VS_OK;
     char *s = vs_malloc(elen);
     sym *syms = vs_malloc(elen * sizeof(sym));
-    heap h = {0};
+    bg_heap h = {0};
     vs_status st = VS_OK;
     if (!s || !syms) goto nomem;
 
@@ -130,7 +93,7 @@ vs_status vs_tok_spm_fragment(const vs_tokenizer *t, const char *text, size_t le
     for (int32_t i = 1; i < ns; i++)
         if (!try_add(t, s, syms, &h, i - 1, i)) goto nomem;
     while (h.n > 0) {
-        bigram b = heap_pop(&h);
+        bigram b = bg_heap_pop(&h);
         sym *l = &syms[b.left], *r = &syms[b.right];
         if (l->len == 0 || r->len == 0 || l->len + r->len != b.size) continue;
         l->len += r->len;
@@ -148,6 +111,6 @@ nomem:
 done:
     vs_free(s);
     vs_free(syms);
-    vs_free(h.v);
+    bg_heap_free(&h);
     return st;
 }
