@@ -346,7 +346,8 @@ static inline float kv_get(const void *base, bool f16, int64_t i) {
 }
 
 void vs_attn_scores_ref(float *s, int ld, const float *const *q, const int *T, int nq, const void *k, int f16,
-                        int hd, float scale) {
+                        int hd, float scale, const void *vpf) {
+    (void)vpf;
     for (int i = 0; i < nq; i++)
         for (int t = 0; t < T[i]; t++) {
             float acc = 0.0f;
@@ -545,7 +546,7 @@ static void attn_task(fwd_ctx *f, int g, int hk, int hs, int blk, float *s) {
     vs_attn_pv_fn *pv = vs_attn_pv_ref;
     if (lm->attn_isa >= 2) scores = vs_attn_scores_avx512, softmax = vs_attn_softmax_avx512, pv = vs_attn_pv_avx512;
     else if (lm->attn_isa == 1) scores = vs_attn_scores_avx2, softmax = vs_attn_softmax_avx2, pv = vs_attn_pv_avx2;
-    scores(s, ld, qp, T, nq, kb, f16, hd, scale);
+    scores(s, ld, qp, T, nq, kb, f16, hd, scale, vb);
     for (int i = 0; i < nq; i++) {
         float *si = s + (size_t)i * ld;
         int r = rowof[i];

@@ -338,11 +338,11 @@ static void test_attn_kernel_set(const attn_isa_set *k) {
             float *s = calloc(NQ * LD, sizeof(float)), *sr = calloc(NQ * LD, sizeof(float));
             float *one = calloc(LD, sizeof(float));
             float scale = 1.0f / sqrtf((float)hd);
-            k->scores(s, LD, qp, T, nq, K, f16, hd, scale);
-            vs_attn_scores_ref(sr, LD, qp, T, nq, K, f16, hd, scale);
+            k->scores(s, LD, qp, T, nq, K, f16, hd, scale, Vv);
+            vs_attn_scores_ref(sr, LD, qp, T, nq, K, f16, hd, scale, NULL);
             for (int i = 0; i < nq; i++) {
                 w_sc = fmax(w_sc, max_diff(s + i * LD, sr + i * LD, (size_t)T[i]));
-                k->scores(one, LD, &qp[i], &T[i], 1, K, f16, hd, scale);
+                k->scores(one, LD, &qp[i], &T[i], 1, K, f16, hd, scale, NULL);
                 inv_bad += memcmp(one, s + i * LD, sizeof(float) * (size_t)T[i]) != 0;
             }
             /* mask a few keys like a tree row does, then softmax each row */

@@ -15,9 +15,10 @@
 
 #define VS_ATTN_QMAX 16
 
-/* s[i * ld + t] = scale * dot(q[i], k[t]) for t < T[i]; ld >= max T[i]. */
+/* s[i * ld + t] = scale * dot(q[i], k[t]) for t < T[i]; ld >= max T[i]. vpf (may be NULL): the values
+ * the task reads next, prefetched towards the cache while the scores run. */
 typedef void vs_attn_scores_fn(float *s, int ld, const float *const *q, const int *T, int nq, const void *k,
-                               int f16, int hd, float scale);
+                               int f16, int hd, float scale, const void *vpf);
 /* In place over s[0..T): entries equal to -INFINITY become exactly 0, the rest exp(s - max) / sum. */
 typedef void vs_attn_softmax_fn(float *s, int T);
 /* o[i][d] = sum_{t < T} p[i * ld + t] * v[t][d] (o overwritten); p rows are zero beyond their own length. */

@@ -35,10 +35,12 @@ static inline void store8(float *dst, __m256 v, int n) {
 }
 
 /* r[j] = sum of the 8 lanes of v[j], j < 8, by a fixed tree per lane. */
-static inline __m256 reduce8(const __m256 *v) {
+static inline __attribute__((always_inline)) __m256 reduce8(const __m256 *v) {
     __m256 u[4], w[2];
+#pragma GCC unroll 4
     for (int i = 0; i < 4; i++)
         u[i] = _mm256_add_ps(_mm256_unpacklo_ps(v[2 * i], v[2 * i + 1]), _mm256_unpackhi_ps(v[2 * i], v[2 * i + 1]));
+#pragma GCC unroll 2
     for (int i = 0; i < 2; i++)
         w[i] = _mm256_add_ps(_mm256_shuffle_ps(u[2 * i], u[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
                              _mm256_shuffle_ps(u[2 * i], u[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
@@ -49,10 +51,12 @@ static inline __m256 reduce8(const __m256 *v) {
 static inline __attribute__((always_inline)) void qk8(float *s, const float *q, const void *k, int f16, int64_t t0,
                                                       int nk, int hd, float scale) {
     __m256 acc[8];
+#pragma GCC unroll 8
     for (int j = 0; j < 8; j++) acc[j] = _mm256_setzero_ps();
     for (int d = 0; d < hd; d += 8) {
         int nd = hd - d < 8 ? hd - d : 8;
         __m256 qv = load8(q, 0, d, nd);
+#pragma GCC unroll 8
         for (int j = 0; j < 8; j++) {
             int64_t t = t0 + (j < nk ? j : nk - 1);
             acc[j] = _mm256_fmadd_ps(qv, load8(k, f16, t * hd + d, nd), acc[j]);
@@ -62,7 +66,8 @@ static inline __attribute__((always_inline)) void qk8(float *s, const float *q, 
 }
 
 void vs_attn_scores_avx2(float *s, int ld, const float *const *q, const int *T, int nq, const void *k, int f16,
-                         int hd, float scale) {
+                         int hd, float scale, const void *vpf) {
+    (void)vpf;
     int tmax = 0;
     for (int i = 0; i < nq; i++) tmax = T[i] > tmax ? T[i] : tmax;
     for (int t0 = 0; t0 < tmax; t0 += 8)

@@ -3,9 +3,12 @@
  * Only called after vs_isa_detect() reported AVX-512. */
 #include <immintrin.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "attn_arch.h"
+
+#define VS_ATTN_MIN(a, b) ((a) < (b) ? (a) : (b))
 
 #define AI static inline __attribute__((always_inline))
 
@@ -18,10 +21,12 @@ AI __m512 load16(const void *base, const int f16, int64_t i, __mmask16 m) {
 AI __mmask16 lanes(int n) { return (__mmask16)(n >= 16 ? 0xffff : (1u << n) - 1); }
 
 /* r[j] = sum of the 16 lanes of v[j], j < 16, by a fixed tree per lane. */
-static inline __m512 reduce16(const __m512 *v) {
+AI __m512 reduce16(const __m512 *v) {
     __m512 u[8], w[4];
+#pragma GCC unroll 8
     for (int i = 0; i < 8; i++)
         u[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]), _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
+#pragma GCC unroll 4
     for (int i = 0; i < 4; i++)
         w[i] = _mm512_add_ps(_mm512_shuffle_ps(u[2 * i], u[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
                              _mm512_shuffle_ps(u[2 * i], u[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
@@ -53,22 +58,114 @@ AI void qk16(float *s, const float *q, const void *k, const int f16, int64_t t0,
     _mm512_mask_storeu_ps(s + t0, lanes(nk), r);
 }
 
+/* Keys k[t0 .. t0 + 16) as F32 in tile [nc][16 keys][16 lanes] (lanes >= hd zero; keys >= t0 + nk repeat
+ * the last one): converted once, then read by every query of the task with fixed offsets. */
+AI void key_tile(float *tile, const void *k, const int f16, int64_t t0, int nk, int hd) {
+    const int nc = (hd + 15) / 16;
+    const __mmask16 mlast = lanes(hd - 16 * (nc - 1));
+    const int64_t rowb = (int64_t)hd * (f16 ? 2 : 4);
+    const char *row = (const char *)k + t0 * rowb;
+    for (int j = 0; j < 16; j++) {
+        float *dst = tile + 16 * j;
+        int c = 0;
+        for (; c < nc - 1; c++) _mm512_store_ps(dst + 256 * c, load16(row, f16, 16 * c, 0xffff));
+        _mm512_store_ps(dst + 256 * c, load16(row, f16, 16 * c, mlast));
+        if (j + 1 < nk) row += rowb;
+    }
+}
+
+AI void qk16_tile(float *s, const float *q, const float *tile, int64_t t0, int nk, int hd, float scale) {
+    const int nc = (hd + 15) / 16;
+    __m512 acc[16];
+#pragma GCC unroll 16
+    for (int j = 0; j < 16; j++) acc[j] = _mm512_setzero_ps();
+    for (int c = 0; c < nc; c++, tile += 256) {
+        __m512 qv = c < nc - 1 ? _mm512_loadu_ps(q + 16 * c) : _mm512_maskz_loadu_ps(lanes(hd - 16 * c), q + 16 * c);
+#pragma GCC unroll 16
+        for (int j = 0; j < 16; j++) acc[j] = _mm512_fmadd_ps(qv, _mm512_load_ps(tile + 16 * j), acc[j]);
+    }
+    _mm512_mask_storeu_ps(s + t0, lanes(nk), _mm512_mul_ps(reduce16(acc), _mm512_set1_ps(scale)));
+}
+
+/* The same scores as key_tile + qk16_tile (the same operations on the same values, so bitwise equal) for
+ * a full block of 16 keys, reading the keys directly: with hd a compile-time constant every load has a
+ * fixed offset from the block's first key. Used when the tile would not be shared (a single query: GQA groups of 1, one row). */
+AI void qk16_direct(float *s, const float *q, const void *k, const int f16, int64_t t0, const int hd, float scale) {
+    const int nc = (hd + 15) / 16;
+    const char *base = (const char *)k + t0 * hd * (f16 ? 2 : 4);
+    __m512 acc[16];
+#pragma GCC unroll 16
+    for (int j = 0; j < 16; j++) acc[j] = _mm512_setzero_ps();
+#pragma GCC unroll 8
+    for (int c = 0; c < nc; c++) {
+        const __mmask16 m = lanes(hd - 16 * c);
+        __m512 qv = _mm512_maskz_loadu_ps(m, q + 16 * c);
+#pragma GCC unroll 16
+        for (int j = 0; j < 16; j++) acc[j] = _mm512_fmadd_ps(qv, load16(base, f16, j * hd + 16 * c, m), acc[j]);
+    }
+    _mm512_storeu_ps(s + t0, _mm512_mul_ps(reduce16(acc), _mm512_set1_ps(scale)));
+}
+
+/* Full blocks of 16 keys for queries [0, nq) with T[i] >= t0 + 16, hd a compile-time constant. */
+AI void direct_block(float *s, int ld, const float *const *q, const int *T, int nq, const void *k, const int f16,
+                     int64_t t0, const int hd, float scale) {
+    for (int i = 0; i < nq; i++)
+        if (T[i] >= t0 + 16) qk16_direct(s + (size_t)i * ld, q[i], k, f16, t0, hd, scale);
+}
+
+#define DIRECT_HDS(X) X(32) X(40) X(48) X(64) X(80) X(96) X(128)
+#define DIRECT_CASE(HD) case HD: direct_block(s, ld, q, T, nq, k, f16, t0, HD, scale); return true;
+
+/* Whether the direct path handled the full-block queries of block t0 (hd is one of DIRECT_HDS). */
+AI bool try_direct(float *s, int ld, const float *const *q, const int *T, int nq, const void *k, const int f16,
+                   int64_t t0, int hd, float scale) {
+    switch (hd) { DIRECT_HDS(DIRECT_CASE) default: return false; }
+}
+
+#define TILE_MAX_HD 256
+
 AI void scores_impl(float *s, int ld, const float *const *q, const int *T, int nq, const void *k, const int f16,
-                    int hd, float scale) {
+                    int hd, float scale, const void *vpf) {
     int tmax = 0;
     for (int i = 0; i < nq; i++) tmax = T[i] > tmax ? T[i] : tmax;
     /* key blocks outer, queries inner: a block of 16 keys is read from memory once for all queries */
-    for (int t0 = 0; t0 < tmax; t0 += 16)
+    const int64_t rowb = (int64_t)hd * (f16 ? 2 : 4);
+    const char *kc = (const char *)k;
+    _Alignas(64) float tile[16 * TILE_MAX_HD];
+    for (int t0 = 0; t0 < tmax; t0 += 16) {
+        /* the block after next: the cache is usually beyond L2 (several sequences, layers) */
+        int64_t pf0 = (int64_t)(t0 + 64) * rowb, pf1 = (int64_t)VS_ATTN_MIN(t0 + 80, tmax) * rowb;
+        for (int64_t b = pf0; b < pf1; b += 64) _mm_prefetch(kc + b, _MM_HINT_T0);
+        if (vpf) /* the values of this block, for the pass after the softmax */
+            for (int64_t b = (int64_t)t0 * rowb, e = (int64_t)VS_ATTN_MIN(t0 + 16, tmax) * rowb; b < e; b += 64)
+                _mm_prefetch((const char *)vpf + b, _MM_HINT_T1);
+        if (nq == 1 && try_direct(s, ld, q, T, nq, k, f16, t0, hd, scale)) {
+            /* full blocks done; a query whose keys end inside this block takes the tile below */
+            bool tail = false;
+            for (int i = 0; i < nq; i++) tail |= T[i] > t0 && T[i] < t0 + 16;
+            if (!tail) continue;
+            key_tile(tile, k, f16, t0, VS_ATTN_MIN(16, tmax - t0), hd);
+            for (int i = 0; i < nq; i++)
+                if (T[i] > t0 && T[i] < t0 + 16) qk16_tile(s + (size_t)i * ld, q[i], tile, t0, T[i] - t0, hd, scale);
+            continue;
+        }
+        if (hd <= TILE_MAX_HD) {
+            key_tile(tile, k, f16, t0, VS_ATTN_MIN(16, tmax - t0), hd);
+            for (int i = 0; i < nq; i++)
+                if (T[i] > t0) qk16_tile(s + (size_t)i * ld, q[i], tile, t0, VS_ATTN_MIN(16, T[i] - t0), hd, scale);
+            continue;
+        }
         for (int i = 0; i < nq; i++) {
             if (T[i] >= t0 + 16) qk16(s + (size_t)i * ld, q[i], k, f16, t0, 16, hd, scale);
             else if (T[i] > t0) qk16(s + (size_t)i * ld, q[i], k, f16, t0, T[i] - t0, hd, scale);
         }
+    }
 }
 
 void vs_attn_scores_avx512(float *s, int ld, const float *const *q, const int *T, int nq, const void *k, int f16,
-                           int hd, float scale) {
-    if (f16) scores_impl(s, ld, q, T, nq, k, 1, hd, scale);
-    else scores_impl(s, ld, q, T, nq, k, 0, hd, scale);
+                           int hd, float scale, const void *vpf) {
+    if (f16) scores_impl(s, ld, q, T, nq, k, 1, hd, scale, vpf);
+    else scores_impl(s, ld, q, T, nq, k, 0, hd, scale, vpf);
 }
 
 static inline __m512 exp16(__m512 x) {
@@ -147,8 +244,14 @@ AI void pv_tile(float *const *o, const float *p, int ld, const int nt, const int
     for (int i = 0; i < nt; i++)
 #pragma GCC unroll 4
         for (int c = 0; c < nc; c++) acc[i][c] = _mm512_setzero_ps();
+    const int64_t rowb = (int64_t)hd * (f16 ? 2 : 4);
     for (int t = 0; t < T; t++) {
         __m512 vv[4];
+        if (d0 == 0 && t + 16 < T) { /* the row 16 ahead: its first and last line */
+            const char *ahead = (const char *)v + (int64_t)(t + 16) * rowb;
+            _mm_prefetch(ahead, _MM_HINT_T0);
+            _mm_prefetch(ahead + rowb - 1, _MM_HINT_T0);
+        }
 #pragma GCC unroll 4
         for (int c = 0; c < nc; c++) vv[c] = load16(v, f16, (int64_t)t * hd + d0 + 16 * c, m[c]);
 #pragma GCC unroll 4
