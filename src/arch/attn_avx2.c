@@ -9,7 +9,7 @@
 #include "attn_arch.h"
 
 /* 8 lanes of row base[i .. i + 8) (F32 or F16), lanes >= n (n <= 8) zero. */
-static inline __m256 load8(const void *base, int f16, int64_t i, int n) {
+static inline __attribute__((always_inline)) __m256 load8(const void *base, const int f16, int64_t i, int n) {
     if (n >= 8) {
         if (f16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)base + i)));
         return _mm256_loadu_ps((const float *)base + i);
@@ -48,7 +48,7 @@ static inline __attribute__((always_inline)) __m256 reduce8(const __m256 *v) {
 }
 
 /* Scores of one query against keys k[t0 .. t0 + nk), nk <= 8 (lanes beyond repeat the last key). */
-static inline __attribute__((always_inline)) void qk8(float *s, const float *q, const void *k, int f16, int64_t t0,
+static inline __attribute__((always_inline)) void qk8(float *s, const float *q, const void *k, const int f16, int64_t t0,
                                                       int nk, int hd, float scale) {
     __m256 acc[8];
 #pragma GCC unroll 8
@@ -65,9 +65,9 @@ static inline __attribute__((always_inline)) void qk8(float *s, const float *q, 
     store8(s + t0, _mm256_mul_ps(reduce8(acc), _mm256_set1_ps(scale)), nk);
 }
 
-void vs_attn_scores_avx2(float *s, int ld, const float *const *q, const int *T, int nq, const void *k, int f16,
-                         int hd, float scale, const void *vpf) {
-    (void)vpf;
+static inline __attribute__((always_inline)) void scores_impl(float *s, int ld, const float *const *q, const int *T,
+                                                              int nq, const void *k, const int f16, int hd,
+                                                              float scale) {
     int tmax = 0;
     for (int i = 0; i < nq; i++) tmax = T[i] > tmax ? T[i] : tmax;
     for (int t0 = 0; t0 < tmax; t0 += 8)
@@ -75,6 +75,13 @@ void vs_attn_scores_avx2(float *s, int ld, const float *const *q, const int *T, 
             if (T[i] >= t0 + 8) qk8(s + (size_t)i * ld, q[i], k, f16, t0, 8, hd, scale);
             else if (T[i] > t0) qk8(s + (size_t)i * ld, q[i], k, f16, t0, T[i] - t0, hd, scale);
         }
+}
+
+void vs_attn_scores_avx2(float *s, int ld, const float *const *q, const int *T, int nq, const void *k, int f16,
+                         int hd, float scale, const void *vpf) {
+    (void)vpf;
+    if (f16) scores_impl(s, ld, q, T, nq, k, 1, hd, scale);
+    else scores_impl(s, ld, q, T, nq, k, 0, hd, scale);
 }
 
 /* e^x for x <= 0 (lanes below VS_ATTN_EXP_LO, -inf included, give 0). */
@@ -143,27 +150,50 @@ void vs_attn_softmax_avx2(float *s, int T) {
 }
 
 /* nt queries (<= 4) x nc vectors (<= 2) of output columns [d0, d0 + 8 nc), the last one nl lanes wide. */
-static inline __attribute__((always_inline)) void pv_tile(float *const *o, const float *p, int ld, int nt, int nc,
-                                                          int nl, int T, const void *v, int f16, int hd, int d0) {
+static inline __attribute__((always_inline)) void pv_tile(float *const *o, const float *p, int ld, const int nt,
+                                                          const int nc, int nl, int T, const void *v, const int f16,
+                                                          int hd, int d0) {
     __m256 acc[4][2];
+#pragma GCC unroll 4
     for (int i = 0; i < nt; i++)
+#pragma GCC unroll 2
         for (int c = 0; c < nc; c++) acc[i][c] = _mm256_setzero_ps();
-    for (int t = 0; t < T; t++) {
-        __m256 vv[2];
-        for (int c = 0; c < nc; c++) vv[c] = load8(v, f16, (int64_t)t * hd + d0 + 8 * c, c == nc - 1 ? nl : 8);
-        for (int i = 0; i < nt; i++) {
-            __m256 pt = _mm256_broadcast_ss(p + (size_t)i * ld + t);
-            for (int c = 0; c < nc; c++) acc[i][c] = _mm256_fmadd_ps(pt, vv[c], acc[i][c]);
+    if (nl == 8) { /* full vectors: the common case (hd a multiple of 8) */
+        for (int t = 0; t < T; t++) {
+            __m256 vv[2];
+#pragma GCC unroll 2
+            for (int c = 0; c < nc; c++) vv[c] = load8(v, f16, (int64_t)t * hd + d0 + 8 * c, 8);
+#pragma GCC unroll 4
+            for (int i = 0; i < nt; i++) {
+                __m256 pt = _mm256_broadcast_ss(p + (size_t)i * ld + t);
+#pragma GCC unroll 2
+                for (int c = 0; c < nc; c++) acc[i][c] = _mm256_fmadd_ps(pt, vv[c], acc[i][c]);
+            }
+        }
+    } else {
+        for (int t = 0; t < T; t++) {
+            __m256 vv[2];
+#pragma GCC unroll 2
+            for (int c = 0; c < nc; c++) vv[c] = load8(v, f16, (int64_t)t * hd + d0 + 8 * c, c == nc - 1 ? nl : 8);
+#pragma GCC unroll 4
+            for (int i = 0; i < nt; i++) {
+                __m256 pt = _mm256_broadcast_ss(p + (size_t)i * ld + t);
+#pragma GCC unroll 2
+                for (int c = 0; c < nc; c++) acc[i][c] = _mm256_fmadd_ps(pt, vv[c], acc[i][c]);
+            }
         }
     }
+#pragma GCC unroll 4
     for (int i = 0; i < nt; i++)
+#pragma GCC unroll 2
         for (int c = 0; c < nc; c++) store8(o[i] + d0 + 8 * c, acc[i][c], c == nc - 1 ? nl : 8);
 }
 
 #define PV_CASE(NT, NC) \
-    case (NT) * 8 + (NC): pv_tile(oo, pp, ld, NT, NC, nl, T, v, f16, hd, d0); break;
+    case (NT) * 8 + (NC): pv_tile(oo, pp, ld, NT, NC, nl, T, v, F16, hd, d0); break;
 
-void vs_attn_pv_avx2(float *const *o, const float *p, int ld, int nq, int T, const void *v, int f16, int hd) {
+static inline __attribute__((always_inline)) void pv_impl(float *const *o, const float *p, int ld, int nq, int T,
+                                                          const void *v, const int F16, int hd) {
     for (int i0 = 0; i0 < nq; i0 += 4) {
         int nt = nq - i0 < 4 ? nq - i0 : 4;
         const float *pp = p + (size_t)i0 * ld;
@@ -176,6 +206,11 @@ void vs_attn_pv_avx2(float *const *o, const float *p, int ld, int nq, int T, con
             }
         }
     }
+}
+
+void vs_attn_pv_avx2(float *const *o, const float *p, int ld, int nq, int T, const void *v, int f16, int hd) {
+    if (f16) pv_impl(o, p, ld, nq, T, v, 1, hd);
+    else pv_impl(o, p, ld, nq, T, v, 0, hd);
 }
 
 /* dst[i] = src[i] as F32 or F16 (round to nearest even), n values. */
