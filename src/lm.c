@@ -544,7 +544,13 @@ static void attn_task(fwd_ctx *f, int g, int hk, int hs, int blk, float *s) {
     vs_attn_scores_fn *scores = vs_attn_scores_ref;
     vs_attn_softmax_fn *softmax = vs_attn_softmax_ref;
     vs_attn_pv_fn *pv = vs_attn_pv_ref;
-    if (lm->attn_isa >= 2) scores = vs_attn_scores_avx512, softmax = vs_attn_softmax_avx512, pv = vs_attn_pv_avx512;
+    if (lm->attn_isa >= 2) {
+        softmax = vs_attn_softmax_avx512, pv = vs_attn_pv_avx512;
+        /* head dims that are not a multiple of 16 (40, 72...) waste lanes of 512-bit key chunks: the 8-key
+         * 256-bit blocks score them faster. Chosen by the model's shape, never by the batch, so a row's
+         * scores do not depend on the rows beside it. */
+        scores = hd % 16 ? vs_attn_scores_avx2 : vs_attn_scores_avx512;
+    }
     else if (lm->attn_isa == 1) scores = vs_attn_scores_avx2, softmax = vs_attn_softmax_avx2, pv = vs_attn_pv_avx2;
     scores(s, ld, qp, T, nq, kb, f16, hd, scale, vb);
     for (int i = 0; i < nq; i++) {
