@@ -315,8 +315,8 @@ static vs_status build_prompt(ens *d, int32_t r, vs_error *err) {
 }
 
 /* Evaluates the prompts of the rows in mask (all but each prompt's last row, which becomes pending), as
- * rows of shared forwards of at most PREFILL_CHUNK rows. Cached leading text rows equal to the prompt's
- * are kept when the request allows reuse. */
+ * rows of shared forwards of at most PREFILL_CHUNK rows. Cached leading rows whose keys equal the
+ * prompt's (tokens; image rows by image_id and row) are kept when the request allows reuse. */
 static vs_status prefill(ens *d, uint32_t mask, vs_error *err) {
     vs_status st;
     int32_t from[VS_ENS_MAX_ROWS] = {0};
