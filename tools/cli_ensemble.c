@@ -221,13 +221,12 @@ int vs_cli_ens_run(const char *cmd, const vs_cli_spec_opts *s, const vs_cli_ens_
     if (eo.n_inputs == 0)
         eo.n_inputs = 1, eo.inputs[0] = s->mode == VS_CLI_DRAFT_M ? VS_ENS_IN_M : VS_ENS_IN_T;
     inputs_str(&eo, inputs, sizeof(inputs));
+    if (s->mode == VS_CLI_DRAFT_REJECT) snprintf(inputs, sizeof(inputs), "reject (debug)");
 
     /* usage checks first */
-    if (s->mode == VS_CLI_DRAFT_REJECT && s->draft_model)
-        return cli_fail(
-                   cmd,
-                   "--draft-mode reject is the plain draft_lm debug drafter: it does not combine with images "
-                   "or ensemble flags"),
+    const bool reject = s->mode == VS_CLI_DRAFT_REJECT;
+    if (reject && (o->ens_flag || o->n_inputs > 1))
+        return cli_fail(cmd, "--draft-mode reject is a debug drafter: it does not combine with ensemble flags"),
                2;
     if (!s->draft_model && (o->mode_given || o->ens_flag))
         return cli_fail(cmd, "--draft-mode and the ensemble flags need a draft model (-md FILE)"), 2;
@@ -254,9 +253,9 @@ int vs_cli_ens_run(const char *cmd, const vs_cli_spec_opts *s, const vs_cli_ens_
             goto done;
         }
         if (vs_vision_projector_config(vs_mmproj_projector(mp_target))->proj_out != c->n_embd) {
-            cli_fail(cmd, "%s projects to rows of %d but the target %s is %d wide", s->mmproj,
-                     vs_vision_projector_config(vs_mmproj_projector(mp_target))->proj_out, s->model,
-                     c->n_embd);
+            cli_fail(cmd, "projector width %d of %s differs from the LM width %d of %s",
+                     vs_vision_projector_config(vs_mmproj_projector(mp_target))->proj_out, s->mmproj,
+                     c->n_embd, s->model);
             goto done;
         }
     }
@@ -357,6 +356,7 @@ int vs_cli_ens_run(const char *cmd, const vs_cli_spec_opts *s, const vs_cli_ens_
         dopt.captions = caps;
         dopt.greedy = s->greedy_draft;
         dopt.trace = o->trace_path != NULL;
+        dopt.debug_reject = reject;
         if (!(drafter = vs_draft_ens_new(draft, target, &dopt, &err))) goto fail;
         if (warm_up(draft, tp, &err)) goto fail;
     }
@@ -483,7 +483,7 @@ int vs_cli_ens_run(const char *cmd, const vs_cli_spec_opts *s, const vs_cli_ens_
         vs_json_writer_free(&w);
     } else if (!s->quiet) {
         fprintf(stderr,
-                "[ensemble] target %s, %d image(s) (vision %.3f s), draft %s (inputs %s, weights %s), stop: "
+                "[speculative] target %s, %d image(s) (vision %.3f s), draft %s (inputs %s, weights %s), stop: "
                 "%s, seed %llu, %d threads\n",
                 s->model, n_img, t_vision, s->draft_model ? s->draft_model : "-", drafter ? inputs : "-",
                 drafter ? vs_ens_policy_name(eo.weights.policy) : "-", vs_spec_stop_name(log.stop),

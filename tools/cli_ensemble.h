@@ -1,10 +1,9 @@
-/* cli_ensemble: `vlmspec generate` with images and with the ensemble drafter (src/draft_ensemble.h):
- * drafting inputs M, T, C, P alone or as an ensemble, weight policies, captions, the weight trace.
- * cmd_generate.c hands every flag to vs_cli_ens_parse_flag before vs_cli_spec_parse_flag; when
- * vs_cli_ens_active says so (several drafting inputs, c or p, or an ensemble flag) it calls
- * vs_cli_ens_run instead of vs_cli_spec_run. `--draft-mode t|m|reject` alone with no other ensemble flag
- * stays on tools/cli_spec.c (draft_lm), so those runs are unchanged. Images (--mmproj, --image) are
- * parsed by cli_spec into vs_cli_spec_opts and read from there.
+/* cli_ensemble: the run of `vlmspec generate` with a drafter or with images, through the ensemble
+ * drafter (src/draft_ensemble.h; a single drafting input t or m is its m = 1 case, which is what
+ * draft_lm is): drafting inputs M, T, C, P alone or as an ensemble, weight policies, captions, the
+ * weight trace, and the debug `--draft-mode reject` drafter. cmd_generate.c hands every flag to
+ * vs_cli_ens_parse_flag before vs_cli_spec_parse_flag, then calls vs_cli_ens_run. Images (--mmproj,
+ * --image) and the other speculative flags are parsed by cli_spec into vs_cli_spec_opts.
  *
  * Flags: --draft-mode m,t,c,p (any non-empty subset, order = row order), --weights POLICY
  * (static[:r1,r2,..] | grid | inv-kl | inv-tvd | random | adaboost), --weights-tau T, --history H,
@@ -37,7 +36,7 @@ void vs_cli_ens_opts_init(vs_cli_ens_opts *o);
 int vs_cli_ens_parse_flag(const char *cmd, int argc, char **argv, int *i, vs_cli_ens_opts *o,
                           vs_cli_spec_opts *spec);
 void vs_cli_ens_usage(FILE *f);
-/* True when the request must run through vs_cli_ens_run. */
+/* True when an ensemble-only flag or input (several inputs, c or p) was given. */
 bool vs_cli_ens_active(const vs_cli_ens_opts *o);
 /* Runs the request (spec carries generate's parsed options, images included). Returns the exit status
  * (0 ok, 1 error, 2 usage). */

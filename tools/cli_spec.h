@@ -1,13 +1,14 @@
-/* cli_spec: speculative decoding for `vlmspec generate` (the command's own flags stay in cmd_generate.c).
- * cmd_generate.c hands every flag it does not know to vs_cli_spec_parse_flag, and when a draft model
- * was given (-md) calls vs_cli_spec_run with its own parsed options copied into vs_cli_spec_opts.
+/* cli_spec: the speculative-decoding flags of `vlmspec generate` (the command's own flags stay in
+ * cmd_generate.c). cmd_generate.c hands every flag it does not know to vs_cli_spec_parse_flag (then to
+ * the ensemble flags of cli_ensemble.h), and when a draft model or images were given calls
+ * vs_cli_ens_run (cli_ensemble.h) with its own parsed options copied into vs_cli_spec_opts.
  * vs_cli_spec_parse_flag also takes --mmproj and --image (repeatable) unless generate parses them itself
  * (then it must copy them into vs_cli_spec_opts). Images: each "<image>" marker of the prompt text
  * (src/mmprompt.h layout) gets the next --image; its ViT features are computed ONCE with the target's
  * tower and fed to the target's projector and, in m mode, to the drafter's (--mmproj-draft).
- * vs_cli_spec_run loads the target and the drafter, runs the speculative request (streaming the text),
- * optionally a target-only run of the same request (--compare), and prints the statistics after the
- * text (stderr), or one JSON object on stdout (--json). */
+ * The run (cli_ensemble.c) loads the target and the drafter, runs the speculative request (streaming the
+ * text), optionally a target-only run of the same request (--compare), and prints the statistics after
+ * the text (stderr), or one JSON object on stdout (--json). */
 #ifndef VS_CLI_SPEC_H
 #define VS_CLI_SPEC_H
 
@@ -54,7 +55,5 @@ void vs_cli_spec_opts_init(vs_cli_spec_opts *o);
 int vs_cli_spec_parse_flag(const char *cmd, int argc, char **argv, int *i, vs_cli_spec_opts *o);
 /* The flags' help lines. */
 void vs_cli_spec_usage(FILE *f);
-/* Runs the request; returns the exit status (0 ok, 1 error). */
-int vs_cli_spec_run(const char *cmd, const vs_cli_spec_opts *o);
 
 #endif

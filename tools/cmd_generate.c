@@ -279,8 +279,8 @@ int vs_cmd_generate(int argc, char **argv) {
     if (st >= 0) return st;
     bool has_drafter = o.spec.draft_model || vs_cli_ens_active(&o.ens);
     if (has_drafter || o.spec.mmproj || o.spec.n_images > 0) {
-        /* speculative decoding, or any request with images: tools/cli_spec.c runs it with the options
-         * parsed here (images without a drafter run as target-only decoding, gamma 0) */
+        /* speculative decoding, or any request with images: tools/cli_ensemble.c runs it with the
+         * options parsed here (images without a drafter run as target-only decoding, gamma 0) */
         if (!has_drafter) o.spec.gamma = 0;
         vs_cli_spec_opts *s = &o.spec;
         int32_t *ids = NULL;
@@ -290,7 +290,7 @@ int vs_cmd_generate(int argc, char **argv) {
         if (o.tokens && !parse_ids(o.tokens, &ids, &s->n_ids))
             return cli_fail(CMD, "--tokens '%s': expected comma-separated token ids", o.tokens);
         s->ids = ids;
-        st = vs_cli_ens_active(&o.ens) ? vs_cli_ens_run(CMD, s, &o.ens) : vs_cli_spec_run(CMD, s);
+        st = vs_cli_ens_run(CMD, s, &o.ens);
         vs_free(ids);
         return st;
     }
