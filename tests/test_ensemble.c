@@ -785,41 +785,6 @@ static void test_cli(void) {
 #define NCAT (SV * SV * SV)
 #define EOS 2
 
-static double gamma_p_series(double a, double x) {
-    double sum = 1.0 / a, term = sum;
-    for (int n = 1; n < 100000; n++) {
-        term *= x / (a + n);
-        sum += term;
-        if (fabs(term) < fabs(sum) * 1e-15) break;
-    }
-    return sum * exp(-x + a * log(x) - lgamma(a));
-}
-
-static double gamma_q_cfrac(double a, double x) {
-    const double tiny = 1e-300;
-    double b = x + 1 - a, c = 1 / tiny, d = 1 / b, h = d;
-    for (int i = 1; i < 100000; i++) {
-        double an = -i * (i - a);
-        b += 2;
-        d = an * d + b;
-        if (fabs(d) < tiny) d = tiny;
-        c = b + an / c;
-        if (fabs(c) < tiny) c = tiny;
-        d = 1 / d;
-        double del = d * c;
-        h *= del;
-        if (fabs(del - 1) < 1e-15) break;
-    }
-    return exp(-x + a * log(x) - lgamma(a)) * h;
-}
-
-/* P(chi2_df > chi2) */
-static double chi2_pvalue(double chi2, int df) {
-    double a = df / 2.0, x = chi2 / 2.0;
-    if (x <= 0) return 1;
-    return x < a + 1 ? 1 - gamma_p_series(a, x) : gamma_q_cfrac(a, x);
-}
-
 static int cat_of(const int32_t *t, int n) {
     int c = 0;
     for (int i = 0; i < 3; i++) c = c * SV + (i < n ? t[i] : 0);
@@ -955,7 +920,7 @@ static double run_sampling(vs_lm *target, vs_lm *draft, const vs_vision_projecto
         chi2 += (pool_o - pool_e) * (pool_o - pool_e) / pool_e;
         bins++;
     }
-    double p = impossible ? 0 : chi2_pvalue(chi2, bins - 1);
+    double p = impossible ? 0 : vt_chi2_pvalue(chi2, bins - 1);
     printf("  %-44s n %d, %d bins, chi2 %.1f, p = %.3g, impossible %lld, acceptance %.3f\n", c->name, n, bins,
            chi2, p, (long long)impossible, *accept_rate);
     vs_spec_log_free(&log);

@@ -41,42 +41,6 @@ static vs_lm *make_model(int E, int F, float std, uint64_t seed, const char *nam
     return lm;
 }
 
-/* --- chi-square p-value: Q(a, x), the regularised upper incomplete gamma function --- */
-
-static double gamma_p_series(double a, double x) {
-    double sum = 1.0 / a, term = sum;
-    for (int n = 1; n < 100000; n++) {
-        term *= x / (a + n);
-        sum += term;
-        if (fabs(term) < fabs(sum) * 1e-15) break;
-    }
-    return sum * exp(-x + a * log(x) - lgamma(a));
-}
-
-static double gamma_q_cfrac(double a, double x) {
-    /* modified Lentz evaluation of the continued fraction for Q */
-    const double tiny = 1e-300;
-    double b = x + 1 - a, c = 1 / tiny, d = 1 / b, h = d;
-    for (int i = 1; i < 100000; i++) {
-        double an = -i * (i - a);
-        b += 2;
-        d = an * d + b;
-        if (fabs(d) < tiny) d = tiny;
-        c = b + an / c;
-        if (fabs(c) < tiny) c = tiny;
-        d = 1 / d;
-        double del = d * c;
-        h *= del;
-        if (fabs(del - 1) < 1e-15) break;
-    }
-    return exp(-x + a * log(x) - lgamma(a)) * h;
-}
-
-static double chi2_pvalue(double chi2, int df) {
-    double a = df / 2.0, x = chi2 / 2.0;
-    if (x <= 0) return 1;
-    return x < a + 1 ? 1 - gamma_p_series(a, x) : gamma_q_cfrac(a, x);
-}
 
 /* --- the exact target-only distribution of 3-token paths --- */
 
@@ -216,7 +180,7 @@ static double run_config(vs_lm *target, vs_lm *draft, const config *c, int n, co
         chi2 += (pool_o - pool_e) * (pool_o - pool_e) / pool_e;
         bins++;
     }
-    double p = impossible ? 0 : chi2_pvalue(chi2, bins - 1);
+    double p = impossible ? 0 : vt_chi2_pvalue(chi2, bins - 1);
     printf("  %-34s n %d, %d bins, chi2 %.1f, p = %.3g, impossible paths %lld, acceptance %.3f\n", c->name, n,
            bins, chi2, p, (long long)impossible, *accept_rate);
     vs_spec_log_free(&log);
@@ -231,10 +195,10 @@ static double run_config(vs_lm *target, vs_lm *draft, const config *c, int n, co
 static void test_chi2_function(void) {
     /* known values: P(chi2_1 > 3.841) = 0.05, P(chi2_10 > 18.307) = 0.05, P(chi2_100 > 124.342) = 0.05,
      * P(chi2_2 > x) = exp(-x / 2) */
-    VT_CHECK_NEAR(chi2_pvalue(3.841459, 1), 0.05, 1e-5, "df 1");
-    VT_CHECK_NEAR(chi2_pvalue(18.307038, 10), 0.05, 1e-5, "df 10");
-    VT_CHECK_NEAR(chi2_pvalue(124.342113, 100), 0.05, 1e-5, "df 100");
-    VT_CHECK_NEAR(chi2_pvalue(7.0, 2), exp(-3.5), 1e-9, "df 2");
+    VT_CHECK_NEAR(vt_chi2_pvalue(3.841459, 1), 0.05, 1e-5, "df 1");
+    VT_CHECK_NEAR(vt_chi2_pvalue(18.307038, 10), 0.05, 1e-5, "df 10");
+    VT_CHECK_NEAR(vt_chi2_pvalue(124.342113, 100), 0.05, 1e-5, "df 100");
+    VT_CHECK_NEAR(vt_chi2_pvalue(7.0, 2), exp(-3.5), 1e-9, "df 2");
 }
 
 int main(int argc, char **argv) {

@@ -78,3 +78,38 @@ double vt_max_abs_diff(const float *a, const float *b, size_t n) {
     }
     return m;
 }
+
+static double gamma_p_series(double a, double x) {
+    double sum = 1.0 / a, term = sum;
+    for (int n = 1; n < 100000; n++) {
+        term *= x / (a + n);
+        sum += term;
+        if (fabs(term) < fabs(sum) * 1e-15) break;
+    }
+    return sum * exp(-x + a * log(x) - lgamma(a));
+}
+
+/* modified Lentz evaluation of the continued fraction for Q(a, x) */
+static double gamma_q_cfrac(double a, double x) {
+    const double tiny = 1e-300;
+    double b = x + 1 - a, c = 1 / tiny, d = 1 / b, h = d;
+    for (int i = 1; i < 100000; i++) {
+        double an = -i * (i - a);
+        b += 2;
+        d = an * d + b;
+        if (fabs(d) < tiny) d = tiny;
+        c = b + an / c;
+        if (fabs(c) < tiny) c = tiny;
+        d = 1 / d;
+        double del = d * c;
+        h *= del;
+        if (fabs(del - 1) < 1e-15) break;
+    }
+    return exp(-x + a * log(x) - lgamma(a)) * h;
+}
+
+double vt_chi2_pvalue(double chi2, int df) {
+    double a = df / 2.0, x = chi2 / 2.0;
+    if (x <= 0) return 1;
+    return x < a + 1 ? 1 - gamma_p_series(a, x) : gamma_q_cfrac(a, x);
+}

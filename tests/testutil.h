@@ -60,6 +60,10 @@ const char *vt_cli(void);
 /* Runs a shell command, returns its exit status (-1 if it could not run / was killed). */
 int vt_run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* P(X > chi2) for X ~ chi-square with df degrees of freedom (the p-value of a chi-square test):
+ * the regularised upper incomplete gamma function Q(df/2, chi2/2), by series or continued fraction. */
+double vt_chi2_pvalue(double chi2, int df);
+
 /* Max |a - b| over n floats. */
 double vt_max_abs_diff(const float *a, const float *b, size_t n);
 
