@@ -464,9 +464,42 @@ static void job_norm(void *p, int ith, int nth) {
     }
 }
 
+/* Jobs smaller than this many values (a few rows of a narrow model, e.g. a drafter's step) run on the
+ * calling thread: waking the pool costs more than the work. The split never changes a result. */
+#define SMALL_JOB 32768
+
+static void run_job(vs_threadpool *tp, vs_task_fn fn, void *ctx, int64_t work) {
+    if (!tp || work < SMALL_JOB) fn(ctx, 0, 1);
+    else vs_threadpool_run(tp, fn, ctx);
+}
+
 static void norm_rows(vs_lm *lm, vs_threadpool *tp, const float *src, float *dst, const float *w, int n) {
     norm_job j = {lm, n, src, dst, w};
-    vs_threadpool_run(tp, job_norm, &j);
+    run_job(tp, job_norm, &j, (int64_t)n * lm->cfg.n_embd);
+}
+
+/* The residual add x += y, then (when w is set) xn = RMSNorm(x) * w, row by row: one pass, one dispatch. */
+typedef struct add_norm_job {
+    vs_lm *lm;
+    int n;
+    float *x;        /* [n][n_embd] */
+    const float *y;  /* [n][n_embd] */
+    float *xn;       /* [n][n_embd] */
+    const float *w;  /* [n_embd] or NULL: add only */
+} add_norm_job;
+
+static void job_add_norm(void *p, int ith, int nth) {
+    add_norm_job *j = p;
+    const vs_lm_config *c = &j->lm->cfg;
+    int64_t lo, hi;
+    vs_split_range(j->n, ith, nth, 1, &lo, &hi);
+    for (int64_t r = lo; r < hi; r++) {
+        size_t o = (size_t)r * c->n_embd;
+        float *x = j->x + o;
+        const float *y = j->y + o;
+        for (int i = 0; i < c->n_embd; i++) x[i] += y[i];
+        if (j->w) vs_rmsnorm(j->xn + o, x, j->w, c->n_embd, c->rms_eps);
+    }
 }
 
 /* Rotates adjacent pairs (x[2i], x[2i+1]) of each head's first rope_dim values by pos * inv_freq[i]. */
@@ -606,20 +639,6 @@ static void job_swiglu(void *p, int ith, int nth) {
     fn(j->gate + lo, j->up + lo, hi - lo);
 }
 
-/* x += y over n values. */
-typedef struct add_job {
-    float *x;
-    const float *y;
-    int64_t n;
-} add_job;
-
-static void job_add(void *p, int ith, int nth) {
-    add_job *j = p;
-    int64_t lo, hi;
-    vs_split_range(j->n, ith, nth, 64, &lo, &hi);
-    for (int64_t i = lo; i < hi; i++) j->x[i] += j->y[i];
-}
-
 static void matmul(vs_threadpool *tp, const vs_lm_mat *m, const float *x, int n, float *y) {
     vs_matmul(tp, m->type, m->data, m->n_out, m->n_in, x, n, y);
 }
@@ -752,6 +771,9 @@ vs_status vs_lm_forward(vs_lm *lm, vs_kv *kv, vs_threadpool *tp, const vs_lm_row
         else vs_lm_embed(lm, rows[r].token, lm->x + (size_t)r * E, NULL);
     }
 
+    /* attention work: keys read x query dims, summed over the batch's rows */
+    int64_t attn_work = 0;
+    for (int r = 0; r < n; r++) attn_work += (int64_t)(lm->slot[r] + 1) * c->n_head * c->head_dim;
     fwd_ctx f = {.lm = lm, .kv = kv, .rows = rows, .n = n, .out = out, .n_groups = n_groups,
                  .group_start = group_start, .n_tasks = task_first[n_groups], .task_first = task_first,
                  .attn_hb = hb, .attn_nhs = nhs, .attn_rb = rb, .any_tree = any_tree};
@@ -759,23 +781,24 @@ vs_status vs_lm_forward(vs_lm *lm, vs_kv *kv, vs_threadpool *tp, const vs_lm_row
         const vs_lm_layer *L = &lm->w.layers[l];
         f.layer = l;
         /* attention block */
-        norm_rows(lm, tp, lm->x, lm->xn, L->attn_norm, n);
+        if (l == 0) norm_rows(lm, tp, lm->x, lm->xn, L->attn_norm, n); /* later layers: fused below */
         matmul(tp, &L->wq, lm->xn, n, lm->q);
         matmul(tp, &L->wk, lm->xn, n, lm->k);
         matmul(tp, &L->wv, lm->xn, n, lm->v);
-        vs_threadpool_run(tp, job_rope_store, &f);
-        vs_threadpool_run(tp, job_attention, &f);
+        run_job(tp, job_rope_store, &f, (int64_t)n * (c->n_head + 2 * c->n_head_kv) * c->head_dim);
+        run_job(tp, job_attention, &f, attn_work);
         matmul(tp, &L->wo, lm->att, n, lm->tmp);
-        add_job aj = {lm->x, lm->tmp, (int64_t)n * c->n_embd};
-        vs_threadpool_run(tp, job_add, &aj);
+        add_norm_job an = {lm, n, lm->x, lm->tmp, lm->xn, L->ffn_norm};
+        run_job(tp, job_add_norm, &an, (int64_t)n * c->n_embd);
         /* feed-forward block */
-        norm_rows(lm, tp, lm->x, lm->xn, L->ffn_norm, n);
         matmul(tp, &L->w_gate, lm->xn, n, lm->gate);
         matmul(tp, &L->w_up, lm->xn, n, lm->up);
         swiglu_job sj = {lm->gate, lm->up, (int64_t)n * c->n_ff, lm->attn_isa};
-        vs_threadpool_run(tp, job_swiglu, &sj);
+        run_job(tp, job_swiglu, &sj, sj.n);
         matmul(tp, &L->w_down, lm->gate, n, lm->tmp);
-        vs_threadpool_run(tp, job_add, &aj);
+        /* residual, then the next layer's attention norm */
+        an.w = l + 1 < c->n_layer ? lm->w.layers[l + 1].attn_norm : NULL;
+        run_job(tp, job_add_norm, &an, (int64_t)n * c->n_embd);
         if (out)
             for (int i = 0; i < out->n_layer_out; i++)
                 if (out->layer_ids[i] == l) memcpy(out->layer_hidden[i], lm->x, (size_t)n * E * sizeof(float));
