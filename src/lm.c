@@ -557,7 +557,8 @@ static void attn_task(fwd_ctx *f, int g, int hk, int hs, int blk, float *s) {
     const int cnt = f->group_start[g + 1] - f->group_start[g];
     const int seq = f->rows[grp[0]].seq, len0 = lm->seq_len0[seq];
     const void *kb = vs_kv_k_const(f->kv, seq, f->layer, hk), *vb = vs_kv_v_const(f->kv, seq, f->layer, hk);
-    const bool want_cb = f->out && f->out->attn_fn && (f->out->attn_layer < 0 || f->out->attn_layer == f->layer);
+    const bool want_cb =
+        f->out && f->out->attn_fn && (f->out->attn_layer < 0 || f->out->attn_layer == f->layer);
     const int h0 = hk * G + hs * f->attn_hb, nh = VS_MIN(f->attn_hb, G - hs * f->attn_hb);
     const int b0 = blk * f->attn_rb, b1 = VS_MIN(cnt, b0 + f->attn_rb);
     const float *qp[VS_ATTN_QMAX];
@@ -583,8 +584,8 @@ static void attn_task(fwd_ctx *f, int g, int hk, int hs, int blk, float *s) {
          * 256-bit blocks score them faster. Chosen by the model's shape, never by the batch, so a row's
          * scores do not depend on the rows beside it. */
         scores = hd % 16 ? vs_attn_scores_avx2 : vs_attn_scores_avx512;
-    }
-    else if (lm->attn_isa == 1) scores = vs_attn_scores_avx2, softmax = vs_attn_softmax_avx2, pv = vs_attn_pv_avx2;
+    } else if (lm->attn_isa == 1)
+        scores = vs_attn_scores_avx2, softmax = vs_attn_softmax_avx2, pv = vs_attn_pv_avx2;
     scores(s, ld, qp, T, nq, kb, f16, hd, scale, vb);
     for (int i = 0; i < nq; i++) {
         float *si = s + (size_t)i * ld;

@@ -308,7 +308,9 @@ typedef struct attn_isa_set {
     vs_attn_swiglu_fn *swiglu;
 } attn_isa_set;
 
-static float frand(vs_rng *r) { return vs_rng_normal(r); }
+static float frand(vs_rng *r) {
+    return vs_rng_normal(r);
+}
 
 static void test_attn_kernel_set(const attn_isa_set *k) {
     vs_rng r;
@@ -399,8 +401,8 @@ static void test_attn_exp(const attn_isa_set *k) {
            worst / 5.96e-8);
     VT_CHECK(worst <= 2.5e-7, "%s exp relative error %g", k->name, worst);
     VT_CHECK(edge_y[0] == 1.0f && edge_y[1] == 0.0f && edge_y[2] == 0.0f && edge_y[3] == 0.0f &&
-                 edge_y[4] == 1.0f, "%s exp edges: %g %g %g %g %g", k->name, edge_y[0], edge_y[1], edge_y[2],
-             edge_y[3], edge_y[4]);
+                 edge_y[4] == 1.0f,
+             "%s exp edges: %g %g %g %g %g", k->name, edge_y[0], edge_y[1], edge_y[2], edge_y[3], edge_y[4]);
     vs_rng r;
     vs_rng_seed(&r, 5);
     for (int i = 0; i < N; i++) g[i] = 6.0f * frand(&r), u[i] = frand(&r);
@@ -420,8 +422,10 @@ static void test_attn_exp(const attn_isa_set *k) {
 
 static void test_attn_kernels(void) {
     attn_isa_set sets[3] = {
-        {"scalar", vs_attn_scores_ref, vs_attn_softmax_ref, vs_attn_pv_ref, vs_attn_exp_ref, vs_attn_swiglu_ref},
-        {"avx2", vs_attn_scores_avx2, vs_attn_softmax_avx2, vs_attn_pv_avx2, vs_attn_exp_avx2, vs_attn_swiglu_avx2},
+        {"scalar", vs_attn_scores_ref, vs_attn_softmax_ref, vs_attn_pv_ref, vs_attn_exp_ref,
+         vs_attn_swiglu_ref},
+        {"avx2", vs_attn_scores_avx2, vs_attn_softmax_avx2, vs_attn_pv_avx2, vs_attn_exp_avx2,
+         vs_attn_swiglu_avx2},
         {"avx512", vs_attn_scores_avx512, vs_attn_softmax_avx512, vs_attn_pv_avx512, vs_attn_exp_avx512,
          vs_attn_swiglu_avx512},
     };
@@ -455,13 +459,14 @@ static void test_long_invariance(vs_threadpool *tp) {
             vs_type kvt = kt ? VS_TYPE_F16 : VS_TYPE_F32;
             vs_kv *kv = vs_lm_kv_new(lm, S, 256, kvt, &err);
             VT_REQUIRE(kv, "%s", err.msg);
-            for (int s = 0; s < S; s++) VT_CHECK(tm_feed(lm, kv, tp, s, pre[s], npre[s], NULL, &err) == VS_OK, "%s",
-                                                 err.msg);
+            for (int s = 0; s < S; s++)
+                VT_CHECK(tm_feed(lm, kv, tp, s, pre[s], npre[s], NULL, &err) == VS_OK, "%s", err.msg);
             vs_lm_row rows[NB];
             int cnt[S] = {0};
             for (int i = 0; i < NB; i++) {
                 int s = seq_of[i];
-                rows[i] = (vs_lm_row){.token = add[i], .seq = s, .pos = npre[s] + cnt[s]++, .want_logits = true};
+                rows[i] =
+                    (vs_lm_row){.token = add[i], .seq = s, .pos = npre[s] + cnt[s]++, .want_logits = true};
             }
             float *lg = malloc(sizeof(float) * NB * V), *one = malloc(sizeof(float) * V);
             vs_lm_out out = {.logits = lg};
@@ -478,7 +483,8 @@ static void test_long_invariance(vs_threadpool *tp) {
                 vs_kv_free(k1);
             }
             printf("  %s KV, %-6s: batch of 10 rows over 3 sequences (37-150 cached) vs one row at a time: "
-                   "max abs diff %.3g\n", vs_type_name(kvt), vs_isa_name(vs_isa_active()), worst);
+                   "max abs diff %.3g\n",
+                   vs_type_name(kvt), vs_isa_name(vs_isa_active()), worst);
             VT_CHECK(worst == 0, "batched rows differ from single rows by %g (%s)", worst,
                      vs_isa_name(vs_isa_active()));
             /* vector paths vs the scalar twins on the same batch (logits of order 1) */

@@ -22,7 +22,8 @@ typedef void vs_attn_scores_fn(float *s, int ld, const float *const *q, const in
 /* In place over s[0..T): entries equal to -INFINITY become exactly 0, the rest exp(s - max) / sum. */
 typedef void vs_attn_softmax_fn(float *s, int T);
 /* o[i][d] = sum_{t < T} p[i * ld + t] * v[t][d] (o overwritten); p rows are zero beyond their own length. */
-typedef void vs_attn_pv_fn(float *const *o, const float *p, int ld, int nq, int T, const void *v, int f16, int hd);
+typedef void vs_attn_pv_fn(float *const *o, const float *p, int ld, int nq, int T, const void *v, int f16,
+                           int hd);
 /* y[i] = e^x[i] for x <= 0 (the softmax's range; 0 below -87.3), the same polynomial in every ISA. */
 typedef void vs_attn_exp_fn(float *y, const float *x, int n);
 

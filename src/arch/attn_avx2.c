@@ -39,7 +39,8 @@ static inline __attribute__((always_inline)) __m256 reduce8(const __m256 *v) {
     __m256 u[4], w[2];
 #pragma GCC unroll 4
     for (int i = 0; i < 4; i++)
-        u[i] = _mm256_add_ps(_mm256_unpacklo_ps(v[2 * i], v[2 * i + 1]), _mm256_unpackhi_ps(v[2 * i], v[2 * i + 1]));
+        u[i] = _mm256_add_ps(_mm256_unpacklo_ps(v[2 * i], v[2 * i + 1]),
+                             _mm256_unpackhi_ps(v[2 * i], v[2 * i + 1]));
 #pragma GCC unroll 2
     for (int i = 0; i < 2; i++)
         w[i] = _mm256_add_ps(_mm256_shuffle_ps(u[2 * i], u[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
@@ -48,8 +49,8 @@ static inline __attribute__((always_inline)) __m256 reduce8(const __m256 *v) {
 }
 
 /* Scores of one query against keys k[t0 .. t0 + nk), nk <= 8 (lanes beyond repeat the last key). */
-static inline __attribute__((always_inline)) void qk8(float *s, const float *q, const void *k, const int f16, int64_t t0,
-                                                      int nk, int hd, float scale) {
+static inline __attribute__((always_inline)) void qk8(float *s, const float *q, const void *k, const int f16,
+                                                      int64_t t0, int nk, int hd, float scale) {
     __m256 acc[8];
 #pragma GCC unroll 8
     for (int j = 0; j < 8; j++) acc[j] = _mm256_setzero_ps();
@@ -65,23 +66,27 @@ static inline __attribute__((always_inline)) void qk8(float *s, const float *q, 
     store8(s + t0, _mm256_mul_ps(reduce8(acc), _mm256_set1_ps(scale)), nk);
 }
 
-static inline __attribute__((always_inline)) void scores_impl(float *s, int ld, const float *const *q, const int *T,
-                                                              int nq, const void *k, const int f16, int hd,
-                                                              float scale) {
+static inline __attribute__((always_inline)) void scores_impl(float *s, int ld, const float *const *q,
+                                                              const int *T, int nq, const void *k,
+                                                              const int f16, int hd, float scale) {
     int tmax = 0;
     for (int i = 0; i < nq; i++) tmax = T[i] > tmax ? T[i] : tmax;
     for (int t0 = 0; t0 < tmax; t0 += 8)
         for (int i = 0; i < nq; i++) {
-            if (T[i] >= t0 + 8) qk8(s + (size_t)i * ld, q[i], k, f16, t0, 8, hd, scale);
-            else if (T[i] > t0) qk8(s + (size_t)i * ld, q[i], k, f16, t0, T[i] - t0, hd, scale);
+            if (T[i] >= t0 + 8)
+                qk8(s + (size_t)i * ld, q[i], k, f16, t0, 8, hd, scale);
+            else if (T[i] > t0)
+                qk8(s + (size_t)i * ld, q[i], k, f16, t0, T[i] - t0, hd, scale);
         }
 }
 
-void vs_attn_scores_avx2(float *s, int ld, const float *const *q, const int *T, int nq, const void *k, int f16,
-                         int hd, float scale, const void *vpf) {
+void vs_attn_scores_avx2(float *s, int ld, const float *const *q, const int *T, int nq, const void *k,
+                         int f16, int hd, float scale, const void *vpf) {
     (void)vpf;
-    if (f16) scores_impl(s, ld, q, T, nq, k, 1, hd, scale);
-    else scores_impl(s, ld, q, T, nq, k, 0, hd, scale);
+    if (f16)
+        scores_impl(s, ld, q, T, nq, k, 1, hd, scale);
+    else
+        scores_impl(s, ld, q, T, nq, k, 0, hd, scale);
 }
 
 /* e^x for x <= 0 (lanes below VS_ATTN_EXP_LO, -inf included, give 0). */
@@ -135,13 +140,15 @@ void vs_attn_softmax_avx2(float *s, int T) {
     for (t = 0; t < T; t += 8) {
         int w = T - t < 8 ? T - t : 8;
         __m256 e = exp8(_mm256_sub_ps(load8(s, 0, t, w), mv));
-        if (w < 8) e = _mm256_and_ps(e, _mm256_cmp_ps(_mm256_set_ps(7, 6, 5, 4, 3, 2, 1, 0),
-                                                      _mm256_set1_ps((float)w), _CMP_LT_OQ));
+        if (w < 8)
+            e = _mm256_and_ps(e, _mm256_cmp_ps(_mm256_set_ps(7, 6, 5, 4, 3, 2, 1, 0),
+                                               _mm256_set1_ps((float)w), _CMP_LT_OQ));
         sum = _mm256_add_ps(sum, e);
         store8(s + t, e, w);
     }
     _mm256_storeu_ps(lanes, sum);
-    float tot = ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5])) + ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]));
+    float tot =
+        ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5])) + ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]));
     __m256 inv = _mm256_set1_ps(1.0f / tot);
     for (t = 0; t < T; t += 8) {
         int w = T - t < 8 ? T - t : 8;
@@ -150,9 +157,9 @@ void vs_attn_softmax_avx2(float *s, int T) {
 }
 
 /* nt queries (<= 4) x nc vectors (<= 2) of output columns [d0, d0 + 8 nc), the last one nl lanes wide. */
-static inline __attribute__((always_inline)) void pv_tile(float *const *o, const float *p, int ld, const int nt,
-                                                          const int nc, int nl, int T, const void *v, const int f16,
-                                                          int hd, int d0) {
+static inline __attribute__((always_inline)) void pv_tile(float *const *o, const float *p, int ld,
+                                                          const int nt, const int nc, int nl, int T,
+                                                          const void *v, const int f16, int hd, int d0) {
     __m256 acc[4][2];
 #pragma GCC unroll 4
     for (int i = 0; i < nt; i++)
@@ -174,7 +181,8 @@ static inline __attribute__((always_inline)) void pv_tile(float *const *o, const
         for (int t = 0; t < T; t++) {
             __m256 vv[2];
 #pragma GCC unroll 2
-            for (int c = 0; c < nc; c++) vv[c] = load8(v, f16, (int64_t)t * hd + d0 + 8 * c, c == nc - 1 ? nl : 8);
+            for (int c = 0; c < nc; c++)
+                vv[c] = load8(v, f16, (int64_t)t * hd + d0 + 8 * c, c == nc - 1 ? nl : 8);
 #pragma GCC unroll 4
             for (int i = 0; i < nt; i++) {
                 __m256 pt = _mm256_broadcast_ss(p + (size_t)i * ld + t);
@@ -189,11 +197,13 @@ static inline __attribute__((always_inline)) void pv_tile(float *const *o, const
         for (int c = 0; c < nc; c++) store8(o[i] + d0 + 8 * c, acc[i][c], c == nc - 1 ? nl : 8);
 }
 
-#define PV_CASE(NT, NC) \
-    case (NT) * 8 + (NC): pv_tile(oo, pp, ld, NT, NC, nl, T, v, F16, hd, d0); break;
+#define PV_CASE(NT, NC)                                                                                      \
+    case (NT)*8 + (NC):                                                                                      \
+        pv_tile(oo, pp, ld, NT, NC, nl, T, v, F16, hd, d0);                                                  \
+        break;
 
-static inline __attribute__((always_inline)) void pv_impl(float *const *o, const float *p, int ld, int nq, int T,
-                                                          const void *v, const int F16, int hd) {
+static inline __attribute__((always_inline)) void pv_impl(float *const *o, const float *p, int ld, int nq,
+                                                          int T, const void *v, const int F16, int hd) {
     for (int i0 = 0; i0 < nq; i0 += 4) {
         int nt = nq - i0 < 4 ? nq - i0 : 4;
         const float *pp = p + (size_t)i0 * ld;
@@ -201,16 +211,19 @@ static inline __attribute__((always_inline)) void pv_impl(float *const *o, const
         for (int d0 = 0; d0 < hd; d0 += 16) {
             int w = hd - d0 < 16 ? hd - d0 : 16, nc = (w + 7) / 8, nl = w - 8 * (nc - 1);
             switch (nt * 8 + nc) {
-                PV_CASE(1, 1) PV_CASE(1, 2) PV_CASE(2, 1) PV_CASE(2, 2)
-                PV_CASE(3, 1) PV_CASE(3, 2) PV_CASE(4, 1) PV_CASE(4, 2)
+                PV_CASE(1, 1)
+                PV_CASE(1, 2) PV_CASE(2, 1) PV_CASE(2, 2) PV_CASE(3, 1) PV_CASE(3, 2) PV_CASE(4, 1)
+                    PV_CASE(4, 2)
             }
         }
     }
 }
 
 void vs_attn_pv_avx2(float *const *o, const float *p, int ld, int nq, int T, const void *v, int f16, int hd) {
-    if (f16) pv_impl(o, p, ld, nq, T, v, 1, hd);
-    else pv_impl(o, p, ld, nq, T, v, 0, hd);
+    if (f16)
+        pv_impl(o, p, ld, nq, T, v, 1, hd);
+    else
+        pv_impl(o, p, ld, nq, T, v, 0, hd);
 }
 
 /* dst[i] = src[i] as F32 or F16 (round to nearest even), n values. */
@@ -222,7 +235,8 @@ void vs_attn_store_avx2(void *dst, const float *src, int f16, int n) {
     uint16_t *d = dst;
     int i = 0;
     for (; i + 8 <= n; i += 8)
-        _mm_storeu_si128((__m128i *)(d + i), _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+        _mm_storeu_si128((__m128i *)(d + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
     for (; i < n; i++) {
         __m128i h = _mm_cvtps_ph(_mm_set_ss(src[i]), _MM_FROUND_TO_NEAREST_INT);
         d[i] = (uint16_t)_mm_extract_epi16(h, 0);

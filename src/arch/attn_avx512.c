@@ -18,14 +18,17 @@ AI __m512 load16(const void *base, const int f16, int64_t i, __mmask16 m) {
     return _mm512_maskz_loadu_ps(m, (const float *)base + i);
 }
 
-AI __mmask16 lanes(int n) { return (__mmask16)(n >= 16 ? 0xffff : (1u << n) - 1); }
+AI __mmask16 lanes(int n) {
+    return (__mmask16)(n >= 16 ? 0xffff : (1u << n) - 1);
+}
 
 /* r[j] = sum of the 16 lanes of v[j], j < 16, by a fixed tree per lane. */
 AI __m512 reduce16(const __m512 *v) {
     __m512 u[8], w[4];
 #pragma GCC unroll 8
     for (int i = 0; i < 8; i++)
-        u[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]), _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
+        u[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]),
+                             _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
 #pragma GCC unroll 4
     for (int i = 0; i < 4; i++)
         w[i] = _mm512_add_ps(_mm512_shuffle_ps(u[2 * i], u[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
@@ -40,7 +43,8 @@ AI __m512 reduce16(const __m512 *v) {
 
 /* Scores of one query against the 16 keys k[t0 .. t0 + 16) (keys >= t0 + nk are not read: their lanes
  * repeat the last key and are not stored). */
-AI void qk16(float *s, const float *q, const void *k, const int f16, int64_t t0, const int nk, int hd, float scale) {
+AI void qk16(float *s, const float *q, const void *k, const int f16, int64_t t0, const int nk, int hd,
+             float scale) {
     __m512 acc[16];
     int64_t off[16];
 #pragma GCC unroll 16
@@ -80,7 +84,8 @@ AI void qk16_tile(float *s, const float *q, const float *tile, int64_t t0, int n
 #pragma GCC unroll 16
     for (int j = 0; j < 16; j++) acc[j] = _mm512_setzero_ps();
     for (int c = 0; c < nc; c++, tile += 256) {
-        __m512 qv = c < nc - 1 ? _mm512_loadu_ps(q + 16 * c) : _mm512_maskz_loadu_ps(lanes(hd - 16 * c), q + 16 * c);
+        __m512 qv =
+            c < nc - 1 ? _mm512_loadu_ps(q + 16 * c) : _mm512_maskz_loadu_ps(lanes(hd - 16 * c), q + 16 * c);
 #pragma GCC unroll 16
         for (int j = 0; j < 16; j++) acc[j] = _mm512_fmadd_ps(qv, _mm512_load_ps(tile + 16 * j), acc[j]);
     }
@@ -89,8 +94,10 @@ AI void qk16_tile(float *s, const float *q, const float *tile, int64_t t0, int n
 
 /* The same scores as key_tile + qk16_tile (the same operations on the same values, so bitwise equal) for
  * a full block of 16 keys, reading the keys directly: with hd a compile-time constant every load has a
- * fixed offset from the block's first key. Used when the tile would not be shared (a single query: GQA groups of 1, one row). */
-AI void qk16_direct(float *s, const float *q, const void *k, const int f16, int64_t t0, const int hd, float scale) {
+ * fixed offset from the block's first key. Used when the tile would not be shared (a single query: GQA groups
+ * of 1, one row). */
+AI void qk16_direct(float *s, const float *q, const void *k, const int f16, int64_t t0, const int hd,
+                    float scale) {
     const int nc = (hd + 15) / 16;
     const char *base = (const char *)k + t0 * hd * (f16 ? 2 : 4);
     __m512 acc[16];
@@ -101,31 +108,35 @@ AI void qk16_direct(float *s, const float *q, const void *k, const int f16, int6
         const __mmask16 m = lanes(hd - 16 * c);
         __m512 qv = _mm512_maskz_loadu_ps(m, q + 16 * c);
 #pragma GCC unroll 16
-        for (int j = 0; j < 16; j++) acc[j] = _mm512_fmadd_ps(qv, load16(base, f16, j * hd + 16 * c, m), acc[j]);
+        for (int j = 0; j < 16; j++)
+            acc[j] = _mm512_fmadd_ps(qv, load16(base, f16, j * hd + 16 * c, m), acc[j]);
     }
     _mm512_storeu_ps(s + t0, _mm512_mul_ps(reduce16(acc), _mm512_set1_ps(scale)));
 }
 
 /* Full blocks of 16 keys for queries [0, nq) with T[i] >= t0 + 16, hd a compile-time constant. */
-AI void direct_block(float *s, int ld, const float *const *q, const int *T, int nq, const void *k, const int f16,
-                     int64_t t0, const int hd, float scale) {
+AI void direct_block(float *s, int ld, const float *const *q, const int *T, int nq, const void *k,
+                     const int f16, int64_t t0, const int hd, float scale) {
     for (int i = 0; i < nq; i++)
         if (T[i] >= t0 + 16) qk16_direct(s + (size_t)i * ld, q[i], k, f16, t0, hd, scale);
 }
 
 #define DIRECT_HDS(X) X(32) X(40) X(48) X(64) X(80) X(96) X(128)
-#define DIRECT_CASE(HD) case HD: direct_block(s, ld, q, T, nq, k, f16, t0, HD, scale); return true;
+#define DIRECT_CASE(HD)                                                                                      \
+    case HD:                                                                                                 \
+        direct_block(s, ld, q, T, nq, k, f16, t0, HD, scale);                                                \
+        return true;
 
 /* Whether the direct path handled the full-block queries of block t0 (hd is one of DIRECT_HDS). */
-AI bool try_direct(float *s, int ld, const float *const *q, const int *T, int nq, const void *k, const int f16,
-                   int64_t t0, int hd, float scale) {
-    switch (hd) { DIRECT_HDS(DIRECT_CASE) default: return false; }
+AI bool try_direct(float *s, int ld, const float *const *q, const int *T, int nq, const void *k,
+                   const int f16, int64_t t0, int hd, float scale) {
+    switch (hd) { DIRECT_HDS(DIRECT_CASE) default : return false; }
 }
 
 #define TILE_MAX_HD 256
 
-AI void scores_impl(float *s, int ld, const float *const *q, const int *T, int nq, const void *k, const int f16,
-                    int hd, float scale, const void *vpf) {
+AI void scores_impl(float *s, int ld, const float *const *q, const int *T, int nq, const void *k,
+                    const int f16, int hd, float scale, const void *vpf) {
     int tmax = 0;
     for (int i = 0; i < nq; i++) tmax = T[i] > tmax ? T[i] : tmax;
     /* key blocks outer, queries inner: a block of 16 keys is read from memory once for all queries */
@@ -137,7 +148,8 @@ AI void scores_impl(float *s, int ld, const float *const *q, const int *T, int n
         int64_t pf0 = (int64_t)(t0 + 64) * rowb, pf1 = (int64_t)VS_ATTN_MIN(t0 + 80, tmax) * rowb;
         for (int64_t b = pf0; b < pf1; b += 64) _mm_prefetch(kc + b, _MM_HINT_T0);
         if (vpf) /* the values of this block, for the pass after the softmax */
-            for (int64_t b = (int64_t)t0 * rowb, e = (int64_t)VS_ATTN_MIN(t0 + 16, tmax) * rowb; b < e; b += 64)
+            for (int64_t b = (int64_t)t0 * rowb, e = (int64_t)VS_ATTN_MIN(t0 + 16, tmax) * rowb; b < e;
+                 b += 64)
                 _mm_prefetch((const char *)vpf + b, _MM_HINT_T1);
         if (nq == 1 && try_direct(s, ld, q, T, nq, k, f16, t0, hd, scale)) {
             /* full blocks done; a query whose keys end inside this block takes the tile below */
@@ -146,26 +158,32 @@ AI void scores_impl(float *s, int ld, const float *const *q, const int *T, int n
             if (!tail) continue;
             key_tile(tile, k, f16, t0, VS_ATTN_MIN(16, tmax - t0), hd);
             for (int i = 0; i < nq; i++)
-                if (T[i] > t0 && T[i] < t0 + 16) qk16_tile(s + (size_t)i * ld, q[i], tile, t0, T[i] - t0, hd, scale);
+                if (T[i] > t0 && T[i] < t0 + 16)
+                    qk16_tile(s + (size_t)i * ld, q[i], tile, t0, T[i] - t0, hd, scale);
             continue;
         }
         if (hd <= TILE_MAX_HD) {
             key_tile(tile, k, f16, t0, VS_ATTN_MIN(16, tmax - t0), hd);
             for (int i = 0; i < nq; i++)
-                if (T[i] > t0) qk16_tile(s + (size_t)i * ld, q[i], tile, t0, VS_ATTN_MIN(16, T[i] - t0), hd, scale);
+                if (T[i] > t0)
+                    qk16_tile(s + (size_t)i * ld, q[i], tile, t0, VS_ATTN_MIN(16, T[i] - t0), hd, scale);
             continue;
         }
         for (int i = 0; i < nq; i++) {
-            if (T[i] >= t0 + 16) qk16(s + (size_t)i * ld, q[i], k, f16, t0, 16, hd, scale);
-            else if (T[i] > t0) qk16(s + (size_t)i * ld, q[i], k, f16, t0, T[i] - t0, hd, scale);
+            if (T[i] >= t0 + 16)
+                qk16(s + (size_t)i * ld, q[i], k, f16, t0, 16, hd, scale);
+            else if (T[i] > t0)
+                qk16(s + (size_t)i * ld, q[i], k, f16, t0, T[i] - t0, hd, scale);
         }
     }
 }
 
-void vs_attn_scores_avx512(float *s, int ld, const float *const *q, const int *T, int nq, const void *k, int f16,
-                           int hd, float scale, const void *vpf) {
-    if (f16) scores_impl(s, ld, q, T, nq, k, 1, hd, scale, vpf);
-    else scores_impl(s, ld, q, T, nq, k, 0, hd, scale, vpf);
+void vs_attn_scores_avx512(float *s, int ld, const float *const *q, const int *T, int nq, const void *k,
+                           int f16, int hd, float scale, const void *vpf) {
+    if (f16)
+        scores_impl(s, ld, q, T, nq, k, 1, hd, scale, vpf);
+    else
+        scores_impl(s, ld, q, T, nq, k, 0, hd, scale, vpf);
 }
 
 static inline __m512 exp16(__m512 x) {
@@ -203,7 +221,8 @@ void vs_attn_swiglu_avx512(float *g, const float *u, int64_t n) {
         __m512 e = exp16(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_abs_ps(x)));
         __mmask16 pos = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GE_OQ);
         __m512 sig = _mm512_div_ps(_mm512_mask_blend_ps(pos, e, one), _mm512_add_ps(one, e));
-        _mm512_mask_storeu_ps(g + i, k, _mm512_mul_ps(_mm512_mul_ps(x, sig), _mm512_maskz_loadu_ps(k, u + i)));
+        _mm512_mask_storeu_ps(g + i, k,
+                              _mm512_mul_ps(_mm512_mul_ps(x, sig), _mm512_maskz_loadu_ps(k, u + i)));
     }
 }
 
@@ -234,8 +253,8 @@ void vs_attn_softmax_avx512(float *s, int T) {
 }
 
 /* nt queries (<= 4) x nc vectors (<= 4) of output columns [d0, d0 + 16 nc), the last one nl lanes wide. */
-AI void pv_tile(float *const *o, const float *p, int ld, const int nt, const int nc, int nl, int T, const void *v,
-                const int f16, int hd, int d0) {
+AI void pv_tile(float *const *o, const float *p, int ld, const int nt, const int nc, int nl, int T,
+                const void *v, const int f16, int hd, int d0) {
     __m512 acc[4][4];
     __mmask16 m[4];
 #pragma GCC unroll 4
@@ -267,10 +286,13 @@ AI void pv_tile(float *const *o, const float *p, int ld, const int nt, const int
         for (int c = 0; c < nc; c++) _mm512_mask_storeu_ps(o[i] + d0 + 16 * c, m[c], acc[i][c]);
 }
 
-#define PV_CASE(NT, NC) \
-    case (NT) * 8 + (NC): pv_tile(oo, pp, ld, NT, NC, nl, T, v, F16, hd, d0); break;
+#define PV_CASE(NT, NC)                                                                                      \
+    case (NT)*8 + (NC):                                                                                      \
+        pv_tile(oo, pp, ld, NT, NC, nl, T, v, F16, hd, d0);                                                  \
+        break;
 
-AI void pv_impl(float *const *o, const float *p, int ld, int nq, int T, const void *v, const int F16, int hd) {
+AI void pv_impl(float *const *o, const float *p, int ld, int nq, int T, const void *v, const int F16,
+                int hd) {
     for (int i0 = 0; i0 < nq; i0 += 4) {
         int nt = nq - i0 < 4 ? nq - i0 : 4;
         for (int d0 = 0; d0 < hd; d0 += 64) {
@@ -278,16 +300,19 @@ AI void pv_impl(float *const *o, const float *p, int ld, int nq, int T, const vo
             const float *pp = p + (size_t)i0 * ld;
             float *const *oo = o + i0;
             switch (nt * 8 + nc) {
-                PV_CASE(1, 1) PV_CASE(1, 2) PV_CASE(1, 3) PV_CASE(1, 4)
-                PV_CASE(2, 1) PV_CASE(2, 2) PV_CASE(2, 3) PV_CASE(2, 4)
-                PV_CASE(3, 1) PV_CASE(3, 2) PV_CASE(3, 3) PV_CASE(3, 4)
-                PV_CASE(4, 1) PV_CASE(4, 2) PV_CASE(4, 3) PV_CASE(4, 4)
+                PV_CASE(1, 1)
+                PV_CASE(1, 2) PV_CASE(1, 3) PV_CASE(1, 4) PV_CASE(2, 1) PV_CASE(2, 2) PV_CASE(2, 3)
+                    PV_CASE(2, 4) PV_CASE(3, 1) PV_CASE(3, 2) PV_CASE(3, 3) PV_CASE(3, 4) PV_CASE(4, 1)
+                        PV_CASE(4, 2) PV_CASE(4, 3) PV_CASE(4, 4)
             }
         }
     }
 }
 
-void vs_attn_pv_avx512(float *const *o, const float *p, int ld, int nq, int T, const void *v, int f16, int hd) {
-    if (f16) pv_impl(o, p, ld, nq, T, v, 1, hd);
-    else pv_impl(o, p, ld, nq, T, v, 0, hd);
+void vs_attn_pv_avx512(float *const *o, const float *p, int ld, int nq, int T, const void *v, int f16,
+                       int hd) {
+    if (f16)
+        pv_impl(o, p, ld, nq, T, v, 1, hd);
+    else
+        pv_impl(o, p, ld, nq, T, v, 0, hd);
 }
