@@ -489,7 +489,7 @@ int vs_cli_ens_run(const char *cmd, const vs_cli_spec_opts *s, const vs_cli_ens_
                 drafter ? vs_ens_policy_name(eo.weights.policy) : "-", vs_spec_stop_name(log.stop),
                 (unsigned long long)s->sp.seed, s->threads);
         if (es) {
-            fprintf(stderr, "[ensemble] prompt rows per input:");
+            fprintf(stderr, "[draft] prompt rows per input:");
             for (int r = 0; r < eo.n_inputs; r++)
                 fprintf(stderr, " %s %d", vs_ens_input_name(eo.inputs[r]), es->prefix_rows[r]);
             fprintf(stderr, "; last weights:");
@@ -497,7 +497,7 @@ int vs_cli_ens_run(const char *cmd, const vs_cli_spec_opts *s, const vs_cli_ens_
             fprintf(stderr, "; weight policy time %.4f s\n", es->t_weights);
             if (has_c)
                 fprintf(stderr,
-                        "[ensemble] captions: %.3f s captioning (%s), %.3f s waited after the prefill, "
+                        "[draft] captions: %.3f s captioning (%s), %.3f s waited after the prefill, "
                         "%.3f s C-row prefill, %d empty\n",
                         es->t_caption, captioner ? "on its own thread during the target prefill" : "given",
                         es->t_caption_wait, es->t_c_prefill, es->n_empty_captions);
