@@ -32,6 +32,7 @@ static int name_matches(const char *c_name, const char *arg) {
 static const struct {
     const char *name, *what;
 } descriptions[] = {
+    {"analyze", "drafter vs target analyses: `analyze tvd`, per-token TVD histograms (MASSV fig. 4)"},
     {"bench", "model benchmark (pp, tg, verify cost); `bench spec`: the speculative decoding benchmark"},
     {"chat", "interactive multi-turn chat with images (/image PATH), optionally speculative"},
     {"data", "the generated multimodal world: gen, stats, preview, check"},
