@@ -98,10 +98,15 @@ typedef struct ens {
     /* sampling */
     vs_sampler *sampler;
     bool greedy, force_greedy, debug_reject;
+    int32_t width; /* configured tree width (1 = chains) */
     /* buffers */
-    float *logits; /* [m][V] the rows' logits of the current step */
-    float *qrow;   /* [qcap][m][V] each row's q at each step of the block */
+    float *logits; /* [width][m][V] the rows' logits of the current step (branch-major) */
+    float *qrow;   /* [qcap][m][V] each row's q of each distribution of the block (id = the q row: 0 for
+                    * depth 1, else the node's index) */
     int32_t qcap;
+    float *qtmp;    /* [V] sampling siblings without replacement */
+    int32_t *panc;  /* [cap_panc] cached-ancestor slot lists of the tree rows of one step */
+    int32_t cap_panc;
     float *qens;      /* [V] q_ens when drafting greedily */
     float *pbuf;      /* [V] the target's distribution of a verified position */
     vs_lm_row *batch; /* [cap_batch] */
@@ -118,7 +123,7 @@ typedef struct ens {
     bool caps_started;
     /* the block in flight */
     bool fed;
-    int32_t k, n_fed;
+    int32_t k, n_fed, wcur; /* depth, depths fed, branches (1 = chain) */
     /* trace */
     bool tracing;
     vs_ens_trace trace;
@@ -185,6 +190,20 @@ static vs_status ensure_batch(ens *d, int32_t n, vs_error *err) {
         grow((void **)&d->bkey, &c2, n, sizeof(int64_t)))
         return oom(d, err);
     d->cap_batch = c1;
+    return VS_OK;
+}
+
+/* Evaluates the tree rows batch[0..n) (pos, tree, mask_past set by the caller): each lands in its
+ * sequence's next slot, in batch order. */
+static vs_status feed_tree(ens *d, int32_t n, vs_error *err) {
+    int32_t len[VS_ENS_MAX_ROWS];
+    for (int32_t r = 0; r < d->m; r++) len[r] = vs_kv_seq_len(d->kv, r);
+    vs_lm_out out = {.logits = d->logits, .attn_layer = -1};
+    vs_status st = vs_lm_forward(d->lm, d->kv, d->tp, d->batch, n, &out, err);
+    if (st) return st;
+    for (int32_t i = 0; i < n; i++) d->row[d->batch[i].seq].hist[len[d->batch[i].seq]++] = d->bkey[i];
+    d->stats.rows_evaluated += n;
+    d->stats.forwards++;
     return VS_OK;
 }
 
@@ -398,6 +417,8 @@ static vs_status begin_request(ens *d, const vs_spec_begin_info *req, vs_error *
     vs_sampler_seed(d->sampler, sp.seed);
     vs_rng_seed(&d->rng, sp.seed ^ 0xBB67AE8584CAA73Bull);
     d->greedy = sp.temperature == 0 || d->force_greedy || d->debug_reject;
+    /* trees: W branches of the request's depth (the engine sizes its proposal from this after begin) */
+    d->hdr.max_nodes = d->width > 1 ? d->width * VS_MAX(req->params->gamma, 1) : 0;
     if (d->hist) vs_ens_hist_clear(d->hist);
     for (int32_t r = 0; r < d->m; r++) d->w[r] = 1.0f / (float)d->m;
 
@@ -477,21 +498,19 @@ static int32_t argmin(const float *x, int32_t n) {
     return best;
 }
 
-/* Draws draft i from the rows' logits (d->logits). */
-static vs_status draw(ens *d, int32_t i, vs_spec_proposal *out, vs_error *err) {
+/* Distribution `id` of the block from the m rows' logits lg [m][V]: each row's q_r into qrow[id], q_ens
+ * into *qo (the proposal's q row id when sampling, d->qens when greedy). m = 1 greedy: *qo = NULL (the
+ * logits decide; no history for m = 1). */
+static vs_status dist(ens *d, const float *lg, int32_t id, vs_spec_proposal *out, const float **qo,
+                      vs_error *err) {
     const int32_t m = d->m, V = d->n_vocab;
     vs_status st;
-    int32_t t;
-    if (m == 1 && d->greedy) {
-        /* argmax of softmax(z) == argmax z (argmin for debug_reject); history is off for m = 1 */
-        out->token[i] = d->debug_reject ? argmin(d->logits, V) : vs_argmax(d->logits, V);
-        out->q_row[i] = -1;
-        return VS_OK;
-    }
-    float *qr = d->qrow + (size_t)i * (size_t)m * (size_t)V;
+    *qo = NULL;
+    if (m == 1 && d->greedy) return VS_OK;
+    float *qr = d->qrow + (size_t)id * (size_t)m * (size_t)V;
     for (int32_t r = 0; r < m; r++)
-        if ((st = transform(d, d->logits + (size_t)r * V, qr + (size_t)r * V, err))) return st;
-    float *q = d->greedy ? d->qens : out->q + (size_t)i * V;
+        if ((st = transform(d, lg + (size_t)r * V, qr + (size_t)r * V, err))) return st;
+    float *q = d->greedy ? d->qens : out->q + (size_t)id * V;
     if (m == 1) {
         memcpy(q, qr, sizeof(float) * (size_t)V);
     } else {
@@ -510,14 +529,47 @@ static vs_status draw(ens *d, int32_t i, vs_spec_proposal *out, vs_error *err) {
         const float inv = (float)(1.0 / s);
         for (int32_t j = 0; j < V; j++) q[j] *= inv;
     }
+    *qo = q;
+    return VS_OK;
+}
+
+/* Up to n distinct tokens from a distribution (q, or the logits lg when q is NULL): greedy the n best
+ * (the first is vs_argmax; debug_reject: the n worst), sampled n draws from q without replacement
+ * (fewer when q has fewer tokens). *got = how many. */
+static vs_status pick(ens *d, const float *lg, const float *q, int32_t n, int32_t *tok, int32_t *got,
+                      vs_error *err) {
+    const int32_t V = d->n_vocab;
+    const float *x = q ? q : lg;
+    *got = 0;
     if (d->greedy) {
-        t = d->debug_reject ? argmin(q, V) : vs_argmax(q, V);
-        out->q_row[i] = -1;
-    } else {
-        if ((st = vs_sampler_pick(d->sampler, q, &t, err))) return st;
-        out->q_row[i] = i;
+        tok[0] = d->debug_reject ? argmin(x, V) : vs_argmax(x, V);
+        *got = 1;
+        for (int32_t b = 1; b < n; b++) {
+            int32_t best = -1;
+            for (int32_t i = 0; i < V; i++) {
+                bool taken = false;
+                for (int32_t c = 0; c < b; c++) taken |= tok[c] == i;
+                if (taken || x[i] != x[i]) continue;
+                if (best < 0 || (d->debug_reject ? x[i] < x[best] : x[i] > x[best])) best = i;
+            }
+            if (best < 0) break;
+            tok[b] = best;
+            *got = b + 1;
+        }
+        return VS_OK;
     }
-    out->token[i] = t;
+    vs_status st = vs_sampler_pick(d->sampler, q, &tok[0], err);
+    if (st) return st;
+    *got = 1;
+    if (n > 1) memcpy(d->qtmp, q, sizeof(float) * (size_t)V);
+    for (int32_t b = 1; b < n; b++) {
+        d->qtmp[tok[b - 1]] = 0;
+        double s = 0;
+        for (int32_t i = 0; i < V; i++) s += d->qtmp[i];
+        if (!(s > 0)) break;
+        if ((st = vs_sampler_pick(d->sampler, d->qtmp, &tok[b], err))) return st;
+        *got = b + 1;
+    }
     return VS_OK;
 }
 
@@ -542,21 +594,28 @@ static vs_status en_propose(vs_spec_drafter *base, const vs_spec_limits *lim, vs
     }
     d->stats.t_weights += vs_time_now() - tw;
 
-    /* every row's pending rows and k - 1 drafts must fit its cache */
+    /* the tree's shape: W branches of depth k within the engine's limits; every row's pending rows and
+     * W (k - 1) fed drafts must fit its cache */
+    int32_t W = VS_MAX(1, VS_MIN(d->width, lim->max_nodes));
     int32_t k = lim->max_depth, n0 = 0;
+    if (W > 1) k = VS_MIN(k, lim->max_nodes / W);
     for (int32_t r = 0; r < m; r++) {
         const int32_t D = vs_kv_seq_len(d->kv, r), u = d->row[r].n_pend;
         if (u < 1) return VS_OK;
-        k = VS_MIN(k, d->n_ctx - D - u + 1);
+        const int32_t free_rows = d->n_ctx - D - u;
+        if (free_rows < 0) return VS_OK;
+        k = VS_MIN(k, free_rows / W + 1);
         n0 += u;
     }
     if (k < 1) return VS_OK; /* a cache is full: the engine decodes plainly */
-    if (k > d->qcap) {
-        float *q = vs_realloc(d->qrow, sizeof(float) * (size_t)k * (size_t)m * (size_t)V);
+    const int32_t ids = W * k;
+    if (ids > d->qcap) {
+        float *q = vs_realloc(d->qrow, sizeof(float) * (size_t)ids * (size_t)m * (size_t)V);
         if (!q) return oom(d, err);
-        d->qrow = q, d->qcap = k;
+        d->qrow = q, d->qcap = ids;
     }
-    if ((st = ensure_batch(d, VS_MAX(n0, m), err))) return st;
+    if ((st = ensure_batch(d, VS_MAX(n0, m * W), err))) return st;
+    if (W > 1 && grow((void **)&d->panc, &d->cap_panc, m * W * k, sizeof(int32_t))) return oom(d, err);
 
     /* step 0: each row's pending rows, logits after the last of each */
     int32_t n = 0;
@@ -576,24 +635,63 @@ static vs_status en_propose(vs_spec_drafter *base, const vs_spec_limits *lim, vs
     d->fed = true;
     d->k = k;
     d->n_fed = 0;
-    for (int32_t i = 0; i < k; i++) {
-        if ((st = draw(d, i, out, err))) return st;
-        out->parent[i] = i - 1;
-        out->depth[i] = i + 1;
-        out->n = i + 1;
+    out->n_steps++;
+    d->stats.draft_steps++;
+
+    /* depth 1: W siblings from distribution 0 */
+    const float *q;
+    int32_t got = 0;
+    if ((st = dist(d, d->logits, 0, out, &q, err))) return st;
+    if ((st = pick(d, d->logits, q, W, out->token, &got, err))) return st;
+    W = got;
+    d->wcur = W;
+    for (int32_t b = 0; b < W; b++) {
+        out->parent[b] = -1;
+        out->depth[b] = 1;
+        out->q_row[b] = d->greedy ? -1 : 0;
+    }
+    out->n = W;
+    /* depths 2 .. k: feed depth j's nodes to every row in one forward, draw each branch's next node */
+    for (int32_t j = 1; j < k; j++) {
+        n = 0;
+        for (int32_t b = 0; b < W; b++) {
+            const int32_t node = (j - 1) * W + b;
+            for (int32_t r = 0; r < m; r++) {
+                vs_lm_row *row = &d->batch[n];
+                memset(row, 0, sizeof(*row));
+                row->token = out->token[node];
+                d->bkey[n] = out->token[node];
+                row->seq = r;
+                row->want_logits = true;
+                if (W > 1) {
+                    /* position base + j - 1; sees the prefix and its own branch's cached nodes
+                     * (node i's slot is base + i) */
+                    int32_t *pa = d->panc + (size_t)n * k;
+                    for (int32_t i = 0; i < j - 1; i++) pa[i] = d->row[r].base + i * W + b;
+                    row->pos = d->row[r].base + j - 1;
+                    row->tree = true;
+                    row->mask_past = true;
+                    row->past_len = d->row[r].base;
+                    row->n_past_anc = j - 1;
+                    row->past_anc = pa;
+                }
+                n++;
+            }
+        }
+        if ((st = W > 1 ? feed_tree(d, n, err) : feed(d, n, err))) return st;
+        d->n_fed++;
         out->n_steps++;
         d->stats.draft_steps++;
-        if (i + 1 == k) break;
-        /* the next step: the draft appended to every row */
-        for (int32_t r = 0; r < m; r++) {
-            memset(&d->batch[r], 0, sizeof(vs_lm_row));
-            d->batch[r].token = out->token[i];
-            d->bkey[r] = out->token[i];
-            d->batch[r].seq = r;
-            d->batch[r].want_logits = true;
+        for (int32_t b = 0; b < W; b++) {
+            const int32_t node = j * W + b, par = (j - 1) * W + b;
+            const float *lg = d->logits + (size_t)b * m * V;
+            if ((st = dist(d, lg, node, out, &q, err))) return st;
+            if ((st = pick(d, lg, q, 1, &out->token[node], &got, err))) return st;
+            out->parent[node] = par;
+            out->depth[node] = j + 1;
+            out->q_row[node] = d->greedy ? -1 : node;
         }
-        if ((st = feed(d, m, err))) return st;
-        d->n_fed++;
+        out->n = (j + 1) * W;
     }
     return VS_OK;
 }
@@ -613,24 +711,38 @@ static vs_status en_commit(vs_spec_drafter *base, const vs_spec_commit *c, vs_er
             const double t0 = vs_time_now();
             const int32_t nv = VS_MIN(a + 1, k);
             for (int32_t j = 0; j < nv; j++) {
-                if ((st = transform(d, c->target_logits + (size_t)j * V, d->pbuf, err))) return st;
+                /* position j: the target's row after the path's node j - 1 (0: the pending row) and the
+                 * distribution its child was drawn from (0 at depth 1, else the child's index: node
+                 * + W in the depth-major numbering; chain: j) */
+                const int32_t tr = j == 0 ? 0 : 1 + c->accepted_nodes[j - 1];
+                const int32_t id = j == 0 ? 0 : c->accepted_nodes[j - 1] + d->wcur;
+                if ((st = transform(d, c->target_logits + (size_t)tr * V, d->pbuf, err))) return st;
                 const float *q[VS_ENS_MAX_ROWS];
-                for (int32_t r = 0; r < m; r++) q[r] = d->qrow + ((size_t)j * m + r) * (size_t)V;
+                for (int32_t r = 0; r < m; r++) q[r] = d->qrow + ((size_t)id * m + r) * (size_t)V;
                 if ((st = vs_ens_hist_push(d->hist, d->pbuf, q, err))) return st;
             }
             d->stats.t_weights += vs_time_now() - t0;
         }
-        if (d->tracing) {
+            if (d->tracing) {
             vs_ens_trace_rec rec = {
                 .request = d->request, .block = d->block, .step = d->step, .n_draft = k, .n_accept = a};
             memcpy(rec.w, d->w, sizeof(float) * (size_t)m);
             if ((st = vs_ens_trace_add(&d->trace, &rec, err))) return st;
         }
         d->block++;
-        /* every row back to its own prefix + the accepted drafts it evaluated (the last draft never was) */
+        /* every row back to its own prefix + the accepted drafts it evaluated (the last draft never was);
+         * trees: node i sits in slot base + i, the accepted path moves to base .. */
+        const int32_t kept = VS_MIN(a, d->n_fed);
+        int32_t slots[VS_SPEC_MAX_GAMMA];
         for (int32_t r = 0; r < m; r++) {
             ens_row *w = &d->row[r];
-            if ((st = vs_kv_seq_truncate(d->kv, r, w->base + VS_MIN(a, d->n_fed), err))) return st;
+            if (d->wcur > 1) {
+                for (int32_t i = 0; i < kept; i++) slots[i] = w->base + c->accepted_nodes[i];
+                if ((st = vs_kv_seq_compact(d->kv, r, slots, kept, w->base, err))) return st;
+                for (int32_t i = 0; i < kept; i++) w->hist[w->base + i] = c->accepted[i];
+            } else if ((st = vs_kv_seq_truncate(d->kv, r, w->base + kept, err))) {
+                return st;
+            }
             if (a > d->n_fed &&
                 (st = push_row(d, &w->pend, &w->pend_key, &w->n_pend, &w->cap_pend, c->accepted[a - 1], NULL,
                                c->accepted[a - 1], err)))
@@ -674,6 +786,7 @@ static void en_free(vs_spec_drafter *base) {
     vs_ens_hist_free(d->hist);
     vs_ens_trace_free(&d->trace);
     vs_free(d->logits), vs_free(d->qrow), vs_free(d->qens), vs_free(d->pbuf), vs_free(d->batch);
+    vs_free(d->qtmp), vs_free(d->panc);
     vs_free(d->bkey);
     vs_free(d);
 }
@@ -742,6 +855,11 @@ vs_spec_drafter *vs_draft_ens_new(vs_lm *draft, const vs_lm *target, const vs_dr
         has_c |= o->inputs[r] == VS_ENS_IN_C;
     }
     if (vs_ens_weights_check(&o->weights, m, err)) return NULL;
+    if (o->tree_width < 0 || o->tree_width > VS_DRAFT_ENS_MAX_WIDTH) {
+        vs_error_set(err, VS_ERR_INVALID, "ensemble drafter: tree width %d outside [1, %d] (0 = 1: chains)",
+                     o->tree_width, VS_DRAFT_ENS_MAX_WIDTH);
+        return NULL;
+    }
     if (dc->n_vocab != tc->n_vocab) {
         vs_error_set(err, VS_ERR_INVALID,
                      "draft model %s has %d tokens but the target %s has %d: a drafter must "
@@ -802,6 +920,7 @@ vs_spec_drafter *vs_draft_ens_new(vs_lm *draft, const vs_lm *target, const vs_dr
     d->caps = o->captions;
     d->force_greedy = o->greedy;
     d->debug_reject = o->debug_reject;
+    d->width = VS_MAX(o->tree_width, 1);
     d->seed = o->seed;
     d->wcfg = o->weights;
     d->learns = m > 1 && (o->weights.policy == VS_ENS_GRID || o->weights.policy == VS_ENS_INV_KL ||
@@ -836,10 +955,11 @@ vs_spec_drafter *vs_draft_ens_new(vs_lm *draft, const vs_lm *target, const vs_dr
     if (m > 1 && !(d->hist = vs_ens_hist_new(&o->weights, m, d->n_vocab, err))) goto fail;
     d->kv = vs_lm_kv_new(draft, m, d->n_ctx, o->kv_type == VS_TYPE_F16 ? VS_TYPE_F16 : VS_TYPE_F32, err);
     if (!d->kv) goto fail;
-    d->logits = vs_malloc(sizeof(float) * (size_t)m * (size_t)d->n_vocab);
+    d->logits = vs_malloc(sizeof(float) * (size_t)d->width * (size_t)m * (size_t)d->n_vocab);
     d->qens = vs_malloc(sizeof(float) * (size_t)d->n_vocab);
     d->pbuf = vs_malloc(sizeof(float) * (size_t)d->n_vocab);
-    if (!d->logits || !d->qens || !d->pbuf) goto nomem;
+    d->qtmp = vs_malloc(sizeof(float) * (size_t)d->n_vocab);
+    if (!d->logits || !d->qens || !d->pbuf || !d->qtmp) goto nomem;
     for (int32_t r = 0; r < m; r++) {
         d->row[r].hist = vs_malloc(sizeof(int64_t) * (size_t)d->n_ctx);
         if (!d->row[r].hist) goto nomem;

@@ -30,6 +30,18 @@
  *           use exactly the distribution d was drawn from: lossless).
  * m = 1 with greedy drafting takes d = argmax z directly (what draft_lm does).
  *
+ * Width-d trees (opts.tree_width = d > 1, TABED app. D): the first drafted distribution gives d sibling
+ * branches: its d best tokens (greedy; the first is the argmax) or d tokens drawn from q_ens WITHOUT
+ * replacement (sampled; the siblings share q row 0, spec.h's sibling convention); each branch is then
+ * continued chain-wise to the block's depth with its own q_ens. Nodes are numbered depth-major: node
+ * (j - 1) d + b is branch b at depth j, its parent node (j - 2) d + b (depth 1: the pending row), its q row
+ * its own index (depth 1: row 0). Depth j's d nodes are drafted in ONE forward per depth (all m rows x d
+ * branches): each tree row sits at position base + j - 1 and sees its row's prefix and its own branch's
+ * cached nodes only (vs_lm_row.mask_past), so node n lands in cache slot base + n of every row. commit
+ * moves the accepted path's slots to base.. (vs_kv_seq_compact). The drafter sets max_nodes = d * gamma
+ * in begin; near a cache end it shrinks the depth (and the width when max_nodes < d). Fewer distinct
+ * tokens than d (top-k truncation) gives fewer branches. tree_width 0 or 1 = chains (the default).
+ *
  * Prefix reuse (params.reuse_prefix): each row keeps the cached rows whose keys equal its new prompt's
  * leading rows (spec.h keys: tokens; M / P image rows by the segment's image_id and row) and evaluates
  * only the rest; an image whose image_id (and pooling) was in the previous request is not projected
@@ -69,6 +81,8 @@ const char *vs_ens_input_name(vs_ens_input in); /* "m", "t", "c", "p" */
  * unknown letter, a repeat, or more than VS_ENS_MAX_ROWS. */
 vs_status vs_ens_inputs_parse(const char *s, vs_ens_input *in, int32_t *n, vs_error *err);
 
+#define VS_DRAFT_ENS_MAX_WIDTH 8
+
 typedef struct vs_draft_ens_opts {
     int32_t n_inputs; /* m rows */
     vs_ens_input inputs[VS_ENS_MAX_ROWS];
@@ -82,6 +96,7 @@ typedef struct vs_draft_ens_opts {
     vs_caption_src *captions;        /* C: borrowed; a captioner runs on another thread unless it
                                       * shares the target's LM or this drafter's pool */
     bool greedy;                     /* draft greedily even when the request samples */
+    int32_t tree_width;              /* branches per block (1 .. VS_DRAFT_ENS_MAX_WIDTH); 0 or 1 = chain */
     bool trace;                      /* keep the per-block weight trace (vs_draft_ens_trace) */
     /* DEBUG / BENCHMARK ONLY: run the draft model as usual but propose the LEAST likely token
      * (m = 1: argmin of the logits; m > 1: argmin of q_ens over softmax(z_r)), deterministically and

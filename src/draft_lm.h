@@ -15,7 +15,7 @@
  * leading rows (spec.h: tokens; image rows by the segment's image_id and row; T mode's "\n" by token)
  * and evaluates only the rest; in M mode an image whose image_id was in the previous request is not
  * projected again (its rows are kept until the next request).
- * Chains only: each step feeds the rows the drafter has not evaluated yet (the first step of a block:
+ * Chains (or width-d trees: opts.tree_width, see draft_ensemble.h): each step feeds the rows the drafter has not evaluated yet (the first step of a block:
  * the correction / bonus token, plus the last accepted draft when the whole chain was accepted), takes
  * the last row's logits, and draws d_i with the request's sampling transforms (q = that exact
  * distribution) or greedily (deterministic). After a block the rejected suffix is truncated from its
@@ -48,6 +48,9 @@ typedef struct vs_draft_lm_opts {
     /* Draft greedily (argmax, deterministic: q one-hot) even when the request samples; verification
      * stays lossless (accept with probability p(d), residual p without d). */
     bool greedy;
+    /* Width-d token trees (draft_ensemble.h): d branches per block from the first drafted distribution,
+     * each continued chain-wise; 0 or 1 = chains. */
+    int32_t tree_width;
     /* DEBUG / BENCHMARK ONLY: run the draft model as usual but propose its LEAST likely token,
      * deterministically, so the target (almost) always rejects it: the cost of speculation when
      * nothing is gained (`--draft-mode reject`). Output stays lossless. */

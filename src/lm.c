@@ -594,6 +594,13 @@ static void attn_task(fwd_ctx *f, int g, int hk, int hs, int blk, float *s) {
             const uint8_t *m = lm->mask + (size_t)r * f->n;
             for (int j = 0; j < lm->off[r]; j++)
                 if (!m[j]) si[len0 + j] = -INFINITY;
+            const vs_lm_row *w = &f->rows[r];
+            if (w->mask_past) /* cached rows outside [0, past_len) that are not listed ancestors */
+                for (int j = w->past_len; j < len0; j++) {
+                    bool vis = false;
+                    for (int a = 0; a < w->n_past_anc; a++) vis |= w->past_anc[a] == j;
+                    if (!vis) si[j] = -INFINITY;
+                }
         }
         softmax(si, T[i]);
         if (want_cb) f->out->attn_fn(f->out->attn_ctx, f->layer, r, headof[i], si, T[i]);
@@ -678,6 +685,18 @@ static vs_status validate(vs_lm *lm, vs_kv *kv, const vs_lm_row *rows, int n, co
                     return vs_error_set(err, VS_ERR_INVALID,
                                         "%s: row %d: ancestor %d must be an earlier row of sequence %d", name, r,
                                         a, w->seq);
+            }
+            if (w->mask_past) {
+                int len = vs_kv_seq_len(kv, w->seq);
+                if (w->past_len < 0 || w->past_len > len || w->n_past_anc < 0 ||
+                    (w->n_past_anc > 0 && !w->past_anc))
+                    return vs_error_set(err, VS_ERR_INVALID, "%s: row %d: bad cached prefix %d (of %d rows)",
+                                        name, r, w->past_len, len);
+                for (int i = 0; i < w->n_past_anc; i++)
+                    if (w->past_anc[i] < w->past_len || w->past_anc[i] >= len)
+                        return vs_error_set(err, VS_ERR_INVALID,
+                                            "%s: row %d: cached ancestor slot %d outside [%d, %d)", name, r,
+                                            w->past_anc[i], w->past_len, len);
             }
         }
     }

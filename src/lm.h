@@ -93,6 +93,13 @@ typedef struct vs_lm_row {
     int32_t n_anc;      /* tree only: number of ancestors */
     const int32_t *anc; /* tree only: batch indices of ancestor rows; each < this row's index and of
                          * the same sequence */
+    /* Tree only, for trees drafted over several forwards (earlier depths' nodes of other branches are
+     * already cached): when mask_past is set, of the rows cached before this batch the row attends only
+     * to slots [0, past_len) and to the slots listed in past_anc (each in [past_len, cached length)). */
+    bool mask_past;
+    int32_t past_len;
+    int32_t n_past_anc;
+    const int32_t *past_anc;
 } vs_lm_row;
 
 /* Attention probabilities, for drafters that score keys (DREAM: attention entropy per layer and the

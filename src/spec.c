@@ -150,6 +150,7 @@ void vs_spec_stats_compute(const vs_spec_log *log, const vs_spec_log *baseline, 
     o->n_blocks = log->n_blocks;
     o->n_tokens = log->n_tokens;
     int64_t steps = 0, n_eval = 0, n_full = 0;
+    int32_t max_depth = 0;
     double t_full = 0;
     for (int32_t i = 0; i < log->n_blocks; i++) {
         const vs_spec_block *b = &log->blocks[i];
@@ -165,7 +166,9 @@ void vs_spec_stats_compute(const vs_spec_log *log, const vs_spec_log *baseline, 
             o->n_alpha_den[n - 1]++;
             if (n <= b->n_accept) o->n_alpha_num[n - 1]++;
         }
-        if (log->gamma > 0 && b->n_draft == log->gamma) n_full++, t_full += b->t_verify;
+        const int32_t depth = b->n_depth > 0 ? b->n_depth : b->n_draft;
+        max_depth = VS_MAX(max_depth, depth);
+        if (log->gamma > 0 && depth == log->gamma) n_full++, t_full += b->t_verify;
     }
     for (int n = 0; n < VS_SPEC_MAX_GAMMA; n++)
         o->n_alpha[n] = o->n_alpha_den[n] > 0 ? (double)o->n_alpha_num[n] / (double)o->n_alpha_den[n] : -1;
@@ -173,6 +176,8 @@ void vs_spec_stats_compute(const vs_spec_log *log, const vs_spec_log *baseline, 
     o->tau = ratio(log->n_tokens, log->n_blocks);
     o->accept_rate = ratio((double)o->n_accepted, (double)n_eval);
     o->draft_accept_rate = ratio((double)o->n_accepted, (double)o->n_drafted);
+    o->nodes_per_block = ratio((double)o->n_drafted, log->n_blocks);
+    o->max_depth = max_depth;
     o->t_vision = log->t_vision;
     o->t_prefill = log->t_prefill;
     o->t_draft_prefill = log->t_draft_prefill;
@@ -210,6 +215,8 @@ void vs_spec_stats_print(const vs_spec_stats *s, FILE *f) {
             "tokens %d in %d blocks, gamma %d: tau %.3f, acceptance %.3f (%lld of %lld drafted accepted)\n",
             s->n_tokens, s->n_blocks, s->gamma, s->tau, s->accept_rate, (long long)s->n_accepted,
             (long long)s->n_drafted);
+    if (s->gamma > 0 && s->nodes_per_block > s->max_depth)
+        fprintf(f, "tree: %.2f nodes drafted per block, deepest path %d\n", s->nodes_per_block, s->max_depth);
     if (s->gamma > 0) {
         fprintf(f, "n-alpha:");
         for (int n = 0; n < VS_MIN(s->gamma, VS_SPEC_MAX_GAMMA); n++) {
@@ -252,6 +259,8 @@ void vs_spec_stats_json(const vs_spec_stats *s, vs_json_writer *w) {
     vs_json_kv_num(w, "tau", s->tau);
     vs_json_kv_num(w, "acceptance", s->accept_rate);
     vs_json_kv_num(w, "acceptance_of_drafted", s->draft_accept_rate);
+    vs_json_kv_num(w, "nodes_per_block", s->nodes_per_block);
+    vs_json_kv_int(w, "max_depth", s->max_depth);
     vs_json_key(w, "n_alpha");
     vs_json_arr_begin(w);
     for (int n = 0; n < G; n++) {
@@ -309,6 +318,9 @@ struct vs_spec {
     float *logits;        /* [cap + 1][n_vocab] */
     float *p;             /* [n_vocab] target distribution of the current row */
     float *resid;         /* [n_vocab] residual max(0, p - q) */
+    float *qw;            /* [n_vocab] tree walk: the siblings' q as siblings are rejected */
+    int32_t *first_child; /* [cap + 1] tree walk: first child of node i - 1 (0 = pending row), -1 none */
+    int32_t *next_sib;    /* [cap] next sibling of node i, -1 none */
     int32_t *acc_nodes;   /* [cap] */
     int32_t *acc_tokens;  /* [cap + 1] accepted tokens + the next one (emission buffer) */
     int32_t *slots;       /* [cap] cache slots of the accepted path */
@@ -356,7 +368,8 @@ vs_spec *vs_spec_new(vs_lm *target, const vs_spec_config *cfg, vs_error *err) {
     s->sampler = vs_sampler_new(s->n_vocab, &sp, err);
     s->p = vs_malloc(sizeof(float) * (size_t)s->n_vocab);
     s->resid = vs_malloc(sizeof(float) * (size_t)s->n_vocab);
-    if (!s->kv || !s->hist || !s->sampler || !s->p || !s->resid) {
+    s->qw = vs_malloc(sizeof(float) * (size_t)s->n_vocab);
+    if (!s->kv || !s->hist || !s->sampler || !s->p || !s->resid || !s->qw) {
         if (s->kv && s->sampler) vs_error_set(err, VS_ERR_NOMEM, "spec: out of memory");
         vs_spec_free(s);
         return NULL;
@@ -368,10 +381,10 @@ static void free_scratch(vs_spec *s) {
     vs_free(s->prop.token), vs_free(s->prop.parent), vs_free(s->prop.depth), vs_free(s->prop.q_row);
     vs_free(s->prop.q);
     vs_free(s->rows), vs_free(s->anc), vs_free(s->logits), vs_free(s->acc_nodes), vs_free(s->acc_tokens);
-    vs_free(s->slots);
+    vs_free(s->slots), vs_free(s->first_child), vs_free(s->next_sib);
     memset(&s->prop, 0, sizeof(s->prop));
     s->rows = NULL, s->anc = NULL, s->logits = NULL, s->acc_nodes = NULL, s->acc_tokens = NULL,
-    s->slots = NULL;
+    s->slots = NULL, s->first_child = NULL, s->next_sib = NULL;
     s->cap = 0;
 }
 
@@ -390,7 +403,7 @@ void vs_spec_free(vs_spec *s) {
     free_hidden(s);
     vs_kv_free(s->kv);
     vs_sampler_free(s->sampler);
-    vs_free(s->hist), vs_free(s->p), vs_free(s->resid);
+    vs_free(s->hist), vs_free(s->p), vs_free(s->resid), vs_free(s->qw);
     vs_free(s);
 }
 
@@ -413,8 +426,11 @@ static vs_status ensure_scratch(vs_spec *s, int32_t cap, vs_error *err) {
     s->acc_nodes = vs_malloc(sizeof(int32_t) * (size_t)cap);
     s->acc_tokens = vs_malloc(sizeof(int32_t) * n1);
     s->slots = vs_malloc(sizeof(int32_t) * (size_t)cap);
+    s->first_child = vs_malloc(sizeof(int32_t) * n1);
+    s->next_sib = vs_malloc(sizeof(int32_t) * (size_t)cap);
     if (!s->prop.token || !s->prop.parent || !s->prop.depth || !s->prop.q_row || !s->prop.q || !s->rows ||
-        !s->anc || !s->logits || !s->acc_nodes || !s->acc_tokens || !s->slots) {
+        !s->anc || !s->logits || !s->acc_nodes || !s->acc_tokens || !s->slots || !s->first_child ||
+        !s->next_sib) {
         free_scratch(s);
         return vs_error_set(err, VS_ERR_NOMEM, "spec: out of memory for %d draft nodes", cap);
     }
@@ -503,8 +519,10 @@ static bool is_eog(const vs_spec *s, const vs_spec_params *pr, int32_t t) {
     return !pr->ignore_eos && s->tok && vs_tokenizer_is_eog(s->tok, t);
 }
 
-/* Checks a proposal against the limits; VS_ERR_UNSUPPORTED for trees (not verified yet). */
-static vs_status check_proposal(const vs_spec *s, const vs_spec_drafter *d, const vs_spec_proposal *pr,
+/* Checks a proposal against the limits (node count, token range, parents before children, depth =
+ * parent's + 1 <= max_depth, q rows in range, siblings sharing one q row and distinct tokens) and builds
+ * the child lists (first_child, next_sib: children in index order = drawing order). */
+static vs_status check_proposal(vs_spec *s, const vs_spec_drafter *d, const vs_spec_proposal *pr,
                                 const vs_spec_limits *lim, bool *is_chain, vs_error *err) {
     const char *name = d->vt->name ? d->vt->name : "drafter";
     if (pr->n < 0 || pr->n > lim->max_nodes)
@@ -528,11 +546,23 @@ static vs_status check_proposal(const vs_spec *s, const vs_spec_drafter *d, cons
         if (par != i - 1) chain = false;
     }
     *is_chain = chain;
-    if (!chain)
-        return vs_error_set(err, VS_ERR_UNSUPPORTED,
-                            "%s: proposed a tree; this engine verifies chains only (tree verification is the "
-                            "token-tree issue)",
-                            name);
+    /* child lists, built backwards so each list is in index order */
+    for (int32_t i = 0; i <= pr->n; i++) s->first_child[i] = -1;
+    for (int32_t i = pr->n - 1; i >= 0; i--) {
+        s->next_sib[i] = s->first_child[pr->parent[i] + 1];
+        s->first_child[pr->parent[i] + 1] = i;
+    }
+    for (int32_t i = 0; i < pr->n; i++)
+        for (int32_t j = s->next_sib[i]; j >= 0; j = s->next_sib[j]) {
+            if (pr->q_row[j] != pr->q_row[i])
+                return vs_error_set(err, VS_ERR_INVALID,
+                                    "%s: nodes %d and %d are siblings with different q rows (%d, %d): "
+                                    "siblings must be drawn from one distribution",
+                                    name, i, j, pr->q_row[i], pr->q_row[j]);
+            if (pr->token[j] == pr->token[i])
+                return vs_error_set(err, VS_ERR_INVALID, "%s: nodes %d and %d are siblings with one token %d",
+                                    name, i, j, pr->token[i]);
+        }
     return VS_OK;
 }
 
@@ -624,6 +654,98 @@ static vs_status walk_chain(vs_spec *s, const vs_spec_drafter *d, const vs_spec_
     return VS_OK;
 }
 
+/* Normalises x[0..V) in place; returns its sum before (0: left unchanged). */
+static double normalise(float *x, size_t V) {
+    double sum = 0;
+    for (size_t j = 0; j < V; j++) sum += x[j];
+    if (sum > 0) {
+        const double inv = 1.0 / sum;
+        for (size_t j = 0; j < V; j++) x[j] = (float)(x[j] * inv);
+    }
+    return sum;
+}
+
+/* Tree walk (ALGORITHMS.md section 5, see spec.h "Trees"): from the pending row, at each node take the
+ * children in index order (check_proposal built the lists). Logits row 0 is the prediction after the
+ * pending row, row i + 1 the prediction after node i. */
+static vs_status walk_tree(vs_spec *s, const vs_spec_drafter *d, const vs_spec_params *pr, walk_result *w,
+                           vs_error *err) {
+    const vs_spec_proposal *prop = &s->prop;
+    const size_t V = (size_t)s->n_vocab;
+    const bool greedy = pr->sampling.temperature == 0;
+    memset(w, 0, sizeof(*w));
+    w->next = -1;
+    int32_t cur = -1; /* the node whose children are examined (-1 = the pending row) */
+    vs_status st;
+    for (;;) {
+        const int32_t c0 = s->first_child[cur + 1];
+        const float *lg = s->logits + (size_t)(cur + 1) * V;
+        if (c0 < 0) {
+            /* a leaf (or the pending row of an empty proposal): the bonus token */
+            if (greedy) {
+                w->next = vs_argmax(lg, (int64_t)V);
+            } else if ((st = target_probs(s, cur + 1, err)) ||
+                       (st = vs_sampler_pick(s->sampler, s->p, &w->next, err))) {
+                return st;
+            }
+            break;
+        }
+        w->n_eval = w->n_accept + 1;
+        int32_t acc = -1;
+        if (greedy) {
+            const int32_t best = vs_argmax(lg, (int64_t)V);
+            for (int32_t c = c0; c >= 0 && acc < 0; c = s->next_sib[c])
+                if (prop->token[c] == best) acc = c;
+            if (acc < 0) w->next = best;
+        } else {
+            if ((st = target_probs(s, cur + 1, err))) return st;
+            const int32_t qr = prop->q_row[c0]; /* shared by the siblings (check_proposal) */
+            if (qr >= 0) memcpy(s->qw, prop->q + (size_t)qr * V, V * sizeof(float));
+            for (int32_t c = c0; c >= 0 && acc < 0; c = s->next_sib[c]) {
+                const int32_t t = prop->token[c];
+                const double qd = qr >= 0 ? s->qw[t] : 1.0, pd = s->p[t];
+                if (!(qd > 0))
+                    return vs_error_set(err, VS_ERR_INVALID,
+                                        "%s: drafted token %d (node %d) with q = %g (q must be the "
+                                        "distribution it was drawn from, without its earlier siblings)",
+                                        d->vt->name, t, c, qd);
+                if (vs_sampler_uniform(s->sampler) * qd < pd) {
+                    acc = c;
+                    break;
+                }
+                /* rejected: p = norm(max(p - q, 0)) (one-hot q: p without t), q(t) = 0, q = norm(q) */
+                if (!pr->debug_break_residual) { /* TEST ONLY: the broken residual keeps p */
+                    if (qr >= 0)
+                        for (size_t j = 0; j < V; j++) {
+                            float r = s->p[j] - s->qw[j];
+                            s->resid[j] = r > 0 ? r : 0;
+                        }
+                    else {
+                        memcpy(s->resid, s->p, V * sizeof(float));
+                        s->resid[t] = 0;
+                    }
+                    /* p <= q everywhere (p == q up to rounding): the rejection had probability ~0; keep p */
+                    if (normalise(s->resid, V) > 0) memcpy(s->p, s->resid, V * sizeof(float));
+                }
+                if (qr >= 0) {
+                    s->qw[t] = 0;
+                    normalise(s->qw, V);
+                }
+            }
+            if (acc < 0 && (st = vs_sampler_pick(s->sampler, s->p, &w->next, err))) return st;
+        }
+        if (acc < 0) break;
+        s->acc_nodes[w->n_accept++] = acc;
+        if (is_eog(s, pr, prop->token[acc])) {
+            w->eos = w->eos_accepted = true;
+            return VS_OK; /* tokens after an accepted EOS are discarded */
+        }
+        cur = acc;
+    }
+    if (is_eog(s, pr, w->next)) w->eos = true;
+    return VS_OK;
+}
+
 /* Target prefill of prompt rows [from, to) in chunks; the drafter gets their features. */
 static vs_status prefill(vs_spec *s, vs_spec_drafter *d, const vs_spec_prompt *prompt, int32_t from,
                          int32_t to, vs_error *err) {
@@ -684,10 +806,7 @@ vs_status vs_spec_generate(vs_spec *s, vs_spec_drafter *d, const vs_spec_prompt 
                             n_prompt, s->n_ctx);
     if ((st = vs_sampler_set_params(s->sampler, &pr->sampling, err))) return st;
     vs_sampler_seed(s->sampler, pr->sampling.seed);
-    int32_t cap = pr->gamma;
-    if (d && d->max_nodes > 0) cap = VS_MAX(cap, d->max_nodes);
-    if ((st = ensure_scratch(s, cap, err))) return st;
-    if (wants_features(d) && (st = ensure_hidden(s, d, VS_MAX(cap + 1, s->n_batch), err))) return st;
+    int32_t cap = pr->gamma; /* most nodes per proposal, known after begin (tree drafters) */
     log->gamma = pr->gamma;
     log->n_prompt = n_prompt;
 
@@ -724,6 +843,9 @@ vs_status vs_spec_generate(vs_spec *s, vs_spec_drafter *d, const vs_spec_prompt 
     }
     const double t1 = vs_time_now();
     log->t_draft_prefill = t1 - t0;
+    if (d && d->max_nodes > 0) cap = VS_MAX(cap, d->max_nodes);
+    if ((st = ensure_scratch(s, cap, err))) goto done;
+    if (wants_features(d) && (st = ensure_hidden(s, d, VS_MAX(cap + 1, s->n_batch), err))) goto done;
     st = prefill(s, d, prompt, keep, n_prompt - 1, err);
     t2 = vs_time_now();
     log->t_prefill = t2 - t1;
@@ -759,14 +881,17 @@ vs_status vs_spec_generate(vs_spec *s, vs_spec_drafter *d, const vs_spec_prompt 
         const int32_t k_max = VS_MIN(VS_MIN(pr->gamma, remaining - 1), room);
         bool chain = true;
         if (d && k_max > 0) {
+            /* every node takes a cache slot behind the pending row */
             vs_spec_limits lim = {.max_depth = k_max,
-                                  .max_nodes = d->max_nodes > 0 ? VS_MIN(d->max_nodes, cap) : k_max};
+                                  .max_nodes = d->max_nodes > 0 ? VS_MIN(VS_MIN(d->max_nodes, cap), room)
+                                                                : k_max};
             st = d->vt->propose(d, &lim, &s->prop, err);
             if (!st) st = check_proposal(s, d, &s->prop, &lim, &chain, err);
             if (st) goto done;
         }
         const int32_t k = s->prop.n;
         blk.n_draft = k;
+        for (int32_t i = 0; i < k; i++) blk.n_depth = VS_MAX(blk.n_depth, s->prop.depth[i]);
         blk.n_steps = s->prop.n_steps > 0 ? s->prop.n_steps : k;
         const double tb1 = vs_time_now();
         blk.t_draft = tb1 - tb0;
@@ -783,7 +908,16 @@ vs_status vs_spec_generate(vs_spec *s, vs_spec_drafter *d, const vs_spec_prompt 
             rows[i + 1].token = s->prop.token[i];
             rows[i + 1].pos = L + s->prop.depth[i];
             rows[i + 1].want_logits = true;
-            /* trees: rows[i + 1].tree = true with anc = root + ancestors (s->anc); chains are causal */
+            if (!chain) {
+                /* the pending row (batch row 0) and the node's ancestors (batch rows 1 + node) */
+                int32_t *anc = s->anc + (size_t)(i + 1) * (size_t)(s->cap + 1);
+                int32_t na = 0;
+                for (int32_t a = s->prop.parent[i]; a >= 0; a = s->prop.parent[a]) anc[na++] = a + 1;
+                anc[na++] = 0;
+                rows[i + 1].tree = true;
+                rows[i + 1].n_anc = na;
+                rows[i + 1].anc = anc;
+            }
         }
         vs_lm_out out = make_out(s, d, s->logits);
         if ((st = vs_lm_forward(s->lm, s->kv, s->tp, rows, k + 1, &out, err))) goto done;
@@ -791,7 +925,7 @@ vs_status vs_spec_generate(vs_spec *s, vs_spec_drafter *d, const vs_spec_prompt 
 
         /* 3. accept */
         walk_result w;
-        if ((st = walk_chain(s, d, pr, &w, err))) goto done;
+        if ((st = chain ? walk_chain(s, d, pr, &w, err) : walk_tree(s, d, pr, &w, err))) goto done;
         blk.n_accept = w.n_accept;
         blk.n_eval = w.n_eval;
 
@@ -820,7 +954,16 @@ vs_status vs_spec_generate(vs_spec *s, vs_spec_drafter *d, const vs_spec_prompt 
         /* 6. tell the drafter: features of the rows that became final, then the commit */
         if (d) {
             if (wants_features(d)) {
-                /* chain: batch rows 0 .. n_accept are already contiguous (trees gather along the path) */
+                /* chain: batch rows 0 .. n_accept are already contiguous; trees: move the path's rows
+                 * 1 + acc_nodes[i] >= i + 1 forward to i + 1 (in order, so nothing is overwritten early) */
+                for (int32_t i = 0; !chain && i < w.n_accept; i++) {
+                    const size_t E = (size_t)s->n_embd, from = (size_t)(1 + s->acc_nodes[i]) * E,
+                                 to = (size_t)(i + 1) * E;
+                    if (from == to) continue;
+                    memmove(s->hidden + to, s->hidden + from, E * sizeof(float));
+                    for (int32_t l = 0; l < d->n_want_layers; l++)
+                        memmove(s->layer_hidden[l] + to, s->layer_hidden[l] + from, E * sizeof(float));
+                }
                 s->feat_tokens[0] = pending.embd ? -1 : pending.token;
                 for (int32_t i = 0; i < w.n_accept; i++) s->feat_tokens[i + 1] = s->acc_tokens[i];
                 if ((st = deliver_features(s, d, L, 0, w.n_accept + 1, s->feat_tokens, err))) goto done;

@@ -23,10 +23,21 @@
  *
  * Trees. A proposal is a list of nodes in topological order (every parent precedes its children), each
  * with its parent (-1 = child of the pending row), depth and q row; a chain is the tree where node i's
- * parent is i - 1. The verifier is written over nodes: rows are built with the tree mask when the
- * proposal is not a chain, the accepted path is moved into place with vs_kv_seq_compact, and features
- * are gathered along the path. This version verifies chains; tree proposals are refused with
- * VS_ERR_UNSUPPORTED until the tree walk (ALGORITHMS.md section 5) is added behind the same interface.
+ * parent is i - 1. Rows are built with the tree mask when the proposal is not a chain (position = L +
+ * depth; a node attends to the cache, the pending row, its ancestors and itself), the accepted path is
+ * moved into place with vs_kv_seq_compact, and features are gathered along the path. The tree walk
+ * (ALGORITHMS.md section 5) starts at the pending row and at each node looks at its children in index
+ * order (= drawing order):
+ *   greedy: descend into the first child whose token is the target's argmax at the node; none: emit
+ *           that argmax; a leaf reached: emit the bonus argmax there. (The longest matching path.)
+ *   sampling (SpecInfer / MCSD without replacement): p = the target's distribution at the node, q = the
+ *           children's q row; for each child x in order: accept with probability min(1, p(x)/q(x)) and
+ *           descend; else p = norm(max(p - q, 0)), q(x) = 0, q = norm(q). No child accepted: emit a
+ *           sample of p. Deterministic children (q_row -1): q is one-hot at each child in turn (accept
+ *           with probability p(x), else p(x) = 0 and renormalise: EAGLE's rule).
+ * Sibling convention: the children of one node share ONE q_row (or are all -1): the distribution the
+ * first child was drawn from; each later child was drawn from it without replacement (the earlier
+ * siblings' probability zeroed, renormalised). check_proposal refuses siblings with different q rows.
  *
  * Distributions. p is the target's distribution after the request's sampling transforms
  * (vs_sampler_probs: temperature, top-k, top-p, min-p); q must be the exact distribution the drafter
@@ -142,7 +153,8 @@ typedef struct vs_spec_proposal {
     int32_t *parent; /* [cap] index of the parent node (< own index), -1 = child of the pending row */
     int32_t *depth;  /* [cap] 1 + parent's depth */
     int32_t *q_row;  /* [cap] row of q this node was drawn from, -1 = deterministic (q one-hot at the
-                      * token). Siblings drawn from one distribution share a row. */
+                      * token). Siblings (children of one node) share one row: the first was drawn from
+                      * it, each later one from it without replacement (see "Sibling convention"). */
     float *q;        /* [cap][n_vocab] distributions, each summing to 1 */
     int32_t n_steps; /* draft forward passes spent on this proposal (for the measured Tq); the
                       * engine counts one per node when left 0 */
@@ -190,7 +202,9 @@ typedef struct vs_spec_drafter_vt {
 struct vs_spec_drafter {
     const vs_spec_drafter_vt *vt;
     int32_t n_vocab;       /* must equal the target's */
-    int32_t max_nodes;     /* tree drafters: most nodes per proposal; 0 = chains (gamma nodes) */
+    int32_t max_nodes;     /* tree drafters: most nodes per proposal; 0 = chains (gamma nodes). Read after
+                            * begin (a drafter may size it from params->gamma there). The engine's limits
+                            * never exceed it nor the target cache's room behind the pending row. */
     bool want_hidden;      /* deliver the last hidden state through target_rows */
     int32_t n_want_layers; /* and these layers' outputs */
     const int *want_layers;
@@ -212,7 +226,7 @@ const char *vs_spec_stop_name(vs_spec_stop s);
 
 /* One block = one target verify pass. */
 typedef struct vs_spec_block {
-    int32_t n_draft;  /* drafted nodes verified (chain length) */
+    int32_t n_draft;  /* drafted nodes verified (chain: its length; tree: all nodes) */
     int32_t n_eval;   /* drafted positions whose acceptance was decided: min(n_draft, n_accept + 1),
                        * or n_accept when an accepted EOS ended the request */
     int32_t n_accept; /* accepted drafts */
@@ -220,6 +234,7 @@ typedef struct vs_spec_block {
     int32_t n_steps;  /* draft forward passes */
     double t_draft;   /* seconds in propose */
     double t_verify;  /* seconds in the target forward + acceptance + rollback (+ commit) */
+    int32_t n_depth;  /* the proposal's deepest path (0 in hand-made logs: taken as n_draft) */
 } vs_spec_block;
 
 typedef struct vs_spec_log {
@@ -255,7 +270,9 @@ typedef struct vs_spec_stats {
     int64_t n_drafted, n_accepted;
     double tau;                        /* new tokens / verify passes (0 if no block) */
     double accept_rate;                /* accepted / decided drafted positions */
-    double draft_accept_rate;          /* accepted / all drafted positions */
+    double draft_accept_rate;          /* accepted / all drafted positions (tree: nodes) */
+    double nodes_per_block;            /* drafted nodes / blocks (chain: the mean draft length) */
+    int32_t max_depth;                 /* deepest proposal of the run (< nodes per block: trees) */
     double n_alpha[VS_SPEC_MAX_GAMMA]; /* [n-1]: P(position n accepted | 1..n-1 accepted); -1 = no data */
     int64_t n_alpha_num[VS_SPEC_MAX_GAMMA], n_alpha_den[VS_SPEC_MAX_GAMMA];
     int64_t hist[VS_SPEC_MAX_GAMMA + 1]; /* blocks by accepted length 0..gamma */

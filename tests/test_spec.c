@@ -294,11 +294,11 @@ static void test_stats(void) {
     vs_spec_log_init(&base);
     vs_error err = {0};
     log.gamma = 3;
-    /* (n_draft, n_eval, n_accept, n_emit, n_steps, t_draft, t_verify) */
-    vs_spec_block b[4] = {{3, 1, 0, 1, 3, 0.003, 0.020},
-                          {3, 3, 3, 4, 3, 0.003, 0.016},
-                          {3, 2, 1, 2, 3, 0.003, 0.014},
-                          {3, 3, 2, 3, 3, 0.003, 0.010}};
+    /* (n_draft, n_eval, n_accept, n_emit, n_steps, t_draft, t_verify, n_depth) */
+    vs_spec_block b[4] = {{3, 1, 0, 1, 3, 0.003, 0.020, 0},
+                          {3, 3, 3, 4, 3, 0.003, 0.016, 0},
+                          {3, 2, 1, 2, 3, 0.003, 0.014, 0},
+                          {3, 3, 2, 3, 3, 0.003, 0.010, 0}};
     for (int i = 0; i < 4; i++) VT_REQUIRE(vs_spec_log_add_block(&log, &b[i], &err) == VS_OK, "%s", err.msg);
     int32_t toks[10] = {0};
     VT_REQUIRE(vs_spec_log_add_tokens(&log, toks, 10, &err) == VS_OK, "%s", err.msg);
@@ -333,7 +333,7 @@ static void test_stats(void) {
     log.tp_step = 0;
     base.gamma = 0;
     for (int i = 0; i < 10; i++) {
-        vs_spec_block bb = {0, 0, 0, 1, 0, 0, 0.02};
+        vs_spec_block bb = {0, 0, 0, 1, 0, 0, 0.02, 0};
         VT_REQUIRE(vs_spec_log_add_block(&base, &bb, &err) == VS_OK, "%s", err.msg);
     }
     VT_REQUIRE(vs_spec_log_add_tokens(&base, toks, 10, &err) == VS_OK, "%s", err.msg);
@@ -834,7 +834,7 @@ static void test_multimodal_pairs(tally *t) {
 /* A drafter made by the test: proposes what `mode` says. */
 typedef struct test_drafter {
     vs_spec_drafter hdr;
-    int mode; /* 0 tree, 1 token out of range, 2 q = 0 at the token, 3 two nodes but depth wrong */
+    int mode; /* see TD_MODES */
     int calls;
 } test_drafter;
 
@@ -847,21 +847,38 @@ static vs_status td_propose(vs_spec_drafter *base, const vs_spec_limits *lim, vs
     test_drafter *d = (test_drafter *)base;
     (void)e;
     d->calls++;
-    out->n = VS_MIN(2, lim->max_nodes);
+    out->n = VS_MIN(3, lim->max_nodes);
     for (int i = 0; i < out->n; i++) {
         out->token[i] = 5 + i;
         out->parent[i] = i - 1;
         out->depth[i] = i + 1;
         out->q_row[i] = -1;
     }
-    if (d->mode == 0 && out->n == 2) out->parent[1] = -1, out->depth[1] = 1;
-    if (d->mode == 1) out->token[0] = base->n_vocab;
-    if (d->mode == 2) {
+    if (out->n < 3) return VS_OK;
+    switch (d->mode) {
+    case 0: out->parent[0] = 1; break; /* child before its parent */
+    case 1: out->token[1] = base->n_vocab; break;
+    case 2:
         memset(out->q, 0, sizeof(float) * (size_t)out->n_vocab);
         out->q[0] = 1;
         out->q_row[0] = 0;
+        break;
+    case 3: out->depth[1] = 5; break;               /* wrong depth (chain) */
+    case 4: out->n = lim->max_nodes + 1; break;     /* too many nodes (arrays untouched past n) */
+    case 5: out->parent[2] = -1; break;             /* tree: node 2 at depth 3 under the root */
+    case 6: out->parent[1] = -2; break;             /* parent out of range */
+    case 7:                                         /* siblings 0 and 2 drawn from different q rows */
+        out->parent[2] = -1, out->depth[2] = 1;
+        for (int i = 0; i < 2; i++) {
+            memset(out->q + (size_t)i * out->n_vocab, 0, sizeof(float) * (size_t)out->n_vocab);
+            out->q[(size_t)i * out->n_vocab + 5 + 2 * i] = 1;
+        }
+        out->q_row[0] = 0, out->q_row[2] = 1, out->q_row[1] = -1;
+        break;
+    case 8: out->parent[2] = -1, out->depth[2] = 1, out->token[2] = 5; break; /* repeated sibling token */
+    case 9: out->token[0] = -3; break;
+    case 10: out->parent[2] = -1, out->depth[2] = 1; break; /* a valid tree: nodes 0 and 2 siblings */
     }
-    if (d->mode == 3 && out->n == 2) out->depth[1] = 5;
     return VS_OK;
 }
 static vs_status td_commit(vs_spec_drafter *d, const vs_spec_commit *c, vs_error *e) {
@@ -913,18 +930,27 @@ static void test_bad_input(void) {
                  strstr(err.msg, "vocabulary"),
              "engine vocabulary check: %s", err.msg);
     td.hdr.n_vocab = 96;
-    const vs_status want[4] = {VS_ERR_UNSUPPORTED, VS_ERR_INVALID, VS_ERR_INVALID, VS_ERR_INVALID};
-    const char *what[4] = {"tree", "token range", "q = 0", "depth"};
-    for (int m = 0; m < 4; m++) {
+    const char *what[10] = {"child before parent", "token range",     "q = 0",          "depth",
+                            "too many nodes",      "tree depth",      "parent range",   "sibling q rows",
+                            "sibling repeat",      "negative token"};
+    for (int m = 0; m < 10; m++) {
         td.mode = m;
-        pr.sampling.temperature = m == 2 ? 1.0f : 0.0f; /* q is only read when sampling */
+        pr.sampling.temperature = m == 2 || m == 7 ? 1.0f : 0.0f; /* q is only read when sampling */
         vs_status st = vs_spec_generate(e.s, &td.hdr, &tp.p, &pr, NULL, NULL, &log, &err);
-        VT_CHECK(st == want[m], "%s: got %s (%s)", what[m], vs_status_name(st), err.msg);
+        VT_CHECK(st == VS_ERR_INVALID, "%s: got %s (%s)", what[m], vs_status_name(st), err.msg);
         printf("  bad proposal (%s): %s\n", what[m], err.msg);
         VT_CHECK(vs_kv_seq_len(vs_spec_kv(e.s), 0) == 9, "%s: the failed block's rows are dropped (%d cached)",
                  what[m], vs_kv_seq_len(vs_spec_kv(e.s), 0));
     }
+    /* a valid hand-made tree (two siblings at depth 1) is verified: target-only output */
+    td.mode = 10;
     pr.sampling.temperature = 0;
+    pr.ignore_eos = true;
+    VT_CHECK(vs_spec_generate(e.s, &td.hdr, &tp.p, &pr, NULL, NULL, &log, &err) == VS_OK, "tree: %s", err.msg);
+    run(&e, NULL, &tp.p, 0, 8, true, &base);
+    VT_CHECK(same_tokens(&log, &base), "a hand-made tree keeps the output");
+    VT_CHECK(log.blocks[0].n_draft == 3 && log.blocks[0].n_depth == 2, "tree block: %d nodes, depth %d",
+             log.blocks[0].n_draft, log.blocks[0].n_depth);
     /* gamma > 0 without a drafter; bad gamma; bad limit; prompts */
     VT_CHECK(vs_spec_generate(e.s, NULL, &tp.p, &pr, NULL, NULL, &log, &err) == VS_ERR_INVALID, "no drafter");
     pr.gamma = VS_SPEC_MAX_GAMMA + 1;
