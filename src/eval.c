@@ -205,6 +205,7 @@ struct vs_eval_lm {
     vs_mm_image imgs[VS_WORLD_MAX_IMAGES];
     int n_imgs;
     int64_t n_prefilled, n_reused, n_decoded;
+    vs_sampler *sampler; /* when temperature > 0 */
 };
 
 enum { EVAL_BATCH = 256 };
@@ -252,6 +253,10 @@ vs_eval_lm *vs_eval_lm_new(vs_lm *lm, const vs_mmproj *mm, const vs_tokenizer *t
         vs_eval_lm_free(e);
         return NULL;
     }
+    if (e->o.temperature != 0 && vs_eval_lm_set_sampling(e, e->o.temperature, e->o.top_p, e->o.seed, err)) {
+        vs_eval_lm_free(e);
+        return NULL;
+    }
     return e;
 }
 
@@ -260,7 +265,25 @@ void vs_eval_lm_free(vs_eval_lm *e) {
     vs_mm_images_free(e->imgs, e->n_imgs);
     vs_kv_free(e->kv);
     vs_free(e->logits), vs_free(e->rows), vs_free(e->gen), vs_free(e->c_tok), vs_free(e->c_embd);
+    vs_sampler_free(e->sampler);
     vs_free(e);
+}
+
+vs_status vs_eval_lm_set_sampling(vs_eval_lm *e, float temperature, float top_p, uint64_t seed, vs_error *err) {
+    if (!(temperature >= 0) || !(top_p >= 0 && top_p <= 1))
+        return vs_error_set(err, VS_ERR_INVALID, "eval: temperature %g / top-p %g out of range",
+                            (double)temperature, (double)top_p);
+    vs_sampler_params sp = vs_sampler_params_default();
+    sp.temperature = temperature, sp.top_p = top_p > 0 ? top_p : 1.0f, sp.seed = seed;
+    if (!e->sampler) {
+        if (!(e->sampler = vs_sampler_new(e->n_vocab, &sp, err))) return err && err->code ? err->code : VS_ERR_NOMEM;
+    } else {
+        vs_status s = vs_sampler_set_params(e->sampler, &sp, err);
+        if (s != VS_OK) return s;
+        vs_sampler_seed(e->sampler, seed);
+    }
+    e->o.temperature = temperature, e->o.top_p = sp.top_p, e->o.seed = seed;
+    return VS_OK;
 }
 
 const int32_t *vs_eval_lm_last_tokens(const vs_eval_lm *e, int64_t *n) {
@@ -344,7 +367,13 @@ vs_status vs_eval_lm_answer(void *ctx, const vs_world_sample *s, const char *pro
         return st;
     }
     while (e->n_gen < e->o.max_tokens) {
-        const int32_t t = vs_argmax(e->logits, e->n_vocab);
+        int32_t t = -1;
+        if (e->o.temperature > 0 && e->sampler) {
+            st = vs_sampler_sample(e->sampler, e->logits, NULL, &t, err);
+            if (st != VS_OK) return st;
+        } else {
+            t = vs_argmax(e->logits, e->n_vocab);
+        }
         if (vs_tokenizer_is_eog(e->tok, t)) {
             *eos = true;
             break;

@@ -154,6 +154,42 @@ vs_status vs_train_encode(const vs_world_sample *s, const vs_tokenizer *tok, int
     return st;
 }
 
+vs_status vs_train_encode_text(const char *text, const vs_tokenizer *tok, vs_train_example *ex, vs_error *err) {
+    memset(ex, 0, sizeof(*ex));
+    if (!text || !tok) return vs_error_set(err, VS_ERR_INVALID, "encode text: bad arguments");
+    const int32_t bos = vs_tokenizer_bos(tok), eos = vs_tokenizer_eos(tok);
+    if (bos < 0 || eos < 0)
+        return vs_error_set(err, VS_ERR_INVALID, "encode text: the tokenizer has no BOS or no EOS token");
+    int32_t *ids = NULL;
+    int64_t n = 0;
+    vs_status st = vs_tokenize_alloc(tok, text, strlen(text), false, true, &ids, &n, err);
+    if (st != VS_OK) return st;
+    if (n < 1 || n > INT32_MAX / 4) {
+        vs_free(ids);
+        return vs_error_set(err, VS_ERR_INVALID, "encode text: %lld tokens in \"%.40s\"", (long long)n, text);
+    }
+    const int32_t rows = (int32_t)n + 2;
+    ex->tokens = vs_malloc(sizeof(int32_t) * (size_t)rows);
+    ex->img_row = vs_malloc(sizeof(int32_t) * (size_t)rows);
+    ex->answer = vs_malloc((size_t)rows);
+    if (!ex->tokens || !ex->img_row || !ex->answer) {
+        vs_free(ids);
+        vs_train_example_free(ex);
+        return vs_error_set(err, VS_ERR_NOMEM, "encode text: out of memory");
+    }
+    ex->tokens[0] = bos;
+    memcpy(ex->tokens + 1, ids, sizeof(int32_t) * (size_t)n);
+    ex->tokens[rows - 1] = eos;
+    for (int32_t r = 0; r < rows; r++) ex->img_row[r] = -1, ex->answer[r] = r > 0;
+    vs_free(ids);
+    ex->n_rows = rows;
+    ex->n_answer = rows - 1;
+    ex->n_turns = 1;
+    ex->turn_start[0] = 1;
+    ex->turn_end[0] = rows;
+    return VS_OK;
+}
+
 /* ---------------------------------------------------------------------------------------------- */
 /* The reader */
 
@@ -282,56 +318,48 @@ static vs_status build_epoch(vs_train_data *d, vs_error *err) {
     return VS_OK;
 }
 
-vs_train_data *vs_train_data_new(const vs_world_dataset *const *sets, int n_sets, const vs_tokenizer *tok,
-                                 const vs_train_data_opts *opts, vs_error *err) {
-    if (!sets || n_sets < 1 || !tok || !opts || opts->seq_len < 2 || opts->batch < 1 ||
-        opts->image_rows < 1 || opts->preproc.size < 1) {
+/* Building a reader: begin, add every sequence, finish. */
+static vs_train_data *reader_begin(const vs_train_data_opts *opts, int64_t total, vs_error *err) {
+    if (!opts || opts->seq_len < 2 || opts->batch < 1 || opts->image_rows < 1 || opts->preproc.size < 1) {
         vs_error_set(err, VS_ERR_INVALID,
                      "training data: bad options (seq_len >= 2, batch >= 1, image rows >= 1)");
         return NULL;
     }
     vs_train_data *d = vs_calloc(1, sizeof(*d));
-    if (!d) {
-        vs_error_set(err, VS_ERR_NOMEM, "training data: out of memory");
-        return NULL;
-    }
-    d->o = *opts;
-    int64_t total = 0;
-    for (int k = 0; k < n_sets; k++) total += sets[k]->n;
-    d->seqs = vs_calloc((size_t)VS_MAX(total, 1), sizeof(seq_entry));
-    if (!d->seqs) {
+    if (d) d->seqs = vs_calloc((size_t)VS_MAX(total, 1), sizeof(seq_entry));
+    if (!d || !d->seqs) {
         vs_error_set(err, VS_ERR_NOMEM, "training data: out of memory");
         vs_train_data_free(d);
         return NULL;
     }
-    int64_t cap = 0;
-    vs_status st = VS_OK;
+    d->o = *opts;
+    return d;
+}
+
+/* Adds one encoded sequence (skipped and counted when longer than seq_len). */
+static vs_status reader_add(vs_train_data *d, int64_t *cap, const vs_train_example *ex,
+                            const vs_world_sample *s, int su, vs_error *err) {
     vs_train_data_stats *S = &d->stats;
-    for (int k = 0; st == VS_OK && k < n_sets; k++)
-        for (int64_t i = 0; st == VS_OK && i < sets[k]->n; i++) {
-            const vs_world_sample *s = &sets[k]->samples[i];
-            vs_train_example ex;
-            st = vs_train_encode(s, tok, opts->image_rows, &ex, err);
-            if (st != VS_OK) {
-                vs_error_wrap(err, "%s/%s.jsonl", sets[k]->dir, sets[k]->split);
-                break;
-            }
-            S->n_samples++;
-            int su = (int)s->suite;
-            if (ex.n_rows > opts->seq_len) {
-                S->n_skipped++, S->skipped[su]++;
-                S->longest_skipped = VS_MAX(S->longest_skipped, ex.n_rows);
-            } else if (!push_rows(d, &cap, &ex)) {
-                st = vs_error_set(err, VS_ERR_NOMEM, "training data: out of memory");
-            } else {
-                d->seqs[d->n_seq++] = (seq_entry){s, S->rows, ex.n_rows, ex.n_images, ex.n_answer};
-                S->n_seqs++, S->kept[su]++;
-                S->rows += ex.n_rows, S->answer_rows += ex.n_answer, S->images += ex.n_images;
-                S->longest = VS_MAX(S->longest, ex.n_rows);
-                S->max_images = VS_MAX(S->max_images, ex.n_images);
-            }
-            vs_train_example_free(&ex);
-        }
+    if (su < 0 || su >= VS_WORLD_N_SUITES) su = VS_WORLD_TEXT;
+    S->n_samples++;
+    if (ex->n_rows > d->o.seq_len) {
+        S->n_skipped++, S->skipped[su]++;
+        S->longest_skipped = VS_MAX(S->longest_skipped, ex->n_rows);
+        return VS_OK;
+    }
+    if (!push_rows(d, cap, ex)) return vs_error_set(err, VS_ERR_NOMEM, "training data: out of memory");
+    d->seqs[d->n_seq++] = (seq_entry){s, S->rows, ex->n_rows, ex->n_images, ex->n_answer};
+    S->n_seqs++, S->kept[su]++;
+    S->rows += ex->n_rows, S->answer_rows += ex->n_answer, S->images += ex->n_images;
+    S->longest = VS_MAX(S->longest, ex->n_rows);
+    S->max_images = VS_MAX(S->max_images, ex->n_images);
+    return VS_OK;
+}
+
+/* Sizes the epoch tables and batch buffers and draws the first epoch; frees d on failure. */
+static vs_train_data *reader_finish(vs_train_data *d, vs_status st, vs_error *err) {
+    const vs_train_data_opts *opts = &d->o;
+    vs_train_data_stats *S = &d->stats;
     if (st == VS_OK && d->n_seq == 0)
         st = vs_error_set(err, VS_ERR_INVALID,
                           "training data: none of %lld conversations fits in %d rows (longest skipped: %lld)",
@@ -369,6 +397,56 @@ vs_train_data *vs_train_data_new(const vs_world_dataset *const *sets, int n_sets
         return NULL;
     }
     return d;
+}
+
+vs_train_data *vs_train_data_new(const vs_world_dataset *const *sets, int n_sets, const vs_tokenizer *tok,
+                                 const vs_train_data_opts *opts, vs_error *err) {
+    if (!sets || n_sets < 1 || !tok) {
+        vs_error_set(err, VS_ERR_INVALID, "training data: no datasets or no tokenizer");
+        return NULL;
+    }
+    int64_t total = 0;
+    for (int k = 0; k < n_sets; k++) total += sets[k]->n;
+    vs_train_data *d = reader_begin(opts, total, err);
+    if (!d) return NULL;
+    int64_t cap = 0;
+    vs_status st = VS_OK;
+    for (int k = 0; st == VS_OK && k < n_sets; k++)
+        for (int64_t i = 0; st == VS_OK && i < sets[k]->n; i++) {
+            const vs_world_sample *s = &sets[k]->samples[i];
+            vs_train_example ex;
+            st = vs_train_encode(s, tok, opts->image_rows, &ex, err);
+            if (st != VS_OK) {
+                vs_error_wrap(err, "%s/%s.jsonl", sets[k]->dir, sets[k]->split);
+                break;
+            }
+            st = reader_add(d, &cap, &ex, s, (int)s->suite, err);
+            vs_train_example_free(&ex);
+        }
+    return reader_finish(d, st, err);
+}
+
+vs_train_data *vs_train_data_new_items(const vs_train_item *items, int64_t n, const vs_train_data_opts *opts,
+                                       vs_error *err) {
+    if (!items || n < 1) {
+        vs_error_set(err, VS_ERR_INVALID, "training data: no sequences");
+        return NULL;
+    }
+    vs_train_data *d = reader_begin(opts, n, err);
+    if (!d) return NULL;
+    int64_t cap = 0;
+    vs_status st = VS_OK;
+    for (int64_t i = 0; st == VS_OK && i < n; i++) {
+        const vs_train_example *ex = items[i].ex;
+        const vs_world_sample *s = items[i].sample;
+        if (!ex || ex->n_rows < 2 || ex->n_images < 0 || (ex->n_images > 0 && (!s || s->n_images < ex->n_images)))
+            st = vs_error_set(err, VS_ERR_INVALID,
+                              "training data: item %lld has %d rows and %d images but its sample has %d",
+                              (long long)i, ex ? ex->n_rows : 0, ex ? ex->n_images : 0, s ? s->n_images : 0);
+        else
+            st = reader_add(d, &cap, ex, s, items[i].suite, err);
+    }
+    return reader_finish(d, st, err);
 }
 
 void vs_train_data_get_state(const vs_train_data *d, vs_train_data_state *st) { *st = d->st; }

@@ -62,6 +62,11 @@ vs_status vs_train_encode(const vs_world_sample *s, const vs_tokenizer *tok, int
                           vs_train_example *ex, vs_error *err);
 void vs_train_example_free(vs_train_example *ex);
 
+/* Encodes a plain text document (language-model pretraining, no chat template): BOS, the tokens of
+ * text (special tokens such as "</s>" parsed), EOS; every row after BOS is counted in the loss, so the
+ * model learns the text and where it ends. One turn: turn_start[0] = 1, turn_end[0] = n_rows. */
+vs_status vs_train_encode_text(const char *text, const vs_tokenizer *tok, vs_train_example *ex, vs_error *err);
+
 /* ---------------------------------------------------------------------------------------------- */
 /* A dataset as batches */
 
@@ -113,6 +118,19 @@ typedef struct vs_train_data vs_train_data;
 vs_train_data *vs_train_data_new(const vs_world_dataset *const *sets, int n_sets, const vs_tokenizer *tok,
                                  const vs_train_data_opts *opts, vs_error *err);
 void vs_train_data_free(vs_train_data *d);
+
+/* One pre-encoded sequence for vs_train_data_new_items: its rows (copied by the reader) and the
+ * sample whose first ex->n_images images its image rows show (borrowed: it must outlive the reader;
+ * NULL for a sequence without images). suite only sorts the stats (any VS_WORLD_* value). */
+typedef struct vs_train_item {
+    const vs_train_example *ex;
+    const vs_world_sample *sample;
+    int suite;
+} vs_train_item;
+/* A reader over given sequences (e.g. text documents, filtered or distilled conversations), with the
+ * same skipping, bucketing, epochs and state as vs_train_data_new. */
+vs_train_data *vs_train_data_new_items(const vs_train_item *items, int64_t n, const vs_train_data_opts *opts,
+                                       vs_error *err);
 const vs_train_data_stats *vs_train_data_get_stats(const vs_train_data *d);
 /* Largest batch the reader produces: use for vs_train_vlm_new (max_B, max_T, max_images). */
 void vs_train_data_capacity(const vs_train_data *d, int *max_B, int *max_T, int *max_images);
@@ -129,7 +147,7 @@ vs_status vs_train_data_next(vs_train_data *d, vs_train_batch *b, vs_train_batch
  * loss_norm). */
 int64_t vs_train_data_counted_ahead(const vs_train_data *d, int k);
 
-/* Kept sequences, in dataset order: the sample behind sequence i and its encoding. */
+/* Kept sequences, in dataset order: the sample behind sequence i (NULL for an item without one). */
 int64_t vs_train_data_n_seqs(const vs_train_data *d);
 const vs_world_sample *vs_train_data_sample(const vs_train_data *d, int64_t i);
 /* A batch of chosen sequences (1 <= n <= opts.batch), e.g. for tests and validation. */

@@ -1,10 +1,13 @@
 /* vlmspec train: the trainer's commands.
- *   target  trains the target VLM jointly on the generated world's training split (train_data.h
- *           batches, AdamW with warm-up + cosine, clipping, gradient accumulation), with resumable
- *           checkpoints, a progress line, the loss curve (CSV + SVG), and GGUF export at the end.
- *   export  writes a checkpoint as LM + mmproj GGUF (evaluating a model in the middle of training).
- *   bench   times training steps of a VLM of the given size on synthetic data and compares the
- *           achieved FLOP rate with the F32 sgemm peak measured on this machine. */
+ *   target   trains the target VLM jointly on the generated world's training split (train_data.h
+ *            batches, AdamW with warm-up + cosine, clipping, gradient accumulation), with resumable
+ *            checkpoints, a progress line, the loss curve (CSV + SVG), and GGUF export at the end.
+ *   drafter  trains a draft VLM by the LLaVA recipe or MASSV (train_drafter.h) in phases, each one a
+ *            resumable run of the same loop as `target`.
+ *   export   writes a checkpoint as LM + mmproj GGUF (evaluating a model in the middle of training).
+ *   bench    times training steps of a VLM of the given size on synthetic data and compares the
+ *            achieved FLOP rate with the F32 sgemm peak measured on this machine.
+ * The commands share one flag parser (a table of typed flags) and one training loop (train_loop). */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -13,11 +16,132 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "distill.h"
 #include "json.h"
 #include "quant.h"
 #include "train_data.h"
+#include "train_drafter.h"
 #include "train_model.h"
 #include "world.h"
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Flags: one table per command, parsed by fl_parse */
+
+typedef enum { FL_INT, FL_I64, FL_F64, FL_STR, FL_BOOL } fl_kind;
+
+typedef struct fl {
+    const char *name;
+    fl_kind kind;
+    void *dst;
+    double lo, hi;
+    bool given;
+} fl;
+
+typedef struct fl_set {
+    fl f[128];
+    int n;
+} fl_set;
+
+static fl *fl_add(fl_set *s, const char *name, fl_kind kind, void *dst, double lo, double hi) {
+    if (s->n == (int)VS_ARRAY_LEN(s->f)) return NULL; /* a programmer error: the table is fixed */
+    s->f[s->n] = (fl){name, kind, dst, lo, hi, false};
+    return &s->f[s->n++];
+}
+
+static bool fl_given(const fl_set *s, const void *dst) {
+    for (int i = 0; i < s->n; i++)
+        if (s->f[i].dst == dst && s->f[i].given) return true;
+    return false;
+}
+
+/* Returns -1 when every argument was a known flag with a valid value, 0 after --help, 2 on a usage
+ * error (reported, with the usage on stderr). */
+static int fl_parse(const char *cmd, int argc, char **argv, fl_set *s, void (*usage)(FILE *)) {
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        }
+        fl *f = NULL;
+        for (int k = 0; k < s->n && !f; k++)
+            if (!strcmp(a, s->f[k].name)) f = &s->f[k];
+        if (!f) {
+            fprintf(stderr, "vlmspec %s: unknown option '%s'\n", cmd, a);
+            usage(stderr);
+            return 2;
+        }
+        f->given = true;
+        if (f->kind == FL_BOOL) {
+            *(bool *)f->dst = true;
+            continue;
+        }
+        const char *v = cli_value(cmd, argc, argv, &i);
+        if (!v) return 2;
+        bool ok = true;
+        switch (f->kind) {
+        case FL_INT: ok = cli_parse_int(cmd, a, v, (int)f->lo, (int)f->hi, (int *)f->dst); break;
+        case FL_I64: ok = cli_parse_i64(cmd, a, v, (int64_t)f->lo, (int64_t)f->hi, (int64_t *)f->dst); break;
+        case FL_F64: ok = cli_parse_f64(cmd, a, v, f->lo, f->hi, (double *)f->dst); break;
+        case FL_STR: *(const char **)f->dst = v; break;
+        case FL_BOOL: break;
+        }
+        if (!ok) return 2;
+    }
+    return -1;
+}
+
+/* The ViT flags (bench, target); image_size_given may be NULL. */
+static void add_vision_flags(fl_set *s, vs_train_vlm_config *c, bool *image_size_given) {
+    (void)image_size_given;
+    fl_add(s, "--image-size", FL_INT, &c->image_size, 1, 4096);
+    fl_add(s, "--patch", FL_INT, &c->patch_size, 1, 4096);
+    fl_add(s, "--v-width", FL_INT, &c->v_width, 1, 1 << 14);
+    fl_add(s, "--v-blocks", FL_INT, &c->v_blocks, 0, 256);
+    fl_add(s, "--v-heads", FL_INT, &c->v_heads, 1, 256);
+    fl_add(s, "--v-ffn", FL_INT, &c->v_ffn, 1, 1 << 16);
+}
+
+/* The LM shape flags (bench, target, drafter). */
+static void add_lm_flags(fl_set *s, vs_train_vlm_config *c) {
+    fl_add(s, "--width", FL_INT, &c->width, 2, 1 << 14);
+    fl_add(s, "--layers", FL_INT, &c->n_layers, 1, 256);
+    fl_add(s, "--heads", FL_INT, &c->n_heads, 1, 256);
+    fl_add(s, "--kv-heads", FL_INT, &c->n_kv_heads, 1, 256);
+    fl_add(s, "--ffn", FL_INT, &c->ffn, 1, 1 << 16);
+}
+
+/* What a training run is told besides its data and model (target, every drafter phase). */
+typedef struct sched_opts {
+    int64_t steps; /* 0: from epochs */
+    double epochs;
+    int batch, accum, seq, bucket, threads, ckpt_every, chunk_steps;
+    double lr, lr_min, warmup, wd, clip, beta2, time_limit;
+    int64_t seed;
+    bool resume, quiet;
+} sched_opts;
+
+/* Optimiser and batching flags shared by target and drafter (per-phase ones are the drafter's). */
+static void add_optim_flags(fl_set *s, sched_opts *o) {
+    fl_add(s, "--accum", FL_INT, &o->accum, 1, 4096);
+    fl_add(s, "--seq", FL_INT, &o->seq, 2, 1 << 16);
+    fl_add(s, "--bucket", FL_INT, &o->bucket, 1, 1 << 20);
+    fl_add(s, "--wd", FL_F64, &o->wd, 0, 10);
+    fl_add(s, "--clip", FL_F64, &o->clip, 0, 1e9);
+    fl_add(s, "--beta2", FL_F64, &o->beta2, 0, 1);
+    fl_add(s, "--seed", FL_I64, &o->seed, 0, 9.2e18);
+}
+
+/* Running flags: they never change the result. */
+static void add_run_flags(fl_set *s, sched_opts *o) {
+    fl_add(s, "--threads", FL_INT, &o->threads, 1, 256);
+    fl_add(s, "--resume", FL_BOOL, &o->resume, 0, 0);
+    fl_add(s, "--ckpt-every", FL_INT, &o->ckpt_every, 1, 1 << 30);
+    fl_add(s, "--chunk-steps", FL_INT, &o->chunk_steps, 0, 1 << 30);
+    fl_add(s, "--time-limit", FL_F64, &o->time_limit, 0, 1e9);
+    fl_add(s, "-q", FL_BOOL, &o->quiet, 0, 0);
+    fl_add(s, "--quiet", FL_BOOL, &o->quiet, 0, 0);
+}
 
 static void bench_usage(FILE *f) {
     fprintf(
@@ -83,48 +207,18 @@ static int cmd_bench(int argc, char **argv) {
                              .rms_eps = 1e-5f,
                              .rope_base = 10000.0f};
     for (int i = 0; i < 3; i++) c.image_mean[i] = 0.5f, c.image_std[i] = 0.25f;
-    struct {
-        const char *flag;
-        int *dst;
-        int lo, hi;
-    } flags[] = {
-        {"--threads", &threads, 1, 256},
-        {"--steps", &steps, 1, 1000},
-        {"--batch", &B, 1, 4096},
-        {"--seq", &T, 1, 1 << 16},
-        {"--images", &K, 0, 64},
-        {"--image-size", &c.image_size, 1, 4096},
-        {"--patch", &c.patch_size, 1, 4096},
-        {"--v-width", &c.v_width, 1, 1 << 14},
-        {"--v-blocks", &c.v_blocks, 0, 256},
-        {"--v-heads", &c.v_heads, 1, 256},
-        {"--v-ffn", &c.v_ffn, 1, 1 << 16},
-        {"--width", &c.width, 2, 1 << 14},
-        {"--layers", &c.n_layers, 1, 256},
-        {"--heads", &c.n_heads, 1, 256},
-        {"--kv-heads", &c.n_kv_heads, 1, 256},
-        {"--ffn", &c.ffn, 1, 1 << 16},
-        {"--vocab", &c.vocab, 2, 1 << 20},
-        {"--gemm-size", &gemm, 16, 16384},
-    };
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            bench_usage(stdout);
-            return 0;
-        }
-        bool found = false;
-        for (size_t f = 0; f < VS_ARRAY_LEN(flags) && !found; f++) {
-            if (strcmp(argv[i], flags[f].flag)) continue;
-            const char *v = cli_value(cmd, argc, argv, &i);
-            if (!v || !cli_parse_int(cmd, flags[f].flag, v, flags[f].lo, flags[f].hi, flags[f].dst)) return 2;
-            found = true;
-        }
-        if (!found) {
-            fprintf(stderr, "vlmspec %s: unknown option '%s'\n", cmd, argv[i]);
-            bench_usage(stderr);
-            return 2;
-        }
-    }
+    fl_set fs = {0};
+    fl_add(&fs, "--threads", FL_INT, &threads, 1, 256);
+    fl_add(&fs, "--steps", FL_INT, &steps, 1, 1000);
+    fl_add(&fs, "--batch", FL_INT, &B, 1, 4096);
+    fl_add(&fs, "--seq", FL_INT, &T, 1, 1 << 16);
+    fl_add(&fs, "--images", FL_INT, &K, 0, 64);
+    add_vision_flags(&fs, &c, NULL);
+    add_lm_flags(&fs, &c);
+    fl_add(&fs, "--vocab", FL_INT, &c.vocab, 2, 1 << 20);
+    fl_add(&fs, "--gemm-size", FL_INT, &gemm, 16, 16384);
+    int prc = fl_parse(cmd, argc, argv, &fs, bench_usage);
+    if (prc >= 0) return prc;
     c.max_seq = T > 512 ? T : 512;
     int NP = (c.image_size / c.patch_size) * (c.image_size / c.patch_size);
     if (K * NP + 1 > T) return cli_fail(cmd, "%d images of %d rows do not fit in %d rows", K, NP, T);
@@ -223,16 +317,237 @@ static int cmd_bench(int argc, char **argv) {
 }
 
 /* ---------------------------------------------------------------------------------------------- */
+/* Shared pieces of a training run: directories, settings, checkpoints, the loop */
+
+static vs_status mkdir_one(const char *path, vs_error *err) {
+    if (mkdir(path, 0755) != 0 && errno != EEXIST)
+        return vs_error_set(err, VS_ERR_IO, "%s: cannot create directory: %s", path, strerror(errno));
+    return VS_OK;
+}
+
+static vs_status write_text(const char *path, const char *text, vs_error *err) {
+    char tmp[1100];
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f) return vs_error_set(err, VS_ERR_IO, "%s: cannot write: %s", tmp, strerror(errno));
+    bool ok = fputs(text, f) >= 0 && fputc('\n', f) != EOF;
+    ok &= fclose(f) == 0;
+    if (!ok || rename(tmp, path) != 0) return vs_error_set(err, VS_ERR_IO, "%s: cannot write", path);
+    return VS_OK;
+}
+
+static void print_data_stats(const vs_train_data_stats *s, const vs_world_dataset *const *sets, int n_sets,
+                             int seq) {
+    printf("data:");
+    for (int k = 0; k < n_sets; k++)
+        printf(" %s/%s.jsonl (%lld)", sets[k]->dir, sets[k]->split, (long long)sets[k]->n);
+    printf("\n  %lld sequences kept, %lld skipped as longer than %d rows (never truncated",
+           (long long)s->n_seqs, (long long)s->n_skipped, seq);
+    if (s->n_skipped) printf("; longest skipped: %lld rows", (long long)s->longest_skipped);
+    printf(")\n");
+    for (int su = 0; su < VS_WORLD_N_SUITES; su++)
+        if (s->kept[su] || s->skipped[su])
+            printf("    %-9s kept %6lld  skipped %4lld\n", vs_world_suite_name((vs_world_suite)su),
+                   (long long)s->kept[su], (long long)s->skipped[su]);
+    printf("  per epoch: %lld rows (%lld answer rows in the loss), %lld images, %lld batches; longest %lld "
+           "rows\n",
+           (long long)s->rows, (long long)s->answer_rows, (long long)s->images, (long long)s->n_batches,
+           (long long)s->longest);
+}
+
+/* One resumable training run in a directory: DIR/ckpt/ckpt.gguf (+ ckpt-prev.gguf), DIR/run.json,
+ * DIR/loss.csv, DIR/loss.svg. The caller sets the model, the data, the schedule and the paths. */
+typedef struct train_loop {
+    const char *cmd;   /* for messages ("train target") */
+    const char *label; /* progress label */
+    const char *title; /* SVG title */
+    char dir[1100], ckpt[1200], prev[1200], csv[1200], svg[1200], runjson[1200];
+    vs_train_vlm *m;
+    vs_train_data *data;
+    vs_threadpool *tp;
+    vs_train_curve curve;
+    vs_train_state st;
+    int64_t total;
+    sched_opts o;
+    double deadline; /* vs_time_now() after which the run stops with a checkpoint (0: none) */
+    /* this run */
+    int64_t steps_run;
+    double rows_run, padded_run, run_s;
+} train_loop;
+
+static vs_status loop_dirs(train_loop *L, const char *dir, vs_error *err) {
+    snprintf(L->dir, sizeof(L->dir), "%s", dir);
+    char ck[1150];
+    snprintf(ck, sizeof(ck), "%s/ckpt", dir);
+    vs_status s;
+    if ((s = mkdir_one(dir, err)) || (s = mkdir_one(ck, err))) return s;
+    snprintf(L->ckpt, sizeof(L->ckpt), "%s/ckpt.gguf", ck);
+    snprintf(L->prev, sizeof(L->prev), "%s/ckpt-prev.gguf", ck);
+    snprintf(L->csv, sizeof(L->csv), "%s/loss.csv", dir);
+    snprintf(L->svg, sizeof(L->svg), "%s/loss.svg", dir);
+    snprintf(L->runjson, sizeof(L->runjson), "%s/run.json", dir);
+    return VS_OK;
+}
+
+static bool loop_has_ckpt(const train_loop *L) { return access(L->ckpt, F_OK) == 0 || access(L->prev, F_OK) == 0; }
+
+/* run.json must hold exactly `settings` (a resumed or reused run repeats its settings). */
+static vs_status loop_check_settings(const train_loop *L, const char *settings, vs_error *err) {
+    uint8_t *old = NULL;
+    size_t n = 0;
+    vs_status s = vs_read_file(L->runjson, &old, &n, err);
+    if (s == VS_OK) {
+        while (n && (old[n - 1] == '\n' || old[n - 1] == '\r')) old[--n] = 0;
+        if (strcmp((const char *)old, settings))
+            s = vs_error_set(err, VS_ERR_INVALID,
+                             "--resume with other settings than %s holds:\n  stored:  %s\n  now:     %s\n"
+                             "(repeat the original flags; --threads, --ckpt-every, --chunk-steps, "
+                             "--time-limit and --f32 may differ)",
+                             L->runjson, (const char *)old, settings);
+    }
+    vs_free(old);
+    return s;
+}
+
+static vs_status loop_save(train_loop *L, vs_error *err) {
+    vs_train_data_state ds;
+    vs_train_data_get_state(L->data, &ds);
+    L->st.epoch = ds.epoch, L->st.data_pos = ds.pos, L->st.rng = ds.rng;
+    if (access(L->ckpt, F_OK) == 0 && rename(L->ckpt, L->prev) != 0)
+        return vs_error_set(err, VS_ERR_IO, "%s: cannot rename to %s: %s", L->ckpt, L->prev, strerror(errno));
+    vs_status s = vs_train_vlm_save(L->m, &L->st, L->ckpt, err);
+    if (s == VS_OK) s = vs_train_curve_write_csv(&L->curve, L->csv, err);
+    if (s == VS_OK) s = vs_train_curve_write_svg(&L->curve, L->svg, L->title, 25, true, err);
+    return s;
+}
+
+/* Loads the newest readable checkpoint (ckpt, else ckpt-prev) into L->m and L->st. */
+static vs_status loop_load(train_loop *L, int max_B, int max_T, int max_I, vs_error *err) {
+    vs_error e1 = {0};
+    L->m = vs_train_vlm_load(L->ckpt, max_B, max_T, max_I, &L->st, &e1);
+    if (!L->m && access(L->prev, F_OK) == 0) {
+        fprintf(stderr, "vlmspec %s: %s; trying %s\n", L->cmd, e1.msg, L->prev);
+        L->m = vs_train_vlm_load(L->prev, max_B, max_T, max_I, &L->st, err);
+    } else if (!L->m) {
+        *err = e1;
+    }
+    return L->m ? VS_OK : VS_ERR_INVALID;
+}
+
+/* After loop_load: the data position and the loss curve up to the checkpoint. */
+static vs_status loop_restore(train_loop *L, vs_error *err) {
+    vs_train_data_state dst = {.epoch = L->st.epoch, .pos = L->st.data_pos, .rng = L->st.rng};
+    vs_status s = vs_train_data_set_state(L->data, &dst, err);
+    if (s == VS_OK) s = vs_train_curve_read_csv(&L->curve, L->csv, true, err);
+    if (s == VS_OK) {
+        /* points written after the checkpoint belong to steps that will be redone */
+        while (L->curve.n > 0 && L->curve.pt[L->curve.n - 1].step >= L->st.step) L->curve.n--;
+        printf("resumed from step %lld (epoch %llu, batch %llu, %.0f s trained)\n", (long long)L->st.step,
+               (unsigned long long)L->st.epoch, (unsigned long long)L->st.data_pos, L->st.elapsed_s);
+    }
+    return s;
+}
+
+/* A fresh run's state: step 0, the data reader's initial RNG. */
+static void loop_fresh_state(train_loop *L) {
+    memset(&L->st, 0, sizeof(L->st));
+    vs_train_data_state dst;
+    vs_train_data_get_state(L->data, &dst);
+    L->st.rng = dst.rng;
+}
+
+/* Mean loss of the last n curve points. */
+static double recent_loss(const vs_train_curve *c, int64_t n) {
+    double s = 0;
+    int64_t k = 0;
+    for (int64_t i = c->n - 1; i >= 0 && k < n; i--, k++) s += c->pt[i].loss;
+    return k ? s / (double)k : 0;
+}
+
+/* Trains from L->st.step to L->total (or until a chunk/time limit, with a checkpoint). */
+static vs_status loop_run(train_loop *L, vs_error *err) {
+    const sched_opts *o = &L->o;
+    vs_status s;
+    if (!L->tp && !(L->tp = vs_threadpool_new(o->threads, err))) return VS_ERR_NOMEM;
+    vs_train_set_blas_threads(o->threads);
+    vs_train_params *p = vs_train_vlm_params(L->m);
+    vs_adamw opt;
+    vs_adamw_default(&opt);
+    opt.beta2 = (float)o->beta2, opt.weight_decay = (float)o->wd;
+    vs_lr_schedule sched = {(float)o->lr, (float)o->lr_min, (int64_t)o->warmup, L->total};
+    vs_progress pr;
+    vs_progress_begin(&pr, L->label, L->total);
+    pr.t_start -= L->st.elapsed_s; /* elapsed and ETA over the whole training */
+    const double run_t0 = vs_time_now(), elapsed0 = L->st.elapsed_s;
+    L->rows_run = L->padded_run = 0;
+    L->steps_run = 0;
+    bool stop = false;
+    while (L->st.step < L->total && !stop) {
+        const float lr = vs_train_lr(&sched, L->st.step);
+        const int64_t norm = vs_train_data_counted_ahead(L->data, o->accum);
+        vs_train_params_zero_grad(p);
+        double loss = 0, rows = 0;
+        for (int k = 0; k < o->accum; k++) {
+            vs_train_batch b;
+            vs_train_batch_info info;
+            float l;
+            if ((s = vs_train_data_next(L->data, &b, &info, err))) return s;
+            b.loss_norm = (double)norm;
+            if ((s = vs_train_vlm_forward(L->m, L->tp, &b, &l, err))) return s;
+            if ((s = vs_train_vlm_backward(L->m, L->tp, err))) return s;
+            loss += l, rows += (double)info.rows;
+            L->padded_run += (double)b.B * b.T;
+        }
+        if (o->clip > 0) vs_train_clip_grad(p, (float)o->clip);
+        vs_train_adamw_step(p, L->tp, &opt, lr);
+        const double now = vs_time_now();
+        L->st.tokens += (uint64_t)rows;
+        L->st.elapsed_s = elapsed0 + (now - run_t0);
+        L->rows_run += rows;
+        L->steps_run++;
+        vs_train_curve_point pt = {L->st.step, (float)loss, lr, (double)L->st.tokens, L->st.elapsed_s};
+        if ((s = vs_train_curve_add(&L->curve, pt, err))) return s;
+        L->st.step++;
+        if (!isfinite(loss))
+            return vs_error_set(err, VS_ERR_INVALID, "loss is %f at step %lld", loss, (long long)pt.step);
+        if (!o->quiet)
+            vs_train_progress(&pr, L->st.step, recent_loss(&L->curve, 20), L->rows_run / (now - run_t0), lr);
+        stop = (o->chunk_steps > 0 && L->steps_run >= o->chunk_steps) || (L->deadline > 0 && now >= L->deadline);
+        if (L->st.step % o->ckpt_every == 0 || L->st.step == L->total || stop)
+            if ((s = loop_save(L, err))) return s;
+    }
+    if (!o->quiet) vs_progress_end(&pr, L->st.step);
+    L->run_s = vs_time_now() - run_t0;
+    printf("this run: %lld steps, %.0f rows (+%.1f%% padding) in %.1f s (%.0f rows/s); total %lld/%lld steps, "
+           "%llu rows, %.0f s\n",
+           (long long)L->steps_run, L->rows_run,
+           L->padded_run > 0 && L->rows_run > 0 ? 100.0 * (L->padded_run - L->rows_run) / L->rows_run : 0.0,
+           L->run_s, L->run_s > 0 ? L->rows_run / L->run_s : 0.0, (long long)L->st.step, (long long)L->total,
+           (unsigned long long)L->st.tokens, L->st.elapsed_s);
+    if (L->curve.n)
+        printf("loss: first step %.4f, last 20 steps %.4f\n", L->curve.pt[0].loss, recent_loss(&L->curve, 20));
+    if (L->st.step < L->total)
+        printf("stopped at step %lld of %lld: continue with the same flags and --resume\n", (long long)L->st.step,
+               (long long)L->total);
+    return VS_OK;
+}
+
+static void loop_free(train_loop *L) {
+    vs_train_curve_free(&L->curve);
+    vs_train_vlm_free(L->m);
+    vs_train_data_free(L->data);
+    L->m = NULL, L->data = NULL;
+    memset(&L->curve, 0, sizeof(L->curve));
+}
+
+/* ---------------------------------------------------------------------------------------------- */
 /* train target: the target VLM on the generated world */
 
 typedef struct target_opts {
     const char *data, *tokenizer, *out, *name;
-    int64_t steps; /* 0: from epochs */
-    double epochs;
-    int batch, accum, seq, bucket, ctx, threads, ckpt_every, chunk_steps;
-    double lr, lr_min, warmup, wd, clip, beta2, time_limit;
-    int64_t seed;
-    bool resume, captions, f32, quiet;
+    sched_opts s;
+    int ctx;
+    bool captions, f32;
     vs_train_vlm_config cfg;
     bool image_size_given;
 } target_opts;
@@ -291,9 +606,10 @@ static const char *const k_target_cmd = "train target";
 static int target_parse(int argc, char **argv, target_opts *o) {
     const char *cmd = k_target_cmd;
     memset(o, 0, sizeof(*o));
-    o->epochs = 10, o->batch = 8, o->accum = 2, o->seq = 768, o->bucket = 16, o->threads = 2;
-    o->ckpt_every = 200, o->lr = 1e-3, o->lr_min = -1, o->warmup = 100, o->wd = 0.1, o->clip = 1.0;
-    o->beta2 = 0.95, o->seed = 1, o->name = "vlmspec-world-target";
+    sched_opts *s = &o->s;
+    s->epochs = 10, s->batch = 8, s->accum = 2, s->seq = 768, s->bucket = 16, s->threads = 2;
+    s->ckpt_every = 200, s->lr = 1e-3, s->lr_min = -1, s->warmup = 100, s->wd = 0.1, s->clip = 1.0;
+    s->beta2 = 0.95, s->seed = 1, o->name = "vlmspec-world-target";
     vs_train_vlm_config *c = &o->cfg;
     *c = (vs_train_vlm_config){.image_size = 64,
                                .patch_size = 8,
@@ -313,118 +629,32 @@ static int target_parse(int argc, char **argv, target_opts *o) {
     const float mean[3] = {0.48145466f, 0.4578275f, 0.40821073f};
     const float stdv[3] = {0.26862954f, 0.26130258f, 0.27577711f};
     for (int i = 0; i < 3; i++) c->image_mean[i] = mean[i], c->image_std[i] = stdv[i];
-    struct {
-        const char *flag;
-        int *dst;
-        int lo, hi;
-    } iflags[] = {
-        {"--batch", &o->batch, 1, 4096},
-        {"--accum", &o->accum, 1, 4096},
-        {"--seq", &o->seq, 2, 1 << 16},
-        {"--bucket", &o->bucket, 1, 1 << 20},
-        {"--ctx", &o->ctx, 2, 1 << 20},
-        {"--threads", &o->threads, 1, 256},
-        {"--ckpt-every", &o->ckpt_every, 1, 1 << 30},
-        {"--chunk-steps", &o->chunk_steps, 0, 1 << 30},
-        {"--image-size", &c->image_size, 1, 4096},
-        {"--patch", &c->patch_size, 1, 4096},
-        {"--v-width", &c->v_width, 1, 1 << 14},
-        {"--v-blocks", &c->v_blocks, 0, 256},
-        {"--v-heads", &c->v_heads, 1, 256},
-        {"--v-ffn", &c->v_ffn, 1, 1 << 16},
-        {"--width", &c->width, 2, 1 << 14},
-        {"--layers", &c->n_layers, 1, 256},
-        {"--heads", &c->n_heads, 1, 256},
-        {"--kv-heads", &c->n_kv_heads, 1, 256},
-        {"--ffn", &c->ffn, 1, 1 << 16},
-    };
-    struct {
-        const char *flag;
-        double *dst;
-        double lo, hi;
-    } fflags[] = {
-        {"--epochs", &o->epochs, 1e-6, 1e6},
-        {"--lr", &o->lr, 0, 10},
-        {"--lr-min", &o->lr_min, 0, 10},
-        {"--warmup", &o->warmup, 0, 1e9},
-        {"--wd", &o->wd, 0, 10},
-        {"--clip", &o->clip, 0, 1e9},
-        {"--beta2", &o->beta2, 0, 1},
-        {"--time-limit", &o->time_limit, 0, 1e9},
-    };
-    bool epochs_given = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            target_usage(stdout);
-            return 0;
-        }
-        if (!strcmp(a, "--resume")) {
-            o->resume = true;
-            continue;
-        }
-        if (!strcmp(a, "--captions")) {
-            o->captions = true;
-            continue;
-        }
-        if (!strcmp(a, "--f32")) {
-            o->f32 = true;
-            continue;
-        }
-        if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
-            o->quiet = true;
-            continue;
-        }
-        bool found = false;
-        for (size_t f = 0; f < VS_ARRAY_LEN(iflags) && !found; f++) {
-            if (strcmp(a, iflags[f].flag)) continue;
-            if (!(v = cli_value(cmd, argc, argv, &i)) ||
-                !cli_parse_int(cmd, a, v, iflags[f].lo, iflags[f].hi, iflags[f].dst))
-                return 2;
-            if (iflags[f].dst == &c->image_size) o->image_size_given = true;
-            found = true;
-        }
-        for (size_t f = 0; f < VS_ARRAY_LEN(fflags) && !found; f++) {
-            if (strcmp(a, fflags[f].flag)) continue;
-            if (!(v = cli_value(cmd, argc, argv, &i)) ||
-                !cli_parse_f64(cmd, a, v, fflags[f].lo, fflags[f].hi, fflags[f].dst))
-                return 2;
-            if (fflags[f].dst == &o->epochs) epochs_given = true;
-            found = true;
-        }
-        if (found) continue;
-        if (!strcmp(a, "--data") || !strcmp(a, "--tokenizer") || !strcmp(a, "--out") ||
-            !strcmp(a, "--name") || !strcmp(a, "--steps") || !strcmp(a, "--seed")) {
-            if (!(v = cli_value(cmd, argc, argv, &i))) return 2;
-            if (!strcmp(a, "--data"))
-                o->data = v;
-            else if (!strcmp(a, "--tokenizer"))
-                o->tokenizer = v;
-            else if (!strcmp(a, "--out"))
-                o->out = v;
-            else if (!strcmp(a, "--name"))
-                o->name = v;
-            else if (!strcmp(a, "--steps")) {
-                if (!cli_parse_i64(cmd, a, v, 1, INT64_C(1) << 40, &o->steps)) return 2;
-            } else if (!cli_parse_i64(cmd, a, v, 0, INT64_MAX, &o->seed))
-                return 2;
-            continue;
-        }
-        fprintf(stderr, "vlmspec %s: unknown option '%s'\n", cmd, a);
-        target_usage(stderr);
-        return 2;
-    }
+    fl_set fs = {0};
+    fl_add(&fs, "--data", FL_STR, &o->data, 0, 0);
+    fl_add(&fs, "--tokenizer", FL_STR, &o->tokenizer, 0, 0);
+    fl_add(&fs, "--out", FL_STR, &o->out, 0, 0);
+    fl_add(&fs, "--name", FL_STR, &o->name, 0, 0);
+    fl_add(&fs, "--captions", FL_BOOL, &o->captions, 0, 0);
+    fl_add(&fs, "--f32", FL_BOOL, &o->f32, 0, 0);
+    fl_add(&fs, "--epochs", FL_F64, &s->epochs, 1e-6, 1e6);
+    fl_add(&fs, "--steps", FL_I64, &s->steps, 1, (double)(INT64_C(1) << 40));
+    fl_add(&fs, "--batch", FL_INT, &s->batch, 1, 4096);
+    fl_add(&fs, "--lr", FL_F64, &s->lr, 0, 10);
+    fl_add(&fs, "--lr-min", FL_F64, &s->lr_min, 0, 10);
+    fl_add(&fs, "--warmup", FL_F64, &s->warmup, 0, 1e9);
+    fl_add(&fs, "--ctx", FL_INT, &o->ctx, 2, 1 << 20);
+    add_optim_flags(&fs, s);
+    add_run_flags(&fs, s);
+    add_vision_flags(&fs, c, NULL);
+    add_lm_flags(&fs, c);
+    int rc = fl_parse(cmd, argc, argv, &fs, target_usage);
+    if (rc >= 0) return rc;
     if (!o->data || !o->tokenizer || !o->out)
         return cli_fail(cmd, "--data DIR, --tokenizer FILE and --out DIR are required"), 2;
-    if (o->steps && epochs_given) return cli_fail(cmd, "give --steps or --epochs, not both"), 2;
-    if (o->lr_min < 0) o->lr_min = o->lr / 10;
+    if (s->steps && fl_given(&fs, &s->epochs)) return cli_fail(cmd, "give --steps or --epochs, not both"), 2;
+    if (s->lr_min < 0) s->lr_min = s->lr / 10;
+    o->image_size_given = fl_given(&fs, &c->image_size);
     return -1;
-}
-
-static vs_status mkdir_one(const char *path, vs_error *err) {
-    if (mkdir(path, 0755) != 0 && errno != EEXIST)
-        return vs_error_set(err, VS_ERR_IO, "%s: cannot create directory: %s", path, strerror(errno));
-    return VS_OK;
 }
 
 /* The settings that decide the result: a resumed run must repeat them (threads, chunking and
@@ -438,17 +668,17 @@ static char *target_settings(const target_opts *o, int64_t total, int vocab) {
     vs_json_key(&w, "captions"), vs_json_bool(&w, o->captions);
     vs_json_key(&w, "vocab"), vs_json_int(&w, vocab);
     vs_json_key(&w, "steps"), vs_json_int(&w, total);
-    vs_json_key(&w, "batch"), vs_json_int(&w, o->batch);
-    vs_json_key(&w, "accum"), vs_json_int(&w, o->accum);
-    vs_json_key(&w, "seq"), vs_json_int(&w, o->seq);
-    vs_json_key(&w, "bucket"), vs_json_int(&w, o->bucket);
-    vs_json_key(&w, "lr"), vs_json_num(&w, o->lr);
-    vs_json_key(&w, "lr_min"), vs_json_num(&w, o->lr_min);
-    vs_json_key(&w, "warmup"), vs_json_int(&w, (int64_t)o->warmup);
-    vs_json_key(&w, "weight_decay"), vs_json_num(&w, o->wd);
-    vs_json_key(&w, "beta2"), vs_json_num(&w, o->beta2);
-    vs_json_key(&w, "clip"), vs_json_num(&w, o->clip);
-    vs_json_key(&w, "seed"), vs_json_int(&w, o->seed);
+    vs_json_key(&w, "batch"), vs_json_int(&w, o->s.batch);
+    vs_json_key(&w, "accum"), vs_json_int(&w, o->s.accum);
+    vs_json_key(&w, "seq"), vs_json_int(&w, o->s.seq);
+    vs_json_key(&w, "bucket"), vs_json_int(&w, o->s.bucket);
+    vs_json_key(&w, "lr"), vs_json_num(&w, o->s.lr);
+    vs_json_key(&w, "lr_min"), vs_json_num(&w, o->s.lr_min);
+    vs_json_key(&w, "warmup"), vs_json_int(&w, (int64_t)o->s.warmup);
+    vs_json_key(&w, "weight_decay"), vs_json_num(&w, o->s.wd);
+    vs_json_key(&w, "beta2"), vs_json_num(&w, o->s.beta2);
+    vs_json_key(&w, "clip"), vs_json_num(&w, o->s.clip);
+    vs_json_key(&w, "seed"), vs_json_int(&w, o->s.seed);
     vs_json_key(&w, "model");
     vs_json_obj_begin(&w);
     vs_json_key(&w, "image_size"), vs_json_int(&w, c->image_size);
@@ -470,100 +700,40 @@ static char *target_settings(const target_opts *o, int64_t total, int vocab) {
     return s;
 }
 
-static vs_status write_text(const char *path, const char *text, vs_error *err) {
-    char tmp[1100];
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
-    if (!f) return vs_error_set(err, VS_ERR_IO, "%s: cannot write: %s", tmp, strerror(errno));
-    bool ok = fputs(text, f) >= 0 && fputc('\n', f) != EOF;
-    ok &= fclose(f) == 0;
-    if (!ok || rename(tmp, path) != 0) return vs_error_set(err, VS_ERR_IO, "%s: cannot write", path);
-    return VS_OK;
-}
-
-static void print_data_stats(const vs_train_data_stats *s, const vs_world_dataset *const *sets, int n_sets,
-                             int seq) {
-    printf("data:");
-    for (int k = 0; k < n_sets; k++)
-        printf(" %s/%s.jsonl (%lld)", sets[k]->dir, sets[k]->split, (long long)sets[k]->n);
-    printf("\n  %lld sequences kept, %lld skipped as longer than %d rows (never truncated",
-           (long long)s->n_seqs, (long long)s->n_skipped, seq);
-    if (s->n_skipped) printf("; longest skipped: %lld rows", (long long)s->longest_skipped);
-    printf(")\n");
-    for (int su = 0; su < VS_WORLD_N_SUITES; su++)
-        if (s->kept[su] || s->skipped[su])
-            printf("    %-9s kept %6lld  skipped %4lld\n", vs_world_suite_name((vs_world_suite)su),
-                   (long long)s->kept[su], (long long)s->skipped[su]);
-    printf("  per epoch: %lld rows (%lld answer rows in the loss), %lld images, %lld batches; longest %lld "
-           "rows\n",
-           (long long)s->rows, (long long)s->answer_rows, (long long)s->images, (long long)s->n_batches,
-           (long long)s->longest);
-}
-
 typedef struct target_run {
     target_opts o;
-    char ckpt[1200], prev[1200], csv[1200], svg[1200], runjson[1200], lm[1200], mm[1200];
+    train_loop L;
+    char lm[1200], mm[1200];
     vs_world_dataset *sets[2];
     int n_sets;
     vs_tokenizer *tok;
     vs_gguf *tok_gguf;
-    vs_train_data *data;
-    vs_train_vlm *m;
-    vs_threadpool *tp;
-    vs_train_curve curve;
-    vs_train_state st;
-    int64_t total;
 } target_run;
 
-static vs_status save_checkpoint(target_run *r, vs_error *err) {
-    vs_train_data_state ds;
-    vs_train_data_get_state(r->data, &ds);
-    r->st.epoch = ds.epoch, r->st.data_pos = ds.pos, r->st.rng = ds.rng;
-    if (access(r->ckpt, F_OK) == 0 && rename(r->ckpt, r->prev) != 0)
-        return vs_error_set(err, VS_ERR_IO, "%s: cannot rename to %s: %s", r->ckpt, r->prev, strerror(errno));
-    vs_status s = vs_train_vlm_save(r->m, &r->st, r->ckpt, err);
-    if (s == VS_OK) s = vs_train_curve_write_csv(&r->curve, r->csv, err);
-    if (s == VS_OK)
-        s = vs_train_curve_write_svg(&r->curve, r->svg, "target VLM: training loss", 25, true, err);
-    return s;
-}
-
-/* Loads the newest readable checkpoint (ckpt, else ckpt-prev). */
-static vs_train_vlm *load_checkpoint(target_run *r, int max_B, int max_T, int max_I, vs_error *err) {
-    vs_error e1 = {0};
-    vs_train_vlm *m = vs_train_vlm_load(r->ckpt, max_B, max_T, max_I, &r->st, &e1);
-    if (m || access(r->prev, F_OK) != 0) {
-        if (!m) *err = e1;
-        return m;
-    }
-    fprintf(stderr, "vlmspec %s: %s; trying %s\n", k_target_cmd, e1.msg, r->prev);
-    return vs_train_vlm_load(r->prev, max_B, max_T, max_I, &r->st, err);
-}
-
 static vs_status write_summary(target_run *r, double final_loss, vs_error *err) {
-    const vs_train_data_stats *ds = vs_train_data_get_stats(r->data);
+    const vs_train_data_stats *ds = vs_train_data_get_stats(r->L.data);
+    const vs_train_vlm *m = r->L.m;
     char path[1100];
     snprintf(path, sizeof(path), "%s/train.json", r->o.out);
     vs_json_writer w;
     vs_json_writer_init(&w);
     vs_json_obj_begin(&w);
-    vs_json_key(&w, "parameters"), vs_json_int(&w, vs_train_vlm_n_params(r->m, -1));
-    vs_json_key(&w, "parameters_vision"), vs_json_int(&w, vs_train_vlm_n_params(r->m, VS_TRAIN_GROUP_VISION));
-    vs_json_key(&w, "parameters_projector"),
-        vs_json_int(&w, vs_train_vlm_n_params(r->m, VS_TRAIN_GROUP_PROJECTOR));
-    vs_json_key(&w, "parameters_lm"), vs_json_int(&w, vs_train_vlm_n_params(r->m, VS_TRAIN_GROUP_LM));
-    vs_json_key(&w, "steps"), vs_json_int(&w, r->st.step);
+    vs_json_key(&w, "parameters"), vs_json_int(&w, vs_train_vlm_n_params(m, -1));
+    vs_json_key(&w, "parameters_vision"), vs_json_int(&w, vs_train_vlm_n_params(m, VS_TRAIN_GROUP_VISION));
+    vs_json_key(&w, "parameters_projector"), vs_json_int(&w, vs_train_vlm_n_params(m, VS_TRAIN_GROUP_PROJECTOR));
+    vs_json_key(&w, "parameters_lm"), vs_json_int(&w, vs_train_vlm_n_params(m, VS_TRAIN_GROUP_LM));
+    vs_json_key(&w, "steps"), vs_json_int(&w, r->L.st.step);
     vs_json_key(&w, "epochs"),
-        vs_json_num(&w, (double)r->st.epoch + (double)r->st.data_pos / (double)ds->n_batches);
-    vs_json_key(&w, "rows_trained"), vs_json_int(&w, (int64_t)r->st.tokens);
+        vs_json_num(&w, (double)r->L.st.epoch + (double)r->L.st.data_pos / (double)ds->n_batches);
+    vs_json_key(&w, "rows_trained"), vs_json_int(&w, (int64_t)r->L.st.tokens);
     vs_json_key(&w, "rows_per_epoch"), vs_json_int(&w, ds->rows);
     vs_json_key(&w, "answer_rows_per_epoch"), vs_json_int(&w, ds->answer_rows);
     vs_json_key(&w, "sequences"), vs_json_int(&w, ds->n_seqs);
     vs_json_key(&w, "skipped"), vs_json_int(&w, ds->n_skipped);
-    vs_json_key(&w, "train_seconds"), vs_json_num(&w, r->st.elapsed_s);
+    vs_json_key(&w, "train_seconds"), vs_json_num(&w, r->L.st.elapsed_s);
     vs_json_key(&w, "final_loss"), vs_json_num(&w, final_loss);
     vs_json_key(&w, "settings");
-    char *set = target_settings(&r->o, r->total, r->o.cfg.vocab);
+    char *set = target_settings(&r->o, r->L.total, r->o.cfg.vocab);
     vs_json_str(&w, set ? set : "");
     vs_free(set);
     vs_json_obj_end(&w);
@@ -577,30 +747,23 @@ static vs_status write_summary(target_run *r, double final_loss, vs_error *err) 
 
 static vs_status export_models(target_run *r, double final_loss, vs_error *err) {
     vs_train_export_opts eo = {.type = VS_TYPE_F16, .tokenizer = r->tok_gguf, .name = r->o.name};
-    vs_status s = vs_train_vlm_export(r->m, r->lm, r->mm, &eo, err);
+    vs_status s = vs_train_vlm_export(r->L.m, r->lm, r->mm, &eo, err);
     if (s == VS_OK) printf("exported %s and %s (F16)\n", r->lm, r->mm);
     if (s == VS_OK && r->o.f32) {
         char lm[1100], mm[1100];
         snprintf(lm, sizeof(lm), "%s/target-f32.gguf", r->o.out);
         snprintf(mm, sizeof(mm), "%s/target-mmproj-f32.gguf", r->o.out);
         eo.type = VS_TYPE_F32;
-        s = vs_train_vlm_export(r->m, lm, mm, &eo, err);
+        s = vs_train_vlm_export(r->L.m, lm, mm, &eo, err);
         if (s == VS_OK) printf("exported %s and %s (F32)\n", lm, mm);
     }
     if (s == VS_OK) s = write_summary(r, final_loss, err);
     return s;
 }
 
-/* Mean loss of the last n curve points. */
-static double recent_loss(const vs_train_curve *c, int64_t n) {
-    double s = 0;
-    int64_t k = 0;
-    for (int64_t i = c->n - 1; i >= 0 && k < n; i--, k++) s += c->pt[i].loss;
-    return k ? s / (double)k : 0;
-}
-
 static vs_status target_train(target_run *r, vs_error *err) {
     target_opts *o = &r->o;
+    train_loop *L = &r->L;
     vs_status s;
     /* inputs */
     if (!(r->tok = vs_tokenizer_load(o->tokenizer, err))) return VS_ERR_INVALID;
@@ -612,87 +775,57 @@ static vs_status target_train(target_run *r, vs_error *err) {
     vs_train_vlm_config *c = &o->cfg;
     if (!o->image_size_given) c->image_size = r->sets[0]->image_size;
     c->vocab = vs_tokenizer_n_vocab(r->tok);
-    c->max_seq = o->ctx > 0 ? o->ctx : VS_MAX(1024, o->seq);
-    if (c->max_seq < o->seq)
-        return vs_error_set(err, VS_ERR_INVALID, "--ctx %d is shorter than --seq %d", c->max_seq, o->seq);
+    c->max_seq = o->ctx > 0 ? o->ctx : VS_MAX(1024, o->s.seq);
+    if (c->max_seq < o->s.seq)
+        return vs_error_set(err, VS_ERR_INVALID, "--ctx %d is shorter than --seq %d", c->max_seq, o->s.seq);
     if ((s = vs_train_vlm_config_check(c, err))) return s;
     const int G = c->image_size / c->patch_size;
-    vs_train_data_opts dopts = {.seq_len = o->seq,
-                                .batch = o->batch,
+    vs_train_data_opts dopts = {.seq_len = o->s.seq,
+                                .batch = o->s.batch,
                                 .image_rows = G * G,
                                 .preproc = {.size = c->image_size, .mode = VS_PREPROC_LLAVA},
-                                .bucket = o->bucket,
-                                .seed = (uint64_t)o->seed};
+                                .bucket = o->s.bucket,
+                                .seed = (uint64_t)o->s.seed};
     for (int i = 0; i < 3; i++)
         dopts.preproc.mean[i] = c->image_mean[i], dopts.preproc.std[i] = c->image_std[i];
     double t0 = vs_time_now();
-    if (!(r->data =
+    if (!(L->data =
               vs_train_data_new((const vs_world_dataset *const *)r->sets, r->n_sets, r->tok, &dopts, err)))
         return VS_ERR_INVALID;
-    const vs_train_data_stats *ds = vs_train_data_get_stats(r->data);
-    print_data_stats(ds, (const vs_world_dataset *const *)r->sets, r->n_sets, o->seq);
+    const vs_train_data_stats *ds = vs_train_data_get_stats(L->data);
+    print_data_stats(ds, (const vs_world_dataset *const *)r->sets, r->n_sets, o->s.seq);
     printf("  encoded in %.1f s\n", vs_time_now() - t0);
-    r->total = o->steps > 0 ? o->steps : (int64_t)ceil(o->epochs * (double)ds->n_batches / o->accum);
-    if (r->total < 1) r->total = 1;
+    L->total = o->s.steps > 0 ? o->s.steps : (int64_t)ceil(o->s.epochs * (double)ds->n_batches / o->s.accum);
+    if (L->total < 1) L->total = 1;
 
     /* outputs, settings, model */
-    char dir[1100];
-    snprintf(dir, sizeof(dir), "%s/ckpt", o->out);
-    if ((s = mkdir_one(o->out, err)) || (s = mkdir_one(dir, err))) return s;
-    snprintf(r->ckpt, sizeof(r->ckpt), "%s/ckpt.gguf", dir);
-    snprintf(r->prev, sizeof(r->prev), "%s/ckpt-prev.gguf", dir);
-    snprintf(r->csv, sizeof(r->csv), "%s/loss.csv", o->out);
-    snprintf(r->svg, sizeof(r->svg), "%s/loss.svg", o->out);
-    snprintf(r->runjson, sizeof(r->runjson), "%s/run.json", o->out);
+    L->cmd = k_target_cmd, L->label = "train", L->title = "target VLM: training loss";
+    L->o = o->s;
+    if ((s = loop_dirs(L, o->out, err))) return s;
     snprintf(r->lm, sizeof(r->lm), "%s/target.gguf", o->out);
     snprintf(r->mm, sizeof(r->mm), "%s/target-mmproj.gguf", o->out);
-    char *settings = target_settings(o, r->total, c->vocab);
+    char *settings = target_settings(o, L->total, c->vocab);
     if (!settings) return vs_error_set(err, VS_ERR_NOMEM, "out of memory");
     int max_B, max_T, max_I;
-    vs_train_data_capacity(r->data, &max_B, &max_T, &max_I);
-    bool resumed = o->resume && (access(r->ckpt, F_OK) == 0 || access(r->prev, F_OK) == 0);
+    vs_train_data_capacity(L->data, &max_B, &max_T, &max_I);
+    bool resumed = o->s.resume && loop_has_ckpt(L);
     if (resumed) {
-        uint8_t *old = NULL;
-        size_t n = 0;
-        s = vs_read_file(r->runjson, &old, &n, err);
+        s = loop_check_settings(L, settings, err);
+        if (s == VS_OK) s = loop_load(L, max_B, max_T, max_I, err);
         if (s == VS_OK) {
-            while (n && (old[n - 1] == '\n' || old[n - 1] == '\r')) old[--n] = 0;
-            if (strcmp((const char *)old, settings))
-                s = vs_error_set(err, VS_ERR_INVALID,
-                                 "--resume with other settings than %s holds:\n  stored:  %s\n  now:     %s\n"
-                                 "(repeat the original flags; --threads, --ckpt-every, --chunk-steps, "
-                                 "--time-limit and --f32 may differ)",
-                                 r->runjson, (const char *)old, settings);
-        }
-        vs_free(old);
-        if (s == VS_OK && !(r->m = load_checkpoint(r, max_B, max_T, max_I, err))) s = VS_ERR_INVALID;
-        if (s == VS_OK) {
-            const vs_train_vlm_config *lc = vs_train_vlm_cfg(r->m);
+            const vs_train_vlm_config *lc = vs_train_vlm_cfg(L->m);
             if (lc->vocab != c->vocab || lc->width != c->width || lc->n_layers != c->n_layers ||
                 lc->image_size != c->image_size || lc->max_seq != c->max_seq)
                 s = vs_error_set(err, VS_ERR_INVALID, "the checkpoint's model differs from the settings");
         }
-        if (s == VS_OK) {
-            vs_train_data_state dst = {.epoch = r->st.epoch, .pos = r->st.data_pos, .rng = r->st.rng};
-            s = vs_train_data_set_state(r->data, &dst, err);
-        }
-        if (s == VS_OK) s = vs_train_curve_read_csv(&r->curve, r->csv, true, err);
-        if (s == VS_OK) {
-            /* points written after the checkpoint belong to steps that will be redone */
-            while (r->curve.n > 0 && r->curve.pt[r->curve.n - 1].step >= r->st.step) r->curve.n--;
-            printf("resumed from step %lld (epoch %llu, batch %llu, %.0f s trained)\n", (long long)r->st.step,
-                   (unsigned long long)r->st.epoch, (unsigned long long)r->st.data_pos, r->st.elapsed_s);
-        }
+        if (s == VS_OK) s = loop_restore(L, err);
     } else {
-        if (o->resume) printf("no checkpoint in %s: starting fresh\n", dir);
-        s = write_text(r->runjson, settings, err);
-        if (s == VS_OK && !(r->m = vs_train_vlm_new(c, max_B, max_T, max_I, err))) s = VS_ERR_INVALID;
+        if (o->s.resume) printf("no checkpoint in %s/ckpt: starting fresh\n", o->out);
+        s = write_text(L->runjson, settings, err);
+        if (s == VS_OK && !(L->m = vs_train_vlm_new(c, max_B, max_T, max_I, err))) s = VS_ERR_INVALID;
         if (s == VS_OK) {
-            vs_train_vlm_init(r->m, (uint64_t)o->seed);
-            memset(&r->st, 0, sizeof(r->st));
-            vs_train_data_state dst;
-            vs_train_data_get_state(r->data, &dst);
-            r->st.rng = dst.rng;
+            vs_train_vlm_init(L->m, (uint64_t)o->s.seed);
+            loop_fresh_state(L);
         }
     }
     vs_free(settings);
@@ -703,82 +836,19 @@ static vs_status target_train(target_run *r, vs_error *err) {
         c->image_size, c->image_size, c->patch_size, c->v_width, c->v_blocks, c->v_heads, c->v_ffn,
         c->v_width, c->width, c->width, c->n_layers, c->n_heads, c->n_kv_heads, c->ffn, c->vocab, c->max_seq);
     printf("parameters: %.2fM (vision %.2fM, projector %.2fM, LM %.2fM = %.1f MB in F16)\n",
-           vs_train_vlm_n_params(r->m, -1) / 1e6, vs_train_vlm_n_params(r->m, VS_TRAIN_GROUP_VISION) / 1e6,
-           vs_train_vlm_n_params(r->m, VS_TRAIN_GROUP_PROJECTOR) / 1e6,
-           vs_train_vlm_n_params(r->m, VS_TRAIN_GROUP_LM) / 1e6,
-           2.0 * vs_train_vlm_n_params(r->m, VS_TRAIN_GROUP_LM) / 1e6);
+           vs_train_vlm_n_params(L->m, -1) / 1e6, vs_train_vlm_n_params(L->m, VS_TRAIN_GROUP_VISION) / 1e6,
+           vs_train_vlm_n_params(L->m, VS_TRAIN_GROUP_PROJECTOR) / 1e6,
+           vs_train_vlm_n_params(L->m, VS_TRAIN_GROUP_LM) / 1e6,
+           2.0 * vs_train_vlm_n_params(L->m, VS_TRAIN_GROUP_LM) / 1e6);
     printf("schedule: %lld steps of %d x %d sequences (%.2f epochs), lr %.2e -> %.2e, warm-up %.0f, "
            "sgemm %s, %d threads\n",
-           (long long)r->total, o->accum, o->batch, (double)r->total * o->accum / (double)ds->n_batches,
-           o->lr, o->lr_min, o->warmup, vs_train_sgemm_backend(), o->threads);
+           (long long)L->total, o->s.accum, o->s.batch, (double)L->total * o->s.accum / (double)ds->n_batches,
+           o->s.lr, o->s.lr_min, o->s.warmup, vs_train_sgemm_backend(), o->s.threads);
     fflush(stdout);
-
-    /* the loop */
-    if (!(r->tp = vs_threadpool_new(o->threads, err))) return VS_ERR_NOMEM;
-    vs_train_set_blas_threads(o->threads);
-    vs_train_params *p = vs_train_vlm_params(r->m);
-    vs_adamw opt;
-    vs_adamw_default(&opt);
-    opt.beta2 = (float)o->beta2, opt.weight_decay = (float)o->wd;
-    vs_lr_schedule sched = {(float)o->lr, (float)o->lr_min, (int64_t)o->warmup, r->total};
-    vs_progress pr;
-    vs_progress_begin(&pr, "train", r->total);
-    pr.t_start -= r->st.elapsed_s; /* elapsed and ETA over the whole training */
-    const double run_t0 = vs_time_now(), elapsed0 = r->st.elapsed_s;
-    double rows_run = 0, padded_run = 0;
-    int64_t steps_run = 0;
-    bool stop = false;
-    while (r->st.step < r->total && !stop) {
-        const float lr = vs_train_lr(&sched, r->st.step);
-        const int64_t norm = vs_train_data_counted_ahead(r->data, o->accum);
-        vs_train_params_zero_grad(p);
-        double loss = 0, rows = 0;
-        for (int k = 0; k < o->accum; k++) {
-            vs_train_batch b;
-            vs_train_batch_info info;
-            float l;
-            if ((s = vs_train_data_next(r->data, &b, &info, err))) return s;
-            b.loss_norm = (double)norm;
-            if ((s = vs_train_vlm_forward(r->m, r->tp, &b, &l, err))) return s;
-            if ((s = vs_train_vlm_backward(r->m, r->tp, err))) return s;
-            loss += l, rows += (double)info.rows;
-            padded_run += (double)b.B * b.T;
-        }
-        if (o->clip > 0) vs_train_clip_grad(p, (float)o->clip);
-        vs_train_adamw_step(p, r->tp, &opt, lr);
-        const double now = vs_time_now();
-        r->st.tokens += (uint64_t)rows;
-        r->st.elapsed_s = elapsed0 + (now - run_t0);
-        rows_run += rows;
-        steps_run++;
-        vs_train_curve_point pt = {r->st.step, (float)loss, lr, (double)r->st.tokens, r->st.elapsed_s};
-        if ((s = vs_train_curve_add(&r->curve, pt, err))) return s;
-        r->st.step++;
-        if (!isfinite(loss))
-            return vs_error_set(err, VS_ERR_INVALID, "loss is %f at step %lld", loss, (long long)pt.step);
-        if (!o->quiet)
-            vs_train_progress(&pr, r->st.step, recent_loss(&r->curve, 20), rows_run / (now - run_t0), lr);
-        stop = (o->chunk_steps > 0 && steps_run >= o->chunk_steps) ||
-               (o->time_limit > 0 && now - run_t0 >= o->time_limit);
-        if (r->st.step % o->ckpt_every == 0 || r->st.step == r->total || stop)
-            if ((s = save_checkpoint(r, err))) return s;
-    }
-    if (!o->quiet) vs_progress_end(&pr, r->st.step);
-    const double run_s = vs_time_now() - run_t0;
-    printf("this run: %lld steps, %.0f rows (+%.1f%% padding) in %.1f s (%.0f rows/s); total %lld/%lld steps, "
-           "%llu rows, %.0f s\n",
-           (long long)steps_run, rows_run, padded_run > 0 ? 100.0 * (padded_run - rows_run) / rows_run : 0.0,
-           run_s, run_s > 0 ? rows_run / run_s : 0.0, (long long)r->st.step, (long long)r->total,
-           (unsigned long long)r->st.tokens, r->st.elapsed_s);
-    if (r->curve.n)
-        printf("loss: first step %.4f, last 20 steps %.4f\n", r->curve.pt[0].loss,
-               recent_loss(&r->curve, 20));
-    if (r->st.step < r->total) {
-        printf("stopped at step %lld of %lld: continue with the same flags and --resume\n",
-               (long long)r->st.step, (long long)r->total);
-        return VS_OK;
-    }
-    return export_models(r, recent_loss(&r->curve, 20), err);
+    L->deadline = o->s.time_limit > 0 ? vs_time_now() + o->s.time_limit : 0;
+    if ((s = loop_run(L, err))) return s;
+    if (L->st.step < L->total) return VS_OK;
+    return export_models(r, recent_loss(&L->curve, 20), err);
 }
 
 static int cmd_target(int argc, char **argv) {
@@ -789,13 +859,448 @@ static int cmd_target(int argc, char **argv) {
     vs_error err = {0};
     vs_status s = target_train(&r, &err);
     rc = s == VS_OK ? 0 : cli_fail_err(k_target_cmd, &err);
-    vs_train_curve_free(&r.curve);
-    vs_train_vlm_free(r.m);
-    vs_train_data_free(r.data);
+    loop_free(&r.L);
+    vs_threadpool_free(r.L.tp);
     for (int k = 0; k < r.n_sets; k++) vs_world_dataset_free(r.sets[k]);
     vs_gguf_close(r.tok_gguf);
     vs_tokenizer_free(r.tok);
-    vs_threadpool_free(r.tp);
+    return rc;
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* train drafter: the LLaVA-recipe and MASSV drafters (train_drafter.h, docs/training.md) */
+
+enum { PH_TEXT = 0, PH_PROJ = 1, PH_TUNE = 2, N_PHASES = 3 };
+static const char *const k_phase_dir[N_PHASES] = {"a-text", "b-proj", NULL /* c-<recipe> */};
+static const char *const k_drafter_cmd = "train drafter";
+
+typedef struct drafter_opts {
+    const char *recipe, *data, *tokenizer, *target, *target_mm, *out, *distill, *phase;
+    sched_opts s; /* shared settings; steps, batch, lr and warm-up are per phase */
+    int64_t steps[N_PHASES];
+    int batch[N_PHASES];
+    double lr[N_PHASES], warmup[N_PHASES];
+    vs_drafter_lm_shape lm;
+    bool massv;
+} drafter_opts;
+
+static void drafter_usage(FILE *f) {
+    fprintf(
+        f,
+        "usage: vlmspec train drafter --recipe llava|massv --data DIR --tokenizer TOK.gguf\n"
+        "                             --target-mmproj T-mmproj.gguf [--target T.gguf] --out DIR [options]\n"
+        "Trains a draft VLM for the target: the target's vision tower (frozen, copied), a new projector\n"
+        "(vision width -> drafter width) and a small LLaMA LM with the target's tokenizer, in phases:\n"
+        "  a  LM pretraining on the world's text: every answer, every caption, the text suite (no images;\n"
+        "     projector frozen)                                                     -> OUT/a-text/\n"
+        "  b  projector pretraining on the captions split, LM frozen                -> OUT/b-proj/\n"
+        "  c  llava: visual instruction tuning on the training answers, single-image and text-only\n"
+        "     conversations (no diff, no story, new-image second turns cut)         -> OUT/c-llava/\n"
+        "     massv: SDViT, the same conversations answered by the target (--distill FILE from\n"
+        "     'vlmspec data distill')                                               -> OUT/c-massv/\n"
+        "Each phase is a resumable run (ckpt/, run.json, loss.csv, loss.svg) starting from the previous\n"
+        "phase's weights with a fresh optimiser; a finished phase (done.json) is reused, so both recipes\n"
+        "can share OUT/a-text and OUT/b-proj. Each phase exports draft.gguf + draft-mmproj.gguf (F16);\n"
+        "the last one also OUT/draft-<recipe>.gguf + OUT/draft-<recipe>-mmproj.gguf.\n\n"
+        "inputs:\n"
+        "  --recipe R          llava or massv\n"
+        "  --data DIR          the world ('vlmspec data gen'): train and captions splits\n"
+        "  --tokenizer FILE    the target's tokenizer GGUF (copied into the exported LM)\n"
+        "  --target-mmproj F   the target's mmproj: its vision tower is copied and frozen\n"
+        "  --target FILE       the target's LM GGUF: checks its vocabulary equals the tokenizer's\n"
+        "  --distill FILE      massv: the target's answers ('vlmspec data distill')\n"
+        "  --out DIR           output directory (created)\n"
+        "  --phase P           run only phase a, b or c (default: every phase not done yet)\n"
+        "schedule (per phase: -a, -b, -c):\n"
+        "  --steps-a N         optimiser steps (defaults 1200 / 400 / 800)\n"
+        "  --batch-a B         sequences per micro-batch (defaults 32 / 16 / 16)\n"
+        "  --lr-a LR           peak learning rate (defaults 2e-3 / 1e-3 / 5e-4; cosine to lr/10)\n"
+        "  --warmup-a W        warm-up steps (defaults 50 / 20 / 20)\n"
+        "  --accum K           micro-batches per step (default 1)\n"
+        "  --seq T             longest sequence in rows; longer ones are skipped and counted (default 768)\n"
+        "  --bucket N          batches per length-sorted chunk (default 16)\n"
+        "  --wd X  --beta2 X  --clip X   AdamW decay (0.1), beta2 (0.95), clipping (1.0)\n"
+        "  --seed S            initialisation and shuffling seed (default 1)\n"
+        "running:\n"
+        "  --threads N  --resume  --ckpt-every S (default 100)  --chunk-steps N  --time-limit SEC  -q\n"
+        "               (--time-limit and --chunk-steps count over all phases of this run)\n"
+        "drafter LM (default 192 x 4 layers, 6/2 heads, SwiGLU 512: 2.36M parameters):\n"
+        "  --width C  --layers N  --heads N  --kv-heads N  --ffn N  --ctx N (default 1024)\n");
+}
+
+static int drafter_parse(int argc, char **argv, drafter_opts *o) {
+    const char *cmd = k_drafter_cmd;
+    memset(o, 0, sizeof(*o));
+    sched_opts *s = &o->s;
+    s->accum = 1, s->seq = 768, s->bucket = 16, s->threads = 2, s->ckpt_every = 100, s->wd = 0.1;
+    s->clip = 1.0, s->beta2 = 0.95, s->seed = 1;
+    const int64_t steps[N_PHASES] = {1200, 400, 800};
+    const int batch[N_PHASES] = {32, 16, 16};
+    const double lr[N_PHASES] = {2e-3, 1e-3, 5e-4}, warm[N_PHASES] = {50, 20, 20};
+    for (int p = 0; p < N_PHASES; p++)
+        o->steps[p] = steps[p], o->batch[p] = batch[p], o->lr[p] = lr[p], o->warmup[p] = warm[p];
+    vs_drafter_lm_shape_default(&o->lm);
+    vs_train_vlm_config shape = {.width = o->lm.width, .n_layers = o->lm.n_layers, .n_heads = o->lm.n_heads,
+                                 .n_kv_heads = o->lm.n_kv_heads, .ffn = o->lm.ffn};
+    fl_set fs = {0};
+    fl_add(&fs, "--recipe", FL_STR, &o->recipe, 0, 0);
+    fl_add(&fs, "--data", FL_STR, &o->data, 0, 0);
+    fl_add(&fs, "--tokenizer", FL_STR, &o->tokenizer, 0, 0);
+    fl_add(&fs, "--target", FL_STR, &o->target, 0, 0);
+    fl_add(&fs, "--target-mmproj", FL_STR, &o->target_mm, 0, 0);
+    fl_add(&fs, "--distill", FL_STR, &o->distill, 0, 0);
+    fl_add(&fs, "--out", FL_STR, &o->out, 0, 0);
+    fl_add(&fs, "--phase", FL_STR, &o->phase, 0, 0);
+    static const char *const names[N_PHASES] = {"a", "b", "c"};
+    static char flag_names[N_PHASES][4][16];
+    for (int p = 0; p < N_PHASES; p++) {
+        snprintf(flag_names[p][0], 16, "--steps-%s", names[p]);
+        snprintf(flag_names[p][1], 16, "--batch-%s", names[p]);
+        snprintf(flag_names[p][2], 16, "--lr-%s", names[p]);
+        snprintf(flag_names[p][3], 16, "--warmup-%s", names[p]);
+        fl_add(&fs, flag_names[p][0], FL_I64, &o->steps[p], 1, (double)(INT64_C(1) << 40));
+        fl_add(&fs, flag_names[p][1], FL_INT, &o->batch[p], 1, 4096);
+        fl_add(&fs, flag_names[p][2], FL_F64, &o->lr[p], 0, 10);
+        fl_add(&fs, flag_names[p][3], FL_F64, &o->warmup[p], 0, 1e9);
+    }
+    fl_add(&fs, "--ctx", FL_INT, &o->lm.max_seq, 2, 1 << 20);
+    add_optim_flags(&fs, s);
+    add_run_flags(&fs, s);
+    add_lm_flags(&fs, &shape);
+    int rc = fl_parse(cmd, argc, argv, &fs, drafter_usage);
+    if (rc >= 0) return rc;
+    o->lm.width = shape.width, o->lm.n_layers = shape.n_layers, o->lm.n_heads = shape.n_heads;
+    o->lm.n_kv_heads = shape.n_kv_heads, o->lm.ffn = shape.ffn;
+    if (!o->recipe || !o->data || !o->tokenizer || !o->target_mm || !o->out)
+        return cli_fail(cmd, "--recipe, --data, --tokenizer, --target-mmproj and --out are required"), 2;
+    if (strcmp(o->recipe, "llava") && strcmp(o->recipe, "massv"))
+        return cli_fail(cmd, "--recipe must be llava or massv, not '%s'", o->recipe), 2;
+    o->massv = !strcmp(o->recipe, "massv");
+    if (o->massv && !o->distill)
+        return cli_fail(cmd, "--recipe massv needs --distill FILE (vlmspec data distill)"), 2;
+    if (!o->massv && o->distill) return cli_fail(cmd, "--distill is for --recipe massv"), 2;
+    if (o->phase && strcmp(o->phase, "a") && strcmp(o->phase, "b") && strcmp(o->phase, "c"))
+        return cli_fail(cmd, "--phase must be a, b or c"), 2;
+    if (o->lm.max_seq < s->seq) return cli_fail(cmd, "--ctx %d is shorter than --seq %d", o->lm.max_seq, s->seq), 2;
+    return -1;
+}
+
+typedef struct drafter_run {
+    drafter_opts o;
+    vs_tokenizer *tok;
+    vs_gguf *tok_gguf;
+    vs_mmproj *tmm;
+    vs_world_dataset *train, *captions;
+    vs_distill_file dist;
+    vs_train_vlm_config cfg;
+    char phase_dir[N_PHASES][1200];
+    double deadline;
+    int64_t chunk_left; /* steps left of --chunk-steps over all phases (-1: no limit) */
+} drafter_run;
+
+/* The settings that decide a phase's result (run.json). Phases a and b do not depend on the recipe. */
+static char *phase_settings(const drafter_run *r, int ph) {
+    const drafter_opts *o = &r->o;
+    const vs_train_vlm_config *c = &r->cfg;
+    vs_json_writer w;
+    vs_json_writer_init(&w);
+    vs_json_obj_begin(&w);
+    vs_json_kv_str(&w, "phase", ph == PH_TEXT ? "a-text" : ph == PH_PROJ ? "b-proj" : o->massv ? "c-massv" : "c-llava");
+    vs_json_kv_str(&w, "data", o->data);
+    vs_json_kv_str(&w, "target_mmproj", o->target_mm);
+    if (ph == PH_TUNE && o->massv) vs_json_kv_str(&w, "distill", o->distill);
+    vs_json_kv_int(&w, "vocab", c->vocab);
+    vs_json_kv_int(&w, "steps", o->steps[ph]);
+    vs_json_kv_int(&w, "batch", o->batch[ph]);
+    vs_json_kv_int(&w, "accum", o->s.accum);
+    vs_json_kv_int(&w, "seq", o->s.seq);
+    vs_json_kv_int(&w, "bucket", o->s.bucket);
+    vs_json_kv_num(&w, "lr", o->lr[ph]);
+    vs_json_kv_num(&w, "lr_min", o->lr[ph] / 10);
+    vs_json_kv_int(&w, "warmup", (int64_t)o->warmup[ph]);
+    vs_json_kv_num(&w, "weight_decay", o->s.wd);
+    vs_json_kv_num(&w, "beta2", o->s.beta2);
+    vs_json_kv_num(&w, "clip", o->s.clip);
+    vs_json_kv_int(&w, "seed", o->s.seed);
+    vs_json_key(&w, "model");
+    vs_json_obj_begin(&w);
+    vs_json_kv_int(&w, "width", c->width);
+    vs_json_kv_int(&w, "layers", c->n_layers);
+    vs_json_kv_int(&w, "heads", c->n_heads);
+    vs_json_kv_int(&w, "kv_heads", c->n_kv_heads);
+    vs_json_kv_int(&w, "ffn", c->ffn);
+    vs_json_kv_int(&w, "ctx", c->max_seq);
+    vs_json_obj_end(&w);
+    if (ph > PH_TEXT) vs_json_kv_str(&w, "from", r->phase_dir[ph - 1]);
+    vs_json_obj_end(&w);
+    char *s = vs_json_writer_take(&w, NULL);
+    vs_json_writer_free(&w);
+    return s;
+}
+
+/* The phase's training data. */
+static vs_status phase_data(drafter_run *r, int ph, vs_train_data **out, vs_error *err) {
+    const vs_train_vlm_config *c = &r->cfg;
+    const int G = c->image_size / c->patch_size;
+    vs_train_data_opts dopts = {.seq_len = r->o.s.seq,
+                                .batch = r->o.batch[ph],
+                                .image_rows = G * G,
+                                .preproc = {.size = c->image_size, .mode = VS_PREPROC_LLAVA},
+                                .bucket = r->o.s.bucket,
+                                .seed = (uint64_t)r->o.s.seed + (uint64_t)ph};
+    for (int i = 0; i < 3; i++) dopts.preproc.mean[i] = c->image_mean[i], dopts.preproc.std[i] = c->image_std[i];
+    vs_status s = VS_OK;
+    const double t0 = vs_time_now();
+    if (ph == PH_PROJ) {
+        const vs_world_dataset *sets[1] = {r->captions};
+        if (!(*out = vs_train_data_new(sets, 1, r->tok, &dopts, err))) return VS_ERR_INVALID;
+        printf("phase b data: the captions split (%lld image-caption pairs)\n", (long long)r->captions->n);
+    } else {
+        vs_train_seqs q;
+        memset(&q, 0, sizeof(q));
+        if (ph == PH_TEXT) {
+            s = vs_train_seqs_add_text(&q, r->train, r->captions, r->tok, err);
+            if (s == VS_OK) printf("phase a data: %lld text documents (answers, captions, text conversations)\n",
+                                   (long long)q.n);
+        } else if (!r->o.massv) {
+            s = vs_train_seqs_add_instruct(&q, r->train, r->tok, G * G, err);
+            if (s == VS_OK) {
+                printf("phase c data (llava): %lld conversations kept; dropped (multi-image):", (long long)q.n);
+                for (int su = 0; su < VS_WORLD_N_SUITES; su++)
+                    if (q.dropped[su]) printf(" %s %lld", vs_world_suite_name((vs_world_suite)su), (long long)q.dropped[su]);
+                int64_t cut = 0;
+                for (int su = 0; su < VS_WORLD_N_SUITES; su++) cut += q.cut_turns[su];
+                printf("; new-image second turns cut: %lld\n", (long long)cut);
+            }
+        } else {
+            s = vs_train_seqs_add_distill(&q, r->train, &r->dist, r->tok, G * G, err);
+            if (s == VS_OK)
+                printf("phase c data (massv): %lld target answers from %s (%lld records; %lld skipped as cut "
+                       "before EOS, %lld not laid out)\n",
+                       (long long)q.n, r->o.distill, (long long)r->dist.n, (long long)q.skipped_answers,
+                       (long long)q.failed);
+            if (s == VS_OK && q.n == 0) s = vs_error_set(err, VS_ERR_INVALID, "%s: no usable answers", r->o.distill);
+        }
+        if (s == VS_OK && !(*out = vs_train_data_new_items(vs_train_seqs_items(&q), q.n, &dopts, err)))
+            s = VS_ERR_INVALID;
+        vs_train_seqs_free(&q);
+        if (s != VS_OK) return s;
+    }
+    print_data_stats(vs_train_data_get_stats(*out), NULL, 0, r->o.s.seq);
+    printf("  encoded in %.1f s\n", vs_time_now() - t0);
+    return VS_OK;
+}
+
+static void phase_freeze(vs_train_vlm *m, int ph) {
+    vs_train_params *p = vs_train_vlm_params(m);
+    p->frozen[VS_TRAIN_GROUP_VISION] = true;
+    p->frozen[VS_TRAIN_GROUP_PROJECTOR] = ph == PH_TEXT;
+    p->frozen[VS_TRAIN_GROUP_LM] = ph == PH_PROJ;
+}
+
+static vs_status phase_export(drafter_run *r, train_loop *L, int ph, vs_error *err) {
+    char lm[1300], mm[1300], name[64];
+    snprintf(name, sizeof(name), "vlmspec-world-draft-%s", ph < PH_TUNE ? k_phase_dir[ph] : r->o.recipe);
+    vs_train_export_opts eo = {.type = VS_TYPE_F16, .tokenizer = r->tok_gguf, .name = name};
+    snprintf(lm, sizeof(lm), "%s/draft.gguf", L->dir);
+    snprintf(mm, sizeof(mm), "%s/draft-mmproj.gguf", L->dir);
+    vs_status s = vs_train_vlm_export(L->m, lm, mm, &eo, err);
+    if (s == VS_OK) printf("exported %s and %s (F16)\n", lm, mm);
+    if (s == VS_OK && ph == PH_TUNE) {
+        snprintf(lm, sizeof(lm), "%s/draft-%s.gguf", r->o.out, r->o.recipe);
+        snprintf(mm, sizeof(mm), "%s/draft-%s-mmproj.gguf", r->o.out, r->o.recipe);
+        s = vs_train_vlm_export(L->m, lm, mm, &eo, err);
+        if (s == VS_OK) printf("exported %s and %s (F16)\n", lm, mm);
+    }
+    if (s != VS_OK) return s;
+    /* done.json: the phase's summary; its presence marks the phase finished */
+    const vs_train_data_stats *ds = vs_train_data_get_stats(L->data);
+    vs_json_writer w;
+    vs_json_writer_init(&w);
+    vs_json_obj_begin(&w);
+    vs_json_kv_int(&w, "parameters", vs_train_vlm_n_params(L->m, -1));
+    vs_json_kv_int(&w, "parameters_vision", vs_train_vlm_n_params(L->m, VS_TRAIN_GROUP_VISION));
+    vs_json_kv_int(&w, "parameters_projector", vs_train_vlm_n_params(L->m, VS_TRAIN_GROUP_PROJECTOR));
+    vs_json_kv_int(&w, "parameters_lm", vs_train_vlm_n_params(L->m, VS_TRAIN_GROUP_LM));
+    vs_json_kv_int(&w, "steps", L->st.step);
+    vs_json_kv_num(&w, "epochs", (double)L->st.epoch + (double)L->st.data_pos / (double)ds->n_batches);
+    vs_json_kv_int(&w, "rows_trained", (int64_t)L->st.tokens);
+    vs_json_kv_int(&w, "rows_per_epoch", ds->rows);
+    vs_json_kv_int(&w, "answer_rows_per_epoch", ds->answer_rows);
+    vs_json_kv_int(&w, "sequences", ds->n_seqs);
+    vs_json_kv_int(&w, "skipped", ds->n_skipped);
+    vs_json_kv_num(&w, "train_seconds", L->st.elapsed_s);
+    vs_json_kv_num(&w, "first_loss", L->curve.n ? L->curve.pt[0].loss : 0.0);
+    vs_json_kv_num(&w, "final_loss", recent_loss(&L->curve, 20));
+    vs_json_obj_end(&w);
+    char *js = vs_json_writer_take(&w, NULL);
+    vs_json_writer_free(&w);
+    if (!js) return vs_error_set(err, VS_ERR_NOMEM, "out of memory");
+    char path[1300];
+    snprintf(path, sizeof(path), "%s/done.json", L->dir);
+    s = write_text(path, js, err);
+    vs_free(js);
+    return s;
+}
+
+static bool phase_done(const drafter_run *r, int ph) {
+    char path[1300];
+    snprintf(path, sizeof(path), "%s/done.json", r->phase_dir[ph]);
+    return access(path, F_OK) == 0;
+}
+
+/* Runs phase ph to its end or to the run's limits. *finished tells which. */
+static vs_status drafter_phase(drafter_run *r, int ph, bool *finished, vs_error *err) {
+    drafter_opts *o = &r->o;
+    train_loop L;
+    memset(&L, 0, sizeof(L));
+    *finished = false;
+    vs_status s = loop_dirs(&L, r->phase_dir[ph], err);
+    char *settings = s == VS_OK ? phase_settings(r, ph) : NULL;
+    if (s == VS_OK && !settings) s = vs_error_set(err, VS_ERR_NOMEM, "out of memory");
+    if (s == VS_OK && phase_done(r, ph)) {
+        /* a finished phase is reused only with the same settings */
+        s = loop_check_settings(&L, settings, err);
+        if (s == VS_OK) printf("phase %s: done (%s/done.json)\n", r->phase_dir[ph], r->phase_dir[ph]);
+        vs_free(settings);
+        *finished = s == VS_OK;
+        return s;
+    }
+    if (s == VS_OK && ph > PH_TEXT && !phase_done(r, ph - 1))
+        s = vs_error_set(err, VS_ERR_INVALID, "phase %s needs phase %s to be finished first", r->phase_dir[ph],
+                         r->phase_dir[ph - 1]);
+    if (s == VS_OK) s = phase_data(r, ph, &L.data, err);
+    if (s != VS_OK) {
+        vs_free(settings);
+        loop_free(&L);
+        return s;
+    }
+    char title[128];
+    snprintf(title, sizeof(title), "drafter phase %s: training loss", ph < PH_TUNE ? k_phase_dir[ph] : o->massv ? "c-massv" : "c-llava");
+    L.cmd = k_drafter_cmd, L.label = ph == PH_TEXT ? "phase a" : ph == PH_PROJ ? "phase b" : "phase c";
+    L.title = title;
+    L.o = o->s;
+    L.o.batch = o->batch[ph], L.o.lr = o->lr[ph], L.o.lr_min = o->lr[ph] / 10, L.o.warmup = o->warmup[ph];
+    L.o.chunk_steps = r->chunk_left > 0 ? (int)r->chunk_left : 0;
+    L.deadline = r->deadline;
+    L.total = o->steps[ph];
+    int max_B, max_T, max_I;
+    vs_train_data_capacity(L.data, &max_B, &max_T, &max_I);
+    if (o->s.resume && loop_has_ckpt(&L)) {
+        s = loop_check_settings(&L, settings, err);
+        if (s == VS_OK) s = loop_load(&L, max_B, max_T, max_I, err);
+        if (s == VS_OK) s = loop_restore(&L, err);
+    } else {
+        if (o->s.resume) printf("no checkpoint in %s/ckpt: starting phase %s fresh\n", L.dir, L.dir);
+        s = write_text(L.runjson, settings, err);
+        if (s == VS_OK && ph == PH_TEXT) {
+            if (!(L.m = vs_train_vlm_new(&r->cfg, max_B, max_T, max_I, err))) s = VS_ERR_INVALID;
+            if (s == VS_OK) {
+                vs_train_vlm_init(L.m, (uint64_t)o->s.seed);
+                s = vs_train_vlm_set_vision(L.m, r->tmm, err);
+            }
+        } else if (s == VS_OK) {
+            /* the previous phase's final weights, a fresh optimiser */
+            char prev[1300];
+            vs_train_state pst;
+            snprintf(prev, sizeof(prev), "%s/ckpt/ckpt.gguf", r->phase_dir[ph - 1]);
+            if (!(L.m = vs_train_vlm_load(prev, max_B, max_T, max_I, &pst, err))) s = VS_ERR_INVALID;
+            if (s == VS_OK) {
+                vs_train_params *p = vs_train_vlm_params(L.m);
+                memset(p->m, 0, sizeof(float) * p->n);
+                memset(p->v, 0, sizeof(float) * p->n);
+                p->t = 0;
+                printf("phase %s starts from %s (step %lld)\n", L.dir, prev, (long long)pst.step);
+            }
+        }
+        if (s == VS_OK) loop_fresh_state(&L);
+    }
+    vs_free(settings);
+    if (s == VS_OK) {
+        phase_freeze(L.m, ph);
+        const vs_train_data_stats *ds = vs_train_data_get_stats(L.data);
+        printf("phase %s: %lld steps of %d x %d sequences (%.2f epochs), lr %.2e -> %.2e, warm-up %.0f; trains %s\n",
+               L.dir, (long long)L.total, L.o.accum, L.o.batch, (double)L.total * L.o.accum / (double)ds->n_batches,
+               L.o.lr, L.o.lr_min, L.o.warmup,
+               ph == PH_TEXT ? "the LM" : ph == PH_PROJ ? "the projector" : "projector + LM");
+        fflush(stdout);
+        L.tp = NULL;
+        s = loop_run(&L, err);
+    }
+    if (s == VS_OK && r->chunk_left > 0) r->chunk_left = VS_MAX(0, r->chunk_left - L.steps_run);
+    if (s == VS_OK && L.st.step >= L.total) {
+        s = phase_export(r, &L, ph, err);
+        *finished = s == VS_OK;
+    }
+    vs_threadpool_free(L.tp);
+    loop_free(&L);
+    return s;
+}
+
+static vs_status drafter_train(drafter_run *r, vs_error *err) {
+    drafter_opts *o = &r->o;
+    vs_status s;
+    r->deadline = o->s.time_limit > 0 ? vs_time_now() + o->s.time_limit : 0;
+    r->chunk_left = o->s.chunk_steps > 0 ? o->s.chunk_steps : -1;
+    if (!(r->tmm = vs_mmproj_open(o->target_mm, err))) return vs_error_wrap(err, "the target's mmproj"), VS_ERR_INVALID;
+    if (!(r->tok = vs_tokenizer_load(o->tokenizer, err))) return VS_ERR_INVALID;
+    if (!(r->tok_gguf = vs_gguf_open(o->tokenizer, err))) return VS_ERR_INVALID;
+    if (o->target) {
+        vs_gguf *tg = vs_gguf_open(o->target, err);
+        if (!tg) return vs_error_wrap(err, "the target model"), VS_ERR_INVALID;
+        s = vs_drafter_check_tokenizer(tg, r->tok_gguf, err);
+        vs_gguf_close(tg);
+        if (s != VS_OK) return s;
+    }
+    if ((s = vs_drafter_config(r->tmm, vs_tokenizer_n_vocab(r->tok), &o->lm, &r->cfg, err))) return s;
+    if (o->massv) {
+        if ((s = vs_distill_read(o->distill, false, &r->dist, err))) return s;
+        if (r->dist.h.vocab != r->cfg.vocab)
+            return vs_error_set(err, VS_ERR_INVALID,
+                                "vocabulary mismatch: %s was generated by a target with %d tokens, the tokenizer %s "
+                                "has %d",
+                                o->distill, r->dist.h.vocab, o->tokenizer, r->cfg.vocab);
+    }
+    if ((s = mkdir_one(o->out, err))) return s;
+    for (int p = 0; p < N_PHASES; p++)
+        snprintf(r->phase_dir[p], sizeof(r->phase_dir[p]), "%s/%s", o->out,
+                 p < PH_TUNE ? k_phase_dir[p] : o->massv ? "c-massv" : "c-llava");
+    if (!(r->train = vs_world_load(o->data, "train", VS_WORLD_ALL_SUITES, err))) return VS_ERR_INVALID;
+    if (!(r->captions = vs_world_load(o->data, "captions", VS_WORLD_ALL_SUITES, err))) return VS_ERR_INVALID;
+    if (r->train->image_size != r->cfg.image_size)
+        return vs_error_set(err, VS_ERR_INVALID, "%s has %d-pixel images; the target's tower takes %d", o->data,
+                            r->train->image_size, r->cfg.image_size);
+    const vs_train_vlm_config *c = &r->cfg;
+    printf("drafter (%s): target tower %s (%dx%d/%d, width %d x %d blocks, frozen), projector %d -> %d -> %d, "
+           "LM width %d x %d layers (%d/%d heads, SwiGLU %d), vocab %d, context %d\n",
+           o->recipe, o->target_mm, c->image_size, c->image_size, c->patch_size, c->v_width, c->v_blocks, c->v_width,
+           c->width, c->width, c->width, c->n_layers, c->n_heads, c->n_kv_heads, c->ffn, c->vocab, c->max_seq);
+    for (int p = 0; p < N_PHASES; p++) {
+        if (o->phase && o->phase[0] != "abc"[p]) continue;
+        bool finished = false;
+        if ((s = drafter_phase(r, p, &finished, err))) return s;
+        if (!finished) {
+            printf("stopped in phase %s: run again with the same flags and --resume\n", r->phase_dir[p]);
+            return VS_OK;
+        }
+    }
+    return VS_OK;
+}
+
+static int cmd_drafter(int argc, char **argv) {
+    drafter_run r;
+    memset(&r, 0, sizeof(r));
+    int rc = drafter_parse(argc, argv, &r.o);
+    if (rc >= 0) return rc;
+    vs_error err = {0};
+    vs_status s = drafter_train(&r, &err);
+    rc = s == VS_OK ? 0 : cli_fail_err(k_drafter_cmd, &err);
+    vs_distill_file_free(&r.dist);
+    vs_world_dataset_free(r.train);
+    vs_world_dataset_free(r.captions);
+    vs_mmproj_free(r.tmm);
+    vs_gguf_close(r.tok_gguf);
+    vs_tokenizer_free(r.tok);
     return rc;
 }
 
@@ -806,42 +1311,34 @@ static void export_usage(FILE *f) {
     fprintf(f,
             "usage: vlmspec train export --ckpt FILE --tokenizer TOK.gguf --lm LM.gguf --mmproj MMPROJ.gguf\n"
             "                            [--type f16|f32] [--name NAME]\n"
-            "Exports a training checkpoint (OUT/ckpt/ckpt.gguf of 'vlmspec train target') in llama.cpp's\n"
-            "LLaVA layout, as the end of training does: the LM with the tokenizer's keys, and the mmproj.\n"
+            "Exports a training checkpoint (OUT/ckpt/ckpt.gguf of 'vlmspec train target' or of a drafter\n"
+            "phase) in llama.cpp's LLaVA layout, as the end of training does: the LM with the tokenizer's\n"
+            "keys, and the mmproj.\n"
             "  --type T   matrix type, f16 (default) or f32\n"
             "  --name S   general.name (default vlmspec-world-target)\n");
 }
 
 static int cmd_export(int argc, char **argv) {
-    const char *cmd = "train export", *ckpt = NULL, *tok = NULL, *lm = NULL, *mm = NULL;
+    const char *cmd = "train export", *ckpt = NULL, *tok = NULL, *lm = NULL, *mm = NULL, *type_s = "f16";
     const char *name = "vlmspec-world-target";
-    int type = VS_TYPE_F16;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            export_usage(stdout);
-            return 0;
-        }
-        if (!(v = cli_value(cmd, argc, argv, &i))) return 2;
-        if (!strcmp(a, "--ckpt"))
-            ckpt = v;
-        else if (!strcmp(a, "--tokenizer"))
-            tok = v;
-        else if (!strcmp(a, "--lm"))
-            lm = v;
-        else if (!strcmp(a, "--mmproj"))
-            mm = v;
-        else if (!strcmp(a, "--name"))
-            name = v;
-        else if (!strcmp(a, "--type") && (!strcmp(v, "f16") || !strcmp(v, "F16")))
-            type = VS_TYPE_F16;
-        else if (!strcmp(a, "--type") && (!strcmp(v, "f32") || !strcmp(v, "F32")))
-            type = VS_TYPE_F32;
-        else {
-            fprintf(stderr, "vlmspec %s: unknown option or value '%s %s'\n", cmd, a, v);
-            export_usage(stderr);
-            return 2;
-        }
+    fl_set fs = {0};
+    fl_add(&fs, "--ckpt", FL_STR, &ckpt, 0, 0);
+    fl_add(&fs, "--tokenizer", FL_STR, &tok, 0, 0);
+    fl_add(&fs, "--lm", FL_STR, &lm, 0, 0);
+    fl_add(&fs, "--mmproj", FL_STR, &mm, 0, 0);
+    fl_add(&fs, "--name", FL_STR, &name, 0, 0);
+    fl_add(&fs, "--type", FL_STR, &type_s, 0, 0);
+    int rc = fl_parse(cmd, argc, argv, &fs, export_usage);
+    if (rc >= 0) return rc;
+    int type;
+    if (!strcmp(type_s, "f16") || !strcmp(type_s, "F16"))
+        type = VS_TYPE_F16;
+    else if (!strcmp(type_s, "f32") || !strcmp(type_s, "F32"))
+        type = VS_TYPE_F32;
+    else {
+        fprintf(stderr, "vlmspec %s: unknown option or value '--type %s'\n", cmd, type_s);
+        export_usage(stderr);
+        return 2;
     }
     if (!ckpt || !tok || !lm || !mm)
         return cli_fail(cmd, "--ckpt, --tokenizer, --lm and --mmproj are required"), 2;
@@ -850,7 +1347,7 @@ static int cmd_export(int argc, char **argv) {
     vs_gguf *tg = vs_gguf_open(tok, &err);
     vs_train_vlm *m = tg ? vs_train_vlm_load(ckpt, 1, 2, 1, &st, &err) : NULL;
     vs_train_export_opts eo = {.type = type, .tokenizer = tg, .name = name};
-    int rc = 0;
+    rc = 0;
     if (!m || vs_train_vlm_export(m, lm, mm, &eo, &err) != VS_OK)
         rc = cli_fail_err(cmd, &err);
     else
@@ -866,12 +1363,14 @@ int vs_cmd_train(int argc, char **argv) {
         FILE *f = argc < 2 ? stderr : stdout;
         fprintf(f, "usage: vlmspec train <command> [options]   (vlmspec train <command> --help)\n"
                    "commands:\n"
-                   "  target  train the target VLM on the generated world (resumable; exports GGUF)\n"
-                   "  export  export a training checkpoint as LM + mmproj GGUF\n"
-                   "  bench   time training steps of a VLM on synthetic data against the sgemm peak\n");
+                   "  target   train the target VLM on the generated world (resumable; exports GGUF)\n"
+                   "  drafter  train a draft VLM by the LLaVA recipe or MASSV (phases, resumable; exports GGUF)\n"
+                   "  export   export a training checkpoint as LM + mmproj GGUF\n"
+                   "  bench    time training steps of a VLM on synthetic data against the sgemm peak\n");
         return argc < 2 ? 2 : 0;
     }
     if (!strcmp(argv[1], "target")) return cmd_target(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "drafter")) return cmd_drafter(argc - 1, argv + 1);
     if (!strcmp(argv[1], "export")) return cmd_export(argc - 1, argv + 1);
     if (!strcmp(argv[1], "bench")) return cmd_bench(argc - 1, argv + 1);
     fprintf(stderr, "vlmspec train: unknown command '%s'\n", argv[1]);
