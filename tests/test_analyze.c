@@ -420,8 +420,9 @@ static void test_cli(void) {
              cli, tmp, tmp, D);
     int rc = vt_run(
         "%s --draft rand=%s/draft.gguf,%s/draft-mm.gguf --draft %s/target.gguf --limit 1 --max-tokens 4 "
-        "--suite vqa,text --bins 10 -o %s/tvd.svg --json %s/tvd.json -t 1 > %s/cli.out 2> %s/cli.err",
-        base, tmp, tmp, tmp, tmp, tmp, tmp, tmp);
+        "--suite vqa,text --bins 10 -o %s/tvd.svg --json %s/tvd.json --tokens %s/tvd.csv -t 1 > %s/cli.out "
+        "2> %s/cli.err",
+        base, tmp, tmp, tmp, tmp, tmp, tmp, tmp, tmp);
     VT_CHECK(rc == 0, "analyze tvd exit %d", rc);
     uint8_t *js = NULL;
     size_t n = 0;
@@ -438,8 +439,21 @@ static void test_cli(void) {
                  vs_json_get_num(vs_json_get(d1, "total"), "max", -1) > 0 &&
                  vs_json_get(vs_json_get(vs_json_at(vs_json_get(tv, "drafters"), 0), "suites"), "vqa"),
              "CLI JSON (the target file without mmproj is the T view of the target: max > 0)");
+    const int64_t positions = vs_json_get_int(tv, "positions", 0);
+    VT_CHECK(vs_json_get_int(vs_json_get(vs_json_root(doc), "target_accuracy"), "first_turns", -1) == 2,
+             "target accuracy in the JSON");
     vs_json_doc_free(doc);
     vs_free(js);
+    /* --tokens: a header and one line per position with one TVD column per drafter */
+    snprintf(path, sizeof(path), "%s/tvd.csv", tmp);
+    uint8_t *csv = NULL;
+    VT_REQUIRE(vs_read_file(path, &csv, &n, &err) == VS_OK, "%s", err.msg);
+    int64_t lines = 0;
+    for (size_t i = 0; i < n; i++) lines += csv[i] == '\n';
+    VT_CHECK(lines == positions + 1 &&
+                 !strncmp((char *)csv, "sample,suite,turn,index,token,eog,rand,target\n", 46),
+             "CSV: %lld lines for %lld positions", (long long)lines, (long long)positions);
+    vs_free(csv);
     snprintf(path, sizeof(path), "%s/tvd.svg", tmp);
     uint8_t *sv = NULL;
     VT_CHECK(vs_read_file(path, &sv, &n, &err) == VS_OK && strstr((char *)sv, "<svg") &&
@@ -480,6 +494,8 @@ static void test_cli(void) {
     VT_CHECK(rc == 2, "bad --mode: exit %d", rc);
     rc = vt_run("%s --draft =%s/draft.gguf > /dev/null 2>&1", base, tmp);
     VT_CHECK(rc == 2, "empty drafter name: exit %d", rc);
+    rc = vt_run("%s --draft a,b=%s/draft.gguf > /dev/null 2>&1", base, tmp);
+    VT_CHECK(rc == 2, "comma in a drafter name: exit %d", rc);
     rc = vt_run("%s --draft a=%s/draft.gguf --draft a=%s/draft.gguf > /dev/null 2>&1", base, tmp, tmp);
     VT_CHECK(rc == 2, "two drafters with one name: exit %d", rc);
     rc = vt_run("%s analyze frobnicate > /dev/null 2>&1", cli);

@@ -70,7 +70,7 @@ static bool parse_draft(const char *v, draft_spec *d) {
     if (comma) *comma = 0, d->mm_path = comma + 1;
     d->lm_path = s;
     if (!*d->lm_path || (eq && !d->name[0]) || (comma && !*d->mm_path) ||
-        (d->mm_path && strchr(d->mm_path, ',')))
+        (d->mm_path && strchr(d->mm_path, ',')) || strchr(d->name, ','))
         return false;
     if (!eq) {
         const char *base = strrchr(s, '/');
@@ -99,9 +99,26 @@ static bool write_text(const char *path, const char *s) {
     return ok;
 }
 
+/* One CSV line per analysed position. */
+static bool write_tokens(const char *path, const vs_tvd_result *r, const vs_world_dataset *d) {
+    FILE *f = fopen(path, "w");
+    if (!f) return false;
+    fprintf(f, "sample,suite,turn,index,token,eog");
+    for (int k = 0; k < r->n_drafters; k++) fprintf(f, ",%s", r->names[k]);
+    fprintf(f, "\n");
+    for (int64_t i = 0; i < r->n; i++) {
+        const vs_tvd_pos *p = &r->pos[i];
+        fprintf(f, "%s,%s,%d,%d,%d,%d", d->samples[p->sample].id,
+                vs_world_suite_name((vs_world_suite)p->suite), p->turn, p->index, p->token, p->eog ? 1 : 0);
+        for (int k = 0; k < r->n_drafters; k++) fprintf(f, ",%.6f", r->tvd[k][i]);
+        fprintf(f, "\n");
+    }
+    return fclose(f) == 0;
+}
+
 static int cmd_tvd(int argc, char **argv) {
     const char *model = NULL, *mmproj = NULL, *data = NULL, *split = "test", *suites = "all", *json = NULL;
-    const char *svg = NULL, *title = NULL, *mode = "m";
+    const char *svg = NULL, *title = NULL, *mode = "m", *tokens = NULL;
     int threads = 2, bins = 20;
     vs_tvd_opts o = {.max_tokens = 256};
     draft_spec ds[MAX_DRAFTERS];
@@ -135,6 +152,8 @@ static int cmd_tvd(int argc, char **argv) {
             suites = v;
         else if (!strcmp(a, "--json"))
             json = v;
+        else if (!strcmp(a, "--tokens"))
+            tokens = v;
         else if (!strcmp(a, "-o") || !strcmp(a, "--output"))
             svg = v;
         else if (!strcmp(a, "--title"))
@@ -273,8 +292,15 @@ static int cmd_tvd(int argc, char **argv) {
         vs_json_arr_end(&w);
         vs_json_key(&w, "tvd");
         vs_tvd_json(&res, bins, &w);
-        vs_json_key(&w, "target_eval");
-        vs_eval_json(&res.eval, &w);
+        vs_json_key(&w, "target_accuracy"); /* the checker's verdicts on the analysed turns */
+        vs_json_obj_begin(&w);
+        vs_json_kv_int(&w, "first_turns", tc->first_turns);
+        vs_json_kv_int(&w, "first_correct", tc->first_correct);
+        if (o.second_turns) {
+            vs_json_kv_int(&w, "second_turns", tc->second_turns);
+            vs_json_kv_int(&w, "second_correct", tc->second_correct);
+        }
+        vs_json_obj_end(&w);
         vs_json_obj_end(&w);
         char *s = vs_json_writer_take(&w, NULL);
         vs_json_writer_free(&w);
@@ -284,6 +310,10 @@ static int cmd_tvd(int argc, char **argv) {
             cli_fail(CMD, "%s: cannot write", json);
             goto done;
         }
+    }
+    if (tokens && !write_tokens(tokens, &res, d)) {
+        cli_fail(CMD, "%s: cannot write", tokens);
+        goto done;
     }
     rc = 0;
     goto done;
