@@ -15,6 +15,14 @@
 /* ---------------------------------------------------------------------------------------------- */
 /* Settings and JSON */
 
+/* A float setting as the double of its shortest decimal form (0.9f is written 0.9, and reads back as
+ * the same float). */
+static double fnum(float x) {
+    char b[32];
+    snprintf(b, sizeof(b), "%.7g", (double)x);
+    return strtod(b, NULL);
+}
+
 vs_status vs_distill_parse_temps(const char *list, float top_p, vs_distill_header *h, vs_error *err) {
     if (!(top_p > 0 && top_p <= 1))
         return vs_error_set(err, VS_ERR_INVALID, "distill: top-p %g must be in (0, 1]", (double)top_p);
@@ -55,8 +63,8 @@ char *vs_distill_header_json(const vs_distill_header *h) {
     vs_json_arr_begin(&w);
     for (int i = 0; i < h->n_settings; i++) {
         vs_json_obj_begin(&w);
-        vs_json_kv_num(&w, "temperature", h->settings[i].temperature);
-        vs_json_kv_num(&w, "top_p", h->settings[i].top_p);
+        vs_json_kv_num(&w, "temperature", fnum(h->settings[i].temperature));
+        vs_json_kv_num(&w, "top_p", fnum(h->settings[i].top_p));
         vs_json_obj_end(&w);
     }
     vs_json_arr_end(&w);
@@ -74,8 +82,8 @@ char *vs_distill_record_json(const vs_distill_record *r) {
     vs_json_kv_str(&w, "suite", vs_world_suite_name((vs_world_suite)r->suite));
     vs_json_kv_int(&w, "job", r->job);
     vs_json_kv_int(&w, "setting", r->setting);
-    vs_json_kv_num(&w, "temperature", r->temperature);
-    vs_json_kv_num(&w, "top_p", r->top_p);
+    vs_json_kv_num(&w, "temperature", fnum(r->temperature));
+    vs_json_kv_num(&w, "top_p", fnum(r->top_p));
     vs_json_kv_int(&w, "seed", (int64_t)r->seed);
     vs_json_key(&w, "turns");
     vs_json_arr_begin(&w);
