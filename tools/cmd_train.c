@@ -993,6 +993,7 @@ typedef struct drafter_run {
     vs_world_dataset *train, *captions;
     vs_distill_file dist;
     vs_train_vlm_config cfg;
+    vs_train_seqs seqs; /* the current phase's sequences: the reader borrows their sample copies */
     char phase_dir[N_PHASES][1200];
     double deadline;
     int64_t chunk_left; /* steps left of --chunk-steps over all phases (-1: no limit) */
@@ -1056,6 +1057,7 @@ static vs_status phase_data(drafter_run *r, int ph, vs_train_data **out, vs_erro
         if (!(*out = vs_train_data_new(sets, 1, r->tok, &dopts, err))) return VS_ERR_INVALID;
         printf("phase b data: the captions split (%lld image-caption pairs)\n", (long long)r->captions->n);
     } else {
+        vs_train_seqs_free(&r->seqs);
         vs_train_seqs q;
         memset(&q, 0, sizeof(q));
         if (ph == PH_TEXT) {
@@ -1083,7 +1085,7 @@ static vs_status phase_data(drafter_run *r, int ph, vs_train_data **out, vs_erro
         }
         if (s == VS_OK && !(*out = vs_train_data_new_items(vs_train_seqs_items(&q), q.n, &dopts, err)))
             s = VS_ERR_INVALID;
-        vs_train_seqs_free(&q);
+        r->seqs = q; /* kept until the phase ends: the reader loads images from q's samples */
         if (s != VS_OK) return s;
     }
     print_data_stats(vs_train_data_get_stats(*out), NULL, 0, r->o.s.seq);
@@ -1234,6 +1236,7 @@ static vs_status drafter_phase(drafter_run *r, int ph, bool *finished, vs_error 
     }
     vs_threadpool_free(L.tp);
     loop_free(&L);
+    vs_train_seqs_free(&r->seqs);
     return s;
 }
 
@@ -1279,7 +1282,7 @@ static vs_status drafter_train(drafter_run *r, vs_error *err) {
         if (o->phase && o->phase[0] != "abc"[p]) continue;
         bool finished = false;
         if ((s = drafter_phase(r, p, &finished, err))) return s;
-        if (!finished) {
+        if (!finished || (r->chunk_left == 0 && p + 1 < N_PHASES && !o->phase)) {
             printf("stopped in phase %s: run again with the same flags and --resume\n", r->phase_dir[p]);
             return VS_OK;
         }
@@ -1296,6 +1299,7 @@ static int cmd_drafter(int argc, char **argv) {
     vs_status s = drafter_train(&r, &err);
     rc = s == VS_OK ? 0 : cli_fail_err(k_drafter_cmd, &err);
     vs_distill_file_free(&r.dist);
+    vs_train_seqs_free(&r.seqs);
     vs_world_dataset_free(r.train);
     vs_world_dataset_free(r.captions);
     vs_mmproj_free(r.tmm);
