@@ -59,6 +59,21 @@ static vs_isa detect_uncached(void) {
 
 /* Cached detection and the cap: the only process-wide state here (a CPU property, and a test knob). */
 static atomic_int g_detected = -1;
+static atomic_int g_amx_bf16 = -1;
+
+/* AMX-BF16 (CPUID.(7,0):EDX bit 22) on top of usable AMX tiles (VS_ISA_AMX detected). */
+bool vs_cpu_amx_bf16(void) {
+    int v = atomic_load_explicit(&g_amx_bf16, memory_order_relaxed);
+    if (v < 0) {
+        v = 0;
+#ifdef VS_X86
+        unsigned a, b, c, d;
+        if (vs_isa_detect() == VS_ISA_AMX && __get_cpuid_count(7, 0, &a, &b, &c, &d)) v = (d >> 22) & 1;
+#endif
+        atomic_store(&g_amx_bf16, v);
+    }
+    return v;
+}
 static atomic_int g_cap = -1;
 
 vs_isa vs_isa_detect(void) {
@@ -131,6 +146,49 @@ void vs_xq_quantize_row_ref(const float *x, int64_t n_in, uint8_t *row) {
     int8_t *q = (int8_t *)row;
     float *d = (float *)(row + round_up(n_in, 64));
     for (int64_t b = 0; b < n_in / 32; b++) vs_xq_block_ref(x + b * 32, q + b * 32, &d[b]);
+}
+
+/* ---- the AMX-BF16 activation layout and the fp16 split (scalar twins) ---- */
+
+/* f32 -> bf16 as VCVTNE2PS2BF16 does it: round to nearest even, denormal inputs read as (signed) zero. */
+static uint16_t bf16_rne_daz(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7f800000u) == 0) return (uint16_t)((u >> 16) & 0x8000u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+void vs_xb_convert_row_ref(const float *x, int64_t n_in, vs_type wtype, int64_t n_rows, int64_t r, uint8_t *xb) {
+    const int64_t G = vs_xb_G(n_rows), g = r / 8, c = r % 8;
+    const size_t chunk = vs_xb_chunk(wtype);
+    for (int64_t s = 0; s < vs_xb_steps(n_in); s++) {
+        uint16_t *ch = (uint16_t *)(xb + (size_t)(s * G + g) * chunk); /* [tiles][16 kp][16 columns][2] */
+        for (int k = 0; k < 32; k++) {
+            int64_t i = 32 * s + k;
+            float v = x && i < n_in ? x[i] : 0.0f;
+            uint16_t h = bf16_rne_daz(v), l = bf16_rne_daz(v - vs_bf16_to_fp32(h));
+            if (wtype == VS_TYPE_F16) { /* tile k / 16, row k % 16: (h, h) in column 2c, (l, l) in 2c + 1 */
+                uint16_t *at = ch + (k / 16) * 512 + (k % 16) * 32 + 4 * c;
+                at[0] = at[1] = h;
+                at[2] = at[3] = l;
+            } else { /* row k / 2, half k % 2 of columns 2c and 2c + 1 */
+                uint16_t *at = ch + (k / 2) * 32 + 4 * c + k % 2;
+                at[0] = h;
+                at[2] = l;
+            }
+        }
+    }
+}
+
+void vs_f16_split_bf16_ref(const uint16_t *w, int64_t n, uint16_t *hi, uint16_t *lo) {
+    for (int64_t i = 0; i < n; i++) {
+        float f = vs_fp16_to_fp32(w[i]);
+        uint32_t u;
+        memcpy(&u, &f, 4);
+        hi[i] = (uint16_t)(u >> 16); /* truncation to 8 significant bits */
+        lo[i] = vs_fp32_to_bf16(f - vs_bf16_to_fp32(hi[i])); /* exact: no rounding happens */
+    }
 }
 
 /* ---- scalar matmul: the reference twin and the threaded scalar path ---- */
@@ -242,15 +300,24 @@ static int64_t amx_min_rows(vs_type t) { (void)t; return 1; }
  * 2048 from DRAM, noisy: Q8_0 2 rows 1.26-1.36 vs 1.11-1.13 ms with tiles; Q4_0 2 rows 0.70-0.92 vs
  * 1.21-1.32 ms, 4 rows 1.05-1.41 vs 1.32-1.40 ms: Q4_0 tiles pay for unpacking nibbles via memory). */
 static int64_t amx_vnni_max_rows(vs_type t) { return t == VS_TYPE_Q8_0 ? 1 : 4; }
+/* F16 / BF16 weights use AMX-BF16 tiles for EVERY row count when the CPU has them (batch invariance:
+ * one row gets the same split-bf16 arithmetic as a batch); F32 stays on the FMA kernel. */
+static bool use_amx_bf16(vs_type t) { return (t == VS_TYPE_F16 || t == VS_TYPE_BF16) && vs_cpu_amx_bf16(); }
 
 typedef struct mm_ctx {
     vs_mm_job job;
-    vs_isa isa;      /* VS_ISA_AMX only when the AMX kernel runs; otherwise the vector ISA */
+    vs_isa isa;      /* VS_ISA_AMX only when an AMX kernel runs (INT8 for Q8_0/Q4_0, BF16 for F16/BF16) */
     int64_t q_rows;  /* rows to quantise (AMX: padded to whole groups) */
     uint8_t *xq_out; /* writable view of job.xq for the quantisation pass */
 } mm_ctx;
 
 static void quant_rows(mm_ctx *c, int64_t r0, int64_t r1) {
+    if (c->isa == VS_ISA_AMX && !is_quant(c->job.wtype)) {
+        for (int64_t r = r0; r < r1; r++)
+            vs_xb_convert_row_avx512(r < c->job.n_rows ? c->job.x + r * c->job.n_in : NULL, c->job.n_in, c->job.wtype,
+                                     c->job.n_rows, r, c->xq_out);
+        return;
+    }
     if (c->isa == VS_ISA_AMX) {
         for (int64_t r = r0; r < r1; r++)
             vs_xq_quantize_row_amx(r < c->job.n_rows ? c->job.x + r * c->job.n_in : NULL, c->job.n_in,
@@ -282,7 +349,9 @@ static void mm_task(void *p, int ith, int nth) {
     if (o0 >= o1) return;
     switch (c->isa) {
     case VS_ISA_AMX:
-        if (c->job.n_rows <= amx_vnni_max_rows(c->job.wtype)) vs_mm_amx_vnni(&c->job, o0, o1);
+        if (!is_quant(c->job.wtype))
+            vs_mm_amx_bf16(&c->job, o0, o1, c->job.panels ? c->job.panels + (size_t)ith * c->job.panel_bytes : NULL);
+        else if (c->job.n_rows <= amx_vnni_max_rows(c->job.wtype)) vs_mm_amx_vnni(&c->job, o0, o1);
         else vs_mm_amx(&c->job, o0, o1);
         break;
     case VS_ISA_AVX512: vs_mm_avx512(&c->job, o0, o1); break;
@@ -388,8 +457,24 @@ void vs_matmul(vs_threadpool *tp, vs_type wtype, const void *w, int64_t n_out, i
     mm_ctx c = {.job = {.wtype = wtype, .w = w, .w_row_bytes = rb, .n_out = n_out, .n_in = n_in,
                         .n_rows = n_rows, .x = x, .y = y},
                 .isa = isa_current(), .q_rows = n_rows};
-    if (c.isa == VS_ISA_AMX && !(is_quant(wtype) && n_rows >= amx_min_rows(wtype))) c.isa = VS_ISA_AVX512;
+    if (c.isa == VS_ISA_AMX && !(is_quant(wtype) ? n_rows >= amx_min_rows(wtype) : use_amx_bf16(wtype)))
+        c.isa = VS_ISA_AVX512;
     void *owned = NULL;
+    if (c.isa == VS_ISA_AMX && !is_quant(wtype)) { /* F16 / BF16: bf16 halves of the activations */
+        size_t xbb = vs_xb_bytes(wtype, n_in, n_rows), pb = vs_mm_amx_bf16_panel_bytes(n_in, n_rows);
+        size_t bytes = xbb + pb * (size_t)vs_threadpool_size(tp);
+        uint8_t *buf = tp ? vs_threadpool_scratch(tp, bytes) : (owned = vs_malloc(bytes));
+        if (!buf) {
+            vs_matmul_ref(wtype, w, n_out, n_in, x, n_rows, y);
+            return;
+        }
+        c.job.xb = c.xq_out = buf;
+        c.job.panels = pb ? buf + xbb : NULL; /* xbb and pb are multiples of 64 */
+        c.job.panel_bytes = pb;
+        c.q_rows = vs_xb_G(n_rows) * 8;
+        if (c.q_rows >= 32 && vs_threadpool_size(tp) > 1) vs_threadpool_run(tp, quant_task, &c);
+        else quant_rows(&c, 0, c.q_rows);
+    }
     if (is_quant(wtype)) {
         size_t xrb = c.isa == VS_ISA_AVX512 ? vs_xq_row_bytes_avx512(n_in) : vs_xq_row_bytes_ref(n_in);
         size_t bytes = xrb * (size_t)n_rows;

@@ -10,6 +10,9 @@
  *   TOL_QUANT  Q8_0/Q4_0 vs the double reference with UNquantised activations: the activation
  *              quantisation error bound sum_b (amax_b * (1/254 + 1/2048)) * sum_{i in b} |w_i| (half a
  *              step, plus the fp16 rounding of the scale), plus 1e-5 * S.
+ *   TOL_SPLIT  extra allowance for F16/BF16 on the AMX-BF16 path (kernels_amxbf16_avx512.c): it
+ *              multiplies bf16 parts, w = wh + wl exactly but x ~ xh + xl with |x - xh - xl| <= 2^-16
+ *              |x|, so each product is off by at most 2^-16 |w x|: |diff| <= (TOL + 2^-16) * S.
  *   Vector ops vs their scalar twins: dot 1e-5 * sum|a b|; axpy 1e-6 relative; rmsnorm 1e-5 relative;
  *   softmax 1e-6 absolute + 1e-5 relative (polynomial exp, ~2e-7 relative). */
 #include <math.h>
@@ -22,6 +25,7 @@
 #define TOL_TWIN 1e-5
 #define TOL_FLOAT 1e-5
 #define TOL_QUANT_STEP (1.0 / 254.0 + 1.0 / 2048.0)
+#define TOL_SPLIT (1.0 / 65536.0)
 
 static const vs_type k_types[] = {VS_TYPE_F32, VS_TYPE_F16, VS_TYPE_BF16, VS_TYPE_Q8_0, VS_TYPE_Q4_0};
 
@@ -93,23 +97,32 @@ static void problem_free(problem *p) {
     free(p->Q);
 }
 
-/* Worst |diff| / S against the twin, and worst |diff| / tolerance against the double reference. */
-static double g_worst_twin, g_worst_ref;
+/* Worst |diff| / S against the twin, and worst |diff| / tolerance against the double reference; worst
+ * |diff| / S against the double reference on the AMX-BF16 path. */
+static double g_worst_twin, g_worst_ref, g_worst_split;
 
 static bool is_quant(vs_type t) { return t == VS_TYPE_Q8_0 || t == VS_TYPE_Q4_0; }
+
+/* Whether vs_matmul now runs type t on the AMX-BF16 path. */
+static bool on_split_path(vs_type t) {
+    return (t == VS_TYPE_F16 || t == VS_TYPE_BF16) && vs_isa_active() == VS_ISA_AMX && vs_cpu_amx_bf16();
+}
 
 /* Checks y against the twin (yr) and the double reference; returns the number of bad elements. */
 static int check_y(const problem *p, const float *y, const float *yr, const char *what) {
     int bad = 0;
     double worst_twin = 0, worst_ref = 0;
+    const bool split = y != yr && on_split_path(p->t);
+    const double extra = split ? TOL_SPLIT : 0.0;
     for (int64_t k = 0; k < p->n_rows * p->n_out; k++) {
         double S = p->S[k] + 1e-30;
         double dt = fabs((double)y[k] - (double)yr[k]);
-        double tol_ref = is_quant(p->t) ? p->Q[k] + TOL_FLOAT * S : TOL_FLOAT * S;
+        double tol_ref = is_quant(p->t) ? p->Q[k] + TOL_FLOAT * S : (TOL_FLOAT + extra) * S;
         double dr = fabs((double)y[k] - p->yd[k]);
         worst_twin = fmax(worst_twin, dt / S);
         worst_ref = fmax(worst_ref, dr / (tol_ref + 1e-30));
-        if (!(dt <= TOL_TWIN * S) || !(dr <= tol_ref)) {
+        if (split) g_worst_split = fmax(g_worst_split, dr / S);
+        if (!(dt <= (TOL_TWIN + extra) * S) || !(dr <= tol_ref)) {
             if (bad < 3)
                 fprintf(stderr, "  %s %s out %lld x %lld rows %lld: elem %lld y %.9g twin %.9g ref %.9g S %.3g\n",
                         what, vs_type_name(p->t), (long long)p->n_out, (long long)p->n_in,
@@ -130,7 +143,7 @@ static void test_matmul(vs_isa isa, vs_threadpool **pools, int n_pools) {
     vs_rng rng;
     vs_rng_seed(&rng, 1234 + (uint64_t)isa);
     int total_bad = 0, cases = 0;
-    g_worst_twin = g_worst_ref = 0;
+    g_worst_twin = g_worst_ref = g_worst_split = 0;
     for (size_t ti = 0; ti < VS_ARRAY_LEN(k_types); ti++) {
         vs_type t = k_types[ti];
         for (size_t ri = 0; ri < VS_ARRAY_LEN(rows_list); ri++) {
@@ -163,6 +176,9 @@ static void test_matmul(vs_isa isa, vs_threadpool **pools, int n_pools) {
     printf("kernels: %s matmul: %d cases, %d bad outputs; worst |y - twin| / S = %.2g (tol %g), worst "
            "|y - double ref| / its tolerance = %.2g\n",
            vs_isa_name(isa), cases, total_bad, g_worst_twin, TOL_TWIN, g_worst_ref);
+    if (g_worst_split > 0)
+        printf("kernels: %s F16/BF16 on AMX-BF16 tiles: worst |y - double ref| / S = %.2g (tol %.2g)\n",
+               vs_isa_name(isa), g_worst_split, TOL_FLOAT + TOL_SPLIT);
 }
 
 /* The twin itself against the double reference (once: it does not depend on the ISA). */
@@ -265,6 +281,85 @@ static void test_xq(vs_isa best) {
         vs_free(ref);
         vs_free(a2);
     }
+}
+
+/* The exact fp16 split of the AMX-BF16 path: for every finite fp16 w, hi + lo == w with hi and lo bf16
+ * values (hi = w truncated to 8 significant bits), and the AVX-512 split gives the same bits. */
+static void test_f16_split(vs_isa best) {
+    static uint16_t w[65536], hi[65536], lo[65536], hi2[65536], lo2[65536];
+    int n = 0, bad = 0;
+    for (uint32_t h = 0; h < 65536; h++)
+        if ((h & 0x7c00) != 0x7c00) w[n++] = (uint16_t)h; /* finite values */
+    vs_f16_split_bf16_ref(w, n, hi, lo);
+    for (int i = 0; i < n; i++) {
+        double wv = vs_fp16_to_fp32(w[i]), hv = vs_bf16_to_fp32(hi[i]), lv = vs_bf16_to_fp32(lo[i]);
+        bad += hv + lv != wv;                                   /* exact (no rounding in double either) */
+        bad += fabs(lv) > ldexp(fabs(wv), -7);                  /* the low part is small */
+        bad += wv != 0 && (hv == 0 || (hv > 0) != (wv > 0));    /* hi carries the value and its sign */
+        bad += lv != 0 && fabs(lv) < ldexp(1.0, -24);           /* no bf16 denormals (AMX reads them as 0) */
+    }
+    VT_CHECK(bad == 0, "fp16 -> bf16 hi + lo split is not exact for %d values", bad);
+    if (best >= VS_ISA_AVX512) {
+        vs_f16_split_bf16_avx512(w, n, hi2, lo2);
+        VT_CHECK(!memcmp(hi, hi2, sizeof(uint16_t) * (size_t)n) && !memcmp(lo, lo2, sizeof(uint16_t) * (size_t)n),
+                 "AVX-512 fp16 split differs from the scalar twin");
+    }
+    printf("kernels: fp16 -> bf16 hi + lo split exact for all %d finite fp16 values\n", n);
+}
+
+/* The AMX-BF16 activation layout ("xb"): the AVX-512 converter equals the scalar twin bit for bit (both
+ * weight types, tails of n_in, padding rows, denormals, ties), and xh + xl is within 2^-16 |x|. */
+static void test_xb(vs_isa best) {
+    static const int64_t ins[] = {1, 7, 16, 31, 32, 33, 100, 320};
+    static const vs_type types[] = {VS_TYPE_F16, VS_TYPE_BF16};
+    vs_rng rng;
+    vs_rng_seed(&rng, 17);
+    int bad = 0;
+    double worst = 0;
+    for (size_t ii = 0; ii < VS_ARRAY_LEN(ins); ii++) {
+        int64_t n_in = ins[ii], n_rows = 11; /* G = 2: rows 11..15 are padding */
+        float *x = malloc(sizeof(float) * (size_t)(n_rows * n_in));
+        for (int64_t i = 0; i < n_rows * n_in; i++) x[i] = vs_rng_normal(&rng) * (i % 5 == 0 ? 1e3f : 1.0f);
+        x[0] = 1e-40f;                         /* an f32 denormal: read as 0 */
+        if (n_in > 3) x[3] = 1.0f + 0x1p-8f; /* ties for the hi rounding: to 1, and to 1 + 2^-6 */
+        if (n_in > 4) x[4] = 1.0f + 0x3p-8f;
+        if (n_in > 5) x[5] = -0.0f;
+        for (size_t ti = 0; ti < VS_ARRAY_LEN(types); ti++) {
+            vs_type t = types[ti];
+            size_t bytes = vs_xb_bytes(t, n_in, n_rows);
+            uint8_t *a = vs_malloc(bytes), *b = vs_malloc(bytes);
+            memset(a, 0x5a, bytes);
+            memset(b, 0xa5, bytes);
+            for (int64_t r = 0; r < vs_xb_G(n_rows) * 8; r++) {
+                const float *xr = r < n_rows ? x + r * n_in : NULL;
+                vs_xb_convert_row_ref(xr, n_in, t, n_rows, r, a);
+                if (best >= VS_ISA_AVX512) vs_xb_convert_row_avx512(xr, n_in, t, n_rows, r, b);
+            }
+            if (best >= VS_ISA_AVX512) bad += memcmp(a, b, bytes) != 0;
+            /* read row 9 (group 1, column pair 2, 3) back from the twin's layout */
+            const size_t chunk = vs_xb_chunk(t);
+            const int64_t G = vs_xb_G(n_rows);
+            for (int64_t i = 0; i < vs_xb_steps(n_in) * 32; i++) {
+                const uint16_t *ch = (const uint16_t *)(a + (size_t)((i / 32) * G + 1) * chunk);
+                int k = (int)(i % 32);
+                size_t at = t == VS_TYPE_F16 ? (size_t)((k / 16) * 512 + (k % 16) * 32 + 4) : (size_t)((k / 2) * 32 + 4 + k % 2);
+                double xh = vs_bf16_to_fp32(ch[at]), xl = vs_bf16_to_fp32(ch[at + 2]);
+                double xv = i < n_in ? x[9 * n_in + i] : 0.0;
+                if (t == VS_TYPE_F16) bad += ch[at + 1] != ch[at] || ch[at + 3] != ch[at + 2]; /* (v, v) pairs */
+                double err = fabs(xv - xh - xl);
+                bad += !(err <= ldexp(fabs(xv), -16));
+                if (xv != 0) worst = fmax(worst, err / fabs(xv));
+                /* a padding row (15) is zero */
+                bad += ch[at + 24] != 0 || ch[at + 26] != 0;
+            }
+            vs_free(a);
+            vs_free(b);
+        }
+        free(x);
+    }
+    VT_CHECK(bad == 0, "AMX-BF16 activation layout: %d mismatches", bad);
+    printf("kernels: AMX-BF16 activation split: worst |x - xh - xl| / |x| = %.2g (bound 2^-16 = %.2g)\n", worst,
+           ldexp(1.0, -16));
 }
 
 /* ---- batch invariance ----
@@ -410,6 +505,8 @@ int main(void) {
     VT_REQUIRE(pools[1] && pools[2], "thread pools: %s", err.msg);
     test_ref_against_double();
     test_xq(best);
+    test_f16_split(best);
+    test_xb(best);
     for (int isa = VS_ISA_SCALAR; isa <= (int)best; isa++) {
         VT_CHECK(vs_isa_set_max((vs_isa)isa) == (vs_isa)isa, "ISA cap %d", isa);
         VT_CHECK(vs_isa_active() == (vs_isa)isa, "active ISA");

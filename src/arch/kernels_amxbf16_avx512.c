@@ -1,0 +1,245 @@
+/* kernels_amxbf16_avx512: F16 / BF16 weights times activation rows with AMX-BF16 tiles (TDPBF16PS).
+ * Why: the AVX-512 FMA path does one multiply-add per weight and row, so beyond a few rows it is bound
+ * by FMA throughput (T(16)/T(1) ~2.8 on the 25M F16 target); a tile product does 16 outputs x 16 rows x
+ * 32 inputs per instruction and accumulates in f32 tile registers across the whole row, leaving the
+ * vector units only the weight conversion, which is paid once per weight whatever the row count.
+ *
+ * Exact splits keep F32-FMA-like accuracy with bf16 products (products of two bf16 are exact in f32):
+ *  - F16 weight w = wh + wl EXACTLY: wh = w truncated to bf16 (8 significant bits), wl = w - wh has at
+ *    most the 3 remaining significant bits of the fp16 mantissa and an exponent >= -24, so it is a bf16
+ *    (tests/test_kernels.c checks all 65536 fp16 values). BF16 weights: wh = w, no wl.
+ *  - activation x ~ xh + xl: xh = bf16_rne(x), xl = bf16_rne(x - xh); |x - xh - xl| <= 2^-16 |x|.
+ *  - TDPBF16PS multiplies bf16 PAIRS: F16 weights are stored in the A tile as the pair (wl, wh) per
+ *    weight (16 weights per tile row), and each activation row owns two B columns, (xh, xh) and (xl, xl),
+ *    so C[o][2c] = sum (wl + wh) xh and C[o][2c + 1] = sum (wl + wh) xl: all four products, and
+ *    y = C[o][2c] + C[o][2c + 1]. BF16 weights are A as stored (pairs of consecutive weights), against
+ *    (xh, xh') and (xl, xl') pairs. One 16-column tile holds 8 rows, so one row costs two tile products
+ *    per 32 F16 inputs (one for BF16), the same as a full group of 8.
+ *
+ * Tiles: A = 16 outputs (F16 blocks converted into an L1 buffer; BF16 full blocks loaded straight from
+ * the weight rows with their stride), B = activations (kernels_arch.h, "xb" layout), C = 16 outputs x 8
+ * rows x (hi, lo) in f32. The tile shapes are the same for every row count (one row is a group of 8 with
+ * 7 zero rows), so every (output, row) element sees the same instruction sequence whatever n_rows is
+ * (batch invariance, kernels.h).
+ * Tile instructions are inline asm like kernels_amx_avx512.c (no -mamx flags needed). */
+#include <assert.h>
+#include <immintrin.h>
+#include <string.h>
+
+#include "kernels_arch.h"
+
+#define VS_INLINE static inline __attribute__((always_inline))
+#define VS_UNROLL _Pragma("GCC unroll 16")
+
+/* ---- activations into the xb layout ---- */
+
+/* 32 floats (kk valid, the rest 0) -> xh and xl as f32 values (exact bf16 values), 2 x 16 each. */
+VS_INLINE void split_x32(const float *x, int kk, __m512 *h, __m512 *l) {
+    __mmask16 m0 = kk >= 16 ? 0xffff : (__mmask16)((1u << kk) - 1);
+    __mmask16 m1 = kk >= 32 ? 0xffff : kk <= 16 ? 0 : (__mmask16)((1u << (kk - 16)) - 1);
+    __m512 v[2] = {_mm512_maskz_loadu_ps(m0, x), _mm512_maskz_loadu_ps(m1, x + 16)};
+    __m512i hb = (__m512i)_mm512_cvtne2ps_pbh(v[1], v[0]); /* [v0 (16 bf16), v1] in input order */
+    h[0] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(hb)), 16));
+    h[1] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(hb, 1)), 16));
+    __m512i lb = (__m512i)_mm512_cvtne2ps_pbh(_mm512_sub_ps(v[1], h[1]), _mm512_sub_ps(v[0], h[0]));
+    l[0] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(lb)), 16));
+    l[1] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(lb, 1)), 16));
+}
+
+void vs_xb_convert_row_avx512(const float *x, int64_t n_in, vs_type wtype, int64_t n_rows, int64_t r, uint8_t *xb) {
+    const int64_t G = vs_xb_G(n_rows), ns = vs_xb_steps(n_in), g = r / 8;
+    const int c = (int)(r % 8);
+    const size_t chunk = vs_xb_chunk(wtype);
+    const __m512i vidx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                            _mm512_set1_epi32(64));
+    /* word j of the result = word 2 j + 1 of (h[0], h[1]): the bf16 of input j */
+    const __m512i odd = _mm512_add_epi16(_mm512_slli_epi16(_mm512_set_epi64(0x001f001e001d001cLL, 0x001b001a00190018LL,
+        0x0017001600150014LL, 0x0013001200110010LL, 0x000f000e000d000cLL, 0x000b000a00090008LL, 0x0007000600050004LL,
+        0x0003000200010000LL), 1), _mm512_set1_epi16(1));
+    for (int64_t s = 0; s < ns; s++) {
+        uint8_t *base = xb + (size_t)(s * G + g) * chunk + 8 * c; /* column 2c of row kp at kp * 64 */
+        __m512 h[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()}, l[2] = {h[0], h[1]};
+        if (x) split_x32(x + 32 * s, (int)VS_MIN(32, n_in - 32 * s), h, l);
+        if (wtype == VS_TYPE_F16) { /* (v, v) pairs: the f32 value's high half in both halves */
+            for (int t = 0; t < 2; t++) {
+                __m512i hh = _mm512_castps_si512(h[t]), ll = _mm512_castps_si512(l[t]);
+                _mm512_i32scatter_epi32(base + 1024 * t, vidx, _mm512_or_si512(hh, _mm512_srli_epi32(hh, 16)), 1);
+                _mm512_i32scatter_epi32(base + 1024 * t + 4, vidx, _mm512_or_si512(ll, _mm512_srli_epi32(ll, 16)), 1);
+            }
+        } else { /* pairs of consecutive inputs: the high halves of inputs 2 kp, 2 kp + 1 */
+            __m512i hp = _mm512_permutex2var_epi16(_mm512_castps_si512(h[0]), odd, _mm512_castps_si512(h[1]));
+            __m512i lp = _mm512_permutex2var_epi16(_mm512_castps_si512(l[0]), odd, _mm512_castps_si512(l[1]));
+            _mm512_i32scatter_epi32(base, vidx, hp, 1);
+            _mm512_i32scatter_epi32(base + 4, vidx, lp, 1);
+        }
+    }
+}
+
+/* ---- weights: exact (lo, hi) split of fp16 ---- */
+
+/* 16 fp16 (already loaded) -> 16 dwords (lo | hi << 16), bf16 hi = w truncated to 8 significant bits, bf16
+ * lo = w - hi (exact: at most 3 significant bits, exponent >= -24), so hi + lo == w. */
+VS_INLINE __m512i split_w16(__m256i w) {
+    const __m512i tmask = _mm512_set1_epi32((int)0xffff0000u);
+    __m512 f = _mm512_cvtph_ps(w);
+    __m512i hi = _mm512_and_si512(_mm512_castps_si512(f), tmask);
+    __m512 lo = _mm512_sub_ps(f, _mm512_castsi512_ps(hi)); /* exact, and a bf16 value */
+    /* (f & tmask) | (lo >> 16) */
+    return _mm512_ternarylogic_epi32(_mm512_castps_si512(f), tmask, _mm512_srli_epi32(_mm512_castps_si512(lo), 16), 0xea);
+}
+
+void vs_f16_split_bf16_avx512(const uint16_t *w, int64_t n, uint16_t *hi, uint16_t *lo) {
+    for (int64_t i = 0; i < n; i += 16) {
+        int kk = (int)VS_MIN(16, n - i);
+        _Alignas(64) uint32_t d[16];
+        _mm512_store_si512(d, split_w16(_mm256_maskz_loadu_epi16((__mmask16)((1u << kk) - 1), w + i)));
+        for (int k = 0; k < kk; k++) {
+            hi[i + k] = (uint16_t)(d[k] >> 16);
+            lo[i + k] = (uint16_t)d[k];
+        }
+    }
+}
+
+/* ---- tiles ---- */
+
+typedef struct amx_cfg {
+    uint8_t palette, start_row;
+    uint8_t reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} amx_cfg;
+
+/* tmm0..3: C (16 outputs x 16 columns f32) of up to 4 row groups; tmm4/5: A (F16: the two 16-input
+ * halves of a step; BF16: tmm4, 32 inputs); tmm6/7: the group's B tiles. Every tile is 16 x 64 bytes. */
+static void amx_config_bf16(void) {
+    amx_cfg cfg;
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.palette = 1;
+    for (int i = 0; i < 8; i++) cfg.rows[i] = 16, cfg.colsb[i] = 64;
+    __asm__ volatile("ldtilecfg %0" ::"m"(cfg));
+}
+
+#define TILE_LOAD(t, base, stride) \
+    __asm__ volatile("tileloadd (%0,%1,1), %%tmm" #t ::"r"(base), "r"((int64_t)(stride)) : "memory")
+#define TILE_STORE(t, base, stride) \
+    __asm__ volatile("tilestored %%tmm" #t ", (%0,%1,1)" ::"r"(base), "r"((int64_t)(stride)) : "memory")
+#define TILE_ZERO(t) __asm__ volatile("tilezero %%tmm" #t ::: "memory")
+/* C += A.B (AT&T operand order: B, A, C) */
+#define TDP(C, A, B) __asm__ volatile("tdpbf16ps %%tmm" #B ", %%tmm" #A ", %%tmm" #C ::: "memory")
+
+#define VS_STEP_BYTES 2048 /* converted weights of one step: two 16 x 64-byte A tiles */
+
+/* A tiles of input step s (kk valid inputs) for rows 0 .. valid - 1 of the output tile into dst (rows
+ * past `valid` are left as they are: zero). F16: [half][m][16 dwords (lo, hi)]; BF16: [m][32 bf16]. */
+VS_INLINE void convert_step(const uint8_t *wt, size_t rb, bool f16, int valid, int64_t s, int kk, uint8_t *dst) {
+    const __mmask32 mk = kk >= 32 ? 0xffffffffu : (__mmask32)((1ull << kk) - 1);
+    for (int m = 0; m < valid; m++) {
+        const uint16_t *src = (const uint16_t *)(wt + m * rb) + 32 * s;
+        if (f16 && kk >= 32) {
+            _mm512_store_si512(dst + 64 * m, split_w16(_mm256_loadu_si256((const __m256i *)src)));
+            _mm512_store_si512(dst + 1024 + 64 * m, split_w16(_mm256_loadu_si256((const __m256i *)(src + 16))));
+            continue;
+        }
+        __m512i v = kk >= 32 ? _mm512_loadu_si512(src) : _mm512_maskz_loadu_epi16(mk, src);
+        if (f16) {
+            _mm512_store_si512(dst + 64 * m, split_w16(_mm512_castsi512_si256(v)));
+            _mm512_store_si512(dst + 1024 + 64 * m, split_w16(_mm512_extracti64x4_epi64(v, 1)));
+        } else {
+            _mm512_store_si512(dst + 64 * m, v);
+        }
+    }
+}
+
+/* One 16-output tile (rows o_t .. o_t + valid - 1) times row groups g0 .. g0 + ng - 1 (ng <= 4). Every
+ * C element accumulates, step after step, the tile products in the same order (F16: half 0, half 1)
+ * whatever ng and g0 are. With `panel` (more than 4 groups) the converted weights of all steps are kept
+ * there by the first pass and reused by later ones; otherwise a two-step ring on the stack. */
+static void tile_groups(const vs_mm_job *jb, int64_t o_t, int valid, int64_t g0, int ng, uint8_t *panel,
+                        size_t next_bytes) {
+    const bool f16 = jb->wtype == VS_TYPE_F16;
+    const int64_t n_in = jb->n_in, ns = vs_xb_steps(n_in), G = vs_xb_G(jb->n_rows);
+    const size_t rb = jb->w_row_bytes, chunk = vs_xb_chunk(jb->wtype);
+    const uint8_t *wt = jb->w + o_t * rb;
+    const bool first = g0 == 0;
+    _Alignas(64) uint8_t ring[2][VS_STEP_BYTES];
+    _Alignas(64) float cbuf[16 * 16];
+    if (valid < 16 && (!panel || first)) {
+        if (panel) memset(panel, 0, VS_STEP_BYTES * (size_t)ns);
+        else memset(ring, 0, sizeof(ring));
+    }
+    TILE_ZERO(0);
+    if (ng > 1) TILE_ZERO(1);
+    if (ng > 2) TILE_ZERO(2);
+    if (ng > 3) TILE_ZERO(3);
+    const uint8_t *next = wt + 16 * rb; /* the next tile's weights, prefetched linearly, a share per step */
+    size_t pf = 0;
+    /* F16 conversion is software-pipelined: step s + 1 is converted after the tile products of step s are
+     * issued, so the vector units convert while the tile unit multiplies */
+    if (f16 && (!panel || first)) convert_step(wt, rb, f16, valid, 0, (int)VS_MIN(32, n_in), panel ? panel : ring[0]);
+    for (int64_t s = 0; s < ns; s++) {
+        for (size_t pe = next_bytes * (size_t)(s + 1) / (size_t)ns; pf < pe; pf += 64)
+            _mm_prefetch((const char *)next + pf, _MM_HINT_T0);
+        const int kk = (int)VS_MIN(32, n_in - 32 * s);
+        uint8_t *a = panel ? panel + (size_t)s * VS_STEP_BYTES : ring[s & 1];
+        if (!f16 && kk == 32 && valid == 16) {
+            TILE_LOAD(4, wt + 64 * s, rb); /* bf16 weights are A as stored */
+        } else {
+            if (!f16 && (!panel || first)) convert_step(wt, rb, f16, valid, s, kk, a);
+            TILE_LOAD(4, a, 64);
+            if (f16) TILE_LOAD(5, a + 1024, 64);
+        }
+        const uint8_t *ch = jb->xb + (size_t)(s * G + g0) * chunk;
+#define VS_GROUP_TDPS(Ct, k)                          \
+    do {                                              \
+        TILE_LOAD(6, ch + (k) * chunk, 64);           \
+        TDP(Ct, 4, 6);                                \
+        if (f16) {                                    \
+            TILE_LOAD(7, ch + (k) * chunk + 1024, 64); \
+            TDP(Ct, 5, 7);                            \
+        }                                             \
+    } while (0)
+        VS_GROUP_TDPS(0, 0);
+        if (ng > 1) VS_GROUP_TDPS(1, 1);
+        if (ng > 2) VS_GROUP_TDPS(2, 2);
+        if (ng > 3) VS_GROUP_TDPS(3, 3);
+#undef VS_GROUP_TDPS
+        if (f16 && s + 1 < ns && (!panel || first))
+            convert_step(wt, rb, f16, valid, s + 1, (int)VS_MIN(32, n_in - 32 * (s + 1)),
+                         panel ? panel + (size_t)(s + 1) * VS_STEP_BYTES : ring[(s + 1) & 1]);
+    }
+    /* y[(8 g + c) * n_out + o_t + o] = C[o][2c] + C[o][2c + 1]: columns by gathers with stride 16 floats */
+    const __m512i cidx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                            _mm512_set1_epi32(16));
+    const __mmask16 vm = valid >= 16 ? 0xffff : (__mmask16)((1u << valid) - 1);
+    for (int k = 0; k < ng; k++) {
+        switch (k) {
+        case 0: TILE_STORE(0, cbuf, 64); break;
+        case 1: TILE_STORE(1, cbuf, 64); break;
+        case 2: TILE_STORE(2, cbuf, 64); break;
+        default: TILE_STORE(3, cbuf, 64); break;
+        }
+        const int64_t g = g0 + k, rows = VS_MIN((int64_t)8, jb->n_rows - 8 * g);
+        for (int64_t c = 0; c < rows; c++) {
+            __m512 v = _mm512_add_ps(_mm512_i32gather_ps(cidx, cbuf + 2 * c, 4),
+                                     _mm512_i32gather_ps(cidx, cbuf + 2 * c + 1, 4));
+            _mm512_mask_storeu_ps(jb->y + (8 * g + c) * jb->n_out + o_t, vm, v);
+        }
+    }
+}
+
+size_t vs_mm_amx_bf16_panel_bytes(int64_t n_in, int64_t n_rows) {
+    return vs_xb_G(n_rows) > 4 ? (size_t)vs_xb_steps(n_in) * VS_STEP_BYTES : 0;
+}
+
+void vs_mm_amx_bf16(const vs_mm_job *jb, int64_t o0, int64_t o1, void *panel) {
+    const int64_t G = vs_xb_G(jb->n_rows);
+    assert(G <= 4 || panel);
+    amx_config_bf16();
+    for (int64_t o = o0; o < o1; o += 16) {
+        int valid = (int)VS_MIN(16, o1 - o);
+        size_t nx = o + 16 < o1 ? (size_t)VS_MIN(16, o1 - o - 16) * jb->w_row_bytes : 0;
+        for (int64_t g = 0; g < G; g += 4)
+            tile_groups(jb, o, valid, g, (int)VS_MIN(4, G - g), G > 4 ? panel : NULL, g == 0 ? nx : 0);
+    }
+    __asm__ volatile("tilerelease" ::: "memory");
+}
