@@ -912,7 +912,7 @@ static void drafter_usage(FILE *f) {
         "  --out DIR           output directory (created)\n"
         "  --phase P           run only phase a, b or c (default: every phase not done yet)\n"
         "schedule (per phase: -a, -b, -c):\n"
-        "  --steps-a N         optimiser steps (defaults 1200 / 400 / 800)\n"
+        "  --steps-a N         optimiser steps (defaults 2000 / 500 / 800)\n"
         "  --batch-a B         sequences per micro-batch (defaults 32 / 16 / 16)\n"
         "  --lr-a LR           peak learning rate (defaults 2e-3 / 1e-3 / 5e-4; cosine to lr/10)\n"
         "  --warmup-a W        warm-up steps (defaults 50 / 20 / 20)\n"
@@ -934,7 +934,7 @@ static int drafter_parse(int argc, char **argv, drafter_opts *o) {
     sched_opts *s = &o->s;
     s->accum = 1, s->seq = 768, s->bucket = 16, s->threads = 2, s->ckpt_every = 100, s->wd = 0.1;
     s->clip = 1.0, s->beta2 = 0.95, s->seed = 1;
-    const int64_t steps[N_PHASES] = {1200, 400, 800};
+    const int64_t steps[N_PHASES] = {2000, 500, 800};
     const int batch[N_PHASES] = {32, 16, 16};
     const double lr[N_PHASES] = {2e-3, 1e-3, 5e-4}, warm[N_PHASES] = {50, 20, 20};
     for (int p = 0; p < N_PHASES; p++)
