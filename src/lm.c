@@ -545,6 +545,16 @@ static void job_rope_store(void *p, int ith, int nth) {
     }
 }
 
+/* Whether tree row w (batch offset self_off in its sequence, mask = its row of the batch mask) sees key
+ * j of its sequence, len0 rows having been cached before the batch. */
+static inline bool tree_visible(const vs_lm_row *w, const uint8_t *mask, int len0, int self_off, int j) {
+    if (j >= len0) return j - len0 == self_off || mask[j - len0];
+    if (!w->mask_past || j < w->past_len) return true;
+    for (int a = 0; a < w->n_past_anc; a++)
+        if (w->past_anc[a] == j) return true;
+    return false;
+}
+
 /* One attention task: the query heads [hs * hb, ...) of KV head group hk for the rows [blk * rb, ...) of a
  * sequence group (indices into order): every key and value row is read once for all of them. */
 static void attn_task(fwd_ctx *f, int g, int hk, int hs, int blk, float *s) {
@@ -591,18 +601,19 @@ static void attn_task(fwd_ctx *f, int g, int hk, int hs, int blk, float *s) {
         float *si = s + (size_t)i * ld;
         int r = rowof[i];
         if (f->rows[r].tree) {
+            /* Tree row: gather the visible scores to the front in key order, softmax them, scatter back
+             * (masked keys get 0). The visible keys are those of the causal row of the node's path at the
+             * same offsets, so the lane-wise softmax sums - and the row's result - are the same as there. */
             const uint8_t *m = lm->mask + (size_t)r * f->n;
-            for (int j = 0; j < lm->off[r]; j++)
-                if (!m[j]) si[len0 + j] = -INFINITY;
             const vs_lm_row *w = &f->rows[r];
-            if (w->mask_past) /* cached rows outside [0, past_len) that are not listed ancestors */
-                for (int j = w->past_len; j < len0; j++) {
-                    bool vis = false;
-                    for (int a = 0; a < w->n_past_anc; a++) vis |= w->past_anc[a] == j;
-                    if (!vis) si[j] = -INFINITY;
-                }
+            int nv = 0;
+            for (int j = 0; j < T[i]; j++)
+                if (tree_visible(w, m, len0, lm->off[r], j)) si[nv++] = si[j];
+            softmax(si, nv);
+            for (int j = T[i] - 1; j >= 0; j--) si[j] = tree_visible(w, m, len0, lm->off[r], j) ? si[--nv] : 0.0f;
+        } else {
+            softmax(si, T[i]);
         }
-        softmax(si, T[i]);
         if (want_cb) f->out->attn_fn(f->out->attn_ctx, f->layer, r, headof[i], si, T[i]);
         if (T[i] < tmax) memset(si + T[i], 0, (size_t)(tmax - T[i]) * sizeof(float));
     }

@@ -6,10 +6,14 @@
  *     random drafter sharing their tokenizer (skipped without ../shared), multimodal pairs (target
  *     mmproj with a tower + a projector-only drafter mmproj over the same features) in M and T mode;
  *     the engine's target-only mode is itself checked against a plain one-row-at-a-time decode;
+ *     the random pairs and the multimodal same-seed pairs again with width-2 and width-3 token trees
+ *     (draft_lm tree_width; a tree's first block never accepts less than the chain's);
  *   - the drafter never evaluates a row twice (its counter = rows kept + rejected drafts);
  *   - draft == target (the same file): every draft accepted, tau = gamma + 1;
  *   - bad input: other vocabulary / other tokenizer, gamma = 0, drafting near the context end (target
- *     and draft caches), EOS inside a block, malformed proposals (tree, token range, q = 0), prompts;
+ *     and draft caches), EOS inside a block, malformed proposals (child before parent, parent range,
+ *     depth, too many nodes, token range, q = 0, siblings with different q rows or one token), a valid
+ *     hand-made tree, prompts;
  *   - the debug "reject" drafter: nothing accepted, output unchanged. */
 #include <string.h>
 #include <unistd.h>
@@ -61,6 +65,7 @@ static vs_lm *load_model(const char *path) {
 typedef struct engine {
     vs_spec *s;
     vs_tokenizer *tok;
+    vs_lm *lm;
 } engine;
 
 static engine make_engine(vs_lm *target, int n_ctx) {
@@ -71,6 +76,7 @@ static engine make_engine(vs_lm *target, int n_ctx) {
     vs_spec_config c = {.n_ctx = n_ctx, .kv_type = VS_TYPE_F32, .tok = e.tok};
     e.s = vs_spec_new(target, &c, &err);
     VT_REQUIRE(e.s, "engine: %s", err.msg);
+    e.lm = target;
     return e;
 }
 
@@ -79,14 +85,21 @@ static void free_engine(engine *e) {
     vs_tokenizer_free(e->tok);
 }
 
-static vs_spec_drafter *make_drafter(vs_lm *draft, vs_lm *target, vs_draft_lm_mode mode,
-                                     const vs_vision_projector *proj, const vs_vision_tower *tower,
-                                     int n_ctx) {
+/* A draft-LM drafter drafting width-`width` trees (1 = chains). */
+static vs_spec_drafter *make_drafter_w(vs_lm *draft, vs_lm *target, vs_draft_lm_mode mode,
+                                       const vs_vision_projector *proj, const vs_vision_tower *tower, int n_ctx,
+                                       int width) {
     vs_error err = {0};
-    vs_draft_lm_opts o = {.mode = mode, .n_ctx = n_ctx, .proj = proj, .tower = tower};
+    vs_draft_lm_opts o = {.mode = mode, .n_ctx = n_ctx, .proj = proj, .tower = tower, .tree_width = width};
     vs_spec_drafter *d = vs_draft_lm_new(draft, target, &o, &err);
     VT_REQUIRE(d, "drafter: %s", err.msg);
     return d;
+}
+
+static vs_spec_drafter *make_drafter(vs_lm *draft, vs_lm *target, vs_draft_lm_mode mode,
+                                     const vs_vision_projector *proj, const vs_vision_tower *tower,
+                                     int n_ctx) {
+    return make_drafter_w(draft, target, mode, proj, tower, n_ctx, 1);
 }
 
 /* Runs one request; VT_REQUIRE success. */
@@ -156,12 +169,43 @@ static int plain_greedy(vs_lm *lm, const int32_t *prompt, int n, int n_predict, 
     return n_predict;
 }
 
-/* Drafted rows a chain drafter evaluated and then rolled back. */
+/* Diagnosis of a greedy mismatch on a text prompt: the target's logit margin between the target-only
+ * token and the speculative one at the first difference (a near-tie flipped by rounding is ~1e-6). */
+static double mismatch_margin(vs_lm *lm, const vs_spec_prompt *p, const int32_t *ctx, int n_ctx_tok,
+                              int32_t want, int32_t got) {
+    vs_error err = {0};
+    const int V = vs_lm_cfg(lm)->n_vocab;
+    int n = 0;
+    for (int i = 0; i < p->n_seg; i++) {
+        if (p->seg[i].kind != VS_SPEC_SEG_TEXT) return -1;
+        n += p->seg[i].n;
+    }
+    vs_kv *kv = vs_lm_kv_new(lm, 1, n + n_ctx_tok + 1, VS_TYPE_F32, &err);
+    vs_lm_row *rows = calloc((size_t)(n + n_ctx_tok), sizeof(vs_lm_row));
+    float *lg = malloc(sizeof(float) * (size_t)V);
+    int k = 0;
+    for (int i = 0; i < p->n_seg; i++)
+        for (int j = 0; j < p->seg[i].n; j++) rows[k].token = p->seg[i].tokens[j], rows[k].pos = k, k++;
+    for (int j = 0; j < n_ctx_tok; j++) rows[k].token = ctx[j], rows[k].pos = k, k++;
+    rows[k - 1].want_logits = true;
+    vs_lm_out o = {.logits = lg, .attn_layer = -1};
+    double m = -1;
+    if (kv && vs_lm_forward(lm, kv, NULL, rows, k, &o, &err) == VS_OK) m = lg[want] - lg[got];
+    free(rows), free(lg);
+    vs_kv_free(kv);
+    return m;
+}
+
+/* Drafted rows a drafter evaluated and then rolled back: a block of W branches of depth k feeds
+ * W (k - 1) nodes (never the last depth) and keeps min(accepted, k - 1) (chain: W = 1). */
 static int64_t wasted_drafts(const vs_spec_log *log) {
     int64_t w = 0;
     for (int i = 0; i < log->n_blocks; i++) {
         const vs_spec_block *b = &log->blocks[i];
-        if (b->n_draft > 0) w += (b->n_draft - 1) - VS_MIN(b->n_accept, b->n_draft - 1);
+        if (b->n_draft == 0) continue;
+        const int k = b->n_depth > 0 ? b->n_depth : b->n_draft, W = b->n_draft / k;
+        VT_CHECK(W * k == b->n_draft, "block %d: %d nodes are not %d full branches", i, b->n_draft, k);
+        w += W * (k - 1) - VS_MIN(b->n_accept, k - 1);
     }
     return w;
 }
@@ -169,7 +213,7 @@ static int64_t wasted_drafts(const vs_spec_log *log) {
 /* Totals over the lossless runs. */
 typedef struct tally {
     int combos, mismatches;
-    int64_t drafted, accepted, partial_blocks;
+    int64_t drafted, accepted, partial_blocks, tree_blocks;
 } tally;
 
 static void tally_log(tally *t, const vs_spec_log *log) {
@@ -180,11 +224,15 @@ static void tally_log(tally *t, const vs_spec_log *log) {
     }
 }
 
-/* One pair over a set of prompts and every gamma: output == target-only, drafter bookkeeping exact. */
+/* One pair over a set of prompts and every gamma: output == target-only, drafter bookkeeping exact.
+ * width: the drafter's tree width. first_acc[prompt * 4 + gamma index] (may be NULL): the first block's
+ * accepted length; recorded for chains (width 1), and a tree's must not be shorter (its branch 0 IS the
+ * chain's proposal, from the same state). */
 static const int GAMMAS[4] = {1, 3, 5, 8};
 
 static void check_pair(const char *what, engine *e, vs_spec_drafter *d, const vs_spec_prompt *const *prompts,
-                       int n_prompts, const int *n_draft_rows, int n_predict, tally *t) {
+                       int n_prompts, const int *n_draft_rows, int n_predict, tally *t, int width,
+                       int *first_acc) {
     vs_spec_log base, spec;
     vs_spec_log_init(&base);
     vs_spec_log_init(&spec);
@@ -203,8 +251,14 @@ static void check_pair(const char *what, engine *e, vs_spec_drafter *d, const vs
                 while (first < VS_MIN(base.n_tokens, spec.n_tokens) &&
                        base.tokens[first] == spec.tokens[first])
                     first++;
-                fprintf(stderr, "  %s prompt %d gamma %d: %d vs %d tokens, first difference at %d\n", what,
-                        pi, GAMMAS[gi], spec.n_tokens, base.n_tokens, first);
+                fprintf(stderr,
+                        "  %s prompt %d gamma %d: %d vs %d tokens, first difference at %d (target logit "
+                        "margin %.3g)\n",
+                        what, pi, GAMMAS[gi], spec.n_tokens, base.n_tokens, first,
+                        first < VS_MIN(base.n_tokens, spec.n_tokens)
+                            ? mismatch_margin(e->lm, prompts[pi], base.tokens, first, base.tokens[first],
+                                              spec.tokens[first])
+                            : -1);
             }
             VT_CHECK(ok, "%s: prompt %d gamma %d: speculative output differs from target-only", what, pi,
                      GAMMAS[gi]);
@@ -221,9 +275,23 @@ static void check_pair(const char *what, engine *e, vs_spec_drafter *d, const vs
                      (long long)wasted_drafts(&spec));
             VT_CHECK(kv_len <= ctx && kv_len >= ctx - 3, "%s: draft cache %d rows for a context of %d", what,
                      kv_len, ctx);
-            for (int b = 0; b < spec.n_blocks; b++)
-                VT_CHECK(spec.blocks[b].n_draft <= GAMMAS[gi], "block drafted %d > gamma",
-                         spec.blocks[b].n_draft);
+            for (int b = 0; b < spec.n_blocks; b++) {
+                const vs_spec_block *k = &spec.blocks[b];
+                VT_CHECK(k->n_depth <= GAMMAS[gi] && k->n_draft <= width * k->n_depth,
+                         "block drafted %d nodes of depth %d (gamma %d, width %d)", k->n_draft, k->n_depth,
+                         GAMMAS[gi], width);
+                t->tree_blocks += k->n_draft > k->n_depth;
+            }
+            if (first_acc && spec.n_blocks > 0) {
+                int *fa = &first_acc[pi * 4 + gi];
+                if (width == 1)
+                    *fa = spec.blocks[0].n_accept;
+                else
+                    VT_CHECK(spec.blocks[0].n_accept >= *fa,
+                             "%s: prompt %d gamma %d: the width-%d tree accepted %d in its first block, the "
+                             "chain %d",
+                             what, pi, GAMMAS[gi], width, spec.blocks[0].n_accept, *fa);
+            }
         }
     }
     vs_spec_log_free(&base);
@@ -280,6 +348,116 @@ static void test_batch_invariance(void) {
                  "from target-only output; vs_matmul must compute each row the same way for any n_rows",
                  ms[m].name, worst);
         free(ref), free(lg);
+        vs_kv_free(kv);
+        vs_lm_free(lm);
+    }
+}
+
+/* Tree rows: a node verified inside a tree batch (tree mask: the cache, the pending row, its ancestors)
+ * gets exactly the logits of the same path verified as a causal chain; nodes of other branches do not
+ * leak in. Also the drafter's form (lm.h mask_past): nodes of earlier depths already cached, other
+ * branches' cached nodes masked. Exact, not within a tolerance: with masked keys left in place the
+ * lane-wise softmax sums shift, and a Q8_0 target's activation quantisation turned that into logit
+ * differences of 0.05 and a greedy mismatch; lm.c gathers the visible keys instead. */
+static void test_tree_rows(void) {
+    vs_error err = {0};
+    struct {
+        const char *name;
+        vs_lm_random_opts o;
+    } ms[3] = {
+        {"f32 gqa", ropts(64, 2, 4, 2, 128, 96, VS_TYPE_F32, 0.15f, true, 11)},
+        {"q8_0", ropts(128, 2, 4, 4, 256, 128, VS_TYPE_Q8_0, 0.1f, true, 31)},
+        {"f16", ropts(32, 1, 2, 1, 64, 64, VS_TYPE_F16, 0.3f, false, 21)},
+    };
+    /* pending row + 8 nodes: branch A 0-1-2-3, branch B 4-5-6, node 7 a second child of node 0 */
+    const int NN = 8, par[8] = {-1, 0, 1, 2, -1, 4, 5, 0};
+    for (int m = 0; m < 3; m++) {
+        char fname[64];
+        snprintf(fname, sizeof(fname), "tree-rows-%d.gguf", m);
+        vs_lm *lm = make_model(&ms[m].o, fname);
+        const int V = ms[m].o.n_vocab;
+        vs_kv *kv = vs_lm_kv_new(lm, 1, 128, VS_TYPE_F32, &err);
+        VT_REQUIRE(kv, "%s", err.msg);
+        vs_lm_row rows[64];
+        memset(rows, 0, sizeof(rows));
+        const int P = 21; /* keys cross 8- and 16-lane boundaries */
+        for (int i = 0; i < P; i++) rows[i].token = 3 + (i * 5) % (V - 3), rows[i].pos = i;
+        VT_REQUIRE(vs_lm_forward(lm, kv, NULL, rows, P, NULL, &err) == VS_OK, "%s", err.msg);
+        int depth[8], anc[9][9], n_anc[9];
+        float *tl = malloc(sizeof(float) * (size_t)V * 9), *cl = malloc(sizeof(float) * (size_t)V * 9);
+        memset(rows, 0, sizeof(rows));
+        rows[0].token = 7, rows[0].pos = P, rows[0].want_logits = true;
+        for (int i = 0; i < NN; i++) {
+            depth[i] = par[i] < 0 ? 1 : depth[par[i]] + 1;
+            n_anc[i + 1] = 0;
+            for (int a = par[i]; a >= 0; a = par[a]) anc[i + 1][n_anc[i + 1]++] = a + 1;
+            anc[i + 1][n_anc[i + 1]++] = 0;
+            rows[i + 1].token = 3 + (i * 11 + 2) % (V - 3);
+            rows[i + 1].pos = P + depth[i];
+            rows[i + 1].want_logits = true;
+            rows[i + 1].tree = true;
+            rows[i + 1].n_anc = n_anc[i + 1];
+            rows[i + 1].anc = anc[i + 1];
+        }
+        vs_lm_out o = {.logits = tl, .attn_layer = -1};
+        VT_REQUIRE(vs_lm_forward(lm, kv, NULL, rows, NN + 1, &o, &err) == VS_OK, "%s", err.msg);
+        VT_REQUIRE(vs_kv_seq_truncate(kv, 0, P, &err) == VS_OK, "%s", err.msg);
+        double worst = 0, worst_past = 0;
+        for (int i = 0; i < NN; i++) {
+            /* the causal chain pending, path to node i */
+            vs_lm_row ch[9];
+            memset(ch, 0, sizeof(ch));
+            int path[8], np = 0;
+            for (int a = i; a >= 0; a = par[a]) path[np++] = a;
+            ch[0] = rows[0];
+            for (int j = 0; j < np; j++) {
+                ch[j + 1].token = rows[path[np - 1 - j] + 1].token;
+                ch[j + 1].pos = P + j + 1;
+                ch[j + 1].want_logits = true;
+            }
+            vs_lm_out oc = {.logits = cl, .attn_layer = -1};
+            VT_REQUIRE(vs_lm_forward(lm, kv, NULL, ch, np + 1, &oc, &err) == VS_OK, "%s", err.msg);
+            VT_REQUIRE(vs_kv_seq_truncate(kv, 0, P, &err) == VS_OK, "%s", err.msg);
+            double dd = vt_max_abs_diff(tl + (size_t)(i + 1) * V, cl + (size_t)np * V, (size_t)V);
+            worst = dd > worst ? dd : worst;
+        }
+        /* drafter form: depth by depth, one forward each, mask_past hiding other branches' cached nodes:
+         * branches A (0-1-2) and B (4-5-6) side by side; slot P + 1 + 2 (j - 1) + b holds depth j of b */
+        VT_REQUIRE(vs_lm_forward(lm, kv, NULL, rows, 1, NULL, &err) == VS_OK, "%s", err.msg);
+        const int br[2][3] = {{0, 1, 2}, {4, 5, 6}};
+        for (int j = 0; j < 3; j++) {
+            vs_lm_row dr[2];
+            int32_t pa[2][3];
+            memset(dr, 0, sizeof(dr));
+            for (int b = 0; b < 2; b++) {
+                for (int i = 0; i < j; i++) pa[b][i] = P + 1 + 2 * i + b;
+                dr[b].token = rows[br[b][j] + 1].token;
+                dr[b].pos = P + 1 + j;
+                dr[b].want_logits = true;
+                dr[b].tree = true;
+                dr[b].mask_past = true;
+                dr[b].past_len = P + 1;
+                dr[b].n_past_anc = j;
+                dr[b].past_anc = pa[b];
+            }
+            vs_lm_out od = {.logits = cl, .attn_layer = -1};
+            VT_REQUIRE(vs_lm_forward(lm, kv, NULL, dr, 2, &od, &err) == VS_OK, "%s", err.msg);
+            for (int b = 0; b < 2; b++) {
+                double dd = vt_max_abs_diff(tl + (size_t)(br[b][j] + 1) * V, cl + (size_t)b * V, (size_t)V);
+                worst_past = dd > worst_past ? dd : worst_past;
+            }
+        }
+        /* a cached ancestor outside the cache is refused */
+        vs_lm_row bad = {.token = 3, .pos = P + 4, .tree = true, .mask_past = true, .past_len = P + 1,
+                         .n_past_anc = 1, .past_anc = (const int32_t[]){P + 40}};
+        VT_CHECK(vs_lm_forward(lm, kv, NULL, &bad, 1, NULL, &err) == VS_ERR_INVALID, "bad cached ancestor");
+        printf("  tree rows %-8s: max |logit(tree node) - logit(its path as a chain)| = %.3g; drafted depth "
+               "by depth (mask_past) %.3g\n",
+               ms[m].name, worst, worst_past);
+        /* bit-identical: the attention softmaxes a tree row's visible keys gathered at their chain offsets */
+        VT_CHECK(worst == 0 && worst_past == 0, "%s: tree rows differ from their chains (%g, %g)", ms[m].name,
+                 worst, worst_past);
+        free(tl), free(cl);
         vs_kv_free(kv);
         vs_lm_free(lm);
     }
@@ -444,15 +622,19 @@ static void test_random_pairs(tally *t) {
                 snprintf(dname, sizeof(dname), "%s-draft%d.gguf", targets[ti].name, pi);
                 draft = make_model(&ps->draft, dname);
             }
-            vs_spec_drafter *d = make_drafter(draft, target, VS_DRAFT_LM_TEXT, NULL, NULL, 0);
-            char what[128];
-            snprintf(what, sizeof(what), "%s / %s", targets[ti].name, ps->name);
-            tally before = *t;
-            check_pair(what, &e, d, pp, NP, rows, 32, t);
-            printf("  %-36s %3d combos, %5lld drafted, acceptance %.3f\n", what, t->combos - before.combos,
-                   (long long)(t->drafted - before.drafted),
-                   (double)(t->accepted - before.accepted) / (double)VS_MAX(t->drafted - before.drafted, 1));
-            vs_spec_drafter_free(d);
+            int first_acc[NP * 4];
+            for (int width = 1; width <= 3; width++) {
+                vs_spec_drafter *d = make_drafter_w(draft, target, VS_DRAFT_LM_TEXT, NULL, NULL, 0, width);
+                char what[128];
+                snprintf(what, sizeof(what), "%s / %s / width %d", targets[ti].name, ps->name, width);
+                tally before = *t;
+                check_pair(what, &e, d, pp, NP, rows, 32, t, width, first_acc);
+                printf("  %-46s %3d combos, %5lld drafted, %5lld accepted, %.2f nodes per accepted\n", what,
+                       t->combos - before.combos, (long long)(t->drafted - before.drafted),
+                       (long long)(t->accepted - before.accepted),
+                       (double)(t->drafted - before.drafted) / (double)VS_MAX(t->accepted - before.accepted, 1));
+                vs_spec_drafter_free(d);
+            }
             vs_lm_free(draft);
         }
         free_engine(&e);
@@ -542,7 +724,7 @@ static void test_parity_pairs(tally *t) {
             char what[128];
             snprintf(what, sizeof(what), "%s / %s", names[i], di ? "q4_0 twin" : "random drafter");
             tally before = *t;
-            check_pair(what, &e, d, pp, NP, rows, 24, t);
+            check_pair(what, &e, d, pp, NP, rows, 24, t, 1, NULL);
             printf("  %-50s %3d combos, acceptance %.3f\n", what, t->combos - before.combos,
                    (double)(t->accepted - before.accepted) / (double)VS_MAX(t->drafted - before.drafted, 1));
             vs_spec_drafter_free(d);
@@ -768,14 +950,21 @@ static void test_multimodal_pairs(tally *t) {
     for (int i = 0; i < NP; i++) rows_t[i] += (int)n_nl * (1 + i % 2);
     vs_tokenizer_free(tok);
     tally before = *t;
-    check_pair("multimodal M", &e, dm_d, pp, NP, rows_m, 24, t);
-    check_pair("multimodal T", &e, dt_d, pp, NP, rows_t, 24, t);
-    vs_spec_drafter *dm2_d = make_drafter(draft2, target, VS_DRAFT_LM_MM, vs_mmproj_projector(dm2), tower, 0);
-    vs_spec_drafter *dt2_d = make_drafter(draft2, target, VS_DRAFT_LM_TEXT, NULL, NULL, 0);
-    check_pair("multimodal M (same-seed 1-layer drafter)", &e, dm2_d, pp, NP, rows_m, 24, t);
-    check_pair("multimodal T (same-seed 1-layer drafter)", &e, dt2_d, pp, NP, rows_t, 24, t);
-    vs_spec_drafter_free(dm2_d);
-    vs_spec_drafter_free(dt2_d);
+    check_pair("multimodal M", &e, dm_d, pp, NP, rows_m, 24, t, 1, NULL);
+    check_pair("multimodal T", &e, dt_d, pp, NP, rows_t, 24, t, 1, NULL);
+    int first_m[NP * 4], first_t[NP * 4];
+    for (int width = 1; width <= 3; width++) {
+        vs_spec_drafter *dm2_d =
+            make_drafter_w(draft2, target, VS_DRAFT_LM_MM, vs_mmproj_projector(dm2), tower, 0, width);
+        vs_spec_drafter *dt2_d = make_drafter_w(draft2, target, VS_DRAFT_LM_TEXT, NULL, NULL, 0, width);
+        char wm[96], wt[96];
+        snprintf(wm, sizeof(wm), "multimodal M (same-seed 1-layer drafter), width %d", width);
+        snprintf(wt, sizeof(wt), "multimodal T (same-seed 1-layer drafter), width %d", width);
+        check_pair(wm, &e, dm2_d, pp, NP, rows_m, 24, t, width, first_m);
+        check_pair(wt, &e, dt2_d, pp, NP, rows_t, 24, t, width, first_t);
+        vs_spec_drafter_free(dm2_d);
+        vs_spec_drafter_free(dt2_d);
+    }
     printf("  %-36s %3d combos, acceptance %.3f\n", "multimodal pairs (M and T, 2 drafters)",
            t->combos - before.combos,
            (double)(t->accepted - before.accepted) / (double)VS_MAX(t->drafted - before.drafted, 1));
@@ -1325,14 +1514,17 @@ int main(void) {
     double t0 = vs_time_now();
     test_stats();
     test_batch_invariance();
+    test_tree_rows();
     tally t = {0};
     test_random_pairs(&t);
     test_parity_pairs(&t);
     test_multimodal_pairs(&t);
     printf(
         "lossless greedy: %d combinations, %d mismatches; %lld drafted, %lld accepted, %lld partly accepted "
-        "blocks\n",
-        t.combos, t.mismatches, (long long)t.drafted, (long long)t.accepted, (long long)t.partial_blocks);
+        "blocks, %lld tree blocks\n",
+        t.combos, t.mismatches, (long long)t.drafted, (long long)t.accepted, (long long)t.partial_blocks,
+        (long long)t.tree_blocks);
+    VT_CHECK(t.tree_blocks > 1000, "too few tree blocks (%lld)", (long long)t.tree_blocks);
     VT_CHECK(t.combos >= 300, "only %d combinations", t.combos);
     VT_CHECK(t.partial_blocks > 100, "too few partly accepted blocks (%lld) to exercise rollbacks",
              (long long)t.partial_blocks);
