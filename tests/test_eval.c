@@ -174,6 +174,7 @@ typedef struct lm_check {
     const vs_tokenizer *tok;
     vs_threadpool *tp;
     int max_tokens, answers, mismatches;
+    vs_sampler *smp; /* reference_greedy samples with it instead of vs_argmax when set */
 } lm_check;
 
 /* Greedy tokens for a prompt, every step a fresh cache and a full forward over all rows. */
@@ -201,6 +202,7 @@ static int64_t reference_greedy(lm_check *c, const vs_world_sample *s, const cha
         VT_REQUIRE(vs_lm_forward(c->lm, kv, c->tp, rows, (int)(np + n), &o, &err) == VS_OK, "%s", err.msg);
         vs_kv_free(kv);
         int32_t t = vs_argmax(logits, V);
+        if (c->smp) VT_REQUIRE(vs_sampler_sample(c->smp, logits, NULL, &t, &err) == VS_OK, "%s", err.msg);
         if (vs_tokenizer_is_eog(c->tok, t)) break;
         out[n++] = t;
         if (n == c->max_tokens) break;
@@ -296,6 +298,54 @@ static void test_answerer(const vs_world_dataset *train, const vs_world_dataset 
     VT_CHECK(r1.total.answer_tokens == r2.total.answer_tokens && r1.total.correct == r2.total.correct &&
                  r1.total.no_eos == r2.total.no_eos,
              "reuse changes the results");
+    /* sampling (distill.h's answers): each answer equals a from-scratch loop drawing with a sampler of
+     * the same settings and seed; setting the same seed again repeats an answer; top-p ~ 0 is greedy */
+    int sampled = 0, differs_from_greedy = 0;
+    for (int64_t i = 0; i < test->n && sampled < 6; i++) {
+        const vs_world_sample *s = &test->samples[i];
+        if (s->turns[0].n_images > 1) continue;
+        char *prompt = vs_eval_prompt(s, 0, NULL), *a1 = NULL, *a2 = NULL, *a3 = NULL;
+        int64_t n1 = 0, n2 = 0, n3 = 0;
+        bool eos;
+        vs_sampler_params sp = vs_sampler_params_default();
+        sp.temperature = 1.3f, sp.top_p = 0.95f, sp.seed = 100 + (uint64_t)i;
+        VT_REQUIRE(vs_eval_lm_set_sampling(ck.e, sp.temperature, sp.top_p, sp.seed, &err) == VS_OK, "%s", err.msg);
+        VT_REQUIRE(vs_eval_lm_answer(ck.e, s, prompt, s->turns[0].n_images, &a1, &n1, &eos, &err) == VS_OK, "%s",
+                   err.msg);
+        int32_t got[64], want[64];
+        int64_t ng = 0;
+        const int32_t *last = vs_eval_lm_last_tokens(ck.e, &ng);
+        VT_REQUIRE(ng <= 64, "answer of %lld tokens", (long long)ng);
+        memcpy(got, last, sizeof(int32_t) * (size_t)ng);
+        ck.smp = vs_sampler_new(vs_tokenizer_n_vocab(tok), &sp, &err);
+        VT_REQUIRE(ck.smp, "%s", err.msg);
+        int64_t nw = reference_greedy(&ck, s, prompt, s->turns[0].n_images, want);
+        vs_sampler_free(ck.smp);
+        ck.smp = NULL;
+        VT_CHECK(ng == nw && !memcmp(got, want, sizeof(int32_t) * (size_t)ng),
+                 "%s: sampled answer differs from the reference sampler loop", s->id);
+        VT_REQUIRE(vs_eval_lm_set_sampling(ck.e, sp.temperature, sp.top_p, sp.seed, &err) == VS_OK, "%s", err.msg);
+        VT_REQUIRE(vs_eval_lm_answer(ck.e, s, prompt, s->turns[0].n_images, &a2, &n2, &eos, &err) == VS_OK, "%s",
+                   err.msg);
+        VT_CHECK(n1 == n2 && !strcmp(a1, a2), "%s: the same seed gives another answer", s->id);
+        VT_REQUIRE(vs_eval_lm_set_sampling(ck.e, 1.0f, 1e-7f, 1, &err) == VS_OK, "%s", err.msg);
+        VT_REQUIRE(vs_eval_lm_answer(ck.e, s, prompt, s->turns[0].n_images, &a3, &n3, &eos, &err) == VS_OK, "%s",
+                   err.msg);
+        int64_t nr = reference_greedy(&ck, s, prompt, s->turns[0].n_images, want);
+        const int32_t *g3 = vs_eval_lm_last_tokens(ck.e, &ng);
+        VT_CHECK(ng == nr && !memcmp(g3, want, sizeof(int32_t) * (size_t)ng), "%s: top-p ~0 is not greedy", s->id);
+        differs_from_greedy += n1 != nr || memcmp(got, want, sizeof(int32_t) * (size_t)VS_MIN(n1, nr));
+        VT_REQUIRE(vs_eval_lm_set_sampling(ck.e, 0, 1, 0, &err) == VS_OK, "%s", err.msg);
+        vs_free(prompt), vs_free(a1), vs_free(a2), vs_free(a3);
+        sampled++;
+    }
+    VT_CHECK(sampled == 6 && differs_from_greedy > 0, "sampling: %d answers, %d differ from greedy", sampled,
+             differs_from_greedy);
+    VT_CHECK(vs_eval_lm_set_sampling(ck.e, -1, 1, 0, &err) == VS_ERR_INVALID &&
+                 vs_eval_lm_set_sampling(ck.e, 1, 1.5f, 0, &err) == VS_ERR_INVALID,
+             "bad sampling settings accepted");
+    printf("sampling answerer: %d answers equal a reference sampler loop (%d differ from greedy)\n", sampled,
+           differs_from_greedy);
     vs_eval_lm_free(ck.e);
     /* a projector of another width is refused */
     vs_lm_random_opts ro = {.n_embd = 48,
