@@ -441,6 +441,14 @@ static void test_batch_invariance(vs_isa isa, vs_threadpool **pools, int n_pools
         }
     }
     vs_matmul_set_blas(blas);
+    /* F16 / BF16 on AMX-BF16 tiles never go to BLAS: invariant for every row count, BLAS on or off */
+    static const int64_t ns_prefill[] = {1, 130, 600}; /* 600: more than 512 rows, done in pieces */
+    for (int ti = 0; ti < 2; ti++) {
+        vs_type t = ti == 0 ? VS_TYPE_F16 : VS_TYPE_BF16;
+        if (!on_split_path(t)) continue;
+        bad += invariance_case(t, 33, 301, ns_prefill, VS_ARRAY_LEN(ns_prefill), pools, n_pools, &rng);
+        cases++;
+    }
     VT_CHECK(bad == 0, "%s: %d rows of a batch differ from the same row alone (batch invariance)",
              vs_isa_name(isa), bad);
     printf("kernels: %s batch invariance: %d shapes x %d pools, %d differing rows\n", vs_isa_name(isa), cases,
@@ -522,6 +530,9 @@ int main(void) {
     }
     vs_isa_set_max(VS_ISA_AMX);
     VT_CHECK(vs_isa_active() == best, "cap above the CPU gives the CPU's best");
+    VT_CHECK(!strcmp(vs_matmul_path(VS_TYPE_F16, 6), vs_cpu_amx_bf16() ? "amx-bf16" : best >= VS_ISA_AVX512 ? "avx512-fma"
+                                                      : best == VS_ISA_AVX2 ? "avx2" : "scalar"),
+             "vs_matmul_path(F16, 6) = %s", vs_matmul_path(VS_TYPE_F16, 6));
     vs_threadpool_free(pools[1]);
     vs_threadpool_free(pools[2]);
     return vt_finish("kernels");

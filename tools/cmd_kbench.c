@@ -30,7 +30,8 @@ static void usage(FILE *f) {
             "  --isa I       cap the kernel ISA (default: the best this CPU has)\n"
             "Columns: median wall time per call; weight bytes / time; 2*out*in*rows / time; ratio to rows=1;\n"
             "weight streaming as a share of the measured bandwidth; cpu_us: median process CPU time per call\n"
-            "(with --threads 1 the kernel's own compute time, robust when other processes share the cores).\n");
+            "(with --threads 1 the kernel's own compute time, robust when other processes share the cores);\n"
+            "path: the kernel vs_matmul used (see vs_matmul_path in src/kernels.h).\n");
 }
 
 static double cpu_now(void) {
@@ -91,8 +92,8 @@ static int bench_type(vs_threadpool *tp, vs_type t, int64_t n_out, int64_t n_in,
     printf("\n%s  W %lld x %lld (%.2f MB), %d cop%s cycled (%.0f MB), %d threads, isa %s\n", vs_type_name(t),
            (long long)n_out, (long long)n_in, (double)mat / 1e6, copies, copies == 1 ? "y" : "ies",
            (double)mat * copies / 1e6, vs_threadpool_size(tp), vs_isa_name(vs_isa_active()));
-    printf("%6s %12s %10s %10s %10s %9s %10s\n", "rows", "median_us", "GB/s", "GFLOP/s", "T/T(1)", "roof%",
-           "cpu_us");
+    printf("%6s %12s %10s %10s %10s %9s %10s  %s\n", "rows", "median_us", "GB/s", "GFLOP/s", "T/T(1)", "roof%",
+           "cpu_us", "path");
     double t1 = 0.0;
     double *times = vs_malloc(sizeof(double) * (size_t)reps), *cpu = vs_malloc(sizeof(double) * (size_t)reps);
     int next = 0;
@@ -114,8 +115,8 @@ static int bench_type(vs_threadpool *tp, vs_type t, int64_t n_out, int64_t n_in,
         double gflops = 2.0 * (double)n_out * (double)n_in * (double)n / med / 1e9;
         char ratio[32] = "-";
         if (t1 > 0) snprintf(ratio, sizeof(ratio), "%.2f", med / t1);
-        printf("%6lld %12.1f %10.1f %10.1f %10s %8.0f%% %10.1f\n", (long long)n, med * 1e6, gbs, gflops, ratio,
-               bw > 0 ? 100.0 * gbs / bw : 0.0, cpu[reps / 2] * 1e6);
+        printf("%6lld %12.1f %10.1f %10.1f %10s %8.0f%% %10.1f  %s\n", (long long)n, med * 1e6, gbs, gflops, ratio,
+               bw > 0 ? 100.0 * gbs / bw : 0.0, cpu[reps / 2] * 1e6, vs_matmul_path(t, n));
     }
     printf("roofline at %.1f GB/s: %.1f us per call\n", bw, (double)mat / (bw * 1e9) * 1e6);
     vs_free(times);

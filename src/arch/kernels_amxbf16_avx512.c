@@ -153,14 +153,13 @@ VS_INLINE void convert_step(const uint8_t *wt, size_t rb, bool f16, int valid, i
 /* One 16-output tile (rows o_t .. o_t + valid - 1) times row groups g0 .. g0 + ng - 1 (ng <= 4). Every
  * C element accumulates, step after step, the tile products in the same order (F16: half 0, half 1)
  * whatever ng and g0 are. With `panel` (more than 4 groups) the converted weights of all steps are kept
- * there by the first pass and reused by later ones; otherwise a two-step ring on the stack. */
-static void tile_groups(const vs_mm_job *jb, int64_t o_t, int valid, int64_t g0, int ng, uint8_t *panel,
+ * there by the first pass (`first`) and reused by later ones; otherwise a two-step ring on the stack. */
+static void tile_groups(const vs_mm_job *jb, int64_t o_t, int valid, int64_t g0, int ng, uint8_t *panel, bool first,
                         size_t next_bytes) {
     const bool f16 = jb->wtype == VS_TYPE_F16;
     const int64_t n_in = jb->n_in, ns = vs_xb_steps(n_in), G = vs_xb_G(jb->n_rows);
     const size_t rb = jb->w_row_bytes, chunk = vs_xb_chunk(jb->wtype);
     const uint8_t *wt = jb->w + o_t * rb;
-    const bool first = g0 == 0;
     _Alignas(64) uint8_t ring[2][VS_STEP_BYTES];
     _Alignas(64) float cbuf[16 * 16];
     if (valid < 16 && (!panel || first)) {
@@ -231,15 +230,24 @@ size_t vs_mm_amx_bf16_panel_bytes(int64_t n_in, int64_t n_rows) {
     return vs_xb_G(n_rows) > 4 ? (size_t)vs_xb_steps(n_in) * VS_STEP_BYTES : 0;
 }
 
+/* Many rows (prefill): blocks of row groups whose activations (about 256 KB) stay in L2 while every
+ * output tile streams past them; the weights are read and converted once per block. */
+#define VS_XB_BLOCK_BYTES (256 << 10)
+
 void vs_mm_amx_bf16(const vs_mm_job *jb, int64_t o0, int64_t o1, void *panel) {
     const int64_t G = vs_xb_G(jb->n_rows);
+    const size_t per_group = (size_t)vs_xb_steps(jb->n_in) * vs_xb_chunk(jb->wtype);
+    const int64_t GB = VS_MAX((int64_t)4, (int64_t)(VS_XB_BLOCK_BYTES / per_group) / 4 * 4);
     assert(G <= 4 || panel);
     amx_config_bf16();
-    for (int64_t o = o0; o < o1; o += 16) {
-        int valid = (int)VS_MIN(16, o1 - o);
-        size_t nx = o + 16 < o1 ? (size_t)VS_MIN(16, o1 - o - 16) * jb->w_row_bytes : 0;
-        for (int64_t g = 0; g < G; g += 4)
-            tile_groups(jb, o, valid, g, (int)VS_MIN(4, G - g), G > 4 ? panel : NULL, g == 0 ? nx : 0);
+    for (int64_t gb = 0; gb < G; gb += GB) {
+        const int64_t ge = VS_MIN(G, gb + GB);
+        for (int64_t o = o0; o < o1; o += 16) {
+            int valid = (int)VS_MIN(16, o1 - o);
+            size_t nx = o + 16 < o1 ? (size_t)VS_MIN(16, o1 - o - 16) * jb->w_row_bytes : 0;
+            for (int64_t g = gb; g < ge; g += 4)
+                tile_groups(jb, o, valid, g, (int)VS_MIN(4, ge - g), G > 4 ? panel : NULL, g == gb, g == gb ? nx : 0);
+        }
     }
     __asm__ volatile("tilerelease" ::: "memory");
 }
