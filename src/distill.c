@@ -124,7 +124,8 @@ static char *dup_str(const char *s) {
 static vs_status copy_field(char *dst, size_t cap, const vs_json *o, const char *key, const char *where,
                             vs_error *err) {
     const char *v = vs_json_get_str(o, key, NULL);
-    if (!v || strlen(v) >= cap) return vs_error_set(err, VS_ERR_FORMAT, "%s: \"%s\" missing or too long", where, key);
+    if (!v || strlen(v) >= cap)
+        return vs_error_set(err, VS_ERR_FORMAT, "%s: \"%s\" missing or too long", where, key);
     memcpy(dst, v, strlen(v) + 1);
     return VS_OK;
 }
@@ -174,11 +175,12 @@ static vs_status parse_record(const vs_json *o, const vs_distill_header *h, vs_d
     r->seed = (uint64_t)vs_json_get_int(o, "seed", 0);
     if (!id || r->suite < 0 || r->job < 0 || r->setting < 0 || r->setting >= h->n_settings || !turns ||
         turns->type != VS_JSON_ARRAY || turns->len < 1 || turns->len > VS_WORLD_MAX_TURNS)
-        return vs_error_set(err, VS_ERR_FORMAT, "%s: a record needs id, suite, job, setting (< %d) and 1-%d turns",
-                            where, h->n_settings, VS_WORLD_MAX_TURNS);
+        return vs_error_set(err, VS_ERR_FORMAT,
+                            "%s: a record needs id, suite, job, setting (< %d) and 1-%d turns", where,
+                            h->n_settings, VS_WORLD_MAX_TURNS);
     if (r->temperature != h->settings[r->setting].temperature || r->top_p != h->settings[r->setting].top_p)
-        return vs_error_set(err, VS_ERR_FORMAT, "%s: temperature/top-p differ from the header's setting %d", where,
-                            r->setting);
+        return vs_error_set(err, VS_ERR_FORMAT, "%s: temperature/top-p differ from the header's setting %d",
+                            where, r->setting);
     if (!(r->id = dup_str(id))) return vs_error_set(err, VS_ERR_NOMEM, "out of memory");
     r->n_turns = (int)turns->len;
     for (int t = 0; t < r->n_turns; t++) {
@@ -218,7 +220,8 @@ vs_status vs_distill_read(const char *path, bool partial_ok, vs_distill_file *f,
         snprintf(where, sizeof(where), "%s:%lld", path, (long long)line);
         if (!nl) {
             if (partial_ok) break;
-            s = vs_error_set(err, VS_ERR_FORMAT, "%s: the last line has no newline (an interrupted run?)", where);
+            s = vs_error_set(err, VS_ERR_FORMAT, "%s: the last line has no newline (an interrupted run?)",
+                             where);
             break;
         }
         vs_json_doc *doc = vs_json_parse(p, len, where, err);
@@ -234,8 +237,10 @@ vs_status vs_distill_read(const char *path, bool partial_ok, vs_distill_file *f,
             if (f->n == f->cap) {
                 int64_t nc = f->cap ? f->cap * 2 : 256;
                 vs_distill_record *r = vs_realloc(f->r, sizeof(*r) * (size_t)nc);
-                if (!r) s = vs_error_set(err, VS_ERR_NOMEM, "out of memory");
-                else f->r = r, f->cap = nc;
+                if (!r)
+                    s = vs_error_set(err, VS_ERR_NOMEM, "out of memory");
+                else
+                    f->r = r, f->cap = nc;
             }
             if (s == VS_OK) s = parse_record(o, &f->h, &f->r[f->n], where, err);
             if (s == VS_OK) f->n++;
@@ -283,7 +288,8 @@ static vs_status drop_partial_line(const char *path, vs_error *err) {
     while (keep > 0 && buf[keep - 1] != '\n') keep--;
     vs_free(buf);
     if (keep != n && truncate(path, (off_t)keep) != 0)
-        return vs_error_set(err, VS_ERR_IO, "%s: cannot drop the half-written last line: %s", path, strerror(errno));
+        return vs_error_set(err, VS_ERR_IO, "%s: cannot drop the half-written last line: %s", path,
+                            strerror(errno));
     return VS_OK;
 }
 
@@ -346,16 +352,19 @@ vs_status vs_distill_run(const vs_distill_opts *o, vs_distill_stats *st, vs_erro
         }
         char *oj = vs_distill_header_json(&old.h);
         if (!oj || strcmp(oj, hj))
-            s = vs_error_set(err, VS_ERR_INVALID,
-                             "distill: %s was written with other settings:\n  stored: %s\n  now:    %s\n(delete "
-                             "it or repeat the original flags)",
-                             o->out, oj ? oj : "?", hj);
+            s = vs_error_set(
+                err, VS_ERR_INVALID,
+                "distill: %s was written with other settings:\n  stored: %s\n  now:    %s\n(delete "
+                "it or repeat the original flags)",
+                o->out, oj ? oj : "?", hj);
         for (int64_t i = 0; s == VS_OK && i < old.n; i++) {
             const vs_distill_record *r = &old.r[i];
             const int64_t c = i / h.n_settings;
-            if (r->job != i || c >= n_conv || strcmp(r->id, jobs[c].s->id) || r->setting != (int)(i % h.n_settings))
-                s = vs_error_set(err, VS_ERR_INVALID, "distill: %s record %lld (%s) is not job %lld of this data",
-                                 o->out, (long long)i + 1, r->id, (long long)i);
+            if (r->job != i || c >= n_conv || strcmp(r->id, jobs[c].s->id) ||
+                r->setting != (int)(i % h.n_settings))
+                s = vs_error_set(err, VS_ERR_INVALID,
+                                 "distill: %s record %lld (%s) is not job %lld of this data", o->out,
+                                 (long long)i + 1, r->id, (long long)i);
         }
         st->done = old.n;
         vs_free(oj);
@@ -387,9 +396,13 @@ vs_status vs_distill_run(const vs_distill_opts *o, vs_distill_stats *st, vs_erro
         const job *jb = &jobs[i / h.n_settings];
         const int si = (int)(i % h.n_settings);
         const vs_distill_setting *set = &h.settings[si];
-        rec = (vs_distill_record){.suite = (int)jb->s->suite, .job = i, .setting = si,
-                                  .temperature = set->temperature, .top_p = set->top_p,
-                                  .seed = h.seed + (uint64_t)i, .n_turns = jb->n_turns};
+        rec = (vs_distill_record){.suite = (int)jb->s->suite,
+                                  .job = i,
+                                  .setting = si,
+                                  .temperature = set->temperature,
+                                  .top_p = set->top_p,
+                                  .seed = h.seed + (uint64_t)i,
+                                  .n_turns = jb->n_turns};
         if (!(rec.id = dup_str(jb->s->id))) {
             s = vs_error_set(err, VS_ERR_NOMEM, "out of memory");
             break;
@@ -402,8 +415,8 @@ vs_status vs_distill_run(const vs_distill_opts *o, vs_distill_stats *st, vs_erro
                 s = vs_error_set(err, VS_ERR_NOMEM, "out of memory");
                 break;
             }
-            s = vs_eval_lm_answer(e, jb->s, prompt, vs_drafter_turn_images(jb->s, t + 1), &rec.turns[t].answer,
-                                  &rec.turns[t].tokens, &rec.turns[t].eos, err);
+            s = vs_eval_lm_answer(e, jb->s, prompt, vs_drafter_turn_images(jb->s, t + 1),
+                                  &rec.turns[t].answer, &rec.turns[t].tokens, &rec.turns[t].eos, err);
             vs_free(prompt);
             if (s != VS_OK) {
                 vs_error_wrap(err, "distill %s turn %d", jb->s->id, t);
@@ -433,7 +446,8 @@ vs_status vs_distill_run(const vs_distill_opts *o, vs_distill_stats *st, vs_erro
 done:
     vs_distill_record_clear(&rec);
     vs_free(line);
-    if (f && fclose(f) != 0 && s == VS_OK) s = vs_error_set(err, VS_ERR_IO, "distill: cannot close %s", o->out);
+    if (f && fclose(f) != 0 && s == VS_OK)
+        s = vs_error_set(err, VS_ERR_IO, "distill: cannot close %s", o->out);
     vs_free(jobs);
     vs_world_dataset_free(d);
     vs_eval_lm_free(e);

@@ -269,14 +269,16 @@ void vs_eval_lm_free(vs_eval_lm *e) {
     vs_free(e);
 }
 
-vs_status vs_eval_lm_set_sampling(vs_eval_lm *e, float temperature, float top_p, uint64_t seed, vs_error *err) {
+vs_status vs_eval_lm_set_sampling(vs_eval_lm *e, float temperature, float top_p, uint64_t seed,
+                                  vs_error *err) {
     if (!(temperature >= 0) || !(top_p >= 0 && top_p <= 1))
         return vs_error_set(err, VS_ERR_INVALID, "eval: temperature %g / top-p %g out of range",
                             (double)temperature, (double)top_p);
     vs_sampler_params sp = vs_sampler_params_default();
     sp.temperature = temperature, sp.top_p = top_p > 0 ? top_p : 1.0f, sp.seed = seed;
     if (!e->sampler) {
-        if (!(e->sampler = vs_sampler_new(e->n_vocab, &sp, err))) return err && err->code ? err->code : VS_ERR_NOMEM;
+        if (!(e->sampler = vs_sampler_new(e->n_vocab, &sp, err)))
+            return err && err->code ? err->code : VS_ERR_NOMEM;
     } else {
         vs_status s = vs_sampler_set_params(e->sampler, &sp, err);
         if (s != VS_OK) return s;

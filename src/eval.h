@@ -92,8 +92,8 @@ void vs_eval_json(const vs_eval_result *r, vs_json_writer *w);
 /* Greedy answerer over vs_lm + mmproj. Images of a sample are encoded once (all of them, on its
  * first turn); a later turn reuses the KV rows its prompt shares with what the cache holds (the
  * first turn's prompt and answer), so it prefills only the new rows. Generation is greedy
- * (vs_argmax: the lowest id among equal maxima; or sampled, see vs_eval_lm_opts), stops at end-of-generation, after max_tokens
- * tokens, or when the context is full. */
+ * (vs_argmax: the lowest id among equal maxima; or sampled, see vs_eval_lm_opts), stops at end-of-generation,
+ * after max_tokens tokens, or when the context is full. */
 typedef struct vs_eval_lm vs_eval_lm;
 
 typedef struct vs_eval_lm_opts {
@@ -104,7 +104,7 @@ typedef struct vs_eval_lm_opts {
     /* sampling instead of greedy decoding (e.g. self-distillation data): temperature > 0 draws each
      * token with sample.h (temperature, then top-p) from a sampler seeded with seed; 0: greedy */
     float temperature;
-    float top_p;    /* in (0, 1]; 0 is read as 1 (off) */
+    float top_p; /* in (0, 1]; 0 is read as 1 (off) */
     uint64_t seed;
 } vs_eval_lm_opts;
 
@@ -117,7 +117,8 @@ vs_status vs_eval_lm_answer(void *ctx, const vs_world_sample *s, const char *pro
                             char **answer, int64_t *n_tokens, bool *eos, vs_error *err);
 /* Changes the sampling settings (see vs_eval_lm_opts) and restarts the sampler's RNG from seed, so an
  * answer depends only on (prompt, settings, seed). VS_ERR_INVALID for bad values. */
-vs_status vs_eval_lm_set_sampling(vs_eval_lm *e, float temperature, float top_p, uint64_t seed, vs_error *err);
+vs_status vs_eval_lm_set_sampling(vs_eval_lm *e, float temperature, float top_p, uint64_t seed,
+                                  vs_error *err);
 /* The tokens of the last answer (end-of-generation excluded), valid until the next call. */
 const int32_t *vs_eval_lm_last_tokens(const vs_eval_lm *e, int64_t *n);
 /* Rows prefilled and rows reused from the cache, over all calls so far. */

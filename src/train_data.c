@@ -154,7 +154,8 @@ vs_status vs_train_encode(const vs_world_sample *s, const vs_tokenizer *tok, int
     return st;
 }
 
-vs_status vs_train_encode_text(const char *text, const vs_tokenizer *tok, vs_train_example *ex, vs_error *err) {
+vs_status vs_train_encode_text(const char *text, const vs_tokenizer *tok, vs_train_example *ex,
+                               vs_error *err) {
     memset(ex, 0, sizeof(*ex));
     if (!text || !tok) return vs_error_set(err, VS_ERR_INVALID, "encode text: bad arguments");
     const int32_t bos = vs_tokenizer_bos(tok), eos = vs_tokenizer_eos(tok);
@@ -439,7 +440,8 @@ vs_train_data *vs_train_data_new_items(const vs_train_item *items, int64_t n, co
     for (int64_t i = 0; st == VS_OK && i < n; i++) {
         const vs_train_example *ex = items[i].ex;
         const vs_world_sample *s = items[i].sample;
-        if (!ex || ex->n_rows < 2 || ex->n_images < 0 || (ex->n_images > 0 && (!s || s->n_images < ex->n_images)))
+        if (!ex || ex->n_rows < 2 || ex->n_images < 0 ||
+            (ex->n_images > 0 && (!s || s->n_images < ex->n_images)))
             st = vs_error_set(err, VS_ERR_INVALID,
                               "training data: item %lld has %d rows and %d images but its sample has %d",
                               (long long)i, ex ? ex->n_rows : 0, ex ? ex->n_images : 0, s ? s->n_images : 0);

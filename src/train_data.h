@@ -65,7 +65,8 @@ void vs_train_example_free(vs_train_example *ex);
 /* Encodes a plain text document (language-model pretraining, no chat template): BOS, the tokens of
  * text (special tokens such as "</s>" parsed), EOS; every row after BOS is counted in the loss, so the
  * model learns the text and where it ends. One turn: turn_start[0] = 1, turn_end[0] = n_rows. */
-vs_status vs_train_encode_text(const char *text, const vs_tokenizer *tok, vs_train_example *ex, vs_error *err);
+vs_status vs_train_encode_text(const char *text, const vs_tokenizer *tok, vs_train_example *ex,
+                               vs_error *err);
 
 /* ---------------------------------------------------------------------------------------------- */
 /* A dataset as batches */

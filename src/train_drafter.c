@@ -9,8 +9,8 @@
 /* Model */
 
 void vs_drafter_lm_shape_default(vs_drafter_lm_shape *s) {
-    *s = (vs_drafter_lm_shape){.width = 192, .n_layers = 4, .n_heads = 6, .n_kv_heads = 2, .ffn = 512,
-                               .max_seq = 1024};
+    *s = (vs_drafter_lm_shape){
+        .width = 192, .n_layers = 4, .n_heads = 6, .n_kv_heads = 2, .ffn = 512, .max_seq = 1024};
 }
 
 vs_status vs_drafter_config(const vs_mmproj *target_mm, int vocab, const vs_drafter_lm_shape *lm,
@@ -39,15 +39,17 @@ vs_status vs_train_vlm_set_vision(vs_train_vlm *m, const vs_mmproj *target_mm, v
     const vs_train_vlm_config *c = vs_train_vlm_cfg(m);
     const vs_vision_config *v = vs_mmproj_config(target_mm);
     if (!vs_mmproj_tower(target_mm))
-        return vs_error_set(err, VS_ERR_INVALID, "drafter: %s has no vision tower", vs_mmproj_path(target_mm));
+        return vs_error_set(err, VS_ERR_INVALID, "drafter: %s has no vision tower",
+                            vs_mmproj_path(target_mm));
     if (v->image_size != c->image_size || v->patch_size != c->patch_size || v->width != c->v_width ||
         v->ffn != c->v_ffn || v->n_heads != c->v_heads || v->n_blocks != c->v_blocks)
-        return vs_error_set(err, VS_ERR_INVALID,
-                            "drafter: %s's tower (%dx%d/%d, width %d, ffn %d, %d heads, %d blocks) differs from "
-                            "the model's (%dx%d/%d, width %d, ffn %d, %d heads, %d blocks)",
-                            vs_mmproj_path(target_mm), v->image_size, v->image_size, v->patch_size, v->width,
-                            v->ffn, v->n_heads, v->n_blocks, c->image_size, c->image_size, c->patch_size,
-                            c->v_width, c->v_ffn, c->v_heads, c->v_blocks);
+        return vs_error_set(
+            err, VS_ERR_INVALID,
+            "drafter: %s's tower (%dx%d/%d, width %d, ffn %d, %d heads, %d blocks) differs from "
+            "the model's (%dx%d/%d, width %d, ffn %d, %d heads, %d blocks)",
+            vs_mmproj_path(target_mm), v->image_size, v->image_size, v->patch_size, v->width, v->ffn,
+            v->n_heads, v->n_blocks, c->image_size, c->image_size, c->patch_size, c->v_width, c->v_ffn,
+            c->v_heads, c->v_blocks);
     vs_vision_weights vw;
     vs_status s = vs_mmproj_read_weights(target_mm, &vw, err);
     if (s != VS_OK) return s;
@@ -90,25 +92,27 @@ vs_status vs_drafter_check_tokenizer(const vs_gguf *target_lm, const vs_gguf *to
     const int64_t a = vs_gguf_find_key(target_lm, "tokenizer.ggml.tokens");
     const int64_t b = vs_gguf_find_key(tokenizer, "tokenizer.ggml.tokens");
     if (a < 0 || vs_gguf_kv_type(target_lm, a) != VS_GGUF_ARRAY)
-        return vs_error_set(err, VS_ERR_INVALID, "drafter: %s has no tokenizer.ggml.tokens", vs_gguf_name(target_lm));
+        return vs_error_set(err, VS_ERR_INVALID, "drafter: %s has no tokenizer.ggml.tokens",
+                            vs_gguf_name(target_lm));
     if (b < 0 || vs_gguf_kv_type(tokenizer, b) != VS_GGUF_ARRAY)
-        return vs_error_set(err, VS_ERR_INVALID, "drafter: %s has no tokenizer.ggml.tokens", vs_gguf_name(tokenizer));
+        return vs_error_set(err, VS_ERR_INVALID, "drafter: %s has no tokenizer.ggml.tokens",
+                            vs_gguf_name(tokenizer));
     const uint64_t na = vs_gguf_arr_len(target_lm, a), nb = vs_gguf_arr_len(tokenizer, b);
     if (na != nb)
-        return vs_error_set(err, VS_ERR_INVALID,
-                            "drafter: vocabulary mismatch: the target %s has %llu tokens, the tokenizer %s %llu "
-                            "(a drafter must use the target's tokenizer)",
-                            vs_gguf_name(target_lm), (unsigned long long)na, vs_gguf_name(tokenizer),
-                            (unsigned long long)nb);
+        return vs_error_set(
+            err, VS_ERR_INVALID,
+            "drafter: vocabulary mismatch: the target %s has %llu tokens, the tokenizer %s %llu "
+            "(a drafter must use the target's tokenizer)",
+            vs_gguf_name(target_lm), (unsigned long long)na, vs_gguf_name(tokenizer), (unsigned long long)nb);
     for (uint64_t i = 0; i < na; i++) {
         vs_gguf_str x = vs_gguf_arr_str(target_lm, a, i), y = vs_gguf_arr_str(tokenizer, b, i);
         if (x.len != y.len || (x.len && memcmp(x.ptr, y.ptr, x.len)))
-            return vs_error_set(err, VS_ERR_INVALID,
-                                "drafter: vocabulary mismatch: token %llu is '%.*s' in the target %s but '%.*s' "
-                                "in the tokenizer %s",
-                                (unsigned long long)i, (int)VS_MIN(x.len, 40), x.ptr ? x.ptr : "",
-                                vs_gguf_name(target_lm), (int)VS_MIN(y.len, 40), y.ptr ? y.ptr : "",
-                                vs_gguf_name(tokenizer));
+            return vs_error_set(
+                err, VS_ERR_INVALID,
+                "drafter: vocabulary mismatch: token %llu is '%.*s' in the target %s but '%.*s' "
+                "in the tokenizer %s",
+                (unsigned long long)i, (int)VS_MIN(x.len, 40), x.ptr ? x.ptr : "", vs_gguf_name(target_lm),
+                (int)VS_MIN(y.len, 40), y.ptr ? y.ptr : "", vs_gguf_name(tokenizer));
     }
     return VS_OK;
 }
@@ -177,7 +181,8 @@ static vs_status push(vs_train_seqs *q, vs_train_example *ex, const vs_world_sam
     return VS_OK;
 }
 
-static vs_status add_doc(vs_train_seqs *q, const char *text, int suite, const vs_tokenizer *tok, vs_error *err) {
+static vs_status add_doc(vs_train_seqs *q, const char *text, int suite, const vs_tokenizer *tok,
+                         vs_error *err) {
     vs_train_example ex;
     vs_status s = vs_train_encode_text(text, tok, &ex, err);
     if (s == VS_OK) s = push(q, &ex, NULL, suite, NULL, err);
@@ -200,7 +205,8 @@ vs_status vs_train_seqs_add_text(vs_train_seqs *q, const vs_world_dataset *train
             vs_train_example_free(&ex);
             continue;
         }
-        for (int t = 0; s == VS_OK && t < x->n_turns; t++) s = add_doc(q, x->turns[t].assistant, x->suite, tok, err);
+        for (int t = 0; s == VS_OK && t < x->n_turns; t++)
+            s = add_doc(q, x->turns[t].assistant, x->suite, tok, err);
     }
     for (int64_t i = 0; s == VS_OK && captions && i < captions->n; i++) {
         const vs_world_sample *x = &captions->samples[i];
@@ -245,12 +251,14 @@ vs_status vs_train_seqs_add_instruct(vs_train_seqs *q, const vs_world_dataset *t
         vs_world_sample *own = NULL;
         if (k < x->n_turns) {
             q->cut_turns[x->suite]++;
-            if (!(own = copy_with_answers(x, k, NULL))) return vs_error_set(err, VS_ERR_NOMEM, "out of memory");
+            if (!(own = copy_with_answers(x, k, NULL)))
+                return vs_error_set(err, VS_ERR_NOMEM, "out of memory");
         }
         const vs_world_sample *use = own ? own : x;
         vs_train_example ex;
         s = vs_train_encode(use, tok, image_rows, &ex, err);
-        if (s == VS_OK) s = push(q, &ex, use, x->suite, own, err);
+        if (s == VS_OK)
+            s = push(q, &ex, use, x->suite, own, err);
         else if (own) {
             for (int t = 0; t < own->n_turns; t++) vs_free(own->turns[t].assistant);
             vs_free(own);
@@ -289,7 +297,8 @@ vs_status vs_train_seqs_add_distill(vs_train_seqs *q, const vs_world_dataset *tr
         int64_t j = cur, tries = 0;
         while (tries < train->n && strcmp(train->samples[j].id, r->id)) j = (j + 1) % train->n, tries++;
         if (tries == train->n)
-            return vs_error_set(err, VS_ERR_INVALID, "drafter data: distilled record %lld names %s, not in %s/%s",
+            return vs_error_set(err, VS_ERR_INVALID,
+                                "drafter data: distilled record %lld names %s, not in %s/%s",
                                 (long long)i + 1, r->id, train->dir, train->split);
         cur = j;
         const vs_world_sample *x = &train->samples[j];

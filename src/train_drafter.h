@@ -53,14 +53,14 @@ int vs_drafter_turn_images(const vs_world_sample *s, int n_turns);
 
 typedef struct vs_train_seqs {
     int64_t n, cap;
-    vs_train_example *ex;   /* (n) */
-    vs_train_item *items;   /* (n) items[i].ex = &ex[i] after vs_train_seqs_items */
-    vs_world_sample **own;  /* (n) sample copies this set owns (NULL where items borrow) */
+    vs_train_example *ex;  /* (n) */
+    vs_train_item *items;  /* (n) items[i].ex = &ex[i] after vs_train_seqs_items */
+    vs_world_sample **own; /* (n) sample copies this set owns (NULL where items borrow) */
     /* what was left out, per suite */
-    int64_t dropped[VS_WORLD_N_SUITES];    /* conversations the selection rule drops */
-    int64_t cut_turns[VS_WORLD_N_SUITES];  /* second turns cut (new image) */
-    int64_t skipped_answers;               /* distilled answers without end-of-generation */
-    int64_t failed;                        /* distilled conversations that do not lay out (counted) */
+    int64_t dropped[VS_WORLD_N_SUITES];   /* conversations the selection rule drops */
+    int64_t cut_turns[VS_WORLD_N_SUITES]; /* second turns cut (new image) */
+    int64_t skipped_answers;              /* distilled answers without end-of-generation */
+    int64_t failed;                       /* distilled conversations that do not lay out (counted) */
 } vs_train_seqs;
 
 void vs_train_seqs_free(vs_train_seqs *q);

@@ -309,9 +309,10 @@ static void test_answerer(const vs_world_dataset *train, const vs_world_dataset 
         bool eos;
         vs_sampler_params sp = vs_sampler_params_default();
         sp.temperature = 1.3f, sp.top_p = 0.95f, sp.seed = 100 + (uint64_t)i;
-        VT_REQUIRE(vs_eval_lm_set_sampling(ck.e, sp.temperature, sp.top_p, sp.seed, &err) == VS_OK, "%s", err.msg);
-        VT_REQUIRE(vs_eval_lm_answer(ck.e, s, prompt, s->turns[0].n_images, &a1, &n1, &eos, &err) == VS_OK, "%s",
+        VT_REQUIRE(vs_eval_lm_set_sampling(ck.e, sp.temperature, sp.top_p, sp.seed, &err) == VS_OK, "%s",
                    err.msg);
+        VT_REQUIRE(vs_eval_lm_answer(ck.e, s, prompt, s->turns[0].n_images, &a1, &n1, &eos, &err) == VS_OK,
+                   "%s", err.msg);
         int32_t got[64], want[64];
         int64_t ng = 0;
         const int32_t *last = vs_eval_lm_last_tokens(ck.e, &ng);
@@ -324,16 +325,18 @@ static void test_answerer(const vs_world_dataset *train, const vs_world_dataset 
         ck.smp = NULL;
         VT_CHECK(ng == nw && !memcmp(got, want, sizeof(int32_t) * (size_t)ng),
                  "%s: sampled answer differs from the reference sampler loop", s->id);
-        VT_REQUIRE(vs_eval_lm_set_sampling(ck.e, sp.temperature, sp.top_p, sp.seed, &err) == VS_OK, "%s", err.msg);
-        VT_REQUIRE(vs_eval_lm_answer(ck.e, s, prompt, s->turns[0].n_images, &a2, &n2, &eos, &err) == VS_OK, "%s",
+        VT_REQUIRE(vs_eval_lm_set_sampling(ck.e, sp.temperature, sp.top_p, sp.seed, &err) == VS_OK, "%s",
                    err.msg);
+        VT_REQUIRE(vs_eval_lm_answer(ck.e, s, prompt, s->turns[0].n_images, &a2, &n2, &eos, &err) == VS_OK,
+                   "%s", err.msg);
         VT_CHECK(n1 == n2 && !strcmp(a1, a2), "%s: the same seed gives another answer", s->id);
         VT_REQUIRE(vs_eval_lm_set_sampling(ck.e, 1.0f, 1e-7f, 1, &err) == VS_OK, "%s", err.msg);
-        VT_REQUIRE(vs_eval_lm_answer(ck.e, s, prompt, s->turns[0].n_images, &a3, &n3, &eos, &err) == VS_OK, "%s",
-                   err.msg);
+        VT_REQUIRE(vs_eval_lm_answer(ck.e, s, prompt, s->turns[0].n_images, &a3, &n3, &eos, &err) == VS_OK,
+                   "%s", err.msg);
         int64_t nr = reference_greedy(&ck, s, prompt, s->turns[0].n_images, want);
         const int32_t *g3 = vs_eval_lm_last_tokens(ck.e, &ng);
-        VT_CHECK(ng == nr && !memcmp(g3, want, sizeof(int32_t) * (size_t)ng), "%s: top-p ~0 is not greedy", s->id);
+        VT_CHECK(ng == nr && !memcmp(g3, want, sizeof(int32_t) * (size_t)ng), "%s: top-p ~0 is not greedy",
+                 s->id);
         differs_from_greedy += n1 != nr || memcmp(got, want, sizeof(int32_t) * (size_t)VS_MIN(n1, nr));
         VT_REQUIRE(vs_eval_lm_set_sampling(ck.e, 0, 1, 0, &err) == VS_OK, "%s", err.msg);
         vs_free(prompt), vs_free(a1), vs_free(a2), vs_free(a3);

@@ -79,7 +79,8 @@ static void test_data(const vs_world_dataset *train, const vs_world_dataset *cap
              (long long)expect_cut);
     const vs_train_item *it = vs_train_seqs_items(&q);
     for (int64_t i = 0; i < q.n; i++) {
-        VT_CHECK(it[i].ex->n_images <= 1, "instruct item %lld has %d images", (long long)i, it[i].ex->n_images);
+        VT_CHECK(it[i].ex->n_images <= 1, "instruct item %lld has %d images", (long long)i,
+                 it[i].ex->n_images);
         VT_CHECK(it[i].suite != VS_WORLD_DIFF && it[i].suite != VS_WORLD_STORY, "multi-image suite kept");
         VT_CHECK(it[i].ex->n_images == 0 || (it[i].sample && it[i].sample->n_images == it[i].ex->n_images),
                  "item %lld: its sample shows %d images for %d", (long long)i,
@@ -87,8 +88,8 @@ static void test_data(const vs_world_dataset *train, const vs_world_dataset *cap
     }
     /* the reader over the items: every batch has at most one image per sequence */
     vs_train_vlm_config c = wt_config(vs_tokenizer_n_vocab(tok));
-    vs_train_data_opts o = {.seq_len = 2048, .batch = 3, .image_rows = NP, .preproc = wt_preproc(&c),
-                            .bucket = 2, .seed = 1};
+    vs_train_data_opts o = {
+        .seq_len = 2048, .batch = 3, .image_rows = NP, .preproc = wt_preproc(&c), .bucket = 2, .seed = 1};
     vs_train_data *r = vs_train_data_new_items(it, q.n, &o, &err);
     VT_REQUIRE(r, "%s", err.msg);
     VT_CHECK(vs_train_data_get_stats(r)->max_images == 1, "max images per sequence %lld",
@@ -108,7 +109,8 @@ static void test_data(const vs_world_dataset *train, const vs_world_dataset *cap
     int64_t expect_docs = caps->n, k = 0;
     for (int64_t i = 0; i < train->n; i++)
         expect_docs += train->samples[i].suite == VS_WORLD_TEXT ? 1 : train->samples[i].n_turns;
-    VT_CHECK(q.n == expect_docs, "text: %lld documents, expected %lld", (long long)q.n, (long long)expect_docs);
+    VT_CHECK(q.n == expect_docs, "text: %lld documents, expected %lld", (long long)q.n,
+             (long long)expect_docs);
     it = vs_train_seqs_items(&q);
     for (int64_t i = 0; i < train->n; i++) {
         const vs_world_sample *s = &train->samples[i];
@@ -116,15 +118,17 @@ static void test_data(const vs_world_dataset *train, const vs_world_dataset *cap
         for (int t = 0; t < nd; t++, k++) {
             const vs_train_example *ex = it[k].ex;
             VT_CHECK(ex->n_images == 0 && !it[k].sample, "%s: a text document with images", s->id);
-            VT_CHECK(ex->tokens[0] == vs_tokenizer_bos(tok) && ex->tokens[ex->n_rows - 1] == vs_tokenizer_eos(tok),
+            VT_CHECK(ex->tokens[0] == vs_tokenizer_bos(tok) &&
+                         ex->tokens[ex->n_rows - 1] == vs_tokenizer_eos(tok),
                      "%s: not BOS ... EOS", s->id);
             int32_t counted = 0;
             bool text_only = true;
-            for (int32_t rr = 0; rr < ex->n_rows; rr++) counted += ex->answer[rr], text_only &= ex->img_row[rr] < 0;
+            for (int32_t rr = 0; rr < ex->n_rows; rr++)
+                counted += ex->answer[rr], text_only &= ex->img_row[rr] < 0;
             VT_CHECK(text_only, "%s: image rows in a document", s->id);
             if (s->suite == VS_WORLD_TEXT) {
-                VT_CHECK(counted == ex->n_answer && counted < ex->n_rows - 1, "%s: text conversation counts %d",
-                         s->id, counted);
+                VT_CHECK(counted == ex->n_answer && counted < ex->n_rows - 1,
+                         "%s: text conversation counts %d", s->id, counted);
                 continue;
             }
             VT_CHECK(!ex->answer[0] && counted == ex->n_rows - 1, "%s: %d of %d rows counted", s->id, counted,
@@ -136,17 +140,19 @@ static void test_data(const vs_world_dataset *train, const vs_world_dataset *cap
         }
     }
     vs_train_seqs_free(&q);
-    printf("data: %lld instruct conversations kept, %lld dropped, %lld second turns cut; %lld text documents\n",
-           (long long)expect_kept, (long long)expect_dropped, (long long)expect_cut, (long long)expect_docs);
+    printf(
+        "data: %lld instruct conversations kept, %lld dropped, %lld second turns cut; %lld text documents\n",
+        (long long)expect_kept, (long long)expect_dropped, (long long)expect_cut, (long long)expect_docs);
 }
 
 /* Runs the tiny llava or massv recipe into out (extra flags appended). */
 static int run_recipe(const char *recipe, const char *out, const char *extra) {
-    return vt_run("%s train drafter --recipe %s --data %s --tokenizer %s --target %s --target-mmproj %s --out %s "
-                  "--width 32 --layers 2 --heads 4 --kv-heads 2 --ffn 64 --ctx 2048 --seq 2048 --steps-a 4 "
-                  "--steps-b 3 --steps-c 3 --batch-a 4 --batch-b 4 --batch-c 4 --lr-a 3e-3 --lr-b 3e-3 --lr-c 3e-3 "
-                  "--warmup-a 1 --warmup-b 1 --warmup-c 1 --ckpt-every 2 -q %s > %s.log 2>&1",
-                  vt_cli(), recipe, g_dir, g_tok, g_tlm, g_tmm, out, extra, out);
+    return vt_run(
+        "%s train drafter --recipe %s --data %s --tokenizer %s --target %s --target-mmproj %s --out %s "
+        "--width 32 --layers 2 --heads 4 --kv-heads 2 --ffn 64 --ctx 2048 --seq 2048 --steps-a 4 "
+        "--steps-b 3 --steps-c 3 --batch-a 4 --batch-b 4 --batch-c 4 --lr-a 3e-3 --lr-b 3e-3 --lr-c 3e-3 "
+        "--warmup-a 1 --warmup-b 1 --warmup-c 1 --ckpt-every 2 -q %s > %s.log 2>&1",
+        vt_cli(), recipe, g_dir, g_tok, g_tlm, g_tmm, out, extra, out);
 }
 
 static vs_train_vlm *load_ckpt(const char *out, const char *phase) {
@@ -165,7 +171,8 @@ static bool same_group(vs_train_vlm *a, vs_train_vlm *b, int g) {
     for (int i = 0; i < pa->n_tensors; i++) {
         const vs_train_tensor *t = &pa->tensors[i];
         if (t->group != g) continue;
-        if (memcmp(pa->data + t->offset, pb->data + pb->tensors[i].offset, t->numel * sizeof(float))) return false;
+        if (memcmp(pa->data + t->offset, pb->data + pb->tensors[i].offset, t->numel * sizeof(float)))
+            return false;
     }
     return true;
 }
@@ -211,7 +218,8 @@ static void check_tower_bytes(const char *mm_path, int width) {
     }
     VT_CHECK(n_v > 10, "only %d vision tensors", n_v);
     const vs_gguf_tensor *p = vs_gguf_find_tensor(d, "mm.2.weight");
-    VT_CHECK(p && p->ne[1] == width, "%s: projector output width %lld", mm_path, p ? (long long)p->ne[1] : -1LL);
+    VT_CHECK(p && p->ne[1] == width, "%s: projector output width %lld", mm_path,
+             p ? (long long)p->ne[1] : -1LL);
     printf("%s: %d vision tensors byte-identical to the target's\n", mm_path, n_v);
     vs_gguf_close(t), vs_gguf_close(d);
 }
@@ -239,7 +247,8 @@ static void test_recipe(void) {
     VT_CHECK(!same_group(a, b, VS_TRAIN_GROUP_PROJECTOR), "phase b did not train the projector");
     VT_CHECK(!same_group(b, c, VS_TRAIN_GROUP_PROJECTOR) && !same_group(b, c, VS_TRAIN_GROUP_LM),
              "phase c did not train projector and LM");
-    VT_CHECK(vs_train_vlm_params(b)->frozen[VS_TRAIN_GROUP_LM] && vs_train_vlm_params(c)->frozen[VS_TRAIN_GROUP_VISION] &&
+    VT_CHECK(vs_train_vlm_params(b)->frozen[VS_TRAIN_GROUP_LM] &&
+                 vs_train_vlm_params(c)->frozen[VS_TRAIN_GROUP_VISION] &&
                  !vs_train_vlm_params(c)->frozen[VS_TRAIN_GROUP_LM],
              "checkpoints record the wrong frozen groups");
     snprintf(p1, sizeof(p1), "%s/draft-llava-mmproj.gguf", out);
@@ -258,10 +267,12 @@ static void test_recipe(void) {
     snprintf(p2, sizeof(p2), "%s/draft-llava.gguf", out2);
     int runs = 0;
     for (; runs < 12 && vt_run("test -f '%s'", p2) != 0; runs++)
-        VT_REQUIRE(run_recipe("llava", out2, "--resume --chunk-steps 2") == 0, "chunk %d failed (%s.log)", runs, out2);
+        VT_REQUIRE(run_recipe("llava", out2, "--resume --chunk-steps 2") == 0, "chunk %d failed (%s.log)",
+                   runs, out2);
     VT_CHECK(runs >= 5, "the chunked run finished in %d runs", runs);
-    const char *files[] = {"draft-llava.gguf", "draft-llava-mmproj.gguf", "a-text/loss.csv", "b-proj/loss.csv",
-                           "c-llava/loss.csv", "a-text/draft.gguf", "b-proj/draft-mmproj.gguf"};
+    const char *files[] = {"draft-llava.gguf",        "draft-llava-mmproj.gguf", "a-text/loss.csv",
+                           "b-proj/loss.csv",         "c-llava/loss.csv",        "a-text/draft.gguf",
+                           "b-proj/draft-mmproj.gguf"};
     for (size_t i = 0; i < VS_ARRAY_LEN(files); i++) {
         snprintf(p1, sizeof(p1), "%s/%s", out, files[i]);
         snprintf(p2, sizeof(p2), "%s/%s", out2, files[i]);
@@ -284,7 +295,8 @@ static void test_parity(const vs_world_dataset *train, const vs_tokenizer *tok) 
     memset(&q, 0, sizeof(q));
     VT_REQUIRE(vs_train_seqs_add_instruct(&q, train, tok, NP, &err) == VS_OK, "%s", err.msg);
     vs_train_vlm_config cfg = wt_config(vs_tokenizer_n_vocab(tok));
-    vs_train_data_opts o = {.seq_len = 2048, .batch = 4, .image_rows = NP, .preproc = wt_preproc(&cfg), .seed = 3};
+    vs_train_data_opts o = {
+        .seq_len = 2048, .batch = 4, .image_rows = NP, .preproc = wt_preproc(&cfg), .seed = 3};
     vs_train_data *r = vs_train_data_new_items(vs_train_seqs_items(&q), q.n, &o, &err);
     VT_REQUIRE(r, "%s", err.msg);
     int max_B, max_T, max_I;
@@ -325,14 +337,14 @@ static void test_parity(const vs_world_dataset *train, const vs_tokenizer *tok) 
         const vs_world_sample *s = vs_train_data_sample(r, pick[k]);
         vs_mm_image imgs[VS_WORLD_MAX_IMAGES];
         VT_REQUIRE(vs_mm_images_from_files(vs_mmproj_tower(mm), vs_mmproj_projector(mm), tp,
-                                           (const char *const *)s->images, s->n_images, VS_PREPROC_LLAVA, 1, imgs,
-                                           &err) == VS_OK,
+                                           (const char *const *)s->images, s->n_images, VS_PREPROC_LLAVA, 1,
+                                           imgs, &err) == VS_OK,
                    "%s", err.msg);
         char *text = vs_train_conversation(s);
         vs_mm_prompt pq;
         vs_mm_prompt_opts po = {.lm_width = 32};
-        VT_REQUIRE(vs_mm_prompt_build(&pq, tok, text, strlen(text), imgs, s->n_images, &po, &err) == VS_OK, "%s",
-                   err.msg);
+        VT_REQUIRE(vs_mm_prompt_build(&pq, tok, text, strlen(text), imgs, s->n_images, &po, &err) == VS_OK,
+                   "%s", err.msg);
         const int64_t n = pq.n_rows;
         vs_kv *kv = vs_lm_kv_new(lm, 1, (int)n, VS_TYPE_F32, &err);
         vs_lm_row *rows = vs_calloc((size_t)n, sizeof(vs_lm_row));
@@ -393,7 +405,8 @@ static void test_distill(const vs_world_dataset *train) {
     uint32_t seen = 0;
     for (int64_t i = 0; i < train->n; i++) {
         const vs_world_sample *s = &train->samples[i];
-        if (vs_drafter_turns(s) && !(seen & VS_WORLD_SUITE_BIT(s->suite))) seen |= VS_WORLD_SUITE_BIT(s->suite), convs++;
+        if (vs_drafter_turns(s) && !(seen & VS_WORLD_SUITE_BIT(s->suite)))
+            seen |= VS_WORLD_SUITE_BIT(s->suite), convs++;
     }
     VT_CHECK(d.h.n_settings == 2 && d.h.settings[1].temperature == 1.0f && d.h.settings[0].top_p == 0.9f &&
                  d.h.max_tokens == 6 && d.h.vocab == 512 && d.h.limit == 1,
@@ -412,7 +425,8 @@ static void test_distill(const vs_world_dataset *train) {
     int greedy_checked = 0;
     for (int64_t i = 0; i < d.n; i++) {
         const vs_distill_record *r = &d.r[i];
-        VT_CHECK(r->job == i && r->setting == (int)(i % 2) && r->seed == 1 + (uint64_t)i, "record %lld order", (long long)i);
+        VT_CHECK(r->job == i && r->setting == (int)(i % 2) && r->seed == 1 + (uint64_t)i, "record %lld order",
+                 (long long)i);
         char *js = vs_distill_record_json(r);
         vs_distill_file tmp = {.h = d.h};
         char path[700];
@@ -435,8 +449,8 @@ static void test_distill(const vs_world_dataset *train) {
             char *prompt = vs_eval_prompt(s, 0, NULL), *ans = NULL;
             int64_t nt = 0;
             bool eos = false;
-            VT_REQUIRE(vs_eval_lm_answer(e, s, prompt, s->turns[0].n_images, &ans, &nt, &eos, &err) == VS_OK, "%s",
-                       err.msg);
+            VT_REQUIRE(vs_eval_lm_answer(e, s, prompt, s->turns[0].n_images, &ans, &nt, &eos, &err) == VS_OK,
+                       "%s", err.msg);
             VT_CHECK(!strcmp(ans, r->turns[0].answer) && nt == r->turns[0].tokens && eos == r->turns[0].eos,
                      "%s: greedy record '%s' vs answerer '%s'", r->id, r->turns[0].answer, ans);
             vs_free(prompt), vs_free(ans);
@@ -454,15 +468,16 @@ static void test_distill(const vs_world_dataset *train) {
     fp = fopen(f2, "a");
     fputs("{\"id\"", fp);
     fclose(fp);
-    VT_CHECK(vs_distill_read(f2, false, &d, &err) == VS_ERR_FORMAT && strstr(err.msg, "newline"), "partial: %s",
-             err.msg);
+    VT_CHECK(vs_distill_read(f2, false, &d, &err) == VS_ERR_FORMAT && strstr(err.msg, "newline"),
+             "partial: %s", err.msg);
     /* a missing target: a clear error naming the file */
     snprintf(f2, sizeof(f2), "%s/dist-missing.jsonl", g_tmp);
-    VT_CHECK(vt_run("%s data distill --model %s/nope.gguf --mmproj %s --data %s --out %s -q 2> %s.err", vt_cli(),
-                    g_tmp, g_tmm, g_dir, f2, f2) == 1 &&
+    VT_CHECK(vt_run("%s data distill --model %s/nope.gguf --mmproj %s --data %s --out %s -q 2> %s.err",
+                    vt_cli(), g_tmp, g_tmm, g_dir, f2, f2) == 1 &&
                  vt_run("grep -q 'nope.gguf' %s.err", f2) == 0,
              "a missing target model is not reported");
-    printf("distill: %lld records (%lld conversations x 2 settings), resume exact, round trip, greedy = answerer\n",
+    printf("distill: %lld records (%lld conversations x 2 settings), resume exact, round trip, greedy = "
+           "answerer\n",
            (long long)convs * 2, (long long)convs);
 }
 
@@ -488,10 +503,16 @@ static void write_reference_distill(const char *path, const vs_world_dataset *tr
         const vs_world_sample *s = &train->samples[i];
         int k = vs_drafter_turns(s);
         for (int set = 0; k && set < 2; set++, job++) {
-            vs_distill_record r = {.id = s->id, .suite = s->suite, .job = job, .setting = set,
-                                   .temperature = h.settings[set].temperature, .top_p = 0.9f,
-                                   .seed = 1 + (uint64_t)job, .n_turns = k};
-            for (int t = 0; t < k; t++) r.turns[t] = (vs_distill_turn){s->turns[t].assistant, 10, set == 0 || t == 0};
+            vs_distill_record r = {.id = s->id,
+                                   .suite = s->suite,
+                                   .job = job,
+                                   .setting = set,
+                                   .temperature = h.settings[set].temperature,
+                                   .top_p = 0.9f,
+                                   .seed = 1 + (uint64_t)job,
+                                   .n_turns = k};
+            for (int t = 0; t < k; t++)
+                r.turns[t] = (vs_distill_turn){s->turns[t].assistant, 10, set == 0 || t == 0};
             char *js = vs_distill_record_json(&r);
             fprintf(f, "%s\n", js);
             vs_free(js);
@@ -522,11 +543,12 @@ static void test_massv_and_errors(const vs_world_dataset *train) {
 
     /* bad input */
     snprintf(bad, sizeof(bad), "%s/d-bad", g_tmp);
-    VT_CHECK(vt_run("%s train drafter --recipe llava --data %s --tokenizer %s --target-mmproj %s/missing.gguf "
-                    "--out %s -q > %s.log 2>&1",
-                    vt_cli(), g_dir, g_tok, g_tmp, bad, bad) == 1 &&
-                 vt_run("grep -q 'missing.gguf' %s.log", bad) == 0,
-             "a missing target mmproj is not reported clearly");
+    VT_CHECK(
+        vt_run("%s train drafter --recipe llava --data %s --tokenizer %s --target-mmproj %s/missing.gguf "
+               "--out %s -q > %s.log 2>&1",
+               vt_cli(), g_dir, g_tok, g_tmp, bad, bad) == 1 &&
+            vt_run("grep -q 'missing.gguf' %s.log", bad) == 0,
+        "a missing target mmproj is not reported clearly");
     /* a tokenizer with another vocabulary than the target's */
     char tok2[700];
     snprintf(tok2, sizeof(tok2), "%s/tok2.gguf", g_tmp);
@@ -539,20 +561,23 @@ static void test_massv_and_errors(const vs_world_dataset *train) {
         vs_free(cv);
     }
     vs_bpe_vocab v;
-    VT_REQUIRE(vs_bpe_train(t, 400, 2, &v, &err) == VS_OK && vs_bpe_write_gguf(&v, tok2, "other", &err) == VS_OK, "%s",
-               err.msg);
+    VT_REQUIRE(vs_bpe_train(t, 400, 2, &v, &err) == VS_OK &&
+                   vs_bpe_write_gguf(&v, tok2, "other", &err) == VS_OK,
+               "%s", err.msg);
     vs_bpe_vocab_free(&v);
     vs_bpe_trainer_free(t);
-    VT_CHECK(vt_run("%s train drafter --recipe llava --data %s --tokenizer %s --target %s --target-mmproj %s --out %s "
+    VT_CHECK(vt_run("%s train drafter --recipe llava --data %s --tokenizer %s --target %s --target-mmproj %s "
+                    "--out %s "
                     "-q > %s.log 2>&1",
                     vt_cli(), g_dir, tok2, g_tlm, g_tmm, bad, bad) == 1 &&
                  vt_run("grep -q 'vocabulary mismatch' %s.log", bad) == 0,
              "a tokenizer other than the target's is not refused");
-    VT_CHECK(vt_run("%s train drafter --recipe massv --data %s --tokenizer %s --target-mmproj %s --distill %s "
-                    "--out %s -q > %s.log 2>&1",
-                    vt_cli(), g_dir, tok2, g_tmm, dist, bad, bad) == 1 &&
-                 vt_run("grep -q 'vocabulary mismatch' %s.log", bad) == 0,
-             "a distill file of another vocabulary is not refused");
+    VT_CHECK(
+        vt_run("%s train drafter --recipe massv --data %s --tokenizer %s --target-mmproj %s --distill %s "
+               "--out %s -q > %s.log 2>&1",
+               vt_cli(), g_dir, tok2, g_tmm, dist, bad, bad) == 1 &&
+            vt_run("grep -q 'vocabulary mismatch' %s.log", bad) == 0,
+        "a distill file of another vocabulary is not refused");
     VT_CHECK(vt_run("%s train drafter --recipe massv --data %s --tokenizer %s --target-mmproj %s --out %s -q "
                     "> %s.log 2>&1",
                     vt_cli(), g_dir, g_tok, g_tmm, bad, bad) == 2,

@@ -23,7 +23,7 @@ static void usage(FILE *f) {
             "       vlmspec data stats DIR [--split train|test|captions] [--tokenizer TOK.gguf]\n"
             "       vlmspec data preview DIR -o SHEET.png [--split test|train] [--per-suite N]\n"
             "       vlmspec data check DIR [--split test|train|captions]\n"
-            "       vlmspec data distill --model T.gguf --mmproj T-mmproj.gguf --data DIR --out FILE [options]\n"
+            "       vlmspec data distill --model T.gguf --mmproj T-mmproj.gguf --data DIR --out FILE\n"
             "       (vlmspec data distill --help)\n"
             "\n"
             "gen      writes the generated world (docs/world.md): PNG images, train.jsonl, test.jsonl,\n"
@@ -414,28 +414,29 @@ static int cmd_check(int argc, char **argv) {
 /* distill: the target's answers for MASSV's self-distillation (distill.h) */
 
 static void distill_usage(FILE *f) {
-    fprintf(f,
-            "usage: vlmspec data distill --model T.gguf --mmproj T-mmproj.gguf --data DIR --out FILE [options]\n"
-            "The target answers the training prompts the drafter recipes keep (single-image and text-only\n"
-            "conversations, new-image second turns cut; a second turn sees the target's own first answer)\n"
-            "once per sampling setting, written as JSON Lines: a header with every setting, then one record\n"
-            "per (conversation, setting). Resumable: a rerun with the same flags appends after the last\n"
-            "complete record (docs/training.md).\n"
-            "  --model FILE       the target LM (its tokenizer is used)\n"
-            "  --mmproj FILE      the target's mmproj\n"
-            "  --data DIR         the world directory\n"
-            "  --out FILE         the distill file (created, or continued)\n"
-            "  --split S          split to answer (default train)\n"
-            "  --suites LIST      suites (default all; multi-image suites have nothing to answer)\n"
-            "  --limit N          conversations per suite, the first in file order (default 0: all)\n"
-            "  --temps LIST       sampling temperatures (default 0,0.7,1.0; 0 = greedy)\n"
-            "  --top-p P          top-p of every setting (default 0.9)\n"
-            "  --max-tokens N     per answer (default 192)\n"
-            "  --seed S           answer k is sampled with seed S + k (default 1)\n"
-            "  --threads N        threads (default 2)\n"
-            "  --max-jobs N       stop after N new records (default 0: no limit)\n"
-            "  --time-limit SEC   stop after SEC seconds (default 0: no limit)\n"
-            "  -q, --quiet        no progress line\n");
+    fprintf(
+        f,
+        "usage: vlmspec data distill --model T.gguf --mmproj T-mmproj.gguf --data DIR --out FILE [options]\n"
+        "The target answers the training prompts the drafter recipes keep (single-image and text-only\n"
+        "conversations, new-image second turns cut; a second turn sees the target's own first answer)\n"
+        "once per sampling setting, written as JSON Lines: a header with every setting, then one record\n"
+        "per (conversation, setting). Resumable: a rerun with the same flags appends after the last\n"
+        "complete record (docs/training.md).\n"
+        "  --model FILE       the target LM (its tokenizer is used)\n"
+        "  --mmproj FILE      the target's mmproj\n"
+        "  --data DIR         the world directory\n"
+        "  --out FILE         the distill file (created, or continued)\n"
+        "  --split S          split to answer (default train)\n"
+        "  --suites LIST      suites (default all; multi-image suites have nothing to answer)\n"
+        "  --limit N          conversations per suite, the first in file order (default 0: all)\n"
+        "  --temps LIST       sampling temperatures (default 0,0.7,1.0; 0 = greedy)\n"
+        "  --top-p P          top-p of every setting (default 0.9)\n"
+        "  --max-tokens N     per answer (default 192)\n"
+        "  --seed S           answer k is sampled with seed S + k (default 1)\n"
+        "  --threads N        threads (default 2)\n"
+        "  --max-jobs N       stop after N new records (default 0: no limit)\n"
+        "  --time-limit SEC   stop after SEC seconds (default 0: no limit)\n"
+        "  -q, --quiet        no progress line\n");
 }
 
 static int cmd_distill(int argc, char **argv) {
@@ -458,20 +459,34 @@ static int cmd_distill(int argc, char **argv) {
         }
         if (!(v = cli_value(cmd, argc, argv, &i))) return 2;
         bool ok = true;
-        if (!strcmp(a, "--model")) model = v;
-        else if (!strcmp(a, "--mmproj")) mmproj = v;
-        else if (!strcmp(a, "--data")) data = v;
-        else if (!strcmp(a, "--out")) out = v;
-        else if (!strcmp(a, "--split")) split = v;
-        else if (!strcmp(a, "--suites")) suites = v;
-        else if (!strcmp(a, "--temps")) temps = v;
-        else if (!strcmp(a, "--top-p")) ok = cli_parse_f64(cmd, a, v, 1e-6, 1, &top_p);
-        else if (!strcmp(a, "--limit")) ok = cli_parse_i64(cmd, a, v, 0, INT64_MAX, &limit);
-        else if (!strcmp(a, "--max-tokens")) ok = cli_parse_int(cmd, a, v, 1, 1 << 16, &max_tokens);
-        else if (!strcmp(a, "--seed")) ok = cli_parse_i64(cmd, a, v, 0, INT64_MAX, &seed);
-        else if (!strcmp(a, "--threads")) ok = cli_parse_int(cmd, a, v, 1, 256, &threads);
-        else if (!strcmp(a, "--max-jobs")) ok = cli_parse_i64(cmd, a, v, 0, INT64_MAX, &max_jobs);
-        else if (!strcmp(a, "--time-limit")) ok = cli_parse_f64(cmd, a, v, 0, 1e9, &time_limit);
+        if (!strcmp(a, "--model"))
+            model = v;
+        else if (!strcmp(a, "--mmproj"))
+            mmproj = v;
+        else if (!strcmp(a, "--data"))
+            data = v;
+        else if (!strcmp(a, "--out"))
+            out = v;
+        else if (!strcmp(a, "--split"))
+            split = v;
+        else if (!strcmp(a, "--suites"))
+            suites = v;
+        else if (!strcmp(a, "--temps"))
+            temps = v;
+        else if (!strcmp(a, "--top-p"))
+            ok = cli_parse_f64(cmd, a, v, 1e-6, 1, &top_p);
+        else if (!strcmp(a, "--limit"))
+            ok = cli_parse_i64(cmd, a, v, 0, INT64_MAX, &limit);
+        else if (!strcmp(a, "--max-tokens"))
+            ok = cli_parse_int(cmd, a, v, 1, 1 << 16, &max_tokens);
+        else if (!strcmp(a, "--seed"))
+            ok = cli_parse_i64(cmd, a, v, 0, INT64_MAX, &seed);
+        else if (!strcmp(a, "--threads"))
+            ok = cli_parse_int(cmd, a, v, 1, 256, &threads);
+        else if (!strcmp(a, "--max-jobs"))
+            ok = cli_parse_i64(cmd, a, v, 0, INT64_MAX, &max_jobs);
+        else if (!strcmp(a, "--time-limit"))
+            ok = cli_parse_f64(cmd, a, v, 0, 1e9, &time_limit);
         else {
             fprintf(stderr, "vlmspec %s: unknown option '%s'\n", cmd, a);
             distill_usage(stderr);
@@ -484,8 +499,9 @@ static int cmd_distill(int argc, char **argv) {
     vs_distill_opts o;
     memset(&o, 0, sizeof(o));
     vs_distill_header *h = &o.h;
-    if (strlen(model) >= sizeof(h->target) || strlen(mmproj) >= sizeof(h->mmproj) || strlen(data) >= sizeof(h->data) ||
-        strlen(split) >= sizeof(h->split) || strlen(suites) >= sizeof(h->suites))
+    if (strlen(model) >= sizeof(h->target) || strlen(mmproj) >= sizeof(h->mmproj) ||
+        strlen(data) >= sizeof(h->data) || strlen(split) >= sizeof(h->split) ||
+        strlen(suites) >= sizeof(h->suites))
         return cli_fail(cmd, "a path or list is too long"), 2;
     snprintf(h->target, sizeof(h->target), "%s", model);
     snprintf(h->mmproj, sizeof(h->mmproj), "%s", mmproj);
@@ -498,11 +514,14 @@ static int cmd_distill(int argc, char **argv) {
     o.out = out, o.threads = threads, o.max_jobs = max_jobs, o.time_limit = time_limit, o.quiet = quiet;
     vs_distill_stats st;
     if (vs_distill_run(&o, &st, &err) != VS_OK) return cli_fail_err(cmd, &err);
-    printf("distill: %s: %lld of %lld records (%lld were there, %lld written now: %lld tokens in %.1f s, %.1f "
-           "tokens/s; %lld answers cut by --max-tokens)\n",
-           out, (long long)(st.done + st.written), (long long)st.jobs, (long long)st.done, (long long)st.written,
-           (long long)st.tokens, st.seconds, st.seconds > 0 ? st.tokens / st.seconds : 0.0, (long long)st.no_eos);
-    if (st.done + st.written < st.jobs) printf("distill: not finished: run again with the same flags to continue\n");
+    printf(
+        "distill: %s: %lld of %lld records (%lld were there, %lld written now: %lld tokens in %.1f s, %.1f "
+        "tokens/s; %lld answers cut by --max-tokens)\n",
+        out, (long long)(st.done + st.written), (long long)st.jobs, (long long)st.done, (long long)st.written,
+        (long long)st.tokens, st.seconds, st.seconds > 0 ? st.tokens / st.seconds : 0.0,
+        (long long)st.no_eos);
+    if (st.done + st.written < st.jobs)
+        printf("distill: not finished: run again with the same flags to continue\n");
     return 0;
 }
 

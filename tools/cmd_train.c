@@ -80,11 +80,20 @@ static int fl_parse(const char *cmd, int argc, char **argv, fl_set *s, void (*us
         if (!v) return 2;
         bool ok = true;
         switch (f->kind) {
-        case FL_INT: ok = cli_parse_int(cmd, a, v, (int)f->lo, (int)f->hi, (int *)f->dst); break;
-        case FL_I64: ok = cli_parse_i64(cmd, a, v, (int64_t)f->lo, (int64_t)f->hi, (int64_t *)f->dst); break;
-        case FL_F64: ok = cli_parse_f64(cmd, a, v, f->lo, f->hi, (double *)f->dst); break;
-        case FL_STR: *(const char **)f->dst = v; break;
-        case FL_BOOL: break;
+        case FL_INT:
+            ok = cli_parse_int(cmd, a, v, (int)f->lo, (int)f->hi, (int *)f->dst);
+            break;
+        case FL_I64:
+            ok = cli_parse_i64(cmd, a, v, (int64_t)f->lo, (int64_t)f->hi, (int64_t *)f->dst);
+            break;
+        case FL_F64:
+            ok = cli_parse_f64(cmd, a, v, f->lo, f->hi, (double *)f->dst);
+            break;
+        case FL_STR:
+            *(const char **)f->dst = v;
+            break;
+        case FL_BOOL:
+            break;
         }
         if (!ok) return 2;
     }
@@ -389,7 +398,9 @@ static vs_status loop_dirs(train_loop *L, const char *dir, vs_error *err) {
     return VS_OK;
 }
 
-static bool loop_has_ckpt(const train_loop *L) { return access(L->ckpt, F_OK) == 0 || access(L->prev, F_OK) == 0; }
+static bool loop_has_ckpt(const train_loop *L) {
+    return access(L->ckpt, F_OK) == 0 || access(L->prev, F_OK) == 0;
+}
 
 /* run.json must hold exactly `settings` (a resumed or reused run repeats its settings). */
 static vs_status loop_check_settings(const train_loop *L, const char *settings, vs_error *err) {
@@ -512,23 +523,26 @@ static vs_status loop_run(train_loop *L, vs_error *err) {
             return vs_error_set(err, VS_ERR_INVALID, "loss is %f at step %lld", loss, (long long)pt.step);
         if (!o->quiet)
             vs_train_progress(&pr, L->st.step, recent_loss(&L->curve, 20), L->rows_run / (now - run_t0), lr);
-        stop = (o->chunk_steps > 0 && L->steps_run >= o->chunk_steps) || (L->deadline > 0 && now >= L->deadline);
+        stop =
+            (o->chunk_steps > 0 && L->steps_run >= o->chunk_steps) || (L->deadline > 0 && now >= L->deadline);
         if (L->st.step % o->ckpt_every == 0 || L->st.step == L->total || stop)
             if ((s = loop_save(L, err))) return s;
     }
     if (!o->quiet) vs_progress_end(&pr, L->st.step);
     L->run_s = vs_time_now() - run_t0;
-    printf("this run: %lld steps, %.0f rows (+%.1f%% padding) in %.1f s (%.0f rows/s); total %lld/%lld steps, "
-           "%llu rows, %.0f s\n",
-           (long long)L->steps_run, L->rows_run,
-           L->padded_run > 0 && L->rows_run > 0 ? 100.0 * (L->padded_run - L->rows_run) / L->rows_run : 0.0,
-           L->run_s, L->run_s > 0 ? L->rows_run / L->run_s : 0.0, (long long)L->st.step, (long long)L->total,
-           (unsigned long long)L->st.tokens, L->st.elapsed_s);
+    printf(
+        "this run: %lld steps, %.0f rows (+%.1f%% padding) in %.1f s (%.0f rows/s); total %lld/%lld steps, "
+        "%llu rows, %.0f s\n",
+        (long long)L->steps_run, L->rows_run,
+        L->padded_run > 0 && L->rows_run > 0 ? 100.0 * (L->padded_run - L->rows_run) / L->rows_run : 0.0,
+        L->run_s, L->run_s > 0 ? L->rows_run / L->run_s : 0.0, (long long)L->st.step, (long long)L->total,
+        (unsigned long long)L->st.tokens, L->st.elapsed_s);
     if (L->curve.n)
-        printf("loss: first step %.4f, last 20 steps %.4f\n", L->curve.pt[0].loss, recent_loss(&L->curve, 20));
+        printf("loss: first step %.4f, last 20 steps %.4f\n", L->curve.pt[0].loss,
+               recent_loss(&L->curve, 20));
     if (L->st.step < L->total)
-        printf("stopped at step %lld of %lld: continue with the same flags and --resume\n", (long long)L->st.step,
-               (long long)L->total);
+        printf("stopped at step %lld of %lld: continue with the same flags and --resume\n",
+               (long long)L->st.step, (long long)L->total);
     return VS_OK;
 }
 
@@ -720,7 +734,8 @@ static vs_status write_summary(target_run *r, double final_loss, vs_error *err) 
     vs_json_obj_begin(&w);
     vs_json_key(&w, "parameters"), vs_json_int(&w, vs_train_vlm_n_params(m, -1));
     vs_json_key(&w, "parameters_vision"), vs_json_int(&w, vs_train_vlm_n_params(m, VS_TRAIN_GROUP_VISION));
-    vs_json_key(&w, "parameters_projector"), vs_json_int(&w, vs_train_vlm_n_params(m, VS_TRAIN_GROUP_PROJECTOR));
+    vs_json_key(&w, "parameters_projector"),
+        vs_json_int(&w, vs_train_vlm_n_params(m, VS_TRAIN_GROUP_PROJECTOR));
     vs_json_key(&w, "parameters_lm"), vs_json_int(&w, vs_train_vlm_n_params(m, VS_TRAIN_GROUP_LM));
     vs_json_key(&w, "steps"), vs_json_int(&w, r->L.st.step);
     vs_json_key(&w, "epochs"),
@@ -940,8 +955,11 @@ static int drafter_parse(int argc, char **argv, drafter_opts *o) {
     for (int p = 0; p < N_PHASES; p++)
         o->steps[p] = steps[p], o->batch[p] = batch[p], o->lr[p] = lr[p], o->warmup[p] = warm[p];
     vs_drafter_lm_shape_default(&o->lm);
-    vs_train_vlm_config shape = {.width = o->lm.width, .n_layers = o->lm.n_layers, .n_heads = o->lm.n_heads,
-                                 .n_kv_heads = o->lm.n_kv_heads, .ffn = o->lm.ffn};
+    vs_train_vlm_config shape = {.width = o->lm.width,
+                                 .n_layers = o->lm.n_layers,
+                                 .n_heads = o->lm.n_heads,
+                                 .n_kv_heads = o->lm.n_kv_heads,
+                                 .ffn = o->lm.ffn};
     fl_set fs = {0};
     fl_add(&fs, "--recipe", FL_STR, &o->recipe, 0, 0);
     fl_add(&fs, "--data", FL_STR, &o->data, 0, 0);
@@ -981,7 +999,8 @@ static int drafter_parse(int argc, char **argv, drafter_opts *o) {
     if (!o->massv && o->distill) return cli_fail(cmd, "--distill is for --recipe massv"), 2;
     if (o->phase && strcmp(o->phase, "a") && strcmp(o->phase, "b") && strcmp(o->phase, "c"))
         return cli_fail(cmd, "--phase must be a, b or c"), 2;
-    if (o->lm.max_seq < s->seq) return cli_fail(cmd, "--ctx %d is shorter than --seq %d", o->lm.max_seq, s->seq), 2;
+    if (o->lm.max_seq < s->seq)
+        return cli_fail(cmd, "--ctx %d is shorter than --seq %d", o->lm.max_seq, s->seq), 2;
     return -1;
 }
 
@@ -1006,7 +1025,11 @@ static char *phase_settings(const drafter_run *r, int ph) {
     vs_json_writer w;
     vs_json_writer_init(&w);
     vs_json_obj_begin(&w);
-    vs_json_kv_str(&w, "phase", ph == PH_TEXT ? "a-text" : ph == PH_PROJ ? "b-proj" : o->massv ? "c-massv" : "c-llava");
+    vs_json_kv_str(&w, "phase",
+                   ph == PH_TEXT   ? "a-text"
+                   : ph == PH_PROJ ? "b-proj"
+                   : o->massv      ? "c-massv"
+                                   : "c-llava");
     vs_json_kv_str(&w, "data", o->data);
     vs_json_kv_str(&w, "target_mmproj", o->target_mm);
     if (ph == PH_TUNE && o->massv) vs_json_kv_str(&w, "distill", o->distill);
@@ -1049,7 +1072,8 @@ static vs_status phase_data(drafter_run *r, int ph, vs_train_data **out, vs_erro
                                 .preproc = {.size = c->image_size, .mode = VS_PREPROC_LLAVA},
                                 .bucket = r->o.s.bucket,
                                 .seed = (uint64_t)r->o.s.seed + (uint64_t)ph};
-    for (int i = 0; i < 3; i++) dopts.preproc.mean[i] = c->image_mean[i], dopts.preproc.std[i] = c->image_std[i];
+    for (int i = 0; i < 3; i++)
+        dopts.preproc.mean[i] = c->image_mean[i], dopts.preproc.std[i] = c->image_std[i];
     vs_status s = VS_OK;
     const double t0 = vs_time_now();
     if (ph == PH_PROJ) {
@@ -1062,14 +1086,17 @@ static vs_status phase_data(drafter_run *r, int ph, vs_train_data **out, vs_erro
         memset(&q, 0, sizeof(q));
         if (ph == PH_TEXT) {
             s = vs_train_seqs_add_text(&q, r->train, r->captions, r->tok, err);
-            if (s == VS_OK) printf("phase a data: %lld text documents (answers, captions, text conversations)\n",
-                                   (long long)q.n);
+            if (s == VS_OK)
+                printf("phase a data: %lld text documents (answers, captions, text conversations)\n",
+                       (long long)q.n);
         } else if (!r->o.massv) {
             s = vs_train_seqs_add_instruct(&q, r->train, r->tok, G * G, err);
             if (s == VS_OK) {
-                printf("phase c data (llava): %lld conversations kept; dropped (multi-image):", (long long)q.n);
+                printf("phase c data (llava): %lld conversations kept; dropped (multi-image):",
+                       (long long)q.n);
                 for (int su = 0; su < VS_WORLD_N_SUITES; su++)
-                    if (q.dropped[su]) printf(" %s %lld", vs_world_suite_name((vs_world_suite)su), (long long)q.dropped[su]);
+                    if (q.dropped[su])
+                        printf(" %s %lld", vs_world_suite_name((vs_world_suite)su), (long long)q.dropped[su]);
                 int64_t cut = 0;
                 for (int su = 0; su < VS_WORLD_N_SUITES; su++) cut += q.cut_turns[su];
                 printf("; new-image second turns cut: %lld\n", (long long)cut);
@@ -1081,7 +1108,8 @@ static vs_status phase_data(drafter_run *r, int ph, vs_train_data **out, vs_erro
                        "before EOS, %lld not laid out)\n",
                        (long long)q.n, r->o.distill, (long long)r->dist.n, (long long)q.skipped_answers,
                        (long long)q.failed);
-            if (s == VS_OK && q.n == 0) s = vs_error_set(err, VS_ERR_INVALID, "%s: no usable answers", r->o.distill);
+            if (s == VS_OK && q.n == 0)
+                s = vs_error_set(err, VS_ERR_INVALID, "%s: no usable answers", r->o.distill);
         }
         if (s == VS_OK && !(*out = vs_train_data_new_items(vs_train_seqs_items(&q), q.n, &dopts, err)))
             s = VS_ERR_INVALID;
@@ -1169,8 +1197,8 @@ static vs_status drafter_phase(drafter_run *r, int ph, bool *finished, vs_error 
         return s;
     }
     if (s == VS_OK && ph > PH_TEXT && !phase_done(r, ph - 1))
-        s = vs_error_set(err, VS_ERR_INVALID, "phase %s needs phase %s to be finished first", r->phase_dir[ph],
-                         r->phase_dir[ph - 1]);
+        s = vs_error_set(err, VS_ERR_INVALID, "phase %s needs phase %s to be finished first",
+                         r->phase_dir[ph], r->phase_dir[ph - 1]);
     if (s == VS_OK) s = phase_data(r, ph, &L.data, err);
     if (s != VS_OK) {
         vs_free(settings);
@@ -1178,7 +1206,10 @@ static vs_status drafter_phase(drafter_run *r, int ph, bool *finished, vs_error 
         return s;
     }
     char title[128];
-    snprintf(title, sizeof(title), "drafter phase %s: training loss", ph < PH_TUNE ? k_phase_dir[ph] : o->massv ? "c-massv" : "c-llava");
+    snprintf(title, sizeof(title), "drafter phase %s: training loss",
+             ph < PH_TUNE ? k_phase_dir[ph]
+             : o->massv   ? "c-massv"
+                          : "c-llava");
     L.cmd = k_drafter_cmd, L.label = ph == PH_TEXT ? "phase a" : ph == PH_PROJ ? "phase b" : "phase c";
     L.title = title;
     L.o = o->s;
@@ -1221,10 +1252,13 @@ static vs_status drafter_phase(drafter_run *r, int ph, bool *finished, vs_error 
     if (s == VS_OK) {
         phase_freeze(L.m, ph);
         const vs_train_data_stats *ds = vs_train_data_get_stats(L.data);
-        printf("phase %s: %lld steps of %d x %d sequences (%.2f epochs), lr %.2e -> %.2e, warm-up %.0f; trains %s\n",
-               L.dir, (long long)L.total, L.o.accum, L.o.batch, (double)L.total * L.o.accum / (double)ds->n_batches,
-               L.o.lr, L.o.lr_min, L.o.warmup,
-               ph == PH_TEXT ? "the LM" : ph == PH_PROJ ? "the projector" : "projector + LM");
+        printf("phase %s: %lld steps of %d x %d sequences (%.2f epochs), lr %.2e -> %.2e, warm-up %.0f; "
+               "trains %s\n",
+               L.dir, (long long)L.total, L.o.accum, L.o.batch,
+               (double)L.total * L.o.accum / (double)ds->n_batches, L.o.lr, L.o.lr_min, L.o.warmup,
+               ph == PH_TEXT   ? "the LM"
+               : ph == PH_PROJ ? "the projector"
+                               : "projector + LM");
         fflush(stdout);
         L.tp = NULL;
         s = loop_run(&L, err);
@@ -1245,7 +1279,8 @@ static vs_status drafter_train(drafter_run *r, vs_error *err) {
     vs_status s;
     r->deadline = o->s.time_limit > 0 ? vs_time_now() + o->s.time_limit : 0;
     r->chunk_left = o->s.chunk_steps > 0 ? o->s.chunk_steps : -1;
-    if (!(r->tmm = vs_mmproj_open(o->target_mm, err))) return vs_error_wrap(err, "the target's mmproj"), VS_ERR_INVALID;
+    if (!(r->tmm = vs_mmproj_open(o->target_mm, err)))
+        return vs_error_wrap(err, "the target's mmproj"), VS_ERR_INVALID;
     if (!(r->tok = vs_tokenizer_load(o->tokenizer, err))) return VS_ERR_INVALID;
     if (!(r->tok_gguf = vs_gguf_open(o->tokenizer, err))) return VS_ERR_INVALID;
     if (o->target) {
@@ -1259,25 +1294,30 @@ static vs_status drafter_train(drafter_run *r, vs_error *err) {
     if (o->massv) {
         if ((s = vs_distill_read(o->distill, false, &r->dist, err))) return s;
         if (r->dist.h.vocab != r->cfg.vocab)
-            return vs_error_set(err, VS_ERR_INVALID,
-                                "vocabulary mismatch: %s was generated by a target with %d tokens, the tokenizer %s "
-                                "has %d",
-                                o->distill, r->dist.h.vocab, o->tokenizer, r->cfg.vocab);
+            return vs_error_set(
+                err, VS_ERR_INVALID,
+                "vocabulary mismatch: %s was generated by a target with %d tokens, the tokenizer %s "
+                "has %d",
+                o->distill, r->dist.h.vocab, o->tokenizer, r->cfg.vocab);
     }
     if ((s = mkdir_one(o->out, err))) return s;
     for (int p = 0; p < N_PHASES; p++)
         snprintf(r->phase_dir[p], sizeof(r->phase_dir[p]), "%s/%s", o->out,
-                 p < PH_TUNE ? k_phase_dir[p] : o->massv ? "c-massv" : "c-llava");
+                 p < PH_TUNE ? k_phase_dir[p]
+                 : o->massv  ? "c-massv"
+                             : "c-llava");
     if (!(r->train = vs_world_load(o->data, "train", VS_WORLD_ALL_SUITES, err))) return VS_ERR_INVALID;
     if (!(r->captions = vs_world_load(o->data, "captions", VS_WORLD_ALL_SUITES, err))) return VS_ERR_INVALID;
     if (r->train->image_size != r->cfg.image_size)
-        return vs_error_set(err, VS_ERR_INVALID, "%s has %d-pixel images; the target's tower takes %d", o->data,
-                            r->train->image_size, r->cfg.image_size);
+        return vs_error_set(err, VS_ERR_INVALID, "%s has %d-pixel images; the target's tower takes %d",
+                            o->data, r->train->image_size, r->cfg.image_size);
     const vs_train_vlm_config *c = &r->cfg;
-    printf("drafter (%s): target tower %s (%dx%d/%d, width %d x %d blocks, frozen), projector %d -> %d -> %d, "
-           "LM width %d x %d layers (%d/%d heads, SwiGLU %d), vocab %d, context %d\n",
-           o->recipe, o->target_mm, c->image_size, c->image_size, c->patch_size, c->v_width, c->v_blocks, c->v_width,
-           c->width, c->width, c->width, c->n_layers, c->n_heads, c->n_kv_heads, c->ffn, c->vocab, c->max_seq);
+    printf(
+        "drafter (%s): target tower %s (%dx%d/%d, width %d x %d blocks, frozen), projector %d -> %d -> %d, "
+        "LM width %d x %d layers (%d/%d heads, SwiGLU %d), vocab %d, context %d\n",
+        o->recipe, o->target_mm, c->image_size, c->image_size, c->patch_size, c->v_width, c->v_blocks,
+        c->v_width, c->width, c->width, c->width, c->n_layers, c->n_heads, c->n_kv_heads, c->ffn, c->vocab,
+        c->max_seq);
     for (int p = 0; p < N_PHASES; p++) {
         if (o->phase && o->phase[0] != "abc"[p]) continue;
         bool finished = false;
@@ -1365,12 +1405,13 @@ static int cmd_export(int argc, char **argv) {
 int vs_cmd_train(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         FILE *f = argc < 2 ? stderr : stdout;
-        fprintf(f, "usage: vlmspec train <command> [options]   (vlmspec train <command> --help)\n"
-                   "commands:\n"
-                   "  target   train the target VLM on the generated world (resumable; exports GGUF)\n"
-                   "  drafter  train a draft VLM by the LLaVA recipe or MASSV (phases, resumable; exports GGUF)\n"
-                   "  export   export a training checkpoint as LM + mmproj GGUF\n"
-                   "  bench    time training steps of a VLM on synthetic data against the sgemm peak\n");
+        fprintf(
+            f, "usage: vlmspec train <command> [options]   (vlmspec train <command> --help)\n"
+               "commands:\n"
+               "  target   train the target VLM on the generated world (resumable; exports GGUF)\n"
+               "  drafter  train a draft VLM by the LLaVA recipe or MASSV (phases, resumable; exports GGUF)\n"
+               "  export   export a training checkpoint as LM + mmproj GGUF\n"
+               "  bench    time training steps of a VLM on synthetic data against the sgemm peak\n");
         return argc < 2 ? 2 : 0;
     }
     if (!strcmp(argv[1], "target")) return cmd_target(argc - 1, argv + 1);
