@@ -9,7 +9,14 @@
  * (p < 1e-6, with 50k samples), proving the test can fail.
  * The draft shares the target's seed with its weights scaled (0.45 vs 0.6), so drafts are accepted about
  * 80% of the time and every branch (acceptance, residual, bonus, EOS) is exercised. A 1M-sample run of
- * the first configuration gave p = 0.07 (no bias visible at that size). */
+ * the first configuration gave p = 0.07 (no bias visible at that size).
+ * Token trees (draft_lm tree_width 2 and 3, 50k samples each): siblings drawn without replacement from
+ * the draft's distribution (the SpecInfer / MCSD walk of spec.h), with top-p and top-k, and deterministic
+ * top-w siblings (EAGLE's rule), and an unrelated draft model (acceptance ~0.3, so later siblings are
+ * tried often); the broken residual is rejected in the tree walk too. Checked by hand: skipping the tree
+ * walk's residual update fails every tree configuration (p < 1e-138), and skipping the sibling update of
+ * q (q(x) = 0, renormalised) fails the unrelated-draft one (p = 3e-45; the related draft accepts its first
+ * sibling ~90% of the time, so it cannot see that bug). */
 #include <string.h>
 
 #include "draft_lm.h"
@@ -115,6 +122,8 @@ typedef struct config {
     int gamma;
     bool greedy_draft;
     bool broken;
+    int width; /* token-tree width (0 / 1: chains) */
+    bool far;  /* draft with the unrelated model (low acceptance: later siblings are reached often) */
 } config;
 
 /* Returns the chi-square p-value of n speculative samples against the exact distribution. */
@@ -131,7 +140,7 @@ static double run_config(vs_lm *target, vs_lm *draft, const config *c, int n, co
     vs_spec_config ec = {.n_ctx = 32, .tok = tok};
     vs_spec *eng = vs_spec_new(target, &ec, &err);
     VT_REQUIRE(eng, "%s", err.msg);
-    vs_draft_lm_opts dopt = {.greedy = c->greedy_draft, .n_ctx = 32};
+    vs_draft_lm_opts dopt = {.greedy = c->greedy_draft, .n_ctx = 32, .tree_width = c->width};
     vs_spec_drafter *d = vs_draft_lm_new(draft, target, &dopt, &err);
     VT_REQUIRE(d, "%s", err.msg);
     vs_spec_segment seg = {.kind = VS_SPEC_SEG_TEXT, .n = np, .tokens = prompt};
@@ -144,7 +153,7 @@ static double run_config(vs_lm *target, vs_lm *draft, const config *c, int n, co
     par.debug_break_residual = c->broken;
 
     int64_t *cnt = calloc(NCAT, sizeof(int64_t));
-    int64_t drafted = 0, accepted = 0;
+    int64_t drafted = 0, accepted = 0, tree_blocks = 0;
     vs_spec_log log;
     vs_spec_log_init(&log);
     for (int i = 0; i < n; i++) {
@@ -153,10 +162,15 @@ static double run_config(vs_lm *target, vs_lm *draft, const config *c, int n, co
         VT_REQUIRE(log.n_tokens >= 1 && log.n_tokens <= 3, "sample %d has %d tokens", i, log.n_tokens);
         VT_REQUIRE(log.n_tokens == 3 || log.tokens[log.n_tokens - 1] == EOS, "short path without EOS");
         cnt[cat_of(log.tokens, log.n_tokens)]++;
-        for (int b = 0; b < log.n_blocks; b++)
+        for (int b = 0; b < log.n_blocks; b++) {
             drafted += log.blocks[b].n_eval, accepted += log.blocks[b].n_accept;
+            tree_blocks += log.blocks[b].n_draft > log.blocks[b].n_depth;
+        }
     }
     *accept_rate = drafted ? (double)accepted / (double)drafted : 0;
+    if (c->width > 1)
+        VT_CHECK(tree_blocks > n / 2, "%s: only %lld tree blocks in %d samples", c->name, (long long)tree_blocks,
+                 n);
 
     /* chi-square over bins with expected count >= 5; the rest pooled into one bin */
     double chi2 = 0, pool_e = 0, pool_o = 0;
@@ -181,7 +195,7 @@ static double run_config(vs_lm *target, vs_lm *draft, const config *c, int n, co
         bins++;
     }
     double p = impossible ? 0 : vt_chi2_pvalue(chi2, bins - 1);
-    printf("  %-34s n %d, %d bins, chi2 %.1f, p = %.3g, impossible paths %lld, acceptance %.3f\n", c->name, n,
+    printf("  %-44s n %d, %d bins, chi2 %.1f, p = %.3g, impossible paths %lld, acceptance %.3f\n", c->name, n,
            bins, chi2, p, (long long)impossible, *accept_rate);
     vs_spec_log_free(&log);
     free(cnt);
@@ -210,29 +224,46 @@ int main(int argc, char **argv) {
     vs_lm *target = make_model(32, 64, 0.6f, 101, "target16.gguf");
     vs_lm *draft =
         make_model(32, 64, 0.45f, 101, "draft16.gguf"); /* the target's seed, weights scaled: related */
+    vs_lm *far = make_model(32, 64, 0.6f, 202, "far16.gguf"); /* unrelated weights */
     const int32_t prompt[4] = {1, 7, 11, 4};
     /* the temperature / top-p sweep with 200k samples each; two further configurations (top-k, greedy
      * drafts) with 100k to keep the test near half a minute of CPU */
     const config cfgs[] = {
-        {"T 1.0, gamma 2", 1.0f, 1.0f, 0, 2, false, false},
-        {"T 0.7, top-p 0.9, gamma 2", 0.7f, 0.9f, 0, 2, false, false},
-        {"T 1.5, top-p 0.8, gamma 1", 1.5f, 0.8f, 0, 1, false, false},
-        {"T 1.0, top-k 6, gamma 3", 1.0f, 1.0f, 6, 3, false, false},
-        {"T 1.0, greedy drafts, gamma 2", 1.0f, 1.0f, 0, 2, true, false},
+        {"T 1.0, gamma 2", 1.0f, 1.0f, 0, 2, false, false, 1, false},
+        {"T 0.7, top-p 0.9, gamma 2", 0.7f, 0.9f, 0, 2, false, false, 1, false},
+        {"T 1.5, top-p 0.8, gamma 1", 1.5f, 0.8f, 0, 1, false, false, 1, false},
+        {"T 1.0, top-k 6, gamma 3", 1.0f, 1.0f, 6, 3, false, false, 1, false},
+        {"T 1.0, greedy drafts, gamma 2", 1.0f, 1.0f, 0, 2, true, false, 1, false},
+        /* token trees: siblings drawn without replacement (SpecInfer / MCSD walk), deterministic top-w
+         * siblings (EAGLE's rule) */
+        {"tree width 2, T 1.0, gamma 2", 1.0f, 1.0f, 0, 2, false, false, 2, false},
+        {"tree width 3, T 0.7, top-p 0.9, gamma 2", 0.7f, 0.9f, 0, 2, false, false, 3, false},
+        {"tree width 3, T 1.0, top-k 6, gamma 1", 1.0f, 1.0f, 6, 1, false, false, 3, false},
+        {"tree width 3, greedy drafts, T 1.0, gamma 2", 1.0f, 1.0f, 0, 2, true, false, 3, false},
+        {"tree width 3, unrelated draft, T 1.0, gamma 2", 1.0f, 1.0f, 0, 2, false, false, 3, true},
     };
     for (size_t i = 0; i < VS_ARRAY_LEN(cfgs); i++) {
         double acc;
-        double p = run_config(target, draft, &cfgs[i], i < 3 ? N : N / 2, prompt, 4, &acc);
+        const bool tree = cfgs[i].width > 1;
+        double p = run_config(target, cfgs[i].far ? far : draft, &cfgs[i], i < 3 ? N : tree ? N / 4 : N / 2,
+                              prompt, 4, &acc);
         VT_CHECK(p > 0.001, "%s: speculative sampling differs from target-only sampling (p = %g)",
                  cfgs[i].name, p);
-        VT_CHECK(acc > 0.05 && acc < 0.95, "%s: acceptance %g does not exercise both branches", cfgs[i].name,
-                 acc);
+        /* trees accept more (a rejected first sibling leaves the others) */
+        VT_CHECK(acc > 0.05 && acc < (tree ? 0.99 : 0.95), "%s: acceptance %g does not exercise both branches",
+                 cfgs[i].name, acc);
     }
     /* the deliberately broken residual must be caught */
-    const config broken = {"BROKEN residual (must fail), T 1.0", 1.0f, 1.0f, 0, 2, false, true};
+    const config broken = {"BROKEN residual (must fail), T 1.0", 1.0f, 1.0f, 0, 2, false, true, 1, false};
     double acc;
     double p = run_config(target, draft, &broken, N / 4, prompt, 4, &acc);
     VT_CHECK(p < 1e-6, "the test did not detect the broken residual (p = %g)", p);
+    /* and in the tree walk (the residual update after a rejected sibling skipped) */
+    const config broken_tree = {
+        "BROKEN residual (must fail), tree width 3", 1.0f, 1.0f, 0, 2, false, true, 3, false};
+    p = run_config(target, draft, &broken_tree, N / 4, prompt, 4, &acc);
+    VT_CHECK(p < 1e-6, "the test did not detect the broken tree residual (p = %g)", p);
+    vs_lm_free(far);
     vs_lm_free(draft);
     vs_lm_free(target);
     printf("spec_sampling: %.1f s\n", vs_time_now() - t0);
