@@ -128,7 +128,7 @@ static vs_status load_images(tvd_ctx *c, const vs_world_sample *s, vs_error *err
     }
     if (st != VS_OK) {
         drop_images(c);
-        return vs_error_wrap(err, "tvd: %s: images", s->id);
+        return vs_error_wrap(err, "tvd: images"); /* vs_eval_run adds the sample and turn */
     }
     c->cur = s;
     return VS_OK;
@@ -159,21 +159,18 @@ static vs_status build_rows(tvd_ctx *c, tvd_model *m, const vs_world_sample *s, 
         for (int i = 0; i < n_images; i++) dummy[i] = (vs_mm_image){c->zero_row, 1, m->width};
         imgs = dummy;
     } else if (n_images > m->n_imgs) {
-        return vs_error_set(err, VS_ERR_INVALID, "tvd: %s: %d images asked, %d loaded", s->id, n_images,
-                            m->n_imgs);
+        return vs_error_set(err, VS_ERR_INVALID, "tvd: %d images asked, %d loaded", n_images, m->n_imgs);
     }
     vs_status st = vs_mm_prompt_build(&p, c->tok, prompt, strlen(prompt), imgs, n_images, &po, err);
-    if (st != VS_OK) return vs_error_wrap(err, "tvd: %s (%s)", s->id, m->name);
+    if (st != VS_OK) return vs_error_wrap(err, "tvd: the prompt of %s", m->name);
     int64_t np = 0;
     for (int64_t r = 0; r < p.n_rows; r++) np += p.embd[r] && m->view == VS_TVD_VIEW_T ? c->n_nl : 1;
     const int64_t total = np + n_ans;
     if (total > m->n_ctx) {
         vs_mm_prompt_free(&p);
         return vs_error_set(err, VS_ERR_RANGE,
-                            "tvd: %s turn %d: %s needs %lld rows (prompt %lld + answer %lld), its context "
-                            "holds %d",
-                            s->id, c->turn, m->name, (long long)total, (long long)np, (long long)n_ans,
-                            m->n_ctx);
+                            "tvd: %s needs %lld rows (prompt %lld + answer %lld), its context holds %d",
+                            m->name, (long long)total, (long long)np, (long long)n_ans, m->n_ctx);
     }
     if ((st = grow_rows(c, total, err)) != VS_OK) {
         vs_mm_prompt_free(&p);
