@@ -8,8 +8,11 @@
  *   - TABED adapts: a self-drafting pair whose M row sees exactly what the target sees and whose T row
  *     does not: grid and inverse-KL weights move to M and acceptance rises to (nearly) every draft;
  *   - lossless sampling: the joint distribution of 3 generated tokens with q_ens drafters (MT, MTP,
- *     several policies and sampling settings, sampled and greedy drafts) matches the exact target-only
- *     distribution (chi-square, V = 16, image rows in the prompt), and a broken residual is detected;
+ *     several policies and sampling settings, sampled and greedy drafts, width-2 and width-3 token trees)
+ *     matches the exact target-only distribution (chi-square, V = 16, image rows in the prompt), and a
+ *     broken residual is detected (chains and trees);
+ *   - token trees (tree_width 2 and 3): lossless greedy with 1 to 4 rows (m, t, mt, mtp, mtcp) under
+ *     static, grid and inverse-KL weights (the history follows the accepted branch), exact row counts;
  *   - captions: a captioner (the drafter VLM) on another thread gives the same blocks as the same
  *     captions given as texts; the captions file format and its errors;
  *   - bad input: missing caption, empty caption (documented fallback), pool size larger than the grid,
@@ -109,8 +112,8 @@ static bool same_tokens(const vs_spec_log *a, const vs_spec_log *b) {
            (a->n_tokens == 0 || memcmp(a->tokens, b->tokens, sizeof(int32_t) * (size_t)a->n_tokens) == 0);
 }
 
-static vs_spec_drafter *make_ens(vs_lm *draft, vs_lm *target, const char *inputs, const char *policy,
-                                 const vs_vision_projector *proj, vs_caption_src *caps, bool trace) {
+static vs_spec_drafter *make_ens_w(vs_lm *draft, vs_lm *target, const char *inputs, const char *policy,
+                                   const vs_vision_projector *proj, vs_caption_src *caps, bool trace, int width) {
     vs_error err = {0};
     vs_draft_ens_opts o;
     vs_draft_ens_opts_default(&o);
@@ -119,9 +122,15 @@ static vs_spec_drafter *make_ens(vs_lm *draft, vs_lm *target, const char *inputs
     o.proj = proj;
     o.captions = caps;
     o.trace = trace;
+    o.tree_width = width;
     vs_spec_drafter *d = vs_draft_ens_new(draft, target, &o, &err);
     VT_REQUIRE(d, "ensemble %s / %s: %s", inputs, policy, err.msg);
     return d;
+}
+
+static vs_spec_drafter *make_ens(vs_lm *draft, vs_lm *target, const char *inputs, const char *policy,
+                                 const vs_vision_projector *proj, vs_caption_src *caps, bool trace) {
+    return make_ens_w(draft, target, inputs, policy, proj, caps, trace, 1);
 }
 
 /* ------------------------------------------------------------------------------------------------
@@ -219,21 +228,25 @@ static const int GAMMAS[4] = {1, 3, 5, 8};
 
 typedef struct tally {
     int combos, mismatches, eval_errors;
-    int64_t drafted, accepted;
+    int64_t drafted, accepted, tree_blocks;
 } tally;
 
-/* Rejected drafts the drafter evaluated (chain: k - 1 fed, min(a, k - 1) kept). */
+/* Rejected drafts each row evaluated: W branches of depth k feed W (k - 1) nodes, min(a, k - 1) are kept
+ * (chain: W = 1). */
 static int64_t wasted(const vs_spec_log *log) {
     int64_t w = 0;
     for (int b = 0; b < log->n_blocks; b++) {
         const vs_spec_block *k = &log->blocks[b];
-        if (k->n_draft > 0) w += (k->n_draft - 1) - VS_MIN(k->n_accept, k->n_draft - 1);
+        if (k->n_draft == 0) continue;
+        const int depth = k->n_depth > 0 ? k->n_depth : k->n_draft, W = k->n_draft / depth;
+        w += W * (depth - 1) - VS_MIN(k->n_accept, depth - 1);
     }
     return w;
 }
 
 static void run_lossless(fixture *f, vs_lm *draft, const vs_vision_projector *proj, const char *label,
-                         tally *t) {
+                         tally *t, const char *const *sets, int n_sets, const char *const *policies,
+                         int n_policies, int width) {
     vs_error err = {0};
     engine e = make_engine(f->target, 256);
     vs_spec_log base[NP], log;
@@ -243,31 +256,33 @@ static void run_lossless(fixture *f, vs_lm *draft, const vs_vision_projector *pr
     }
     vs_spec_log_init(&log);
     int64_t acc_by_set[8] = {0}, dr_by_set[8] = {0};
-    for (size_t s = 0; s < VS_ARRAY_LEN(SETS); s++) {
-        const int m = (int)strlen(SETS[s]);
-        for (size_t pi = 0; pi < VS_ARRAY_LEN(POLICIES); pi++) {
+    const char *const *SETS_ = sets, *const *POLICIES_ = policies;
+    for (int s = 0; s < n_sets; s++) {
+        const int m = (int)strlen(SETS_[s]);
+        for (int pi = 0; pi < n_policies; pi++) {
             if (m == 1 && pi > 0) continue; /* one row: the weight is 1 whatever the policy */
             char pol[64];
-            if (!strcmp(POLICIES[pi], "ratios")) {
+            if (!strcmp(POLICIES_[pi], "ratios")) {
                 snprintf(pol, sizeof(pol), "static:2");
                 for (int r = 1; r < m; r++) strcat(pol, ",1");
             } else {
-                snprintf(pol, sizeof(pol), "%s", POLICIES[pi]);
+                snprintf(pol, sizeof(pol), "%s", POLICIES_[pi]);
             }
-            vs_spec_drafter *d = make_ens(draft, f->target, SETS[s], pol, proj, f->caps, false);
+            vs_spec_drafter *d = make_ens_w(draft, f->target, SETS_[s], pol, proj, f->caps, false, width);
             vs_kv *kv = vs_draft_ens_kv(d);
             for (int i = 0; i < NP; i++) {
-                const int gamma = GAMMAS[(i + (int)s + (int)pi) % 4];
+                const int gamma = GAMMAS[(i + s + pi) % 4];
                 const int64_t before = vs_draft_ens_get_stats(d)->rows_evaluated;
                 vs_status st = gen(&e, d, &f->mp[i].p, gamma, 20, &log, &err);
-                VT_REQUIRE(st == VS_OK, "%s %s %s prompt %d: %s", label, SETS[s], pol, i, err.msg);
+                VT_REQUIRE(st == VS_OK, "%s %s %s prompt %d: %s", label, SETS_[s], pol, i, err.msg);
                 t->combos++;
                 if (!same_tokens(&log, &base[i])) {
                     t->mismatches++;
                     VT_CHECK(
                         false,
-                        "%s: inputs %s, weights %s, prompt %d, gamma %d: output differs from target-only",
-                        label, SETS[s], pol, i, gamma);
+                        "%s: inputs %s, weights %s, prompt %d, gamma %d, width %d: output differs from "
+                        "target-only",
+                        label, SETS_[s], pol, i, gamma, width);
                 }
                 int64_t cached = 0;
                 for (int r = 0; r < m; r++) cached += vs_kv_seq_len(kv, r);
@@ -277,8 +292,15 @@ static void run_lossless(fixture *f, vs_lm *draft, const vs_vision_projector *pr
                     VT_CHECK(
                         false,
                         "%s %s %s prompt %d: %lld rows evaluated, %lld cached + %lld x %d rejected drafts",
-                        label, SETS[s], pol, i, (long long)evaluated, (long long)cached,
+                        label, SETS_[s], pol, i, (long long)evaluated, (long long)cached,
                         (long long)wasted(&log), m);
+                }
+                for (int b = 0; b < log.n_blocks; b++) {
+                    const vs_spec_block *k = &log.blocks[b];
+                    VT_CHECK(k->n_depth <= gamma && k->n_draft <= width * k->n_depth,
+                             "%s %s: block of %d nodes, depth %d (gamma %d, width %d)", label, SETS_[s],
+                             k->n_draft, k->n_depth, gamma, width);
+                    t->tree_blocks += k->n_draft > k->n_depth;
                 }
                 for (int b = 0; b < log.n_blocks; b++) {
                     t->drafted += log.blocks[b].n_eval, t->accepted += log.blocks[b].n_accept;
@@ -289,8 +311,8 @@ static void run_lossless(fixture *f, vs_lm *draft, const vs_vision_projector *pr
         }
     }
     printf("  %-30s acceptance by input set:", label);
-    for (size_t s = 0; s < VS_ARRAY_LEN(SETS); s++)
-        printf(" %s %.2f", SETS[s], (double)acc_by_set[s] / (double)VS_MAX(dr_by_set[s], 1));
+    for (int s = 0; s < n_sets; s++)
+        printf(" %s %.2f", SETS_[s], (double)acc_by_set[s] / (double)VS_MAX(dr_by_set[s], 1));
     printf("\n");
     for (int i = 0; i < NP; i++) vs_spec_log_free(&base[i]);
     vs_spec_log_free(&log);
@@ -299,9 +321,12 @@ static void run_lossless(fixture *f, vs_lm *draft, const vs_vision_projector *pr
 
 static void test_lossless(fixture *f) {
     tally t = {0};
-    run_lossless(f, f->draft_rel, vs_mmproj_projector(f->dm_rel), "related drafter", &t);
+    const int ns = (int)VS_ARRAY_LEN(SETS), np = (int)VS_ARRAY_LEN(POLICIES);
+    run_lossless(f, f->draft_rel, vs_mmproj_projector(f->dm_rel), "related drafter", &t, SETS, ns, POLICIES, np,
+                 1);
     const int first = t.combos;
-    run_lossless(f, f->draft_far, vs_mmproj_projector(f->dm_far), "unrelated drafter", &t);
+    run_lossless(f, f->draft_far, vs_mmproj_projector(f->dm_far), "unrelated drafter", &t, SETS, ns, POLICIES,
+                 np, 1);
     printf(
         "  lossless greedy: %d + %d prompt x input x policy combinations, %d mismatches, acceptance %.3f\n",
         first, t.combos - first, t.mismatches, (double)t.accepted / (double)VS_MAX(t.drafted, 1));
@@ -310,6 +335,23 @@ static void test_lossless(fixture *f) {
              t.mismatches, t.eval_errors);
     const double acc = (double)t.accepted / (double)VS_MAX(t.drafted, 1);
     VT_CHECK(acc > 0.05 && acc < 0.95, "acceptance %g exercises both branches", acc);
+
+    /* width-2 and width-3 token trees: one to four rows (m, t, mt, mtp, mtcp), three policies, the related
+     * drafter */
+    static const char *const TSETS[] = {"m", "t", "mt", "mtp", "mtcp"};
+    static const char *const TPOLS[] = {"static", "grid", "inv-kl"};
+    tally tt = {0};
+    for (int width = 2; width <= 3; width++) {
+        char label[64];
+        snprintf(label, sizeof(label), "related drafter, width %d", width);
+        run_lossless(f, f->draft_rel, vs_mmproj_projector(f->dm_rel), label, &tt, TSETS, 5, TPOLS, 3, width);
+    }
+    printf("  lossless greedy with trees: %d combinations, %d mismatches, %lld tree blocks, acceptance %.3f\n",
+           tt.combos, tt.mismatches, (long long)tt.tree_blocks,
+           (double)tt.accepted / (double)VS_MAX(tt.drafted, 1));
+    VT_CHECK(tt.mismatches == 0 && tt.eval_errors == 0, "trees: %d mismatches, %d evaluation-count errors",
+             tt.mismatches, tt.eval_errors);
+    VT_CHECK(tt.tree_blocks > 200, "trees: only %lld tree blocks", (long long)tt.tree_blocks);
 }
 
 /* ------------------------------------------------------------------------------------------------
@@ -858,6 +900,7 @@ typedef struct sconfig {
     float temperature, top_p;
     int top_k, gamma;
     bool greedy_draft, broken;
+    int width; /* token-tree width (0 / 1: chains) */
 } sconfig;
 
 static double run_sampling(vs_lm *target, vs_lm *draft, const vs_vision_projector *dproj,
@@ -876,7 +919,7 @@ static double run_sampling(vs_lm *target, vs_lm *draft, const vs_vision_projecto
     vs_draft_ens_opts_default(&o);
     VT_REQUIRE(vs_ens_inputs_parse(c->inputs, o.inputs, &o.n_inputs, &err) == VS_OK, "%s", err.msg);
     VT_REQUIRE(vs_ens_weights_parse(c->policy, &o.weights, &err) == VS_OK, "%s", err.msg);
-    o.proj = dproj, o.pool_k = 2, o.greedy = c->greedy_draft, o.n_ctx = 48;
+    o.proj = dproj, o.pool_k = 2, o.greedy = c->greedy_draft, o.n_ctx = 48, o.tree_width = c->width;
     vs_spec_drafter *d = vs_draft_ens_new(draft, target, &o, &err);
     VT_REQUIRE(d, "%s", err.msg);
     vs_spec_params par = vs_spec_params_default();
@@ -959,25 +1002,35 @@ static void test_sampling(double scale) {
                               {.kind = VS_SPEC_SEG_TEXT, .n = 2, .tokens = t1}};
     vs_spec_prompt pr = {.seg = seg, .n_seg = 3, .images = fp, .n_images = 1};
     const sconfig cfgs[] = {
-        {"MT static, T 1.0, gamma 2", "mt", "static", 1.0f, 1.0f, 0, 2, false, false},
-        {"MTP inv-kl, T 0.7, top-p 0.9, gamma 2", "mtp", "inv-kl", 0.7f, 0.9f, 0, 2, false, false},
-        {"MT grid, T 1.0, top-k 6, gamma 3", "mt", "grid", 1.0f, 1.0f, 6, 3, false, false},
-        {"MTP random, T 1.5, top-p 0.8, gamma 1", "mtp", "random", 1.5f, 0.8f, 0, 1, false, false},
-        {"MT static 3:1, greedy drafts, T 1.0, gamma 2", "mt", "static:3,1", 1.0f, 1.0f, 0, 2, true, false},
+        {"MT static, T 1.0, gamma 2", "mt", "static", 1.0f, 1.0f, 0, 2, false, false, 1},
+        {"MTP inv-kl, T 0.7, top-p 0.9, gamma 2", "mtp", "inv-kl", 0.7f, 0.9f, 0, 2, false, false, 1},
+        {"MT grid, T 1.0, top-k 6, gamma 3", "mt", "grid", 1.0f, 1.0f, 6, 3, false, false, 1},
+        {"MTP random, T 1.5, top-p 0.8, gamma 1", "mtp", "random", 1.5f, 0.8f, 0, 1, false, false, 1},
+        {"MT static 3:1, greedy drafts, T 1.0, gamma 2", "mt", "static:3,1", 1.0f, 1.0f, 0, 2, true, false, 1},
+        /* token trees over q_ens: sampled siblings without replacement, deterministic top-w siblings */
+        {"MT static, tree width 2, T 1.0, gamma 2", "mt", "static", 1.0f, 1.0f, 0, 2, false, false, 2},
+        {"MTP inv-kl, tree width 3, T 0.7, top-p 0.9", "mtp", "inv-kl", 0.7f, 0.9f, 0, 2, false, false, 3},
+        {"MT grid, tree width 3, greedy drafts, gamma 2", "mt", "grid", 1.0f, 1.0f, 0, 2, true, false, 3},
     };
     for (size_t i = 0; i < VS_ARRAY_LEN(cfgs); i++) {
         double acc;
-        double p = run_sampling(target, draft, vs_mmproj_projector(dproj), &pr, &cfgs[i], N, &acc);
+        /* the width-3 trees with half the samples (time) */
+        const int n = cfgs[i].width > 2 ? N / 2 : N;
+        double p = run_sampling(target, draft, vs_mmproj_projector(dproj), &pr, &cfgs[i], n, &acc);
         VT_CHECK(p > 0.001, "%s: speculative sampling differs from target-only sampling (p = %g)",
                  cfgs[i].name, p);
         VT_CHECK(acc > 0.05 && acc < 0.95, "%s: acceptance %g does not exercise both branches", cfgs[i].name,
                  acc);
     }
     const sconfig broken = {
-        "BROKEN residual (must fail), MT static", "mt", "static", 1.0f, 1.0f, 0, 2, false, true};
+        "BROKEN residual (must fail), MT static", "mt", "static", 1.0f, 1.0f, 0, 2, false, true, 1};
     double acc;
     double p = run_sampling(target, draft, vs_mmproj_projector(dproj), &pr, &broken, N / 3, &acc);
     VT_CHECK(p < 1e-6, "the test did not detect the broken residual (p = %g)", p);
+    const sconfig broken_tree = {
+        "BROKEN residual (must fail), MT tree width 3", "mt", "static", 1.0f, 1.0f, 0, 2, false, true, 3};
+    p = run_sampling(target, draft, vs_mmproj_projector(dproj), &pr, &broken_tree, N / 3, &acc);
+    VT_CHECK(p < 1e-6, "the test did not detect the broken tree residual (p = %g)", p);
     vs_free(trows);
     vs_vision_features_free(&feat);
     vs_mmproj_free(tproj);
