@@ -38,8 +38,8 @@ vs_isa vs_isa_active(void); /* the ISA vs_matmul and the vector ops use now: min
  *     VLMSPEC_NO_BLAS=1). With BLAS, batches of 128+ rows (prompt prefill, the vision tower) use
  *     sgemm, whose summation order is its own: such rows may differ from single-row results in the
  *     last bits. Verification batches (gamma + 1 <= 65 rows) and decoding never reach it.
- *     Exception to the exception: F16 / BF16 on CPUs with AMX-BF16 (ISA VS_ISA_AMX, vs_matmul_path
- *     "amx-bf16") never use BLAS and are invariant for every n_rows.
+ *     Exception to the exception: F16 / BF16 matrices on the AMX-BF16 path (vs_matmul_path "amx-bf16")
+ *     never use BLAS and are invariant for every n_rows.
  * Different ISAs (scalar / AVX2 / AVX-512 / AMX) give results that differ in f32 rounding only. */
 void vs_matmul(vs_threadpool *tp, vs_type wtype, const void *w, int64_t n_out, int64_t n_in,
                const float *x, int64_t n_rows, float *y);
@@ -51,11 +51,12 @@ void vs_matmul_ref(vs_type wtype, const void *w, int64_t n_out, int64_t n_in, co
  * turned off here or by VLMSPEC_NO_BLAS=1. Returns whether BLAS is now in use (false without it). */
 bool vs_matmul_set_blas(bool on);
 
-/* The kernel vs_matmul runs now for this weight type and row count (for benchmarks and logs): "scalar",
+/* The kernel vs_matmul runs now for this weight matrix and row count (for benchmarks and logs): "scalar",
  * "avx2", "avx512-fma", "avx512-vnni", "amx-int8", "amx-vnni" (Q8_0/Q4_0 few rows on the AMX layout),
- * "amx-bf16" (F16/BF16 on AMX-BF16 tiles: every row count, exact fp16 split, bf16 activation halves,
- * results within 2^-16 * sum|w x| of exact) or "blas". */
-const char *vs_matmul_path(vs_type wtype, int64_t n_rows);
+ * "amx-bf16" (F16/BF16 matrices of at most 4 MiB on AMX-BF16 tiles, every row count: exact fp16 split,
+ * bf16 activation halves, results within 2^-16 * sum|w x| of exact; VLMSPEC_AMX_BF16=all|off|auto) or
+ * "blas". */
+const char *vs_matmul_path(vs_type wtype, int64_t n_out, int64_t n_in, int64_t n_rows);
 
 /* Vectorised vs_dequantize_row (same results): n values of a row of type t to f32. */
 void vs_row_to_f32(vs_type t, const void *src, float *dst, int64_t n);

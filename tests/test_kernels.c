@@ -16,6 +16,7 @@
  *   Vector ops vs their scalar twins: dot 1e-5 * sum|a b|; axpy 1e-6 relative; rmsnorm 1e-5 relative;
  *   softmax 1e-6 absolute + 1e-5 relative (polynomial exp, ~2e-7 relative). */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "arch/kernels_arch.h"
@@ -103,16 +104,16 @@ static double g_worst_twin, g_worst_ref, g_worst_split;
 
 static bool is_quant(vs_type t) { return t == VS_TYPE_Q8_0 || t == VS_TYPE_Q4_0; }
 
-/* Whether vs_matmul now runs type t on the AMX-BF16 path. */
-static bool on_split_path(vs_type t) {
-    return (t == VS_TYPE_F16 || t == VS_TYPE_BF16) && vs_isa_active() == VS_ISA_AMX && vs_cpu_amx_bf16();
+/* Whether vs_matmul now runs this weight matrix on the AMX-BF16 path. */
+static bool on_split_path(vs_type t, int64_t n_out, int64_t n_in) {
+    return !strcmp(vs_matmul_path(t, n_out, n_in, 1), "amx-bf16");
 }
 
 /* Checks y against the twin (yr) and the double reference; returns the number of bad elements. */
 static int check_y(const problem *p, const float *y, const float *yr, const char *what) {
     int bad = 0;
     double worst_twin = 0, worst_ref = 0;
-    const bool split = y != yr && on_split_path(p->t);
+    const bool split = y != yr && on_split_path(p->t, p->n_out, p->n_in);
     const double extra = split ? TOL_SPLIT : 0.0;
     for (int64_t k = 0; k < p->n_rows * p->n_out; k++) {
         double S = p->S[k] + 1e-30;
@@ -445,8 +446,13 @@ static void test_batch_invariance(vs_isa isa, vs_threadpool **pools, int n_pools
     static const int64_t ns_prefill[] = {1, 130, 600}; /* 600: more than 512 rows, done in pieces */
     for (int ti = 0; ti < 2; ti++) {
         vs_type t = ti == 0 ? VS_TYPE_F16 : VS_TYPE_BF16;
-        if (!on_split_path(t)) continue;
+        if (!on_split_path(t, 33, 301)) continue;
         bad += invariance_case(t, 33, 301, ns_prefill, VS_ARRAY_LEN(ns_prefill), pools, n_pools, &rng);
+        cases++;
+    }
+    /* the largest matrix the AMX-BF16 path takes by default (4 MiB of F16), long rows */
+    if (on_split_path(VS_TYPE_F16, 1024, 2048)) {
+        bad += invariance_case(VS_TYPE_F16, 1024, 2048, ns_big, VS_ARRAY_LEN(ns_big), pools, n_pools, &rng);
         cases++;
     }
     VT_CHECK(bad == 0, "%s: %d rows of a batch differ from the same row alone (batch invariance)",
@@ -530,9 +536,14 @@ int main(void) {
     }
     vs_isa_set_max(VS_ISA_AMX);
     VT_CHECK(vs_isa_active() == best, "cap above the CPU gives the CPU's best");
-    VT_CHECK(!strcmp(vs_matmul_path(VS_TYPE_F16, 6), vs_cpu_amx_bf16() ? "amx-bf16" : best >= VS_ISA_AVX512 ? "avx512-fma"
-                                                      : best == VS_ISA_AVX2 ? "avx2" : "scalar"),
-             "vs_matmul_path(F16, 6) = %s", vs_matmul_path(VS_TYPE_F16, 6));
+    const char *want = vs_cpu_amx_bf16() ? "amx-bf16" : best >= VS_ISA_AVX512 ? "avx512-fma"
+                       : best == VS_ISA_AVX2 ? "avx2" : "scalar";
+    if (!getenv("VLMSPEC_AMX_BF16"))
+        VT_CHECK(!strcmp(vs_matmul_path(VS_TYPE_F16, 1408, 512, 6), want), "vs_matmul_path(F16 1408 x 512, 6) = %s",
+                 vs_matmul_path(VS_TYPE_F16, 1408, 512, 6));
+    if (vs_cpu_amx_bf16() && !getenv("VLMSPEC_AMX_BF16")) /* bigger matrices keep the FMA kernel by default */
+        VT_CHECK(!strcmp(vs_matmul_path(VS_TYPE_F16, 5632, 2048, 6), "avx512-fma"), "vs_matmul_path(F16 5632 x 2048) = %s",
+                 vs_matmul_path(VS_TYPE_F16, 5632, 2048, 6));
     vs_threadpool_free(pools[1]);
     vs_threadpool_free(pools[2]);
     return vt_finish("kernels");
