@@ -1489,6 +1489,25 @@ static void test_cli(void) {
         VT_CHECK(rc == 0 && file_has(out, "\"identical\":true") && file_has(out, "\"images\":2"),
                  "CLI image run, %s mode (rc %d)", modes[m], rc);
     }
+    /* token trees: --tree-width, text and images, greedy identical; sampling reports the tree */
+    rc = vt_run("%s generate -m %s -md %s --draft 3 --tree-width 3 -p 'abc def' -n 20 --temp 0 --compare "
+                "--json > %s 2>&1",
+                vt_cli(), T, D, out);
+    VT_CHECK(rc == 0 && file_has(out, "\"identical\":true") && file_has(out, "\"nodes_per_block\""),
+             "CLI tree run (rc %d)", rc);
+    rc = vt_run("%s generate -m %s --mmproj %s -md %s --mmproj-draft %s --draft 4 --draft-mode m --tree-width 2 "
+                "--image %s -p 'USER: <image>\nwhat is it? ASSISTANT:' -n 16 --temp 0 --compare --json > %s 2>&1",
+                vt_cli(), T, tm_path, D, dm_path, i0, out);
+    VT_CHECK(rc == 0 && file_has(out, "\"identical\":true"), "CLI tree image run (rc %d)", rc);
+    rc = vt_run("%s generate -m %s -md %s --draft 2 --tree-width 2 -p 'abc' -n 8 --temp 0.8 --seed 5 > %s 2>&1",
+                vt_cli(), T, D, out);
+    VT_CHECK(rc == 0 && file_has(out, "nodes drafted per block"), "CLI tree sampling run (rc %d)", rc);
+    const char *bad_widths[4] = {"0", "9", "-1", "two"};
+    for (int k = 0; k < 4; k++) {
+        rc = vt_run("%s generate -m %s -md %s --tree-width %s -p x > %s 2>&1", vt_cli(), T, D, bad_widths[k], out);
+        VT_CHECK(rc == 2 && file_has(out, "--tree-width"), "CLI --tree-width %s refused (rc %d)", bad_widths[k],
+                 rc);
+    }
     /* sampling prints statistics after the text */
     rc = vt_run("%s generate -m %s -md %s --draft 2 -p 'abc' -n 8 --temp 0.8 --seed 5 > %s 2>&1", vt_cli(), T,
                 D, out);
@@ -1506,7 +1525,8 @@ static void test_cli(void) {
     rc = vt_run("%s generate -m %s -md %s --draft-mode q -p x > %s 2>&1", vt_cli(), T, D, out);
     VT_CHECK(rc == 2, "CLI bad draft mode (rc %d)", rc);
     rc = vt_run("%s generate --help > %s 2>&1", vt_cli(), out);
-    VT_CHECK(rc == 0 && file_has(out, "--draft-mode") && file_has(out, "--compare"),
+    VT_CHECK(rc == 0 && file_has(out, "--draft-mode") && file_has(out, "--compare") &&
+                 file_has(out, "--tree-width"),
              "generate --help lists the flags");
 }
 

@@ -355,6 +355,7 @@ int vs_cli_ens_run(const char *cmd, const vs_cli_spec_opts *s, const vs_cli_ens_
         dopt.tower = dproj && tower ? tower : NULL;
         dopt.captions = caps;
         dopt.greedy = s->greedy_draft;
+        dopt.tree_width = s->tree_width;
         dopt.trace = o->trace_path != NULL;
         dopt.debug_reject = reject;
         if (!(drafter = vs_draft_ens_new(draft, target, &dopt, &err))) goto fail;
@@ -394,7 +395,9 @@ int vs_cli_ens_run(const char *cmd, const vs_cli_spec_opts *s, const vs_cli_ens_
     /* the target's step and verify costs on the final cache (TABED eq. 1) */
     int room = n_ctx - vs_kv_seq_len(vs_spec_kv(eng), 0);
     double tv = 0, t1 = 0;
-    if (gamma > 0 && room >= gamma + 1 && !vs_spec_time_target(eng, gamma + 1, 5, &tv, &err))
+    /* a width-D tree verifies D gamma + 1 rows */
+    const int verify_rows = VS_MAX(s->tree_width, 1) * gamma + 1;
+    if (gamma > 0 && room >= verify_rows && !vs_spec_time_target(eng, verify_rows, 5, &tv, &err))
         log.tp_verify = tv;
     if (!s->compare && room >= 1 && !vs_spec_time_target(eng, 1, 5, &t1, &err)) log.tp_step = t1;
 

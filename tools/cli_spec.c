@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "draft_ensemble.h"
 #include "spec.h"
 
 void vs_cli_spec_opts_init(vs_cli_spec_opts *o) {
@@ -12,6 +13,7 @@ void vs_cli_spec_opts_init(vs_cli_spec_opts *o) {
     o->gamma = 5;
     o->mode = VS_CLI_DRAFT_T;
     o->greedy_draft = false;
+    o->tree_width = 1;
     o->compare = false;
     o->json = false;
     o->mmproj = NULL;
@@ -28,6 +30,9 @@ void vs_cli_spec_usage(FILE *f) {
             "                           reject: DEBUG drafter proposing its least likely token (measures\n"
             "                           the cost of speculation when every draft is rejected)\n"
             "  --draft-greedy           draft greedily even when sampling (deterministic drafts)\n"
+            "  --tree-width D           token trees: D branches per block from the first drafted\n"
+            "                           distribution (its D best tokens, or D drawn without replacement\n"
+            "                           when sampling), each continued to GAMMA; 1..8 (default 1: chains)\n"
             "  --compare                also run target-only decoding of the same request: speedups\n"
             "  --json                   print one JSON object (text, tokens, statistics) instead\n"
             "  --mmproj FILE            the target's mmproj (vision tower + projector), with images\n"
@@ -40,7 +45,8 @@ int vs_cli_spec_parse_flag(const char *cmd, int argc, char **argv, int *i, vs_cl
     if (!strcmp(a, "--json")) return o->json = true, 1;
     if (!strcmp(a, "--draft-greedy")) return o->greedy_draft = true, 1;
     if (strcmp(a, "-md") && strcmp(a, "--model-draft") && strcmp(a, "--mmproj-draft") &&
-        strcmp(a, "--draft") && strcmp(a, "--draft-mode") && strcmp(a, "--mmproj") && strcmp(a, "--image"))
+        strcmp(a, "--draft") && strcmp(a, "--draft-mode") && strcmp(a, "--mmproj") && strcmp(a, "--image") &&
+        strcmp(a, "--tree-width"))
         return 0;
     if (!(v = cli_value(cmd, argc, argv, i))) return -1;
     if (!strcmp(a, "-md") || !strcmp(a, "--model-draft"))
@@ -57,6 +63,8 @@ int vs_cli_spec_parse_flag(const char *cmd, int argc, char **argv, int *i, vs_cl
         o->mmproj_draft = v;
     else if (!strcmp(a, "--draft")) {
         if (!cli_parse_int(cmd, a, v, 0, VS_SPEC_MAX_GAMMA, &o->gamma)) return -1;
+    } else if (!strcmp(a, "--tree-width")) {
+        if (!cli_parse_int(cmd, a, v, 1, VS_DRAFT_ENS_MAX_WIDTH, &o->tree_width)) return -1;
     } else {
         if (!strcmp(v, "t"))
             o->mode = VS_CLI_DRAFT_T;

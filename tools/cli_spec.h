@@ -44,6 +44,7 @@ typedef struct vs_cli_spec_opts {
     int gamma;                /* --draft (default 5) */
     vs_cli_draft_mode mode;   /* --draft-mode m|t|reject (default t) */
     bool greedy_draft;        /* --draft-greedy */
+    int tree_width;           /* --tree-width D: width-D token trees (default 1 = chains) */
     bool compare;             /* --compare */
     bool json;                /* --json */
 } vs_cli_spec_opts;
