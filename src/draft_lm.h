@@ -15,8 +15,9 @@
  * leading rows (spec.h: tokens; image rows by the segment's image_id and row; T mode's "\n" by token)
  * and evaluates only the rest; in M mode an image whose image_id was in the previous request is not
  * projected again (its rows are kept until the next request).
- * Chains (or width-d trees: opts.tree_width, see draft_ensemble.h): each step feeds the rows the drafter has not evaluated yet (the first step of a block:
- * the correction / bonus token, plus the last accepted draft when the whole chain was accepted), takes
+ * Chains (or width-d trees: opts.tree_width, see draft_ensemble.h): each step feeds the rows the drafter
+ * has not evaluated yet (the first step of a block: the correction / bonus token, plus the last accepted
+ * draft when the whole chain was accepted), takes
  * the last row's logits, and draws d_i with the request's sampling transforms (q = that exact
  * distribution) or greedily (deterministic). After a block the rejected suffix is truncated from its
  * cache; nothing already evaluated is fed again. Its cache shrinks the chain when nearly full and

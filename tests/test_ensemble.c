@@ -113,7 +113,8 @@ static bool same_tokens(const vs_spec_log *a, const vs_spec_log *b) {
 }
 
 static vs_spec_drafter *make_ens_w(vs_lm *draft, vs_lm *target, const char *inputs, const char *policy,
-                                   const vs_vision_projector *proj, vs_caption_src *caps, bool trace, int width) {
+                                   const vs_vision_projector *proj, vs_caption_src *caps, bool trace,
+                                   int width) {
     vs_error err = {0};
     vs_draft_ens_opts o;
     vs_draft_ens_opts_default(&o);
@@ -322,8 +323,8 @@ static void run_lossless(fixture *f, vs_lm *draft, const vs_vision_projector *pr
 static void test_lossless(fixture *f) {
     tally t = {0};
     const int ns = (int)VS_ARRAY_LEN(SETS), np = (int)VS_ARRAY_LEN(POLICIES);
-    run_lossless(f, f->draft_rel, vs_mmproj_projector(f->dm_rel), "related drafter", &t, SETS, ns, POLICIES, np,
-                 1);
+    run_lossless(f, f->draft_rel, vs_mmproj_projector(f->dm_rel), "related drafter", &t, SETS, ns, POLICIES,
+                 np, 1);
     const int first = t.combos;
     run_lossless(f, f->draft_far, vs_mmproj_projector(f->dm_far), "unrelated drafter", &t, SETS, ns, POLICIES,
                  np, 1);
@@ -346,9 +347,10 @@ static void test_lossless(fixture *f) {
         snprintf(label, sizeof(label), "related drafter, width %d", width);
         run_lossless(f, f->draft_rel, vs_mmproj_projector(f->dm_rel), label, &tt, TSETS, 5, TPOLS, 3, width);
     }
-    printf("  lossless greedy with trees: %d combinations, %d mismatches, %lld tree blocks, acceptance %.3f\n",
-           tt.combos, tt.mismatches, (long long)tt.tree_blocks,
-           (double)tt.accepted / (double)VS_MAX(tt.drafted, 1));
+    printf(
+        "  lossless greedy with trees: %d combinations, %d mismatches, %lld tree blocks, acceptance %.3f\n",
+        tt.combos, tt.mismatches, (long long)tt.tree_blocks,
+        (double)tt.accepted / (double)VS_MAX(tt.drafted, 1));
     VT_CHECK(tt.mismatches == 0 && tt.eval_errors == 0, "trees: %d mismatches, %d evaluation-count errors",
              tt.mismatches, tt.eval_errors);
     VT_CHECK(tt.tree_blocks > 200, "trees: only %lld tree blocks", (long long)tt.tree_blocks);
@@ -1006,7 +1008,8 @@ static void test_sampling(double scale) {
         {"MTP inv-kl, T 0.7, top-p 0.9, gamma 2", "mtp", "inv-kl", 0.7f, 0.9f, 0, 2, false, false, 1},
         {"MT grid, T 1.0, top-k 6, gamma 3", "mt", "grid", 1.0f, 1.0f, 6, 3, false, false, 1},
         {"MTP random, T 1.5, top-p 0.8, gamma 1", "mtp", "random", 1.5f, 0.8f, 0, 1, false, false, 1},
-        {"MT static 3:1, greedy drafts, T 1.0, gamma 2", "mt", "static:3,1", 1.0f, 1.0f, 0, 2, true, false, 1},
+        {"MT static 3:1, greedy drafts, T 1.0, gamma 2", "mt", "static:3,1", 1.0f, 1.0f, 0, 2, true, false,
+         1},
         /* token trees over q_ens: sampled siblings without replacement, deterministic top-w siblings */
         {"MT static, tree width 2, T 1.0, gamma 2", "mt", "static", 1.0f, 1.0f, 0, 2, false, false, 2},
         {"MTP inv-kl, tree width 3, T 0.7, top-p 0.9", "mtp", "inv-kl", 0.7f, 0.9f, 0, 2, false, false, 3},

@@ -87,8 +87,8 @@ static void free_engine(engine *e) {
 
 /* A draft-LM drafter drafting width-`width` trees (1 = chains). */
 static vs_spec_drafter *make_drafter_w(vs_lm *draft, vs_lm *target, vs_draft_lm_mode mode,
-                                       const vs_vision_projector *proj, const vs_vision_tower *tower, int n_ctx,
-                                       int width) {
+                                       const vs_vision_projector *proj, const vs_vision_tower *tower,
+                                       int n_ctx, int width) {
     vs_error err = {0};
     vs_draft_lm_opts o = {.mode = mode, .n_ctx = n_ctx, .proj = proj, .tower = tower, .tree_width = width};
     vs_spec_drafter *d = vs_draft_lm_new(draft, target, &o, &err);
@@ -632,7 +632,8 @@ static void test_random_pairs(tally *t) {
                 printf("  %-46s %3d combos, %5lld drafted, %5lld accepted, %.2f nodes per accepted\n", what,
                        t->combos - before.combos, (long long)(t->drafted - before.drafted),
                        (long long)(t->accepted - before.accepted),
-                       (double)(t->drafted - before.drafted) / (double)VS_MAX(t->accepted - before.accepted, 1));
+                       (double)(t->drafted - before.drafted) /
+                           (double)VS_MAX(t->accepted - before.accepted, 1));
                 vs_spec_drafter_free(d);
             }
             vs_lm_free(draft);
@@ -651,8 +652,11 @@ static void test_self_draft(void) {
     text_prompt tp;
     make_text_prompt(&tp, 12, 2, 96, 77);
     vs_lm *drafts[2] = {target, same_file};
-    for (int di = 0; di < 2; di++) {
-        vs_spec_drafter *d = make_drafter(drafts[di], target, VS_DRAFT_LM_TEXT, NULL, NULL, 0);
+    /* chains, and trees of width 2 and 3 (the drafter's cache after each commit must hold exactly the
+     * accepted path, or its branch 0 would stop matching the target) */
+    for (int di = 0; di < 4; di++) {
+        const int width = di < 2 ? 1 : di;
+        vs_spec_drafter *d = make_drafter_w(drafts[di % 2], target, VS_DRAFT_LM_TEXT, NULL, NULL, 0, width);
         for (int gi = 0; gi < 4; gi++) {
             int g = GAMMAS[gi];
             vs_spec_log log;
@@ -660,10 +664,11 @@ static void test_self_draft(void) {
             run(&e, d, &tp.p, g, 4 * (g + 1), true, &log);
             vs_spec_stats s;
             vs_spec_stats_compute(&log, NULL, &s);
-            VT_CHECK(s.tau == g + 1, "self draft (%s), gamma %d: tau %g", di ? "same file" : "same model", g,
-                     s.tau);
-            VT_CHECK(s.n_accepted == s.n_drafted && s.n_drafted == 4 * g, "gamma %d: %lld of %lld accepted",
-                     g, (long long)s.n_accepted, (long long)s.n_drafted);
+            VT_CHECK(s.tau == g + 1, "self draft (%s, width %d), gamma %d: tau %g",
+                     di % 2 ? "same file" : "same model", width, g, s.tau);
+            VT_CHECK(s.n_accepted == 4 * g && s.n_drafted == 4 * g * width,
+                     "gamma %d width %d: %lld of %lld accepted", g, width, (long long)s.n_accepted,
+                     (long long)s.n_drafted);
             for (int n = 0; n < g; n++)
                 VT_CHECK(s.n_alpha[n] == 1, "gamma %d: %d-alpha %g", g, n + 1, s.n_alpha[n]);
             VT_CHECK(s.hist[g] == 4, "gamma %d: histogram", g);
@@ -673,6 +678,79 @@ static void test_self_draft(void) {
     }
     free_engine(&e);
     vs_lm_free(same_file);
+    vs_lm_free(target);
+}
+
+/* After tree blocks the drafter's cache holds exactly the context's rows: compacted accepted paths
+ * equal a plain causal evaluation of the prompt and the generated tokens (bit for bit: F32 cache, a
+ * batch-invariant draft model, tree rows gathered exactly). */
+static void test_tree_draft_cache(void) {
+    vs_error err = {0};
+    vs_lm_random_opts to = ropts(64, 2, 4, 2, 128, 96, VS_TYPE_F32, 0.15f, true, 11);
+    vs_lm_random_opts dop = ropts(64, 1, 4, 2, 128, 96, VS_TYPE_F32, 0.15f, true, 11); /* related, 1 layer */
+    vs_lm *target = make_model(&to, "tc-target.gguf");
+    vs_lm *draft = make_model(&dop, "tc-draft.gguf");
+    engine e = make_engine(target, 256);
+    const vs_lm_config *dc = vs_lm_cfg(draft);
+    int checked = 0, tree_blocks = 0, accepted_tree = 0;
+    double worst = 0;
+    for (int width = 2; width <= 3; width++) {
+        vs_spec_drafter *d = make_drafter_w(draft, target, VS_DRAFT_LM_TEXT, NULL, NULL, 0, width);
+        for (int pi = 0; pi < 4; pi++) {
+            text_prompt tp;
+            make_text_prompt(&tp, 5 + 7 * pi, 1 + pi % 3, 96, 500 + pi);
+            const int n_prompt = 5 + 7 * pi;
+            for (int gi = 0; gi < 4; gi++) {
+                vs_spec_log log;
+                vs_spec_log_init(&log);
+                run(&e, d, &tp.p, GAMMAS[gi], 30, true, &log);
+                for (int b = 0; b < log.n_blocks; b++) {
+                    tree_blocks += log.blocks[b].n_draft > log.blocks[b].n_depth;
+                    accepted_tree +=
+                        log.blocks[b].n_draft > log.blocks[b].n_depth && log.blocks[b].n_accept > 1;
+                }
+                vs_kv *kv = vs_draft_lm_kv(d);
+                const int len = vs_kv_seq_len(kv, 0);
+                VT_REQUIRE(len <= n_prompt + log.n_tokens, "draft cache %d rows", len);
+                vs_kv *ref = vs_lm_kv_new(draft, 1, 256, VS_TYPE_F32, &err);
+                VT_REQUIRE(ref, "%s", err.msg);
+                vs_lm_row rows[128];
+                memset(rows, 0, sizeof(rows));
+                for (int i = 0; i < len; i++) {
+                    rows[i].token = i < n_prompt ? tp.tok[i] : log.tokens[i - n_prompt];
+                    rows[i].pos = i;
+                }
+                const int pre = VS_MIN(len, n_prompt - 1); /* the drafter's prefill: one batch */
+                if (pre > 0)
+                    VT_REQUIRE(vs_lm_forward(draft, ref, NULL, rows, pre, NULL, &err) == VS_OK, "%s",
+                               err.msg);
+                for (int i = pre; i < len; i++)
+                    VT_REQUIRE(vs_lm_forward(draft, ref, NULL, &rows[i], 1, NULL, &err) == VS_OK, "%s",
+                               err.msg);
+                for (int l = 0; l < dc->n_layer; l++)
+                    for (int h = 0; h < dc->n_head_kv; h++) {
+                        const size_t n = (size_t)len * (size_t)dc->head_dim;
+                        double dk =
+                            vt_max_abs_diff(vs_kv_k_const(kv, 0, l, h), vs_kv_k_const(ref, 0, l, h), n);
+                        double dv =
+                            vt_max_abs_diff(vs_kv_v_const(kv, 0, l, h), vs_kv_v_const(ref, 0, l, h), n);
+                        worst = VS_MAX(worst, VS_MAX(dk, dv));
+                    }
+                checked++;
+                vs_kv_free(ref);
+                vs_spec_log_free(&log);
+            }
+        }
+        vs_spec_drafter_free(d);
+    }
+    printf("  tree drafter cache: %d runs, %d tree blocks (%d accepting 2+ drafts), max |row - causal row| = "
+           "%.3g\n",
+           checked, tree_blocks, accepted_tree, worst);
+    VT_CHECK(worst == 0, "the tree drafter's cache differs from a causal evaluation of the context (%g)",
+             worst);
+    VT_CHECK(accepted_tree > 20, "too few tree blocks accepting 2+ drafts (%d)", accepted_tree);
+    free_engine(&e);
+    vs_lm_free(draft);
     vs_lm_free(target);
 }
 
@@ -1135,7 +1213,8 @@ static void test_bad_input(void) {
     td.mode = 10;
     pr.sampling.temperature = 0;
     pr.ignore_eos = true;
-    VT_CHECK(vs_spec_generate(e.s, &td.hdr, &tp.p, &pr, NULL, NULL, &log, &err) == VS_OK, "tree: %s", err.msg);
+    VT_CHECK(vs_spec_generate(e.s, &td.hdr, &tp.p, &pr, NULL, NULL, &log, &err) == VS_OK, "tree: %s",
+             err.msg);
     run(&e, NULL, &tp.p, 0, 8, true, &base);
     VT_CHECK(same_tokens(&log, &base), "a hand-made tree keeps the output");
     VT_CHECK(log.blocks[0].n_draft == 3 && log.blocks[0].n_depth == 2, "tree block: %d nodes, depth %d",
@@ -1495,18 +1574,21 @@ static void test_cli(void) {
                 vt_cli(), T, D, out);
     VT_CHECK(rc == 0 && file_has(out, "\"identical\":true") && file_has(out, "\"nodes_per_block\""),
              "CLI tree run (rc %d)", rc);
-    rc = vt_run("%s generate -m %s --mmproj %s -md %s --mmproj-draft %s --draft 4 --draft-mode m --tree-width 2 "
-                "--image %s -p 'USER: <image>\nwhat is it? ASSISTANT:' -n 16 --temp 0 --compare --json > %s 2>&1",
-                vt_cli(), T, tm_path, D, dm_path, i0, out);
+    rc = vt_run(
+        "%s generate -m %s --mmproj %s -md %s --mmproj-draft %s --draft 4 --draft-mode m --tree-width 2 "
+        "--image %s -p 'USER: <image>\nwhat is it? ASSISTANT:' -n 16 --temp 0 --compare --json > %s 2>&1",
+        vt_cli(), T, tm_path, D, dm_path, i0, out);
     VT_CHECK(rc == 0 && file_has(out, "\"identical\":true"), "CLI tree image run (rc %d)", rc);
-    rc = vt_run("%s generate -m %s -md %s --draft 2 --tree-width 2 -p 'abc' -n 8 --temp 0.8 --seed 5 > %s 2>&1",
-                vt_cli(), T, D, out);
+    rc = vt_run(
+        "%s generate -m %s -md %s --draft 2 --tree-width 2 -p 'abc' -n 8 --temp 0.8 --seed 5 > %s 2>&1",
+        vt_cli(), T, D, out);
     VT_CHECK(rc == 0 && file_has(out, "nodes drafted per block"), "CLI tree sampling run (rc %d)", rc);
     const char *bad_widths[4] = {"0", "9", "-1", "two"};
     for (int k = 0; k < 4; k++) {
-        rc = vt_run("%s generate -m %s -md %s --tree-width %s -p x > %s 2>&1", vt_cli(), T, D, bad_widths[k], out);
-        VT_CHECK(rc == 2 && file_has(out, "--tree-width"), "CLI --tree-width %s refused (rc %d)", bad_widths[k],
-                 rc);
+        rc = vt_run("%s generate -m %s -md %s --tree-width %s -p x > %s 2>&1", vt_cli(), T, D, bad_widths[k],
+                    out);
+        VT_CHECK(rc == 2 && file_has(out, "--tree-width"), "CLI --tree-width %s refused (rc %d)",
+                 bad_widths[k], rc);
     }
     /* sampling prints statistics after the text */
     rc = vt_run("%s generate -m %s -md %s --draft 2 -p 'abc' -n 8 --temp 0.8 --seed 5 > %s 2>&1", vt_cli(), T,
@@ -1549,6 +1631,7 @@ int main(void) {
     VT_CHECK(t.partial_blocks > 100, "too few partly accepted blocks (%lld) to exercise rollbacks",
              (long long)t.partial_blocks);
     test_self_draft();
+    test_tree_draft_cache();
     test_bad_input();
     test_eos_mid_block();
     test_reject_drafter();

@@ -169,8 +169,8 @@ static double run_config(vs_lm *target, vs_lm *draft, const config *c, int n, co
     }
     *accept_rate = drafted ? (double)accepted / (double)drafted : 0;
     if (c->width > 1)
-        VT_CHECK(tree_blocks > n / 2, "%s: only %lld tree blocks in %d samples", c->name, (long long)tree_blocks,
-                 n);
+        VT_CHECK(tree_blocks > n / 2, "%s: only %lld tree blocks in %d samples", c->name,
+                 (long long)tree_blocks, n);
 
     /* chi-square over bins with expected count >= 5; the rest pooled into one bin */
     double chi2 = 0, pool_e = 0, pool_o = 0;
@@ -250,8 +250,8 @@ int main(int argc, char **argv) {
         VT_CHECK(p > 0.001, "%s: speculative sampling differs from target-only sampling (p = %g)",
                  cfgs[i].name, p);
         /* trees accept more (a rejected first sibling leaves the others) */
-        VT_CHECK(acc > 0.05 && acc < (tree ? 0.99 : 0.95), "%s: acceptance %g does not exercise both branches",
-                 cfgs[i].name, acc);
+        VT_CHECK(acc > 0.05 && acc < (tree ? 0.99 : 0.95),
+                 "%s: acceptance %g does not exercise both branches", cfgs[i].name, acc);
     }
     /* the deliberately broken residual must be caught */
     const config broken = {"BROKEN residual (must fail), T 1.0", 1.0f, 1.0f, 0, 2, false, true, 1, false};
