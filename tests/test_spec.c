@@ -1417,6 +1417,10 @@ typedef struct feat_drafter {
     float *hid, *lay0; /* [cap][E] */
     int32_t tok[256];
     bool contiguous;
+    /* tree mode: knows the target-only output (truth) and proposes two branches per block, a wrong one
+     * first and the right one second, so the accepted path is never the first nodes of the batch */
+    const int32_t *truth;
+    int n_truth, pos;
 } feat_drafter;
 
 static vs_status fd_rows(vs_spec_drafter *base, const vs_spec_features *f, vs_error *e) {
@@ -1433,14 +1437,34 @@ static vs_status fd_rows(vs_spec_drafter *base, const vs_spec_features *f, vs_er
 }
 static vs_status fd_propose(vs_spec_drafter *base, const vs_spec_limits *lim, vs_spec_proposal *out,
                             vs_error *e) {
-    (void)base, (void)e;
-    out->n = lim->max_depth;
-    for (int i = 0; i < out->n; i++)
-        out->token[i] = 7, out->parent[i] = i - 1, out->depth[i] = i + 1, out->q_row[i] = -1;
+    feat_drafter *d = (feat_drafter *)base;
+    (void)e;
+    if (!d->truth) {
+        out->n = lim->max_depth;
+        for (int i = 0; i < out->n; i++)
+            out->token[i] = 7, out->parent[i] = i - 1, out->depth[i] = i + 1, out->q_row[i] = -1;
+        return VS_OK;
+    }
+    const int k = VS_MIN(VS_MIN(lim->max_depth, lim->max_nodes / 2), d->n_truth - d->pos);
+    for (int j = 0; j < k; j++)
+        for (int b = 0; b < 2; b++) {
+            const int n = 2 * j + b, t = d->truth[d->pos + j];
+            out->token[n] = b == 0 ? (t + 1) % base->n_vocab : t;
+            out->parent[n] = j == 0 ? -1 : n - 2;
+            out->depth[n] = j + 1;
+            out->q_row[n] = -1;
+        }
+    out->n = 2 * VS_MAX(k, 0);
+    return VS_OK;
+}
+static vs_status fd_commit(vs_spec_drafter *base, const vs_spec_commit *c, vs_error *e) {
+    feat_drafter *d = (feat_drafter *)base;
+    (void)e;
+    d->pos += c->n_accepted + (c->next >= 0);
     return VS_OK;
 }
 static const vs_spec_drafter_vt fd_vt = {"feature-drafter", td_begin, fd_rows, fd_propose,
-                                         td_commit,         NULL,     NULL};
+                                         fd_commit,         NULL,     NULL};
 
 static void test_features(void) {
     vs_error err = {0};
@@ -1488,6 +1512,30 @@ static void test_features(void) {
     fd.n_rows = 0;
     VT_REQUIRE(vs_spec_generate(e.s, &fd.hdr, &tp.p, &pr, NULL, NULL, &log, &err) == VS_OK, "%s", err.msg);
     VT_CHECK(fd.contiguous && fd.n_rows == vs_kv_seq_len(vs_spec_kv(e.s), 0), "features after reuse");
+
+    /* trees: the accepted path is always the second branch; the delivered rows are gathered along it */
+    vs_spec_log base;
+    vs_spec_log_init(&base);
+    run(&e, NULL, &tp.p, 0, 20, true, &base);
+    fd.truth = base.tokens, fd.n_truth = base.n_tokens, fd.pos = 0, fd.n_rows = 0, fd.contiguous = true;
+    fd.hdr.max_nodes = 8;
+    run(&e, &fd.hdr, &tp.p, 4, 20, true, &log);
+    VT_CHECK(same_tokens(&log, &base), "oracle tree drafter: target-only output");
+    vs_spec_stats ts;
+    vs_spec_stats_compute(&log, NULL, &ts);
+    VT_CHECK(ts.tau == 5 && ts.nodes_per_block == 8 && ts.max_depth == 4, "oracle tree: tau %g, %g nodes",
+             ts.tau, ts.nodes_per_block);
+    cached = vs_kv_seq_len(vs_spec_kv(e.s), 0);
+    VT_CHECK(fd.contiguous && fd.n_rows == cached,
+             "tree features: contiguous %d, %d rows delivered, %d cached", fd.contiguous, fd.n_rows, cached);
+    toks_ok = true;
+    for (int i = 0; i < fd.n_rows; i++)
+        toks_ok &= fd.tok[i] == seq[i];
+    VT_CHECK(toks_ok, "tree feature rows carry the context's tokens");
+    dh = vt_max_abs_diff(h, fd.hid, (size_t)fd.n_rows * 64),
+    d0 = vt_max_abs_diff(h0, fd.lay0, (size_t)fd.n_rows * 64);
+    VT_CHECK(dh < 1e-4 && d0 < 1e-4, "tree features vs a direct forward: %g (last), %g (layer 0)", dh, d0);
+    vs_spec_log_free(&base);
     free(h), free(h0), free(fd.hid), free(fd.lay0);
     vs_kv_free(kv);
     vs_spec_log_free(&log);
