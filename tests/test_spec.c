@@ -213,10 +213,12 @@ static int64_t wasted_drafts(const vs_spec_log *log) {
 /* Totals over the lossless runs. */
 typedef struct tally {
     int combos, mismatches;
-    int64_t drafted, accepted, partial_blocks, tree_blocks;
+    int64_t drafted, accepted, partial_blocks, tree_blocks, tokens, blocks;
 } tally;
 
 static void tally_log(tally *t, const vs_spec_log *log) {
+    t->tokens += log->n_tokens;
+    t->blocks += log->n_blocks;
     for (int i = 0; i < log->n_blocks; i++) {
         t->drafted += log->blocks[i].n_draft;
         t->accepted += log->blocks[i].n_accept;
@@ -629,11 +631,10 @@ static void test_random_pairs(tally *t) {
                 snprintf(what, sizeof(what), "%s / %s / width %d", targets[ti].name, ps->name, width);
                 tally before = *t;
                 check_pair(what, &e, d, pp, NP, rows, 32, t, width, first_acc);
-                printf("  %-46s %3d combos, %5lld drafted, %5lld accepted, %.2f nodes per accepted\n", what,
+                printf("  %-46s %3d combos, %5lld drafted, %5lld accepted, tau %.3f\n", what,
                        t->combos - before.combos, (long long)(t->drafted - before.drafted),
                        (long long)(t->accepted - before.accepted),
-                       (double)(t->drafted - before.drafted) /
-                           (double)VS_MAX(t->accepted - before.accepted, 1));
+                       (double)(t->tokens - before.tokens) / (double)VS_MAX(t->blocks - before.blocks, 1));
                 vs_spec_drafter_free(d);
             }
             vs_lm_free(draft);
