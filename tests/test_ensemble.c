@@ -27,20 +27,13 @@
 #include "draft_ensemble.h"
 #include "draft_lm.h"
 #include "spec.h"
+#include "spec_testutil.h"
 #include "testutil.h"
 #include "tokenizer.h"
 #include "vision.h"
 
 /* ------------------------------------------------------------------------------------------------
  * helpers */
-
-static const char *tmp_path(const char *name) {
-    static char buf[16][512];
-    static int k;
-    char *p = buf[k++ % 16];
-    snprintf(p, 512, "%s/%s", vt_tmpdir(), name);
-    return p;
-}
 
 static vs_lm *make_model(int E, int L, int H, int F, int V, float std, uint64_t seed, int n_ctx,
                          const char *name) {
@@ -50,8 +43,8 @@ static vs_lm *make_model(int E, int L, int H, int F, int V, float std, uint64_t 
     o.n_ctx = n_ctx;
     o.n_vocab = V, o.type = VS_TYPE_F32, o.init_std = std, o.tied = true, o.seed = seed;
     vs_error err = {0};
-    VT_REQUIRE(vs_lm_write_random(&o, tmp_path(name), &err) == VS_OK, "%s", err.msg);
-    vs_lm *lm = vs_lm_load(tmp_path(name), &err);
+    VT_REQUIRE(vs_lm_write_random(&o, st_tmp_path(name), &err) == VS_OK, "%s", err.msg);
+    vs_lm *lm = vs_lm_load(st_tmp_path(name), &err);
     VT_REQUIRE(lm, "%s", err.msg);
     return lm;
 }
@@ -69,35 +62,14 @@ static vs_mmproj *make_proj(int width, int hidden, int proj_out, bool tower, uin
     VT_REQUIRE(vs_vision_weights_alloc(&w, &c, &err) == VS_OK, "%s", err.msg);
     vs_vision_weights_randomize(&w, &c, seed);
     vs_mmproj_write_opts wo = {.mat_type = VS_TYPE_F32, .tower_hash = tower_hash};
-    VT_REQUIRE(vs_mmproj_write(tmp_path(name), &c, &w, &wo, &err) == VS_OK, "%s", err.msg);
+    VT_REQUIRE(vs_mmproj_write(st_tmp_path(name), &c, &w, &wo, &err) == VS_OK, "%s", err.msg);
     vs_vision_weights_free(&w, &c);
-    vs_mmproj *m = vs_mmproj_open(tmp_path(name), &err);
+    vs_mmproj *m = vs_mmproj_open(st_tmp_path(name), &err);
     VT_REQUIRE(m, "%s", err.msg);
     return m;
 }
 
-typedef struct engine {
-    vs_spec *s;
-    vs_tokenizer *tok;
-} engine;
-
-static engine make_engine(vs_lm *target, int n_ctx) {
-    vs_error err = {0};
-    engine e;
-    e.tok = vs_tokenizer_from_gguf(vs_lm_gguf(target), &err);
-    VT_REQUIRE(e.tok, "%s", err.msg);
-    vs_spec_config c = {.n_ctx = n_ctx, .kv_type = VS_TYPE_F32, .tok = e.tok};
-    e.s = vs_spec_new(target, &c, &err);
-    VT_REQUIRE(e.s, "%s", err.msg);
-    return e;
-}
-
-static void free_engine(engine *e) {
-    vs_spec_free(e->s);
-    vs_tokenizer_free(e->tok);
-}
-
-static vs_status gen(engine *e, vs_spec_drafter *d, const vs_spec_prompt *p, int gamma, int n_predict,
+static vs_status gen(st_engine *e, vs_spec_drafter *d, const vs_spec_prompt *p, int gamma, int n_predict,
                      vs_spec_log *log, vs_error *err) {
     vs_spec_params pr = vs_spec_params_default();
     pr.gamma = gamma;
@@ -105,11 +77,6 @@ static vs_status gen(engine *e, vs_spec_drafter *d, const vs_spec_prompt *p, int
     pr.sampling.temperature = 0;
     pr.ignore_eos = true;
     return vs_spec_generate(e->s, d, p, &pr, NULL, NULL, log, err);
-}
-
-static bool same_tokens(const vs_spec_log *a, const vs_spec_log *b) {
-    return a->n_tokens == b->n_tokens &&
-           (a->n_tokens == 0 || memcmp(a->tokens, b->tokens, sizeof(int32_t) * (size_t)a->n_tokens) == 0);
 }
 
 static vs_spec_drafter *make_ens_w(vs_lm *draft, vs_lm *target, const char *inputs, const char *policy,
@@ -232,24 +199,11 @@ typedef struct tally {
     int64_t drafted, accepted, tree_blocks;
 } tally;
 
-/* Rejected drafts each row evaluated: W branches of depth k feed W (k - 1) nodes, min(a, k - 1) are kept
- * (chain: W = 1). */
-static int64_t wasted(const vs_spec_log *log) {
-    int64_t w = 0;
-    for (int b = 0; b < log->n_blocks; b++) {
-        const vs_spec_block *k = &log->blocks[b];
-        if (k->n_draft == 0) continue;
-        const int depth = k->n_depth > 0 ? k->n_depth : k->n_draft, W = k->n_draft / depth;
-        w += W * (depth - 1) - VS_MIN(k->n_accept, depth - 1);
-    }
-    return w;
-}
-
 static void run_lossless(fixture *f, vs_lm *draft, const vs_vision_projector *proj, const char *label,
                          tally *t, const char *const *sets, int n_sets, const char *const *policies,
                          int n_policies, int width) {
     vs_error err = {0};
-    engine e = make_engine(f->target, 256);
+    st_engine e = st_make_engine(f->target, 256);
     vs_spec_log base[NP], log;
     for (int i = 0; i < NP; i++) {
         vs_spec_log_init(&base[i]);
@@ -277,7 +231,7 @@ static void run_lossless(fixture *f, vs_lm *draft, const vs_vision_projector *pr
                 vs_status st = gen(&e, d, &f->mp[i].p, gamma, 20, &log, &err);
                 VT_REQUIRE(st == VS_OK, "%s %s %s prompt %d: %s", label, SETS_[s], pol, i, err.msg);
                 t->combos++;
-                if (!same_tokens(&log, &base[i])) {
+                if (!st_same_tokens(&log, &base[i], false)) {
                     t->mismatches++;
                     VT_CHECK(
                         false,
@@ -288,13 +242,13 @@ static void run_lossless(fixture *f, vs_lm *draft, const vs_vision_projector *pr
                 int64_t cached = 0;
                 for (int r = 0; r < m; r++) cached += vs_kv_seq_len(kv, r);
                 const int64_t evaluated = vs_draft_ens_get_stats(d)->rows_evaluated - before;
-                if (evaluated != cached + m * wasted(&log)) {
+                if (evaluated != cached + m * st_wasted_drafts(&log)) {
                     t->eval_errors++;
                     VT_CHECK(
                         false,
                         "%s %s %s prompt %d: %lld rows evaluated, %lld cached + %lld x %d rejected drafts",
                         label, SETS_[s], pol, i, (long long)evaluated, (long long)cached,
-                        (long long)wasted(&log), m);
+                        (long long)st_wasted_drafts(&log), m);
                 }
                 for (int b = 0; b < log.n_blocks; b++) {
                     const vs_spec_block *k = &log.blocks[b];
@@ -317,7 +271,7 @@ static void run_lossless(fixture *f, vs_lm *draft, const vs_vision_projector *pr
     printf("\n");
     for (int i = 0; i < NP; i++) vs_spec_log_free(&base[i]);
     vs_spec_log_free(&log);
-    free_engine(&e);
+    st_free_engine(&e);
 }
 
 static void test_lossless(fixture *f) {
@@ -364,7 +318,7 @@ static void test_lossless(fixture *f) {
  * that the two implementations agreed block by block and row by row). */
 static void test_single_is_draft_lm(fixture *f) {
     vs_error err = {0};
-    engine e = make_engine(f->target, 256);
+    st_engine e = st_make_engine(f->target, 256);
     const vs_vision_projector *proj = vs_mmproj_projector(f->dm_rel);
     int same = 0, total = 0;
     for (int mode = 0; mode < 2; mode++) {
@@ -378,7 +332,7 @@ static void test_single_is_draft_lm(fixture *f) {
         for (int i = 0; i < NP; i++) {
             VT_REQUIRE(gen(&e, dl, &f->mp[i].p, 4, 24, &a, &err) == VS_OK, "%s", err.msg);
             VT_REQUIRE(gen(&e, de, &f->mp[i].p, 4, 24, &b, &err) == VS_OK, "%s", err.msg);
-            bool eq = a.n_blocks == b.n_blocks && same_tokens(&a, &b);
+            bool eq = a.n_blocks == b.n_blocks && st_same_tokens(&a, &b, false);
             for (int k = 0; eq && k < a.n_blocks; k++)
                 eq = a.blocks[k].n_draft == b.blocks[k].n_draft &&
                      a.blocks[k].n_accept == b.blocks[k].n_accept;
@@ -394,14 +348,14 @@ static void test_single_is_draft_lm(fixture *f) {
         vs_spec_drafter_free(de);
     }
     VT_CHECK(same == total, "1-row ensemble == draft_lm block by block on %d of %d requests", same, total);
-    free_engine(&e);
+    st_free_engine(&e);
 }
 
 static void test_adaptation(fixture *f) {
     /* the target drafting for itself: the M row (target's own projector) sees exactly the target's rows,
      * the T row sees "\n" instead of each image */
     vs_error err = {0};
-    engine e = make_engine(f->target, 256);
+    st_engine e = st_make_engine(f->target, 256);
     const vs_vision_projector *tp = vs_mmproj_projector(f->tm);
     const char *pols[3] = {"static", "grid", "inv-kl"};
     double acc[3] = {0};
@@ -444,7 +398,7 @@ static void test_adaptation(fixture *f) {
     VT_CHECK(wm_last[2] >= 0.99f, "inverse-KL weights move to the M row (%g)", wm_last[2]);
     VT_CHECK(acc[1] >= 0.97 && acc[2] >= 0.97, "adaptive acceptance %g / %g", acc[1], acc[2]);
     VT_CHECK(acc[1] >= acc[0] && acc[2] >= acc[0], "adaptive weights do at least as well as static ones");
-    free_engine(&e);
+    st_free_engine(&e);
 }
 
 static void test_captioner(fixture *f) {
@@ -467,7 +421,7 @@ static void test_captioner(fixture *f) {
     VT_REQUIRE(fixed, "%s", err.msg);
     vs_caption_src *gen_src = vs_caption_src_new_captioner(cap, &err);
     VT_REQUIRE(gen_src, "%s", err.msg);
-    engine e = make_engine(f->target, 256);
+    st_engine e = st_make_engine(f->target, 256);
     vs_spec_drafter *da = make_ens(f->draft_rel, f->target, "mtc", "inv-kl", proj, gen_src, false);
     vs_spec_drafter *db = make_ens(f->draft_rel, f->target, "mtc", "inv-kl", proj, fixed, false);
     vs_spec_log a, b, base;
@@ -479,7 +433,7 @@ static void test_captioner(fixture *f) {
         t_cap += vs_draft_ens_get_stats(da)->t_caption;
         VT_REQUIRE(gen(&e, db, &f->mp[i].p, 4, 16, &b, &err) == VS_OK, "%s", err.msg);
         VT_REQUIRE(gen(&e, NULL, &f->mp[i].p, 0, 16, &base, &err) == VS_OK, "%s", err.msg);
-        VT_CHECK(same_tokens(&a, &base), "captioner ensemble is lossless (prompt %d)", i);
+        VT_CHECK(st_same_tokens(&a, &base, false), "captioner ensemble is lossless (prompt %d)", i);
         bool eq = a.n_blocks == b.n_blocks;
         for (int k = 0; eq && k < a.n_blocks; k++) eq = a.blocks[k].n_accept == b.blocks[k].n_accept;
         same += eq;
@@ -508,7 +462,7 @@ static void test_captioner(fixture *f) {
     VT_CHECK(!vs_captioner_new(f->draft_rel, proj, &bad, &err) && strstr(err.msg, "marker"), "%s", err.msg);
     VT_CHECK(!vs_captioner_new(f->draft_far, proj, NULL, &err) && strstr(err.msg, "wide"), "%s", err.msg);
     vs_captioner_free(cap);
-    free_engine(&e);
+    st_free_engine(&e);
 }
 
 static void write_file(const char *path, const char *text) {
@@ -521,7 +475,7 @@ static void write_file(const char *path, const char *text) {
 static void test_captions_file(void) {
     vs_error err = {0};
     const char *keys[2] = {"imgs/a.png", "imgs/b.png"};
-    const char *p = tmp_path("caps.txt");
+    const char *p = st_tmp_path("caps.txt");
     write_file(p, "# captions\n\na red square\n  two blue circles  \n");
     vs_caption_src *s = vs_caption_src_from_file(p, keys, 2, &err);
     VT_REQUIRE(s, "%s", err.msg);
@@ -554,7 +508,7 @@ static void test_captions_file(void) {
         VT_CHECK(!s && strstr(err.msg, bad[i].needle), "captions file %d: %s", i, err.msg);
         vs_caption_src_free(s);
     }
-    VT_CHECK(!vs_caption_src_from_file(tmp_path("nonexistent.txt"), keys, 2, &err), "missing file: %s",
+    VT_CHECK(!vs_caption_src_from_file(st_tmp_path("nonexistent.txt"), keys, 2, &err), "missing file: %s",
              err.msg);
 }
 
@@ -616,7 +570,7 @@ static void test_bad_input(fixture *f) {
     VT_CHECK(!vs_draft_ens_new(v16, f->target, &o, &err) && strstr(err.msg, "vocabulary"), "%s", err.msg);
     vs_lm_free(v16);
 
-    engine e = make_engine(f->target, 256);
+    st_engine e = st_make_engine(f->target, 256);
     vs_spec_log log;
     vs_spec_log_init(&log);
     const vs_spec_prompt *two = &f->mp[2].p; /* two images */
@@ -639,7 +593,7 @@ static void test_bad_input(fixture *f) {
     vs_spec_log_init(&base);
     VT_REQUIRE(gen(&e, d, two, 3, 12, &log, &err) == VS_OK, "%s", err.msg);
     VT_REQUIRE(gen(&e, NULL, two, 0, 12, &base, &err) == VS_OK, "%s", err.msg);
-    VT_CHECK(same_tokens(&log, &base), "empty captions: lossless");
+    VT_CHECK(st_same_tokens(&log, &base, false), "empty captions: lossless");
     VT_CHECK(vs_draft_ens_get_stats(d)->n_empty_captions == 2, "empty captions counted (%d)",
              vs_draft_ens_get_stats(d)->n_empty_captions);
     vs_spec_drafter_free(d);
@@ -656,7 +610,7 @@ static void test_bad_input(fixture *f) {
     o.pool_k = 3;
     d = vs_draft_ens_new(f->draft_rel, f->target, &o, &err);
     VT_REQUIRE(d && gen(&e, d, two, 3, 12, &log, &err) == VS_OK, "%s", err.msg);
-    VT_CHECK(same_tokens(&log, &base), "pool 3: lossless");
+    VT_CHECK(st_same_tokens(&log, &base, false), "pool 3: lossless");
     int text_rows = 0;
     for (int s = 0; s < two->n_seg; s++)
         text_rows += two->seg[s].kind == VS_SPEC_SEG_TEXT ? two->seg[s].n : 0;
@@ -683,13 +637,13 @@ static void test_bad_input(fixture *f) {
     vs_spec_drafter_free(d);
     vs_spec_log_free(&log);
     vs_spec_log_free(&base);
-    free_engine(&e);
+    st_free_engine(&e);
 }
 
 /* Small caches: a row whose cache fills proposes nothing; output stays lossless. */
 static void test_small_cache(fixture *f) {
     vs_error err = {0};
-    engine e = make_engine(f->target, 256);
+    st_engine e = st_make_engine(f->target, 256);
     vs_draft_ens_opts o;
     vs_draft_ens_opts_default(&o);
     VT_REQUIRE(vs_ens_inputs_parse("mt", o.inputs, &o.n_inputs, &err) == VS_OK, "%s", err.msg);
@@ -703,27 +657,17 @@ static void test_small_cache(fixture *f) {
     vs_spec_log_init(&log), vs_spec_log_init(&base);
     VT_REQUIRE(gen(&e, d, p, 5, 30, &log, &err) == VS_OK, "%s", err.msg);
     VT_REQUIRE(gen(&e, NULL, p, 0, 30, &base, &err) == VS_OK, "%s", err.msg);
-    VT_CHECK(same_tokens(&log, &base), "full draft cache: lossless");
+    VT_CHECK(st_same_tokens(&log, &base, false), "full draft cache: lossless");
     int empty = 0;
     for (int b = 0; b < log.n_blocks; b++) empty += log.blocks[b].n_draft == 0;
     VT_CHECK(empty > 0, "blocks without drafts once the cache is full (%d)", empty);
     vs_spec_drafter_free(d);
     vs_spec_log_free(&log), vs_spec_log_free(&base);
-    free_engine(&e);
+    st_free_engine(&e);
 }
 
 /* ------------------------------------------------------------------------------------------------
  * CLI: generate with ensembles (captions file, captioner thread, trace), plot weights, bad input */
-
-static bool file_has(const char *path, const char *needle) {
-    static char buf[1 << 16];
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return false;
-    size_t n = fread(buf, 1, sizeof(buf) - 1, fp);
-    fclose(fp);
-    buf[n] = 0;
-    return strstr(buf, needle) != NULL;
-}
 
 static void test_cli(void) {
     if (access(vt_cli(), X_OK) != 0) {
@@ -738,18 +682,18 @@ static void test_cli(void) {
         make_proj(32, 64, 64, false, vs_vision_tower_hash(vs_mmproj_tower(tm)), 4, "cli-d-mmproj.gguf");
     vs_mmproj_free(tm), vs_mmproj_free(dm);
     char T[512], D[512], TM[512], DM[512], I0[512], I1[512], CAP[512], TR[512], SVG[512], OUT[512];
-    snprintf(T, sizeof(T), "%s", tmp_path("cli-t.gguf"));
-    snprintf(D, sizeof(D), "%s", tmp_path("cli-d.gguf"));
-    snprintf(TM, sizeof(TM), "%s", tmp_path("cli-t-mmproj.gguf"));
-    snprintf(DM, sizeof(DM), "%s", tmp_path("cli-d-mmproj.gguf"));
-    snprintf(CAP, sizeof(CAP), "%s", tmp_path("cli-captions.txt"));
-    snprintf(TR, sizeof(TR), "%s", tmp_path("cli-trace.tsv"));
-    snprintf(SVG, sizeof(SVG), "%s", tmp_path("cli-weights.svg"));
-    snprintf(OUT, sizeof(OUT), "%s", tmp_path("cli-out.txt"));
+    snprintf(T, sizeof(T), "%s", st_tmp_path("cli-t.gguf"));
+    snprintf(D, sizeof(D), "%s", st_tmp_path("cli-d.gguf"));
+    snprintf(TM, sizeof(TM), "%s", st_tmp_path("cli-t-mmproj.gguf"));
+    snprintf(DM, sizeof(DM), "%s", st_tmp_path("cli-d-mmproj.gguf"));
+    snprintf(CAP, sizeof(CAP), "%s", st_tmp_path("cli-captions.txt"));
+    snprintf(TR, sizeof(TR), "%s", st_tmp_path("cli-trace.tsv"));
+    snprintf(SVG, sizeof(SVG), "%s", st_tmp_path("cli-weights.svg"));
+    snprintf(OUT, sizeof(OUT), "%s", st_tmp_path("cli-out.txt"));
     for (int k = 0; k < 2; k++) {
         char *p = k ? I1 : I0, name[32];
         snprintf(name, sizeof(name), "cli-img%d.ppm", k);
-        snprintf(p, 512, "%s", tmp_path(name));
+        snprintf(p, 512, "%s", st_tmp_path(name));
         FILE *fp = fopen(p, "wb");
         VT_REQUIRE(fp, "image file");
         fprintf(fp, "P6\n20 17\n255\n");
@@ -764,138 +708,72 @@ static void test_cli(void) {
                "--weights inv-kl --weights-tau 0.5 --history 8 --pool 2 --captions %s --trace-weights %s "
                "--image %s --image %s -p %s -n 24 --temp 0 --compare --json > %s 2>&1",
                vt_cli(), T, TM, D, DM, CAP, TR, I0, I1, P, OUT);
-    VT_CHECK(rc == 0 && file_has(OUT, "\"identical\":true") && file_has(OUT, "\"draft_mode\":\"m,t,c,p\"") &&
-                 file_has(OUT, "\"last_weights\"") && file_has(OUT, "\"weights\":\"inv-kl\""),
+    VT_CHECK(rc == 0 && st_file_has(OUT, "\"identical\":true") &&
+                 st_file_has(OUT, "\"draft_mode\":\"m,t,c,p\"") && st_file_has(OUT, "\"last_weights\"") &&
+                 st_file_has(OUT, "\"weights\":\"inv-kl\""),
              "CLI MTCP run (rc %d)", rc);
-    VT_CHECK(file_has(TR, "# vlmspec weight trace 1") && file_has(TR, "w_p"), "trace written");
+    VT_CHECK(st_file_has(TR, "# vlmspec weight trace 1") && st_file_has(TR, "w_p"), "trace written");
     rc = vt_run("%s plot weights %s -o %s > %s 2>&1", vt_cli(), TR, SVG, OUT);
-    VT_CHECK(rc == 0 && file_has(SVG, "<svg") && file_has(SVG, "w_m") && file_has(OUT, "blocks"),
+    VT_CHECK(rc == 0 && st_file_has(SVG, "<svg") && st_file_has(SVG, "w_m") && st_file_has(OUT, "blocks"),
              "plot weights (rc %d)", rc);
     rc = vt_run("%s plot weights %s -o %s --all-inputs --input t > %s 2>&1", vt_cli(), TR, SVG, OUT);
-    VT_CHECK(rc == 0 && file_has(SVG, "w_c"), "plot weights --all-inputs (rc %d)", rc);
+    VT_CHECK(rc == 0 && st_file_has(SVG, "w_c"), "plot weights --all-inputs (rc %d)", rc);
     /* MTC with the drafter captioning on its own thread, grid weights, text statistics */
     rc = vt_run(
         "%s generate -m %s --mmproj %s -md %s --mmproj-draft %s --draft 3 --draft-mode mtc --weights grid "
         "--image %s --image %s -p %s -n 16 --temp 0 --compare > %s 2>&1",
         vt_cli(), T, TM, D, DM, I0, I1, P, OUT);
-    VT_CHECK(rc == 0 && file_has(OUT, "is identical to") && file_has(OUT, "captions:") &&
-                 file_has(OUT, "own thread"),
+    VT_CHECK(rc == 0 && st_file_has(OUT, "is identical to") && st_file_has(OUT, "captions:") &&
+                 st_file_has(OUT, "own thread"),
              "CLI MTC captioner run (rc %d)", rc);
     /* sampling with an ensemble */
     rc =
         vt_run("%s generate -m %s --mmproj %s -md %s --mmproj-draft %s --draft-mode m,t --weights static:2,1 "
                "--image %s --image %s -p %s -n 12 --temp 0.8 --seed 3 > %s 2>&1",
                vt_cli(), T, TM, D, DM, I0, I1, P, OUT);
-    VT_CHECK(rc == 0 && file_has(OUT, "tau"), "CLI sampling ensemble run (rc %d)", rc);
+    VT_CHECK(rc == 0 && st_file_has(OUT, "tau"), "CLI sampling ensemble run (rc %d)", rc);
     /* bad input */
     rc = vt_run("%s generate -m %s -md %s --draft-mode m,t --weights tabed -p x > %s 2>&1", vt_cli(), T, D,
                 OUT);
-    VT_CHECK(rc == 2 && file_has(OUT, "unknown weight policy 'tabed'"), "CLI unknown policy (rc %d)", rc);
+    VT_CHECK(rc == 2 && st_file_has(OUT, "unknown weight policy 'tabed'"), "CLI unknown policy (rc %d)", rc);
     rc = vt_run("%s generate -m %s --draft-mode m,t,x -md %s -p x > %s 2>&1", vt_cli(), T, D, OUT);
-    VT_CHECK(rc == 2 && file_has(OUT, "unknown input 'x'"), "CLI unknown input (rc %d)", rc);
+    VT_CHECK(rc == 2 && st_file_has(OUT, "unknown input 'x'"), "CLI unknown input (rc %d)", rc);
     rc = vt_run("%s generate -m %s --draft-mode m,t -p x > %s 2>&1", vt_cli(), T, OUT);
-    VT_CHECK(rc == 2 && file_has(OUT, "draft model"), "CLI ensemble without a draft model (rc %d)", rc);
+    VT_CHECK(rc == 2 && st_file_has(OUT, "draft model"), "CLI ensemble without a draft model (rc %d)", rc);
     rc = vt_run("%s generate -m %s --mmproj %s -md %s --mmproj-draft %s --draft-mode t,p --pool 9 --image %s "
                 "-p '<image> x' -n 4 > %s 2>&1",
                 vt_cli(), T, TM, D, DM, I0, OUT);
-    VT_CHECK(rc == 1 && file_has(OUT, "pool size 9 is larger"), "CLI pool larger than the grid (rc %d)", rc);
+    VT_CHECK(rc == 1 && st_file_has(OUT, "pool size 9 is larger"), "CLI pool larger than the grid (rc %d)",
+             rc);
     write_file(CAP, "cli-img0.ppm\ta gradient\n");
     rc = vt_run(
         "%s generate -m %s --mmproj %s -md %s --mmproj-draft %s --draft-mode t,c --captions %s --image %s "
         "--image %s -p %s -n 4 > %s 2>&1",
         vt_cli(), T, TM, D, DM, CAP, I0, I1, P, OUT);
-    VT_CHECK(rc == 1 && file_has(OUT, "no caption for image 1"), "CLI missing caption (rc %d)", rc);
+    VT_CHECK(rc == 1 && st_file_has(OUT, "no caption for image 1"), "CLI missing caption (rc %d)", rc);
     rc = vt_run(
         "%s generate -m %s --mmproj %s -md %s --draft-mode t,c --image %s -p '<image> x' -n 4 > %s 2>&1",
         vt_cli(), T, TM, D, I0, OUT);
-    VT_CHECK(rc == 1 && file_has(OUT, "--captions"), "CLI captions without a source (rc %d)", rc);
+    VT_CHECK(rc == 1 && st_file_has(OUT, "--captions"), "CLI captions without a source (rc %d)", rc);
     rc = vt_run("%s plot weights %s > %s 2>&1", vt_cli(), TR, OUT);
-    VT_CHECK(rc == 2 && file_has(OUT, "-o"), "plot without -o (rc %d)", rc);
+    VT_CHECK(rc == 2 && st_file_has(OUT, "-o"), "plot without -o (rc %d)", rc);
     rc = vt_run("%s plot weights %s -o %s > %s 2>&1", vt_cli(), CAP, SVG, OUT);
-    VT_CHECK(rc == 1 && file_has(OUT, "not a vlmspec weight trace"), "plot of a non-trace (rc %d)", rc);
+    VT_CHECK(rc == 1 && st_file_has(OUT, "not a vlmspec weight trace"), "plot of a non-trace (rc %d)", rc);
     rc = vt_run("%s plot weights %s -o %s --request 7 > %s 2>&1", vt_cli(), TR, SVG, OUT);
-    VT_CHECK(rc == 1 && file_has(OUT, "no block of request 7"), "plot of a missing request (rc %d)", rc);
+    VT_CHECK(rc == 1 && st_file_has(OUT, "no block of request 7"), "plot of a missing request (rc %d)", rc);
     rc = vt_run("%s plot --help > %s 2>&1", vt_cli(), OUT);
-    VT_CHECK(rc == 0 && file_has(OUT, "--all-inputs"), "plot --help");
+    VT_CHECK(rc == 0 && st_file_has(OUT, "--all-inputs"), "plot --help");
     rc = vt_run("%s generate --help > %s 2>&1", vt_cli(), OUT);
-    VT_CHECK(rc == 0 && file_has(OUT, "--weights POLICY") && file_has(OUT, "--trace-weights"),
+    VT_CHECK(rc == 0 && st_file_has(OUT, "--weights POLICY") && st_file_has(OUT, "--trace-weights"),
              "generate --help lists the ensemble flags");
 }
 
 /* ------------------------------------------------------------------------------------------------
  * lossless sampling: q_ens drafters against the exact target-only distribution (V = 16) */
 
-#define SV 16
-#define NCAT (SV * SV * SV)
-#define EOS 2
-
-static int cat_of(const int32_t *t, int n) {
-    int c = 0;
-    for (int i = 0; i < 3; i++) c = c * SV + (i < n ? t[i] : 0);
-    return c;
-}
-
-/* The target's processed distribution after the prompt's rows + a path (a fresh cache each time). */
-static void target_probs(vs_lm *lm, vs_sampler *smp, const vs_spec_prompt *p, const int32_t *path, int np,
-                         float *probs) {
-    vs_error err = {0};
-    vs_kv *kv = vs_lm_kv_new(lm, 1, 64, VS_TYPE_F32, &err);
-    VT_REQUIRE(kv, "%s", err.msg);
-    vs_lm_row rows[64];
-    memset(rows, 0, sizeof(rows));
-    const int E = vs_lm_cfg(lm)->n_embd;
-    int m = 0;
-    for (int s = 0; s < p->n_seg; s++)
-        for (int j = 0; j < p->seg[s].n; j++, m++) {
-            if (p->seg[s].kind == VS_SPEC_SEG_TEXT)
-                rows[m].token = p->seg[s].tokens[j];
-            else
-                rows[m].embd = p->seg[s].embd + (size_t)j * E;
-            rows[m].pos = m;
-        }
-    for (int i = 0; i < np; i++) rows[m].token = path[i], rows[m].pos = m, m++;
-    rows[m - 1].want_logits = true;
-    float logits[SV];
-    vs_lm_out o = {.logits = logits, .attn_layer = -1};
-    VT_REQUIRE(vs_lm_forward(lm, kv, NULL, rows, m, &o, &err) == VS_OK, "%s", err.msg);
-    VT_REQUIRE(vs_sampler_probs(smp, logits, probs, &err) == VS_OK, "%s", err.msg);
-    vs_kv_free(kv);
-}
-
-static void exact_distribution(vs_lm *lm, const vs_sampler_params *sp, const vs_spec_prompt *p, double *pd) {
-    vs_error err = {0};
-    vs_sampler *smp = vs_sampler_new(SV, sp, &err);
-    VT_REQUIRE(smp, "%s", err.msg);
-    memset(pd, 0, sizeof(double) * NCAT);
-    float p1[SV], p2[SV], p3[SV];
-    target_probs(lm, smp, p, NULL, 0, p1);
-    for (int a = 0; a < SV; a++) {
-        if (p1[a] == 0) continue;
-        int32_t path[3] = {a, 0, 0};
-        if (a == EOS) {
-            pd[cat_of(path, 1)] += p1[a];
-            continue;
-        }
-        target_probs(lm, smp, p, path, 1, p2);
-        for (int b = 0; b < SV; b++) {
-            if (p2[b] == 0) continue;
-            path[1] = b;
-            if (b == EOS) {
-                pd[cat_of(path, 2)] += (double)p1[a] * p2[b];
-                continue;
-            }
-            target_probs(lm, smp, p, path, 2, p3);
-            for (int c = 0; c < SV; c++) {
-                path[2] = c;
-                pd[cat_of(path, 3)] += (double)p1[a] * p2[b] * p3[c];
-            }
-        }
-    }
-    double s = 0;
-    for (int i = 0; i < NCAT; i++) s += pd[i];
-    VT_CHECK(fabs(s - 1) < 1e-4, "exact distribution sums to %g", s);
-    vs_sampler_free(smp);
-}
+#define SV ST_SV
+#define NCAT ST_NCAT
+#define EOS ST_EOS
 
 typedef struct sconfig {
     const char *name, *inputs, *policy;
@@ -911,7 +789,7 @@ static double run_sampling(vs_lm *target, vs_lm *draft, const vs_vision_projecto
     vs_sampler_params sp = vs_sampler_params_default();
     sp.temperature = c->temperature, sp.top_p = c->top_p, sp.top_k = c->top_k;
     double *pd = malloc(sizeof(double) * NCAT);
-    exact_distribution(target, &sp, pr, pd);
+    st_exact_distribution(target, &sp, pr, pd);
     vs_tokenizer *tok = vs_tokenizer_from_gguf(vs_lm_gguf(target), &err);
     VT_REQUIRE(tok && vs_tokenizer_eos(tok) == EOS, "tokenizer with EOS %d", EOS);
     vs_spec_config ec = {.n_ctx = 48, .tok = tok};
@@ -939,33 +817,15 @@ static double run_sampling(vs_lm *target, vs_lm *draft, const vs_vision_projecto
         VT_REQUIRE(vs_spec_generate(eng, d, pr, &par, NULL, NULL, &log, &err) == VS_OK, "%s", err.msg);
         VT_REQUIRE(log.n_tokens >= 1 && log.n_tokens <= 3, "sample %d has %d tokens", i, log.n_tokens);
         VT_REQUIRE(log.n_tokens == 3 || log.tokens[log.n_tokens - 1] == EOS, "short path without EOS");
-        cnt[cat_of(log.tokens, log.n_tokens)]++;
+        cnt[st_cat_of(log.tokens, log.n_tokens)]++;
         for (int b = 0; b < log.n_blocks; b++)
             drafted += log.blocks[b].n_eval, accepted += log.blocks[b].n_accept;
     }
     *accept_rate = drafted ? (double)accepted / (double)drafted : 0;
-    double chi2 = 0, pool_e = 0, pool_o = 0;
-    int bins = 0;
-    int64_t impossible = 0;
-    for (int i = 0; i < NCAT; i++) {
-        double e = pd[i] * n;
-        if (pd[i] == 0) {
-            impossible += cnt[i];
-            continue;
-        }
-        if (e >= 5) {
-            chi2 += (cnt[i] - e) * (cnt[i] - e) / e;
-            bins++;
-        } else {
-            pool_e += e;
-            pool_o += (double)cnt[i];
-        }
-    }
-    if (pool_e > 0) {
-        chi2 += (pool_o - pool_e) * (pool_o - pool_e) / pool_e;
-        bins++;
-    }
-    double p = impossible ? 0 : vt_chi2_pvalue(chi2, bins - 1);
+    double chi2;
+    int bins;
+    int64_t impossible;
+    double p = st_chi2_test(pd, cnt, n, &chi2, &bins, &impossible);
     printf("  %-44s n %d, %d bins, chi2 %.1f, p = %.3g, impossible %lld, acceptance %.3f\n", c->name, n, bins,
            chi2, p, (long long)impossible, *accept_rate);
     vs_spec_log_free(&log);

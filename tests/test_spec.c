@@ -21,6 +21,7 @@
 #include "draft_ensemble.h"
 #include "draft_lm.h"
 #include "spec.h"
+#include "spec_testutil.h"
 #include "testutil.h"
 #include "tokenizer.h"
 #include "vision.h"
@@ -37,17 +38,9 @@ static vs_lm_random_opts ropts(int E, int L, int H, int KVH, int F, int V, vs_ty
     return o;
 }
 
-static const char *tmp_path(const char *name) {
-    static char buf[16][512];
-    static int k;
-    char *p = buf[k++ % 16];
-    snprintf(p, 512, "%s/%s", vt_tmpdir(), name);
-    return p;
-}
-
 static vs_lm *make_model(const vs_lm_random_opts *o, const char *name) {
     vs_error err = {0};
-    const char *p = tmp_path(name);
+    const char *p = st_tmp_path(name);
     VT_REQUIRE(vs_lm_write_random(o, p, &err) == VS_OK, "writing %s: %s", p, err.msg);
     vs_lm *lm = vs_lm_load(p, &err);
     VT_REQUIRE(lm, "loading %s: %s", p, err.msg);
@@ -59,30 +52,6 @@ static vs_lm *load_model(const char *path) {
     vs_lm *lm = vs_lm_load(path, &err);
     VT_REQUIRE(lm, "loading %s: %s", path, err.msg);
     return lm;
-}
-
-/* An engine over target with its tokenizer (EOS) and a cache of n_ctx rows. */
-typedef struct engine {
-    vs_spec *s;
-    vs_tokenizer *tok;
-    vs_lm *lm;
-} engine;
-
-static engine make_engine(vs_lm *target, int n_ctx) {
-    vs_error err = {0};
-    engine e;
-    e.tok = vs_tokenizer_from_gguf(vs_lm_gguf(target), &err);
-    VT_REQUIRE(e.tok, "tokenizer: %s", err.msg);
-    vs_spec_config c = {.n_ctx = n_ctx, .kv_type = VS_TYPE_F32, .tok = e.tok};
-    e.s = vs_spec_new(target, &c, &err);
-    VT_REQUIRE(e.s, "engine: %s", err.msg);
-    e.lm = target;
-    return e;
-}
-
-static void free_engine(engine *e) {
-    vs_spec_free(e->s);
-    vs_tokenizer_free(e->tok);
 }
 
 /* A draft-LM drafter drafting width-`width` trees (1 = chains). */
@@ -103,7 +72,7 @@ static vs_spec_drafter *make_drafter(vs_lm *draft, vs_lm *target, vs_draft_lm_mo
 }
 
 /* Runs one request; VT_REQUIRE success. */
-static void run(engine *e, vs_spec_drafter *d, const vs_spec_prompt *p, int gamma, int n_predict,
+static void run(st_engine *e, vs_spec_drafter *d, const vs_spec_prompt *p, int gamma, int n_predict,
                 bool ignore_eos, vs_spec_log *log) {
     vs_error err = {0};
     vs_spec_params pr = vs_spec_params_default();
@@ -113,11 +82,6 @@ static void run(engine *e, vs_spec_drafter *d, const vs_spec_prompt *p, int gamm
     pr.ignore_eos = ignore_eos;
     vs_status st = vs_spec_generate(e->s, d, p, &pr, NULL, NULL, log, &err);
     VT_REQUIRE(st == VS_OK, "generate (gamma %d): %s", gamma, err.msg);
-}
-
-static bool same_tokens(const vs_spec_log *a, const vs_spec_log *b) {
-    return a->n_tokens == b->n_tokens && a->stop == b->stop &&
-           (a->n_tokens == 0 || memcmp(a->tokens, b->tokens, sizeof(int32_t) * (size_t)a->n_tokens) == 0);
 }
 
 /* A text prompt of one or more segments of random tokens in [3, V) after BOS (1). */
@@ -196,20 +160,6 @@ static double mismatch_margin(vs_lm *lm, const vs_spec_prompt *p, const int32_t 
     return m;
 }
 
-/* Drafted rows a drafter evaluated and then rolled back: a block of W branches of depth k feeds
- * W (k - 1) nodes (never the last depth) and keeps min(accepted, k - 1) (chain: W = 1). */
-static int64_t wasted_drafts(const vs_spec_log *log) {
-    int64_t w = 0;
-    for (int i = 0; i < log->n_blocks; i++) {
-        const vs_spec_block *b = &log->blocks[i];
-        if (b->n_draft == 0) continue;
-        const int k = b->n_depth > 0 ? b->n_depth : b->n_draft, W = b->n_draft / k;
-        VT_CHECK(W * k == b->n_draft, "block %d: %d nodes are not %d full branches", i, b->n_draft, k);
-        w += W * (k - 1) - VS_MIN(b->n_accept, k - 1);
-    }
-    return w;
-}
-
 /* Totals over the lossless runs. */
 typedef struct tally {
     int combos, mismatches;
@@ -232,9 +182,9 @@ static void tally_log(tally *t, const vs_spec_log *log) {
  * chain's proposal, from the same state). */
 static const int GAMMAS[4] = {1, 3, 5, 8};
 
-static void check_pair(const char *what, engine *e, vs_spec_drafter *d, const vs_spec_prompt *const *prompts,
-                       int n_prompts, const int *n_draft_rows, int n_predict, tally *t, int width,
-                       int *first_acc) {
+static void check_pair(const char *what, st_engine *e, vs_spec_drafter *d,
+                       const vs_spec_prompt *const *prompts, int n_prompts, const int *n_draft_rows,
+                       int n_predict, tally *t, int width, int *first_acc) {
     vs_spec_log base, spec;
     vs_spec_log_init(&base);
     vs_spec_log_init(&spec);
@@ -246,7 +196,7 @@ static void check_pair(const char *what, engine *e, vs_spec_drafter *d, const vs
             int64_t ev0 = vs_draft_lm_rows_evaluated(d);
             run(e, d, prompts[pi], GAMMAS[gi], n_predict, ignore_eos, &spec);
             t->combos++;
-            bool ok = same_tokens(&base, &spec);
+            bool ok = st_same_tokens(&base, &spec, true);
             if (!ok) {
                 t->mismatches++;
                 int first = 0;
@@ -272,9 +222,9 @@ static void check_pair(const char *what, engine *e, vs_spec_drafter *d, const vs
             int64_t ev = vs_draft_lm_rows_evaluated(d) - ev0;
             int kv_len = vs_kv_seq_len(vs_draft_lm_kv(d), 0);
             int ctx = n_draft_rows[pi] + spec.n_tokens;
-            VT_CHECK(ev == kv_len + wasted_drafts(&spec),
+            VT_CHECK(ev == kv_len + st_wasted_drafts(&spec),
                      "%s: drafter evaluated %lld rows, cache %d + wasted %lld", what, (long long)ev, kv_len,
-                     (long long)wasted_drafts(&spec));
+                     (long long)st_wasted_drafts(&spec));
             VT_CHECK(kv_len <= ctx && kv_len >= ctx - 3, "%s: draft cache %d rows for a context of %d", what,
                      kv_len, ctx);
             for (int b = 0; b < spec.n_blocks; b++) {
@@ -529,7 +479,7 @@ static void test_stats(void) {
     vs_spec_stats_compute(&empty, NULL, &s);
     VT_CHECK(s.tau == 0 && s.accept_rate == 0 && s.tq == 0 && s.est_tabed == 0, "empty log");
     /* the report writers run */
-    FILE *f = fopen(tmp_path("stats.txt"), "w");
+    FILE *f = fopen(st_tmp_path("stats.txt"), "w");
     VT_REQUIRE(f, "tmp file");
     vs_spec_stats_compute(&log, &base, &s);
     vs_spec_stats_print(&s, f);
@@ -591,7 +541,7 @@ static void test_random_pairs(tally *t) {
         snprintf(fname, sizeof(fname), "%s.gguf", targets[ti].name);
         vs_lm *target = make_model(&targets[ti].o, fname);
         const int V = targets[ti].o.n_vocab;
-        engine e = make_engine(target, 256);
+        st_engine e = st_make_engine(target, 256);
         text_prompt tp[NP];
         const vs_spec_prompt *pp[NP];
         int rows[NP];
@@ -618,7 +568,7 @@ static void test_random_pairs(tally *t) {
             if (!ps->name) continue;
             vs_lm *draft;
             if (ps->same == 2)
-                draft = load_model(tmp_path(fname));
+                draft = load_model(st_tmp_path(fname));
             else {
                 char dname[96];
                 snprintf(dname, sizeof(dname), "%s-draft%d.gguf", targets[ti].name, pi);
@@ -639,7 +589,7 @@ static void test_random_pairs(tally *t) {
             }
             vs_lm_free(draft);
         }
-        free_engine(&e);
+        st_free_engine(&e);
         vs_lm_free(target);
     }
 }
@@ -648,8 +598,8 @@ static void test_random_pairs(tally *t) {
 static void test_self_draft(void) {
     vs_lm_random_opts o = ropts(64, 2, 4, 2, 128, 96, VS_TYPE_F32, 0.15f, true, 41);
     vs_lm *target = make_model(&o, "self.gguf");
-    vs_lm *same_file = load_model(tmp_path("self.gguf"));
-    engine e = make_engine(target, 256);
+    vs_lm *same_file = load_model(st_tmp_path("self.gguf"));
+    st_engine e = st_make_engine(target, 256);
     text_prompt tp;
     make_text_prompt(&tp, 12, 2, 96, 77);
     vs_lm *drafts[2] = {target, same_file};
@@ -677,7 +627,7 @@ static void test_self_draft(void) {
         }
         vs_spec_drafter_free(d);
     }
-    free_engine(&e);
+    st_free_engine(&e);
     vs_lm_free(same_file);
     vs_lm_free(target);
 }
@@ -691,7 +641,7 @@ static void test_tree_draft_cache(void) {
     vs_lm_random_opts dop = ropts(64, 1, 4, 2, 128, 96, VS_TYPE_F32, 0.15f, true, 11); /* related, 1 layer */
     vs_lm *target = make_model(&to, "tc-target.gguf");
     vs_lm *draft = make_model(&dop, "tc-draft.gguf");
-    engine e = make_engine(target, 256);
+    st_engine e = st_make_engine(target, 256);
     const vs_lm_config *dc = vs_lm_cfg(draft);
     int checked = 0, tree_blocks = 0, accepted_tree = 0;
     double worst = 0;
@@ -750,7 +700,7 @@ static void test_tree_draft_cache(void) {
     VT_CHECK(worst == 0, "the tree drafter's cache differs from a causal evaluation of the context (%g)",
              worst);
     VT_CHECK(accepted_tree > 20, "too few tree blocks accepting 2+ drafts (%d)", accepted_tree);
-    free_engine(&e);
+    st_free_engine(&e);
     vs_lm_free(draft);
     vs_lm_free(target);
 }
@@ -794,7 +744,7 @@ static void test_parity_pairs(tally *t) {
     vs_lm *rnd = make_model(&o, "parity-draft.gguf");
     vs_gguf_close(g);
     for (int i = 0; i < 4; i++) {
-        engine e = make_engine(targets[i], 128);
+        st_engine e = st_make_engine(targets[i], 128);
         /* the random drafter, and for the Q8_0 target the Q4_0 model (same weights before quantisation) */
         vs_lm *drafts[2] = {rnd, i == 2 ? targets[3] : NULL};
         for (int di = 0; di < 2; di++) {
@@ -808,7 +758,7 @@ static void test_parity_pairs(tally *t) {
                    (double)(t->accepted - before.accepted) / (double)VS_MAX(t->drafted - before.drafted, 1));
             vs_spec_drafter_free(d);
         }
-        free_engine(&e);
+        st_free_engine(&e);
     }
     vs_lm_free(rnd);
     for (int i = 0; i < 4; i++) vs_lm_free(targets[i]);
@@ -831,7 +781,7 @@ static void tiny_vision(vs_vision_config *c, int proj_out, bool tower) {
  * text]. With reuse, running A then B gives B's fresh output, the target evaluates only B's rows after
  * A's prompt, and so do the drafters (draft-LM in M and T mode, a 2-row M + T ensemble). An image
  * segment with another image_id (or 0) is not reused: evaluation restarts at that image. */
-static void test_multimodal_reuse(engine *e, vs_lm *draft, vs_lm *target, const vs_vision_projector *proj,
+static void test_multimodal_reuse(st_engine *e, vs_lm *draft, vs_lm *target, const vs_vision_projector *proj,
                                   const vs_vision_tower *tower, const vs_vision_features *const *fp,
                                   float *const *trows, const int64_t *n_trows) {
     vs_error err = {0};
@@ -892,7 +842,8 @@ static void test_multimodal_reuse(engine *e, vs_lm *draft, vs_lm *target, const 
         r0 = ROWS_EVAL(d);
         VT_REQUIRE(vs_spec_generate(e->s, d, &B, &pr, NULL, NULL, &log, &err) == VS_OK, "%s", err.msg);
         const int64_t reuse_rows = ROWS_EVAL(d) - r0;
-        VT_CHECK(same_tokens(&log, &ref), "%s: B after A with reuse (images kept) = fresh B", names[di]);
+        VT_CHECK(st_same_tokens(&log, &ref, true), "%s: B after A with reuse (images kept) = fresh B",
+                 names[di]);
         VT_CHECK(log.n_prefilled <= rB - 1 - rA, "%s: B after A prefilled %d rows (new: %d)", names[di],
                  log.n_prefilled, rB - 1 - rA);
         if (!ens)
@@ -911,7 +862,7 @@ static void test_multimodal_reuse(engine *e, vs_lm *draft, vs_lm *target, const 
             r0 = ROWS_EVAL(d);
             VT_REQUIRE(vs_spec_generate(e->s, d, &B, &pr, NULL, NULL, &log, &err) == VS_OK, "%s", err.msg);
             const int64_t other_rows = ROWS_EVAL(d) - r0;
-            VT_CHECK(same_tokens(&log, &ref), "%s: image_id %d: same output", names[di], ids[k]);
+            VT_CHECK(st_same_tokens(&log, &ref, true), "%s: image_id %d: same output", names[di], ids[k]);
             VT_CHECK(log.n_prefilled == rB - 1 - n0, "%s: image_id %d: prefilled %d rows (expected %d)",
                      names[di], ids[k], log.n_prefilled, rB - 1 - n0);
             if (di == 0)
@@ -943,9 +894,10 @@ static void test_multimodal_pairs(tally *t) {
     tiny_vision(&tc, 64, true);
     tiny_vision(&dc, 32, false);
     tiny_vision(&dc2, 64, false);
-    VT_REQUIRE(vs_mmproj_write_random(tmp_path("mm-target-mmproj.gguf"), &tc, VS_TYPE_F32, 5, &err) == VS_OK,
+    VT_REQUIRE(vs_mmproj_write_random(st_tmp_path("mm-target-mmproj.gguf"), &tc, VS_TYPE_F32, 5, &err) ==
+                   VS_OK,
                "%s", err.msg);
-    vs_mmproj *tm = vs_mmproj_open(tmp_path("mm-target-mmproj.gguf"), &err);
+    vs_mmproj *tm = vs_mmproj_open(st_tmp_path("mm-target-mmproj.gguf"), &err);
     VT_REQUIRE(tm, "%s", err.msg);
     const vs_vision_tower *tower = vs_mmproj_tower(tm);
     VT_REQUIRE(tower, "target mmproj has a tower");
@@ -953,17 +905,17 @@ static void test_multimodal_pairs(tally *t) {
     VT_REQUIRE(vs_vision_weights_alloc(&dw, &dc, &err) == VS_OK, "%s", err.msg);
     vs_vision_weights_randomize(&dw, &dc, 6);
     vs_mmproj_write_opts wo = {.mat_type = VS_TYPE_F32, .tower_hash = vs_vision_tower_hash(tower)};
-    VT_REQUIRE(vs_mmproj_write(tmp_path("mm-draft-mmproj.gguf"), &dc, &dw, &wo, &err) == VS_OK, "%s",
+    VT_REQUIRE(vs_mmproj_write(st_tmp_path("mm-draft-mmproj.gguf"), &dc, &dw, &wo, &err) == VS_OK, "%s",
                err.msg);
     vs_vision_weights_free(&dw, &dc);
     VT_REQUIRE(vs_vision_weights_alloc(&dw, &dc2, &err) == VS_OK, "%s", err.msg);
     vs_vision_weights_randomize(&dw, &dc2, 7);
-    VT_REQUIRE(vs_mmproj_write(tmp_path("mm-draft2-mmproj.gguf"), &dc2, &dw, &wo, &err) == VS_OK, "%s",
+    VT_REQUIRE(vs_mmproj_write(st_tmp_path("mm-draft2-mmproj.gguf"), &dc2, &dw, &wo, &err) == VS_OK, "%s",
                err.msg);
     vs_vision_weights_free(&dw, &dc2);
-    vs_mmproj *dm = vs_mmproj_open(tmp_path("mm-draft-mmproj.gguf"), &err);
+    vs_mmproj *dm = vs_mmproj_open(st_tmp_path("mm-draft-mmproj.gguf"), &err);
     VT_REQUIRE(dm, "%s", err.msg);
-    vs_mmproj *dm2 = vs_mmproj_open(tmp_path("mm-draft2-mmproj.gguf"), &err);
+    vs_mmproj *dm2 = vs_mmproj_open(st_tmp_path("mm-draft2-mmproj.gguf"), &err);
     VT_REQUIRE(dm2, "%s", err.msg);
 
     /* three images: ViT features once each, the target's rows from its projector */
@@ -1014,7 +966,7 @@ static void test_multimodal_pairs(tally *t) {
         rows_m[i] = nt + n_img * (int)n_trows[0]; /* the drafter's projector gives as many rows */
         rows_t[i] = nt;                           /* filled below with the newline token count */
     }
-    engine e = make_engine(target, 256);
+    st_engine e = st_make_engine(target, 256);
     vs_spec_drafter *dm_d = make_drafter(draft, target, VS_DRAFT_LM_MM, vs_mmproj_projector(dm), tower, 0);
     vs_spec_drafter *dt_d = make_drafter(draft, target, VS_DRAFT_LM_TEXT, NULL, NULL, 0);
     /* T mode rows: count the newline tokens the drafter uses via a tokenizer */
@@ -1083,7 +1035,7 @@ static void test_multimodal_pairs(tally *t) {
     vs_spec_drafter_free(self);
     vs_spec_drafter_free(dm_d);
     vs_spec_drafter_free(dt_d);
-    free_engine(&e);
+    st_free_engine(&e);
     for (int i = 0; i < NI; i++) {
         vs_free(trows[i]);
         vs_vision_features_free(&feat[i]);
@@ -1181,7 +1133,7 @@ static void test_bad_input(void) {
         vs_lm_free(llama);
     }
 
-    engine e = make_engine(target, 64);
+    st_engine e = st_make_engine(target, 64);
     text_prompt tp;
     make_text_prompt(&tp, 10, 2, 96, 3);
     vs_spec_log log, base;
@@ -1217,7 +1169,7 @@ static void test_bad_input(void) {
     VT_CHECK(vs_spec_generate(e.s, &td.hdr, &tp.p, &pr, NULL, NULL, &log, &err) == VS_OK, "tree: %s",
              err.msg);
     run(&e, NULL, &tp.p, 0, 8, true, &base);
-    VT_CHECK(same_tokens(&log, &base), "a hand-made tree keeps the output");
+    VT_CHECK(st_same_tokens(&log, &base, true), "a hand-made tree keeps the output");
     VT_CHECK(log.blocks[0].n_draft == 3 && log.blocks[0].n_depth == 2, "tree block: %d nodes, depth %d",
              log.blocks[0].n_draft, log.blocks[0].n_depth);
     /* gamma > 0 without a drafter; bad gamma; bad limit; prompts */
@@ -1250,7 +1202,8 @@ static void test_bad_input(void) {
     vs_spec_drafter *d = make_drafter(target, target, VS_DRAFT_LM_TEXT, NULL, NULL, 0);
     run(&e, d, &tp.p, 0, 20, true, &log);
     run(&e, NULL, &tp.p, 0, 20, true, &base);
-    VT_CHECK(same_tokens(&log, &base) && vs_draft_lm_rows_evaluated(d) == 0, "gamma 0 ignores the drafter");
+    VT_CHECK(st_same_tokens(&log, &base, true) && vs_draft_lm_rows_evaluated(d) == 0,
+             "gamma 0 ignores the drafter");
     VT_CHECK(log.n_blocks == 20, "gamma 0: one verify pass per token (%d)", log.n_blocks);
 
     /* near the context end (64 rows): drafts shrink so nothing goes past the cache; the output equals
@@ -1261,7 +1214,7 @@ static void test_bad_input(void) {
              "context stop after %d tokens (%s)", base.n_tokens, vs_spec_stop_name(base.stop));
     for (int gi = 0; gi < 4; gi++) {
         run(&e, d, &tp.p, GAMMAS[gi], 100, true, &log);
-        VT_CHECK(same_tokens(&log, &base), "gamma %d near the context end", GAMMAS[gi]);
+        VT_CHECK(st_same_tokens(&log, &base, true), "gamma %d near the context end", GAMMAS[gi]);
         int L = 40 - 1; /* cache length before each block */
         for (int b = 0; b < log.n_blocks; b++) {
             VT_CHECK(L + 1 + log.blocks[b].n_draft <= 64, "block %d verifies past the cache", b);
@@ -1274,7 +1227,7 @@ static void test_bad_input(void) {
     d = make_drafter(target, target, VS_DRAFT_LM_TEXT, NULL, NULL, 48);
     for (int gi = 0; gi < 4; gi++) {
         run(&e, d, &tp.p, GAMMAS[gi], 100, true, &log);
-        VT_CHECK(same_tokens(&log, &base), "gamma %d with a small draft cache", GAMMAS[gi]);
+        VT_CHECK(st_same_tokens(&log, &base, true), "gamma %d with a small draft cache", GAMMAS[gi]);
         VT_CHECK(vs_kv_seq_len(vs_draft_lm_kv(d), 0) <= 48, "draft cache within its size");
         VT_CHECK(log.blocks[log.n_blocks - 1].n_draft == 0, "a full draft cache proposes nothing");
     }
@@ -1295,7 +1248,7 @@ static void test_bad_input(void) {
         VT_CHECK(log.n_tokens == n && log.stop == VS_SPEC_STOP_LIMIT, "limit %d: %d tokens", n, log.n_tokens);
     }
     vs_spec_drafter_free(d);
-    free_engine(&e);
+    st_free_engine(&e);
     vs_spec_log_free(&log);
     vs_spec_log_free(&base);
     vs_lm_free(other);
@@ -1308,7 +1261,7 @@ static void test_bad_input(void) {
 static void test_eos_mid_block(void) {
     vs_lm_random_opts o = ropts(32, 1, 2, 2, 64, 16, VS_TYPE_F32, 0.5f, true, 81);
     vs_lm *target = make_model(&o, "eos16.gguf");
-    engine e = make_engine(target, 128);
+    st_engine e = st_make_engine(target, 128);
     vs_spec_drafter *d = make_drafter(target, target, VS_DRAFT_LM_TEXT, NULL, NULL, 0);
     vs_spec_drafter *other = NULL;
     vs_lm_random_opts od = ropts(32, 1, 2, 2, 64, 16, VS_TYPE_F32, 0.5f, true, 82);
@@ -1327,11 +1280,11 @@ static void test_eos_mid_block(void) {
         VT_CHECK(base.tokens[base.n_tokens - 1] == 2, "target-only output ends with EOS");
         for (int gi = 0; gi < 4; gi++) {
             run(&e, d, &tp.p, GAMMAS[gi], 24, false, &log);
-            VT_CHECK(same_tokens(&log, &base), "EOS: self drafter gamma %d", GAMMAS[gi]);
+            VT_CHECK(st_same_tokens(&log, &base, true), "EOS: self drafter gamma %d", GAMMAS[gi]);
             const vs_spec_block *lb = &log.blocks[log.n_blocks - 1];
             if (lb->n_accept < lb->n_draft) mid++;
             run(&e, other, &tp.p, GAMMAS[gi], 24, false, &log);
-            VT_CHECK(same_tokens(&log, &base), "EOS: other drafter gamma %d", GAMMAS[gi]);
+            VT_CHECK(st_same_tokens(&log, &base, true), "EOS: other drafter gamma %d", GAMMAS[gi]);
         }
     }
     printf("  EOS: %d prompts end at EOS; %d self-drafted runs stopped inside a block\n", found, mid);
@@ -1341,7 +1294,7 @@ static void test_eos_mid_block(void) {
     vs_spec_log_free(&base);
     vs_spec_drafter_free(other);
     vs_spec_drafter_free(d);
-    free_engine(&e);
+    st_free_engine(&e);
     vs_lm_free(dl);
     vs_lm_free(target);
 }
@@ -1352,7 +1305,7 @@ static void test_reject_drafter(void) {
     vs_error err = {0};
     vs_lm_random_opts o = ropts(64, 2, 4, 2, 128, 96, VS_TYPE_F32, 0.15f, true, 91);
     vs_lm *target = make_model(&o, "rej.gguf");
-    engine e = make_engine(target, 256);
+    st_engine e = st_make_engine(target, 256);
     vs_draft_lm_opts dopt = {.debug_reject = true};
     vs_spec_drafter *d = vs_draft_lm_new(target, target, &dopt, &err);
     VT_REQUIRE(d, "%s", err.msg);
@@ -1365,13 +1318,13 @@ static void test_reject_drafter(void) {
     run(&e, d, &tp.p, 5, 30, true, &log);
     vs_spec_stats s;
     vs_spec_stats_compute(&log, &base, &s);
-    VT_CHECK(same_tokens(&log, &base), "reject drafter keeps the output");
+    VT_CHECK(st_same_tokens(&log, &base, true), "reject drafter keeps the output");
     VT_CHECK(s.n_accepted == 0 && s.tau == 1, "reject drafter: %lld accepted, tau %g",
              (long long)s.n_accepted, s.tau);
     vs_spec_log_free(&log);
     vs_spec_log_free(&base);
     vs_spec_drafter_free(d);
-    free_engine(&e);
+    st_free_engine(&e);
     vs_lm_free(target);
 }
 
@@ -1379,7 +1332,7 @@ static void test_reject_drafter(void) {
 static void test_prefix_reuse(void) {
     vs_lm_random_opts o = ropts(64, 2, 4, 2, 128, 96, VS_TYPE_F32, 0.15f, true, 95);
     vs_lm *target = make_model(&o, "reuse.gguf");
-    engine e = make_engine(target, 256);
+    st_engine e = st_make_engine(target, 256);
     vs_spec_drafter *d = make_drafter(target, target, VS_DRAFT_LM_TEXT, NULL, NULL, 0);
     text_prompt a, b;
     make_text_prompt(&a, 20, 1, 96, 1);
@@ -1397,12 +1350,12 @@ static void test_prefix_reuse(void) {
     pr.reuse_prefix = true;
     VT_REQUIRE(vs_spec_generate(e.s, d, &a.p, &pr, NULL, NULL, &log, &err) == VS_OK, "%s", err.msg);
     VT_REQUIRE(vs_spec_generate(e.s, d, &b.p, &pr, NULL, NULL, &log, &err) == VS_OK, "%s", err.msg);
-    VT_CHECK(same_tokens(&log, &ref), "reuse gives the same output");
+    VT_CHECK(st_same_tokens(&log, &ref, true), "reuse gives the same output");
     VT_CHECK(log.n_prefilled == 19 - 15, "prefilled %d rows after reuse", log.n_prefilled);
     vs_spec_log_free(&log);
     vs_spec_log_free(&ref);
     vs_spec_drafter_free(d);
-    free_engine(&e);
+    st_free_engine(&e);
     vs_lm_free(target);
 }
 
@@ -1471,7 +1424,7 @@ static void test_features(void) {
     vs_error err = {0};
     vs_lm_random_opts o = ropts(64, 2, 4, 2, 128, 96, VS_TYPE_F32, 0.15f, true, 121);
     vs_lm *lm = make_model(&o, "feat.gguf");
-    engine e = make_engine(lm, 128);
+    st_engine e = st_make_engine(lm, 128);
     static const int layer0[1] = {0};
     feat_drafter fd = {
         .hdr = {.vt = &fd_vt, .n_vocab = 96, .want_hidden = true, .n_want_layers = 1, .want_layers = layer0},
@@ -1521,7 +1474,7 @@ static void test_features(void) {
     fd.truth = base.tokens, fd.n_truth = base.n_tokens, fd.pos = 0, fd.n_rows = 0, fd.contiguous = true;
     fd.hdr.max_nodes = 8;
     run(&e, &fd.hdr, &tp.p, 4, 20, true, &log);
-    VT_CHECK(same_tokens(&log, &base), "oracle tree drafter: target-only output");
+    VT_CHECK(st_same_tokens(&log, &base, true), "oracle tree drafter: target-only output");
     vs_spec_stats ts;
     vs_spec_stats_compute(&log, NULL, &ts);
     VT_CHECK(ts.tau == 5 && ts.nodes_per_block == 8 && ts.max_depth == 4, "oracle tree: tau %g, %g nodes",
@@ -1540,22 +1493,12 @@ static void test_features(void) {
     free(h), free(h0), free(fd.hid), free(fd.lay0);
     vs_kv_free(kv);
     vs_spec_log_free(&log);
-    free_engine(&e);
+    st_free_engine(&e);
     vs_lm_free(lm);
 }
 
 /* ------------------------------------------------------------------------------------------------
  * the CLI: vlmspec generate -md ... with text and with images (m and t drafting), --compare --json */
-
-static bool file_has(const char *path, const char *needle) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return false;
-    static char buf[1 << 16];
-    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    return strstr(buf, needle) != NULL;
-}
 
 static void test_cli(void) {
     if (access(vt_cli(), X_OK) != 0) {
@@ -1566,46 +1509,47 @@ static void test_cli(void) {
     vs_lm_random_opts to = ropts(64, 2, 4, 2, 128, 96, VS_TYPE_Q8_0, 0.15f, true, 111);
     vs_lm_random_opts dq = ropts(64, 2, 4, 2, 128, 96, VS_TYPE_Q4_0, 0.15f, true, 111); /* the twin */
     vs_lm_random_opts dv = ropts(32, 1, 2, 2, 64, 64, VS_TYPE_F32, 0.15f, true, 112);   /* other vocab */
-    VT_REQUIRE(vs_lm_write_random(&to, tmp_path("cli-t.gguf"), &err) == VS_OK, "%s", err.msg);
-    VT_REQUIRE(vs_lm_write_random(&dq, tmp_path("cli-d.gguf"), &err) == VS_OK, "%s", err.msg);
-    VT_REQUIRE(vs_lm_write_random(&dv, tmp_path("cli-v.gguf"), &err) == VS_OK, "%s", err.msg);
+    VT_REQUIRE(vs_lm_write_random(&to, st_tmp_path("cli-t.gguf"), &err) == VS_OK, "%s", err.msg);
+    VT_REQUIRE(vs_lm_write_random(&dq, st_tmp_path("cli-d.gguf"), &err) == VS_OK, "%s", err.msg);
+    VT_REQUIRE(vs_lm_write_random(&dv, st_tmp_path("cli-v.gguf"), &err) == VS_OK, "%s", err.msg);
     vs_vision_config tc, dc;
     tiny_vision(&tc, 64, true);
     tiny_vision(&dc, 64, false);
-    VT_REQUIRE(vs_mmproj_write_random(tmp_path("cli-t-mmproj.gguf"), &tc, VS_TYPE_F32, 3, &err) == VS_OK,
+    VT_REQUIRE(vs_mmproj_write_random(st_tmp_path("cli-t-mmproj.gguf"), &tc, VS_TYPE_F32, 3, &err) == VS_OK,
                "%s", err.msg);
-    vs_mmproj *tm = vs_mmproj_open(tmp_path("cli-t-mmproj.gguf"), &err);
+    vs_mmproj *tm = vs_mmproj_open(st_tmp_path("cli-t-mmproj.gguf"), &err);
     VT_REQUIRE(tm, "%s", err.msg);
     vs_vision_weights dw;
     VT_REQUIRE(vs_vision_weights_alloc(&dw, &dc, &err) == VS_OK, "%s", err.msg);
     vs_vision_weights_randomize(&dw, &dc, 4);
     vs_mmproj_write_opts wo = {.mat_type = VS_TYPE_F32,
                                .tower_hash = vs_vision_tower_hash(vs_mmproj_tower(tm))};
-    VT_REQUIRE(vs_mmproj_write(tmp_path("cli-d-mmproj.gguf"), &dc, &dw, &wo, &err) == VS_OK, "%s", err.msg);
+    VT_REQUIRE(vs_mmproj_write(st_tmp_path("cli-d-mmproj.gguf"), &dc, &dw, &wo, &err) == VS_OK, "%s",
+               err.msg);
     vs_vision_weights_free(&dw, &dc);
     vs_mmproj_free(tm);
     /* two small PPM images */
     for (int k = 0; k < 2; k++) {
         char name[32];
         snprintf(name, sizeof(name), "cli-img%d.ppm", k);
-        FILE *f = fopen(tmp_path(name), "wb");
+        FILE *f = fopen(st_tmp_path(name), "wb");
         VT_REQUIRE(f, "image file");
         fprintf(f, "P6\n20 17\n255\n");
         for (int i = 0; i < 20 * 17 * 3; i++) fputc((i * (7 + 5 * k)) % 251, f);
         fclose(f);
     }
-    const char *out = tmp_path("cli-out.json");
-    const char *T = tmp_path("cli-t.gguf"), *D = tmp_path("cli-d.gguf");
+    const char *out = st_tmp_path("cli-out.json");
+    const char *T = st_tmp_path("cli-t.gguf"), *D = st_tmp_path("cli-d.gguf");
     char tm_path[512], dm_path[512], i0[512], i1[512];
-    snprintf(tm_path, sizeof(tm_path), "%s", tmp_path("cli-t-mmproj.gguf"));
-    snprintf(dm_path, sizeof(dm_path), "%s", tmp_path("cli-d-mmproj.gguf"));
-    snprintf(i0, sizeof(i0), "%s", tmp_path("cli-img0.ppm"));
-    snprintf(i1, sizeof(i1), "%s", tmp_path("cli-img1.ppm"));
+    snprintf(tm_path, sizeof(tm_path), "%s", st_tmp_path("cli-t-mmproj.gguf"));
+    snprintf(dm_path, sizeof(dm_path), "%s", st_tmp_path("cli-d-mmproj.gguf"));
+    snprintf(i0, sizeof(i0), "%s", st_tmp_path("cli-img0.ppm"));
+    snprintf(i1, sizeof(i1), "%s", st_tmp_path("cli-img1.ppm"));
     /* text */
     int rc =
         vt_run("%s generate -m %s -md %s --draft 3 -p 'abc def' -n 20 --temp 0 --compare --json > %s 2>&1",
                vt_cli(), T, D, out);
-    VT_CHECK(rc == 0 && file_has(out, "\"identical\":true") && file_has(out, "\"tau\""),
+    VT_CHECK(rc == 0 && st_file_has(out, "\"identical\":true") && st_file_has(out, "\"tau\""),
              "CLI text run (rc %d)", rc);
     /* images, m and t drafting */
     const char *modes[2] = {"m", "t"};
@@ -1614,50 +1558,50 @@ static void test_cli(void) {
                     "--image %s --image %s -p 'USER: <image>\nwhat <image> is it? ASSISTANT:' -n 16 --temp 0 "
                     "--compare --json > %s 2>&1",
                     vt_cli(), T, tm_path, D, dm_path, modes[m], i0, i1, out);
-        VT_CHECK(rc == 0 && file_has(out, "\"identical\":true") && file_has(out, "\"images\":2"),
+        VT_CHECK(rc == 0 && st_file_has(out, "\"identical\":true") && st_file_has(out, "\"images\":2"),
                  "CLI image run, %s mode (rc %d)", modes[m], rc);
     }
     /* token trees: --tree-width, text and images, greedy identical; sampling reports the tree */
     rc = vt_run("%s generate -m %s -md %s --draft 3 --tree-width 3 -p 'abc def' -n 20 --temp 0 --compare "
                 "--json > %s 2>&1",
                 vt_cli(), T, D, out);
-    VT_CHECK(rc == 0 && file_has(out, "\"identical\":true") && file_has(out, "\"nodes_per_block\""),
+    VT_CHECK(rc == 0 && st_file_has(out, "\"identical\":true") && st_file_has(out, "\"nodes_per_block\""),
              "CLI tree run (rc %d)", rc);
     rc = vt_run(
         "%s generate -m %s --mmproj %s -md %s --mmproj-draft %s --draft 4 --draft-mode m --tree-width 2 "
         "--image %s -p 'USER: <image>\nwhat is it? ASSISTANT:' -n 16 --temp 0 --compare --json > %s 2>&1",
         vt_cli(), T, tm_path, D, dm_path, i0, out);
-    VT_CHECK(rc == 0 && file_has(out, "\"identical\":true"), "CLI tree image run (rc %d)", rc);
+    VT_CHECK(rc == 0 && st_file_has(out, "\"identical\":true"), "CLI tree image run (rc %d)", rc);
     rc = vt_run(
         "%s generate -m %s -md %s --draft 2 --tree-width 2 -p 'abc' -n 8 --temp 0.8 --seed 5 > %s 2>&1",
         vt_cli(), T, D, out);
-    VT_CHECK(rc == 0 && file_has(out, "nodes drafted per block"), "CLI tree sampling run (rc %d)", rc);
+    VT_CHECK(rc == 0 && st_file_has(out, "nodes drafted per block"), "CLI tree sampling run (rc %d)", rc);
     const char *bad_widths[4] = {"0", "9", "-1", "two"};
     for (int k = 0; k < 4; k++) {
         rc = vt_run("%s generate -m %s -md %s --tree-width %s -p x > %s 2>&1", vt_cli(), T, D, bad_widths[k],
                     out);
-        VT_CHECK(rc == 2 && file_has(out, "--tree-width"), "CLI --tree-width %s refused (rc %d)",
+        VT_CHECK(rc == 2 && st_file_has(out, "--tree-width"), "CLI --tree-width %s refused (rc %d)",
                  bad_widths[k], rc);
     }
     /* sampling prints statistics after the text */
     rc = vt_run("%s generate -m %s -md %s --draft 2 -p 'abc' -n 8 --temp 0.8 --seed 5 > %s 2>&1", vt_cli(), T,
                 D, out);
-    VT_CHECK(rc == 0 && file_has(out, "tau") && file_has(out, "TABED"), "CLI sampling run (rc %d)", rc);
+    VT_CHECK(rc == 0 && st_file_has(out, "tau") && st_file_has(out, "TABED"), "CLI sampling run (rc %d)", rc);
     /* bad input: another vocabulary, missing projector, markers without images, bad mode */
-    rc = vt_run("%s generate -m %s -md %s -p x -n 4 > %s 2>&1", vt_cli(), T, tmp_path("cli-v.gguf"), out);
-    VT_CHECK(rc == 1 && file_has(out, "vocabulary"), "CLI other vocabulary (rc %d)", rc);
+    rc = vt_run("%s generate -m %s -md %s -p x -n 4 > %s 2>&1", vt_cli(), T, st_tmp_path("cli-v.gguf"), out);
+    VT_CHECK(rc == 1 && st_file_has(out, "vocabulary"), "CLI other vocabulary (rc %d)", rc);
     rc =
         vt_run("%s generate -m %s --mmproj %s -md %s --draft-mode m --image %s -p '<image> x' -n 4 > %s 2>&1",
                vt_cli(), T, tm_path, D, i0, out);
-    VT_CHECK(rc == 1 && file_has(out, "mmproj-draft"), "CLI m mode without a projector (rc %d)", rc);
+    VT_CHECK(rc == 1 && st_file_has(out, "mmproj-draft"), "CLI m mode without a projector (rc %d)", rc);
     rc = vt_run("%s generate -m %s --mmproj %s -md %s --image %s -p 'no marker' -n 4 > %s 2>&1", vt_cli(), T,
                 tm_path, D, i0, out);
     VT_CHECK(rc == 1, "CLI image without a marker (rc %d)", rc);
     rc = vt_run("%s generate -m %s -md %s --draft-mode q -p x > %s 2>&1", vt_cli(), T, D, out);
     VT_CHECK(rc == 2, "CLI bad draft mode (rc %d)", rc);
     rc = vt_run("%s generate --help > %s 2>&1", vt_cli(), out);
-    VT_CHECK(rc == 0 && file_has(out, "--draft-mode") && file_has(out, "--compare") &&
-                 file_has(out, "--tree-width"),
+    VT_CHECK(rc == 0 && st_file_has(out, "--draft-mode") && st_file_has(out, "--compare") &&
+                 st_file_has(out, "--tree-width"),
              "generate --help lists the flags");
 }
 

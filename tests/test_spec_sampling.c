@@ -21,20 +21,13 @@
 
 #include "draft_lm.h"
 #include "spec.h"
+#include "spec_testutil.h"
 #include "testutil.h"
 #include "tokenizer.h"
 
-#define V 16
-#define NCAT (V * V * V)
-#define EOS 2
-
-static const char *tmp_path(const char *name) {
-    static char buf[4][512];
-    static int k;
-    char *p = buf[k++ % 4];
-    snprintf(p, 512, "%s/%s", vt_tmpdir(), name);
-    return p;
-}
+#define V ST_SV
+#define NCAT ST_NCAT
+#define EOS ST_EOS
 
 static vs_lm *make_model(int E, int F, float std, uint64_t seed, const char *name) {
     vs_lm_random_opts o;
@@ -42,75 +35,10 @@ static vs_lm *make_model(int E, int F, float std, uint64_t seed, const char *nam
     o.n_embd = E, o.n_layer = 1, o.n_head = 2, o.n_head_kv = 2, o.n_ff = F, o.n_ctx = 64, o.n_vocab = V;
     o.type = VS_TYPE_F32, o.init_std = std, o.tied = true, o.seed = seed;
     vs_error err = {0};
-    VT_REQUIRE(vs_lm_write_random(&o, tmp_path(name), &err) == VS_OK, "%s", err.msg);
-    vs_lm *lm = vs_lm_load(tmp_path(name), &err);
+    VT_REQUIRE(vs_lm_write_random(&o, st_tmp_path(name), &err) == VS_OK, "%s", err.msg);
+    vs_lm *lm = vs_lm_load(st_tmp_path(name), &err);
     VT_REQUIRE(lm, "%s", err.msg);
     return lm;
-}
-
-
-/* --- the exact target-only distribution of 3-token paths --- */
-
-static int cat_of(const int32_t *t, int n) {
-    /* tokens after an EOS are 0: (EOS, 0, 0) cannot be a real path, so the code is unique */
-    int c = 0;
-    for (int i = 0; i < 3; i++) c = c * V + (i < n ? t[i] : 0);
-    return c;
-}
-
-/* probs after the prompt + prefix (a fresh cache each time: independent of the engine) */
-static void target_probs(vs_lm *lm, vs_sampler *smp, const int32_t *prompt, int n, const int32_t *pre, int np,
-                         float *probs) {
-    vs_error err = {0};
-    vs_kv *kv = vs_lm_kv_new(lm, 1, 32, VS_TYPE_F32, &err);
-    VT_REQUIRE(kv, "%s", err.msg);
-    vs_lm_row rows[32];
-    memset(rows, 0, sizeof(rows));
-    int m = 0;
-    for (int i = 0; i < n; i++) rows[m].token = prompt[i], rows[m].pos = m, m++;
-    for (int i = 0; i < np; i++) rows[m].token = pre[i], rows[m].pos = m, m++;
-    rows[m - 1].want_logits = true;
-    float logits[V];
-    vs_lm_out o = {.logits = logits, .attn_layer = -1};
-    VT_REQUIRE(vs_lm_forward(lm, kv, NULL, rows, m, &o, &err) == VS_OK, "%s", err.msg);
-    VT_REQUIRE(vs_sampler_probs(smp, logits, probs, &err) == VS_OK, "%s", err.msg);
-    vs_kv_free(kv);
-}
-
-static void exact_distribution(vs_lm *lm, const vs_sampler_params *sp, const int32_t *prompt, int n,
-                               double *pd) {
-    vs_error err = {0};
-    vs_sampler *smp = vs_sampler_new(V, sp, &err);
-    VT_REQUIRE(smp, "%s", err.msg);
-    memset(pd, 0, sizeof(double) * NCAT);
-    float p1[V], p2[V], p3[V];
-    target_probs(lm, smp, prompt, n, NULL, 0, p1);
-    for (int a = 0; a < V; a++) {
-        if (p1[a] == 0) continue;
-        int32_t path[3] = {a, 0, 0};
-        if (a == EOS) {
-            pd[cat_of(path, 1)] += p1[a];
-            continue;
-        }
-        target_probs(lm, smp, prompt, n, path, 1, p2);
-        for (int b = 0; b < V; b++) {
-            if (p2[b] == 0) continue;
-            path[1] = b;
-            if (b == EOS) {
-                pd[cat_of(path, 2)] += (double)p1[a] * p2[b];
-                continue;
-            }
-            target_probs(lm, smp, prompt, n, path, 2, p3);
-            for (int c = 0; c < V; c++) {
-                path[2] = c;
-                pd[cat_of(path, 3)] += (double)p1[a] * p2[b] * p3[c];
-            }
-        }
-    }
-    double s = 0;
-    for (int i = 0; i < NCAT; i++) s += pd[i];
-    VT_CHECK(fabs(s - 1) < 1e-4, "exact distribution sums to %g", s);
-    vs_sampler_free(smp);
 }
 
 /* --- speculative sampling counts and the test --- */
@@ -132,8 +60,10 @@ static double run_config(vs_lm *target, vs_lm *draft, const config *c, int n, co
     vs_error err = {0};
     vs_sampler_params sp = vs_sampler_params_default();
     sp.temperature = c->temperature, sp.top_p = c->top_p, sp.top_k = c->top_k;
+    vs_spec_segment seg = {.kind = VS_SPEC_SEG_TEXT, .n = np, .tokens = prompt};
+    vs_spec_prompt pr = {.seg = &seg, .n_seg = 1};
     double *pd = malloc(sizeof(double) * NCAT);
-    exact_distribution(target, &sp, prompt, np, pd);
+    st_exact_distribution(target, &sp, &pr, pd);
 
     vs_tokenizer *tok = vs_tokenizer_from_gguf(vs_lm_gguf(target), &err);
     VT_REQUIRE(tok && vs_tokenizer_eos(tok) == EOS, "tokenizer with EOS %d", EOS);
@@ -143,8 +73,6 @@ static double run_config(vs_lm *target, vs_lm *draft, const config *c, int n, co
     vs_draft_lm_opts dopt = {.greedy = c->greedy_draft, .n_ctx = 32, .tree_width = c->width};
     vs_spec_drafter *d = vs_draft_lm_new(draft, target, &dopt, &err);
     VT_REQUIRE(d, "%s", err.msg);
-    vs_spec_segment seg = {.kind = VS_SPEC_SEG_TEXT, .n = np, .tokens = prompt};
-    vs_spec_prompt pr = {.seg = &seg, .n_seg = 1};
     vs_spec_params par = vs_spec_params_default();
     par.gamma = c->gamma;
     par.n_predict = 3;
@@ -161,7 +89,7 @@ static double run_config(vs_lm *target, vs_lm *draft, const config *c, int n, co
         VT_REQUIRE(vs_spec_generate(eng, d, &pr, &par, NULL, NULL, &log, &err) == VS_OK, "%s", err.msg);
         VT_REQUIRE(log.n_tokens >= 1 && log.n_tokens <= 3, "sample %d has %d tokens", i, log.n_tokens);
         VT_REQUIRE(log.n_tokens == 3 || log.tokens[log.n_tokens - 1] == EOS, "short path without EOS");
-        cnt[cat_of(log.tokens, log.n_tokens)]++;
+        cnt[st_cat_of(log.tokens, log.n_tokens)]++;
         for (int b = 0; b < log.n_blocks; b++) {
             drafted += log.blocks[b].n_eval, accepted += log.blocks[b].n_accept;
             tree_blocks += log.blocks[b].n_draft > log.blocks[b].n_depth;
@@ -173,28 +101,10 @@ static double run_config(vs_lm *target, vs_lm *draft, const config *c, int n, co
                  (long long)tree_blocks, n);
 
     /* chi-square over bins with expected count >= 5; the rest pooled into one bin */
-    double chi2 = 0, pool_e = 0, pool_o = 0;
-    int bins = 0;
-    int64_t impossible = 0;
-    for (int i = 0; i < NCAT; i++) {
-        double e = pd[i] * n;
-        if (pd[i] == 0) {
-            impossible += cnt[i];
-            continue;
-        }
-        if (e >= 5) {
-            chi2 += (cnt[i] - e) * (cnt[i] - e) / e;
-            bins++;
-        } else {
-            pool_e += e;
-            pool_o += (double)cnt[i];
-        }
-    }
-    if (pool_e > 0) {
-        chi2 += (pool_o - pool_e) * (pool_o - pool_e) / pool_e;
-        bins++;
-    }
-    double p = impossible ? 0 : vt_chi2_pvalue(chi2, bins - 1);
+    double chi2;
+    int bins;
+    int64_t impossible;
+    double p = st_chi2_test(pd, cnt, n, &chi2, &bins, &impossible);
     printf("  %-44s n %d, %d bins, chi2 %.1f, p = %.3g, impossible paths %lld, acceptance %.3f\n", c->name, n,
            bins, chi2, p, (long long)impossible, *accept_rate);
     vs_spec_log_free(&log);
