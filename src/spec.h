@@ -116,7 +116,8 @@ typedef struct vs_spec_params {
                                  * image rows of images with an image_id) equal the new prompt's leading
                                  * rows (chat turns, repeated requests); drafters do the same with their
                                  * caches; false: start from an empty cache */
-    /* TEST ONLY: on a rejection sample the correction from p instead of norm(max(0, p - q)). This
+    /* TEST ONLY: on a rejection sample the correction from p instead of norm(max(0, p - q)) (tree walk:
+     * p is not replaced by the residual after a rejected sibling, for the later siblings either). This
      * makes speculative sampling WRONG (biased towards tokens the drafter overrates); it exists so
      * tests/test_spec_sampling.c can prove its distribution test detects a broken residual. */
     bool debug_break_residual;
