@@ -553,6 +553,13 @@ static void test_bad_input(fixture *f) {
     VT_CHECK(!vs_draft_ens_new(f->draft_rel, f->target, &o, &err) && strstr(err.msg, "pool size 0"), "%s",
              err.msg);
     o.pool_k = 2;
+    const int bad_width[2] = {-1, VS_DRAFT_ENS_MAX_WIDTH + 1};
+    for (int k = 0; k < 2; k++) {
+        o.tree_width = bad_width[k];
+        VT_CHECK(!vs_draft_ens_new(f->draft_rel, f->target, &o, &err) && strstr(err.msg, "tree width"), "%s",
+                 err.msg);
+    }
+    o.tree_width = 0;
     o.weights.policy = (vs_ens_policy)42;
     VT_CHECK(!vs_draft_ens_new(f->draft_rel, f->target, &o, &err) && strstr(err.msg, "unknown policy"), "%s",
              err.msg);
