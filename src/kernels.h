@@ -40,7 +40,8 @@ vs_isa vs_isa_active(void); /* the ISA vs_matmul and the vector ops use now: min
  *     last bits. Verification batches (gamma + 1 <= 65 rows) and decoding never reach it.
  *     Exception to the exception: F16 / BF16 matrices on the AMX-BF16 path (vs_matmul_path "amx-bf16")
  *     never use BLAS and are invariant for every n_rows.
- * Different ISAs (scalar / AVX2 / AVX-512 / AMX) give results that differ in f32 rounding only. */
+ * Different ISAs (scalar / AVX2 / AVX-512 / AMX) give results that differ in f32 rounding only.
+ * (Except F16 / BF16 on the AMX-BF16 path: bf16 activation halves, within 2^-16 * sum|w x| of exact.) */
 void vs_matmul(vs_threadpool *tp, vs_type wtype, const void *w, int64_t n_out, int64_t n_in,
                const float *x, int64_t n_rows, float *y);
 /* The scalar reference twin (single thread, double accumulation not required). */
