@@ -541,6 +541,27 @@ static void test_massv_and_errors(const vs_world_dataset *train) {
              "massv phase c: wrong groups trained");
     vs_train_vlm_free(b), vs_train_vlm_free(c);
 
+    /* a retrained target (another tower in the same file) is not mistaken for the old one */
+    char moved[700];
+    snprintf(moved, sizeof(moved), "%s.orig", g_tmm);
+    VT_REQUIRE(rename(g_tmm, moved) == 0, "rename");
+    {
+        vs_error e2 = {0};
+        vs_gguf *tg = vs_gguf_open(g_tok, &e2);
+        vs_train_vlm_config cf = wt_config(512);
+        vs_train_vlm *m2 = vs_train_vlm_new(&cf, 1, 2, 1, &e2);
+        VT_REQUIRE(tg && m2, "%s", e2.msg);
+        vs_train_vlm_init(m2, 98);
+        vs_train_export_opts eo = {.type = VS_TYPE_F16, .tokenizer = tg};
+        VT_REQUIRE(vs_train_vlm_export(m2, NULL, g_tmm, &eo, &e2) == VS_OK, "%s", e2.msg);
+        vs_train_vlm_free(m2);
+        vs_gguf_close(tg);
+    }
+    VT_CHECK(run_recipe("llava", out, "--resume") == 1 && vt_run("grep -q 'target_tower_hash' %s.log", out) == 0,
+             "finished phases were reused for another target tower");
+    VT_REQUIRE(rename(moved, g_tmm) == 0, "rename back");
+    VT_CHECK(run_recipe("llava", out, "--resume") == 0, "the original target is not accepted again");
+
     /* bad input */
     snprintf(bad, sizeof(bad), "%s/d-bad", g_tmp);
     VT_CHECK(

@@ -1032,7 +1032,14 @@ static char *phase_settings(const drafter_run *r, int ph) {
                                    : "c-llava");
     vs_json_kv_str(&w, "data", o->data);
     vs_json_kv_str(&w, "target_mmproj", o->target_mm);
-    if (ph == PH_TUNE && o->massv) vs_json_kv_str(&w, "distill", o->distill);
+    char hash[32]; /* the tower's contents: a retrained target is not mistaken for the old one */
+    const uint64_t th = vs_vision_tower_hash(vs_mmproj_tower(r->tmm));
+    snprintf(hash, sizeof(hash), "%016llx", (unsigned long long)th);
+    vs_json_kv_str(&w, "target_tower_hash", hash);
+    if (ph == PH_TUNE && o->massv) {
+        vs_json_kv_str(&w, "distill", o->distill);
+        vs_json_kv_int(&w, "distill_records", r->dist.n);
+    }
     vs_json_kv_int(&w, "vocab", c->vocab);
     vs_json_kv_int(&w, "steps", o->steps[ph]);
     vs_json_kv_int(&w, "batch", o->batch[ph]);
