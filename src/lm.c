@@ -606,11 +606,13 @@ static void attn_task(fwd_ctx *f, int g, int hk, int hs, int blk, float *s) {
              * same offsets, so the lane-wise softmax sums - and the row's result - are the same as there. */
             const uint8_t *m = lm->mask + (size_t)r * f->n;
             const vs_lm_row *w = &f->rows[r];
-            int nv = 0;
-            for (int j = 0; j < T[i]; j++)
+            const int j0 = w->mask_past ? w->past_len : len0; /* keys before j0 are all visible: in place */
+            int nv = j0;
+            for (int j = j0; j < T[i]; j++)
                 if (tree_visible(w, m, len0, lm->off[r], j)) si[nv++] = si[j];
             softmax(si, nv);
-            for (int j = T[i] - 1; j >= 0; j--) si[j] = tree_visible(w, m, len0, lm->off[r], j) ? si[--nv] : 0.0f;
+            for (int j = T[i] - 1; j >= j0; j--)
+                si[j] = tree_visible(w, m, len0, lm->off[r], j) ? si[--nv] : 0.0f;
         } else {
             softmax(si, T[i]);
         }
