@@ -44,7 +44,9 @@ void vs_bench_record_fill(vs_bench_record *r, const vs_spec_log *log, const vs_s
             r->alpha_den[n - 1]++;
             if (n <= b->n_accept) r->alpha_num[n - 1]++;
         }
-        if (log->gamma > 0 && b->n_draft == log->gamma) r->n_verify_full++, r->t_verify_full += b->t_verify;
+        /* a full block drafted gamma deep (a tree's depth, a chain's length) */
+        const int32_t depth = b->n_depth > 0 ? b->n_depth : b->n_draft;
+        if (log->gamma > 0 && depth == log->gamma) r->n_verify_full++, r->t_verify_full += b->t_verify;
     }
     r->t_prefill = log->t_prefill;
     r->t_draft_prefill = log->t_draft_prefill;
