@@ -61,14 +61,15 @@ static vs_isa detect_uncached(void) {
 static atomic_int g_detected = -1;
 static atomic_int g_amx_bf16 = -1;
 
-/* AMX-BF16 (CPUID.(7,0):EDX bit 22) on top of usable AMX tiles (VS_ISA_AMX detected). */
+/* AMX-BF16 (CPUID.(7,0):EDX bit 22) and AVX512-FP16 (bit 23) on top of usable AMX tiles (VS_ISA_AMX). */
 bool vs_cpu_amx_bf16(void) {
     int v = atomic_load_explicit(&g_amx_bf16, memory_order_relaxed);
     if (v < 0) {
         v = 0;
 #ifdef VS_X86
         unsigned a, b, c, d;
-        if (vs_isa_detect() == VS_ISA_AMX && __get_cpuid_count(7, 0, &a, &b, &c, &d)) v = (d >> 22) & 1;
+        /* the kernel's fp16 split uses AVX512-FP16 (EDX bit 23), which every AMX-BF16 CPU has */
+        if (vs_isa_detect() == VS_ISA_AMX && __get_cpuid_count(7, 0, &a, &b, &c, &d)) v = ((d >> 22) & 1) && ((d >> 23) & 1);
 #endif
         atomic_store(&g_amx_bf16, v);
     }
@@ -161,33 +162,29 @@ static uint16_t bf16_rne_daz(float f) {
 
 void vs_xb_convert_row_ref(const float *x, int64_t n_in, vs_type wtype, int64_t n_rows, int64_t r, uint8_t *xb) {
     const int64_t G = vs_xb_G(n_rows), g = r / 8, c = r % 8;
-    const size_t chunk = vs_xb_chunk(wtype);
+    const float scale = wtype == VS_TYPE_F16 ? 0x1p62f : 1.0f;
     for (int64_t s = 0; s < vs_xb_steps(n_in); s++) {
-        uint16_t *ch = (uint16_t *)(xb + (size_t)(s * G + g) * chunk); /* [tiles][16 kp][16 columns][2] */
+        uint16_t *ch = (uint16_t *)(xb + (size_t)(s * G + g) * vs_xb_chunk(wtype)); /* [16 kp][16 columns][2] */
         for (int k = 0; k < 32; k++) {
             int64_t i = 32 * s + k;
             float v = x && i < n_in ? x[i] : 0.0f;
             uint16_t h = bf16_rne_daz(v), l = bf16_rne_daz(v - vs_bf16_to_fp32(h));
-            if (wtype == VS_TYPE_F16) { /* tile k / 16, row k % 16: (h, h) in column 2c, (l, l) in 2c + 1 */
-                uint16_t *at = ch + (k / 16) * 512 + (k % 16) * 32 + 4 * c;
-                at[0] = at[1] = h;
-                at[2] = at[3] = l;
-            } else { /* row k / 2, half k % 2 of columns 2c and 2c + 1 */
-                uint16_t *at = ch + (k / 2) * 32 + 4 * c + k % 2;
-                at[0] = h;
-                at[2] = l;
-            }
+            uint16_t *at = ch + (k / 2) * 32 + 4 * c + k % 2; /* row k / 2, half k % 2 of columns 2c, 2c + 1 */
+            at[0] = vs_fp32_to_bf16(vs_bf16_to_fp32(h) * scale); /* exact */
+            at[2] = vs_fp32_to_bf16(vs_bf16_to_fp32(l) * scale);
         }
     }
 }
 
 void vs_f16_split_bf16_ref(const uint16_t *w, int64_t n, uint16_t *hi, uint16_t *lo) {
     for (int64_t i = 0; i < n; i++) {
-        float f = vs_fp16_to_fp32(w[i]);
+        float f = vs_fp16_to_fp32(w[i]), fh;
         uint32_t u;
         memcpy(&u, &f, 4);
-        hi[i] = (uint16_t)(u >> 16); /* truncation to 8 significant bits */
-        lo[i] = vs_fp32_to_bf16(f - vs_bf16_to_fp32(hi[i])); /* exact: no rounding happens */
+        u &= 0xffff0000u; /* truncation to 8 significant bits */
+        memcpy(&fh, &u, 4);
+        hi[i] = vs_fp32_to_bf16(fh * 0x1p-102f);        /* exact: >= 2^-24 * 2^-102 */
+        lo[i] = vs_fp32_to_bf16((f - fh) * 0x1p-102f); /* exact: no rounding happens */
     }
 }
 

@@ -284,8 +284,9 @@ static void test_xq(vs_isa best) {
     }
 }
 
-/* The exact fp16 split of the AMX-BF16 path: for every finite fp16 w, hi + lo == w with hi and lo bf16
- * values (hi = w truncated to 8 significant bits), and the AVX-512 split gives the same bits. */
+/* The exact fp16 split of the AMX-BF16 path: for every finite fp16 w, (hi + lo) * 2^102 == w with hi and
+ * lo normal bf16 values (hi = w truncated to 8 significant bits, times 2^-102), and the AVX-512 split (fp16
+ * arithmetic, an f32 route for |w| >= 64) gives the same bits. */
 static void test_f16_split(vs_isa best) {
     static uint16_t w[65536], hi[65536], lo[65536], hi2[65536], lo2[65536];
     int n = 0, bad = 0;
@@ -293,11 +294,14 @@ static void test_f16_split(vs_isa best) {
         if ((h & 0x7c00) != 0x7c00) w[n++] = (uint16_t)h; /* finite values */
     vs_f16_split_bf16_ref(w, n, hi, lo);
     for (int i = 0; i < n; i++) {
-        double wv = vs_fp16_to_fp32(w[i]), hv = vs_bf16_to_fp32(hi[i]), lv = vs_bf16_to_fp32(lo[i]);
+        double wv = vs_fp16_to_fp32(w[i]);
+        double hv = ldexp(vs_bf16_to_fp32(hi[i]), 102), lv = ldexp(vs_bf16_to_fp32(lo[i]), 102);
         bad += hv + lv != wv;                                   /* exact (no rounding in double either) */
         bad += fabs(lv) > ldexp(fabs(wv), -7);                  /* the low part is small */
         bad += wv != 0 && (hv == 0 || (hv > 0) != (wv > 0));    /* hi carries the value and its sign */
         bad += lv != 0 && fabs(lv) < ldexp(1.0, -24);           /* no bf16 denormals (AMX reads them as 0) */
+        bad += (hi[i] & 0x7f80) == 0 && (hi[i] & 0x7f) != 0;    /* ... in the scaled bits either */
+        bad += (lo[i] & 0x7f80) == 0 && (lo[i] & 0x7f) != 0;
     }
     VT_CHECK(bad == 0, "fp16 -> bf16 hi + lo split is not exact for %d values", bad);
     if (best >= VS_ISA_AVX512) {
@@ -340,13 +344,13 @@ static void test_xb(vs_isa best) {
             /* read row 9 (group 1, column pair 2, 3) back from the twin's layout */
             const size_t chunk = vs_xb_chunk(t);
             const int64_t G = vs_xb_G(n_rows);
+            const int scale = t == VS_TYPE_F16 ? -62 : 0; /* F16: stored times 2^62 */
             for (int64_t i = 0; i < vs_xb_steps(n_in) * 32; i++) {
                 const uint16_t *ch = (const uint16_t *)(a + (size_t)((i / 32) * G + 1) * chunk);
                 int k = (int)(i % 32);
-                size_t at = t == VS_TYPE_F16 ? (size_t)((k / 16) * 512 + (k % 16) * 32 + 4) : (size_t)((k / 2) * 32 + 4 + k % 2);
-                double xh = vs_bf16_to_fp32(ch[at]), xl = vs_bf16_to_fp32(ch[at + 2]);
+                size_t at = (size_t)((k / 2) * 32 + 4 + k % 2);
+                double xh = ldexp(vs_bf16_to_fp32(ch[at]), scale), xl = ldexp(vs_bf16_to_fp32(ch[at + 2]), scale);
                 double xv = i < n_in ? x[9 * n_in + i] : 0.0;
-                if (t == VS_TYPE_F16) bad += ch[at + 1] != ch[at] || ch[at + 3] != ch[at + 2]; /* (v, v) pairs */
                 double err = fabs(xv - xh - xl);
                 bad += !(err <= ldexp(fabs(xv), -16));
                 if (xv != 0) worst = fmax(worst, err / fabs(xv));
@@ -361,6 +365,40 @@ static void test_xb(vs_isa best) {
     VT_CHECK(bad == 0, "AMX-BF16 activation layout: %d mismatches", bad);
     printf("kernels: AMX-BF16 activation split: worst |x - xh - xl| / |x| = %.2g (bound 2^-16 = %.2g)\n", worst,
            ldexp(1.0, -16));
+}
+
+/* F16 weights of magnitude >= 64 take the AMX-BF16 kernel's f32 conversion route (the fp16 one would
+ * overflow): against the twin, and one row alone against a batch. Runs on every ISA (cheap). */
+static void test_f16_large_weights(vs_threadpool *tp) {
+    const int64_t n_out = 37, n_in = 100, n_rows = 9;
+    vs_rng rng;
+    vs_rng_seed(&rng, 64);
+    size_t rb = vs_type_row_bytes(VS_TYPE_F16, n_in);
+    uint8_t *w = vs_malloc(rb * n_out);
+    float tmp[100], x[9 * 100], y[9 * 37], yr[9 * 37], y1[37];
+    for (int64_t o = 0; o < n_out; o++) {
+        for (int64_t i = 0; i < n_in; i++) tmp[i] = vs_rng_normal(&rng) * (o % 3 == 0 ? 3000.0f : 0.7f);
+        vs_quantize_row(VS_TYPE_F16, tmp, w + o * rb, n_in);
+    }
+    for (int64_t i = 0; i < n_rows * n_in; i++) x[i] = vs_rng_normal(&rng);
+    vs_matmul(tp, VS_TYPE_F16, w, n_out, n_in, x, n_rows, y);
+    vs_matmul_ref(VS_TYPE_F16, w, n_out, n_in, x, n_rows, yr);
+    int bad = 0;
+    for (int64_t r = 0; r < n_rows; r++) {
+        for (int64_t o = 0; o < n_out; o++) {
+            double S = 0;
+            for (int64_t i = 0; i < n_in; i++) {
+                uint16_t h;
+                memcpy(&h, w + o * rb + 2 * i, 2);
+                S += fabs((double)vs_fp16_to_fp32(h) * x[r * n_in + i]);
+            }
+            bad += !(fabs((double)y[r * n_out + o] - yr[r * n_out + o]) <= (TOL_TWIN + TOL_SPLIT) * S);
+        }
+        vs_matmul(tp, VS_TYPE_F16, w, n_out, n_in, x + r * n_in, 1, y1);
+        bad += memcmp(y1, y + r * n_out, sizeof(y1)) != 0;
+    }
+    VT_CHECK(bad == 0, "%s: F16 weights up to ~1e4: %d mismatches", vs_isa_name(vs_isa_active()), bad);
+    vs_free(w);
 }
 
 /* ---- batch invariance ----
@@ -526,6 +564,7 @@ int main(void) {
         VT_CHECK(vs_isa_active() == (vs_isa)isa, "active ISA");
         test_matmul((vs_isa)isa, pools, 3);
         test_batch_invariance((vs_isa)isa, pools, 2);
+        test_f16_large_weights(pools[1]);
         test_vector_ops((vs_isa)isa);
     }
     /* F32/F16/BF16 with 128+ rows go to OpenBLAS when the build has it: the built-in path again */

@@ -5,28 +5,36 @@
  * vector units only the weight conversion, which is paid once per weight whatever the row count.
  *
  * Exact splits keep F32-FMA-like accuracy with bf16 products (products of two bf16 are exact in f32):
- *  - F16 weight w = wh + wl EXACTLY: wh = w truncated to bf16 (8 significant bits), wl = w - wh has at
- *    most the 3 remaining significant bits of the fp16 mantissa and an exponent >= -24, so it is a bf16
- *    (tests/test_kernels.c checks all 65536 fp16 values). BF16 weights: wh = w, no wl.
- *  - activation x ~ xh + xl: xh = bf16_rne(x), xl = bf16_rne(x - xh); |x - xh - xl| <= 2^-16 |x|.
- *  - TDPBF16PS multiplies bf16 PAIRS: F16 weights are stored in the A tile as the pair (wl, wh) per
- *    weight (16 weights per tile row), and each activation row owns two B columns, (xh, xh) and (xl, xl),
- *    so C[o][2c] = sum (wl + wh) xh and C[o][2c + 1] = sum (wl + wh) xl: all four products, and
- *    y = C[o][2c] + C[o][2c + 1]. BF16 weights are A as stored (pairs of consecutive weights), against
- *    (xh, xh') and (xl, xl') pairs. One 16-column tile holds 8 rows, so one row costs two tile products
- *    per 32 F16 inputs (one for BF16), the same as a full group of 8.
+ *  - F16 weight w = wh + wl EXACTLY: wh = w truncated to 8 significant bits, wl = w - wh (at most the 3
+ *    remaining significant bits). Both are computed in fp16 arithmetic (AVX512-FP16) on ws = w * 2^10,
+ *    which is exact and NORMAL for every |w| < 64 (so are its parts), and turned into bf16 by a shift:
+ *    the fp16 bits s|e5|m10 >> 3 are the bf16 bits of the value * 2^-112 (exponent field e5 >= 1), so
+ *    the A tile holds wh * 2^-102 and wl * 2^-102 (tests/test_kernels.c checks all finite fp16 values).
+ *    Rare |w| >= 64 take an f32 route giving the same bits. BF16 weights: wh = w, no wl, no scaling.
+ *  - activation x ~ xh + xl: xh = bf16_rne(x), xl = bf16_rne(x - xh); |x - xh - xl| <= 2^-16 |x|; for
+ *    F16 weights stored times 2^62 (exact), so the products are w x 2^-40 (no overflow for |x| < 2^66,
+ *    flushed to 0 only below 2^-86) and the result is scaled back by 2^40.
+ *  - TDPBF16PS multiplies bf16 PAIRS of consecutive inputs: A holds the weights' hi parts (and, for F16,
+ *    a second A tile the lo parts), 32 inputs per 64-byte row; each activation row owns two B columns,
+ *    (xh, xh') and (xl, xl'), so C[o][2c] = sum w xh, C[o][2c + 1] = sum w xl over both A tiles and
+ *    y = C[o][2c] + C[o][2c + 1]: all four products w{h,l} x{h,l}. One 16-column tile holds 8 rows, so
+ *    one row costs two tile products per 32 F16 inputs (one for BF16), the same as a full group of 8.
  *
  * Tiles: A = 16 outputs (F16 blocks converted into an L1 buffer; BF16 full blocks loaded straight from
  * the weight rows with their stride), B = activations (kernels_arch.h, "xb" layout), C = 16 outputs x 8
  * rows x (hi, lo) in f32. The tile shapes are the same for every row count (one row is a group of 8 with
  * 7 zero rows), so every (output, row) element sees the same instruction sequence whatever n_rows is
  * (batch invariance, kernels.h).
- * Tile instructions are inline asm like kernels_amx_avx512.c (no -mamx flags needed). */
+ * Tile instructions are inline asm like kernels_amx_avx512.c (no -mamx flags needed); the fp16 arithmetic
+ * needs AVX512-FP16, enabled for this file by the pragma below (every CPU with AMX-BF16 has it, and
+ * vs_cpu_amx_bf16 checks it). */
 #include <assert.h>
 #include <immintrin.h>
 #include <string.h>
 
 #include "kernels_arch.h"
+
+#pragma GCC target("avx512fp16")
 
 #define VS_INLINE static inline __attribute__((always_inline))
 #define VS_UNROLL _Pragma("GCC unroll 16")
@@ -60,43 +68,59 @@ void vs_xb_convert_row_avx512(const float *x, int64_t n_in, vs_type wtype, int64
         uint8_t *base = xb + (size_t)(s * G + g) * chunk + 8 * c; /* column 2c of row kp at kp * 64 */
         __m512 h[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()}, l[2] = {h[0], h[1]};
         if (x) split_x32(x + 32 * s, (int)VS_MIN(32, n_in - 32 * s), h, l);
-        if (wtype == VS_TYPE_F16) { /* (v, v) pairs: the f32 value's high half in both halves */
-            for (int t = 0; t < 2; t++) {
-                __m512i hh = _mm512_castps_si512(h[t]), ll = _mm512_castps_si512(l[t]);
-                _mm512_i32scatter_epi32(base + 1024 * t, vidx, _mm512_or_si512(hh, _mm512_srli_epi32(hh, 16)), 1);
-                _mm512_i32scatter_epi32(base + 1024 * t + 4, vidx, _mm512_or_si512(ll, _mm512_srli_epi32(ll, 16)), 1);
-            }
-        } else { /* pairs of consecutive inputs: the high halves of inputs 2 kp, 2 kp + 1 */
-            __m512i hp = _mm512_permutex2var_epi16(_mm512_castps_si512(h[0]), odd, _mm512_castps_si512(h[1]));
-            __m512i lp = _mm512_permutex2var_epi16(_mm512_castps_si512(l[0]), odd, _mm512_castps_si512(l[1]));
-            _mm512_i32scatter_epi32(base, vidx, hp, 1);
-            _mm512_i32scatter_epi32(base + 4, vidx, lp, 1);
+        if (wtype == VS_TYPE_F16) { /* times 2^62 (exact): see the top of the file */
+            const __m512 k62 = _mm512_set1_ps(0x1p62f);
+            h[0] = _mm512_mul_ps(h[0], k62), h[1] = _mm512_mul_ps(h[1], k62);
+            l[0] = _mm512_mul_ps(l[0], k62), l[1] = _mm512_mul_ps(l[1], k62);
         }
+        /* pairs of consecutive inputs: the high halves of inputs 2 kp, 2 kp + 1 */
+        __m512i hp = _mm512_permutex2var_epi16(_mm512_castps_si512(h[0]), odd, _mm512_castps_si512(h[1]));
+        __m512i lp = _mm512_permutex2var_epi16(_mm512_castps_si512(l[0]), odd, _mm512_castps_si512(l[1]));
+        _mm512_i32scatter_epi32(base, vidx, hp, 1);
+        _mm512_i32scatter_epi32(base + 4, vidx, lp, 1);
     }
 }
 
-/* ---- weights: exact (lo, hi) split of fp16 ---- */
+/* ---- weights: exact hi / lo split of fp16 ---- */
 
-/* 16 fp16 (already loaded) -> 16 dwords (lo | hi << 16), bf16 hi = w truncated to 8 significant bits, bf16
- * lo = w - hi (exact: at most 3 significant bits, exponent >= -24), so hi + lo == w. */
-VS_INLINE __m512i split_w16(__m256i w) {
+/* 32 fp16 -> bf16 hi and lo parts times 2^-102 (see the top of the file); returns the lanes with |w| >= 64
+ * (or Inf / NaN), whose results are not valid here. */
+VS_INLINE __mmask32 split_w32(__m512i h, __m512i *hi, __m512i *lo) {
+    const __m512i m_fff8 = _mm512_set1_epi16((short)0xfff8), m_8fff = _mm512_set1_epi16((short)0x8fff);
+    __m512h ws = _mm512_mul_ph(_mm512_castsi512_ph(h), _mm512_set1_ph((_Float16)1024.0f)); /* exact, normal */
+    __m512i his = _mm512_and_si512(_mm512_castph_si512(ws), m_fff8);                      /* 8 significant bits */
+    __m512i los = _mm512_castph_si512(_mm512_sub_ph(ws, _mm512_castsi512_ph(his)));       /* exact, normal or 0 */
+    *hi = _mm512_and_si512(_mm512_srai_epi16(his, 3), m_8fff);
+    *lo = _mm512_and_si512(_mm512_srai_epi16(los, 3), m_8fff);
+    return _mm512_fpclass_ph_mask(ws, 0x99); /* +-Inf, NaN: |w| >= 64 overflowed */
+}
+
+/* The same bits by f32 arithmetic, for any finite w (the route for |w| >= 64). */
+VS_INLINE void split_w32_f32(__m512i h, __m512i *hi, __m512i *lo) {
     const __m512i tmask = _mm512_set1_epi32((int)0xffff0000u);
-    __m512 f = _mm512_cvtph_ps(w);
-    __m512i hi = _mm512_and_si512(_mm512_castps_si512(f), tmask);
-    __m512 lo = _mm512_sub_ps(f, _mm512_castsi512_ps(hi)); /* exact, and a bf16 value */
-    /* (f & tmask) | (lo >> 16) */
-    return _mm512_ternarylogic_epi32(_mm512_castps_si512(f), tmask, _mm512_srli_epi32(_mm512_castps_si512(lo), 16), 0xea);
+    const __m512 k = _mm512_set1_ps(0x1p-102f);
+    const __m512i odd = _mm512_add_epi16(_mm512_slli_epi16(_mm512_set_epi64(0x001f001e001d001cLL, 0x001b001a00190018LL,
+        0x0017001600150014LL, 0x0013001200110010LL, 0x000f000e000d000cLL, 0x000b000a00090008LL, 0x0007000600050004LL,
+        0x0003000200010000LL), 1), _mm512_set1_epi16(1));
+    __m512i hv[2], lv[2];
+    for (int t = 0; t < 2; t++) {
+        __m512 f = _mm512_cvtph_ps(t ? _mm512_extracti64x4_epi64(h, 1) : _mm512_castsi512_si256(h));
+        __m512 fh = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(f), tmask));
+        hv[t] = _mm512_castps_si512(_mm512_mul_ps(fh, k)); /* exact: >= 2^-24 * 2^-102 */
+        lv[t] = _mm512_castps_si512(_mm512_mul_ps(_mm512_sub_ps(f, fh), k));
+    }
+    *hi = _mm512_permutex2var_epi16(hv[0], odd, hv[1]);
+    *lo = _mm512_permutex2var_epi16(lv[0], odd, lv[1]);
 }
 
 void vs_f16_split_bf16_avx512(const uint16_t *w, int64_t n, uint16_t *hi, uint16_t *lo) {
-    for (int64_t i = 0; i < n; i += 16) {
-        int kk = (int)VS_MIN(16, n - i);
-        _Alignas(64) uint32_t d[16];
-        _mm512_store_si512(d, split_w16(_mm256_maskz_loadu_epi16((__mmask16)((1u << kk) - 1), w + i)));
-        for (int k = 0; k < kk; k++) {
-            hi[i + k] = (uint16_t)(d[k] >> 16);
-            lo[i + k] = (uint16_t)d[k];
-        }
+    for (int64_t i = 0; i < n; i += 32) {
+        int kk = (int)VS_MIN(32, n - i);
+        __mmask32 mk = kk >= 32 ? 0xffffffffu : (__mmask32)((1ull << kk) - 1);
+        __m512i h = _mm512_maskz_loadu_epi16(mk, w + i), a, b;
+        if (split_w32(h, &a, &b)) split_w32_f32(h, &a, &b);
+        _mm512_mask_storeu_epi16(hi + i, mk, a);
+        _mm512_mask_storeu_epi16(lo + i, mk, b);
     }
 }
 
@@ -109,8 +133,8 @@ typedef struct amx_cfg {
     uint8_t rows[16];
 } amx_cfg;
 
-/* tmm0..3: C (16 outputs x 16 columns f32) of up to 4 row groups; tmm4/5: A (F16: the two 16-input
- * halves of a step; BF16: tmm4, 32 inputs); tmm6/7: the group's B tiles. Every tile is 16 x 64 bytes. */
+/* tmm0..3: C (16 outputs x 16 columns f32) of up to 4 row groups; tmm4/5: A (hi parts; F16: lo parts);
+ * tmm6: the group's B tile. Every tile is 16 x 64 bytes. */
 static void amx_config_bf16(void) {
     amx_cfg cfg;
     memset(&cfg, 0, sizeof(cfg));
@@ -131,29 +155,36 @@ static void amx_config_bf16(void) {
 #define VS_PF_STEPS 8      /* prefetch distance in input steps (64 bytes of every weight row per step) */
 
 /* A tiles of input step s (kk valid inputs) for rows 0 .. valid - 1 of the output tile into dst (rows
- * past `valid` are left as they are: zero). F16: [half][m][16 dwords (lo, hi)]; BF16: [m][32 bf16]. */
+ * past `valid` are left as they are: zero): [hi, lo][m][32 bf16] (BF16: hi only, the weights). */
 VS_INLINE void convert_step(const uint8_t *wt, size_t rb, bool f16, int valid, int64_t s, int kk, uint8_t *dst) {
     const __mmask32 mk = kk >= 32 ? 0xffffffffu : (__mmask32)((1ull << kk) - 1);
+    __mmask32 big = 0;
     for (int m = 0; m < valid; m++) {
         const uint16_t *src = (const uint16_t *)(wt + m * rb) + 32 * s;
-        if (f16 && kk >= 32) {
-            _mm512_store_si512(dst + 64 * m, split_w16(_mm256_loadu_si256((const __m256i *)src)));
-            _mm512_store_si512(dst + 1024 + 64 * m, split_w16(_mm256_loadu_si256((const __m256i *)(src + 16))));
-            continue;
-        }
         __m512i v = kk >= 32 ? _mm512_loadu_si512(src) : _mm512_maskz_loadu_epi16(mk, src);
         if (f16) {
-            _mm512_store_si512(dst + 64 * m, split_w16(_mm512_castsi512_si256(v)));
-            _mm512_store_si512(dst + 1024 + 64 * m, split_w16(_mm512_extracti64x4_epi64(v, 1)));
+            __m512i a, b;
+            big |= split_w32(v, &a, &b);
+            _mm512_store_si512(dst + 64 * m, a);
+            _mm512_store_si512(dst + 1024 + 64 * m, b);
         } else {
             _mm512_store_si512(dst + 64 * m, v);
+        }
+    }
+    if (big) { /* some |w| >= 64 (rare): this step again by the f32 route */
+        for (int m = 0; m < valid; m++) {
+            const uint16_t *src = (const uint16_t *)(wt + m * rb) + 32 * s;
+            __m512i a, b;
+            split_w32_f32(_mm512_maskz_loadu_epi16(mk, src), &a, &b);
+            _mm512_store_si512(dst + 64 * m, a);
+            _mm512_store_si512(dst + 1024 + 64 * m, b);
         }
     }
 }
 
 /* One 16-output tile (rows o_t .. o_t + valid - 1) times row groups g0 .. g0 + ng - 1 (ng <= 4). Every
  * C element accumulates, step after step, the tile products in the same order (F16: half 0, half 1)
- * whatever ng and g0 are. With `panel` (more than 4 groups) the converted weights of all steps are kept
+ * whatever ng and g0 are (F16: hi tile, then lo tile). With `panel` (more than 4 groups) the converted weights of all steps are kept
  * there by the first pass (`first`) and reused by later ones; otherwise a two-step ring on the stack. */
 static void tile_groups(const vs_mm_job *jb, int64_t o_t, int valid, int64_t g0, int ng, uint8_t *panel, bool first,
                         size_t next_bytes) {
@@ -197,14 +228,11 @@ static void tile_groups(const vs_mm_job *jb, int64_t o_t, int valid, int64_t g0,
             if (f16) TILE_LOAD(5, a + 1024, 64);
         }
         const uint8_t *ch = jb->xb + (size_t)(s * G + g0) * chunk;
-#define VS_GROUP_TDPS(Ct, k)                          \
-    do {                                              \
-        TILE_LOAD(6, ch + (k) * chunk, 64);           \
-        TDP(Ct, 4, 6);                                \
-        if (f16) {                                    \
-            TILE_LOAD(7, ch + (k) * chunk + 1024, 64); \
-            TDP(Ct, 5, 7);                            \
-        }                                             \
+#define VS_GROUP_TDPS(Ct, k)                \
+    do {                                    \
+        TILE_LOAD(6, ch + (k) * chunk, 64); \
+        TDP(Ct, 4, 6);                      \
+        if (f16) TDP(Ct, 5, 6);             \
     } while (0)
         VS_GROUP_TDPS(0, 0);
         if (ng > 1) VS_GROUP_TDPS(1, 1);
@@ -230,6 +258,7 @@ static void tile_groups(const vs_mm_job *jb, int64_t o_t, int valid, int64_t g0,
         for (int64_t c = 0; c < rows; c++) {
             __m512 v = _mm512_add_ps(_mm512_i32gather_ps(cidx, cbuf + 2 * c, 4),
                                      _mm512_i32gather_ps(cidx, cbuf + 2 * c + 1, 4));
+            if (f16) v = _mm512_mul_ps(v, _mm512_set1_ps(0x1p40f)); /* the scales 2^-102 * 2^62 undone */
             _mm512_mask_storeu_ps(jb->y + (8 * g + c) * jb->n_out + o_t, vm, v);
         }
     }

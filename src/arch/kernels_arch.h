@@ -72,15 +72,15 @@ void vs_mm_amx_vnni(const vs_mm_job *job, int64_t o0, int64_t o1);
 bool vs_amx_request(void);
 
 /* AMX-BF16 path (F16 / BF16 weights, arch/kernels_amxbf16_avx512.c): activations split into bf16 halves
- * xh = bf16_rne(x), xl = bf16_rne(x - xh) (bf16_rne as VCVTNE2PS2BF16: f32 denormals read as 0), in the
- * order of AMX B tiles. Rows are grouped by 8 into G = ceil(n_rows / 8) groups; row r = 8 g + c owns
- * columns 2c (xh) and 2c + 1 (xl) of its group's tiles (always 16 columns: padding rows are 0). Inputs
- * go in steps of 32 (S = ceil(n_in / 32); inputs past n_in are 0). Step s, group g: one chunk of
- * vs_xb_chunk(wtype) bytes at (s * G + g) * chunk, made of uint32 tiles [16][16] (16 rows of 64 bytes):
- *   F16:  two tiles, t = 0, 1: [kp][2c] = (xh, xh), [kp][2c + 1] = (xl, xl) of input 32 s + 16 t + kp
- *         (a bf16 pair: both halves the same; the weight tile pairs each weight's (lo, hi) parts);
- *   BF16: one tile: [kp][2c] = (xh of input 32 s + 2 kp, xh of 32 s + 2 kp + 1), [kp][2c + 1] the xl. */
-static inline size_t vs_xb_chunk(vs_type wtype) { return wtype == VS_TYPE_F16 ? 2048 : 1024; }
+ * xh = bf16_rne(x), xl = bf16_rne(x - xh) (bf16_rne as VCVTNE2PS2BF16: f32 denormals read as 0), for F16
+ * weights times 2^62 (exact; the kernel's fp16 split scales the weights by 2^-102 and the result by 2^40),
+ * in the order of AMX B tiles. Rows are grouped by 8 into G = ceil(n_rows / 8) groups; row r = 8 g + c
+ * owns columns 2c (xh) and 2c + 1 (xl) of its group's tile (always 16 columns: padding rows are 0).
+ * Inputs go in steps of 32 (S = ceil(n_in / 32); inputs past n_in are 0). Step s, group g: one tile of
+ * VS_XB_CHUNK bytes at (s * G + g) * VS_XB_CHUNK, uint32 [16][16] (16 rows of 64 bytes):
+ *   [kp][2c] = (xh of input 32 s + 2 kp, xh of 32 s + 2 kp + 1) (a bf16 pair), [kp][2c + 1] the same of xl. */
+#define VS_XB_CHUNK 1024
+static inline size_t vs_xb_chunk(vs_type wtype) { (void)wtype; return VS_XB_CHUNK; }
 static inline int64_t vs_xb_G(int64_t n_rows) { return (n_rows + 7) / 8; }
 static inline int64_t vs_xb_steps(int64_t n_in) { return (n_in + 31) / 32; }
 static inline size_t vs_xb_bytes(vs_type wtype, int64_t n_in, int64_t n_rows) {
@@ -89,7 +89,8 @@ static inline size_t vs_xb_bytes(vs_type wtype, int64_t n_in, int64_t n_rows) {
 /* Row r (0 <= r < 8 G, padding rows too) of the xb layout; x NULL writes a zero row. */
 void vs_xb_convert_row_avx512(const float *x, int64_t n_in, vs_type wtype, int64_t n_rows, int64_t r, uint8_t *xb);
 void vs_xb_convert_row_ref(const float *x, int64_t n_in, vs_type wtype, int64_t n_rows, int64_t r, uint8_t *xb);
-/* fp16 -> bf16 hi + lo with hi + lo == w exactly (hi = w truncated to 8 significant bits). */
+/* fp16 -> bf16 hi + lo with (hi + lo) * 2^102 == w exactly (hi = w truncated to 8 significant bits, both
+ * scaled by 2^-102 as the kernel's A tiles hold them; every finite w). */
 void vs_f16_split_bf16_avx512(const uint16_t *w, int64_t n, uint16_t *hi, uint16_t *lo);
 void vs_f16_split_bf16_ref(const uint16_t *w, int64_t n, uint16_t *hi, uint16_t *lo);
 /* Outputs [o0, o1) for all rows from job->xb with AMX-BF16 tiles (F16 / BF16 weights). panel: this
@@ -97,7 +98,7 @@ void vs_f16_split_bf16_ref(const uint16_t *w, int64_t n, uint16_t *hi, uint16_t 
  * holding a 16-output panel of converted weights while it is applied to more than 4 row groups. */
 size_t vs_mm_amx_bf16_panel_bytes(int64_t n_in, int64_t n_rows);
 void vs_mm_amx_bf16(const vs_mm_job *job, int64_t o0, int64_t o1, void *panel);
-/* Whether the CPU has AMX-BF16 (with AMX tiles usable: VS_ISA_AMX detected). */
+/* Whether the CPU has AMX-BF16 and AVX512-FP16 (with AMX tiles usable: VS_ISA_AMX detected). */
 bool vs_cpu_amx_bf16(void);
 
 /* Reads n bytes (n a multiple of 64, p 64-byte aligned) and returns a checksum, for bandwidth tests. */
