@@ -297,16 +297,20 @@ static int64_t amx_min_rows(vs_type t) { (void)t; return 1; }
  * 2048 from DRAM, noisy: Q8_0 2 rows 1.26-1.36 vs 1.11-1.13 ms with tiles; Q4_0 2 rows 0.70-0.92 vs
  * 1.21-1.32 ms, 4 rows 1.05-1.41 vs 1.32-1.40 ms: Q4_0 tiles pay for unpacking nibbles via memory). */
 static int64_t amx_vnni_max_rows(vs_type t) { return t == VS_TYPE_Q8_0 ? 1 : 4; }
-/* F16 / BF16 weight matrices of at most VS_AMXBF16_MAX_BYTES use AMX-BF16 tiles for EVERY row count when
- * the CPU has them (batch invariance: the choice depends on the matrix, never on the row count, so one
- * row gets the same split-bf16 arithmetic as a batch). Larger matrices, and F32, keep the FMA kernel: a
- * matrix that big streams from DRAM in any model holding it, where one row on the FMA kernel runs at the
- * memory roofline while the AMX path's weight conversion (about twice the vector work per weight) is
- * compute-bound (233M-parameter F16 model, dim 2048, one thread, loaded machine: decode 17.9 -> 10.9
- * t/s with AMX for every matrix, while 6 rows cost the same on both). VLMSPEC_AMX_BF16=all|off|auto
- * (default auto) overrides, for measurements. */
+/* F16 / BF16 matrices on AMX-BF16 tiles (when the CPU has them) for EVERY row count: the choice depends on
+ * the matrix and the caller's flags, never on the row count, so one row gets the same split-bf16
+ * arithmetic as a batch (batch invariance). Default (VS_MM_DEFAULT): matrices of VS_AMXBF16_MIN_BYTES to
+ * VS_AMXBF16_MAX_BYTES. Bigger ones stream from DRAM in any model holding them, where one row on the FMA
+ * kernel runs at the memory roofline and the tile path's conversion does not overlap the misses as well
+ * (5632 x 2048 F16 from DRAM, one row: 1.80 vs 1.35 ms); smaller ones are usually parts of small,
+ * cache-resident models (drafters), where one row is compute-bound and the conversion plus the per-call
+ * tile set-up cost more than the FMA kernel (192 x 512 from L1/L2: 18 vs 7 us). In between (the 25M
+ * target's matrices, streamed from L3) the tile path is faster for one row as well. A caller that knows
+ * where its weights live passes VS_MM_AMX_BF16 / VS_MM_NO_AMX_BF16 (vs_matmul_ex); VLMSPEC_AMX_BF16=
+ * all|off overrides everything (measurements). F32 always stays on the FMA kernel. */
+#define VS_AMXBF16_MIN_BYTES ((size_t)256 << 10)
 #define VS_AMXBF16_MAX_BYTES ((size_t)4 << 20)
-static atomic_int g_amxbf16_mode = -1; /* 0 off, 1 auto, 2 all */
+static atomic_int g_amxbf16_mode = -1; /* 0 off, 1 by flags and size, 2 all */
 
 static int amx_bf16_mode(void) {
     int m = atomic_load_explicit(&g_amxbf16_mode, memory_order_relaxed);
@@ -319,10 +323,14 @@ static int amx_bf16_mode(void) {
     return m;
 }
 
-static bool use_amx_bf16(vs_type t, int64_t n_out, int64_t n_in) {
+static bool use_amx_bf16(vs_type t, int64_t n_out, int64_t n_in, unsigned flags) {
     if (!(t == VS_TYPE_F16 || t == VS_TYPE_BF16) || !vs_cpu_amx_bf16()) return false;
     int m = amx_bf16_mode();
-    return m == 2 || (m == 1 && vs_type_row_bytes(t, n_in) * (size_t)n_out <= VS_AMXBF16_MAX_BYTES);
+    if (m != 1) return m == 2;
+    if (flags & VS_MM_NO_AMX_BF16) return false;
+    if (flags & VS_MM_AMX_BF16) return true;
+    size_t bytes = vs_type_row_bytes(t, n_in) * (size_t)n_out;
+    return bytes >= VS_AMXBF16_MIN_BYTES && bytes <= VS_AMXBF16_MAX_BYTES;
 }
 
 typedef struct mm_ctx {
@@ -460,9 +468,9 @@ bool vs_matmul_set_blas(bool on) {
 #endif
 }
 
-const char *vs_matmul_path(vs_type wtype, int64_t n_out, int64_t n_in, int64_t n_rows) {
+const char *vs_matmul_path(vs_type wtype, int64_t n_out, int64_t n_in, int64_t n_rows, unsigned flags) {
     vs_isa isa = isa_current();
-    bool amxbf = isa == VS_ISA_AMX && use_amx_bf16(wtype, n_out, n_in);
+    bool amxbf = isa == VS_ISA_AMX && use_amx_bf16(wtype, n_out, n_in, flags);
 #ifdef VS_HAVE_OPENBLAS
     if (!is_quant(wtype) && n_rows >= VS_BLAS_MIN_ROWS && isa != VS_ISA_SCALAR && blas_allowed() && !amxbf)
         return "blas";
@@ -476,6 +484,11 @@ const char *vs_matmul_path(vs_type wtype, int64_t n_out, int64_t n_in, int64_t n
 
 void vs_matmul(vs_threadpool *tp, vs_type wtype, const void *w, int64_t n_out, int64_t n_in,
                const float *x, int64_t n_rows, float *y) {
+    vs_matmul_ex(tp, wtype, w, n_out, n_in, x, n_rows, y, VS_MM_DEFAULT);
+}
+
+void vs_matmul_ex(vs_threadpool *tp, vs_type wtype, const void *w, int64_t n_out, int64_t n_in,
+                  const float *x, int64_t n_rows, float *y, unsigned flags) {
     size_t rb = vs_type_row_bytes(wtype, n_in);
     assert(vs_type_supported(wtype) && n_out >= 0 && n_in >= 0 && n_rows >= 0);
     assert(rb > 0 || n_in == 0);
@@ -488,20 +501,20 @@ void vs_matmul(vs_threadpool *tp, vs_type wtype, const void *w, int64_t n_out, i
     /* F16 / BF16 on AMX-BF16 tiles beat sgemm at every size (kbench, 1408 x 512, one thread: 256 rows 1.9 vs
      * 5.8 ms CPU) and stay batch-invariant: no BLAS for them */
     if (!is_quant(wtype) && n_rows >= VS_BLAS_MIN_ROWS && isa_current() != VS_ISA_SCALAR && blas_allowed() &&
-        !(isa_current() == VS_ISA_AMX && use_amx_bf16(wtype, n_out, n_in)) &&
+        !(isa_current() == VS_ISA_AMX && use_amx_bf16(wtype, n_out, n_in, flags)) &&
         matmul_blas(tp, wtype, w, n_out, n_in, x, n_rows, y))
         return;
 #endif
-    if (n_rows > 512 && isa_current() == VS_ISA_AMX && use_amx_bf16(wtype, n_out, n_in)) {
+    if (n_rows > 512 && isa_current() == VS_ISA_AMX && use_amx_bf16(wtype, n_out, n_in, flags)) {
         /* bounded activation scratch for long prompts: 512 rows at a time (rows are independent) */
         for (int64_t r = 0; r < n_rows; r += 512)
-            vs_matmul(tp, wtype, w, n_out, n_in, x + r * n_in, VS_MIN(512, n_rows - r), y + r * n_out);
+            vs_matmul_ex(tp, wtype, w, n_out, n_in, x + r * n_in, VS_MIN(512, n_rows - r), y + r * n_out, flags);
         return;
     }
     mm_ctx c = {.job = {.wtype = wtype, .w = w, .w_row_bytes = rb, .n_out = n_out, .n_in = n_in,
                         .n_rows = n_rows, .x = x, .y = y},
                 .isa = isa_current(), .q_rows = n_rows};
-    if (c.isa == VS_ISA_AMX && !(is_quant(wtype) ? n_rows >= amx_min_rows(wtype) : use_amx_bf16(wtype, n_out, n_in)))
+    if (c.isa == VS_ISA_AMX && !(is_quant(wtype) ? n_rows >= amx_min_rows(wtype) : use_amx_bf16(wtype, n_out, n_in, flags)))
         c.isa = VS_ISA_AVX512;
     void *owned = NULL;
     if (c.isa == VS_ISA_AMX && !is_quant(wtype)) { /* F16 / BF16: bf16 halves of the activations */

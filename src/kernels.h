@@ -44,6 +44,17 @@ vs_isa vs_isa_active(void); /* the ISA vs_matmul and the vector ops use now: min
  * (Except F16 / BF16 on the AMX-BF16 path: bf16 activation halves, within 2^-16 * sum|w x| of exact.) */
 void vs_matmul(vs_threadpool *tp, vs_type wtype, const void *w, int64_t n_out, int64_t n_in,
                const float *x, int64_t n_rows, float *y);
+/* vs_matmul with flags for F16 / BF16 weights, for callers that know where their weights live (the same
+ * flags for every call on a matrix keep batch invariance; vs_matmul passes VS_MM_DEFAULT):
+ *   VS_MM_DEFAULT      AMX-BF16 tiles for matrices of 256 KiB to 4 MiB (see vs_matmul_path);
+ *   VS_MM_AMX_BF16     the tiles whatever the size: best when the weights stream from L3 (a model between
+ *                      the L2 and the L3 size) or when most calls have several rows;
+ *   VS_MM_NO_AMX_BF16  never: the FMA kernel (and BLAS from 128 rows); best for one row of weights in
+ *                      L1/L2 (small drafters) or streamed from DRAM.
+ * Without AMX-BF16 (or with VLMSPEC_AMX_BF16=all|off set) the flags change nothing. */
+enum { VS_MM_DEFAULT = 0, VS_MM_AMX_BF16 = 1, VS_MM_NO_AMX_BF16 = 2 };
+void vs_matmul_ex(vs_threadpool *tp, vs_type wtype, const void *w, int64_t n_out, int64_t n_in,
+                  const float *x, int64_t n_rows, float *y, unsigned flags);
 /* The scalar reference twin (single thread, double accumulation not required). */
 void vs_matmul_ref(vs_type wtype, const void *w, int64_t n_out, int64_t n_in, const float *x,
                    int64_t n_rows, float *y);
@@ -52,12 +63,12 @@ void vs_matmul_ref(vs_type wtype, const void *w, int64_t n_out, int64_t n_in, co
  * turned off here or by VLMSPEC_NO_BLAS=1. Returns whether BLAS is now in use (false without it). */
 bool vs_matmul_set_blas(bool on);
 
-/* The kernel vs_matmul runs now for this weight matrix and row count (for benchmarks and logs): "scalar",
- * "avx2", "avx512-fma", "avx512-vnni", "amx-int8", "amx-vnni" (Q8_0/Q4_0 few rows on the AMX layout),
- * "amx-bf16" (F16/BF16 matrices of at most 4 MiB on AMX-BF16 tiles, every row count: exact fp16 split,
- * bf16 activation halves, results within 2^-16 * sum|w x| of exact; VLMSPEC_AMX_BF16=all|off|auto) or
- * "blas". */
-const char *vs_matmul_path(vs_type wtype, int64_t n_out, int64_t n_in, int64_t n_rows);
+/* The kernel vs_matmul_ex runs now for this weight matrix, row count and flags (for benchmarks and logs):
+ * "scalar", "avx2", "avx512-fma", "avx512-vnni", "amx-int8", "amx-vnni" (Q8_0/Q4_0 few rows on the AMX
+ * layout), "amx-bf16" (F16/BF16 on AMX-BF16 tiles, every row count: exact fp16 split, bf16 activation
+ * halves, results within 2^-16 * sum|w x| of exact; by default for matrices of 256 KiB to 4 MiB;
+ * VLMSPEC_AMX_BF16=all|off overrides) or "blas". */
+const char *vs_matmul_path(vs_type wtype, int64_t n_out, int64_t n_in, int64_t n_rows, unsigned flags);
 
 /* Vectorised vs_dequantize_row (same results): n values of a row of type t to f32. */
 void vs_row_to_f32(vs_type t, const void *src, float *dst, int64_t n);

@@ -104,9 +104,18 @@ static double g_worst_twin, g_worst_ref, g_worst_split;
 
 static bool is_quant(vs_type t) { return t == VS_TYPE_Q8_0 || t == VS_TYPE_Q4_0; }
 
-/* Whether vs_matmul now runs this weight matrix on the AMX-BF16 path. */
+/* The flags every matmul of the tests passes (the AMX ISA runs the suites with VS_MM_DEFAULT and with
+ * VS_MM_AMX_BF16, which puts F16/BF16 of every size on the AMX-BF16 tiles). */
+static unsigned g_mm_flags;
+
+static void mm(vs_threadpool *tp, vs_type t, const void *w, int64_t n_out, int64_t n_in, const float *x,
+               int64_t n_rows, float *y) {
+    vs_matmul_ex(tp, t, w, n_out, n_in, x, n_rows, y, g_mm_flags);
+}
+
+/* Whether mm now runs this weight matrix on the AMX-BF16 path. */
 static bool on_split_path(vs_type t, int64_t n_out, int64_t n_in) {
-    return !strcmp(vs_matmul_path(t, n_out, n_in, 1), "amx-bf16");
+    return !strcmp(vs_matmul_path(t, n_out, n_in, 1, g_mm_flags), "amx-bf16");
 }
 
 /* Checks y against the twin (yr) and the double reference; returns the number of bad elements. */
@@ -161,7 +170,7 @@ static void test_matmul(vs_isa isa, vs_threadpool **pools, int n_pools) {
             vs_matmul_ref(t, p.w, n_out, n_in, p.x, n_rows, yr);
             for (int pi = 0; pi < n_pools; pi++) {
                 for (size_t k = 0; k < ny; k++) y[k] = NAN;
-                vs_matmul(pools[pi], t, p.w, n_out, n_in, p.x, n_rows, y);
+                mm(pools[pi], t, p.w, n_out, n_in, p.x, n_rows, y);
                 char what[64];
                 snprintf(what, sizeof(what), "%s/%dt", vs_isa_name(isa), vs_threadpool_size(pools[pi]));
                 int bad = check_y(&p, y, yr, what);
@@ -381,7 +390,7 @@ static void test_f16_large_weights(vs_threadpool *tp) {
         vs_quantize_row(VS_TYPE_F16, tmp, w + o * rb, n_in);
     }
     for (int64_t i = 0; i < n_rows * n_in; i++) x[i] = vs_rng_normal(&rng);
-    vs_matmul(tp, VS_TYPE_F16, w, n_out, n_in, x, n_rows, y);
+    mm(tp, VS_TYPE_F16, w, n_out, n_in, x, n_rows, y);
     vs_matmul_ref(VS_TYPE_F16, w, n_out, n_in, x, n_rows, yr);
     int bad = 0;
     for (int64_t r = 0; r < n_rows; r++) {
@@ -394,7 +403,7 @@ static void test_f16_large_weights(vs_threadpool *tp) {
             }
             bad += !(fabs((double)y[r * n_out + o] - yr[r * n_out + o]) <= (TOL_TWIN + TOL_SPLIT) * S);
         }
-        vs_matmul(tp, VS_TYPE_F16, w, n_out, n_in, x + r * n_in, 1, y1);
+        mm(tp, VS_TYPE_F16, w, n_out, n_in, x + r * n_in, 1, y1);
         bad += memcmp(y1, y + r * n_out, sizeof(y1)) != 0;
     }
     VT_CHECK(bad == 0, "%s: F16 weights up to ~1e4: %d mismatches", vs_isa_name(vs_isa_active()), bad);
@@ -426,17 +435,17 @@ static int invariance_case(vs_type t, int64_t n_out, int64_t n_in, const int64_t
             if (i % 32 == 7) v = (float)(int)(v * 4) * 0.5f; /* values that quantise to ties */
             x[r * n_in + i] = v;
         }
-    for (int64_t r = 0; r < max_rows; r++) vs_matmul(NULL, t, w, n_out, n_in, x + r * n_in, 1, single + r * n_out);
+    for (int64_t r = 0; r < max_rows; r++) mm(NULL, t, w, n_out, n_in, x + r * n_in, 1, single + r * n_out);
     int bad = 0;
     for (int pi = 0; pi < n_pools; pi++) {
         /* the single rows again on this pool: thread count does not matter either */
         for (int64_t r = 0; r < max_rows && pi > 0; r += 7) {
-            vs_matmul(pools[pi], t, w, n_out, n_in, x + r * n_in, 1, y);
+            mm(pools[pi], t, w, n_out, n_in, x + r * n_in, 1, y);
             bad += memcmp(y, single + r * n_out, sizeof(float) * (size_t)n_out) != 0;
         }
         for (size_t k = 0; k < n_ns; k++) {
             int64_t n = ns[k];
-            vs_matmul(pools[pi], t, w, n_out, n_in, x, n, y);
+            mm(pools[pi], t, w, n_out, n_in, x, n, y);
             for (int64_t r = 0; r < n; r++) {
                 if (memcmp(y + r * n_out, single + r * n_out, sizeof(float) * (size_t)n_out) == 0) continue;
                 if (bad < 4) {
@@ -562,15 +571,25 @@ int main(void) {
     for (int isa = VS_ISA_SCALAR; isa <= (int)best; isa++) {
         VT_CHECK(vs_isa_set_max((vs_isa)isa) == (vs_isa)isa, "ISA cap %d", isa);
         VT_CHECK(vs_isa_active() == (vs_isa)isa, "active ISA");
-        test_matmul((vs_isa)isa, pools, 3);
-        test_batch_invariance((vs_isa)isa, pools, 2);
-        test_f16_large_weights(pools[1]);
+        for (int pass = 0; pass < (isa == VS_ISA_AMX && vs_cpu_amx_bf16() ? 2 : 1); pass++) {
+            g_mm_flags = pass ? VS_MM_AMX_BF16 : VS_MM_DEFAULT;
+            if (pass) printf("kernels: amx again, F16/BF16 of every size on AMX-BF16 tiles (VS_MM_AMX_BF16)\n");
+            test_matmul((vs_isa)isa, pools, 3);
+            test_batch_invariance((vs_isa)isa, pools, 2);
+            test_f16_large_weights(pools[1]);
+        }
+        g_mm_flags = VS_MM_DEFAULT;
         test_vector_ops((vs_isa)isa);
     }
     /* F32/F16/BF16 with 128+ rows go to OpenBLAS when the build has it: the built-in path again */
     if (vs_matmul_set_blas(false) == false) {
         printf("kernels: again without BLAS (built-in kernels for many rows)\n");
         test_matmul(best, pools, 3);
+        if (best == VS_ISA_AMX && vs_cpu_amx_bf16()) {
+            g_mm_flags = VS_MM_AMX_BF16;
+            test_matmul(best, pools, 3);
+            g_mm_flags = VS_MM_DEFAULT;
+        }
         vs_matmul_set_blas(true);
     }
     vs_isa_set_max(VS_ISA_AMX);
@@ -578,11 +597,20 @@ int main(void) {
     const char *want = vs_cpu_amx_bf16() ? "amx-bf16" : best >= VS_ISA_AVX512 ? "avx512-fma"
                        : best == VS_ISA_AVX2 ? "avx2" : "scalar";
     if (!getenv("VLMSPEC_AMX_BF16"))
-        VT_CHECK(!strcmp(vs_matmul_path(VS_TYPE_F16, 1408, 512, 6), want), "vs_matmul_path(F16 1408 x 512, 6) = %s",
-                 vs_matmul_path(VS_TYPE_F16, 1408, 512, 6));
+        VT_CHECK(!strcmp(vs_matmul_path(VS_TYPE_F16, 1408, 512, 6, 0), want), "vs_matmul_path(F16 1408 x 512, 6) = %s",
+                 vs_matmul_path(VS_TYPE_F16, 1408, 512, 6, 0));
+    if (vs_cpu_amx_bf16() && !getenv("VLMSPEC_AMX_BF16")) { /* the flags, and the default size window */
+        VT_CHECK(!strcmp(vs_matmul_path(VS_TYPE_F16, 100, 100, 1, 0), "avx512-fma"), "small F16: %s",
+                 vs_matmul_path(VS_TYPE_F16, 100, 100, 1, 0));
+        VT_CHECK(!strcmp(vs_matmul_path(VS_TYPE_BF16, 100, 100, 1, VS_MM_AMX_BF16), "amx-bf16"), "forced");
+        VT_CHECK(!strcmp(vs_matmul_path(VS_TYPE_F16, 1408, 512, 200, VS_MM_NO_AMX_BF16), "blas") ||
+                     !strcmp(vs_matmul_path(VS_TYPE_F16, 1408, 512, 200, VS_MM_NO_AMX_BF16), "avx512-fma"),
+                 "no AMX-BF16: %s", vs_matmul_path(VS_TYPE_F16, 1408, 512, 200, VS_MM_NO_AMX_BF16));
+        VT_CHECK(!strcmp(vs_matmul_path(VS_TYPE_F32, 1408, 512, 1, VS_MM_AMX_BF16), "avx512-fma"), "F32 forced");
+    }
     if (vs_cpu_amx_bf16() && !getenv("VLMSPEC_AMX_BF16")) /* bigger matrices keep the FMA kernel by default */
-        VT_CHECK(!strcmp(vs_matmul_path(VS_TYPE_F16, 5632, 2048, 6), "avx512-fma"), "vs_matmul_path(F16 5632 x 2048) = %s",
-                 vs_matmul_path(VS_TYPE_F16, 5632, 2048, 6));
+        VT_CHECK(!strcmp(vs_matmul_path(VS_TYPE_F16, 5632, 2048, 6, 0), "avx512-fma"), "vs_matmul_path(F16 5632 x 2048) = %s",
+                 vs_matmul_path(VS_TYPE_F16, 5632, 2048, 6, 0));
     vs_threadpool_free(pools[1]);
     vs_threadpool_free(pools[2]);
     return vt_finish("kernels");
