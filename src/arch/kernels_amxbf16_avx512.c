@@ -153,6 +153,8 @@ static void amx_config_bf16(void) {
 
 #define VS_STEP_BYTES 2048 /* converted weights of one step: two 16 x 64-byte A tiles */
 #define VS_PF_STEPS 8      /* prefetch distance in input steps (64 bytes of every weight row per step) */
+#define VS_CONV_AHEAD 2    /* F16 conversion runs this many steps ahead of the tile products */
+#define VS_RING 4          /* converted steps on the stack (> VS_CONV_AHEAD) */
 
 /* A tiles of input step s (kk valid inputs) for rows 0 .. valid - 1 of the output tile into dst (rows
  * past `valid` are left as they are: zero): [hi, lo][m][32 bf16] (BF16: hi only, the weights). */
@@ -185,14 +187,15 @@ VS_INLINE void convert_step(const uint8_t *wt, size_t rb, bool f16, int valid, i
 /* One 16-output tile (rows o_t .. o_t + valid - 1) times row groups g0 .. g0 + ng - 1 (ng <= 4). Every
  * C element accumulates, step after step, the tile products in the same order (F16: half 0, half 1)
  * whatever ng and g0 are (F16: hi tile, then lo tile). With `panel` (more than 4 groups) the converted weights of all steps are kept
- * there by the first pass (`first`) and reused by later ones; otherwise a two-step ring on the stack. */
+ * there by the first pass (`first`) and reused by later ones; otherwise a ring of VS_RING steps on the
+ * stack. */
 static void tile_groups(const vs_mm_job *jb, int64_t o_t, int valid, int64_t g0, int ng, uint8_t *panel, bool first,
                         size_t next_bytes) {
     const bool f16 = jb->wtype == VS_TYPE_F16;
     const int64_t n_in = jb->n_in, ns = vs_xb_steps(n_in), G = vs_xb_G(jb->n_rows);
     const size_t rb = jb->w_row_bytes, chunk = vs_xb_chunk(jb->wtype);
     const uint8_t *wt = jb->w + o_t * rb;
-    _Alignas(64) uint8_t ring[2][VS_STEP_BYTES];
+    _Alignas(64) uint8_t ring[VS_RING][VS_STEP_BYTES];
     _Alignas(64) float cbuf[16 * 16];
     if (valid < 16 && (!panel || first)) {
         if (panel) memset(panel, 0, VS_STEP_BYTES * (size_t)ns);
@@ -208,9 +211,13 @@ static void tile_groups(const vs_mm_job *jb, int64_t o_t, int valid, int64_t g0,
      * the next tile prefetched linearly into L1, 2.4 without prefetching, 2.2 with this). */
     const uint8_t *next = wt + 16 * rb;
     const int64_t pfd = VS_PF_STEPS;
-    /* F16 conversion is software-pipelined: step s + 1 is converted after the tile products of step s are
-     * issued, so the vector units convert while the tile unit multiplies */
-    if (f16 && (!panel || first)) convert_step(wt, rb, f16, valid, 0, (int)VS_MIN(32, n_in), panel ? panel : ring[0]);
+    /* F16 conversion is software-pipelined VS_CONV_AHEAD steps ahead: the tile loads of a step read stores
+     * that have long retired (a tile load waits for stores to reach L1, and they retire behind the long
+     * tile products), so the vector units convert while the tile unit multiplies (one step ahead: one
+     * row of 1408 x 512 from L2 took 80 us, the two halves of the work 40 us each) */
+    for (int64_t s = 0; f16 && (!panel || first) && s < VS_MIN(ns, VS_CONV_AHEAD); s++)
+        convert_step(wt, rb, f16, valid, s, (int)VS_MIN(32, n_in - 32 * s),
+                     panel ? panel + (size_t)s * VS_STEP_BYTES : ring[s % VS_RING]);
     for (int64_t s = 0; s < ns; s++) {
         if (s + pfd < ns) {
             for (int m = 0; m < valid; m++) _mm_prefetch((const char *)(wt + m * rb) + 64 * (s + pfd), _MM_HINT_T0);
@@ -219,7 +226,7 @@ static void tile_groups(const vs_mm_job *jb, int64_t o_t, int valid, int64_t g0,
                 _mm_prefetch((const char *)(next + m * rb) + 64 * (s + pfd - ns), _MM_HINT_T0);
         }
         const int kk = (int)VS_MIN(32, n_in - 32 * s);
-        uint8_t *a = panel ? panel + (size_t)s * VS_STEP_BYTES : ring[s & 1];
+        uint8_t *a = panel ? panel + (size_t)s * VS_STEP_BYTES : ring[s % VS_RING];
         if (!f16 && kk == 32 && valid == 16) {
             TILE_LOAD(4, wt + 64 * s, rb); /* bf16 weights are A as stored */
         } else {
@@ -239,9 +246,10 @@ static void tile_groups(const vs_mm_job *jb, int64_t o_t, int valid, int64_t g0,
         if (ng > 2) VS_GROUP_TDPS(2, 2);
         if (ng > 3) VS_GROUP_TDPS(3, 3);
 #undef VS_GROUP_TDPS
-        if (f16 && s + 1 < ns && (!panel || first))
-            convert_step(wt, rb, f16, valid, s + 1, (int)VS_MIN(32, n_in - 32 * (s + 1)),
-                         panel ? panel + (size_t)(s + 1) * VS_STEP_BYTES : ring[(s + 1) & 1]);
+        const int64_t sc = s + VS_CONV_AHEAD;
+        if (f16 && sc < ns && (!panel || first))
+            convert_step(wt, rb, f16, valid, sc, (int)VS_MIN(32, n_in - 32 * sc),
+                         panel ? panel + (size_t)sc * VS_STEP_BYTES : ring[sc % VS_RING]);
     }
     /* y[(8 g + c) * n_out + o_t + o] = C[o][2c] + C[o][2c + 1]: columns by gathers with stride 16 floats */
     const __m512i cidx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
