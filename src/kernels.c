@@ -69,7 +69,8 @@ bool vs_cpu_amx_bf16(void) {
 #ifdef VS_X86
         unsigned a, b, c, d;
         /* the kernel's fp16 split uses AVX512-FP16 (EDX bit 23), which every AMX-BF16 CPU has */
-        if (vs_isa_detect() == VS_ISA_AMX && __get_cpuid_count(7, 0, &a, &b, &c, &d)) v = ((d >> 22) & 1) && ((d >> 23) & 1);
+        if (vs_isa_detect() == VS_ISA_AMX && __get_cpuid_count(7, 0, &a, &b, &c, &d))
+            v = ((d >> 22) & 1) && ((d >> 23) & 1);
 #endif
         atomic_store(&g_amx_bf16, v);
     }
@@ -160,16 +161,18 @@ static uint16_t bf16_rne_daz(float f) {
     return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
-void vs_xb_convert_row_ref(const float *x, int64_t n_in, vs_type wtype, int64_t n_rows, int64_t r, uint8_t *xb) {
+void vs_xb_convert_row_ref(const float *x, int64_t n_in, vs_type wtype, int64_t n_rows, int64_t r,
+                           uint8_t *xb) {
     const int64_t G = vs_xb_G(n_rows), g = r / 8, c = r % 8;
     const float scale = wtype == VS_TYPE_F16 ? 0x1p62f : 1.0f;
     for (int64_t s = 0; s < vs_xb_steps(n_in); s++) {
-        uint16_t *ch = (uint16_t *)(xb + (size_t)(s * G + g) * vs_xb_chunk(wtype)); /* [16 kp][16 columns][2] */
+        /* [16 kp][16 columns][2] */
+        uint16_t *ch = (uint16_t *)(xb + (size_t)(s * G + g) * vs_xb_chunk(wtype));
         for (int k = 0; k < 32; k++) {
             int64_t i = 32 * s + k;
             float v = x && i < n_in ? x[i] : 0.0f;
             uint16_t h = bf16_rne_daz(v), l = bf16_rne_daz(v - vs_bf16_to_fp32(h));
-            uint16_t *at = ch + (k / 2) * 32 + 4 * c + k % 2; /* row k / 2, half k % 2 of columns 2c, 2c + 1 */
+            uint16_t *at = ch + (k / 2) * 32 + 4 * c + k % 2; /* row k / 2, half k % 2 of columns 2c, 2c+1 */
             at[0] = vs_fp32_to_bf16(vs_bf16_to_fp32(h) * scale); /* exact */
             at[2] = vs_fp32_to_bf16(vs_bf16_to_fp32(l) * scale);
         }
@@ -343,8 +346,8 @@ typedef struct mm_ctx {
 static void quant_rows(mm_ctx *c, int64_t r0, int64_t r1) {
     if (c->isa == VS_ISA_AMX && !is_quant(c->job.wtype)) {
         for (int64_t r = r0; r < r1; r++)
-            vs_xb_convert_row_avx512(r < c->job.n_rows ? c->job.x + r * c->job.n_in : NULL, c->job.n_in, c->job.wtype,
-                                     c->job.n_rows, r, c->xq_out);
+            vs_xb_convert_row_avx512(r < c->job.n_rows ? c->job.x + r * c->job.n_in : NULL, c->job.n_in,
+                                     c->job.wtype, c->job.n_rows, r, c->xq_out);
         return;
     }
     if (c->isa == VS_ISA_AMX) {
@@ -379,7 +382,8 @@ static void mm_task(void *p, int ith, int nth) {
     switch (c->isa) {
     case VS_ISA_AMX:
         if (!is_quant(c->job.wtype))
-            vs_mm_amx_bf16(&c->job, o0, o1, c->job.panels ? c->job.panels + (size_t)ith * c->job.panel_bytes : NULL);
+            vs_mm_amx_bf16(&c->job, o0, o1,
+                           c->job.panels ? c->job.panels + (size_t)ith * c->job.panel_bytes : NULL);
         else if (c->job.n_rows <= amx_vnni_max_rows(c->job.wtype)) vs_mm_amx_vnni(&c->job, o0, o1);
         else vs_mm_amx(&c->job, o0, o1);
         break;
@@ -508,13 +512,15 @@ void vs_matmul_ex(vs_threadpool *tp, vs_type wtype, const void *w, int64_t n_out
     if (n_rows > 512 && isa_current() == VS_ISA_AMX && use_amx_bf16(wtype, n_out, n_in, flags)) {
         /* bounded activation scratch for long prompts: 512 rows at a time (rows are independent) */
         for (int64_t r = 0; r < n_rows; r += 512)
-            vs_matmul_ex(tp, wtype, w, n_out, n_in, x + r * n_in, VS_MIN(512, n_rows - r), y + r * n_out, flags);
+            vs_matmul_ex(tp, wtype, w, n_out, n_in, x + r * n_in, VS_MIN(512, n_rows - r), y + r * n_out,
+                         flags);
         return;
     }
     mm_ctx c = {.job = {.wtype = wtype, .w = w, .w_row_bytes = rb, .n_out = n_out, .n_in = n_in,
                         .n_rows = n_rows, .x = x, .y = y},
                 .isa = isa_current(), .q_rows = n_rows};
-    if (c.isa == VS_ISA_AMX && !(is_quant(wtype) ? n_rows >= amx_min_rows(wtype) : use_amx_bf16(wtype, n_out, n_in, flags)))
+    if (c.isa == VS_ISA_AMX &&
+        !(is_quant(wtype) ? n_rows >= amx_min_rows(wtype) : use_amx_bf16(wtype, n_out, n_in, flags)))
         c.isa = VS_ISA_AVX512;
     void *owned = NULL;
     if (c.isa == VS_ISA_AMX && !is_quant(wtype)) { /* F16 / BF16: bf16 halves of the activations */

@@ -315,7 +315,8 @@ static void test_f16_split(vs_isa best) {
     VT_CHECK(bad == 0, "fp16 -> bf16 hi + lo split is not exact for %d values", bad);
     if (best >= VS_ISA_AVX512) {
         vs_f16_split_bf16_avx512(w, n, hi2, lo2);
-        VT_CHECK(!memcmp(hi, hi2, sizeof(uint16_t) * (size_t)n) && !memcmp(lo, lo2, sizeof(uint16_t) * (size_t)n),
+        size_t nb = sizeof(uint16_t) * (size_t)n;
+        VT_CHECK(!memcmp(hi, hi2, nb) && !memcmp(lo, lo2, nb),
                  "AVX-512 fp16 split differs from the scalar twin");
     }
     printf("kernels: fp16 -> bf16 hi + lo split exact for all %d finite fp16 values\n", n);
@@ -358,7 +359,8 @@ static void test_xb(vs_isa best) {
                 const uint16_t *ch = (const uint16_t *)(a + (size_t)((i / 32) * G + 1) * chunk);
                 int k = (int)(i % 32);
                 size_t at = (size_t)((k / 2) * 32 + 4 + k % 2);
-                double xh = ldexp(vs_bf16_to_fp32(ch[at]), scale), xl = ldexp(vs_bf16_to_fp32(ch[at + 2]), scale);
+                double xh = ldexp(vs_bf16_to_fp32(ch[at]), scale);
+                double xl = ldexp(vs_bf16_to_fp32(ch[at + 2]), scale);
                 double xv = i < n_in ? x[9 * n_in + i] : 0.0;
                 double err = fabs(xv - xh - xl);
                 bad += !(err <= ldexp(fabs(xv), -16));
@@ -372,7 +374,8 @@ static void test_xb(vs_isa best) {
         free(x);
     }
     VT_CHECK(bad == 0, "AMX-BF16 activation layout: %d mismatches", bad);
-    printf("kernels: AMX-BF16 activation split: worst |x - xh - xl| / |x| = %.2g (bound 2^-16 = %.2g)\n", worst,
+    printf("kernels: AMX-BF16 activation split: worst |x - xh - xl| / |x| = %.2g (bound 2^-16 = %.2g)\n",
+           worst,
            ldexp(1.0, -16));
 }
 
@@ -573,7 +576,7 @@ int main(void) {
         VT_CHECK(vs_isa_active() == (vs_isa)isa, "active ISA");
         for (int pass = 0; pass < (isa == VS_ISA_AMX && vs_cpu_amx_bf16() ? 2 : 1); pass++) {
             g_mm_flags = pass ? VS_MM_AMX_BF16 : VS_MM_DEFAULT;
-            if (pass) printf("kernels: amx again, F16/BF16 of every size on AMX-BF16 tiles (VS_MM_AMX_BF16)\n");
+            if (pass) printf("kernels: amx again, F16/BF16 of every size on AMX-BF16 tiles\n");
             test_matmul((vs_isa)isa, pools, 3);
             test_batch_invariance((vs_isa)isa, pools, 2);
             test_f16_large_weights(pools[1]);
@@ -597,7 +600,7 @@ int main(void) {
     const char *want = vs_cpu_amx_bf16() ? "amx-bf16" : best >= VS_ISA_AVX512 ? "avx512-fma"
                        : best == VS_ISA_AVX2 ? "avx2" : "scalar";
     if (!getenv("VLMSPEC_AMX_BF16"))
-        VT_CHECK(!strcmp(vs_matmul_path(VS_TYPE_F16, 1408, 512, 6, 0), want), "vs_matmul_path(F16 1408 x 512, 6) = %s",
+        VT_CHECK(!strcmp(vs_matmul_path(VS_TYPE_F16, 1408, 512, 6, 0), want), "path(F16 1408 x 512, 6) = %s",
                  vs_matmul_path(VS_TYPE_F16, 1408, 512, 6, 0));
     if (vs_cpu_amx_bf16() && !getenv("VLMSPEC_AMX_BF16")) { /* the flags, and the default size window */
         VT_CHECK(!strcmp(vs_matmul_path(VS_TYPE_F16, 100, 100, 1, 0), "avx512-fma"), "small F16: %s",
@@ -606,10 +609,12 @@ int main(void) {
         VT_CHECK(!strcmp(vs_matmul_path(VS_TYPE_F16, 1408, 512, 200, VS_MM_NO_AMX_BF16), "blas") ||
                      !strcmp(vs_matmul_path(VS_TYPE_F16, 1408, 512, 200, VS_MM_NO_AMX_BF16), "avx512-fma"),
                  "no AMX-BF16: %s", vs_matmul_path(VS_TYPE_F16, 1408, 512, 200, VS_MM_NO_AMX_BF16));
-        VT_CHECK(!strcmp(vs_matmul_path(VS_TYPE_F32, 1408, 512, 1, VS_MM_AMX_BF16), "avx512-fma"), "F32 forced");
+        VT_CHECK(!strcmp(vs_matmul_path(VS_TYPE_F32, 1408, 512, 1, VS_MM_AMX_BF16), "avx512-fma"),
+                 "F32 forced");
     }
     if (vs_cpu_amx_bf16() && !getenv("VLMSPEC_AMX_BF16")) /* bigger matrices keep the FMA kernel by default */
-        VT_CHECK(!strcmp(vs_matmul_path(VS_TYPE_F16, 5632, 2048, 6, 0), "avx512-fma"), "vs_matmul_path(F16 5632 x 2048) = %s",
+        VT_CHECK(!strcmp(vs_matmul_path(VS_TYPE_F16, 5632, 2048, 6, 0), "avx512-fma"),
+                 "path(F16 5632 x 2048) = %s",
                  vs_matmul_path(VS_TYPE_F16, 5632, 2048, 6, 0));
     vs_threadpool_free(pools[1]);
     vs_threadpool_free(pools[2]);

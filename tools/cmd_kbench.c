@@ -92,8 +92,8 @@ static int bench_type(vs_threadpool *tp, vs_type t, int64_t n_out, int64_t n_in,
     printf("\n%s  W %lld x %lld (%.2f MB), %d cop%s cycled (%.0f MB), %d threads, isa %s\n", vs_type_name(t),
            (long long)n_out, (long long)n_in, (double)mat / 1e6, copies, copies == 1 ? "y" : "ies",
            (double)mat * copies / 1e6, vs_threadpool_size(tp), vs_isa_name(vs_isa_active()));
-    printf("%6s %12s %10s %10s %10s %9s %10s  %s\n", "rows", "median_us", "GB/s", "GFLOP/s", "T/T(1)", "roof%",
-           "cpu_us", "path");
+    printf("%6s %12s %10s %10s %10s %9s %10s  %s\n", "rows", "median_us", "GB/s", "GFLOP/s", "T/T(1)",
+           "roof%", "cpu_us", "path");
     double t1 = 0.0;
     double *times = vs_malloc(sizeof(double) * (size_t)reps), *cpu = vs_malloc(sizeof(double) * (size_t)reps);
     int next = 0;
@@ -115,8 +115,9 @@ static int bench_type(vs_threadpool *tp, vs_type t, int64_t n_out, int64_t n_in,
         double gflops = 2.0 * (double)n_out * (double)n_in * (double)n / med / 1e9;
         char ratio[32] = "-";
         if (t1 > 0) snprintf(ratio, sizeof(ratio), "%.2f", med / t1);
-        printf("%6lld %12.1f %10.1f %10.1f %10s %8.0f%% %10.1f  %s\n", (long long)n, med * 1e6, gbs, gflops, ratio,
-               bw > 0 ? 100.0 * gbs / bw : 0.0, cpu[reps / 2] * 1e6, vs_matmul_path(t, n_out, n_in, n, VS_MM_DEFAULT));
+        printf("%6lld %12.1f %10.1f %10.1f %10s %8.0f%% %10.1f  %s\n", (long long)n, med * 1e6, gbs, gflops,
+               ratio, bw > 0 ? 100.0 * gbs / bw : 0.0, cpu[reps / 2] * 1e6,
+               vs_matmul_path(t, n_out, n_in, n, VS_MM_DEFAULT));
     }
     printf("roofline at %.1f GB/s: %.1f us per call\n", bw, (double)mat / (bw * 1e9) * 1e6);
     vs_free(times);

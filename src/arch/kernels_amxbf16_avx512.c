@@ -39,6 +39,14 @@
 #define VS_INLINE static inline __attribute__((always_inline))
 #define VS_UNROLL _Pragma("GCC unroll 16")
 
+/* vpermt2w indices picking word 2 j + 1 of (a, b) into word j: the high halves (bf16 parts) of 32 f32. */
+VS_INLINE __m512i odd_words(void) {
+    const __m512i j = _mm512_set_epi64(0x001f001e001d001cLL, 0x001b001a00190018LL, 0x0017001600150014LL,
+                                       0x0013001200110010LL, 0x000f000e000d000cLL, 0x000b000a00090008LL,
+                                       0x0007000600050004LL, 0x0003000200010000LL);
+    return _mm512_add_epi16(_mm512_slli_epi16(j, 1), _mm512_set1_epi16(1));
+}
+
 /* ---- activations into the xb layout ---- */
 
 /* 32 floats (kk valid, the rest 0) -> xh and xl as f32 values (exact bf16 values), 2 x 16 each. */
@@ -48,22 +56,22 @@ VS_INLINE void split_x32(const float *x, int kk, __m512 *h, __m512 *l) {
     __m512 v[2] = {_mm512_maskz_loadu_ps(m0, x), _mm512_maskz_loadu_ps(m1, x + 16)};
     __m512i hb = (__m512i)_mm512_cvtne2ps_pbh(v[1], v[0]); /* [v0 (16 bf16), v1] in input order */
     h[0] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(hb)), 16));
-    h[1] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(hb, 1)), 16));
+    h[1] =
+        _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(hb, 1)), 16));
     __m512i lb = (__m512i)_mm512_cvtne2ps_pbh(_mm512_sub_ps(v[1], h[1]), _mm512_sub_ps(v[0], h[0]));
     l[0] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(lb)), 16));
-    l[1] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(lb, 1)), 16));
+    l[1] =
+        _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(lb, 1)), 16));
 }
 
-void vs_xb_convert_row_avx512(const float *x, int64_t n_in, vs_type wtype, int64_t n_rows, int64_t r, uint8_t *xb) {
+void vs_xb_convert_row_avx512(const float *x, int64_t n_in, vs_type wtype, int64_t n_rows, int64_t r,
+                              uint8_t *xb) {
     const int64_t G = vs_xb_G(n_rows), ns = vs_xb_steps(n_in), g = r / 8;
     const int c = (int)(r % 8);
     const size_t chunk = vs_xb_chunk(wtype);
-    const __m512i vidx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                            _mm512_set1_epi32(64));
-    /* word j of the result = word 2 j + 1 of (h[0], h[1]): the bf16 of input j */
-    const __m512i odd = _mm512_add_epi16(_mm512_slli_epi16(_mm512_set_epi64(0x001f001e001d001cLL, 0x001b001a00190018LL,
-        0x0017001600150014LL, 0x0013001200110010LL, 0x000f000e000d000cLL, 0x000b000a00090008LL, 0x0007000600050004LL,
-        0x0003000200010000LL), 1), _mm512_set1_epi16(1));
+    const __m512i vidx = _mm512_mullo_epi32(
+        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(64));
+    const __m512i odd = odd_words();
     for (int64_t s = 0; s < ns; s++) {
         uint8_t *base = xb + (size_t)(s * G + g) * chunk + 8 * c; /* column 2c of row kp at kp * 64 */
         __m512 h[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()}, l[2] = {h[0], h[1]};
@@ -88,8 +96,8 @@ void vs_xb_convert_row_avx512(const float *x, int64_t n_in, vs_type wtype, int64
 VS_INLINE __mmask32 split_w32(__m512i h, __m512i *hi, __m512i *lo) {
     const __m512i m_fff8 = _mm512_set1_epi16((short)0xfff8), m_8fff = _mm512_set1_epi16((short)0x8fff);
     __m512h ws = _mm512_mul_ph(_mm512_castsi512_ph(h), _mm512_set1_ph((_Float16)1024.0f)); /* exact, normal */
-    __m512i his = _mm512_and_si512(_mm512_castph_si512(ws), m_fff8);                      /* 8 significant bits */
-    __m512i los = _mm512_castph_si512(_mm512_sub_ph(ws, _mm512_castsi512_ph(his)));       /* exact, normal or 0 */
+    __m512i his = _mm512_and_si512(_mm512_castph_si512(ws), m_fff8);                /* 8 significant bits */
+    __m512i los = _mm512_castph_si512(_mm512_sub_ph(ws, _mm512_castsi512_ph(his))); /* exact, normal or 0 */
     *hi = _mm512_and_si512(_mm512_srai_epi16(his, 3), m_8fff);
     *lo = _mm512_and_si512(_mm512_srai_epi16(los, 3), m_8fff);
     return _mm512_fpclass_ph_mask(ws, 0x99); /* +-Inf, NaN: |w| >= 64 overflowed */
@@ -99,9 +107,7 @@ VS_INLINE __mmask32 split_w32(__m512i h, __m512i *hi, __m512i *lo) {
 VS_INLINE void split_w32_f32(__m512i h, __m512i *hi, __m512i *lo) {
     const __m512i tmask = _mm512_set1_epi32((int)0xffff0000u);
     const __m512 k = _mm512_set1_ps(0x1p-102f);
-    const __m512i odd = _mm512_add_epi16(_mm512_slli_epi16(_mm512_set_epi64(0x001f001e001d001cLL, 0x001b001a00190018LL,
-        0x0017001600150014LL, 0x0013001200110010LL, 0x000f000e000d000cLL, 0x000b000a00090008LL, 0x0007000600050004LL,
-        0x0003000200010000LL), 1), _mm512_set1_epi16(1));
+    const __m512i odd = odd_words();
     __m512i hv[2], lv[2];
     for (int t = 0; t < 2; t++) {
         __m512 f = _mm512_cvtph_ps(t ? _mm512_extracti64x4_epi64(h, 1) : _mm512_castsi512_si256(h));
@@ -158,7 +164,8 @@ static void amx_config_bf16(void) {
 
 /* A tiles of input step s (kk valid inputs) for rows 0 .. valid - 1 of the output tile into dst (rows
  * past `valid` are left as they are: zero): [hi, lo][m][32 bf16] (BF16: hi only, the weights). */
-VS_INLINE void convert_step(const uint8_t *wt, size_t rb, bool f16, int valid, int64_t s, int kk, uint8_t *dst) {
+VS_INLINE void convert_step(const uint8_t *wt, size_t rb, bool f16, int valid, int64_t s, int kk,
+                            uint8_t *dst) {
     const __mmask32 mk = kk >= 32 ? 0xffffffffu : (__mmask32)((1ull << kk) - 1);
     __mmask32 big = 0;
     for (int m = 0; m < valid; m++) {
@@ -186,11 +193,11 @@ VS_INLINE void convert_step(const uint8_t *wt, size_t rb, bool f16, int valid, i
 
 /* One 16-output tile (rows o_t .. o_t + valid - 1) times row groups g0 .. g0 + ng - 1 (ng <= 4). Every
  * C element accumulates, step after step, the tile products in the same order (F16: half 0, half 1)
- * whatever ng and g0 are (F16: hi tile, then lo tile). With `panel` (more than 4 groups) the converted weights of all steps are kept
- * there by the first pass (`first`) and reused by later ones; otherwise a ring of VS_RING steps on the
- * stack. */
-static void tile_groups(const vs_mm_job *jb, int64_t o_t, int valid, int64_t g0, int ng, uint8_t *panel, bool first,
-                        size_t next_bytes) {
+ * whatever ng and g0 are (F16: hi tile, then lo tile). With `panel` (more than 4 groups) the converted
+ * weights of all steps are kept there by the first pass (`first`) and reused by later ones; otherwise a ring
+ * of VS_RING steps on the stack. */
+static void tile_groups(const vs_mm_job *jb, int64_t o_t, int valid, int64_t g0, int ng, uint8_t *panel,
+                        bool first, size_t next_bytes) {
     const bool f16 = jb->wtype == VS_TYPE_F16;
     const int64_t n_in = jb->n_in, ns = vs_xb_steps(n_in), G = vs_xb_G(jb->n_rows);
     const size_t rb = jb->w_row_bytes, chunk = vs_xb_chunk(jb->wtype);
@@ -198,8 +205,10 @@ static void tile_groups(const vs_mm_job *jb, int64_t o_t, int valid, int64_t g0,
     _Alignas(64) uint8_t ring[VS_RING][VS_STEP_BYTES];
     _Alignas(64) float cbuf[16 * 16];
     if (valid < 16 && (!panel || first)) {
-        if (panel) memset(panel, 0, VS_STEP_BYTES * (size_t)ns);
-        else memset(ring, 0, sizeof(ring));
+        if (panel)
+            memset(panel, 0, VS_STEP_BYTES * (size_t)ns);
+        else
+            memset(ring, 0, sizeof(ring));
     }
     TILE_ZERO(0);
     if (ng > 1) TILE_ZERO(1);
@@ -220,7 +229,8 @@ static void tile_groups(const vs_mm_job *jb, int64_t o_t, int valid, int64_t g0,
                      panel ? panel + (size_t)s * VS_STEP_BYTES : ring[s % VS_RING]);
     for (int64_t s = 0; s < ns; s++) {
         if (s + pfd < ns) {
-            for (int m = 0; m < valid; m++) _mm_prefetch((const char *)(wt + m * rb) + 64 * (s + pfd), _MM_HINT_T0);
+            for (int m = 0; m < valid; m++)
+                _mm_prefetch((const char *)(wt + m * rb) + 64 * (s + pfd), _MM_HINT_T0);
         } else if (next_bytes) {
             for (size_t m = 0; m * rb < next_bytes; m++)
                 _mm_prefetch((const char *)(next + m * rb) + 64 * (s + pfd - ns), _MM_HINT_T0);
@@ -235,11 +245,11 @@ static void tile_groups(const vs_mm_job *jb, int64_t o_t, int valid, int64_t g0,
             if (f16) TILE_LOAD(5, a + 1024, 64);
         }
         const uint8_t *ch = jb->xb + (size_t)(s * G + g0) * chunk;
-#define VS_GROUP_TDPS(Ct, k)                \
-    do {                                    \
-        TILE_LOAD(6, ch + (k) * chunk, 64); \
-        TDP(Ct, 4, 6);                      \
-        if (f16) TDP(Ct, 5, 6);             \
+#define VS_GROUP_TDPS(Ct, k)              \
+    do {                                  \
+        TILE_LOAD(6, ch + (k)*chunk, 64); \
+        TDP(Ct, 4, 6);                    \
+        if (f16) TDP(Ct, 5, 6);           \
     } while (0)
         VS_GROUP_TDPS(0, 0);
         if (ng > 1) VS_GROUP_TDPS(1, 1);
@@ -252,15 +262,23 @@ static void tile_groups(const vs_mm_job *jb, int64_t o_t, int valid, int64_t g0,
                          panel ? panel + (size_t)sc * VS_STEP_BYTES : ring[sc % VS_RING]);
     }
     /* y[(8 g + c) * n_out + o_t + o] = C[o][2c] + C[o][2c + 1]: columns by gathers with stride 16 floats */
-    const __m512i cidx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                            _mm512_set1_epi32(16));
+    const __m512i cidx = _mm512_mullo_epi32(
+        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(16));
     const __mmask16 vm = valid >= 16 ? 0xffff : (__mmask16)((1u << valid) - 1);
     for (int k = 0; k < ng; k++) {
         switch (k) {
-        case 0: TILE_STORE(0, cbuf, 64); break;
-        case 1: TILE_STORE(1, cbuf, 64); break;
-        case 2: TILE_STORE(2, cbuf, 64); break;
-        default: TILE_STORE(3, cbuf, 64); break;
+        case 0:
+            TILE_STORE(0, cbuf, 64);
+            break;
+        case 1:
+            TILE_STORE(1, cbuf, 64);
+            break;
+        case 2:
+            TILE_STORE(2, cbuf, 64);
+            break;
+        default:
+            TILE_STORE(3, cbuf, 64);
+            break;
         }
         const int64_t g = g0 + k, rows = VS_MIN((int64_t)8, jb->n_rows - 8 * g);
         for (int64_t c = 0; c < rows; c++) {
@@ -292,7 +310,8 @@ void vs_mm_amx_bf16(const vs_mm_job *jb, int64_t o0, int64_t o1, void *panel) {
             int valid = (int)VS_MIN(16, o1 - o);
             size_t nx = o + 16 < o1 ? (size_t)VS_MIN(16, o1 - o - 16) * jb->w_row_bytes : 0;
             for (int64_t g = gb; g < ge; g += 4)
-                tile_groups(jb, o, valid, g, (int)VS_MIN(4, ge - g), G > 4 ? panel : NULL, g == gb, g == gb ? nx : 0);
+                tile_groups(jb, o, valid, g, (int)VS_MIN(4, ge - g), G > 4 ? panel : NULL, g == gb,
+                            g == gb ? nx : 0);
         }
     }
     __asm__ volatile("tilerelease" ::: "memory");

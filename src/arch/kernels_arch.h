@@ -78,7 +78,8 @@ bool vs_amx_request(void);
  * owns columns 2c (xh) and 2c + 1 (xl) of its group's tile (always 16 columns: padding rows are 0).
  * Inputs go in steps of 32 (S = ceil(n_in / 32); inputs past n_in are 0). Step s, group g: one tile of
  * VS_XB_CHUNK bytes at (s * G + g) * VS_XB_CHUNK, uint32 [16][16] (16 rows of 64 bytes):
- *   [kp][2c] = (xh of input 32 s + 2 kp, xh of 32 s + 2 kp + 1) (a bf16 pair), [kp][2c + 1] the same of xl. */
+ *   [kp][2c] = (xh of input 32 s + 2 kp, xh of 32 s + 2 kp + 1) (a bf16 pair), [kp][2c + 1] the same
+ *   of xl. */
 #define VS_XB_CHUNK 1024
 static inline size_t vs_xb_chunk(vs_type wtype) { (void)wtype; return VS_XB_CHUNK; }
 static inline int64_t vs_xb_G(int64_t n_rows) { return (n_rows + 7) / 8; }
@@ -87,8 +88,10 @@ static inline size_t vs_xb_bytes(vs_type wtype, int64_t n_in, int64_t n_rows) {
     return (size_t)(vs_xb_steps(n_in) * vs_xb_G(n_rows)) * vs_xb_chunk(wtype);
 }
 /* Row r (0 <= r < 8 G, padding rows too) of the xb layout; x NULL writes a zero row. */
-void vs_xb_convert_row_avx512(const float *x, int64_t n_in, vs_type wtype, int64_t n_rows, int64_t r, uint8_t *xb);
-void vs_xb_convert_row_ref(const float *x, int64_t n_in, vs_type wtype, int64_t n_rows, int64_t r, uint8_t *xb);
+void vs_xb_convert_row_avx512(const float *x, int64_t n_in, vs_type wtype, int64_t n_rows, int64_t r,
+                              uint8_t *xb);
+void vs_xb_convert_row_ref(const float *x, int64_t n_in, vs_type wtype, int64_t n_rows, int64_t r,
+                           uint8_t *xb);
 /* fp16 -> bf16 hi + lo with (hi + lo) * 2^102 == w exactly (hi = w truncated to 8 significant bits, both
  * scaled by 2^-102 as the kernel's A tiles hold them; every finite w). */
 void vs_f16_split_bf16_avx512(const uint16_t *w, int64_t n, uint16_t *hi, uint16_t *lo);
