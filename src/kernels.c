@@ -303,15 +303,18 @@ static int64_t amx_vnni_max_rows(vs_type t) { return t == VS_TYPE_Q8_0 ? 1 : 4; 
 /* F16 / BF16 matrices on AMX-BF16 tiles (when the CPU has them) for EVERY row count: the choice depends on
  * the matrix and the caller's flags, never on the row count, so one row gets the same split-bf16
  * arithmetic as a batch (batch invariance). Default (VS_MM_DEFAULT): matrices of VS_AMXBF16_MIN_BYTES to
- * VS_AMXBF16_MAX_BYTES. Bigger ones stream from DRAM in any model holding them, where one row on the FMA
- * kernel runs at the memory roofline and the tile path's conversion does not overlap the misses as well
- * (5632 x 2048 F16 from DRAM, one row: 1.80 vs 1.35 ms); smaller ones are usually parts of small,
- * cache-resident models (drafters), where one row is compute-bound and the conversion plus the per-call
- * tile set-up cost more than the FMA kernel (192 x 512 from L1/L2: 18 vs 7 us). In between (the 25M
- * target's matrices, streamed from L3) the tile path is faster for one row as well. A caller that knows
- * where its weights live passes VS_MM_AMX_BF16 / VS_MM_NO_AMX_BF16 (vs_matmul_ex); VLMSPEC_AMX_BF16=
- * all|off overrides everything (measurements). F32 always stays on the FMA kernel. */
+ * VS_AMXBF16_MAX_BYTES with rows of at least VS_AMXBF16_MIN_IN inputs. Bigger ones stream from DRAM in
+ * any model holding them, where one row on the FMA kernel runs at the memory roofline and the tile path's
+ * conversion does not overlap the misses as well (5632 x 2048 F16 from DRAM, one row: 1.9 vs 1.4 ms);
+ * smaller ones are usually parts of small, cache-resident models (drafters), where one row is
+ * compute-bound and the conversion plus the per-tile start and drain cost more than the FMA kernel
+ * (192 x 512 from L1/L2: 18 vs 7 us; a 2.1M-parameter F16 model of width 192 decoded 8% slower with only
+ * its 2048 x 192 output matrix on the tiles). In between (the 25M target's matrices, streamed from L3)
+ * the tile path is faster for one row as well. A caller that knows where its weights live passes
+ * VS_MM_AMX_BF16 / VS_MM_NO_AMX_BF16 (vs_matmul_ex); VLMSPEC_AMX_BF16=all|off overrides everything
+ * (measurements). F32 always stays on the FMA kernel. */
 #define VS_AMXBF16_MIN_BYTES ((size_t)256 << 10)
+#define VS_AMXBF16_MIN_IN 256 /* shorter rows: too few input steps per tile to hide its start and drain */
 #define VS_AMXBF16_MAX_BYTES ((size_t)4 << 20)
 static atomic_int g_amxbf16_mode = -1; /* 0 off, 1 by flags and size, 2 all */
 
@@ -333,7 +336,7 @@ static bool use_amx_bf16(vs_type t, int64_t n_out, int64_t n_in, unsigned flags)
     if (flags & VS_MM_NO_AMX_BF16) return false;
     if (flags & VS_MM_AMX_BF16) return true;
     size_t bytes = vs_type_row_bytes(t, n_in) * (size_t)n_out;
-    return bytes >= VS_AMXBF16_MIN_BYTES && bytes <= VS_AMXBF16_MAX_BYTES;
+    return bytes >= VS_AMXBF16_MIN_BYTES && bytes <= VS_AMXBF16_MAX_BYTES && n_in >= VS_AMXBF16_MIN_IN;
 }
 
 typedef struct mm_ctx {

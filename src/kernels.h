@@ -46,7 +46,7 @@ void vs_matmul(vs_threadpool *tp, vs_type wtype, const void *w, int64_t n_out, i
                const float *x, int64_t n_rows, float *y);
 /* vs_matmul with flags for F16 / BF16 weights, for callers that know where their weights live (the same
  * flags for every call on a matrix keep batch invariance; vs_matmul passes VS_MM_DEFAULT):
- *   VS_MM_DEFAULT      AMX-BF16 tiles for matrices of 256 KiB to 4 MiB (see vs_matmul_path);
+ *   VS_MM_DEFAULT      AMX-BF16 tiles for matrices of 256 KiB to 4 MiB with n_in >= 256;
  *   VS_MM_AMX_BF16     the tiles whatever the size: best when the weights stream from L3 (a model between
  *                      the L2 and the L3 size) or when most calls have several rows;
  *   VS_MM_NO_AMX_BF16  never: the FMA kernel (and BLAS from 128 rows); best for one row of weights in
@@ -66,7 +66,7 @@ bool vs_matmul_set_blas(bool on);
 /* The kernel vs_matmul_ex runs now for this weight matrix, row count and flags (for benchmarks and logs):
  * "scalar", "avx2", "avx512-fma", "avx512-vnni", "amx-int8", "amx-vnni" (Q8_0/Q4_0 few rows on the AMX
  * layout), "amx-bf16" (F16/BF16 on AMX-BF16 tiles, every row count: exact fp16 split, bf16 activation
- * halves, results within 2^-16 * sum|w x| of exact; by default for matrices of 256 KiB to 4 MiB;
+ * halves, results within 2^-16 * sum|w x| of exact; by default for matrices of 256 KiB to 4 MiB, n_in >= 256;
  * VLMSPEC_AMX_BF16=all|off overrides) or "blas". */
 const char *vs_matmul_path(vs_type wtype, int64_t n_out, int64_t n_in, int64_t n_rows, unsigned flags);
 
