@@ -87,7 +87,8 @@ static inline int64_t vs_xb_steps(int64_t n_in) { return (n_in + 31) / 32; }
 static inline size_t vs_xb_bytes(vs_type wtype, int64_t n_in, int64_t n_rows) {
     return (size_t)(vs_xb_steps(n_in) * vs_xb_G(n_rows)) * vs_xb_chunk(wtype);
 }
-/* Row r (0 <= r < 8 G, padding rows too) of the xb layout; x NULL writes a zero row. */
+/* Row r (0 <= r < 8 G, padding rows too) of the xb layout; x NULL writes a zero row. The *_avx512
+ * functions of the AMX-BF16 file use AVX512-FP16 too: call them only when vs_cpu_amx_bf16(). */
 void vs_xb_convert_row_avx512(const float *x, int64_t n_in, vs_type wtype, int64_t n_rows, int64_t r,
                               uint8_t *xb);
 void vs_xb_convert_row_ref(const float *x, int64_t n_in, vs_type wtype, int64_t n_rows, int64_t r,
