@@ -2,8 +2,11 @@
  * the dimension letters). Each pair is written out plainly; only linear and attention are threaded. */
 #include "train.h"
 
+#include <limits.h>
 #include <math.h>
 #include <string.h>
+
+#include "kernels.h"
 
 /* Dot product and axpy with eight fixed lanes, so the compiler vectorises them at -O2 and the
  * summation order is the same on every run. */
@@ -196,13 +199,17 @@ void vs_train_rope_backward(float *dinp, const float *dout, const float *cs, con
 
 /* ---------------------------------------------------------------------------------------------- */
 /* Attention. One core for the three masks; the work unit is (b, kv head) so the key/value gradients
- * of a unit are written by one thread only (GQA heads sharing them run in the same unit). */
+ * of a unit are written by one thread only (GQA heads sharing them run in the same unit).
+ * Two paths with bitwise equal results: the plain one (one query row at a time, dot8/axpy8) and, on
+ * CPUs with AVX, one that takes four query rows at a time so that each key/value row and its gradient
+ * rows are loaded once per four rows instead of once per row (see att_*_avx below). */
 
 typedef struct att_job {
     float *out, *att, *dq, *dk, *dv, *datt; /* att: written by the forward */
     const float *att_in, *dout, *q, *k, *v;  /* att_in: read by the backward */
     const int32_t *kv_len; /* NULL: mask by `causal` */
     bool causal;
+    bool avx; /* the four-row AVX path (same bits) */
     int B, Tq, Tk, H, KVH, D;
 } att_job;
 
@@ -211,12 +218,240 @@ static int att_limit(const att_job *j, int b, int t) {
     return j->causal ? t + 1 : j->Tk;
 }
 
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#include <immintrin.h>
+#define ATT_HAVE_AVX 1
+/* AVX without FMA: every product is rounded before its sum, exactly as in dot8/axpy8. */
+#define ATT_AVX __attribute__((target("avx")))
+
+/* ((a0 + a4) + (a1 + a5)) + ((a2 + a6) + (a3 + a7)): dot8's lane combination. */
+static inline ATT_AVX float att_hsum(__m256 a) {
+    __m128 p = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    float x[4];
+    _mm_storeu_ps(x, p);
+    return (x[0] + x[1]) + (x[2] + x[3]);
+}
+
+/* dot8(x, y, n) */
+static inline ATT_AVX float att_dot1(const float *x, const float *y, int n) {
+    __m256 a = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        a = _mm256_add_ps(a, _mm256_mul_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+    float s = att_hsum(a);
+    for (; i < n; i++) s += x[i] * y[i];
+    return s;
+}
+
+/* d[r] = dot8(x[r], y, n) for r < 4, one load of y for the four rows. */
+static inline ATT_AVX void att_dot4(float d[4], const float *const x[4], const float *y, int n) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 yv = _mm256_loadu_ps(y + i);
+        a0 = _mm256_add_ps(a0, _mm256_mul_ps(_mm256_loadu_ps(x[0] + i), yv));
+        a1 = _mm256_add_ps(a1, _mm256_mul_ps(_mm256_loadu_ps(x[1] + i), yv));
+        a2 = _mm256_add_ps(a2, _mm256_mul_ps(_mm256_loadu_ps(x[2] + i), yv));
+        a3 = _mm256_add_ps(a3, _mm256_mul_ps(_mm256_loadu_ps(x[3] + i), yv));
+    }
+    float s0 = att_hsum(a0), s1 = att_hsum(a1), s2 = att_hsum(a2), s3 = att_hsum(a3);
+    for (; i < n; i++) {
+        s0 += x[0][i] * y[i];
+        s1 += x[1][i] * y[i];
+        s2 += x[2][i] * y[i];
+        s3 += x[3][i] * y[i];
+    }
+    d[0] = s0, d[1] = s1, d[2] = s2, d[3] = s3;
+}
+
+/* axpy8(y, a, x, n) */
+static inline ATT_AVX void att_axpy1(float *y, float a, const float *x, int n) {
+    __m256 av = _mm256_set1_ps(a);
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i,
+                         _mm256_add_ps(_mm256_loadu_ps(y + i), _mm256_mul_ps(av, _mm256_loadu_ps(x + i))));
+    for (; i < n; i++) y[i] += a * x[i];
+}
+
+/* axpy8(y, a[r], x[r], n) for r = 0, 1, 2, 3 in that order: one load and store of y. */
+static inline ATT_AVX void att_axpy_into(float *y, const float a[4], const float *const x[4], int n) {
+    __m256 a0 = _mm256_set1_ps(a[0]), a1 = _mm256_set1_ps(a[1]), a2 = _mm256_set1_ps(a[2]),
+           a3 = _mm256_set1_ps(a[3]);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 yv = _mm256_loadu_ps(y + i);
+        yv = _mm256_add_ps(yv, _mm256_mul_ps(a0, _mm256_loadu_ps(x[0] + i)));
+        yv = _mm256_add_ps(yv, _mm256_mul_ps(a1, _mm256_loadu_ps(x[1] + i)));
+        yv = _mm256_add_ps(yv, _mm256_mul_ps(a2, _mm256_loadu_ps(x[2] + i)));
+        yv = _mm256_add_ps(yv, _mm256_mul_ps(a3, _mm256_loadu_ps(x[3] + i)));
+        _mm256_storeu_ps(y + i, yv);
+    }
+    for (; i < n; i++) {
+        float v = y[i];
+        v += a[0] * x[0][i];
+        v += a[1] * x[1][i];
+        v += a[2] * x[2][i];
+        v += a[3] * x[3][i];
+        y[i] = v;
+    }
+}
+
+/* axpy8(y[r], a[r], x, n) for r < 4: one load of x. */
+static inline ATT_AVX void att_axpy_from(float *const y[4], const float a[4], const float *x, int n) {
+    __m256 a0 = _mm256_set1_ps(a[0]), a1 = _mm256_set1_ps(a[1]), a2 = _mm256_set1_ps(a[2]),
+           a3 = _mm256_set1_ps(a[3]);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 xv = _mm256_loadu_ps(x + i);
+        _mm256_storeu_ps(y[0] + i, _mm256_add_ps(_mm256_loadu_ps(y[0] + i), _mm256_mul_ps(a0, xv)));
+        _mm256_storeu_ps(y[1] + i, _mm256_add_ps(_mm256_loadu_ps(y[1] + i), _mm256_mul_ps(a1, xv)));
+        _mm256_storeu_ps(y[2] + i, _mm256_add_ps(_mm256_loadu_ps(y[2] + i), _mm256_mul_ps(a2, xv)));
+        _mm256_storeu_ps(y[3] + i, _mm256_add_ps(_mm256_loadu_ps(y[3] + i), _mm256_mul_ps(a3, xv)));
+    }
+    for (; i < n; i++) {
+        y[0][i] += a[0] * x[i];
+        y[1][i] += a[1] * x[i];
+        y[2][i] += a[2] * x[i];
+        y[3][i] += a[3] * x[i];
+    }
+}
+
+/* The forward of units [lo, hi) four query rows at a time. Row t's scores, softmax and output are
+ * the same operations in the same order as att_forward_task's: keys s < lmin (seen by all four rows)
+ * go through the four-row kernels, the rest row by row, both in increasing s. */
+static ATT_AVX void att_forward_avx(const att_job *j, int64_t lo, int64_t hi) {
+    int H = j->H, KVH = j->KVH, D = j->D, Tq = j->Tq, Tk = j->Tk, G = H / KVH;
+    float scale = 1.0f / sqrtf((float)D);
+    size_t ks = (size_t)KVH * D; /* key/value row stride */
+    for (int64_t u = lo; u < hi; u++) {
+        int b = (int)(u / KVH), kh = (int)(u % KVH);
+        const float *kb = j->k + (size_t)b * Tk * ks + (size_t)kh * D;
+        const float *vb = j->v + (size_t)b * Tk * ks + (size_t)kh * D;
+        for (int h = kh * G; h < (kh + 1) * G; h++) {
+            for (int t0 = 0; t0 < Tq; t0 += 4) {
+                int nb = VS_MIN(4, Tq - t0), lim[4] = {0, 0, 0, 0}, lmin = INT_MAX;
+                const float *qr[4];
+                float *ar[4], *orow[4];
+                for (int r = 0; r < nb; r++) {
+                    int t = t0 + r;
+                    qr[r] = j->q + ((size_t)b * Tq + t) * H * D + (size_t)h * D;
+                    ar[r] = j->att + (((size_t)b * H + h) * Tq + t) * Tk;
+                    orow[r] = j->out + ((size_t)b * Tq + t) * H * D + (size_t)h * D;
+                    lim[r] = att_limit(j, b, t);
+                    lmin = VS_MIN(lmin, lim[r]);
+                }
+                if (nb < 4) lmin = 0;
+                for (int s = 0; s < lmin; s++) {
+                    float d[4];
+                    att_dot4(d, qr, kb + s * ks, D);
+                    for (int r = 0; r < 4; r++) ar[r][s] = d[r] * scale;
+                }
+                for (int r = 0; r < nb; r++)
+                    for (int s = lmin; s < lim[r]; s++) ar[r][s] = att_dot1(qr[r], kb + s * ks, D) * scale;
+                for (int r = 0; r < nb; r++) {
+                    float *a = ar[r], mx = -INFINITY;
+                    for (int s = 0; s < lim[r]; s++)
+                        if (a[s] > mx) mx = a[s];
+                    double sum = 0;
+                    for (int s = 0; s < lim[r]; s++) {
+                        a[s] = expf(a[s] - mx);
+                        sum += a[s];
+                    }
+                    float inv = lim[r] > 0 ? (float)(1.0 / sum) : 0.0f;
+                    for (int s = 0; s < lim[r]; s++) a[s] *= inv;
+                    for (int s = lim[r]; s < Tk; s++) a[s] = 0.0f;
+                    memset(orow[r], 0, sizeof(float) * D);
+                }
+                for (int s = 0; s < lmin; s++) {
+                    float a[4] = {ar[0][s], ar[1][s], ar[2][s], ar[3][s]};
+                    att_axpy_from(orow, a, vb + s * ks, D);
+                }
+                for (int r = 0; r < nb; r++)
+                    for (int s = lmin; s < lim[r]; s++) att_axpy1(orow[r], ar[r][s], vb + s * ks, D);
+            }
+        }
+    }
+}
+
+/* The backward of units [lo, hi) four query rows at a time, in the order of att_backward_task for
+ * every accumulated value: dv and dk rows take the query rows in increasing t (four-row kernels for
+ * keys every row of the block sees, then row by row for the others), dq and the row sums take the
+ * keys in increasing s. */
+static ATT_AVX void att_backward_avx(const att_job *j, int64_t lo, int64_t hi) {
+    int H = j->H, KVH = j->KVH, D = j->D, Tq = j->Tq, Tk = j->Tk, G = H / KVH;
+    float scale = 1.0f / sqrtf((float)D);
+    size_t ks = (size_t)KVH * D;
+    for (int64_t u = lo; u < hi; u++) {
+        int b = (int)(u / KVH), kh = (int)(u % KVH);
+        size_t kvb = (size_t)b * Tk * ks + (size_t)kh * D;
+        const float *kb = j->k + kvb, *vb = j->v + kvb;
+        float *dkb = j->dk ? j->dk + kvb : NULL, *dvb = j->dv ? j->dv + kvb : NULL;
+        for (int h = kh * G; h < (kh + 1) * G; h++) {
+            for (int t0 = 0; t0 < Tq; t0 += 4) {
+                int nb = VS_MIN(4, Tq - t0), lim[4] = {0, 0, 0, 0}, lmin = INT_MAX;
+                const float *qr[4], *dor[4], *ar[4];
+                float *dar[4], *dqr[4];
+                double dot_ad[4] = {0, 0, 0, 0};
+                for (int r = 0; r < nb; r++) {
+                    int t = t0 + r;
+                    size_t qoff = ((size_t)b * Tq + t) * H * D + (size_t)h * D;
+                    qr[r] = j->q + qoff;
+                    dor[r] = j->dout + qoff;
+                    dqr[r] = j->dq ? j->dq + qoff : NULL;
+                    ar[r] = j->att_in + (((size_t)b * H + h) * Tq + t) * Tk;
+                    dar[r] = j->datt + (((size_t)b * H + h) * Tq + t) * Tk;
+                    lim[r] = att_limit(j, b, t);
+                    lmin = VS_MIN(lmin, lim[r]);
+                }
+                if (nb < 4) lmin = 0;
+                /* datt_s = dout . v_s; dpre_s = att_s (datt_s - sum_r att_r datt_r) */
+                for (int s = 0; s < lmin; s++) {
+                    float d[4], a[4];
+                    att_dot4(d, dor, vb + s * ks, D);
+                    for (int r = 0; r < 4; r++) {
+                        dar[r][s] = d[r];
+                        dot_ad[r] += (double)ar[r][s] * dar[r][s];
+                        a[r] = ar[r][s];
+                    }
+                    if (dvb) att_axpy_into(dvb + s * ks, a, dor, D);
+                }
+                for (int r = 0; r < nb; r++)
+                    for (int s = lmin; s < lim[r]; s++) {
+                        dar[r][s] = att_dot1(dor[r], vb + s * ks, D);
+                        dot_ad[r] += (double)ar[r][s] * dar[r][s];
+                        if (dvb) att_axpy1(dvb + s * ks, ar[r][s], dor[r], D);
+                    }
+                for (int s = 0; s < lmin; s++) {
+                    float dp[4];
+                    for (int r = 0; r < 4; r++) dp[r] = ar[r][s] * (dar[r][s] - (float)dot_ad[r]) * scale;
+                    if (dqr[0]) att_axpy_from(dqr, dp, kb + s * ks, D);
+                    if (dkb) att_axpy_into(dkb + s * ks, dp, qr, D);
+                }
+                for (int r = 0; r < nb; r++)
+                    for (int s = lmin; s < lim[r]; s++) {
+                        float dpre = ar[r][s] * (dar[r][s] - (float)dot_ad[r]) * scale;
+                        if (dqr[r]) att_axpy1(dqr[r], dpre, kb + s * ks, D);
+                        if (dkb) att_axpy1(dkb + s * ks, dpre, qr[r], D);
+                    }
+            }
+        }
+    }
+}
+#endif
+
 static void att_forward_task(void *ctx, int ith, int nth) {
     const att_job *j = ctx;
     int H = j->H, KVH = j->KVH, D = j->D, Tq = j->Tq, Tk = j->Tk, G = H / KVH;
     float scale = 1.0f / sqrtf((float)D);
     int64_t lo, hi;
     vs_split_range((int64_t)j->B * KVH, ith, nth, 1, &lo, &hi);
+#ifdef ATT_HAVE_AVX
+    if (j->avx) {
+        att_forward_avx(j, lo, hi);
+        return;
+    }
+#endif
     for (int64_t u = lo; u < hi; u++) {
         int b = (int)(u / KVH), kh = (int)(u % KVH);
         for (int h = kh * G; h < (kh + 1) * G; h++) {
@@ -255,6 +490,12 @@ static void att_backward_task(void *ctx, int ith, int nth) {
     float scale = 1.0f / sqrtf((float)D);
     int64_t lo, hi;
     vs_split_range((int64_t)j->B * KVH, ith, nth, 1, &lo, &hi);
+#ifdef ATT_HAVE_AVX
+    if (j->avx) {
+        att_backward_avx(j, lo, hi);
+        return;
+    }
+#endif
     for (int64_t u = lo; u < hi; u++) {
         int b = (int)(u / KVH), kh = (int)(u % KVH);
         for (int h = kh * G; h < (kh + 1) * G; h++) {
@@ -283,11 +524,21 @@ static void att_backward_task(void *ctx, int ith, int nth) {
     }
 }
 
+/* The AVX path runs where the ISA in force (vs_isa_active: VLMSPEC_ISA / vs_isa_set_max cap it) has
+ * AVX2; the plain path is its reference (test_train_grad compares their bits). */
+static bool att_use_avx(void) {
+#ifdef ATT_HAVE_AVX
+    return vs_isa_active() >= VS_ISA_AVX2;
+#else
+    return false;
+#endif
+}
+
 void vs_train_self_attention_forward(vs_threadpool *tp, float *out, float *att, const float *q,
                                      const float *k, const float *v, int B, int T, int H, int KVH,
                                      int D, bool causal) {
     att_job j = {.out = out, .att = att, .q = q, .k = k, .v = v, .causal = causal,
-                 .B = B, .Tq = T, .Tk = T, .H = H, .KVH = KVH, .D = D};
+                 .avx = att_use_avx(), .B = B, .Tq = T, .Tk = T, .H = H, .KVH = KVH, .D = D};
     vs_threadpool_run(tp, att_forward_task, &j);
 }
 
@@ -296,14 +547,15 @@ void vs_train_self_attention_backward(vs_threadpool *tp, float *dq, float *dk, f
                                       const float *k, const float *v, int B, int T, int H, int KVH,
                                       int D, bool causal) {
     att_job j = {.dq = dq, .dk = dk, .dv = dv, .datt = datt, .dout = dout, .att_in = att, .q = q, .k = k,
-                 .v = v, .causal = causal, .B = B, .Tq = T, .Tk = T, .H = H, .KVH = KVH, .D = D};
+                 .v = v, .causal = causal, .avx = att_use_avx(), .B = B, .Tq = T, .Tk = T, .H = H, .KVH = KVH,
+                 .D = D};
     vs_threadpool_run(tp, att_backward_task, &j);
 }
 
 void vs_train_cross_attention_forward(vs_threadpool *tp, float *out, float *att, const float *q,
                                       const float *k, const float *v, const int32_t *kv_len, int B,
                                       int Tq, int Tk, int H, int KVH, int D) {
-    att_job j = {.out = out, .att = att, .q = q, .k = k, .v = v, .kv_len = kv_len,
+    att_job j = {.out = out, .att = att, .q = q, .k = k, .v = v, .kv_len = kv_len, .avx = att_use_avx(),
                  .B = B, .Tq = Tq, .Tk = Tk, .H = H, .KVH = KVH, .D = D};
     vs_threadpool_run(tp, att_forward_task, &j);
 }
@@ -313,7 +565,8 @@ void vs_train_cross_attention_backward(vs_threadpool *tp, float *dq, float *dk, 
                                        const float *k, const float *v, const int32_t *kv_len, int B,
                                        int Tq, int Tk, int H, int KVH, int D) {
     att_job j = {.dq = dq, .dk = dk, .dv = dv, .datt = datt, .dout = dout, .att_in = att, .q = q, .k = k,
-                 .v = v, .kv_len = kv_len, .B = B, .Tq = Tq, .Tk = Tk, .H = H, .KVH = KVH, .D = D};
+                 .v = v, .kv_len = kv_len, .avx = att_use_avx(), .B = B, .Tq = Tq, .Tk = Tk, .H = H,
+                 .KVH = KVH, .D = D};
     vs_threadpool_run(tp, att_backward_task, &j);
 }
 

@@ -8,6 +8,7 @@
  * is max |analytic - numeric| / max |numeric| over its (sampled) elements; it must be <= 1e-3. */
 #include <string.h>
 
+#include "kernels.h"
 #include "testutil.h"
 #include "train.h"
 
@@ -560,6 +561,58 @@ static void test_thread_invariance(vs_threadpool *tp) {
     vs_free(q), vs_free(k), vs_free(v), vs_free(dout), vs_free(datt);
 }
 
+/* The attention's AVX path (four query rows at a time) gives the bits of the plain path: for each
+ * mask, shapes with head sizes that are and are not multiples of 8, query counts that are not
+ * multiples of 4, GQA, kv_len with empty rows, gradients accumulated onto nonzero values. */
+static void test_attention_paths(vs_threadpool *tp) {
+    if (vs_isa_detect() < VS_ISA_AVX2) {
+        printf("attention AVX path: not run (no AVX2 on this CPU)\n");
+        return;
+    }
+    static const int shapes[][6] = {/* B, Tq, Tk, H, KVH, D */
+                                    {2, 13, 13, 4, 2, 64}, {1, 9, 9, 2, 1, 20}, {3, 7, 7, 3, 3, 5},
+                                    {2, 11, 6, 4, 1, 16}, {1, 4, 4, 1, 1, 8}};
+    vs_isa cap = vs_isa_active();
+    int n_ok = 0, n_run = 0;
+    for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++)
+        for (int mode = 0; mode < 3; mode++) {
+            int B = shapes[si][0], Tq = shapes[si][1], Tk = mode == 2 ? shapes[si][2] : Tq;
+            int H = shapes[si][3], KVH = shapes[si][4], D = shapes[si][5];
+            size_t nq = (size_t)B * Tq * H * D, nk = (size_t)B * Tk * KVH * D, na = (size_t)B * H * Tq * Tk;
+            int32_t *kv_len = vs_malloc(sizeof(int32_t) * (size_t)B * Tq);
+            for (int i = 0; i < B * Tq; i++) kv_len[i] = (i * 7 + 3) % (Tk + 2); /* 0..Tk+1 */
+            float *q = randn(nq, 1), *k = randn(nk, 1), *v = randn(nk, 1), *dout = randn(nq, 1);
+            float *dq0 = randn(nq, 1), *dk0 = randn(nk, 1), *dv0 = randn(nk, 1);
+            float *o[2], *a[2], *dq[2], *dk[2], *dv[2], *datt = zeros(na);
+            for (int r = 0; r < 2; r++) {
+                vs_isa_set_max(r ? cap : VS_ISA_SCALAR);
+                o[r] = zeros(nq), a[r] = zeros(na), dq[r] = zeros(nq), dk[r] = zeros(nk), dv[r] = zeros(nk);
+                memcpy(dq[r], dq0, nq * 4), memcpy(dk[r], dk0, nk * 4), memcpy(dv[r], dv0, nk * 4);
+                if (mode == 2) {
+                    vs_train_cross_attention_forward(tp, o[r], a[r], q, k, v, kv_len, B, Tq, Tk, H, KVH, D);
+                    vs_train_cross_attention_backward(tp, dq[r], dk[r], dv[r], datt, dout, a[r], q, k, v,
+                                                      kv_len, B, Tq, Tk, H, KVH, D);
+                } else {
+                    vs_train_self_attention_forward(tp, o[r], a[r], q, k, v, B, Tq, H, KVH, D, mode == 0);
+                    vs_train_self_attention_backward(tp, dq[r], dk[r], dv[r], datt, dout, a[r], q, k, v, B,
+                                                     Tq, H, KVH, D, mode == 0);
+                }
+            }
+            vs_isa_set_max(cap);
+            bool same = memcmp(o[0], o[1], nq * 4) == 0 && memcmp(a[0], a[1], na * 4) == 0 &&
+                        memcmp(dq[0], dq[1], nq * 4) == 0 && memcmp(dk[0], dk[1], nk * 4) == 0 &&
+                        memcmp(dv[0], dv[1], nk * 4) == 0;
+            VT_CHECK(same, "attention AVX path differs from the plain path (mode %d, B %d Tq %d Tk %d H %d "
+                     "KVH %d D %d)", mode, B, Tq, Tk, H, KVH, D);
+            n_ok += same, n_run++;
+            for (int r = 0; r < 2; r++)
+                vs_free(o[r]), vs_free(a[r]), vs_free(dq[r]), vs_free(dk[r]), vs_free(dv[r]);
+            vs_free(q), vs_free(k), vs_free(v), vs_free(dout), vs_free(dq0), vs_free(dk0), vs_free(dv0);
+            vs_free(datt), vs_free(kv_len);
+        }
+    printf("attention AVX path vs plain path: %d/%d cases bitwise equal\n", n_ok, n_run);
+}
+
 int main(void) {
     vs_rng_seed(&g_rng, 1234);
     vs_error err = {0};
@@ -586,6 +639,8 @@ int main(void) {
     printf("worst relative error over all ops: %.2e\n", g_worst);
     test_sgemm(tp);
     test_thread_invariance(tp);
+    test_attention_paths(tp);
+    test_attention_paths(NULL);
 
     vs_threadpool_free(tp);
     return vt_finish("train_grad");
