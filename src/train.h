@@ -174,4 +174,30 @@ double vs_train_smooth_l1_forward(const float *pred, const float *target, const 
 void vs_train_smooth_l1_backward(float *dpred, float *dtarget, const float *pred, const float *target,
                                  const float *w, float dloss, int N, int C, float beta);
 
+/* ---------------------------------------------------------------------------------------------- */
+/* Threaded twins: the same results, bit for bit, as the plain functions above (each thread runs the
+ * plain function on a slice of independent outputs; sums over rows keep their order), on tp's
+ * threads (tp may be NULL: one thread). */
+void vs_train_swiglu_forward_tp(vs_threadpool *tp, float *out, const float *gate, const float *up,
+                                size_t n);
+void vs_train_swiglu_backward_tp(vs_threadpool *tp, float *dgate, float *dup, const float *dout,
+                                 const float *gate, const float *up, size_t n);
+void vs_train_add_forward_tp(vs_threadpool *tp, float *out, const float *a, const float *b, size_t n);
+void vs_train_rmsnorm_forward_tp(vs_threadpool *tp, float *out, float *rstd, const float *inp,
+                                 const float *w, int N, int C, float eps);
+void vs_train_rmsnorm_backward_tp(vs_threadpool *tp, float *dinp, float *dw, const float *dout,
+                                  const float *inp, const float *w, const float *rstd, int N, int C);
+void vs_train_rope_forward_tp(vs_threadpool *tp, float *out, const float *inp, const float *cs,
+                              const int32_t *pos, int N, int H, int D);
+void vs_train_rope_backward_tp(vs_threadpool *tp, float *dinp, const float *dout, const float *cs,
+                               const int32_t *pos, int N, int H, int D);
+/* x[0..n) = 0 */
+void vs_train_zero_tp(vs_threadpool *tp, float *x, size_t n);
+/* Softmax cross-entropy (vs_train_xent_*): rows split across threads; the loss is still summed over
+ * rows in increasing n. */
+double vs_train_xent_forward_tp(vs_threadpool *tp, float *probs, const float *logits,
+                                const int32_t *targets, const float *w, int N, int V);
+void vs_train_xent_backward_tp(vs_threadpool *tp, float *dlogits, const float *probs,
+                               const int32_t *targets, const float *w, float dloss, int N, int V);
+
 #endif

@@ -118,3 +118,62 @@ void vs_train_smooth_l1_backward(float *dpred, float *dtarget, const float *pred
         }
     }
 }
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Threaded softmax cross-entropy: rows split across the pool; each row's term is the plain
+ * function's, and the caller adds the terms in increasing n as the plain function does. */
+
+typedef struct xent_job {
+    float *probs, *dlogits;
+    const float *q, *logits; /* q: the probabilities, read by the backward */
+    const int32_t *targets;
+    const float *w;
+    double *terms; /* (N) */
+    float dloss;
+    int N, V;
+} xent_job;
+
+static void xent_fwd_task(void *ctx, int ith, int nth) {
+    const xent_job *j = ctx;
+    int64_t lo, hi;
+    vs_split_range(j->N, ith, nth, 1, &lo, &hi);
+    size_t V = (size_t)j->V;
+    for (int64_t n = lo; n < hi; n++)
+        j->terms[n] = vs_train_xent_forward(j->probs + n * V, j->logits + n * V, j->targets + n, j->w + n, 1,
+                                            j->V);
+}
+
+double vs_train_xent_forward_tp(vs_threadpool *tp, float *probs, const float *logits,
+                                const int32_t *targets, const float *w, int N, int V) {
+    double *terms = vs_threadpool_size(tp) > 1 && N > 1 ? vs_malloc(sizeof(double) * (size_t)N) : NULL;
+    if (!terms) return vs_train_xent_forward(probs, logits, targets, w, N, V);
+    xent_job j = {.probs = probs, .logits = logits, .targets = targets, .w = w, .terms = terms, .N = N,
+                  .V = V};
+    vs_threadpool_run(tp, xent_fwd_task, &j);
+    double loss = 0;
+    for (int n = 0; n < N; n++)
+        if (w[n] != 0.0f) loss += terms[n];
+    vs_free(terms);
+    return loss;
+}
+
+static void xent_bwd_task(void *ctx, int ith, int nth) {
+    const xent_job *j = ctx;
+    int64_t lo, hi;
+    vs_split_range(j->N, ith, nth, 1, &lo, &hi);
+    size_t V = (size_t)j->V;
+    if (lo < hi)
+        vs_train_xent_backward(j->dlogits + lo * V, j->q + lo * V, j->targets + lo, j->w + lo, j->dloss,
+                               (int)(hi - lo), j->V);
+}
+
+void vs_train_xent_backward_tp(vs_threadpool *tp, float *dlogits, const float *probs,
+                               const int32_t *targets, const float *w, float dloss, int N, int V) {
+    if (vs_threadpool_size(tp) <= 1 || N <= 1) {
+        vs_train_xent_backward(dlogits, probs, targets, w, dloss, N, V);
+        return;
+    }
+    xent_job j = {.q = probs, .dlogits = dlogits, .targets = targets, .w = w, .dloss = dloss,
+                  .N = N, .V = V};
+    vs_threadpool_run(tp, xent_bwd_task, &j);
+}

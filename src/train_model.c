@@ -407,13 +407,13 @@ static void vision_forward(vs_train_vlm *m, vs_threadpool *tp, const float *pixe
         vs_train_linear_forward(tp, v, ln1, w->v_v_w + oww, w->v_v_b + ow, Nv, W, W);
         vs_train_self_attention_forward(tp, atty, att, q, k, v, NI, TV, VH, VH, W / VH, false);
         vs_train_linear_forward(tp, a->tmp, atty, w->v_o_w + oww, w->v_o_b + ow, Nv, W, W);
-        vs_train_add_forward(res1, x, a->tmp, (size_t)Nv * W);
+        vs_train_add_forward_tp(tp, res1, x, a->tmp, (size_t)Nv * W);
         vs_train_layernorm_forward(ln2, a->v_ln2_mean + o, a->v_ln2_rstd + o, res1, w->v_ln2_w + ow,
                                    w->v_ln2_b + ow, Nv, W, c->v_eps);
         vs_train_linear_forward(tp, fc1, ln2, w->v_fc1_w + ovf * W, w->v_fc1_b + ovf, Nv, W, VF);
         vs_train_quick_gelu_forward(act, fc1, (size_t)Nv * VF);
         vs_train_linear_forward(tp, a->tmp, act, w->v_fc2_w + ovf * W, w->v_fc2_b + ow, Nv, VF, W);
-        vs_train_add_forward(res2, res1, a->tmp, (size_t)Nv * W);
+        vs_train_add_forward_tp(tp, res2, res1, a->tmp, (size_t)Nv * W);
         x = res2;
     }
     vs_train_drop_cls_forward(a->v_feat, x, NI, NP, W);
@@ -446,26 +446,26 @@ static double lm_forward(vs_train_vlm *m, vs_threadpool *tp, int B, int T) {
         float *r2 = a->ln2_rstd + l * LSTRIDE(m, 1), *res2 = a->res2 + l * LSTRIDE(m, C);
         float *gate = a->gate + l * LSTRIDE(m, F), *up = a->up + l * LSTRIDE(m, F),
               *h = a->hmid + l * LSTRIDE(m, F);
-        vs_train_rmsnorm_forward(ln1, r1, x, w->attn_norm + (size_t)l * C, N, C, c->rms_eps);
+        vs_train_rmsnorm_forward_tp(tp, ln1, r1, x, w->attn_norm + (size_t)l * C, N, C, c->rms_eps);
         vs_train_linear_forward(tp, q, ln1, w->wq + (size_t)l * HD * C, NULL, N, C, HD);
         vs_train_linear_forward(tp, k, ln1, w->wk + (size_t)l * KVD * C, NULL, N, C, KVD);
         vs_train_linear_forward(tp, v, ln1, w->wv + (size_t)l * KVD * C, NULL, N, C, KVD);
-        vs_train_rope_forward(q, q, a->rope_cs, m->pos, N, H, D);
-        vs_train_rope_forward(k, k, a->rope_cs, m->pos, N, KVH, D);
+        vs_train_rope_forward_tp(tp, q, q, a->rope_cs, m->pos, N, H, D);
+        vs_train_rope_forward_tp(tp, k, k, a->rope_cs, m->pos, N, KVH, D);
         vs_train_self_attention_forward(tp, atty, att, q, k, v, B, T, H, KVH, D, true);
         vs_train_linear_forward(tp, a->tmp, atty, w->wo + (size_t)l * C * HD, NULL, N, HD, C);
-        vs_train_add_forward(res1, x, a->tmp, (size_t)N * C);
-        vs_train_rmsnorm_forward(ln2, r2, res1, w->ffn_norm + (size_t)l * C, N, C, c->rms_eps);
+        vs_train_add_forward_tp(tp, res1, x, a->tmp, (size_t)N * C);
+        vs_train_rmsnorm_forward_tp(tp, ln2, r2, res1, w->ffn_norm + (size_t)l * C, N, C, c->rms_eps);
         vs_train_linear_forward(tp, gate, ln2, w->w_gate + (size_t)l * F * C, NULL, N, C, F);
         vs_train_linear_forward(tp, up, ln2, w->w_up + (size_t)l * F * C, NULL, N, C, F);
-        vs_train_swiglu_forward(h, gate, up, (size_t)N * F);
+        vs_train_swiglu_forward_tp(tp, h, gate, up, (size_t)N * F);
         vs_train_linear_forward(tp, a->tmp, h, w->w_down + (size_t)l * C * F, NULL, N, F, C);
-        vs_train_add_forward(res2, res1, a->tmp, (size_t)N * C);
+        vs_train_add_forward_tp(tp, res2, res1, a->tmp, (size_t)N * C);
         x = res2;
     }
-    vs_train_rmsnorm_forward(a->lnf, a->lnf_rstd, x, w->out_norm, N, C, c->rms_eps);
+    vs_train_rmsnorm_forward_tp(tp, a->lnf, a->lnf_rstd, x, w->out_norm, N, C, c->rms_eps);
     vs_train_linear_forward(tp, a->logits, a->lnf, w->lm_head, NULL, N, C, V);
-    return vs_train_xent_forward(a->probs, a->logits, m->targets, a->lw, N, V);
+    return vs_train_xent_forward_tp(tp, a->probs, a->logits, m->targets, a->lw, N, V);
 }
 
 vs_status vs_train_vlm_forward(vs_train_vlm *m, vs_threadpool *tp, const vs_train_batch *b, float *loss,
@@ -499,7 +499,7 @@ const float *vs_train_vlm_logits(const vs_train_vlm *m) { return m->a.logits; }
 /* ---------------------------------------------------------------------------------------------- */
 /* Backward */
 
-static void zero(float *x, size_t n) { memset(x, 0, n * sizeof(float)); }
+static void zero(vs_threadpool *tp, float *x, size_t n) { vs_train_zero_tp(tp, x, n); }
 
 /* LM backward; leaves d(loss)/d(image rows) in d->dmm_out when want_img. */
 static void lm_backward(vs_train_vlm *m, vs_threadpool *tp, bool train_lm, bool want_img) {
@@ -511,13 +511,13 @@ static void lm_backward(vs_train_vlm *m, vs_threadpool *tp, bool train_lm, bool 
     int HD = m->HD, KVD = m->KVD, F = c->ffn, V = c->vocab, L = c->n_layers;
 #define G(field) (train_lm ? m->g.field : NULL)
 #define GL(field, off) (train_lm ? m->g.field + (off) : NULL)
-    zero(d->dlogits, (size_t)N * V);
-    vs_train_xent_backward(d->dlogits, a->probs, m->targets, a->lw, 1.0f, N, V);
-    zero(d->dln, (size_t)N * C);
+    zero(tp, d->dlogits, (size_t)N * V);
+    vs_train_xent_backward_tp(tp, d->dlogits, a->probs, m->targets, a->lw, 1.0f, N, V);
+    zero(tp, d->dln, (size_t)N * C);
     vs_train_linear_backward(tp, d->dln, G(lm_head), NULL, d->dlogits, a->lnf, w->lm_head, N, C, V);
-    zero(d->dx, (size_t)N * C);
+    zero(tp, d->dx, (size_t)N * C);
     const float *xlast = a->res2 + (L - 1) * LSTRIDE(m, C);
-    vs_train_rmsnorm_backward(d->dx, G(out_norm), d->dln, xlast, w->out_norm, a->lnf_rstd, N, C);
+    vs_train_rmsnorm_backward_tp(tp, d->dx, G(out_norm), d->dln, xlast, w->out_norm, a->lnf_rstd, N, C);
     for (int l = L - 1; l >= 0; l--) {
         const float *xin = l ? a->res2 + (l - 1) * LSTRIDE(m, C) : a->x_emb;
         const float *ln1 = a->ln1 + l * LSTRIDE(m, C), *r1 = a->ln1_rstd + l * LSTRIDE(m, 1);
@@ -530,39 +530,39 @@ static void lm_backward(vs_train_vlm *m, vs_threadpool *tp, bool train_lm, bool 
         const float *h = a->hmid + l * LSTRIDE(m, F);
         size_t oc = (size_t)l * C;
         /* MLP branch: res2 = res1 + w_down(swiglu(w_gate ln2, w_up ln2)), ln2 = rms(res1) */
-        zero(d->dh, (size_t)N * F);
+        zero(tp, d->dh, (size_t)N * F);
         vs_train_linear_backward(tp, d->dh, GL(w_down, oc * F), NULL, d->dx, h, w->w_down + oc * F, N, F, C);
-        zero(d->dgate, (size_t)N * F);
-        zero(d->dup, (size_t)N * F);
-        vs_train_swiglu_backward(d->dgate, d->dup, d->dh, gate, up, (size_t)N * F);
-        zero(d->dln, (size_t)N * C);
+        zero(tp, d->dgate, (size_t)N * F);
+        zero(tp, d->dup, (size_t)N * F);
+        vs_train_swiglu_backward_tp(tp, d->dgate, d->dup, d->dh, gate, up, (size_t)N * F);
+        zero(tp, d->dln, (size_t)N * C);
         vs_train_linear_backward(tp, d->dln, GL(w_gate, oc * F), NULL, d->dgate, ln2, w->w_gate + oc * F, N,
                                  C, F);
         vs_train_linear_backward(tp, d->dln, GL(w_up, oc * F), NULL, d->dup, ln2, w->w_up + oc * F, N, C, F);
-        vs_train_rmsnorm_backward(d->dx, GL(ffn_norm, oc), d->dln, res1, w->ffn_norm + oc, r2, N, C);
+        vs_train_rmsnorm_backward_tp(tp, d->dx, GL(ffn_norm, oc), d->dln, res1, w->ffn_norm + oc, r2, N, C);
         /* attention branch: res1 = xin + wo(attn(rope(wq ln1), rope(wk ln1), wv ln1)), ln1 = rms(xin) */
-        zero(d->datty, (size_t)N * HD);
+        zero(tp, d->datty, (size_t)N * HD);
         vs_train_linear_backward(tp, d->datty, GL(wo, oc * HD), NULL, d->dx, atty, w->wo + oc * HD, N, HD, C);
-        zero(d->dq, (size_t)N * HD);
-        zero(d->dk, (size_t)N * KVD);
-        zero(d->dv, (size_t)N * KVD);
+        zero(tp, d->dq, (size_t)N * HD);
+        zero(tp, d->dk, (size_t)N * KVD);
+        zero(tp, d->dv, (size_t)N * KVD);
         vs_train_self_attention_backward(tp, d->dq, d->dk, d->dv, d->datt, d->datty, att, q, k, v, B, T, H,
                                          KVH, D, true);
-        zero(d->dqr, (size_t)N * HD);
-        zero(d->dkr, (size_t)N * KVD);
-        vs_train_rope_backward(d->dqr, d->dq, a->rope_cs, m->pos, N, H, D);
-        vs_train_rope_backward(d->dkr, d->dk, a->rope_cs, m->pos, N, KVH, D);
-        zero(d->dln, (size_t)N * C);
+        zero(tp, d->dqr, (size_t)N * HD);
+        zero(tp, d->dkr, (size_t)N * KVD);
+        vs_train_rope_backward_tp(tp, d->dqr, d->dq, a->rope_cs, m->pos, N, H, D);
+        vs_train_rope_backward_tp(tp, d->dkr, d->dk, a->rope_cs, m->pos, N, KVH, D);
+        zero(tp, d->dln, (size_t)N * C);
         vs_train_linear_backward(tp, d->dln, GL(wq, oc * HD), NULL, d->dqr, ln1, w->wq + oc * HD, N, C, HD);
         vs_train_linear_backward(tp, d->dln, GL(wk, (size_t)l * KVD * C), NULL, d->dkr, ln1,
                                  w->wk + (size_t)l * KVD * C, N, C, KVD);
         vs_train_linear_backward(tp, d->dln, GL(wv, (size_t)l * KVD * C), NULL, d->dv, ln1,
                                  w->wv + (size_t)l * KVD * C, N, C, KVD);
-        vs_train_rmsnorm_backward(d->dx, GL(attn_norm, oc), d->dln, xin, w->attn_norm + oc, r1, N, C);
+        vs_train_rmsnorm_backward_tp(tp, d->dx, GL(attn_norm, oc), d->dln, xin, w->attn_norm + oc, r1, N, C);
     }
     if (train_lm) vs_train_embed_backward(m->g.wte, d->dx, m->tokens, N, C);
     if (want_img) {
-        zero(d->dmm_out, (size_t)m->NI * m->NP * C);
+        zero(tp, d->dmm_out, (size_t)m->NI * m->NP * C);
         for (int n = 0; n < N; n++)
             if (m->img_row[n] >= 0) {
                 float *dst = d->dmm_out + (size_t)m->img_row[n] * C;
@@ -583,17 +583,17 @@ static void vision_backward(vs_train_vlm *m, vs_threadpool *tp, bool train_proj,
     int Nv = NI * TV, Np = NI * NP;
     size_t sNv = (size_t)m->max_images * TV;
 #define GP(field) (train_proj ? m->g.field : NULL)
-    zero(d->dmm_act, (size_t)Np * C);
+    zero(tp, d->dmm_act, (size_t)Np * C);
     vs_train_linear_backward(tp, d->dmm_act, GP(mm2_w), GP(mm2_b), d->dmm_out, a->mm_act, w->mm2_w, Np, C, C);
-    zero(d->dmm_h, (size_t)Np * C);
+    zero(tp, d->dmm_h, (size_t)Np * C);
     vs_train_gelu_erf_backward(d->dmm_h, d->dmm_act, a->mm_h, (size_t)Np * C);
-    if (train_vis) zero(d->dfeat, (size_t)Np * W);
+    if (train_vis) zero(tp, d->dfeat, (size_t)Np * W);
     vs_train_linear_backward(tp, train_vis ? d->dfeat : NULL, GP(mm0_w), GP(mm0_b), d->dmm_h, a->v_feat,
                              w->mm0_w, Np, W, C);
 #undef GP
     if (!train_vis) return;
     const vs_train_vlm_tensors *g = &m->g;
-    zero(d->dvx, (size_t)Nv * W);
+    zero(tp, d->dvx, (size_t)Nv * W);
     vs_train_drop_cls_backward(d->dvx, d->dfeat, NI, NP, W);
     for (int l = c->v_blocks - 1; l >= 0; l--) {
         size_t ow = (size_t)l * W, oww = (size_t)l * W * W, ovf = (size_t)l * VF, o = l * sNv;
@@ -603,26 +603,26 @@ static void vision_backward(vs_train_vlm *m, vs_threadpool *tp, bool train_proj,
         const float *res1 = a->v_res1 + o * W, *ln2 = a->v_ln2 + o * W;
         const float *fc1 = a->v_fc1 + o * VF, *act = a->v_act + o * VF;
         /* MLP branch: res2 = res1 + fc2(quick_gelu(fc1(ln2))), ln2 = LN(res1) */
-        zero(d->dvact, (size_t)Nv * VF);
+        zero(tp, d->dvact, (size_t)Nv * VF);
         vs_train_linear_backward(tp, d->dvact, g->v_fc2_w + ovf * W, g->v_fc2_b + ow, d->dvx, act,
                                  w->v_fc2_w + ovf * W, Nv, VF, W);
-        zero(d->dvfc1, (size_t)Nv * VF);
+        zero(tp, d->dvfc1, (size_t)Nv * VF);
         vs_train_quick_gelu_backward(d->dvfc1, d->dvact, fc1, (size_t)Nv * VF);
-        zero(d->dvln, (size_t)Nv * W);
+        zero(tp, d->dvln, (size_t)Nv * W);
         vs_train_linear_backward(tp, d->dvln, g->v_fc1_w + ovf * W, g->v_fc1_b + ovf, d->dvfc1, ln2,
                                  w->v_fc1_w + ovf * W, Nv, W, VF);
         vs_train_layernorm_backward(d->dvx, g->v_ln2_w + ow, g->v_ln2_b + ow, d->dvln, res1, w->v_ln2_w + ow,
                                     a->v_ln2_mean + o, a->v_ln2_rstd + o, Nv, W);
         /* attention branch: res1 = xin + o(MHA(q ln1, k ln1, v ln1)), ln1 = LN(xin) */
-        zero(d->dvatty, (size_t)Nv * W);
+        zero(tp, d->dvatty, (size_t)Nv * W);
         vs_train_linear_backward(tp, d->dvatty, g->v_o_w + oww, g->v_o_b + ow, d->dvx, atty, w->v_o_w + oww,
                                  Nv, W, W);
-        zero(d->dvq, (size_t)Nv * W);
-        zero(d->dvk, (size_t)Nv * W);
-        zero(d->dvv, (size_t)Nv * W);
+        zero(tp, d->dvq, (size_t)Nv * W);
+        zero(tp, d->dvk, (size_t)Nv * W);
+        zero(tp, d->dvv, (size_t)Nv * W);
         vs_train_self_attention_backward(tp, d->dvq, d->dvk, d->dvv, d->datt, d->dvatty, att, q, k, v, NI, TV,
                                          VH, VH, W / VH, false);
-        zero(d->dvln, (size_t)Nv * W);
+        zero(tp, d->dvln, (size_t)Nv * W);
         vs_train_linear_backward(tp, d->dvln, g->v_q_w + oww, g->v_q_b + ow, d->dvq, ln1, w->v_q_w + oww, Nv,
                                  W, W);
         vs_train_linear_backward(tp, d->dvln, g->v_k_w + oww, g->v_k_b + ow, d->dvk, ln1, w->v_k_w + oww, Nv,
@@ -633,10 +633,10 @@ static void vision_backward(vs_train_vlm *m, vs_threadpool *tp, bool train_proj,
                                     a->v_ln1_mean + o, a->v_ln1_rstd + o, Nv, W);
     }
     /* x0 = LN_pre(emb), emb = [cls; patches] + pos, patches = conv(pixels) */
-    zero(d->dvln, (size_t)Nv * W);
+    zero(tp, d->dvln, (size_t)Nv * W);
     vs_train_layernorm_backward(d->dvln, g->v_pre_ln_w, g->v_pre_ln_b, d->dvx, a->v_emb, w->v_pre_ln_w,
                                 a->v_pre_mean, a->v_pre_rstd, Nv, W);
-    zero(d->dvpatch, (size_t)Np * W);
+    zero(tp, d->dvpatch, (size_t)Np * W);
     vs_train_vit_embed_backward(d->dvpatch, g->v_cls, g->v_pos, d->dvln, NI, NP, W);
     vs_train_patch_embed_backward(tp, NULL, g->v_patch, d->dvpatch, a->v_col, w->v_patch, NI, 3,
                                   c->image_size, c->patch_size, W);

@@ -702,3 +702,185 @@ void vs_train_drop_cls_backward(float *dinp, const float *dout, int B, int NP, i
     for (int b = 0; b < B; b++)
         axpy8(dinp + ((size_t)b * (NP + 1) + 1) * C, 1.0f, dout + (size_t)b * NP * C, NP * C);
 }
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Threaded twins of the element-wise and row-wise ops: each thread runs the plain function on its
+ * own slice of independent outputs (elements, rows, or for the RMSNorm weight gradient columns, each
+ * still summed over rows in increasing n), so the results are the plain functions' bits. */
+
+/* Below this many values a dispatch costs more than it saves. */
+#define PAR_MIN 4096
+
+typedef struct ew_job {
+    float *o0, *o1;
+    const float *i0, *i1, *i2;
+    size_t n;
+} ew_job;
+
+static bool par_worth(vs_threadpool *tp, size_t work) {
+    return vs_threadpool_size(tp) > 1 && work >= PAR_MIN;
+}
+
+static void swiglu_fwd_task(void *ctx, int ith, int nth) {
+    const ew_job *j = ctx;
+    int64_t lo, hi;
+    vs_split_range((int64_t)j->n, ith, nth, 16, &lo, &hi);
+    if (lo < hi) vs_train_swiglu_forward(j->o0 + lo, j->i0 + lo, j->i1 + lo, (size_t)(hi - lo));
+}
+
+void vs_train_swiglu_forward_tp(vs_threadpool *tp, float *out, const float *gate, const float *up,
+                                size_t n) {
+    if (!par_worth(tp, n)) {
+        vs_train_swiglu_forward(out, gate, up, n);
+        return;
+    }
+    ew_job j = {.o0 = out, .i0 = gate, .i1 = up, .n = n};
+    vs_threadpool_run(tp, swiglu_fwd_task, &j);
+}
+
+static void swiglu_bwd_task(void *ctx, int ith, int nth) {
+    const ew_job *j = ctx;
+    int64_t lo, hi;
+    vs_split_range((int64_t)j->n, ith, nth, 16, &lo, &hi);
+    if (lo < hi)
+        vs_train_swiglu_backward(j->o0 ? j->o0 + lo : NULL, j->o1 ? j->o1 + lo : NULL, j->i0 + lo, j->i1 + lo,
+                                 j->i2 + lo, (size_t)(hi - lo));
+}
+
+void vs_train_swiglu_backward_tp(vs_threadpool *tp, float *dgate, float *dup, const float *dout,
+                                 const float *gate, const float *up, size_t n) {
+    if (!par_worth(tp, n)) {
+        vs_train_swiglu_backward(dgate, dup, dout, gate, up, n);
+        return;
+    }
+    ew_job j = {.o0 = dgate, .o1 = dup, .i0 = dout, .i1 = gate, .i2 = up, .n = n};
+    vs_threadpool_run(tp, swiglu_bwd_task, &j);
+}
+
+static void add_fwd_task(void *ctx, int ith, int nth) {
+    const ew_job *j = ctx;
+    int64_t lo, hi;
+    vs_split_range((int64_t)j->n, ith, nth, 16, &lo, &hi);
+    if (lo < hi) vs_train_add_forward(j->o0 + lo, j->i0 + lo, j->i1 + lo, (size_t)(hi - lo));
+}
+
+void vs_train_add_forward_tp(vs_threadpool *tp, float *out, const float *a, const float *b, size_t n) {
+    if (!par_worth(tp, n)) {
+        vs_train_add_forward(out, a, b, n);
+        return;
+    }
+    ew_job j = {.o0 = out, .i0 = a, .i1 = b, .n = n};
+    vs_threadpool_run(tp, add_fwd_task, &j);
+}
+
+typedef struct row_job {
+    float *o0, *o1;
+    const float *i0, *i1, *i2, *i3;
+    const int32_t *pos;
+    int N, C, H, D;
+    float eps;
+} row_job;
+
+static void rmsnorm_fwd_task(void *ctx, int ith, int nth) {
+    const row_job *j = ctx;
+    int64_t lo, hi;
+    vs_split_range(j->N, ith, nth, 1, &lo, &hi);
+    size_t C = (size_t)j->C;
+    if (lo < hi)
+        vs_train_rmsnorm_forward(j->o0 + lo * C, j->o1 + lo, j->i0 + lo * C, j->i1, (int)(hi - lo), j->C,
+                                 j->eps);
+}
+
+void vs_train_rmsnorm_forward_tp(vs_threadpool *tp, float *out, float *rstd, const float *inp,
+                                 const float *w, int N, int C, float eps) {
+    if (!par_worth(tp, (size_t)N * C)) {
+        vs_train_rmsnorm_forward(out, rstd, inp, w, N, C, eps);
+        return;
+    }
+    row_job j = {.o0 = out, .o1 = rstd, .i0 = inp, .i1 = w, .N = N, .C = C, .eps = eps};
+    vs_threadpool_run(tp, rmsnorm_fwd_task, &j);
+}
+
+/* dinp rows split by row; dw (the sum over rows) split by column, each column summed over n in order
+ * with the plain function's expression. */
+static void rmsnorm_bwd_task(void *ctx, int ith, int nth) {
+    const row_job *j = ctx;
+    size_t C = (size_t)j->C;
+    int64_t lo, hi;
+    if (j->o1) {
+        vs_split_range(j->C, ith, nth, 16, &lo, &hi);
+        float *dw = j->o1;
+        for (int n = 0; n < j->N; n++) {
+            const float *x = j->i1 + (size_t)n * C, *dy = j->i0 + (size_t)n * C;
+            float r = j->i3[n];
+            for (int64_t i = lo; i < hi; i++) dw[i] += dy[i] * x[i] * r;
+        }
+    }
+    vs_split_range(j->N, ith, nth, 1, &lo, &hi);
+    if (j->o0 && lo < hi)
+        vs_train_rmsnorm_backward(j->o0 + lo * C, NULL, j->i0 + lo * C, j->i1 + lo * C, j->i2, j->i3 + lo,
+                                  (int)(hi - lo), j->C);
+}
+
+void vs_train_rmsnorm_backward_tp(vs_threadpool *tp, float *dinp, float *dw, const float *dout,
+                                  const float *inp, const float *w, const float *rstd, int N, int C) {
+    if (!par_worth(tp, (size_t)N * C)) {
+        vs_train_rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, C);
+        return;
+    }
+    row_job j = {.o0 = dinp, .o1 = dw, .i0 = dout, .i1 = inp, .i2 = w, .i3 = rstd, .N = N, .C = C};
+    vs_threadpool_run(tp, rmsnorm_bwd_task, &j);
+}
+
+static void rope_task(void *ctx, int ith, int nth, bool backward) {
+    const row_job *j = ctx;
+    int64_t lo, hi;
+    vs_split_range(j->N, ith, nth, 1, &lo, &hi);
+    size_t rs = (size_t)j->H * j->D;
+    if (lo >= hi) return;
+    if (backward)
+        vs_train_rope_backward(j->o0 + lo * rs, j->i0 + lo * rs, j->i1, j->pos + lo, (int)(hi - lo), j->H,
+                               j->D);
+    else
+        vs_train_rope_forward(j->o0 + lo * rs, j->i0 + lo * rs, j->i1, j->pos + lo, (int)(hi - lo), j->H,
+                              j->D);
+}
+
+static void rope_fwd_task(void *ctx, int ith, int nth) { rope_task(ctx, ith, nth, false); }
+static void rope_bwd_task(void *ctx, int ith, int nth) { rope_task(ctx, ith, nth, true); }
+
+void vs_train_rope_forward_tp(vs_threadpool *tp, float *out, const float *inp, const float *cs,
+                              const int32_t *pos, int N, int H, int D) {
+    if (!par_worth(tp, (size_t)N * H * D)) {
+        vs_train_rope_forward(out, inp, cs, pos, N, H, D);
+        return;
+    }
+    row_job j = {.o0 = out, .i0 = inp, .i1 = cs, .pos = pos, .N = N, .H = H, .D = D};
+    vs_threadpool_run(tp, rope_fwd_task, &j);
+}
+
+void vs_train_rope_backward_tp(vs_threadpool *tp, float *dinp, const float *dout, const float *cs,
+                               const int32_t *pos, int N, int H, int D) {
+    if (!par_worth(tp, (size_t)N * H * D)) {
+        vs_train_rope_backward(dinp, dout, cs, pos, N, H, D);
+        return;
+    }
+    row_job j = {.o0 = dinp, .i0 = dout, .i1 = cs, .pos = pos, .N = N, .H = H, .D = D};
+    vs_threadpool_run(tp, rope_bwd_task, &j);
+}
+
+static void fill0_task(void *ctx, int ith, int nth) {
+    const ew_job *j = ctx;
+    int64_t lo, hi;
+    vs_split_range((int64_t)j->n, ith, nth, 16, &lo, &hi);
+    if (lo < hi) memset(j->o0 + lo, 0, sizeof(float) * (size_t)(hi - lo));
+}
+
+void vs_train_zero_tp(vs_threadpool *tp, float *x, size_t n) {
+    if (!par_worth(tp, n)) {
+        memset(x, 0, sizeof(float) * n);
+        return;
+    }
+    ew_job j = {.o0 = x, .n = n};
+    vs_threadpool_run(tp, fill0_task, &j);
+}

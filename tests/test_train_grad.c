@@ -613,6 +613,71 @@ static void test_attention_paths(vs_threadpool *tp) {
     printf("attention AVX path vs plain path: %d/%d cases bitwise equal\n", n_ok, n_run);
 }
 
+/* The threaded twins (vs_train_*_tp) give the plain functions' bits, accumulating onto nonzero
+ * values, with row counts and widths that split unevenly. */
+static bool same_f(const float *a, const float *b, size_t n) {
+    return memcmp(a, b, n * sizeof(float)) == 0;
+}
+
+static void test_threaded_twins(vs_threadpool *tp) {
+    int N = 67, C = 200, H = 5, D = 40, V = 97;
+    size_t n = (size_t)N * C;
+    float *x = randn(n, 1), *y = randn(n, 1), *z = randn(n, 1), *w = randn((size_t)C, 1);
+    float *o[2], *o2[2], *r[2];
+    for (int k = 0; k < 2; k++) o[k] = randn(n, 1), o2[k] = randn(n, 1), r[k] = zeros((size_t)N);
+    memcpy(o[1], o[0], n * 4), memcpy(o2[1], o2[0], n * 4);
+    vs_train_swiglu_forward(o[0], x, y, n);
+    vs_train_swiglu_forward_tp(tp, o[1], x, y, n);
+    VT_CHECK(same_f(o[0], o[1], n), "swiglu forward: threaded twin differs");
+    vs_train_swiglu_backward(o[0], o2[0], z, x, y, n);
+    vs_train_swiglu_backward_tp(tp, o[1], o2[1], z, x, y, n);
+    VT_CHECK(same_f(o[0], o[1], n) && same_f(o2[0], o2[1], n), "swiglu backward: threaded twin differs");
+    vs_train_add_forward(o[0], x, y, n);
+    vs_train_add_forward_tp(tp, o[1], x, y, n);
+    VT_CHECK(same_f(o[0], o[1], n), "add forward: threaded twin differs");
+    vs_train_rmsnorm_forward(o[0], r[0], x, w, N, C, 1e-5f);
+    vs_train_rmsnorm_forward_tp(tp, o[1], r[1], x, w, N, C, 1e-5f);
+    VT_CHECK(same_f(o[0], o[1], n) && same_f(r[0], r[1], (size_t)N),
+             "rmsnorm forward: threaded twin differs");
+    float *dw[2] = {randn((size_t)C, 1), zeros((size_t)C)};
+    memcpy(dw[1], dw[0], (size_t)C * 4);
+    vs_train_rmsnorm_backward(o2[0], dw[0], z, x, w, r[0], N, C);
+    vs_train_rmsnorm_backward_tp(tp, o2[1], dw[1], z, x, w, r[1], N, C);
+    VT_CHECK(same_f(o2[0], o2[1], n) && same_f(dw[0], dw[1], (size_t)C),
+             "rmsnorm backward: threaded twin differs");
+    int32_t *pos = vs_malloc(sizeof(int32_t) * (size_t)N), *tg = vs_malloc(sizeof(int32_t) * (size_t)N);
+    for (int i = 0; i < N; i++) pos[i] = (i * 13) % 50, tg[i] = (i * 31) % V;
+    float *cs = zeros((size_t)50 * D);
+    vs_train_rope_table(cs, 50, D, 10000.0f);
+    vs_train_rope_forward(o[0], x, cs, pos, N, H, D); /* N x (H*D) = N x 200 */
+    vs_train_rope_forward_tp(tp, o[1], x, cs, pos, N, H, D);
+    VT_CHECK(same_f(o[0], o[1], n), "rope forward: threaded twin differs");
+    vs_train_rope_backward(o2[0], z, cs, pos, N, H, D);
+    vs_train_rope_backward_tp(tp, o2[1], z, cs, pos, N, H, D);
+    VT_CHECK(same_f(o2[0], o2[1], n), "rope backward: threaded twin differs");
+    vs_train_zero_tp(tp, o[1], n);
+    bool zero_ok = true;
+    for (size_t i = 0; i < n; i++) zero_ok &= o[1][i] == 0.0f;
+    VT_CHECK(zero_ok, "zero: threaded twin left a nonzero value");
+    size_t nv = (size_t)N * V;
+    float *lg = randn(nv, 3), *lw = randn((size_t)N, 1), *pr[2] = {zeros(nv), zeros(nv)};
+    float *dl[2] = {randn(nv, 1), zeros(nv)};
+    memcpy(dl[1], dl[0], nv * 4);
+    for (int i = 0; i < N; i += 5) lw[i] = 0.0f;
+    double l0 = vs_train_xent_forward(pr[0], lg, tg, lw, N, V);
+    double l1 = vs_train_xent_forward_tp(tp, pr[1], lg, tg, lw, N, V);
+    VT_CHECK(memcmp(&l0, &l1, sizeof(l0)) == 0 && same_f(pr[0], pr[1], nv),
+             "xent forward: threaded twin differs");
+    vs_train_xent_backward(dl[0], pr[0], tg, lw, 0.7f, N, V);
+    vs_train_xent_backward_tp(tp, dl[1], pr[1], tg, lw, 0.7f, N, V);
+    VT_CHECK(same_f(dl[0], dl[1], nv), "xent backward: threaded twin differs");
+    for (int k = 0; k < 2; k++)
+        vs_free(o[k]), vs_free(o2[k]), vs_free(r[k]), vs_free(dw[k]), vs_free(pr[k]), vs_free(dl[k]);
+    vs_free(x), vs_free(y), vs_free(z), vs_free(w), vs_free(pos), vs_free(tg), vs_free(cs), vs_free(lg);
+    vs_free(lw);
+    printf("threaded twins (%d threads) vs plain functions: compared bit for bit\n", vs_threadpool_size(tp));
+}
+
 int main(void) {
     vs_rng_seed(&g_rng, 1234);
     vs_error err = {0};
@@ -641,6 +706,7 @@ int main(void) {
     test_thread_invariance(tp);
     test_attention_paths(tp);
     test_attention_paths(NULL);
+    test_threaded_twins(tp);
 
     vs_threadpool_free(tp);
     return vt_finish("train_grad");
