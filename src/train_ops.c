@@ -254,7 +254,20 @@ static inline ATT_AVX void att_dot4(float d[4], const float *const x[4], const f
         a2 = _mm256_add_ps(a2, _mm256_mul_ps(_mm256_loadu_ps(x[2] + i), yv));
         a3 = _mm256_add_ps(a3, _mm256_mul_ps(_mm256_loadu_ps(x[3] + i), yv));
     }
-    float s0 = att_hsum(a0), s1 = att_hsum(a1), s2 = att_hsum(a2), s3 = att_hsum(a3);
+    /* p_r = (a_r lanes 0-3) + (lanes 4-7); two rounds of horizontal adds give each row's
+     * (p0 + p1) + (p2 + p3), att_hsum's order, all four rows in one register. */
+    __m128 p0 = _mm_add_ps(_mm256_castps256_ps128(a0), _mm256_extractf128_ps(a0, 1));
+    __m128 p1 = _mm_add_ps(_mm256_castps256_ps128(a1), _mm256_extractf128_ps(a1, 1));
+    __m128 p2 = _mm_add_ps(_mm256_castps256_ps128(a2), _mm256_extractf128_ps(a2, 1));
+    __m128 p3 = _mm_add_ps(_mm256_castps256_ps128(a3), _mm256_extractf128_ps(a3, 1));
+    __m128 h = _mm_hadd_ps(_mm_hadd_ps(p0, p1), _mm_hadd_ps(p2, p3));
+    if (i == n) {
+        _mm_storeu_ps(d, h);
+        return;
+    }
+    float sv[4];
+    _mm_storeu_ps(sv, h);
+    float s0 = sv[0], s1 = sv[1], s2 = sv[2], s3 = sv[3];
     for (; i < n; i++) {
         s0 += x[0][i] * y[i];
         s1 += x[1][i] * y[i];
@@ -317,6 +330,104 @@ static inline ATT_AVX void att_axpy_from(float *const y[4], const float a[4], co
     }
 }
 
+/* y[r][i] += a[r][s] * x[s * xs + i] for s = s0, s0 + 1, ..., s1 - 1 in that order (axpy8 per s),
+ * r < 4: the rows of y stay in registers over the whole s range. */
+static inline ATT_AVX void att_accum_rows(float *const y[4], const float *const a[4], const float *x,
+                                          size_t xs, int s0, int s1, int n) {
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256 y00 = _mm256_loadu_ps(y[0] + i), y01 = _mm256_loadu_ps(y[0] + i + 8);
+        __m256 y10 = _mm256_loadu_ps(y[1] + i), y11 = _mm256_loadu_ps(y[1] + i + 8);
+        __m256 y20 = _mm256_loadu_ps(y[2] + i), y21 = _mm256_loadu_ps(y[2] + i + 8);
+        __m256 y30 = _mm256_loadu_ps(y[3] + i), y31 = _mm256_loadu_ps(y[3] + i + 8);
+        for (int s = s0; s < s1; s++) {
+            const float *xr = x + (size_t)s * xs + i;
+            __m256 x0 = _mm256_loadu_ps(xr), x1 = _mm256_loadu_ps(xr + 8), b;
+            b = _mm256_broadcast_ss(a[0] + s);
+            y00 = _mm256_add_ps(y00, _mm256_mul_ps(b, x0)), y01 = _mm256_add_ps(y01, _mm256_mul_ps(b, x1));
+            b = _mm256_broadcast_ss(a[1] + s);
+            y10 = _mm256_add_ps(y10, _mm256_mul_ps(b, x0)), y11 = _mm256_add_ps(y11, _mm256_mul_ps(b, x1));
+            b = _mm256_broadcast_ss(a[2] + s);
+            y20 = _mm256_add_ps(y20, _mm256_mul_ps(b, x0)), y21 = _mm256_add_ps(y21, _mm256_mul_ps(b, x1));
+            b = _mm256_broadcast_ss(a[3] + s);
+            y30 = _mm256_add_ps(y30, _mm256_mul_ps(b, x0)), y31 = _mm256_add_ps(y31, _mm256_mul_ps(b, x1));
+        }
+        _mm256_storeu_ps(y[0] + i, y00), _mm256_storeu_ps(y[0] + i + 8, y01);
+        _mm256_storeu_ps(y[1] + i, y10), _mm256_storeu_ps(y[1] + i + 8, y11);
+        _mm256_storeu_ps(y[2] + i, y20), _mm256_storeu_ps(y[2] + i + 8, y21);
+        _mm256_storeu_ps(y[3] + i, y30), _mm256_storeu_ps(y[3] + i + 8, y31);
+    }
+    for (; i + 8 <= n; i += 8) {
+        __m256 y0 = _mm256_loadu_ps(y[0] + i), y1 = _mm256_loadu_ps(y[1] + i);
+        __m256 y2 = _mm256_loadu_ps(y[2] + i), y3 = _mm256_loadu_ps(y[3] + i);
+        for (int s = s0; s < s1; s++) {
+            __m256 x0 = _mm256_loadu_ps(x + (size_t)s * xs + i);
+            y0 = _mm256_add_ps(y0, _mm256_mul_ps(_mm256_broadcast_ss(a[0] + s), x0));
+            y1 = _mm256_add_ps(y1, _mm256_mul_ps(_mm256_broadcast_ss(a[1] + s), x0));
+            y2 = _mm256_add_ps(y2, _mm256_mul_ps(_mm256_broadcast_ss(a[2] + s), x0));
+            y3 = _mm256_add_ps(y3, _mm256_mul_ps(_mm256_broadcast_ss(a[3] + s), x0));
+        }
+        _mm256_storeu_ps(y[0] + i, y0), _mm256_storeu_ps(y[1] + i, y1);
+        _mm256_storeu_ps(y[2] + i, y2), _mm256_storeu_ps(y[3] + i, y3);
+    }
+    for (; i < n; i++)
+        for (int s = s0; s < s1; s++) {
+            float xv = x[(size_t)s * xs + i];
+            y[0][i] += a[0][s] * xv;
+            y[1][i] += a[1][s] * xv;
+            y[2][i] += a[2][s] * xv;
+            y[3][i] += a[3][s] * xv;
+        }
+}
+
+/* For s = s0 .. s1 - 1: y[s * ys + i] += a[r][s] * x[r][i] for r = 0, 1, 2, 3 in that order
+ * (att_axpy_into per s): the four rows of x stay in registers over the whole s range. */
+static inline ATT_AVX void att_accum_cols(float *y, size_t ys, const float *const a[4],
+                                          const float *const x[4], int s0, int s1, int n) {
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256 x00 = _mm256_loadu_ps(x[0] + i), x01 = _mm256_loadu_ps(x[0] + i + 8);
+        __m256 x10 = _mm256_loadu_ps(x[1] + i), x11 = _mm256_loadu_ps(x[1] + i + 8);
+        __m256 x20 = _mm256_loadu_ps(x[2] + i), x21 = _mm256_loadu_ps(x[2] + i + 8);
+        __m256 x30 = _mm256_loadu_ps(x[3] + i), x31 = _mm256_loadu_ps(x[3] + i + 8);
+        for (int s = s0; s < s1; s++) {
+            float *yr = y + (size_t)s * ys + i;
+            __m256 y0 = _mm256_loadu_ps(yr), y1 = _mm256_loadu_ps(yr + 8), b;
+            b = _mm256_broadcast_ss(a[0] + s);
+            y0 = _mm256_add_ps(y0, _mm256_mul_ps(b, x00)), y1 = _mm256_add_ps(y1, _mm256_mul_ps(b, x01));
+            b = _mm256_broadcast_ss(a[1] + s);
+            y0 = _mm256_add_ps(y0, _mm256_mul_ps(b, x10)), y1 = _mm256_add_ps(y1, _mm256_mul_ps(b, x11));
+            b = _mm256_broadcast_ss(a[2] + s);
+            y0 = _mm256_add_ps(y0, _mm256_mul_ps(b, x20)), y1 = _mm256_add_ps(y1, _mm256_mul_ps(b, x21));
+            b = _mm256_broadcast_ss(a[3] + s);
+            y0 = _mm256_add_ps(y0, _mm256_mul_ps(b, x30)), y1 = _mm256_add_ps(y1, _mm256_mul_ps(b, x31));
+            _mm256_storeu_ps(yr, y0), _mm256_storeu_ps(yr + 8, y1);
+        }
+    }
+    for (; i + 8 <= n; i += 8) {
+        __m256 x0 = _mm256_loadu_ps(x[0] + i), x1 = _mm256_loadu_ps(x[1] + i);
+        __m256 x2 = _mm256_loadu_ps(x[2] + i), x3 = _mm256_loadu_ps(x[3] + i);
+        for (int s = s0; s < s1; s++) {
+            float *yr = y + (size_t)s * ys + i;
+            __m256 yv = _mm256_loadu_ps(yr);
+            yv = _mm256_add_ps(yv, _mm256_mul_ps(_mm256_broadcast_ss(a[0] + s), x0));
+            yv = _mm256_add_ps(yv, _mm256_mul_ps(_mm256_broadcast_ss(a[1] + s), x1));
+            yv = _mm256_add_ps(yv, _mm256_mul_ps(_mm256_broadcast_ss(a[2] + s), x2));
+            yv = _mm256_add_ps(yv, _mm256_mul_ps(_mm256_broadcast_ss(a[3] + s), x3));
+            _mm256_storeu_ps(yr, yv);
+        }
+    }
+    for (; i < n; i++)
+        for (int s = s0; s < s1; s++) {
+            float v = y[(size_t)s * ys + i];
+            v += a[0][s] * x[0][i];
+            v += a[1][s] * x[1][i];
+            v += a[2][s] * x[2][i];
+            v += a[3][s] * x[3][i];
+            y[(size_t)s * ys + i] = v;
+        }
+}
+
 /* The forward of units [lo, hi) four query rows at a time. Row t's scores, softmax and output are
  * the same operations in the same order as att_forward_task's: keys s < lmin (seen by all four rows)
  * go through the four-row kernels, the rest row by row, both in increasing s. */
@@ -363,9 +474,9 @@ static ATT_AVX void att_forward_avx(const att_job *j, int64_t lo, int64_t hi) {
                     for (int s = lim[r]; s < Tk; s++) a[s] = 0.0f;
                     memset(orow[r], 0, sizeof(float) * D);
                 }
-                for (int s = 0; s < lmin; s++) {
-                    float a[4] = {ar[0][s], ar[1][s], ar[2][s], ar[3][s]};
-                    att_axpy_from(orow, a, vb + s * ks, D);
+                if (lmin > 0) {
+                    const float *ac[4] = {ar[0], ar[1], ar[2], ar[3]};
+                    att_accum_rows(orow, ac, vb, ks, 0, lmin, D);
                 }
                 for (int r = 0; r < nb; r++)
                     for (int s = lmin; s < lim[r]; s++) att_axpy1(orow[r], ar[r][s], vb + s * ks, D);
@@ -382,6 +493,7 @@ static ATT_AVX void att_backward_avx(const att_job *j, int64_t lo, int64_t hi) {
     int H = j->H, KVH = j->KVH, D = j->D, Tq = j->Tq, Tk = j->Tk, G = H / KVH;
     float scale = 1.0f / sqrtf((float)D);
     size_t ks = (size_t)KVH * D;
+    float *dpb = lo < hi ? vs_malloc(sizeof(float) * 4 * (size_t)VS_MAX(Tk, 1)) : NULL; /* (4, Tk) */
     for (int64_t u = lo; u < hi; u++) {
         int b = (int)(u / KVH), kh = (int)(u % KVH);
         size_t kvb = (size_t)b * Tk * ks + (size_t)kh * D;
@@ -407,26 +519,35 @@ static ATT_AVX void att_backward_avx(const att_job *j, int64_t lo, int64_t hi) {
                 if (nb < 4) lmin = 0;
                 /* datt_s = dout . v_s; dpre_s = att_s (datt_s - sum_r att_r datt_r) */
                 for (int s = 0; s < lmin; s++) {
-                    float d[4], a[4];
+                    float d[4];
                     att_dot4(d, dor, vb + s * ks, D);
                     for (int r = 0; r < 4; r++) {
                         dar[r][s] = d[r];
                         dot_ad[r] += (double)ar[r][s] * dar[r][s];
-                        a[r] = ar[r][s];
                     }
-                    if (dvb) att_axpy_into(dvb + s * ks, a, dor, D);
                 }
+                if (dvb && lmin > 0) att_accum_cols(dvb, ks, ar, dor, 0, lmin, D);
                 for (int r = 0; r < nb; r++)
                     for (int s = lmin; s < lim[r]; s++) {
                         dar[r][s] = att_dot1(dor[r], vb + s * ks, D);
                         dot_ad[r] += (double)ar[r][s] * dar[r][s];
                         if (dvb) att_axpy1(dvb + s * ks, ar[r][s], dor[r], D);
                     }
-                for (int s = 0; s < lmin; s++) {
-                    float dp[4];
-                    for (int r = 0; r < 4; r++) dp[r] = ar[r][s] * (dar[r][s] - (float)dot_ad[r]) * scale;
-                    if (dqr[0]) att_axpy_from(dqr, dp, kb + s * ks, D);
-                    if (dkb) att_axpy_into(dkb + s * ks, dp, qr, D);
+                if (dpb && lmin > 0) {
+                    /* dpre of the four rows for keys < lmin, then dq rows and dk rows each in one sweep */
+                    const float *dpr[4] = {dpb, dpb + Tk, dpb + 2 * (size_t)Tk, dpb + 3 * (size_t)Tk};
+                    for (int r = 0; r < 4; r++)
+                        for (int s = 0; s < lmin; s++)
+                            dpb[(size_t)r * Tk + s] = ar[r][s] * (dar[r][s] - (float)dot_ad[r]) * scale;
+                    if (dqr[0]) att_accum_rows(dqr, dpr, kb, ks, 0, lmin, D);
+                    if (dkb) att_accum_cols(dkb, ks, dpr, qr, 0, lmin, D);
+                } else {
+                    for (int s = 0; s < lmin; s++) {
+                        float dp[4];
+                        for (int r = 0; r < 4; r++) dp[r] = ar[r][s] * (dar[r][s] - (float)dot_ad[r]) * scale;
+                        if (dqr[0]) att_axpy_from(dqr, dp, kb + s * ks, D);
+                        if (dkb) att_axpy_into(dkb + s * ks, dp, qr, D);
+                    }
                 }
                 for (int r = 0; r < nb; r++)
                     for (int s = lmin; s < lim[r]; s++) {
@@ -437,6 +558,7 @@ static ATT_AVX void att_backward_avx(const att_job *j, int64_t lo, int64_t hi) {
             }
         }
     }
+    vs_free(dpb);
 }
 #endif
 
