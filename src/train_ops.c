@@ -460,16 +460,47 @@ static ATT_AVX void att_forward_avx(const att_job *j, int64_t lo, int64_t hi) {
                 }
                 for (int r = 0; r < nb; r++)
                     for (int s = lmin; s < lim[r]; s++) ar[r][s] = att_dot1(qr[r], kb + s * ks, D) * scale;
-                for (int r = 0; r < nb; r++) {
-                    float *a = ar[r], mx = -INFINITY;
-                    for (int s = 0; s < lim[r]; s++)
-                        if (a[s] > mx) mx = a[s];
-                    double sum = 0;
-                    for (int s = 0; s < lim[r]; s++) {
-                        a[s] = expf(a[s] - mx);
-                        sum += a[s];
+                /* softmax: each row's maximum and double sum run over s in increasing order as in
+                 * the plain path; the four rows' chains are interleaved for s < lmin */
+                float mx[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
+                double sum[4] = {0, 0, 0, 0};
+                if (lmin > 0) {
+                    float m0 = mx[0], m1 = mx[1], m2 = mx[2], m3 = mx[3];
+                    const float *a0 = ar[0], *a1 = ar[1], *a2 = ar[2], *a3 = ar[3];
+                    for (int s = 0; s < lmin; s++) {
+                        if (a0[s] > m0) m0 = a0[s];
+                        if (a1[s] > m1) m1 = a1[s];
+                        if (a2[s] > m2) m2 = a2[s];
+                        if (a3[s] > m3) m3 = a3[s];
                     }
-                    float inv = lim[r] > 0 ? (float)(1.0 / sum) : 0.0f;
+                    mx[0] = m0, mx[1] = m1, mx[2] = m2, mx[3] = m3;
+                }
+                for (int r = 0; r < nb; r++)
+                    for (int s = lmin; s < lim[r]; s++)
+                        if (ar[r][s] > mx[r]) mx[r] = ar[r][s];
+                if (lmin > 0) {
+                    double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+                    float *a0 = ar[0], *a1 = ar[1], *a2 = ar[2], *a3 = ar[3];
+                    for (int s = 0; s < lmin; s++) {
+                        a0[s] = expf(a0[s] - mx[0]);
+                        s0 += a0[s];
+                        a1[s] = expf(a1[s] - mx[1]);
+                        s1 += a1[s];
+                        a2[s] = expf(a2[s] - mx[2]);
+                        s2 += a2[s];
+                        a3[s] = expf(a3[s] - mx[3]);
+                        s3 += a3[s];
+                    }
+                    sum[0] = s0, sum[1] = s1, sum[2] = s2, sum[3] = s3;
+                }
+                for (int r = 0; r < nb; r++)
+                    for (int s = lmin; s < lim[r]; s++) {
+                        ar[r][s] = expf(ar[r][s] - mx[r]);
+                        sum[r] += ar[r][s];
+                    }
+                for (int r = 0; r < nb; r++) {
+                    float *a = ar[r];
+                    float inv = lim[r] > 0 ? (float)(1.0 / sum[r]) : 0.0f;
                     for (int s = 0; s < lim[r]; s++) a[s] *= inv;
                     for (int s = lim[r]; s < Tk; s++) a[s] = 0.0f;
                     memset(orow[r], 0, sizeof(float) * D);
