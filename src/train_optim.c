@@ -1,6 +1,7 @@
 /* train_optim: parameter sets, AdamW, schedule, clipping, checkpoints, progress and loss curves
  * (see train_optim.h). */
 #include "train_optim.h"
+#include "kernels.h"
 
 #include <errno.h>
 #include <math.h>
@@ -110,7 +111,37 @@ typedef struct adamw_job {
     vs_train_params *p;
     const vs_adamw *o;
     float lr, decay_mul, step_size, bc2_sqrt;
+    bool avx; /* the 8-wide AVX loop (same bits as the scalar one) */
 } adamw_job;
+
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#include <immintrin.h>
+#define ADAMW_HAVE_AVX 1
+/* Elements [a, b) of the scalar loop in adamw_task, eight at a time: the same float operations in
+ * the same order (AVX without FMA; sqrt and division are correctly rounded in both). Returns the
+ * first element left for the scalar loop. */
+__attribute__((target("avx"))) static int64_t adamw_avx(const adamw_job *j, int64_t a, int64_t b,
+                                                        float dm) {
+    vs_train_params *p = j->p;
+    const float b1 = j->o->beta1, b2 = j->o->beta2, eps = j->o->eps;
+    const __m256 vb1 = _mm256_set1_ps(b1), vb2 = _mm256_set1_ps(b2), v1b1 = _mm256_set1_ps(1.0f - b1),
+                 v1b2 = _mm256_set1_ps(1.0f - b2), veps = _mm256_set1_ps(eps), vdm = _mm256_set1_ps(dm),
+                 vstep = _mm256_set1_ps(j->step_size), vbc2 = _mm256_set1_ps(j->bc2_sqrt);
+    int64_t k = a;
+    for (; k + 8 <= b; k += 8) {
+        __m256 g = _mm256_loadu_ps(p->grad + k);
+        __m256 w = _mm256_mul_ps(_mm256_loadu_ps(p->data + k), vdm);
+        __m256 m = _mm256_add_ps(_mm256_mul_ps(vb1, _mm256_loadu_ps(p->m + k)), _mm256_mul_ps(v1b1, g));
+        __m256 v = _mm256_add_ps(_mm256_mul_ps(vb2, _mm256_loadu_ps(p->v + k)),
+                                 _mm256_mul_ps(_mm256_mul_ps(v1b2, g), g));
+        _mm256_storeu_ps(p->m + k, m);
+        _mm256_storeu_ps(p->v + k, v);
+        __m256 den = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(v), vbc2), veps);
+        _mm256_storeu_ps(p->data + k, _mm256_sub_ps(w, _mm256_mul_ps(vstep, _mm256_div_ps(m, den))));
+    }
+    return k;
+}
+#endif
 
 static void adamw_task(void *ctx, int ith, int nth) {
     const adamw_job *j = ctx;
@@ -123,7 +154,11 @@ static void adamw_task(void *ctx, int ith, int nth) {
         if (p->frozen[t->group]) continue;
         int64_t a = VS_MAX(lo, (int64_t)t->offset), b = VS_MIN(hi, (int64_t)(t->offset + t->numel));
         float dm = t->decay ? j->decay_mul : 1.0f;
-        for (int64_t k = a; k < b; k++) {
+        int64_t k0 = a;
+#ifdef ADAMW_HAVE_AVX
+        if (j->avx && a < b) k0 = adamw_avx(j, a, b, dm);
+#endif
+        for (int64_t k = k0; k < b; k++) {
             float g = p->grad[k];
             float w = p->data[k] * dm;
             float m = p->m[k] = b1 * p->m[k] + (1.0f - b1) * g;
@@ -137,7 +172,10 @@ void vs_train_adamw_step(vs_train_params *p, vs_threadpool *tp, const vs_adamw *
     p->t++;
     double bc1 = 1.0 - pow(o->beta1, (double)p->t), bc2 = 1.0 - pow(o->beta2, (double)p->t);
     adamw_job j = {p, o, lr, (float)(1.0 - (double)lr * o->weight_decay), (float)(lr / bc1),
-                   (float)sqrt(bc2)};
+                   (float)sqrt(bc2), false};
+#ifdef ADAMW_HAVE_AVX
+    j.avx = vs_isa_active() >= VS_ISA_AVX2; /* VLMSPEC_ISA / vs_isa_set_max cap it */
+#endif
     vs_threadpool_run(tp, adamw_task, &j);
 }
 

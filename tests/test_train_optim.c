@@ -9,6 +9,7 @@
  *   - batch validation; loss curve CSV round trip and SVG plot. */
 #include <string.h>
 
+#include "kernels.h"
 #include "testutil.h"
 #include "train_model.h"
 
@@ -402,12 +403,58 @@ static void test_curve(void) {
     vs_progress_end(&pr, 100);
 }
 
+/* AdamW's AVX loop gives the scalar loop's bits (tensor sizes that are not multiples of 8, decay and
+ * no-decay tensors, a frozen group, several steps). */
+static void test_adamw_paths(vs_threadpool *tp) {
+    if (vs_isa_detect() < VS_ISA_AVX2) {
+        printf("AdamW AVX loop: not run (no AVX2 on this CPU)\n");
+        return;
+    }
+    vs_train_tensor tt[4] = {
+        {.name = "mat", .ndim = 2, .shape = {37, 29}, .group = 0, .decay = true},
+        {.name = "bias", .ndim = 1, .shape = {13}, .group = 0, .decay = false},
+        {.name = "frozen", .ndim = 1, .shape = {21}, .group = 1, .decay = true},
+        {.name = "emb", .ndim = 2, .shape = {5, 203}, .group = 2, .decay = true},
+    };
+    vs_error err = {0};
+    vs_train_params p[2];
+    vs_adamw o;
+    vs_adamw_default(&o);
+    vs_rng r;
+    vs_rng_seed(&r, 77);
+    for (int k = 0; k < 2; k++) VT_REQUIRE(vs_train_params_init(&p[k], tt, 4, &err) == VS_OK, "%s", err.msg);
+    for (size_t i = 0; i < p[0].n; i++) {
+        p[0].data[i] = vs_rng_normal(&r);
+        p[0].m[i] = 0.01f * vs_rng_normal(&r);
+        p[0].v[i] = 1e-4f * fabsf(vs_rng_normal(&r));
+    }
+    memcpy(p[1].data, p[0].data, p[0].n * 4), memcpy(p[1].m, p[0].m, p[0].n * 4);
+    memcpy(p[1].v, p[0].v, p[0].n * 4);
+    p[0].frozen[1] = p[1].frozen[1] = true;
+    vs_isa cap = vs_isa_active();
+    for (int step = 0; step < 3; step++) {
+        for (size_t i = 0; i < p[0].n; i++) p[0].grad[i] = p[1].grad[i] = vs_rng_normal(&r);
+        for (int k = 0; k < 2; k++) {
+            vs_isa_set_max(k ? cap : VS_ISA_SCALAR);
+            vs_train_adamw_step(&p[k], tp, &o, 1e-3f * (float)(step + 1));
+        }
+    }
+    vs_isa_set_max(cap);
+    VT_CHECK(!memcmp(p[0].data, p[1].data, p[0].n * 4) && !memcmp(p[0].m, p[1].m, p[0].n * 4) &&
+                 !memcmp(p[0].v, p[1].v, p[0].n * 4),
+             "AdamW: the AVX loop differs from the scalar loop");
+    printf("AdamW AVX loop vs scalar loop (%d threads): compared bit for bit\n", vs_threadpool_size(tp));
+    for (int k = 0; k < 2; k++) vs_train_params_free(&p[k]);
+}
+
 int main(void) {
     vs_error err = {0};
     vs_threadpool *tp = vs_threadpool_new(2, &err);
     VT_REQUIRE(tp, "%s", err.msg);
     test_schedule();
     test_adamw(tp);
+    test_adamw_paths(tp);
+    test_adamw_paths(NULL);
     test_accumulation(tp);
     test_freezing(tp);
     test_checkpoint(tp);
