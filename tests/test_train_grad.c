@@ -624,6 +624,8 @@ static void test_threaded_twins(vs_threadpool *tp) {
     size_t n = (size_t)N * C;
     float *x = randn(n, 1), *y = randn(n, 1), *z = randn(n, 1), *w = randn((size_t)C, 1);
     float *o[2], *o2[2], *r[2];
+    static const float extreme[8] = {-100.0f, 100.0f, 88.7f, -88.7f, 0.0f, -0.0f, 1e-30f, -1e-30f};
+    for (int i = 0; i < 8; i++) x[100 * i + 3] = extreme[i]; /* sigmoid saturation and signed zeros */
     for (int k = 0; k < 2; k++) o[k] = randn(n, 1), o2[k] = randn(n, 1), r[k] = zeros((size_t)N);
     memcpy(o[1], o[0], n * 4), memcpy(o2[1], o2[0], n * 4);
     vs_train_swiglu_forward(o[0], x, y, n);
