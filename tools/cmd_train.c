@@ -475,10 +475,32 @@ static double recent_loss(const vs_train_curve *c, int64_t n) {
     return k ? s / (double)k : 0;
 }
 
+/* DIR/threads records the thread count a run started with. OpenBLAS's products depend on its thread
+ * count, so a run continued with another count is correct but no longer bit-identical to an
+ * uninterrupted one: say so (a warning, not an error: it is a legitimate choice). */
+static void loop_check_threads(const train_loop *L, int threads) {
+    char path[1150];
+    snprintf(path, sizeof(path), "%s/threads", L->dir);
+    FILE *f = fopen(path, "r");
+    if (f) {
+        int first = 0;
+        if (fscanf(f, "%d", &first) == 1 && first != threads)
+            fprintf(stderr,
+                    "vlmspec %s: warning: this run started with --threads %d, now %d: OpenBLAS sums in "
+                    "another order, so the result will not be bit-identical to an uninterrupted run\n",
+                    L->cmd, first, threads);
+        fclose(f);
+    } else if ((f = fopen(path, "w"))) {
+        fprintf(f, "%d\n", threads);
+        fclose(f);
+    }
+}
+
 /* Trains from L->st.step to L->total (or until a chunk/time limit, with a checkpoint). */
 static vs_status loop_run(train_loop *L, vs_error *err) {
     const sched_opts *o = &L->o;
     vs_status s;
+    loop_check_threads(L, o->threads);
     if (!L->tp && !(L->tp = vs_threadpool_new(o->threads, err))) return VS_ERR_NOMEM;
     vs_train_set_blas_threads(o->threads);
     vs_train_params *p = vs_train_vlm_params(L->m);
