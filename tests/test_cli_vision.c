@@ -332,6 +332,24 @@ int main(void) {
         free(a), free(b);
     }
 
+    /* --- chat: speculative with width-2 token trees: the same replies; bad tree flags are usage errors --- */
+    {
+        int rc = vt_run(
+            "%s chat -m %s --mmproj %s -md %s --mmproj-draft %s --draft-mode m --draft 3 --tree-width 2 "
+            "--temp 0 -n 12 -t 1 < %s > %s 2> %s",
+            B, path_of("lm.gguf"), path_of("mm.gguf"), path_of("draft.gguf"), path_of("mmd.gguf"),
+            path_of("script.txt"), path_of("tchat.out"), path_of("tchat.err"));
+        VT_CHECK(rc == 1, "tree chat exits 1 (bad image path) (got %d)", rc);
+        char *a = slurp(path_of("chat.out"), NULL), *b = slurp(path_of("tchat.out"), NULL);
+        VT_CHECK(a && b && !strcmp(a, b), "target-only and tree-speculative chats give the same replies");
+        free(a), free(b);
+        VT_CHECK(vt_run("%s chat -m %s --tree-width 2 < /dev/null > /dev/null 2>&1", B, path_of("lm.gguf")) == 2,
+                 "--tree-width without a draft model is a usage error");
+        VT_CHECK(vt_run("%s chat -m %s -md %s --tree-width 9 < /dev/null > /dev/null 2>&1", B,
+                        path_of("lm.gguf"), path_of("draft.gguf")) == 2,
+                 "--tree-width 9 is a usage error");
+    }
+
     /* --- bad input --- */
     {
         const char *base = "generate -m";

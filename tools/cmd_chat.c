@@ -26,6 +26,7 @@
 
 #include "chat.h"
 #include "cli.h"
+#include "draft_ensemble.h"
 #include "draft_lm.h"
 #include "lm.h"
 #include "mmprompt.h"
@@ -39,7 +40,7 @@
 
 typedef struct chat_opts {
     const char *model, *mmproj, *draft_model, *mmproj_draft, *tpl_name, *system, *dump;
-    int gamma, n_predict, n_ctx, threads;
+    int gamma, tree_width, n_predict, n_ctx, threads;
     bool mode_m, greedy_draft, ignore_eos, quiet;
     vs_preproc_mode preproc;
     vs_type kv_type;
@@ -121,14 +122,16 @@ static void usage(FILE *f) {
            "  --mmproj-draft FILE     the drafter's projector over the target's vision features (m mode)\n"
            "  --draft GAMMA           drafted tokens per block (default 5)\n"
            "  --draft-mode MODE       t: text-only drafting (default), m: multimodal drafting\n"
-           "  --draft-greedy          draft greedily even when sampling\n");
+           "  --draft-greedy          draft greedily even when sampling\n"
+           "  --tree-width D          token trees: D branches per block from the first drafted\n"
+           "                          distribution, each continued gamma deep (default 1 = chain)\n");
 }
 
 /* Returns -1 when the options are fine, else the exit status. */
 static int parse(int argc, char **argv, chat_opts *o) {
     memset(o, 0, sizeof(*o));
     o->preproc = VS_PREPROC_LLAVA;
-    o->gamma = 5, o->n_predict = 256, o->threads = 2, o->kv_type = VS_TYPE_F16, o->tpl_name = "vicuna";
+    o->gamma = 5, o->tree_width = 1, o->n_predict = 256, o->threads = 2, o->kv_type = VS_TYPE_F16, o->tpl_name = "vicuna";
     o->sp = vs_sampler_params_default();
     o->sp.temperature = 0.8f, o->sp.top_k = 40, o->sp.top_p = 0.95f, o->sp.min_p = 0.05f;
     bool seed_given = false;
@@ -172,6 +175,9 @@ static int parse(int argc, char **argv, chat_opts *o) {
                 o->dump = v;
             else if (!strcmp(a, "--draft")) {
                 if (!cli_parse_int(CMD, a, v, 0, VS_SPEC_MAX_GAMMA, &o->gamma))
+                    return 2;
+            } else if (!strcmp(a, "--tree-width")) {
+                if (!cli_parse_int(CMD, a, v, 1, VS_DRAFT_ENS_MAX_WIDTH, &o->tree_width))
                     return 2;
             } else if (!strcmp(a, "--draft-mode")) {
                 if (!strcmp(v, "m"))
@@ -223,6 +229,8 @@ static int parse(int argc, char **argv, chat_opts *o) {
     }
     if (!o->model)
         return cli_fail(CMD, "-m MODEL is required"), 2;
+    if (!o->draft_model && o->tree_width > 1)
+        return cli_fail(CMD, "--tree-width needs a draft model (-md FILE)"), 2;
     if (!o->draft_model && (o->mmproj_draft || o->mode_m))
         return cli_fail(CMD, "--mmproj-draft / --draft-mode m need a draft model (-md FILE)"), 2;
     if (o->draft_model && o->mode_m && !o->mmproj_draft)
@@ -703,7 +711,8 @@ int vs_cmd_chat(int argc, char **argv) {
                                  .n_ctx = c.n_ctx,
                                  .kv_type = o.kv_type,
                                  .tp = c.tp,
-                                 .greedy = o.greedy_draft};
+                                 .greedy = o.greedy_draft,
+                                 .tree_width = o.tree_width};
         if (o.mode_m) {
             if (!(c.mp_draft = vs_mmproj_open(o.mmproj_draft, &err)))
                 goto fail;
