@@ -288,6 +288,8 @@ typedef struct vs_bench_config {
     int64_t limit;     /* samples per suite (0 = all) */
     int threads;       /* >= 1 */
     int32_t n_predict; /* token limit per turn (default 128, as TABED) */
+    int32_t repeat;    /* timed runs of every cell of a unit, interleaved; the fastest run of each
+                        * cell is recorded (noise only adds time). Default 1 */
     int32_t n_ctx;     /* cache rows; 0 = each model's n_ctx_train */
     vs_type kv_type;   /* VS_TYPE_F16 (default) or F32 */
     uint64_t seed;     /* sampling seeds derive from it */

@@ -660,6 +660,52 @@ static void test_smoke(void) {
     VT_CHECK(vs_bench_run(&c, &info, &err) != VS_OK && strstr(err.msg, "missing.gguf"), "%s", err.msg);
     c.draft = NULL;
 
+    /* repeat: every cell timed 3 times, the fastest recorded: the same tokens and acceptance as one run
+     * (greedy and sampled: a unit's seed does not depend on the repetition), cells counted once */
+    {
+        char o1[600], o3[600], p1[700], p3[700];
+        snprintf(o1, sizeof(o1), "%s/bench-rep1", vt_tmpdir());
+        snprintf(o3, sizeof(o3), "%s/bench-rep3", vt_tmpdir());
+        vs_bench_config r1;
+        vs_bench_config_default(&r1);
+        r1.models_dir = models, r1.data_dir = data;
+        r1.methods[0] = "ar", r1.methods[1] = "m", r1.n_methods = 2;
+        r1.gammas[0] = 2, r1.n_gammas = 1;
+        r1.temps[0] = 0, r1.temps[1] = 1, r1.n_temps = 2;
+        r1.turns[0] = 1, r1.n_turns = 1;
+        r1.limit = 1, r1.n_predict = 10, r1.progress = false, r1.quiet = true;
+        vs_bench_config r3 = r1;
+        r1.out_dir = o1, r3.out_dir = o3, r3.repeat = 3;
+        vs_bench_run_info i1, i3;
+        VT_REQUIRE(vs_bench_run(&r1, &i1, &err) == VS_OK, "%s", err.msg);
+        VT_REQUIRE(vs_bench_run(&r3, &i3, &err) == VS_OK, "%s", err.msg);
+        VT_CHECK(i3.n_run == i1.n_run && i3.n_cells == i1.n_cells && i3.n_mismatch == 0,
+                 "repeat 3: %lld cells run (repeat 1: %lld)", (long long)i3.n_run, (long long)i1.n_run);
+        snprintf(p1, sizeof(p1), "%s/results.jsonl", o1);
+        snprintf(p3, sizeof(p3), "%s/results.jsonl", o3);
+        vs_bench_results a, b;
+        vs_bench_results_init(&a), vs_bench_results_init(&b);
+        VT_REQUIRE(vs_bench_results_load(p1, &a, &err) == VS_OK && vs_bench_results_load(p3, &b, &err) == VS_OK,
+                   "%s", err.msg);
+        VT_CHECK(a.n == b.n && a.n > 0, "records %lld vs %lld", (long long)a.n, (long long)b.n);
+        int same = 0;
+        for (int64_t i = 0; i < a.n && a.n == b.n; i++) {
+            const vs_bench_record *x = &a.rec[i];
+            int64_t j = vs_bench_results_find(&b, x->sample, x->turn, x->method, x->gamma, x->temp);
+            same += j >= 0 && b.rec[j].n_tokens == x->n_tokens && b.rec[j].n_accepted == x->n_accepted &&
+                    b.rec[j].n_blocks == x->n_blocks && b.rec[j].t_decode > 0;
+        }
+        VT_CHECK(same == a.n, "repeat 3 records match repeat 1 in tokens and acceptance: %d of %lld", same,
+                 (long long)a.n);
+        vs_bench_results_free(&a), vs_bench_results_free(&b);
+        r3.out_dir = o1; /* another configuration than the folder's */
+        VT_CHECK(vs_bench_run(&r3, &i3, &err) == VS_ERR_INVALID && strstr(err.msg, "another configuration"),
+                 "repeat differs from the folder's run: %s", err.msg);
+        r3.repeat = 0;
+        VT_CHECK(vs_bench_run(&r3, &i3, &err) == VS_ERR_INVALID && strstr(err.msg, "repeat"), "repeat 0: %s",
+                 err.msg);
+    }
+
     /* every ensemble-based method on the same models: lossless, caption times recorded */
     char out2[600];
     snprintf(out2, sizeof(out2), "%s/bench-ens", vt_tmpdir());

@@ -40,6 +40,8 @@ static void usage(FILE *f) {
            "                        answer of the first turn\n"
            "  --limit N             samples per suite (default all)\n"
            "  -n, --max-tokens N    tokens per turn (default 128)\n"
+           "  --repeat N            time every cell N times, interleaved, and record the fastest run\n"
+           "                        (default 1; 3-5 steadies speed-ups on a noisy machine)\n"
            "  --ctx N               target cache rows (default the model's context)\n"
            "  --kv-type T           f16 (default) or f32\n"
            "  --ignore-eos          do not stop at end-of-generation tokens\n"
@@ -199,7 +201,7 @@ int vs_cli_bench_spec(int argc, char **argv) {
         }
         if (done_flag) continue;
         static const char *const num_flags[] = {"--limit", "-n", "--max-tokens", "--ctx", "--kv-type",
-                                                "--seed", "-t", "--threads", "--tolerance"};
+                                                "--seed", "-t", "--threads", "--tolerance", "--repeat"};
         bool num = false;
         for (size_t k = 0; k < VS_ARRAY_LEN(num_flags); k++) num |= !strcmp(a, num_flags[k]);
         if (!num) {
@@ -213,6 +215,8 @@ int vs_cli_bench_spec(int argc, char **argv) {
             ok = cli_parse_i64(CMD, a, v, 0, INT64_MAX, &c.limit);
         } else if (!strcmp(a, "-n") || !strcmp(a, "--max-tokens")) {
             ok = cli_parse_int(CMD, a, v, 1, 1 << 20, &c.n_predict);
+        } else if (!strcmp(a, "--repeat")) {
+            ok = cli_parse_int(CMD, a, v, 1, 100, &c.repeat);
         } else if (!strcmp(a, "--ctx")) {
             ok = cli_parse_int(CMD, a, v, 0, 1 << 24, &c.n_ctx);
         } else if (!strcmp(a, "--seed")) {
