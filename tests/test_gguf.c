@@ -728,7 +728,8 @@ static int write_seeds(const char *dir) {
     write_seed(w, dir, "scalars.gguf", 0);
     /* 2: arrays, string arrays, one tensor */
     w = vs_gguf_writer_new();
-    const char *toks[] = {"<unk>", "<s>", "</s>", "\xe2\x96\x81" "a", "b", ""};
+    /* "\xe2\x96\x81" "a": split so the 'a' does not join the hex escape */
+    const char *toks[] = {"<unk>", "<s>", "</s>", ("\xe2\x96\x81" "a"), "b", ""};
     float scores[6] = {0, 0, 0, -1, -2, -3};
     int32_t types[6] = {2, 3, 3, 1, 1, 1};
     vs_gguf_set_str(w, "tokenizer.ggml.model", "llama");

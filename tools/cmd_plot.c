@@ -103,8 +103,8 @@ static int plot_weights(int argc, char **argv) {
     ly = malloc(sizeof(double) * 2 * (size_t)nb);
     ax = malloc(sizeof(double) * (size_t)VS_MAX(n_acc, 1));
     ay = malloc(sizeof(double) * (size_t)VS_MAX(n_acc, 1));
-    rx = malloc(sizeof(double) * (size_t)nb);
-    ry = malloc(sizeof(double) * (size_t)nb);
+    rx = malloc(sizeof(double) * (size_t)VS_MAX(n_rej, 1));
+    ry = malloc(sizeof(double) * (size_t)VS_MAX(n_rej, 1));
     if (!x || !y || !ly || !ax || !ay || !rx || !ry) {
         cli_fail(CMD, "out of memory");
         goto done;

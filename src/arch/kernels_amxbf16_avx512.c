@@ -26,15 +26,13 @@
  * 7 zero rows), so every (output, row) element sees the same instruction sequence whatever n_rows is
  * (batch invariance, kernels.h).
  * Tile instructions are inline asm like kernels_amx_avx512.c (no -mamx flags needed); the fp16 arithmetic
- * needs AVX512-FP16, enabled for this file by the pragma below (every CPU with AMX-BF16 has it, and
- * vs_cpu_amx_bf16 checks it). */
+ * needs AVX512-FP16, enabled for this file alone by src/CMakeLists.txt (-mavx512fp16; every CPU with
+ * AMX-BF16 has it, and vs_cpu_amx_bf16 checks it). */
 #include <assert.h>
 #include <immintrin.h>
 #include <string.h>
 
 #include "kernels_arch.h"
-
-#pragma GCC target("avx512fp16")
 
 #define VS_INLINE static inline __attribute__((always_inline))
 #define VS_UNROLL _Pragma("GCC unroll 16")
