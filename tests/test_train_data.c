@@ -400,13 +400,7 @@ static void test_parity(const vs_world_dataset *d, const vs_tokenizer *tok, cons
         vs_lm_out out = {.logits = logits};
         VT_REQUIRE(vs_lm_forward(lm, kv, tp, rows, (int)n, &out, &err) == VS_OK, "%s", err.msg);
         const float *tr = ref + (size_t)k * b.T * V;
-        double md = 0, mr = 0;
-        for (size_t i = 0; i < (size_t)n * V; i++) {
-            double dd = fabs((double)logits[i] - tr[i]);
-            md = dd > md || dd != dd ? dd : md;
-            mr = fabs(tr[i]) > mr ? fabs(tr[i]) : mr;
-        }
-        double e = md / (mr > 0 ? mr : 1);
+        double e = vt_max_rel_diff(logits, tr, (size_t)n * V);
         printf("  %-22s %d image%s, %d turn%s, %4lld rows: max |diff| / max |logit| = %.2e\n", s->id,
                s->n_images, s->n_images == 1 ? "" : "s", s->n_turns, s->n_turns == 1 ? "" : "s", (long long)n,
                e);

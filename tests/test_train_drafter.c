@@ -355,13 +355,7 @@ static void test_parity(const vs_world_dataset *train, const vs_tokenizer *tok) 
         vs_lm_out lo = {.logits = logits};
         VT_REQUIRE(vs_lm_forward(lm, kv, tp, rows, (int)n, &lo, &err) == VS_OK, "%s", err.msg);
         const float *tr = ref + (size_t)k * b.T * V;
-        double md = 0, mr = 0;
-        for (size_t i = 0; i < (size_t)n * V; i++) {
-            double dd = fabs((double)logits[i] - tr[i]);
-            md = dd > md || dd != dd ? dd : md;
-            mr = fabs(tr[i]) > mr ? fabs(tr[i]) : mr;
-        }
-        double e = md / (mr > 0 ? mr : 1);
+        double e = vt_max_rel_diff(logits, tr, (size_t)n * V);
         VT_CHECK(e <= 1e-4, "%s: the exported drafter's logits differ by %.3e", s->id, e);
         worst = e > worst ? e : worst;
         vs_free(rows), vs_free(logits), vs_free(text);

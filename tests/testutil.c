@@ -79,6 +79,12 @@ double vt_max_abs_diff(const float *a, const float *b, size_t n) {
     return m;
 }
 
+double vt_max_rel_diff(const float *got, const float *ref, size_t n) {
+    double mr = 0;
+    for (size_t i = 0; i < n; i++) mr = fabs((double)ref[i]) > mr ? fabs((double)ref[i]) : mr;
+    return vt_max_abs_diff(got, ref, n) / (mr > 0 ? mr : 1);
+}
+
 static double gamma_p_series(double a, double x) {
     double sum = 1.0 / a, term = sum;
     for (int n = 1; n < 100000; n++) {

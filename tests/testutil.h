@@ -67,4 +67,8 @@ double vt_chi2_pvalue(double chi2, int df);
 /* Max |a - b| over n floats. */
 double vt_max_abs_diff(const float *a, const float *b, size_t n);
 
+/* Max |got - ref| / max |ref| over n floats (divided by 1 when ref is all zero; a NaN gives infinity):
+ * the relative error the export-parity tests bound. */
+double vt_max_rel_diff(const float *got, const float *ref, size_t n);
+
 #endif
