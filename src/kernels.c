@@ -296,9 +296,9 @@ static void mm_scalar(const vs_mm_job *jb, int64_t o0, int64_t o1) {
 /* With AMX, Q8_0/Q4_0 use the AMX layout for every row count (batch invariance: one quantiser, one
  * per-lane float epilogue): tiles, or for few rows the bitwise-equal VNNI kernel vs_mm_amx_vnni. */
 static int64_t amx_min_rows(vs_type t) { (void)t; return 1; }
-/* Up to this many rows the VNNI kernel over the AMX layout beats the tiles (kbench, 1 thread, 5632 x
- * 2048 from DRAM, noisy: Q8_0 2 rows 1.26-1.36 vs 1.11-1.13 ms with tiles; Q4_0 2 rows 0.70-0.92 vs
- * 1.21-1.32 ms, 4 rows 1.05-1.41 vs 1.32-1.40 ms: Q4_0 tiles pay for unpacking nibbles via memory). */
+/* Up to this many rows the VNNI kernels over the AMX layout beat the tiles (kbench, 1 thread; Q8_0: 5632 x
+ * 2048 from DRAM, noisy, 2 rows 1.26-1.36 vs 1.11-1.13 ms with tiles; Q4_0: 1024 x 1024 from L2, medians
+ * of 300, VNNI / tiles 1 row 31 / 49 us, 2 rows 38 / 50, 4 rows 54 / 55, 6 rows 65 / 60, 16 rows 147 / 102). */
 static int64_t amx_vnni_max_rows(vs_type t) { return t == VS_TYPE_Q8_0 ? 1 : 4; }
 /* F16 / BF16 matrices on AMX-BF16 tiles (when the CPU has them) for EVERY row count: the choice depends on
  * the matrix and the caller's flags, never on the row count, so one row gets the same split-bf16
@@ -387,6 +387,8 @@ static void mm_task(void *p, int ith, int nth) {
         if (!is_quant(c->job.wtype))
             vs_mm_amx_bf16(&c->job, o0, o1,
                            c->job.panels ? c->job.panels + (size_t)ith * c->job.panel_bytes : NULL);
+        else if (c->job.wtype == VS_TYPE_Q4_0)
+            (c->job.n_rows <= amx_vnni_max_rows(VS_TYPE_Q4_0) ? vs_mm_amx_q4_vnni : vs_mm_amx_q4_tiles)(&c->job, o0, o1);
         else if (c->job.n_rows <= amx_vnni_max_rows(c->job.wtype)) vs_mm_amx_vnni(&c->job, o0, o1);
         else vs_mm_amx(&c->job, o0, o1);
         break;

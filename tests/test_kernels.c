@@ -273,10 +273,11 @@ static void test_xq(vs_isa best) {
                     const uint8_t *ch = am + blk * chunk;
                     int sum = 0;
                     for (int k = 0; k < 32; k++) {
-                        int v = q4 ? (k % 2 ? 16 + k / 2 : k / 2) : k;
-                        int8_t got = (int8_t)ch[((k / 4) * N + 3) * 4 + k % 4];
-                        bad += got != qref[blk * 32 + v];
-                        bad += ch[((k / 4) * N + 5) * 4 + k % 4] != 0; /* a padding row */
+                        int v = k; /* Q8_0: a B tile ([k / 4][N][4]); Q4_0: an A tile (rows of 32) */
+                        size_t at3 = q4 ? (size_t)(32 * 3 + k) : (size_t)((k / 4) * N + 3) * 4 + k % 4;
+                        size_t at5 = q4 ? (size_t)(32 * 5 + k) : (size_t)((k / 4) * N + 5) * 4 + k % 4;
+                        bad += (int8_t)ch[at3] != qref[blk * 32 + v];
+                        bad += ch[at5] != 0; /* a padding row */
                         sum += qref[blk * 32 + v];
                     }
                     const float *dd = (const float *)(ch + 32 * N);

@@ -1,13 +1,18 @@
-/* kernels_amx_avx512: Q8_0 / Q4_0 weights times several activation rows with AMX-INT8 tiles.
+/* kernels_amx_avx512: Q8_0 / Q4_0 weights times activation rows on CPUs with AMX-INT8 (all row counts).
  * Why: with VNNI every (weight block, row) pair costs ~4 vector ops, so 6 or 16 rows are compute-bound;
  * a tile dot product does 16 outputs x up to 16 rows x one 32-value block in one instruction, leaving
  * only the per-block scaling (d_w * d_x, f32) to the vector units, so the weights stream at memory speed.
  *
- * Per 16-output tile and block b: A = the 16 weight blocks (Q8_0: loaded straight from the rows with a
- * stride; Q4_0: nibbles unpacked to q - 8 in a buffer), B = the activation chunk (kernels_arch.h, AMX
- * layout), C = A.B (int32, 16 x N, exact), stored and scaled into f32 accumulators whose lanes are
- * (output, row) pairs. Tile instructions are written as inline asm (no -mamx flags needed; binutils
- * knows them); the CPU check and the OS permission are in kernels.c / vs_amx_request. */
+ * Four kernels over the AMX activation layout (kernels_arch.h), all bitwise equal per row:
+ *  - Q8_0, 2+ rows, amx_tile: A = the 16 weight blocks loaded straight from the rows with a stride,
+ *    B = the activation chunk, C = A.B (int32, 16 x N, exact), scaled into f32 accumulators whose lanes
+ *    are (output, row) pairs;
+ *  - Q8_0, 1 row, vnni_rows: VNNI dot products, two outputs per vector and a reduction tree;
+ *  - Q4_0, 1-4 rows, q4_group, and 5+ rows, q4_tiles: the 16 rows' nibbles transposed so that lane o is
+ *    output o (q4_lanes), then VNNI dot products per row, or that transposed block as the B tile of a
+ *    tile product whose A is the rows' activations.
+ * Tile instructions are written as inline asm (no -mamx flags needed; binutils knows them); the CPU
+ * check and the OS permission are in kernels.c / vs_amx_request. */
 #include <immintrin.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -34,9 +39,6 @@ void vs_xq_quantize_row_amx(const float *x, int64_t n_in, vs_type wtype, int64_t
     const int64_t G = vs_xq_amx_G(n_rows), nb = n_in / 32, g = r / N;
     const int c = (int)(r % N);
     const size_t chunk = vs_xq_amx_chunk(N);
-    /* Q4_0 K order: even K index i holds value i / 2, odd holds 16 + i / 2 (bytes interleaved) */
-    const __m256i q4_order = _mm256_setr_epi8(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15, 0, 8, 1, 9, 2,
-                                              10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
     for (int64_t b = 0; b < nb; b++) {
         uint8_t *ch = xq + (size_t)(b * G + g) * chunk;
         _Alignas(32) uint32_t q[8] = {0};
@@ -46,15 +48,12 @@ void vs_xq_quantize_row_amx(const float *x, int64_t n_in, vs_type wtype, int64_t
             __m512i i0, i1;
             vs_xq_block_avx512(x + b * 32, &i0, &i1, &d); /* the shared quantiser (kernels_arch.h) */
             __m256i qv = _mm256_set_m128i(_mm512_cvtepi32_epi8(i1), _mm512_cvtepi32_epi8(i0));
-            if (wtype == VS_TYPE_Q4_0) {
-                corr = -8 * _mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1));
-                /* [v0..7, v16..23 | v8..15, v24..31] then interleave bytes within each 16-byte half */
-                qv = _mm256_permute4x64_epi64(qv, _MM_SHUFFLE(3, 1, 2, 0));
-                qv = _mm256_shuffle_epi8(qv, q4_order);
-            }
+            if (wtype == VS_TYPE_Q4_0) corr = -8 * _mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1));
             _mm256_store_si256((__m256i *)q, qv);
         }
-        for (int k = 0; k < 8; k++) memcpy(ch + (size_t)(k * N + c) * 4, &q[k], 4);
+        if (wtype == VS_TYPE_Q4_0) memcpy(ch + 32 * c, q, 32); /* rows of 32: an AMX A tile */
+        else
+            for (int k = 0; k < 8; k++) memcpy(ch + (size_t)(k * N + c) * 4, &q[k], 4); /* a B tile */
         memcpy(ch + 32 * N + 4 * c, &d, 4);
         memcpy(ch + 32 * N + 64 + 4 * c, &corr, 4);
         if (c == 0 && N < 16) { /* unused scale / correction slots */
@@ -73,8 +72,7 @@ typedef struct amx_cfg {
     uint8_t rows[16];
 } amx_cfg;
 
-/* tmm0/1: C (16 x N int32), tmm2/3: A (16 x 32 int8), tmm4/5: B (8 x N*4 int8), for two blocks in
- * flight; tmm6: raw Q4_0 bytes (16 x 16). */
+/* Q8_0: tmm0/1/6/7: a ring of C tiles (16 x N int32), tmm2/3: A (16 x 32 int8), tmm4/5: B (8 x N*4 int8). */
 static void amx_config(int N) {
     amx_cfg cfg;
     memset(&cfg, 0, sizeof(cfg));
@@ -84,7 +82,7 @@ static void amx_config(int N) {
         cfg.rows[2 + i] = 16, cfg.colsb[2 + i] = 32;
         cfg.rows[4 + i] = 8, cfg.colsb[4 + i] = (uint16_t)(N * 4);
     }
-    cfg.rows[6] = 16, cfg.colsb[6] = 16;
+    for (int i = 6; i < 8; i++) cfg.rows[i] = 16, cfg.colsb[i] = (uint16_t)(N * 4);
     __asm__ volatile("ldtilecfg %0" ::"m"(cfg));
 }
 
@@ -102,67 +100,56 @@ VS_INLINE __m512 gather_scales(const uint8_t *wt, size_t rb, size_t boff, int va
     return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g));
 }
 
-/* 16 rows of 16 Q4_0 bytes (row o at src + o * stride) -> 16 rows of 32 unsigned nibbles, each byte's
- * low nibble then its high nibble (the K order of the Q4_0 activation chunks). */
-VS_INLINE void unpack_q4(const uint8_t *src, size_t stride, uint8_t *out) {
-    const __m512i m = _mm512_set1_epi16(0x0f0f);
-    VS_UNROLL
-    for (int k = 0; k < 8; k++) {
-        __m256i two = _mm256_loadu2_m128i((const __m128i *)(src + (2 * k + 1) * stride),
-                                          (const __m128i *)(src + 2 * k * stride));
-        __m512i w = _mm512_cvtepu8_epi16(two); /* 0x00XY */
-        /* (w | w << 4) & 0x0f0f: low byte Y, high byte X */
-        __m512i v = _mm512_ternarylogic_epi32(w, _mm512_slli_epi16(w, 4), m, 0xa8);
-        _mm512_store_si512(out + 64 * k, v);
-    }
-}
-
-/* A: the tile's weight block b into tile register A (2 or 3), via abuf for Q4_0 / partial tiles. */
+/* A: the tile's weight block b into tile register A (2 or 3), straight from the rows, or via abuf for a
+ * partial tile. */
 #define LOAD_A(A, b, abuf)                                                                                   \
     do {                                                                                                   \
-        if (q8 && valid == 16) {                                                                           \
-            TILE_LOAD(A, wt + (b) * bbytes + 2, rb);                                                       \
-        } else if (q8) {                                                                                   \
-            for (int o_ = 0; o_ < valid; o_++) memcpy((abuf) + 32 * o_, wt + o_ * rb + (b) * bbytes + 2, 32); \
-            TILE_LOAD(A, (abuf), 32);                                                                      \
+        if (valid == 16) {                                                                                 \
+            TILE_LOAD(A, wt + (b) * 34 + 2, rb);                                                           \
         } else {                                                                                           \
-            if (valid == 16) {                                                                             \
-                unpack_q4(wt + (b) * bbytes + 2, rb, (abuf));                                              \
-            } else {                                                                                       \
-                for (int o_ = 0; o_ < valid; o_++) memcpy(raw + 16 * o_, wt + o_ * rb + (b) * bbytes + 2, 16); \
-                unpack_q4(raw, 16, (abuf));                                                                \
-            }                                                                                              \
+            for (int o_ = 0; o_ < valid; o_++) memcpy((abuf) + 32 * o_, wt + o_ * rb + (b) * 34 + 2, 32);  \
             TILE_LOAD(A, (abuf), 32);                                                                      \
         }                                                                                                  \
     } while (0)
 
-/* Tile ops for block b into C tile Ct (A tile At, B tile Bt), result stored to cb. */
-#define BLOCK_TILES(Ct, At, Bt, b, abuf, cb)                                                                 \
+/* Tile product of block b into C tile Ct (A tile At, B tile Bt). */
+#define BLOCK_TILES(Ct, At, Bt, b, abuf)                                                                     \
     do {                                                                                                   \
-        const uint8_t *ch_ = jb->xq + (size_t)((b) * G + g) * chunk;                                       \
         LOAD_A(At, b, abuf);                                                                               \
-        TILE_LOAD(Bt, ch_, N * 4);                                                                         \
-        if (q8) {                                                                                          \
-            __asm__ volatile("tilezero %%tmm" #Ct "\n\ttdpbssd %%tmm" #Bt ", %%tmm" #At ", %%tmm" #Ct ::: "memory"); \
-        } else { /* start from -8 * sum(q) per column (stride 0: every row the same), unsigned nibbles */ \
-            TILE_LOAD(Ct, ch_ + 32 * N + 64, 0);                                                           \
-            __asm__ volatile("tdpbusd %%tmm" #Bt ", %%tmm" #At ", %%tmm" #Ct ::: "memory");                \
+        TILE_LOAD(Bt, jb->xq + (size_t)((b) * G + g) * chunk, N * 4);                                      \
+        __asm__ volatile("tilezero %%tmm" #Ct "\n\ttdpbssd %%tmm" #Bt ", %%tmm" #At ", %%tmm" #Ct ::: "memory"); \
+    } while (0)
+/* Block b's product, C in the ring tmm0/1/6/7 (b & 3), A and B double-buffered. */
+#define ISSUE(b)                                                                                             \
+    do {                                                                                                   \
+        switch ((b) & 3) {                                                                                 \
+        case 0: BLOCK_TILES(0, 2, 4, b, abuf[0]); break;                                                   \
+        case 1: BLOCK_TILES(1, 3, 5, b, abuf[1]); break;                                                   \
+        case 2: BLOCK_TILES(6, 2, 4, b, abuf[0]); break;                                                   \
+        default: BLOCK_TILES(7, 3, 5, b, abuf[1]); break;                                                  \
         }                                                                                                  \
-        TILE_STORE(Ct, (cb), N * 4);                                                                       \
+    } while (0)
+#define STORE_C(b)                                                                                           \
+    do {                                                                                                   \
+        switch ((b) & 3) {                                                                                 \
+        case 0: TILE_STORE(0, cbuf[0], N * 4); break;                                                      \
+        case 1: TILE_STORE(1, cbuf[1], N * 4); break;                                                      \
+        case 2: TILE_STORE(6, cbuf[2], N * 4); break;                                                      \
+        default: TILE_STORE(7, cbuf[3], N * 4); break;                                                     \
+        }                                                                                                  \
     } while (0)
 
 /* One 16-output tile (rows o_t .. o_t + valid - 1) times activation group g, over all blocks. Blocks
- * are software-pipelined: the tile ops of block b + 1 are issued before block b's f32 epilogue.
+ * are software-pipelined as in q4_tiles: product of block b + 2, store of block b + 1's C (a tile store
+ * right behind its product stalls), epilogue of block b.
  * Epilogue lanes are (output, row) pairs: N == 16 keeps one accumulator per output (lanes = rows),
  * N < 16 packs 16 / N outputs per vector (flat index o * N + c). */
 VS_INLINE void amx_tile(const vs_mm_job *jb, int64_t o_t, int valid, int64_t g, size_t next_bytes, const int N) {
-    const bool q8 = jb->wtype == VS_TYPE_Q8_0;
     const int64_t nb = jb->n_in / 32, G = vs_xq_amx_G(jb->n_rows);
-    const size_t rb = jb->w_row_bytes, bbytes = q8 ? 34 : 18, chunk = vs_xq_amx_chunk(N);
+    const size_t rb = jb->w_row_bytes, chunk = vs_xq_amx_chunk(N);
     const uint8_t *wt = jb->w + o_t * rb;
-    _Alignas(64) int32_t cbuf[2][16 * 16];
+    _Alignas(64) int32_t cbuf[4][16 * 16];
     _Alignas(64) uint8_t abuf[2][16 * 32];
-    _Alignas(64) uint8_t raw[16 * 16];
     _Alignas(64) float dwf[16];
     __m512 acc[16];
     VS_UNROLL
@@ -174,24 +161,21 @@ VS_INLINE void amx_tile(const vs_mm_job *jb, int64_t o_t, int valid, int64_t g, 
     for (int k = 0; k < N && N < 16; k++)
         _mm512_store_si512(idxs[k], _mm512_srli_epi32(_mm512_add_epi32(iota, _mm512_set1_epi32(16 * k)), lg));
     const __m512i dxidx = _mm512_and_si512(iota, _mm512_set1_epi32(N - 1));
-    if (valid < 16) {
-        memset(abuf, 0, sizeof(abuf));
-        memset(raw, 0x88, sizeof(raw)); /* padding rows: nibbles 8, and their scale is 0 anyway */
-    }
+    if (valid < 16) memset(abuf, 0, sizeof(abuf));
 
-    BLOCK_TILES(0, 2, 4, 0, abuf[0], cbuf[0]);
+    ISSUE(0);
+    if (nb > 1) ISSUE(1);
+    STORE_C(0);
     const uint8_t *next = wt + 16 * rb; /* the next tile's weights, prefetched linearly (see vnni_rows) */
     size_t pf = 0;
     for (int64_t b = 0; b < nb; b++) {
         for (size_t pe = next_bytes * (size_t)(b + 1) / (size_t)nb; pf < pe; pf += 64)
             _mm_prefetch((const char *)next + pf, _MM_HINT_T0);
-        if (b + 1 < nb) {
-            if ((b + 1) & 1) BLOCK_TILES(1, 3, 5, b + 1, abuf[1], cbuf[1]);
-            else BLOCK_TILES(0, 2, 4, b + 1, abuf[0], cbuf[0]);
-        }
-        const int32_t *cb = cbuf[b & 1];
+        if (b + 2 < nb) ISSUE(b + 2);
+        if (b + 1 < nb) STORE_C(b + 1);
+        const int32_t *cb = cbuf[b & 3];
         const uint8_t *ch = jb->xq + (size_t)(b * G + g) * chunk;
-        __m512 dwv = gather_scales(wt, rb, (size_t)(b * bbytes), valid);
+        __m512 dwv = gather_scales(wt, rb, (size_t)(b * 34), valid);
         __m512 dxv = _mm512_load_ps((const float *)(ch + 32 * N));
         /* Every (output, row) lane: acc = fma((float)isum_b, d_w * d_x, acc), blocks in order; the same
          * float operations for every N, G and lane position (batch invariance, kernels.h). */
@@ -242,15 +226,13 @@ void vs_mm_amx(const vs_mm_job *jb, int64_t o0, int64_t o1) {
     __asm__ volatile("tilerelease" ::: "memory");
 }
 
-/* ---- one to four activation rows with AVX-512 VNNI, bitwise equal to the AMX tiles ----
+/* ---- Q8_0, one to four activation rows with AVX-512 VNNI, bitwise equal to the AMX tiles ----
  * Decoding (n_rows == 1) streams every weight once for a single row, where a tile product wastes 15 of
- * its 16 columns, and Q4_0 tiles pay for unpacking nibbles through memory; VNNI dot products are cheaper
- * there. To keep batch invariance this kernel reads the same AMX layout (N = 1, 2 or 4) and produces,
+ * its 16 columns; VNNI dot products are cheaper there. To keep batch invariance this kernel reads the same AMX layout (N = 1, 2 or 4) and produces,
  * per output and row, the same exact integer block dots and then the same float operations in the same
  * order as amx_tile: acc = fma((float)isum_b, d_w * d_x, acc) for b = 0, 1, ... Lanes are 16 outputs.
- * Per block: 8 vectors of two outputs' 32 weights (unsigned: Q8_0 as w + 128, Q4_0 nibbles), shared by
- * the rows; per row, 8 dot products with the row's 32 q (in both halves), each started from -K * (sum of
- * the lane's 4 q) so the lane sums are exact, and a three-level add tree that turns the 8 x (2 outputs x
+ * Per block: 8 vectors of two outputs' 32 weights (unsigned: w + 128), shared by the rows; per row, 8
+ * dot products with the row's 32 q (in both halves), each started from -128 * (sum of the lane's 4 q) so the lane sums are exact, and a three-level add tree that turns the 8 x (2 outputs x
  * 8 lanes) into one vector of 16 block dots. */
 
 /* Sums adjacent halves of the lane groups of a and b: groups of 2h lanes -> groups of h, a's then b's. */
@@ -259,20 +241,12 @@ VS_INLINE __m512i fold(__m512i a, __m512i b, __m512i ilo, __m512i ihi) {
 }
 
 VS_INLINE void vnni_rows(const vs_mm_job *jb, int64_t o0, int64_t o1, const int R) {
-    const bool q8 = jb->wtype == VS_TYPE_Q8_0;
     const int N = vs_xq_amx_N(R);
     const int64_t nb = jb->n_in / 32;
-    const size_t rb = jb->w_row_bytes, bbytes = q8 ? 34 : 18, chunk = vs_xq_amx_chunk(N);
-    const __m512i kmul = _mm512_set1_epi8(q8 ? (char)0x80 : 8), m0f = _mm512_set1_epi8(0x0f);
+    const size_t rb = jb->w_row_bytes, chunk = vs_xq_amx_chunk(N);
     const __m512i x80 = _mm512_set1_epi8((char)0x80);
     /* fold indices: h = 4, 2, 1 (lanes per output after the fold) */
     __m512i ilo[3], ihi[3];
-    /* Q4_0 vectors are [A lo nibbles, B lo, A hi, B hi] (16 bytes each): A's lanes are 0-3 and 8-11 */
-    const __m512i q4lo = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
-    const __m512i q4hi = _mm512_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
-    /* the chunk's Q4_0 K order (v0, v16, v1, v17, ...) back to value order, per 16-byte half */
-    const __m256i deint = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0, 2, 4, 6, 8, 10, 12,
-                                           14, 1, 3, 5, 7, 9, 11, 13, 15);
     for (int s = 0; s < 3; s++) {
         int h = 4 >> s;
         _Alignas(64) int32_t lo[16], hi[16];
@@ -308,19 +282,14 @@ VS_INLINE void vnni_rows(const vs_mm_job *jb, int64_t o0, int64_t o1, const int 
             for (size_t pe = next_bytes * (size_t)(b + 1) / (size_t)nb; pf < pe; pf += 64)
                 _mm_prefetch((const char *)next + pf, _MM_HINT_T0);
             const uint8_t *ch = jb->xq + (size_t)b * chunk;
-            const size_t boff = (size_t)b * bbytes;
+            const size_t boff = (size_t)b * 34;
             __m512i wv[8];
             VS_UNROLL
             for (int j = 0; j < 8; j++) {
                 const uint8_t *pa = wrow[2 * j] + boff, *pb = wrow[2 * j + 1] + boff;
-                if (q8) {
-                    __m512i w = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)pa)),
-                                                   _mm256_loadu_si256((const __m256i *)pb), 1);
-                    wv[j] = _mm512_xor_si512(w, x80);
-                } else {
-                    __m256i t = _mm256_loadu2_m128i((const __m128i *)pb, (const __m128i *)pa);
-                    wv[j] = _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(t), _mm256_srli_epi16(t, 4), 1), m0f);
-                }
+                __m512i w = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)pa)),
+                                               _mm256_loadu_si256((const __m256i *)pb), 1);
+                wv[j] = _mm512_xor_si512(w, x80);
             }
             __m512 dwv = gather_scales(wt, rb, boff, valid);
             const __m512i z0 = _mm512_loadu_si512(ch), z1 = _mm512_loadu_si512(ch + 64);
@@ -328,22 +297,14 @@ VS_INLINE void vnni_rows(const vs_mm_job *jb, int64_t o0, int64_t o1, const int 
             for (int c = 0; c < R; c++) {
                 __m256i q = N == 1 ? _mm512_castsi512_si256(z0)
                                    : _mm512_castsi512_si256(_mm512_permutex2var_epi32(z0, xidx[c], z1));
-                __m512i xq;
-                if (q8) {
-                    xq = _mm512_broadcast_i64x4(q);
-                } else { /* [v0..15, v0..15, v16..31, v16..31] */
-                    __m256i nat = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(q, deint), _MM_SHUFFLE(3, 1, 2, 0));
-                    xq = _mm512_shuffle_i64x2(_mm512_castsi256_si512(nat), _mm512_castsi256_si512(nat),
-                                              _MM_SHUFFLE(1, 1, 0, 0));
-                }
+                const __m512i xq = _mm512_broadcast_i64x4(q);
                 const __m512i cinit = _mm512_sub_epi32(_mm512_setzero_si512(),
-                                                       _mm512_dpbusd_epi32(_mm512_setzero_si512(), kmul, xq));
+                                                       _mm512_dpbusd_epi32(_mm512_setzero_si512(), x80, xq));
                 __m512i v[8];
                 VS_UNROLL
                 for (int j = 0; j < 8; j++) v[j] = _mm512_dpbusd_epi32(cinit, wv[j], xq);
-                const __m512i l0 = q8 ? ilo[0] : q4lo, h0 = q8 ? ihi[0] : q4hi;
-                __m512i f0 = fold(v[0], v[1], l0, h0), f1 = fold(v[2], v[3], l0, h0);
-                __m512i f2 = fold(v[4], v[5], l0, h0), f3 = fold(v[6], v[7], l0, h0);
+                __m512i f0 = fold(v[0], v[1], ilo[0], ihi[0]), f1 = fold(v[2], v[3], ilo[0], ihi[0]);
+                __m512i f2 = fold(v[4], v[5], ilo[0], ihi[0]), f3 = fold(v[6], v[7], ilo[0], ihi[0]);
                 __m512i g0 = fold(f0, f1, ilo[1], ihi[1]), g1 = fold(f2, f3, ilo[1], ihi[1]);
                 __m512i isum = fold(g0, g1, ilo[2], ihi[2]);
                 __m512 sc = _mm512_mul_ps(dwv, _mm512_set1_ps(((const float *)(ch + 32 * N))[c]));
@@ -363,4 +324,228 @@ void vs_mm_amx_vnni(const vs_mm_job *jb, int64_t o0, int64_t o1) {
     case 3: vnni_rows(jb, o0, o1, 3); break;
     default: vnni_rows(jb, o0, o1, 4); break;
     }
+}
+
+/* ---- Q4_0, any number of rows, with AVX-512 VNNI on 16-output lanes ----
+ * The tile's 16 weight rows are transposed once per block so that lane o holds output o: 16 x 16 nibble
+ * bytes -> 4 vectors P_i (dword i of every row, 8 permutes), whose low nibbles are values 4i..4i+3 and
+ * high nibbles values 16+4i..16+4i+3. Each row then costs 8 vpdpbusd with its chunk's q dwords (value
+ * order) broadcast from memory, started from the row's -8 * sum(q) (the unsigned nibbles are q + 8), and
+ * one scaled FMA: acc = fma((float)isum_b, d_w * d_x, acc) for b = 0, 1, ..., the float operations of
+ * every kernel here (batch invariance). Rows go in their AMX groups; a group's rows share the unpacked
+ * weights. Before (an A tile of nibbles unpacked through memory, stored right after its product, and a
+ * two-outputs-per-vector VNNI kernel with a reduction tree) 6 rows cost 2.2x one row from DRAM. */
+
+/* The 16 weight rows' nibbles of block `boff` as 8 vectors: W[j] lane o = values 4j..4j+3 of row o. */
+VS_INLINE void q4_lanes(const uint8_t *const *wrow, size_t boff, const __m512i s1[2], const __m512i s2[2], __m512i W[8]) {
+    __m512i z[4]; /* z[k] = rows 4k..4k+3, 16 bytes each: lane 4m + i = dword i of row 4k + m */
+    VS_UNROLL
+    for (int k = 0; k < 4; k++) {
+        __m256i lo = _mm256_loadu2_m128i((const __m128i *)(wrow[4 * k + 1] + boff), (const __m128i *)(wrow[4 * k] + boff));
+        __m256i hi = _mm256_loadu2_m128i((const __m128i *)(wrow[4 * k + 3] + boff), (const __m128i *)(wrow[4 * k + 2] + boff));
+        z[k] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+    }
+    /* a[h]: rows 8h..8h+7, dwords 0,1 (a[h][0]) or 2,3 (a[h][1]), lane 2 * row + (dword & 1) */
+    __m512i a[2][2];
+    VS_UNROLL
+    for (int h = 0; h < 2; h++) {
+        a[h][0] = _mm512_permutex2var_epi32(z[2 * h], s1[0], z[2 * h + 1]);
+        a[h][1] = _mm512_permutex2var_epi32(z[2 * h], s1[1], z[2 * h + 1]);
+    }
+    const __m512i m = _mm512_set1_epi8(0x0f);
+    VS_UNROLL
+    for (int i = 0; i < 4; i++) {
+        __m512i p = _mm512_permutex2var_epi32(a[0][i / 2], s2[i % 2], a[1][i / 2]); /* dword i of all rows */
+        W[i] = _mm512_and_si512(p, m);
+        W[4 + i] = _mm512_and_si512(_mm512_srli_epi16(p, 4), m);
+    }
+}
+
+/* The permute indices of q4_lanes. */
+VS_INLINE void q4_transpose_idx(__m512i s1[2], __m512i s2[2]) {
+    _Alignas(64) int32_t t[4][16];
+    for (int l = 0; l < 16; l++) {
+        int r = l / 2, d = l % 2; /* stage 1: row r of the pair (z[2h] rows 0-3, z[2h+1] rows 4-7) */
+        t[0][l] = (r < 4 ? 0 : 16) + 4 * (r % 4) + d;
+        t[1][l] = t[0][l] + 2;
+        t[2][l] = (l < 8 ? 0 : 16) + 2 * (l % 8); /* stage 2: row l from a[0] (0-7) or a[1] (8-15) */
+        t[3][l] = t[2][l] + 1;
+    }
+    for (int i = 0; i < 2; i++) s1[i] = _mm512_load_si512(t[i]), s2[i] = _mm512_load_si512(t[2 + i]);
+}
+
+VS_INLINE void q4_group(const vs_mm_job *jb, int64_t o, int valid, int64_t g, size_t next_bytes, const int R) {
+    const int N = vs_xq_amx_N(jb->n_rows);
+    const int64_t nb = jb->n_in / 32, G = vs_xq_amx_G(jb->n_rows);
+    const size_t rb = jb->w_row_bytes, chunk = vs_xq_amx_chunk(N);
+    const uint8_t *wt = jb->w + o * rb;
+    const uint8_t *wrow[16];
+    for (int k = 0; k < 16; k++) wrow[k] = wt + (size_t)VS_MIN(k, valid - 1) * rb + 2; /* pad: repeat */
+    __m512i s1[2], s2[2];
+    q4_transpose_idx(s1, s2);
+    __m512 acc[16];
+    VS_UNROLL
+    for (int c = 0; c < R; c++) acc[c] = _mm512_setzero_ps();
+    const uint8_t *next = wt + 16 * rb; /* the next tile's weights, prefetched linearly (see vnni_rows) */
+    size_t pf = 0;
+    for (int64_t b = 0; b < nb; b++) {
+        for (size_t pe = next_bytes * (size_t)(b + 1) / (size_t)nb; pf < pe; pf += 64)
+            _mm_prefetch((const char *)next + pf, _MM_HINT_T0);
+        const size_t boff = (size_t)b * 18;
+        __m512i W[8];
+        q4_lanes(wrow, boff, s1, s2, W);
+        const __m512 dwv = gather_scales(wt, rb, boff, valid);
+        const uint8_t *ch = jb->xq + (size_t)(b * G + g) * chunk;
+        const int32_t *xd = (const int32_t *)ch, *corr = (const int32_t *)(ch + 32 * N + 64);
+        const float *dx = (const float *)(ch + 32 * N);
+        VS_UNROLL
+        for (int c = 0; c < R; c++) {
+            __m512i v = _mm512_set1_epi32(corr[c]);
+            VS_UNROLL
+            for (int j = 0; j < 8; j++) v = _mm512_dpbusd_epi32(v, W[j], _mm512_set1_epi32(xd[8 * c + j]));
+            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(v), _mm512_mul_ps(dwv, _mm512_set1_ps(dx[c])), acc[c]);
+        }
+    }
+    const __mmask16 m = valid >= 16 ? 0xffff : (__mmask16)((1u << valid) - 1);
+    VS_UNROLL
+    for (int c = 0; c < R; c++) _mm512_mask_storeu_ps(jb->y + (g * N + c) * jb->n_out + o, m, acc[c]);
+}
+
+void vs_mm_amx_q4_vnni(const vs_mm_job *jb, int64_t o0, int64_t o1) {
+    const int N = vs_xq_amx_N(jb->n_rows);
+    const int64_t G = vs_xq_amx_G(jb->n_rows);
+    for (int64_t o = o0; o < o1; o += 16) {
+        const int valid = (int)VS_MIN(16, o1 - o);
+        const size_t nx = o + 16 < o1 ? (size_t)VS_MIN(16, o1 - o - 16) * jb->w_row_bytes : 0;
+        for (int64_t g = 0; g < G; g++) {
+            const size_t pfb = g == 0 ? nx : 0;
+            switch ((int)VS_MIN((int64_t)N, jb->n_rows - g * N)) {
+#define VS_Q4_CASE(r) \
+    case r: q4_group(jb, o, valid, g, pfb, r); break;
+                VS_Q4_CASE(1) VS_Q4_CASE(2) VS_Q4_CASE(3) VS_Q4_CASE(4) VS_Q4_CASE(5) VS_Q4_CASE(6)
+                VS_Q4_CASE(7) VS_Q4_CASE(8) VS_Q4_CASE(9) VS_Q4_CASE(10) VS_Q4_CASE(11) VS_Q4_CASE(12)
+                VS_Q4_CASE(13) VS_Q4_CASE(14) VS_Q4_CASE(15) VS_Q4_CASE(16)
+#undef VS_Q4_CASE
+            default: break;
+            }
+        }
+    }
+}
+
+/* ---- Q4_0 with AMX tiles, weights as the B operand ----
+ * q4_lanes' 8 vectors are exactly an AMX B tile (8 rows of 16 outputs x 4 K bytes), so the activations
+ * are the A tile (the group's rows of 32 q, straight from the chunk) and C = A.B is rows x 16 outputs:
+ * lanes = outputs, as in q4_group, with the same per-row epilogue (the -8 * sum(q) correction is added
+ * to the exact tile sum instead of starting from it). Tiles are pipelined two blocks ahead: tmm0-3 a
+ * ring of C tiles, tmm4/5 A, tmm6/7 B, so a block's epilogue reads a C stored two blocks earlier. */
+static void amx_q4_config(int N) {
+    amx_cfg cfg;
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.palette = 1;
+    for (int i = 0; i < 4; i++) cfg.rows[i] = (uint8_t)N, cfg.colsb[i] = 64;
+    for (int i = 4; i < 6; i++) cfg.rows[i] = (uint8_t)N, cfg.colsb[i] = 32;
+    for (int i = 6; i < 8; i++) cfg.rows[i] = 8, cfg.colsb[i] = 64;
+    __asm__ volatile("ldtilecfg %0" ::"m"(cfg));
+}
+
+/* Block b's weights, unpacked into its B buffer. */
+VS_INLINE void q4_prepare(const uint8_t *const *wrow, const __m512i *s1, const __m512i *s2, uint8_t *bb, int64_t b) {
+    __m512i W[8];
+    q4_lanes(wrow, (size_t)b * 18, s1, s2, W);
+    VS_UNROLL
+    for (int j = 0; j < 8; j++) _mm512_store_si512(bb + 64 * j, W[j]);
+}
+
+#define Q4_ISSUE(Ct, At, Bt, b)                                                                              \
+    do {                                                                                                   \
+        TILE_LOAD(Bt, bbuf[(b) & 3], 64);                                                                  \
+        TILE_LOAD(At, jb->xq + (size_t)((b) * G + g) * chunk, 32);                                         \
+        __asm__ volatile("tilezero %%tmm" #Ct "\n\ttdpbsud %%tmm" #Bt ", %%tmm" #At ", %%tmm" #Ct ::: "memory"); \
+    } while (0)
+
+/* Block b's tile product, from its B buffer (filled at least one block earlier: a tile load right after
+ * the vector stores it reads waits for them to reach L1, ~60 ns per block measured) into C buffer b & 3. */
+VS_INLINE void q4_issue(const vs_mm_job *jb, uint8_t (*bbuf)[512], int32_t (*cbuf)[256], int64_t b, int64_t g,
+                        int64_t G, size_t chunk) {
+    switch (b & 3) {
+    case 0: Q4_ISSUE(0, 4, 6, b); break;
+    case 1: Q4_ISSUE(1, 5, 7, b); break;
+    case 2: Q4_ISSUE(2, 4, 6, b); break;
+    default: Q4_ISSUE(3, 5, 7, b); break;
+    }
+}
+
+/* Block b's C tile to its buffer: one block after its tile product, since a tile store right behind
+ * the product waits for it and holds up everything behind it. */
+VS_INLINE void q4_store(int32_t (*cbuf)[256], int64_t b) {
+    switch (b & 3) {
+    case 0: TILE_STORE(0, cbuf[0], 64); break;
+    case 1: TILE_STORE(1, cbuf[1], 64); break;
+    case 2: TILE_STORE(2, cbuf[2], 64); break;
+    default: TILE_STORE(3, cbuf[3], 64); break;
+    }
+}
+
+VS_INLINE void q4_tiles(const vs_mm_job *jb, int64_t o, int valid, int64_t g, size_t next_bytes, const int R) {
+    const int N = vs_xq_amx_N(jb->n_rows);
+    const int64_t nb = jb->n_in / 32, G = vs_xq_amx_G(jb->n_rows);
+    const size_t rb = jb->w_row_bytes, chunk = vs_xq_amx_chunk(N);
+    const uint8_t *wt = jb->w + o * rb;
+    const uint8_t *wrow[16];
+    for (int k = 0; k < 16; k++) wrow[k] = wt + (size_t)VS_MIN(k, valid - 1) * rb + 2; /* pad: repeat */
+    __m512i s1[2], s2[2];
+    q4_transpose_idx(s1, s2);
+    _Alignas(64) uint8_t bbuf[4][512];
+    _Alignas(64) int32_t cbuf[4][256];
+    __m512 acc[16];
+    VS_UNROLL
+    for (int c = 0; c < R; c++) acc[c] = _mm512_setzero_ps();
+    const uint8_t *next = wt + 16 * rb;
+    size_t pf = 0;
+    /* stages: unpack block b + 3, tile product of block b + 2, epilogue of block b */
+    for (int64_t b = 0; b < VS_MIN(nb, 3); b++) q4_prepare(wrow, s1, s2, bbuf[b & 3], b);
+    for (int64_t b = 0; b < VS_MIN(nb, 2); b++) q4_issue(jb, bbuf, cbuf, b, g, G, chunk);
+    q4_store(cbuf, 0);
+    for (int64_t b = 0; b < nb; b++) {
+        for (size_t pe = next_bytes * (size_t)(b + 1) / (size_t)nb; pf < pe; pf += 64)
+            _mm_prefetch((const char *)next + pf, _MM_HINT_T0);
+        if (b + 3 < nb) q4_prepare(wrow, s1, s2, bbuf[(b + 3) & 3], b + 3);
+        if (b + 2 < nb) q4_issue(jb, bbuf, cbuf, b + 2, g, G, chunk);
+        if (b + 1 < nb) q4_store(cbuf, b + 1);
+        const __m512 dwv = gather_scales(wt, rb, (size_t)b * 18, valid);
+        const uint8_t *ch = jb->xq + (size_t)(b * G + g) * chunk;
+        const int32_t *corr = (const int32_t *)(ch + 32 * N + 64), *cb = cbuf[b & 3];
+        const float *dx = (const float *)(ch + 32 * N);
+        VS_UNROLL
+        for (int c = 0; c < R; c++) {
+            __m512i v = _mm512_add_epi32(_mm512_load_si512(cb + 16 * c), _mm512_set1_epi32(corr[c]));
+            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(v), _mm512_mul_ps(dwv, _mm512_set1_ps(dx[c])), acc[c]);
+        }
+    }
+    const __mmask16 m = valid >= 16 ? 0xffff : (__mmask16)((1u << valid) - 1);
+    VS_UNROLL
+    for (int c = 0; c < R; c++) _mm512_mask_storeu_ps(jb->y + (g * N + c) * jb->n_out + o, m, acc[c]);
+}
+
+void vs_mm_amx_q4_tiles(const vs_mm_job *jb, int64_t o0, int64_t o1) {
+    const int N = vs_xq_amx_N(jb->n_rows);
+    const int64_t G = vs_xq_amx_G(jb->n_rows);
+    amx_q4_config(N);
+    for (int64_t o = o0; o < o1; o += 16) {
+        const int valid = (int)VS_MIN(16, o1 - o);
+        const size_t nx = o + 16 < o1 ? (size_t)VS_MIN(16, o1 - o - 16) * jb->w_row_bytes : 0;
+        for (int64_t g = 0; g < G; g++) {
+            const size_t pfb = g == 0 ? nx : 0;
+            switch ((int)VS_MIN((int64_t)N, jb->n_rows - g * N)) {
+#define VS_Q4_CASE(r) \
+    case r: q4_tiles(jb, o, valid, g, pfb, r); break;
+                VS_Q4_CASE(1) VS_Q4_CASE(2) VS_Q4_CASE(3) VS_Q4_CASE(4) VS_Q4_CASE(5) VS_Q4_CASE(6)
+                VS_Q4_CASE(7) VS_Q4_CASE(8) VS_Q4_CASE(9) VS_Q4_CASE(10) VS_Q4_CASE(11) VS_Q4_CASE(12)
+                VS_Q4_CASE(13) VS_Q4_CASE(14) VS_Q4_CASE(15) VS_Q4_CASE(16)
+#undef VS_Q4_CASE
+            default: break;
+            }
+        }
+    }
+    __asm__ volatile("tilerelease" ::: "memory");
 }

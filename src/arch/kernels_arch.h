@@ -45,12 +45,12 @@ void vs_xq_quantize_row_ref(const float *x, int64_t n_in, uint8_t *row);
 /* AMX layout (ISA VS_ISA_AMX, Q8_0/Q4_0 with several rows): rows are grouped by 16 into G groups of
  * N columns (N = 16, or the next power of two >= n_rows when n_rows < 16; padding rows are zero).
  * For each block b and group g, one chunk of vs_xq_amx_chunk(N) bytes at ((b * G) + g) * chunk:
- *   int8 q[8][N][4]: the 32 q of row (N g + c) at [k][c][j] for K index 4 k + j (the VNNI order of an
- *     AMX B tile: 8 rows of N * 4 bytes). K index i holds value i (Q8_0), or for Q4_0 value i / 2 for
- *     even i and 16 + i / 2 for odd i (the order the kernel unpacks nibbles in);
+ *   int8 q, 32 N bytes: Q8_0: q[8][N][4], the 32 q of row (N g + c) at [k][c][j] for value 4 k + j (the
+ *     VNNI order of an AMX B tile: 8 rows of N * 4 bytes); Q4_0: q[N][32], row c's 32 q in value order
+ *     (an AMX A tile: N rows of 32 bytes);
  *   float d[16]: the d of row N g + c at [c] (0 for padding);
- *   int32 corr[16]: -8 * sum of the row's 32 q at [c] (Q4_0: the tile dot starts from it, since the
- *     unsigned nibbles are q + 8). */
+ *   int32 corr[16]: Q4_0: -8 * sum of the row's 32 q at [c] (added to the dot of the unsigned nibbles,
+ *     which are q + 8); Q8_0: 0. */
 static inline int vs_xq_amx_N(int64_t n_rows) {
     int N = 1;
     while (N < 16 && N < n_rows) N *= 2;
@@ -68,6 +68,10 @@ void vs_mm_amx(const vs_mm_job *job, int64_t o0, int64_t o1);
 /* Outputs [o0, o1) of 1 to 4 rows (n_rows <= 4) from the AMX layout, with AVX-512 VNNI instead of tiles
  * (cheaper for one row, and for Q4_0 up to a few); bitwise equal to vs_mm_amx on the same rows. */
 void vs_mm_amx_vnni(const vs_mm_job *job, int64_t o0, int64_t o1);
+/* Outputs [o0, o1) of Q4_0 weights for any number of rows from the AMX layout: VNNI on 16-output lanes
+ * (best up to 4 rows), or tiles with the transposed weights as B (5+); bitwise equal to each other. */
+void vs_mm_amx_q4_vnni(const vs_mm_job *job, int64_t o0, int64_t o1);
+void vs_mm_amx_q4_tiles(const vs_mm_job *job, int64_t o0, int64_t o1);
 /* Asks the OS for AMX tile state (once per process); false if unavailable. */
 bool vs_amx_request(void);
 
