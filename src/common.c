@@ -160,14 +160,17 @@ void vs_log(const char *fmt, ...) {
 void vs_progress_begin(vs_progress *p, const char *label, int64_t total) {
     p->label = label;
     p->total = total;
-    p->t_start = p->t_last = vs_time_now();
+    p->t_start = p->t_last = p->rate_t0 = vs_time_now();
+    p->rate_done0 = 0;
     p->tty = isatty(2);
     p->every_s = p->tty ? 0.2 : 10.0;
 }
 
 static void progress_print(vs_progress *p, int64_t done, const char *extra, bool final) {
     double el = vs_time_now() - p->t_start;
-    double eta = (done > 0 && p->total > done) ? el * (double)(p->total - done) / (double)done : 0;
+    double rel = vs_time_now() - p->rate_t0;
+    int64_t rd = done - p->rate_done0;
+    double eta = (rd > 0 && p->total > done) ? rel * (double)(p->total - done) / (double)rd : 0;
     fprintf(stderr, "%s%s %lld/%lld %s elapsed %02d:%02d ETA %02d:%02d%s", p->tty ? "\r" : "", p->label,
             (long long)done, (long long)p->total, extra ? extra : "", (int)el / 60, (int)el % 60,
             (int)eta / 60, (int)eta % 60, (p->tty && !final) ? "\033[K" : "\n");

@@ -62,13 +62,17 @@ uint32_t vs_rng_below(vs_rng *r, uint32_t n); /* uniform in [0, n), unbiased; n 
 void vs_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Progress line for long work: "label  step/total  extra  ETA mm:ss", redrawn in place on a TTY,
- * printed every `every_s` seconds otherwise. */
+ * printed every `every_s` seconds otherwise. The ETA extrapolates the rate since (rate_t0, rate_done0),
+ * by default the start; a resumed job sets them to where this run began, so work done earlier (perhaps
+ * at another speed) does not skew it. */
 typedef struct vs_progress {
     const char *label;
     int64_t total;
     double t_start, t_last;
     double every_s;
     bool tty;
+    double rate_t0;
+    int64_t rate_done0;
 } vs_progress;
 void vs_progress_begin(vs_progress *p, const char *label, int64_t total);
 void vs_progress_update(vs_progress *p, int64_t done, const char *extra_fmt, ...)

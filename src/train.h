@@ -30,9 +30,20 @@
 /* Matrix products. C(m, n) = alpha * op(A)(m, k) * op(B)(k, n) + beta * C, row-major; op(X) = X or
  * X^T (ta / tb); lda, ldb, ldc are row strides in elements. beta == 0 ignores C's old contents. */
 
-/* OpenBLAS's cblas_sgemm when the build has it, else vs_train_sgemm_blocked. */
+/* The product selected by vs_train_set_gemm: by default OpenBLAS's cblas_sgemm when the build has it,
+ * else vs_train_sgemm_blocked. */
 void vs_train_sgemm(vs_threadpool *tp, bool ta, bool tb, int m, int n, int k, float alpha,
                     const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
+/* Selects vs_train_sgemm's product for the process: "openblas" (builds with OpenBLAS), "blocked", or
+ * "amx-bf16x3" (CPUs with AMX-BF16, vs_train_amx_available); "default" = openblas if built, else
+ * blocked. false (and no change) for an unknown or unavailable name. */
+bool vs_train_set_gemm(const char *name);
+bool vs_train_amx_available(void);
+/* AMX-BF16 tiles, each F32 input split into two bf16 halves and three of the four products kept
+ * (arch/train_gemm_amx_avx512.c): about 2^-15 relative error per term (F32: 2^-24), 3-5x the F32
+ * throughput; not bitwise equal to the other products. Only when vs_train_amx_available(). */
+void vs_train_sgemm_amx(vs_threadpool *tp, bool ta, bool tb, int m, int n, int k, float alpha,
+                        const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
 /* Plain-C cache-blocked product, rows of C split across tp. */
 void vs_train_sgemm_blocked(vs_threadpool *tp, bool ta, bool tb, int m, int n, int k, float alpha,
                             const float *A, int lda, const float *B, int ldb, float beta, float *C,
@@ -40,7 +51,7 @@ void vs_train_sgemm_blocked(vs_threadpool *tp, bool ta, bool tb, int m, int n, i
 /* Naive reference twin (double accumulation, single thread). */
 void vs_train_sgemm_ref(bool ta, bool tb, int m, int n, int k, float alpha, const float *A, int lda,
                         const float *B, int ldb, float beta, float *C, int ldc);
-/* "openblas" or "blocked": what vs_train_sgemm uses in this build. */
+/* "openblas", "blocked" or "amx-bf16x3": what vs_train_sgemm uses now. */
 const char *vs_train_sgemm_backend(void);
 /* Threads OpenBLAS uses (process-wide OpenBLAS setting; no-op for the blocked backend, which uses the
  * pool it is given). */

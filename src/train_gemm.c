@@ -5,6 +5,8 @@
 
 #include <string.h>
 
+#include "arch/kernels_arch.h"
+
 #ifdef VS_HAVE_OPENBLAS
 #include <cblas.h>
 #endif
@@ -157,8 +159,31 @@ void vs_train_sgemm_blocked(vs_threadpool *tp, bool ta, bool tb, int m, int n, i
     vs_threadpool_run(tp, gemm_task, &g);
 }
 
+typedef enum { GEMM_DEFAULT, GEMM_OPENBLAS, GEMM_BLOCKED, GEMM_AMX } gemm_kind;
+static _Atomic int g_gemm = GEMM_DEFAULT;
+
+bool vs_train_amx_available(void) { return vs_isa_active() >= VS_ISA_AMX && vs_cpu_amx_bf16(); }
+
+bool vs_train_set_gemm(const char *name) {
+    gemm_kind k;
+    if (!strcmp(name, "default")) k = GEMM_DEFAULT;
+#ifdef VS_HAVE_OPENBLAS
+    else if (!strcmp(name, "openblas")) k = GEMM_OPENBLAS;
+#endif
+    else if (!strcmp(name, "blocked")) k = GEMM_BLOCKED;
+    else if (!strcmp(name, "amx-bf16x3") && vs_train_amx_available()) k = GEMM_AMX;
+    else return false;
+    g_gemm = k;
+    return true;
+}
+
 void vs_train_sgemm(vs_threadpool *tp, bool ta, bool tb, int m, int n, int k, float alpha,
                     const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+    switch (g_gemm) {
+    case GEMM_AMX: vs_train_sgemm_amx(tp, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc); return;
+    case GEMM_BLOCKED: vs_train_sgemm_blocked(tp, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc); return;
+    default: break;
+    }
 #ifdef VS_HAVE_OPENBLAS
     if (m <= 0 || n <= 0) return;
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, k,
@@ -169,6 +194,11 @@ void vs_train_sgemm(vs_threadpool *tp, bool ta, bool tb, int m, int n, int k, fl
 }
 
 const char *vs_train_sgemm_backend(void) {
+    switch (g_gemm) {
+    case GEMM_AMX: return "amx-bf16x3";
+    case GEMM_BLOCKED: return "blocked";
+    default: break;
+    }
 #ifdef VS_HAVE_OPENBLAS
     return "openblas";
 #else

@@ -541,6 +541,55 @@ static void test_sgemm(vs_threadpool *tp) {
            worst);
 }
 
+/* The AMX-BF16 x3 product vs the double reference: |err| <= 2^-14 * sum_p |a_ip b_pj| + 1e-30 per
+ * element (the split's bound is about 2^-15), on shapes with every edge case (rows, columns and depth
+ * that are and are not multiples of the 32 x 32 block and of the 512-deep slice, several 256-column
+ * panels), every transpose, alpha, beta 0 / 0.5 / 1, padded strides; columns past n stay untouched. */
+static void test_sgemm_amx(vs_threadpool *tp) {
+    if (!vs_train_amx_available()) {
+        printf("sgemm amx-bf16x3: not run (no AMX-BF16 on this CPU)\n");
+        return;
+    }
+    static const int dims[][3] = {{1, 1, 1},   {3, 5, 7},     {16, 16, 32},  {32, 32, 32}, {33, 31, 65},
+                                  {70, 300, 270}, {129, 65, 513}, {64, 600, 1100}, {300, 48, 40}};
+    double worst = 0;
+    for (size_t d = 0; d < VS_ARRAY_LEN(dims); d++)
+        for (int t = 0; t < 4; t++) {
+            int m = dims[d][0], n = dims[d][1], k = dims[d][2];
+            bool ta = t & 1, tb = t & 2;
+            int lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 1, ldc = n + 2;
+            float *A = randn((size_t)(ta ? k : m) * lda, 1), *B = randn((size_t)(tb ? n : k) * ldb, 1);
+            float *C0 = randn((size_t)m * ldc, 1);
+            float *C1 = vs_malloc(sizeof(float) * m * ldc), *C2 = vs_malloc(sizeof(float) * m * ldc);
+            memcpy(C1, C0, sizeof(float) * m * ldc), memcpy(C2, C0, sizeof(float) * m * ldc);
+            float alpha = d % 3 ? 0.75f : 1.0f, beta = d % 3 == 0 ? 0.0f : d % 3 == 1 ? 0.5f : 1.0f;
+            vs_train_sgemm_ref(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C1, ldc);
+            vs_train_sgemm_amx(tp, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C2, ldc);
+            int bad = 0;
+            bool pad_ok = true;
+            for (int i = 0; i < m; i++) {
+                for (int j = 0; j < n; j++) {
+                    double s = 0;
+                    for (int p = 0; p < k; p++) {
+                        double a = ta ? A[(size_t)p * lda + i] : A[(size_t)i * lda + p];
+                        double b = tb ? B[(size_t)j * ldb + p] : B[(size_t)p * ldb + j];
+                        s += fabs(a * b);
+                    }
+                    size_t o = (size_t)i * ldc + j;
+                    double e = fabs((double)C2[o] - (double)C1[o]), bound = ldexp(fabs(alpha) * s, -14) + 1e-6;
+                    bad += !(e <= bound);
+                    worst = fmax(worst, e / (fabs(alpha) * s + 1e-30));
+                }
+                for (int j = n; j < ldc; j++) pad_ok &= C2[(size_t)i * ldc + j] == C0[(size_t)i * ldc + j];
+            }
+            VT_CHECK(bad == 0, "sgemm amx-bf16x3 %dx%dx%d ta=%d tb=%d: %d elements off", m, n, k, ta, tb, bad);
+            VT_CHECK(pad_ok, "sgemm amx-bf16x3 wrote past n in a row of C");
+            vs_free(A), vs_free(B), vs_free(C0), vs_free(C1), vs_free(C2);
+        }
+    printf("sgemm amx-bf16x3 vs reference: worst error / sum |a b| = %.2e (bound 2^-14 = %.2e)\n", worst,
+           ldexp(1, -14));
+}
+
 /* The attention output and gradients are the same with 1 and 2 threads (fixed reduction order). */
 static void test_thread_invariance(vs_threadpool *tp) {
     int B = 3, T = 6, H = 4, KVH = 2, D = 8;
@@ -705,6 +754,8 @@ int main(void) {
     for (int k = 0; k < 4; k++) test_loss(k);
     printf("worst relative error over all ops: %.2e\n", g_worst);
     test_sgemm(tp);
+    test_sgemm_amx(tp);
+    test_sgemm_amx(NULL);
     test_thread_invariance(tp);
     test_attention_paths(tp);
     test_attention_paths(NULL);

@@ -228,7 +228,16 @@ static void test_export(vs_train_vlm *m, const vs_train_batch *b, vs_threadpool 
     vs_mmproj_free(mp);
 }
 
-int main(void) {
+/* argv[1]: the training products to check (vs_train_set_gemm), default the build's default; exit 77
+ * (skipped) when this CPU or build lacks them. The tolerances are the same for every product. */
+int main(int argc, char **argv) {
+    if (argc > 1) {
+        if (!vs_train_set_gemm(argv[1])) {
+            printf("train_parity: products '%s' not available on this CPU or build: skipped\n", argv[1]);
+            return 77;
+        }
+        printf("train_parity: products %s\n", vs_train_sgemm_backend());
+    }
     vs_error err = {0};
     vs_gguf *g = vs_gguf_open(FIXTURE, &err);
     VT_REQUIRE(g, "fixture: %s (regenerate with /usr/bin/python3 tests/reference/train_ref.py)", err.msg);

@@ -127,6 +127,7 @@ typedef struct sched_opts {
     int batch, accum, seq, bucket, threads, ckpt_every, chunk_steps;
     double lr, lr_min, warmup, wd, clip, beta2, time_limit;
     int64_t seed;
+    const char *gemm; /* vs_train_set_gemm name, NULL = default */
     bool resume, quiet;
 } sched_opts;
 
@@ -141,9 +142,18 @@ static void add_optim_flags(fl_set *s, sched_opts *o) {
     fl_add(s, "--seed", FL_I64, &o->seed, 0, 9.2e18);
 }
 
-/* Running flags: they never change the result. */
+/* --gemm: selects the products for the whole process; -1 when fine, else the exit code. */
+static int apply_gemm(const char *cmd, const sched_opts *o) {
+    if (!o->gemm || vs_train_set_gemm(o->gemm)) return -1;
+    cli_fail(cmd, "--gemm %s: unknown, or not available on this CPU or build (see `vlmspec version`)", o->gemm);
+    return 2;
+}
+
+/* Running flags: they change the result at most in its last bits (--threads and --gemm change the
+ * summation order or precision of the products: loop_check_run warns when a resumed run changes them). */
 static void add_run_flags(fl_set *s, sched_opts *o) {
     fl_add(s, "--threads", FL_INT, &o->threads, 1, 256);
+    fl_add(s, "--gemm", FL_STR, &o->gemm, 0, 0);
     fl_add(s, "--resume", FL_BOOL, &o->resume, 0, 0);
     fl_add(s, "--ckpt-every", FL_INT, &o->ckpt_every, 1, 1 << 30);
     fl_add(s, "--chunk-steps", FL_INT, &o->chunk_steps, 0, 1 << 30);
@@ -159,6 +169,7 @@ static void bench_usage(FILE *f) {
         "Times full training steps (forward, backward, clipping, AdamW) of a VLM with random weights on\n"
         "synthetic batches, and the F32 sgemm peak, with the same thread count.\n"
         "  --threads N        threads for the pool and OpenBLAS (default 2)\n"
+        "  --gemm NAME        the products: openblas, blocked or amx-bf16x3 (default: openblas if built)\n"
         "  --steps N          timed steps (default 3) after one warm-up step\n"
         "  --batch B          sequences per step (default 8)\n"
         "  --seq T            rows per sequence, image rows included (default 192)\n"
@@ -226,8 +237,13 @@ static int cmd_bench(int argc, char **argv) {
     add_lm_flags(&fs, &c);
     fl_add(&fs, "--vocab", FL_INT, &c.vocab, 2, 1 << 20);
     fl_add(&fs, "--gemm-size", FL_INT, &gemm, 16, 16384);
+    const char *gemm_name = NULL;
+    fl_add(&fs, "--gemm", FL_STR, &gemm_name, 0, 0);
     int prc = fl_parse(cmd, argc, argv, &fs, bench_usage);
     if (prc >= 0) return prc;
+    if (gemm_name && !vs_train_set_gemm(gemm_name))
+        return cli_fail(cmd, "--gemm %s: unknown, or not available on this CPU or build (see `vlmspec version`)",
+                        gemm_name), 2;
     c.max_seq = T > 512 ? T : 512;
     int NP = (c.image_size / c.patch_size) * (c.image_size / c.patch_size);
     if (K * NP + 1 > T) return cli_fail(cmd, "%d images of %d rows do not fit in %d rows", K, NP, T);
@@ -475,25 +491,40 @@ static double recent_loss(const vs_train_curve *c, int64_t n) {
     return k ? s / (double)k : 0;
 }
 
-/* DIR/threads records the thread count a run started with. OpenBLAS's products depend on its thread
- * count, so a run continued with another count is correct but no longer bit-identical to an
- * uninterrupted one: say so (a warning, not an error: it is a legitimate choice). */
-static void loop_check_threads(const train_loop *L, int threads) {
-    char path[1150];
-    snprintf(path, sizeof(path), "%s/threads", L->dir);
+/* DIR/threads and DIR/gemm record the thread count and the product a run started with (a run started
+ * before DIR/gemm existed used the default). OpenBLAS's products depend on its thread count, and
+ * amx-bf16x3 rounds differently from F32, so a run continued with another setting is correct but no
+ * longer bit-identical to an uninterrupted one: say so (a warning, not an error: it is a legitimate
+ * choice, e.g. switching to the faster product mid-run). */
+static void loop_check_setting(const train_loop *L, const char *file, const char *now, const char *what,
+                               const char *assumed) {
+    char path[1150], first[64] = "";
+    snprintf(path, sizeof(path), "%s/%s", L->dir, file);
     FILE *f = fopen(path, "r");
     if (f) {
-        int first = 0;
-        if (fscanf(f, "%d", &first) == 1 && first != threads)
-            fprintf(stderr,
-                    "vlmspec %s: warning: this run started with --threads %d, now %d: OpenBLAS sums in "
-                    "another order, so the result will not be bit-identical to an uninterrupted run\n",
-                    L->cmd, first, threads);
+        if (fscanf(f, "%63s", first) != 1) first[0] = 0;
         fclose(f);
-    } else if ((f = fopen(path, "w"))) {
-        fprintf(f, "%d\n", threads);
+    } else if (assumed) {
+        snprintf(first, sizeof(first), "%s", assumed);
+    }
+    if (first[0] && strcmp(first, now))
+        fprintf(stderr,
+                "vlmspec %s: warning: this run started with %s %s, now %s: the products sum in another "
+                "order or precision, so the result will not be bit-identical to an uninterrupted run\n",
+                L->cmd, what, first, now);
+    if (!f && (f = fopen(path, "w"))) {
+        fprintf(f, "%s\n", first[0] ? first : now);
         fclose(f);
     }
+}
+
+static void loop_check_threads(const train_loop *L, int threads) {
+    char now[32], threads_path[1150];
+    snprintf(now, sizeof(now), "%d", threads);
+    snprintf(threads_path, sizeof(threads_path), "%s/threads", L->dir);
+    bool existed = access(threads_path, F_OK) == 0; /* an older run directory has threads, not gemm */
+    loop_check_setting(L, "threads", now, "--threads", NULL);
+    loop_check_setting(L, "gemm", vs_train_sgemm_backend(), "--gemm", existed ? "openblas" : NULL);
 }
 
 /* Trains from L->st.step to L->total (or until a chunk/time limit, with a checkpoint). */
@@ -510,7 +541,8 @@ static vs_status loop_run(train_loop *L, vs_error *err) {
     vs_lr_schedule sched = {(float)o->lr, (float)o->lr_min, (int64_t)o->warmup, L->total};
     vs_progress pr;
     vs_progress_begin(&pr, L->label, L->total);
-    pr.t_start -= L->st.elapsed_s; /* elapsed and ETA over the whole training */
+    pr.t_start -= L->st.elapsed_s;       /* elapsed over the whole training */
+    pr.rate_done0 = L->st.step;          /* the ETA at this run's speed */
     const double run_t0 = vs_time_now(), elapsed0 = L->st.elapsed_s;
     L->rows_run = L->padded_run = 0;
     L->steps_run = 0;
@@ -617,6 +649,9 @@ static void target_usage(FILE *f) {
         "  --seed S            initialisation and shuffling seed (default 1)\n"
         "running:\n"
         "  --threads N         threads (pool and OpenBLAS, default 2)\n"
+        "  --gemm NAME         the matrix products: openblas (default when built with it), blocked, or\n"
+        "                      amx-bf16x3 (AMX-BF16 tiles, a 3-term bf16 split: ~2^-15 relative error per\n"
+        "                      term, several times faster; CPUs with AMX-BF16)\n"
         "  --resume            continue from OUT/ckpt/ckpt.gguf (exactly: same batches, same result)\n"
         "  --ckpt-every S      checkpoint every S steps (default 200)\n"
         "  --chunk-steps N     stop (with a checkpoint) after N steps in this run (0: no limit)\n"
@@ -685,6 +720,7 @@ static int target_parse(int argc, char **argv, target_opts *o) {
     add_lm_flags(&fs, c);
     int rc = fl_parse(cmd, argc, argv, &fs, target_usage);
     if (rc >= 0) return rc;
+    if ((rc = apply_gemm(cmd, s)) >= 0) return rc;
     if (!o->data || !o->tokenizer || !o->out)
         return cli_fail(cmd, "--data DIR, --tokenizer FILE and --out DIR are required"), 2;
     if (s->steps && fl_given(&fs, &s->epochs)) return cli_fail(cmd, "give --steps or --epochs, not both"), 2;
@@ -959,7 +995,8 @@ static void drafter_usage(FILE *f) {
         "  --wd X  --beta2 X  --clip X   AdamW decay (0.1), beta2 (0.95), clipping (1.0)\n"
         "  --seed S            initialisation and shuffling seed (default 1)\n"
         "running:\n"
-        "  --threads N  --resume  --ckpt-every S (default 100)  --chunk-steps N  --time-limit SEC  -q\n"
+        "  --threads N  --gemm NAME  --resume  --ckpt-every S (default 100)  --chunk-steps N\n"
+        "  --time-limit SEC  -q\n"
         "               (--time-limit and --chunk-steps count over all phases of this run)\n"
         "drafter LM (default 192 x 4 layers, 6/2 heads, SwiGLU 512: 2.36M parameters):\n"
         "  --width C  --layers N  --heads N  --kv-heads N  --ffn N  --ctx N (default 1024)\n");
@@ -1009,6 +1046,7 @@ static int drafter_parse(int argc, char **argv, drafter_opts *o) {
     add_lm_flags(&fs, &shape);
     int rc = fl_parse(cmd, argc, argv, &fs, drafter_usage);
     if (rc >= 0) return rc;
+    if ((rc = apply_gemm(cmd, &o->s)) >= 0) return rc;
     o->lm.width = shape.width, o->lm.n_layers = shape.n_layers, o->lm.n_heads = shape.n_heads;
     o->lm.n_kv_heads = shape.n_kv_heads, o->lm.ffn = shape.ffn;
     if (!o->recipe || !o->data || !o->tokenizer || !o->target_mm || !o->out)

@@ -1,0 +1,3 @@
+# The PyTorch parity again with the AMX-BF16 x3 training products (skipped without AMX-BF16).
+add_test(NAME train_parity_amx COMMAND test_train_parity amx-bf16x3 WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(train_parity_amx PROPERTIES TIMEOUT 600 SKIP_RETURN_CODE 77)
