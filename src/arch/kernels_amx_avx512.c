@@ -465,8 +465,7 @@ VS_INLINE void q4_prepare(const uint8_t *const *wrow, const __m512i *s1, const _
 
 /* Block b's tile product, from its B buffer (filled at least one block earlier: a tile load right after
  * the vector stores it reads waits for them to reach L1, ~60 ns per block measured) into C buffer b & 3. */
-VS_INLINE void q4_issue(const vs_mm_job *jb, uint8_t (*bbuf)[512], int32_t (*cbuf)[256], int64_t b, int64_t g,
-                        int64_t G, size_t chunk) {
+VS_INLINE void q4_issue(const vs_mm_job *jb, uint8_t (*bbuf)[512], int64_t b, int64_t g, int64_t G, size_t chunk) {
     switch (b & 3) {
     case 0: Q4_ISSUE(0, 4, 6, b); break;
     case 1: Q4_ISSUE(1, 5, 7, b); break;
@@ -504,13 +503,13 @@ VS_INLINE void q4_tiles(const vs_mm_job *jb, int64_t o, int valid, int64_t g, si
     size_t pf = 0;
     /* stages: unpack block b + 3, tile product of block b + 2, epilogue of block b */
     for (int64_t b = 0; b < VS_MIN(nb, 3); b++) q4_prepare(wrow, s1, s2, bbuf[b & 3], b);
-    for (int64_t b = 0; b < VS_MIN(nb, 2); b++) q4_issue(jb, bbuf, cbuf, b, g, G, chunk);
+    for (int64_t b = 0; b < VS_MIN(nb, 2); b++) q4_issue(jb, bbuf, b, g, G, chunk);
     q4_store(cbuf, 0);
     for (int64_t b = 0; b < nb; b++) {
         for (size_t pe = next_bytes * (size_t)(b + 1) / (size_t)nb; pf < pe; pf += 64)
             _mm_prefetch((const char *)next + pf, _MM_HINT_T0);
         if (b + 3 < nb) q4_prepare(wrow, s1, s2, bbuf[(b + 3) & 3], b + 3);
-        if (b + 2 < nb) q4_issue(jb, bbuf, cbuf, b + 2, g, G, chunk);
+        if (b + 2 < nb) q4_issue(jb, bbuf, b + 2, g, G, chunk);
         if (b + 1 < nb) q4_store(cbuf, b + 1);
         const __m512 dwv = gather_scales(wt, rb, (size_t)b * 18, valid);
         const uint8_t *ch = jb->xq + (size_t)(b * G + g) * chunk;
