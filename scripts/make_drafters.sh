@@ -27,6 +27,8 @@
 #   TOKENIZER        tokenizer GGUF (default $TARGET: the target's own tokenizer keys)
 #   DATA             the world directory (default out/models/world, made by make_models.sh)
 #   THREADS          threads (default 2)
+#   GEMM             training products (default amx-bf16x3 where `vlmspec version` lists it, else
+#                    openblas; docs/training.md)
 #   CHUNK_SECONDS    wall-time limit of one training / distill run (default 7000, under 2 hours)
 #   ONE_CHUNK        1: stop after one chunk (default 0: run to the end)
 #   DRAFTER_FLAGS    extra flags of both recipes: shapes, steps ... (default none: the CLI defaults,
@@ -49,6 +51,9 @@ TARGET_MMPROJ=${TARGET_MMPROJ:-$TARGET_DIR/target-mmproj.gguf}
 TOKENIZER=${TOKENIZER:-$TARGET}
 DATA=${DATA:-out/models/world}
 THREADS=${THREADS:-2}
+if [ -z "${GEMM:-}" ]; then
+    if "$VLMSPEC" version | grep -q "training products:.* amx-bf16x3"; then GEMM=amx-bf16x3; else GEMM=default; fi
+fi
 CHUNK_SECONDS=${CHUNK_SECONDS:-7000}
 ONE_CHUNK=${ONE_CHUNK:-0}
 DRAFTER_FLAGS=${DRAFTER_FLAGS:-}
@@ -75,7 +80,7 @@ log "inputs: target $TARGET + $TARGET_MMPROJ, tokenizer $TOKENIZER, world $DATA"
 common() {
     # shellcheck disable=SC2086 # the *_FLAGS are lists of flags
     "$VLMSPEC" train drafter --data "$DATA" --tokenizer "$TOKENIZER" --target "$TARGET" \
-        --target-mmproj "$TARGET_MMPROJ" --out "$WORK/train" --threads "$THREADS" --resume \
+        --target-mmproj "$TARGET_MMPROJ" --out "$WORK/train" --threads "$THREADS" --gemm "$GEMM" --resume \
         --time-limit "$CHUNK_SECONDS" $DRAFTER_FLAGS "$@"
 }
 
