@@ -18,6 +18,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "amx_tiles.h"
 #include "kernels_arch.h"
 
 #define VS_INLINE static inline __attribute__((always_inline))
@@ -65,31 +66,18 @@ void vs_xq_quantize_row_amx(const float *x, int64_t n_in, vs_type wtype, int64_t
 
 /* ---- tiles ---- */
 
-typedef struct amx_cfg {
-    uint8_t palette, start_row;
-    uint8_t reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} amx_cfg;
-
 /* Q8_0: tmm0/1/6/7: a ring of C tiles (16 x N int32), tmm2/3: A (16 x 32 int8), tmm4/5: B (8 x N*4 int8). */
 static void amx_config(int N) {
-    amx_cfg cfg;
-    memset(&cfg, 0, sizeof(cfg));
-    cfg.palette = 1;
+    vs_amx_cfg cfg = vs_amx_cfg_new();
     for (int i = 0; i < 2; i++) {
         cfg.rows[i] = 16, cfg.colsb[i] = (uint16_t)(N * 4);
         cfg.rows[2 + i] = 16, cfg.colsb[2 + i] = 32;
         cfg.rows[4 + i] = 8, cfg.colsb[4 + i] = (uint16_t)(N * 4);
     }
     for (int i = 6; i < 8; i++) cfg.rows[i] = 16, cfg.colsb[i] = (uint16_t)(N * 4);
-    __asm__ volatile("ldtilecfg %0" ::"m"(cfg));
+    vs_amx_load_cfg(&cfg);
 }
 
-#define TILE_LOAD(t, base, stride) \
-    __asm__ volatile("tileloadd (%0,%1,1), %%tmm" #t ::"r"(base), "r"((int64_t)(stride)) : "memory")
-#define TILE_STORE(t, base, stride) \
-    __asm__ volatile("tilestored %%tmm" #t ", (%0,%1,1)" ::"r"(base), "r"((int64_t)(stride)) : "memory")
 
 /* The 16 weight-block scales of a tile (rows o..o+15, `valid` of them real) for block b. */
 VS_INLINE __m512 gather_scales(const uint8_t *wt, size_t rb, size_t boff, int valid) {
@@ -223,7 +211,7 @@ void vs_mm_amx(const vs_mm_job *jb, int64_t o0, int64_t o1) {
             }
         }
     }
-    __asm__ volatile("tilerelease" ::: "memory");
+    TILE_RELEASE();
 }
 
 /* ---- Q8_0, one to four activation rows with AVX-512 VNNI, bitwise equal to the AMX tiles ----
@@ -411,27 +399,6 @@ VS_INLINE void q4_group(const vs_mm_job *jb, int64_t o, int valid, int64_t g, si
     for (int c = 0; c < R; c++) _mm512_mask_storeu_ps(jb->y + (g * N + c) * jb->n_out + o, m, acc[c]);
 }
 
-void vs_mm_amx_q4_vnni(const vs_mm_job *jb, int64_t o0, int64_t o1) {
-    const int N = vs_xq_amx_N(jb->n_rows);
-    const int64_t G = vs_xq_amx_G(jb->n_rows);
-    for (int64_t o = o0; o < o1; o += 16) {
-        const int valid = (int)VS_MIN(16, o1 - o);
-        const size_t nx = o + 16 < o1 ? (size_t)VS_MIN(16, o1 - o - 16) * jb->w_row_bytes : 0;
-        for (int64_t g = 0; g < G; g++) {
-            const size_t pfb = g == 0 ? nx : 0;
-            switch ((int)VS_MIN((int64_t)N, jb->n_rows - g * N)) {
-#define VS_Q4_CASE(r) \
-    case r: q4_group(jb, o, valid, g, pfb, r); break;
-                VS_Q4_CASE(1) VS_Q4_CASE(2) VS_Q4_CASE(3) VS_Q4_CASE(4) VS_Q4_CASE(5) VS_Q4_CASE(6)
-                VS_Q4_CASE(7) VS_Q4_CASE(8) VS_Q4_CASE(9) VS_Q4_CASE(10) VS_Q4_CASE(11) VS_Q4_CASE(12)
-                VS_Q4_CASE(13) VS_Q4_CASE(14) VS_Q4_CASE(15) VS_Q4_CASE(16)
-#undef VS_Q4_CASE
-            default: break;
-            }
-        }
-    }
-}
-
 /* ---- Q4_0 with AMX tiles, weights as the B operand ----
  * q4_lanes' 8 vectors are exactly an AMX B tile (8 rows of 16 outputs x 4 K bytes), so the activations
  * are the A tile (the group's rows of 32 q, straight from the chunk) and C = A.B is rows x 16 outputs:
@@ -439,13 +406,11 @@ void vs_mm_amx_q4_vnni(const vs_mm_job *jb, int64_t o0, int64_t o1) {
  * to the exact tile sum instead of starting from it). Tiles are pipelined two blocks ahead: tmm0-3 a
  * ring of C tiles, tmm4/5 A, tmm6/7 B, so a block's epilogue reads a C stored two blocks earlier. */
 static void amx_q4_config(int N) {
-    amx_cfg cfg;
-    memset(&cfg, 0, sizeof(cfg));
-    cfg.palette = 1;
+    vs_amx_cfg cfg = vs_amx_cfg_new();
     for (int i = 0; i < 4; i++) cfg.rows[i] = (uint8_t)N, cfg.colsb[i] = 64;
     for (int i = 4; i < 6; i++) cfg.rows[i] = (uint8_t)N, cfg.colsb[i] = 32;
     for (int i = 6; i < 8; i++) cfg.rows[i] = 8, cfg.colsb[i] = 64;
-    __asm__ volatile("ldtilecfg %0" ::"m"(cfg));
+    vs_amx_load_cfg(&cfg);
 }
 
 /* Block b's weights, unpacked into its B buffer. */
@@ -526,18 +491,22 @@ VS_INLINE void q4_tiles(const vs_mm_job *jb, int64_t o, int valid, int64_t g, si
     for (int c = 0; c < R; c++) _mm512_mask_storeu_ps(jb->y + (g * N + c) * jb->n_out + o, m, acc[c]);
 }
 
-void vs_mm_amx_q4_tiles(const vs_mm_job *jb, int64_t o0, int64_t o1) {
+/* Both Q4_0 kernels: 16-output tiles x row groups, the group's row count a compile-time constant. */
+static void q4_driver(const vs_mm_job *jb, int64_t o0, int64_t o1, bool tiles) {
     const int N = vs_xq_amx_N(jb->n_rows);
     const int64_t G = vs_xq_amx_G(jb->n_rows);
-    amx_q4_config(N);
+    if (tiles) amx_q4_config(N);
     for (int64_t o = o0; o < o1; o += 16) {
         const int valid = (int)VS_MIN(16, o1 - o);
         const size_t nx = o + 16 < o1 ? (size_t)VS_MIN(16, o1 - o - 16) * jb->w_row_bytes : 0;
         for (int64_t g = 0; g < G; g++) {
             const size_t pfb = g == 0 ? nx : 0;
             switch ((int)VS_MIN((int64_t)N, jb->n_rows - g * N)) {
-#define VS_Q4_CASE(r) \
-    case r: q4_tiles(jb, o, valid, g, pfb, r); break;
+#define VS_Q4_CASE(r)                                                                     \
+    case r:                                                                               \
+        if (tiles) q4_tiles(jb, o, valid, g, pfb, r);                                     \
+        else q4_group(jb, o, valid, g, pfb, r);                                           \
+        break;
                 VS_Q4_CASE(1) VS_Q4_CASE(2) VS_Q4_CASE(3) VS_Q4_CASE(4) VS_Q4_CASE(5) VS_Q4_CASE(6)
                 VS_Q4_CASE(7) VS_Q4_CASE(8) VS_Q4_CASE(9) VS_Q4_CASE(10) VS_Q4_CASE(11) VS_Q4_CASE(12)
                 VS_Q4_CASE(13) VS_Q4_CASE(14) VS_Q4_CASE(15) VS_Q4_CASE(16)
@@ -546,5 +515,8 @@ void vs_mm_amx_q4_tiles(const vs_mm_job *jb, int64_t o0, int64_t o1) {
             }
         }
     }
-    __asm__ volatile("tilerelease" ::: "memory");
+    if (tiles) TILE_RELEASE();
 }
+
+void vs_mm_amx_q4_vnni(const vs_mm_job *jb, int64_t o0, int64_t o1) { q4_driver(jb, o0, o1, false); }
+void vs_mm_amx_q4_tiles(const vs_mm_job *jb, int64_t o0, int64_t o1) { q4_driver(jb, o0, o1, true); }

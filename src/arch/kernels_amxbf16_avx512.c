@@ -32,6 +32,7 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "amx_tiles.h"
 #include "kernels_arch.h"
 
 #define VS_INLINE static inline __attribute__((always_inline))
@@ -130,30 +131,9 @@ void vs_f16_split_bf16_avx512(const uint16_t *w, int64_t n, uint16_t *hi, uint16
 
 /* ---- tiles ---- */
 
-typedef struct amx_cfg {
-    uint8_t palette, start_row;
-    uint8_t reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} amx_cfg;
-
 /* tmm0..3: C (16 outputs x 16 columns f32) of up to 4 row groups; tmm4/5: A (hi parts; F16: lo parts);
  * tmm6: the group's B tile. Every tile is 16 x 64 bytes. */
-static void amx_config_bf16(void) {
-    amx_cfg cfg;
-    memset(&cfg, 0, sizeof(cfg));
-    cfg.palette = 1;
-    for (int i = 0; i < 8; i++) cfg.rows[i] = 16, cfg.colsb[i] = 64;
-    __asm__ volatile("ldtilecfg %0" ::"m"(cfg));
-}
-
-#define TILE_LOAD(t, base, stride) \
-    __asm__ volatile("tileloadd (%0,%1,1), %%tmm" #t ::"r"(base), "r"((int64_t)(stride)) : "memory")
-#define TILE_STORE(t, base, stride) \
-    __asm__ volatile("tilestored %%tmm" #t ", (%0,%1,1)" ::"r"(base), "r"((int64_t)(stride)) : "memory")
-#define TILE_ZERO(t) __asm__ volatile("tilezero %%tmm" #t ::: "memory")
-/* C += A.B (AT&T operand order: B, A, C) */
-#define TDP(C, A, B) __asm__ volatile("tdpbf16ps %%tmm" #B ", %%tmm" #A ", %%tmm" #C ::: "memory")
+#define TDP(C, A, B) TDP_BF16(C, A, B)
 
 #define VS_STEP_BYTES 2048 /* converted weights of one step: two 16 x 64-byte A tiles */
 #define VS_PF_STEPS 8      /* prefetch distance in input steps (64 bytes of every weight row per step) */
@@ -301,7 +281,7 @@ void vs_mm_amx_bf16(const vs_mm_job *jb, int64_t o0, int64_t o1, void *panel) {
     const size_t per_group = (size_t)vs_xb_steps(jb->n_in) * vs_xb_chunk(jb->wtype);
     const int64_t GB = VS_MAX((int64_t)4, (int64_t)(VS_XB_BLOCK_BYTES / per_group) / 4 * 4);
     assert(G <= 4 || panel);
-    amx_config_bf16();
+    vs_amx_config_full();
     for (int64_t gb = 0; gb < G; gb += GB) {
         const int64_t ge = VS_MIN(G, gb + GB);
         for (int64_t o = o0; o < o1; o += 16) {
@@ -312,5 +292,5 @@ void vs_mm_amx_bf16(const vs_mm_job *jb, int64_t o0, int64_t o1, void *panel) {
                             g == gb ? nx : 0);
         }
     }
-    __asm__ volatile("tilerelease" ::: "memory");
+    TILE_RELEASE();
 }

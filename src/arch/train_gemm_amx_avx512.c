@@ -17,6 +17,7 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "amx_tiles.h"
 #include "train.h"
 
 #define VS_INLINE static inline __attribute__((always_inline))
@@ -27,27 +28,6 @@
  * training depends on these bits. */
 enum { KC = 256, NC = 1024, MC = 64 };
 enum { TILE_BYTES = 1024 };           /* one packed tile: 16 rows x 64 bytes */
-
-typedef struct amx_cfg {
-    uint8_t palette, start_row;
-    uint8_t reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} amx_cfg;
-
-static void tiles_config(void) {
-    amx_cfg cfg;
-    memset(&cfg, 0, sizeof(cfg));
-    cfg.palette = 1;
-    for (int i = 0; i < 8; i++) cfg.rows[i] = 16, cfg.colsb[i] = 64;
-    __asm__ volatile("ldtilecfg %0" ::"m"(cfg));
-}
-
-#define TILE_LOAD(t, base, stride) \
-    __asm__ volatile("tileloadd (%0,%1,1), %%tmm" #t ::"r"(base), "r"((int64_t)(stride)) : "memory")
-#define TILE_STORE(t, base, stride) \
-    __asm__ volatile("tilestored %%tmm" #t ", (%0,%1,1)" ::"r"(base), "r"((int64_t)(stride)) : "memory")
-#define TDP(c, a, b) __asm__ volatile("tdpbf16ps %%tmm" #b ", %%tmm" #a ", %%tmm" #c ::: "memory")
 
 typedef struct job {
     bool ta, tb;
@@ -175,24 +155,24 @@ static void micro(int ks, const uint8_t *a0, const uint8_t *a1, const uint8_t *b
         TILE_LOAD(5, a1 + o, 64);
         TILE_LOAD(6, b0 + o, 64);
         TILE_LOAD(7, b1 + o, 64);
-        TDP(0, 4, 6);
-        TDP(1, 4, 7);
-        TDP(2, 5, 6);
-        TDP(3, 5, 7);
+        TDP_BF16(0, 4, 6);
+        TDP_BF16(1, 4, 7);
+        TDP_BF16(2, 5, 6);
+        TDP_BF16(3, 5, 7);
         TILE_LOAD(4, a0 + o + TILE_BYTES, 64); /* lo x hi */
         TILE_LOAD(5, a1 + o + TILE_BYTES, 64);
-        TDP(0, 4, 6);
-        TDP(1, 4, 7);
-        TDP(2, 5, 6);
-        TDP(3, 5, 7);
+        TDP_BF16(0, 4, 6);
+        TDP_BF16(1, 4, 7);
+        TDP_BF16(2, 5, 6);
+        TDP_BF16(3, 5, 7);
         TILE_LOAD(4, a0 + o, 64); /* hi x lo */
         TILE_LOAD(5, a1 + o, 64);
         TILE_LOAD(6, b0 + o + TILE_BYTES, 64);
         TILE_LOAD(7, b1 + o + TILE_BYTES, 64);
-        TDP(0, 4, 6);
-        TDP(1, 4, 7);
-        TDP(2, 5, 6);
-        TDP(3, 5, 7);
+        TDP_BF16(0, 4, 6);
+        TDP_BF16(1, 4, 7);
+        TDP_BF16(2, 5, 6);
+        TDP_BF16(3, 5, 7);
     }
     TILE_STORE(0, c, cs);
     TILE_STORE(1, c + 16, cs);
@@ -247,7 +227,7 @@ static void panel_task(void *ctx, int ith, int nth) {
                            g->ldb, 1.0f, g->C + (size_t)lo * g->ldc + P->jc, g->ldc);
         return;
     }
-    tiles_config();
+    vs_amx_config_full();
     for (int ic = lo; ic < hi; ic += MC) {
         const int mc = VS_MIN(MC, hi - ic), mcg = (mc + 31) / 32 * 2;
         for (int ig = 0; ig < mcg; ig++)
@@ -270,7 +250,7 @@ static void panel_task(void *ctx, int ith, int nth) {
             }
         }
     }
-    __asm__ volatile("tilerelease" ::: "memory");
+    TILE_RELEASE();
     vs_free(ap);
 }
 
