@@ -20,13 +20,15 @@
 #   TRAIN_PER_SUITE  training conversations per suite (default 4000)
 #   TEST_PER_SUITE   test conversations per suite (default 100)
 #   VOCAB            BPE vocabulary (default 2048)
-#   EPOCHS           passes over the training split (default 4)
+#   EPOCHS           passes over the training split (default 3)
+#   CAPTIONS         1: also train on the captions split, one caption per training image (default 1;
+#                    without it the first target's vision collapsed, docs/target.md)
 #   TRAIN_FLAGS      extra `vlmspec train target` flags (sizes, --lr, --batch ...; default none: the
 #                    command's defaults, a 28.8M-parameter target)
 #   THREADS          threads (default 2)
 #   GEMM_SWITCH      the step at which training switches from OpenBLAS's F32 products to amx-bf16x3
-#                    (default 1450, as the shipped target did; 0: amx-bf16x3 from the start; the switch
-#                    only happens on CPUs with AMX-BF16, elsewhere the whole run uses OpenBLAS)
+#                    (default 0: amx-bf16x3 from the start, as the shipped target; only on CPUs with
+#                    AMX-BF16, elsewhere the whole run uses OpenBLAS)
 #   CHUNK_SECONDS    wall-time limit of one training run (default 7000, under 2 hours)
 #   ONE_CHUNK        1: stop after one training chunk (default 0: train to the end)
 #   EVAL_FLAGS       extra `vlmspec eval` flags (e.g. --limit 20; default none: the whole test split)
@@ -40,10 +42,11 @@ SEED=${SEED:-1}
 TRAIN_PER_SUITE=${TRAIN_PER_SUITE:-4000}
 TEST_PER_SUITE=${TEST_PER_SUITE:-100}
 VOCAB=${VOCAB:-2048}
-EPOCHS=${EPOCHS:-4}
+EPOCHS=${EPOCHS:-3}
+CAPTIONS=${CAPTIONS:-1}
 TRAIN_FLAGS=${TRAIN_FLAGS:-}
 THREADS=${THREADS:-2}
-GEMM_SWITCH=${GEMM_SWITCH:-1450}
+GEMM_SWITCH=${GEMM_SWITCH:-0}
 CHUNK_SECONDS=${CHUNK_SECONDS:-7000}
 ONE_CHUNK=${ONE_CHUNK:-0}
 EVAL_FLAGS=${EVAL_FLAGS:-}
@@ -76,8 +79,8 @@ else
     mv "$WORK/tok.gguf.tmp" "$WORK/tok.gguf"
 fi
 
-# 3. training, in resumable chunks. The shipped target ran its first GEMM_SWITCH steps on OpenBLAS's F32
-#    products and the rest on amx-bf16x3 (about twice the speed, docs/training.md): a chunk that starts
+# 3. training, in resumable chunks. With GEMM_SWITCH > 0 the first GEMM_SWITCH steps use OpenBLAS's F32
+#    products and the rest amx-bf16x3 (about twice the speed, docs/training.md): a chunk that starts
 #    before the switch stops at it.
 step_now() { # the checkpoint's step, 0 before the first one
     if [ -f "$WORK/train/ckpt/ckpt.gguf" ]; then
@@ -86,6 +89,8 @@ step_now() { # the checkpoint's step, 0 before the first one
         echo 0
     fi
 }
+CAPTION_FLAGS=""
+[ "$CAPTIONS" = 1 ] && CAPTION_FLAGS="--captions"
 while [ ! -f "$WORK/train/target.gguf" ]; do
     GEMM_FLAGS=""
     if "$VLMSPEC" version | grep -q "training products:.* amx-bf16x3"; then
@@ -97,9 +102,10 @@ while [ ! -f "$WORK/train/target.gguf" ]; do
         fi
     fi
     log "training: chunk of at most $CHUNK_SECONDS s $GEMM_FLAGS"
-    # shellcheck disable=SC2086 # TRAIN_FLAGS and GEMM_FLAGS are lists of flags
+    # shellcheck disable=SC2086 # the *_FLAGS are lists of flags
     "$VLMSPEC" train target --data "$WORK/world" --tokenizer "$WORK/tok.gguf" --out "$WORK/train" \
-        --epochs "$EPOCHS" --threads "$THREADS" --resume --time-limit "$CHUNK_SECONDS" $GEMM_FLAGS $TRAIN_FLAGS
+        --epochs "$EPOCHS" --threads "$THREADS" --resume --time-limit "$CHUNK_SECONDS" $CAPTION_FLAGS \
+        $GEMM_FLAGS $TRAIN_FLAGS
     if [ "$ONE_CHUNK" = 1 ] && [ ! -f "$WORK/train/target.gguf" ]; then
         log "training: chunk done (ONE_CHUNK=1); run again to continue"
         exit 0
