@@ -26,7 +26,7 @@ vs_status vs_drafter_config(const vs_mmproj *target_mm, int vocab, const vs_draf
     memset(out, 0, sizeof(*out));
     out->image_size = v->image_size, out->patch_size = v->patch_size;
     out->v_width = v->width, out->v_ffn = v->ffn, out->v_heads = v->n_heads, out->v_blocks = v->n_blocks;
-    out->v_eps = v->eps;
+    out->v_eps = v->eps, out->v_post_ln = v->post_ln;
     for (int i = 0; i < 3; i++) out->image_mean[i] = v->mean[i], out->image_std[i] = v->std[i];
     out->vocab = vocab;
     out->width = lm->width, out->n_layers = lm->n_layers, out->n_heads = lm->n_heads;
@@ -63,6 +63,7 @@ vs_status vs_train_vlm_set_vision(vs_train_vlm *m, const vs_mmproj *target_mm, v
     CPY(w.v_pos, vw.pos_embd, NP1 * W);
     CPY(w.v_pre_ln_w, vw.pre_ln_w, W);
     CPY(w.v_pre_ln_b, vw.pre_ln_b, W);
+    if (v->post_ln) CPY(w.v_post_ln_w, vw.post_ln_w, W), CPY(w.v_post_ln_b, vw.post_ln_b, W);
     for (int l = 0; l < c->v_blocks; l++) {
         const vs_vision_block_weights *b = &vw.blocks[l];
         const size_t ow = l * W, oww = l * W * W, ovf = l * VF;

@@ -101,6 +101,7 @@ static vs_status export_mmproj(const vs_train_vlm *m, const char *path, const vs
     memcpy(vc.std, c->image_std, sizeof(vc.std));
     vc.use_gelu = false; /* quick-GELU inside the tower */
     vc.has_tower = true;
+    vc.post_ln = c->v_post_ln;
     size_t W = c->v_width, VF = c->v_ffn;
     vs_vision_block_weights *blk = vs_calloc((size_t)VS_MAX(c->v_blocks, 1), sizeof(*blk));
     if (!blk) return vs_error_set(err, VS_ERR_NOMEM, "export %s: out of memory", path);
@@ -119,7 +120,8 @@ static vs_status export_mmproj(const vs_train_vlm *m, const char *path, const vs
     vs_vision_weights vw = {
         .class_embd = w->v_cls, .patch_w = w->v_patch, .pos_embd = w->v_pos, .pre_ln_w = w->v_pre_ln_w,
         .pre_ln_b = w->v_pre_ln_b, .blocks = blk, .mm0_w = w->mm0_w, .mm0_b = w->mm0_b, .mm2_w = w->mm2_w,
-        .mm2_b = w->mm2_b,
+        .mm2_b = w->mm2_b, .post_ln_w = c->v_post_ln ? w->v_post_ln_w : NULL,
+        .post_ln_b = c->v_post_ln ? w->v_post_ln_b : NULL,
     };
     vs_mmproj_write_opts wo = {.mat_type = (vs_type)o->type, .name = o->name};
     vs_status s = vs_mmproj_write(path, &vc, &vw, &wo, err);

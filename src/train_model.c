@@ -42,6 +42,8 @@ static const tensor_spec k_specs[VS_TRAIN_VLM_N_TENSORS] = {
     {"v.fc1.bias", VS_TRAIN_GROUP_VISION, false, '0'},
     {"v.fc2.weight", VS_TRAIN_GROUP_VISION, true, 'r'},
     {"v.fc2.bias", VS_TRAIN_GROUP_VISION, false, '0'},
+    {"v.post_ln.weight", VS_TRAIN_GROUP_VISION, false, '1'},
+    {"v.post_ln.bias", VS_TRAIN_GROUP_VISION, false, '0'},
     {"mm.0.weight", VS_TRAIN_GROUP_PROJECTOR, true, 'n'},
     {"mm.0.bias", VS_TRAIN_GROUP_PROJECTOR, false, '0'},
     {"mm.2.weight", VS_TRAIN_GROUP_PROJECTOR, true, 'n'},
@@ -73,6 +75,7 @@ static void tensor_shapes(const vs_train_vlm_config *c, int64_t shape[][VS_TRAIN
         {3, VL, W, W}, {2, VL, W},                                                 /* out */
         {2, VL, W}, {2, VL, W},                                                    /* ln2 */
         {3, VL, VF, W}, {2, VL, VF}, {3, VL, W, VF}, {2, VL, W},                   /* fc1 fc2 */
+        {1, W}, {1, W},                                                            /* post_ln */
         {2, C, W}, {1, C}, {2, C, C}, {1, C},                                      /* projector */
         {2, V, C}, {2, L, C}, {3, L, HD, C}, {3, L, KVD, C}, {3, L, KVD, C}, {3, L, C, HD},
         {2, L, C}, {3, L, F, C}, {3, L, F, C}, {3, L, C, F}, {1, C}, {2, V, C},
@@ -88,6 +91,7 @@ static void bind_views(vs_train_vlm_tensors *v, float *buf, const vs_train_param
         &v->v_patch, &v->v_cls, &v->v_pos, &v->v_pre_ln_w, &v->v_pre_ln_b, &v->v_ln1_w, &v->v_ln1_b,
         &v->v_q_w, &v->v_q_b, &v->v_k_w, &v->v_k_b, &v->v_v_w, &v->v_v_b, &v->v_o_w, &v->v_o_b,
         &v->v_ln2_w, &v->v_ln2_b, &v->v_fc1_w, &v->v_fc1_b, &v->v_fc2_w, &v->v_fc2_b,
+        &v->v_post_ln_w, &v->v_post_ln_b,
         &v->mm0_w, &v->mm0_b, &v->mm2_w, &v->mm2_b,
         &v->wte, &v->attn_norm, &v->wq, &v->wk, &v->wv, &v->wo, &v->ffn_norm, &v->w_gate, &v->w_up,
         &v->w_down, &v->out_norm, &v->lm_head,
@@ -226,6 +230,9 @@ vs_train_vlm *vs_train_vlm_new(const vs_train_vlm_config *cfg, int max_B, int ma
     plan(&ap, &a->v_fc1, VL * Nv * VF);
     plan(&ap, &a->v_act, VL * Nv * VF);
     plan(&ap, &a->v_res2, VL * Nv * W);
+    plan(&ap, &a->v_feat_raw, Np * W);
+    plan(&ap, &a->v_post_mean, Np);
+    plan(&ap, &a->v_post_rstd, Np);
     plan(&ap, &a->v_feat, Np * W);
     plan(&ap, &a->mm_h, Np * C);
     plan(&ap, &a->mm_act, Np * C);
@@ -270,6 +277,7 @@ vs_train_vlm *vs_train_vlm_new(const vs_train_vlm_config *cfg, int max_B, int ma
     plan(&ap, &d->dmm_act, Np * C);
     plan(&ap, &d->dmm_h, Np * C);
     plan(&ap, &d->dfeat, Np * W);
+    plan(&ap, &d->dfeat_raw, Np * W);
     plan(&ap, &d->dvx, Nv * W);
     plan(&ap, &d->dvln, Nv * W);
     plan(&ap, &d->dvq, Nv * W);
@@ -416,7 +424,12 @@ static void vision_forward(vs_train_vlm *m, vs_threadpool *tp, const float *pixe
         vs_train_add_forward_tp(tp, res2, res1, a->tmp, (size_t)Nv * W);
         x = res2;
     }
-    vs_train_drop_cls_forward(a->v_feat, x, NI, NP, W);
+    vs_train_drop_cls_forward(a->v_feat_raw, x, NI, NP, W);
+    if (c->v_post_ln)
+        vs_train_layernorm_forward(a->v_feat, a->v_post_mean, a->v_post_rstd, a->v_feat_raw, w->v_post_ln_w,
+                                   w->v_post_ln_b, Np, W, c->v_eps);
+    else
+        memcpy(a->v_feat, a->v_feat_raw, sizeof(float) * (size_t)Np * W);
     vs_train_linear_forward(tp, a->mm_h, a->v_feat, w->mm0_w, w->mm0_b, Np, W, C);
     vs_train_gelu_erf_forward(a->mm_act, a->mm_h, (size_t)Np * C);
     vs_train_linear_forward(tp, a->mm_out, a->mm_act, w->mm2_w, w->mm2_b, Np, C, C);
@@ -593,8 +606,15 @@ static void vision_backward(vs_train_vlm *m, vs_threadpool *tp, bool train_proj,
 #undef GP
     if (!train_vis) return;
     const vs_train_vlm_tensors *g = &m->g;
+    const float *dfeat = d->dfeat;
+    if (c->v_post_ln) {
+        zero(tp, d->dfeat_raw, (size_t)Np * W);
+        vs_train_layernorm_backward(d->dfeat_raw, g->v_post_ln_w, g->v_post_ln_b, d->dfeat, a->v_feat_raw,
+                                    w->v_post_ln_w, a->v_post_mean, a->v_post_rstd, Np, W);
+        dfeat = d->dfeat_raw;
+    }
     zero(tp, d->dvx, (size_t)Nv * W);
-    vs_train_drop_cls_backward(d->dvx, d->dfeat, NI, NP, W);
+    vs_train_drop_cls_backward(d->dvx, dfeat, NI, NP, W);
     for (int l = c->v_blocks - 1; l >= 0; l--) {
         size_t ow = (size_t)l * W, oww = (size_t)l * W * W, ovf = (size_t)l * VF, o = l * sNv;
         const float *xin = l ? a->v_res2 + (o - sNv) * W : a->v_x0;
@@ -692,6 +712,7 @@ vs_status vs_train_vlm_save(const vs_train_vlm *m, const vs_train_state *st, con
     vs_gguf_set_u32(w, "vlm.v_heads", (uint32_t)c->v_heads);
     vs_gguf_set_u32(w, "vlm.v_blocks", (uint32_t)c->v_blocks);
     vs_gguf_set_f32(w, "vlm.v_eps", c->v_eps);
+    vs_gguf_set_bool(w, "vlm.v_post_ln", c->v_post_ln);
     vs_gguf_set_arr(w, "vlm.image_mean", VS_GGUF_F32, c->image_mean, 3);
     vs_gguf_set_arr(w, "vlm.image_std", VS_GGUF_F32, c->image_std, 3);
     vs_gguf_set_u32(w, "vlm.vocab", (uint32_t)c->vocab);
@@ -731,6 +752,10 @@ static vs_status read_cfg(const vs_gguf *g, vs_train_vlm_config *c, vs_error *er
         if (s) return s;
         *fdst[i] = (float)v;
     }
+    bool post = false; /* absent in checkpoints from before v.post_ln existed */
+    if (vs_gguf_get_bool(g, "vlm.v_post_ln", &post) == -1)
+        return vs_error_set(err, VS_ERR_FORMAT, "%s: vlm.v_post_ln is not a bool", vs_gguf_name(g));
+    c->v_post_ln = post;
     if (vs_gguf_get_f32_array(g, "vlm.image_mean", c->image_mean, 3) != 3 ||
         vs_gguf_get_f32_array(g, "vlm.image_std", c->image_std, 3) != 3)
         return vs_error_set(err, VS_ERR_FORMAT, "%s: vlm.image_mean / image_std must be 3 floats",

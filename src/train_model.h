@@ -33,6 +33,8 @@ typedef struct vs_train_vlm_config {
     int v_blocks;        /* VL */
     float v_eps;         /* LayerNorm epsilon */
     float image_mean[3]; /* preprocessing recorded in the mmproj file */
+    bool v_post_ln;      /* LayerNorm (v.post_ln) on the last block's patch rows; without it the
+                            tensors exist but are unused and not exported */
     float image_std[3];
     /* language model (the projector maps W -> C -> C) */
     int vocab;           /* V */
@@ -65,6 +67,7 @@ typedef struct vs_train_vlm_tensors {
     float *v_ln2_w, *v_ln2_b;   /* (VL, W) */
     float *v_fc1_w, *v_fc1_b;   /* (VL, VF, W), (VL, VF) */
     float *v_fc2_w, *v_fc2_b;   /* (VL, W, VF), (VL, W) */
+    float *v_post_ln_w, *v_post_ln_b; /* (W) LayerNorm of the last block's patch rows */
     /* projector */
     float *mm0_w, *mm0_b;       /* (C, W), (C) */
     float *mm2_w, *mm2_b;       /* (C, C), (C) */
@@ -81,7 +84,7 @@ typedef struct vs_train_vlm_tensors {
     float *lm_head;             /* (V, C) */
 } vs_train_vlm_tensors;
 
-#define VS_TRAIN_VLM_N_TENSORS 37
+#define VS_TRAIN_VLM_N_TENSORS 39
 
 /* One training batch: B sequences of T rows. Row (b, t) is a text token (tokens >= 0, img_row < 0)
  * or an image row (img_row = image * NP + patch, tokens < 0). Pad a short sequence at its end with

@@ -23,7 +23,9 @@ typedef struct vlm_acts {
     float *v_ln2_mean, *v_ln2_rstd; /* (VL, Nv) */
     float *v_fc1, *v_act;           /* (VL, Nv, VF) */
     float *v_res2;                  /* (VL, Nv, W) block outputs */
-    float *v_feat;                  /* (Np, W) class token dropped */
+    float *v_feat_raw;              /* (Np, W) last block's output, class token dropped */
+    float *v_post_mean, *v_post_rstd; /* (Np) */
+    float *v_feat;                  /* (Np, W) post-LN(v_feat_raw): the projector's input */
     float *mm_h, *mm_act, *mm_out;  /* (Np, C) projector: mm.0, GELU, mm.2 = image rows */
     /* LM: N = max_B * max_T rows per layer slice */
     float *x_emb;                   /* (N, C) */
@@ -50,7 +52,7 @@ typedef struct vlm_grads {
     float *datt;                              /* attention scratch */
     float *dgate, *dup, *dh;                  /* (N, F) */
     float *dmm_out, *dmm_act, *dmm_h;         /* (Np, C) */
-    float *dfeat, *dvpatch;                   /* (Np, W) */
+    float *dfeat, *dfeat_raw, *dvpatch;       /* (Np, W) */
     float *dvx, *dvln, *dvq, *dvk, *dvv, *dvatty; /* (Nv, W) */
     float *dvact, *dvfc1;                     /* (Nv, VF) */
 } vlm_grads;

@@ -102,7 +102,8 @@ struct vs_vision_tower {
     float *pre_ln_w, *pre_ln_b;     /* (width) */
     vmat patch;                     /* (width, 3 * P * P): conv weight as a matrix */
     vblock *blocks;                 /* (n_blocks) */
-    const vs_gguf_tensor *vec_t[4]; /* class, pos, pre_ln w/b sources */
+    float *post_ln_w, *post_ln_b;   /* (width), NULL without cfg.post_ln */
+    const vs_gguf_tensor *vec_t[6]; /* class, pos, pre_ln w/b, post_ln w/b sources */
 };
 
 struct vs_vision_projector {
@@ -304,6 +305,16 @@ static vs_status load_tower(vs_mmproj *m, vs_error *err) {
         return st;
     if ((st = load_vec1(m, "v.pre_ln.weight", D, &tw->pre_ln_w, &tw->vec_t[2], err)) != VS_OK) return st;
     if ((st = load_vec1(m, "v.pre_ln.bias", D, &tw->pre_ln_b, &tw->vec_t[3], err)) != VS_OK) return st;
+    /* optional post-LayerNorm: both tensors or neither */
+    bool pw = vs_gguf_find_tensor(m->g, "v.post_ln.weight") != NULL, pb = vs_gguf_find_tensor(m->g, "v.post_ln.bias") != NULL;
+    if (pw != pb)
+        return vs_error_set(err, VS_ERR_FORMAT, "%s: v.post_ln.%s without v.post_ln.%s", m->path,
+                            pw ? "weight" : "bias", pw ? "bias" : "weight");
+    if (pw) {
+        if ((st = load_vec1(m, "v.post_ln.weight", D, &tw->post_ln_w, &tw->vec_t[4], err)) != VS_OK) return st;
+        if ((st = load_vec1(m, "v.post_ln.bias", D, &tw->post_ln_b, &tw->vec_t[5], err)) != VS_OK) return st;
+    }
+    m->cfg.post_ln = tw->cfg.post_ln = pw;
     if ((st = load_mat_shape(m, "v.patch_embd.weight", 4, ne_patch, 3 * P * P, D, &tw->patch, err)) != VS_OK)
         return st;
     tw->blocks = vs_calloc((size_t)VS_MAX(c->n_blocks, 1), sizeof(vblock));
@@ -668,6 +679,7 @@ vs_status vs_vision_encode(const vs_vision_tower *t, vs_threadpool *tp, const fl
         TRACE(i);
     }
 #undef TRACE
+    if (t->post_ln_w) layernorm_rows(tp, s.x, s.x, n, D, t->post_ln_w, t->post_ln_b, c->eps);
     /* drop the class token */
     memcpy(out->data, s.x + D, (size_t)(n - 1) * (size_t)D * sizeof(float));
     if (want_imp && c->n_blocks == 0) { /* no block, no attention: no scores */
@@ -965,6 +977,10 @@ static void visit_weights(vs_vision_weights *w, const vs_vision_config *c, visit
         fn(ctx, &w->pos_embd, n_tok * D, 3, 0);
         fn(ctx, &w->pre_ln_w, D, 2, 0);
         fn(ctx, &w->pre_ln_b, D, 1, 0);
+        if (c->post_ln) {
+            fn(ctx, &w->post_ln_w, D, 2, 0);
+            fn(ctx, &w->post_ln_b, D, 1, 0);
+        }
         for (int i = 0; w->blocks && i < c->n_blocks; i++) {
             vs_vision_block_weights *b = &w->blocks[i];
             fn(ctx, &b->ln1_w, D, 2, 0);
@@ -1056,6 +1072,10 @@ vs_status vs_mmproj_read_weights(const vs_mmproj *m, vs_vision_weights *w, vs_er
         CPY(w->pos_embd, t->pos_embd, n_tok * D);
         CPY(w->pre_ln_w, t->pre_ln_w, D);
         CPY(w->pre_ln_b, t->pre_ln_b, D);
+        if (c->post_ln) {
+            CPY(w->post_ln_w, t->post_ln_w, D);
+            CPY(w->post_ln_b, t->post_ln_b, D);
+        }
         deq_mat(&t->patch, w->patch_w);
         for (int i = 0; i < c->n_blocks; i++) {
             const vblock *b = &t->blocks[i];
@@ -1145,6 +1165,12 @@ static vs_status write_tensors(vs_gguf_writer *gw, const vs_vision_config *c, co
         CHK(add_f32(gw, "v.position_embd.weight", 2, ne_pos, w->pos_embd, err));
         CHK(add_f32(gw, "v.pre_ln.weight", 1, ne_d, w->pre_ln_w, err));
         CHK(add_f32(gw, "v.pre_ln.bias", 1, ne_d, w->pre_ln_b, err));
+        if (c->post_ln) {
+            if (!w->post_ln_w || !w->post_ln_b)
+                return vs_error_set(err, VS_ERR_INVALID, "mmproj write: post_ln set but no weights given");
+            CHK(add_f32(gw, "v.post_ln.weight", 1, ne_d, w->post_ln_w, err));
+            CHK(add_f32(gw, "v.post_ln.bias", 1, ne_d, w->post_ln_b, err));
+        }
         if (c->n_blocks > 0 && !w->blocks)
             return vs_error_set(err, VS_ERR_INVALID, "mmproj write: no blocks given");
         for (int i = 0; i < c->n_blocks; i++) {

@@ -10,7 +10,8 @@
  * Forward (docs/vision.md has the full description and the facts it relies on):
  *   pixels (3, S, S) -> conv patch embedding (stride P, no bias) -> prepend v.class_embd -> add
  *   v.position_embd -> v.pre_ln -> n_blocks pre-LN blocks [x += attn_out(MHA(ln1(x)));
- *   x += fc2(act(fc1(ln2(x))))], act = quick-GELU or GELU (clip.use_gelu) -> drop the class token
+ *   x += fc2(act(fc1(ln2(x))))], act = quick-GELU or GELU (clip.use_gelu) -> v.post_ln when the file
+ *   has it (vlmspec's own towers) -> drop the class token
  *   -> features (G*G, width) with G = S / P.
  *   Projector: rows = mm.2(GELU(mm.0(features))) with the exact (erf) GELU, like HF's LLaVA.
  *   All blocks stored in the file are run (LLaVA's converter already dropped CLIP's last block).
@@ -47,6 +48,8 @@ typedef struct vs_vision_config {
     float mean[3], std[3];  /* clip.vision.image_mean / image_std */
     bool use_gelu;          /* clip.use_gelu: GELU (true) or quick-GELU x*sigmoid(1.702x) (false) */
     bool has_tower;         /* clip.has_vision_encoder: false for a projector-only file */
+    bool post_ln;           /* v.post_ln.{weight,bias} present: a LayerNorm after the last block (not in
+                               LLaVA-1.5 files; vlmspec's own towers, trained from scratch, have it) */
 } vs_vision_config;
 
 /* LLaVA-1.5 (CLIP ViT-L/14-336 + 2-layer MLP projector to a 4096-wide LM). */
@@ -178,6 +181,7 @@ typedef struct vs_vision_weights {
     float *pos_embd;                 /* (G*G + 1, width) */
     float *pre_ln_w, *pre_ln_b;      /* (width) */
     vs_vision_block_weights *blocks; /* (n_blocks) */
+    float *post_ln_w, *post_ln_b;    /* (width), only with cfg->post_ln */
     /* projector */
     float *mm0_w, *mm0_b; /* (proj_hidden, width), (proj_hidden) */
     float *mm2_w, *mm2_b; /* (proj_out, proj_hidden), (proj_out) */

@@ -22,8 +22,13 @@
 #include "vision.h"
 
 #define FIXTURE "tests/reference/fixtures/train/tiny_vlm.gguf"
-#define REL_TOL 1e-4
-#define LOSS_TOL 1e-5
+/* F32 products: logits, gradients, the 10-step trajectory and the final weights within 1e-4 relative,
+ * losses within 1e-5. With amx-bf16x3 (about 2^-15 relative error per product term) one step keeps the
+ * same kind of bound at 3e-4 (logits 2e-5, gradients 1e-4 seen), but ten AdamW steps at lr 1e-2 on this
+ * tiny model amplify it (final weights 8e-3 seen): the trajectory gets 2e-3 on losses and 1e-2 on
+ * gradient norms, the final weights 3e-2. Dropping one of the three products breaks the single-step
+ * bounds by 15-20x (logits 4.9e-3, gradients 6.4e-3), so they still catch a wrong product. */
+static double REL_TOL = 1e-4, LOSS_TOL = 1e-5, TRAJ_LOSS_TOL = 1e-5, TRAJ_NORM_TOL = 1e-4, FINAL_TOL = 1e-4;
 
 static int get_int(const vs_gguf *g, const char *key) {
     int64_t v = 0;
@@ -237,6 +242,8 @@ int main(int argc, char **argv) {
             return 77;
         }
         printf("train_parity: products %s\n", vs_train_sgemm_backend());
+        if (!strcmp(argv[1], "amx-bf16x3"))
+            REL_TOL = 3e-4, LOSS_TOL = 3e-5, TRAJ_LOSS_TOL = 2e-3, TRAJ_NORM_TOL = 1e-2, FINAL_TOL = 3e-2;
     }
     vs_error err = {0};
     vs_gguf *g = vs_gguf_open(FIXTURE, &err);
@@ -249,6 +256,7 @@ int main(int argc, char **argv) {
     c.v_width = get_int(g, "vlm.v_width"), c.v_ffn = get_int(g, "vlm.v_ffn");
     c.v_heads = get_int(g, "vlm.v_heads"), c.v_blocks = get_int(g, "vlm.v_blocks");
     c.v_eps = (float)get_f(g, "vlm.v_eps");
+    c.v_post_ln = vs_gguf_find_key(g, "vlm.v_post_ln") >= 0 && get_int(g, "vlm.v_post_ln") != 0;
     c.vocab = get_int(g, "vlm.vocab"), c.width = get_int(g, "vlm.width"),
     c.n_layers = get_int(g, "vlm.n_layers");
     c.n_heads = get_int(g, "vlm.n_heads"), c.n_kv_heads = get_int(g, "vlm.n_kv_heads"),
@@ -317,8 +325,8 @@ int main(int argc, char **argv) {
         vs_train_adamw_step(p, tp, &opt, lr);
         printf("  step %d lr %.5f loss %.7f (ref %.7f, diff %.1e) grad norm %.5f (ref %.5f)\n", s, lr, loss,
                ref_losses[s], fabs(loss - ref_losses[s]), norm, ref_norms[s]);
-        VT_CHECK(fabs(loss - ref_losses[s]) <= LOSS_TOL, "step %d loss %.7f vs %.7f", s, loss, ref_losses[s]);
-        VT_CHECK(fabs(norm - ref_norms[s]) <= REL_TOL * ref_norms[s], "step %d grad norm %.6f vs %.6f", s,
+        VT_CHECK(fabs(loss - ref_losses[s]) <= TRAJ_LOSS_TOL, "step %d loss %.7f vs %.7f", s, loss, ref_losses[s]);
+        VT_CHECK(fabs(norm - ref_norms[s]) <= TRAJ_NORM_TOL * ref_norms[s], "step %d grad norm %.6f vs %.6f", s,
                  norm, ref_norms[s]);
     }
     /* final weights: the zero-gradient key bias is steered by rounding noise through Adam's
@@ -332,7 +340,7 @@ int main(int argc, char **argv) {
             char nm[64];
             snprintf(nm, sizeof(nm), "f.%s", t->name);
             double e = rel_err(p->data + t->offset, get_tensor(g, nm, t->numel), t->numel, NULL);
-            VT_CHECK(e <= REL_TOL, "final weights %s: relative error %.3e", t->name, e);
+            VT_CHECK(e <= FINAL_TOL, "final weights %s: relative error %.3e", t->name, e);
             worst = fmax(worst, e);
         }
         printf("final weights after %d steps: worst relative error %.2e\n", n_steps, worst);

@@ -290,6 +290,7 @@ static int cmd_random(int argc, char **argv) {
                 CP(d->fc1_w, e->fc1_w, F * W), CP(d->fc1_b, e->fc1_b, F), CP(d->fc2_w, e->fc2_w, W * F);
                 CP(d->fc2_b, e->fc2_b, W);
             }
+            if (s->post_ln) CP(w.post_ln_w, src_w.post_ln_w, W), CP(w.post_ln_b, src_w.post_ln_b, W);
 #undef CP
         }
     }

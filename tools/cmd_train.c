@@ -217,6 +217,7 @@ static int cmd_bench(int argc, char **argv) {
                              .v_heads = 3,
                              .v_blocks = 6,
                              .v_eps = 1e-5f,
+                             .v_post_ln = true,
                              .vocab = 2048,
                              .width = 512,
                              .n_layers = 8,
@@ -689,6 +690,7 @@ static int target_parse(int argc, char **argv, target_opts *o) {
                                .v_heads = 3,
                                .v_blocks = 6,
                                .v_eps = 1e-5f,
+                               .v_post_ln = true,
                                .width = 512,
                                .n_layers = 8,
                                .n_heads = 8,
@@ -759,6 +761,7 @@ static char *target_settings(const target_opts *o, int64_t total, int vocab) {
     vs_json_key(&w, "v_ffn"), vs_json_int(&w, c->v_ffn);
     vs_json_key(&w, "v_heads"), vs_json_int(&w, c->v_heads);
     vs_json_key(&w, "v_blocks"), vs_json_int(&w, c->v_blocks);
+    vs_json_key(&w, "v_post_ln"), vs_json_bool(&w, c->v_post_ln);
     vs_json_key(&w, "width"), vs_json_int(&w, c->width);
     vs_json_key(&w, "layers"), vs_json_int(&w, c->n_layers);
     vs_json_key(&w, "heads"), vs_json_int(&w, c->n_heads);
@@ -904,10 +907,10 @@ static vs_status target_train(target_run *r, vs_error *err) {
     vs_free(settings);
     if (s != VS_OK) return s;
     printf(
-        "model: ViT %dx%d/%d width %d x %d blocks (%d heads, MLP %d), projector %d -> %d, LM width %d x %d "
+        "model: ViT %dx%d/%d width %d x %d blocks (%d heads, MLP %d%s), projector %d -> %d, LM width %d x %d "
         "layers (%d/%d heads, SwiGLU %d), vocab %d, context %d\n",
         c->image_size, c->image_size, c->patch_size, c->v_width, c->v_blocks, c->v_heads, c->v_ffn,
-        c->v_width, c->width, c->width, c->n_layers, c->n_heads, c->n_kv_heads, c->ffn, c->vocab, c->max_seq);
+        c->v_post_ln ? ", post-LN" : "", c->v_width, c->width, c->width, c->n_layers, c->n_heads, c->n_kv_heads, c->ffn, c->vocab, c->max_seq);
     printf("parameters: %.2fM (vision %.2fM, projector %.2fM, LM %.2fM = %.1f MB in F16)\n",
            vs_train_vlm_n_params(L->m, -1) / 1e6, vs_train_vlm_n_params(L->m, VS_TRAIN_GROUP_VISION) / 1e6,
            vs_train_vlm_n_params(L->m, VS_TRAIN_GROUP_PROJECTOR) / 1e6,

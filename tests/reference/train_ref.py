@@ -2,7 +2,7 @@
 """PyTorch reference for vlmspec's trainer (tests/test_train_parity.c).
 
 Builds a tiny LLaVA-style VLM -- a 2-block ViT (class token, position embeddings, pre-LayerNorm,
-quick-GELU), the LLaVA projector (mm.0 -> exact GELU -> mm.2) and a 2-layer LLaMA LM (RMSNorm,
+quick-GELU, a LayerNorm on the last block's patch rows: v.post_ln), the LLaVA projector (mm.0 -> exact GELU -> mm.2) and a 2-layer LLaMA LM (RMSNorm,
 grouped-query attention, RoPE on adjacent pairs, SwiGLU) -- from weights drawn here with a fixed
 seed, runs one batch (three images in two sequences, text tokens, a loss mask) in float64, and writes
 tests/reference/fixtures/train/tiny_vlm.gguf with:
@@ -31,7 +31,7 @@ torch.set_default_dtype(torch.float64)
 
 # ----------------------------------------------------------------------------------------------
 # config (small, non-square everywhere so a transposed matrix cannot go unnoticed)
-CFG = dict(image_size=8, patch_size=4, v_width=8, v_ffn=20, v_heads=2, v_blocks=2, v_eps=1e-5,
+CFG = dict(image_size=8, patch_size=4, v_width=8, v_ffn=20, v_heads=2, v_blocks=2, v_eps=1e-5, v_post_ln=1,
            vocab=32, width=16, n_layers=2, n_heads=4, n_kv_heads=2, ffn=24, max_seq=16,
            rms_eps=1e-5, rope_base=10000.0)
 MEAN = [0.5, 0.5, 0.5]
@@ -71,6 +71,8 @@ SPECS = [
     ("v.fc1.bias", (VL, VF), ("bias",), False),
     ("v.fc2.weight", (VL, W, VF), ("mat", VF), True),
     ("v.fc2.bias", (VL, W), ("bias",), False),
+    ("v.post_ln.weight", (W,), ("gain",), False),
+    ("v.post_ln.bias", (W,), ("bias",), False),
     ("mm.0.weight", (C, W), ("mat", W), True),
     ("mm.0.bias", (C,), ("bias",), False),
     ("mm.2.weight", (C, C), ("mat", C), True),
@@ -169,6 +171,7 @@ def vision(w, px):
         h = h * torch.sigmoid(1.702 * h)  # quick-GELU
         x = x + F.linear(h, w["v.fc2.weight"][l], w["v.fc2.bias"][l])
     f = x[:, 1:]                                                      # drop the class token
+    f = F.layer_norm(f, (W,), w["v.post_ln.weight"], w["v.post_ln.bias"], CFG["v_eps"])
     h = F.gelu(F.linear(f, w["mm.0.weight"], w["mm.0.bias"]))          # exact (erf) GELU
     return F.linear(h, w["mm.2.weight"], w["mm.2.bias"])              # (NI, NP, C)
 
