@@ -439,6 +439,83 @@ static void expect_open_fail(const char *path, vs_status want, const char *subst
     if (substr) VT_CHECK(strstr(err.msg, substr) != NULL, "%s: '%s' lacks '%s'", what, err.msg, substr);
 }
 
+/* v.post_ln: written and read back exactly; the features of a tower with it are LayerNorm(gain, bias) of
+ * the same tower's features without it (the file rewritten without the two tensors); one of the two
+ * alone is a format error naming the file. */
+static void test_post_ln(void) {
+    vs_error err = {0};
+    vs_vision_config c;
+    cfg_tiny(&c);
+    c.post_ln = true;
+    vs_vision_weights w, r;
+    VT_REQUIRE(vs_vision_weights_alloc(&w, &c, &err) == VS_OK, "%s", err.msg);
+    vs_vision_weights_randomize(&w, &c, 11);
+    char with[512], without[512], half[512];
+    snprintf(with, sizeof(with), "%s/postln.gguf", vt_tmpdir());
+    snprintf(without, sizeof(without), "%s/postln_none.gguf", vt_tmpdir());
+    snprintf(half, sizeof(half), "%s/postln_half.gguf", vt_tmpdir());
+    vs_mmproj_write_opts o = {.mat_type = VS_TYPE_F32, .name = "post-LN"};
+    VT_REQUIRE(vs_mmproj_write(with, &c, &w, &o, &err) == VS_OK, "%s", err.msg);
+    vs_gguf *g = vs_gguf_open(with, &err);
+    VT_REQUIRE(g, "%s", err.msg);
+    vs_gguf_writer *gw = vs_gguf_writer_new();
+    for (int64_t i = 0; i < vs_gguf_n_kv(g); i++) {
+        vs_gguf_str k = vs_gguf_key_at(g, i);
+        char key[256];
+        snprintf(key, sizeof(key), "%.*s", (int)k.len, k.ptr);
+        VT_REQUIRE(vs_gguf_copy_kv(gw, g, key, &err) == VS_OK, "%s", err.msg);
+    }
+    for (int64_t i = 0; i < vs_gguf_n_tensors(g); i++) {
+        const vs_gguf_tensor *t = vs_gguf_tensor_at(g, i);
+        if (strncmp(t->name, "v.post_ln.", 10) == 0) continue;
+        VT_REQUIRE(vs_gguf_add_tensor(gw, t->name, t->type, t->n_dims, t->ne, t->data, &err) == VS_OK, "%s",
+                   err.msg);
+    }
+    VT_REQUIRE(vs_gguf_write(gw, without, &err) == VS_OK, "%s", err.msg);
+    vs_gguf_writer_free(gw);
+    vs_gguf_close(g);
+    rewrite(with, half, &(rewrite_opts){.drop_tensor = "v.post_ln.bias"});
+    expect_open_fail(half, VS_ERR_FORMAT, "v.post_ln", "post_ln weight without bias");
+
+    vs_mmproj *a = vs_mmproj_open(with, &err), *b = vs_mmproj_open(without, &err);
+    VT_REQUIRE(a && b, "%s", err.msg);
+    VT_CHECK(vs_mmproj_config(a)->post_ln && !vs_mmproj_config(b)->post_ln, "post_ln flag read from the file");
+    VT_REQUIRE(vs_mmproj_read_weights(a, &r, &err) == VS_OK, "%s", err.msg);
+    const int D = c.width;
+    VT_CHECK(vt_max_abs_diff(r.post_ln_w, w.post_ln_w, (size_t)D) == 0 &&
+                 vt_max_abs_diff(r.post_ln_b, w.post_ln_b, (size_t)D) == 0,
+             "post_ln round trip exact");
+    float px[3 * 35 * 35];
+    vs_rng rng;
+    vs_rng_seed(&rng, 5);
+    for (size_t i = 0; i < VS_ARRAY_LEN(px); i++) px[i] = vs_rng_normal(&rng);
+    vs_vision_features fa, fb;
+    VT_REQUIRE(vs_vision_encode(vs_mmproj_tower(a), NULL, px, NULL, &fa, &err) == VS_OK, "%s", err.msg);
+    VT_REQUIRE(vs_vision_encode(vs_mmproj_tower(b), NULL, px, NULL, &fb, &err) == VS_OK, "%s", err.msg);
+    double worst = 0;
+    const int n = vs_vision_n_patches(&c);
+    for (int t = 0; t < n; t++) {
+        const float *x = fb.data + (size_t)t * D;
+        double mean = 0, var = 0;
+        for (int i = 0; i < D; i++) mean += x[i];
+        mean /= D;
+        for (int i = 0; i < D; i++) var += (x[i] - mean) * (x[i] - mean);
+        var /= D;
+        for (int i = 0; i < D; i++) {
+            double want = (x[i] - mean) / sqrt(var + c.eps) * w.post_ln_w[i] + w.post_ln_b[i];
+            worst = fmax(worst, fabs(fa.data[(size_t)t * D + i] - want) / (fabs(want) + 1));
+        }
+    }
+    VT_CHECK(worst < 1e-5, "post_ln features = LayerNorm of the features without it: %.3g", worst);
+    printf("post_ln: applied when present (worst %.2g vs a double LayerNorm), half of it refused\n", worst);
+    vs_vision_features_free(&fa);
+    vs_vision_features_free(&fb);
+    vs_vision_weights_free(&r, &c);
+    vs_vision_weights_free(&w, &c);
+    vs_mmproj_free(a);
+    vs_mmproj_free(b);
+}
+
 static void test_bad_files(const fx *pix) {
     const char *src = FIX "tiny_f32.gguf";
     char p[512];
@@ -895,6 +972,7 @@ int main(int argc, char **argv) {
     test_model("tiny_gelu_f32", &pix, 1e-4, NULL);
     test_roundtrip();
     test_bad_files(&pix);
+    test_post_ln();
     test_sharing(&pix);
     test_misc(tp);
     test_mmprompt(tp);
