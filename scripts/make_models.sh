@@ -21,8 +21,9 @@
 #   TEST_PER_SUITE   test conversations per suite (default 100)
 #   VOCAB            BPE vocabulary (default 2048)
 #   EPOCHS           passes over the training split (default 3)
-#   CAPTIONS         1: also train on the captions split, one caption per training image (default 1;
-#                    without it the first target's vision collapsed, docs/target.md)
+#   CAPTIONS         1: also train on the captions split, one caption per training image (default 1)
+#   FREEZE_VISION    steps the vision tower keeps its initial weights while the projector and LM learn
+#                    to read its features (default 4000; without it the tower collapsed, docs/target.md)
 #   TRAIN_FLAGS      extra `vlmspec train target` flags (sizes, --lr, --batch ...; default none: the
 #                    command's defaults, a 28.8M-parameter target)
 #   THREADS          threads (default 2)
@@ -44,6 +45,7 @@ TEST_PER_SUITE=${TEST_PER_SUITE:-100}
 VOCAB=${VOCAB:-2048}
 EPOCHS=${EPOCHS:-3}
 CAPTIONS=${CAPTIONS:-1}
+FREEZE_VISION=${FREEZE_VISION:-4000}
 TRAIN_FLAGS=${TRAIN_FLAGS:-}
 THREADS=${THREADS:-2}
 GEMM_SWITCH=${GEMM_SWITCH:-0}
@@ -91,6 +93,7 @@ step_now() { # the checkpoint's step, 0 before the first one
 }
 CAPTION_FLAGS=""
 [ "$CAPTIONS" = 1 ] && CAPTION_FLAGS="--captions"
+[ "$FREEZE_VISION" -gt 0 ] && CAPTION_FLAGS="$CAPTION_FLAGS --freeze-vision $FREEZE_VISION"
 while [ ! -f "$WORK/train/target.gguf" ]; do
     GEMM_FLAGS=""
     if "$VLMSPEC" version | grep -q "training products:.* amx-bf16x3"; then

@@ -127,6 +127,7 @@ typedef struct sched_opts {
     int batch, accum, seq, bucket, threads, ckpt_every, chunk_steps;
     double lr, lr_min, warmup, wd, clip, beta2, time_limit;
     int64_t seed;
+    int64_t freeze_vision; /* target: the vision tower is frozen for steps < this (0: never) */
     const char *gemm; /* vs_train_set_gemm name, NULL = default */
     bool resume, quiet;
 } sched_opts;
@@ -550,6 +551,7 @@ static vs_status loop_run(train_loop *L, vs_error *err) {
     bool stop = false;
     while (L->st.step < L->total && !stop) {
         const float lr = vs_train_lr(&sched, L->st.step);
+        if (o->freeze_vision > 0) p->frozen[VS_TRAIN_GROUP_VISION] = L->st.step < o->freeze_vision;
         const int64_t norm = vs_train_data_counted_ahead(L->data, o->accum);
         vs_train_params_zero_grad(p);
         double loss = 0, rows = 0;
@@ -582,6 +584,17 @@ static vs_status loop_run(train_loop *L, vs_error *err) {
             (o->chunk_steps > 0 && L->steps_run >= o->chunk_steps) || (L->deadline > 0 && now >= L->deadline);
         if (L->st.step % o->ckpt_every == 0 || L->st.step == L->total || stop)
             if ((s = loop_save(L, err))) return s;
+        if (o->freeze_vision > 0 && L->st.step == o->freeze_vision) {
+            /* the last frozen-tower state, kept: if training the tower goes wrong, a run can restart
+             * from here (docs/target.md) */
+            char keep[1300];
+            snprintf(keep, sizeof(keep), "%s/ckpt-vision-frozen.gguf", L->dir);
+            vs_train_data_state ds;
+            vs_train_data_get_state(L->data, &ds);
+            L->st.epoch = ds.epoch, L->st.data_pos = ds.pos, L->st.rng = ds.rng;
+            if ((s = vs_train_vlm_save(L->m, &L->st, keep, err))) return s;
+            if (!o->quiet) fprintf(stderr, "vision tower unfrozen at step %lld (kept %s)\n", (long long)L->st.step, keep);
+        }
     }
     if (!o->quiet) vs_progress_end(&pr, L->st.step);
     L->run_s = vs_time_now() - run_t0;
@@ -635,6 +648,8 @@ static void target_usage(FILE *f) {
         "  --tokenizer FILE    tokenizer GGUF ('vlmspec tokenizer train'); its vocabulary sizes the LM\n"
         "  --out DIR           output directory (created)\n"
         "  --captions          also train on the captions split (one caption per training image)\n"
+        "  --freeze-vision N   keep the vision tower at its initial weights for the first N steps (the\n"
+        "                      projector and LM learn to read its random features first; default 0)\n"
         "  --epochs E          passes over the data (default 10; fractions allowed)\n"
         "  --steps N           optimiser steps instead of --epochs\n"
         "  --batch B           sequences per micro-batch (default 8)\n"
@@ -708,6 +723,7 @@ static int target_parse(int argc, char **argv, target_opts *o) {
     fl_add(&fs, "--out", FL_STR, &o->out, 0, 0);
     fl_add(&fs, "--name", FL_STR, &o->name, 0, 0);
     fl_add(&fs, "--captions", FL_BOOL, &o->captions, 0, 0);
+    fl_add(&fs, "--freeze-vision", FL_I64, &s->freeze_vision, 0, (double)(INT64_C(1) << 40));
     fl_add(&fs, "--f32", FL_BOOL, &o->f32, 0, 0);
     fl_add(&fs, "--epochs", FL_F64, &s->epochs, 1e-6, 1e6);
     fl_add(&fs, "--steps", FL_I64, &s->steps, 1, (double)(INT64_C(1) << 40));
@@ -740,6 +756,7 @@ static char *target_settings(const target_opts *o, int64_t total, int vocab) {
     vs_json_obj_begin(&w);
     vs_json_key(&w, "data"), vs_json_str(&w, o->data);
     vs_json_key(&w, "captions"), vs_json_bool(&w, o->captions);
+    if (o->s.freeze_vision) vs_json_key(&w, "freeze_vision"), vs_json_int(&w, o->s.freeze_vision);
     vs_json_key(&w, "vocab"), vs_json_int(&w, vocab);
     vs_json_key(&w, "steps"), vs_json_int(&w, total);
     vs_json_key(&w, "batch"), vs_json_int(&w, o->s.batch);
