@@ -449,6 +449,36 @@ static void test_cli(const char *dir, const char *tok) {
     }
     printf("train target: 4 steps straight == 2 steps + --resume 2 steps (exports byte-identical, same "
            "curve)\n");
+    /* --freeze-vision N: the tower keeps its initial weights for N steps (the checkpoint kept at step N
+     * and a run frozen throughout have the same tower), then trains; without it the tower trains */
+    rc = vt_run("%s train target --data %s --tokenizer %s --out %s/fz2 --steps 4 --f32 --freeze-vision 2 %s > "
+                "%s/fz2.log 2>&1",
+                cli, dir, tok, tmp, tiny, tmp);
+    VT_CHECK(rc == 0, "train target --freeze-vision 2 exit %d", rc);
+    rc = vt_run("%s train target --data %s --tokenizer %s --out %s/fz4 --steps 4 --f32 --freeze-vision 4 %s > "
+                "%s/fz4.log 2>&1",
+                cli, dir, tok, tmp, tiny, tmp);
+    VT_CHECK(rc == 0, "train target --freeze-vision 4 exit %d", rc);
+    rc = vt_run("%s train export --ckpt %s/fz2/ckpt-vision-frozen.gguf --tokenizer %s --lm %s/fz2k.gguf "
+                "--mmproj %s/fz2km.gguf --type f32 > /dev/null",
+                cli, tmp, tok, tmp, tmp);
+    VT_CHECK(rc == 0, "export of the kept frozen-tower checkpoint: exit %d", rc);
+    {
+        const char *mm[4] = {"fz2km.gguf", "fz4/target-mmproj-f32.gguf", "fz2/target-mmproj-f32.gguf",
+                             "straight/target-mmproj-f32.gguf"};
+        uint64_t h[4] = {0};
+        for (int i = 0; i < 4; i++) {
+            snprintf(path, sizeof(path), "%s/%s", tmp, mm[i]);
+            vs_error e = {0};
+            vs_mmproj *m = vs_mmproj_open(path, &e);
+            VT_CHECK(m != NULL, "%s: %s", path, e.msg);
+            if (m) h[i] = vs_vision_tower_hash(vs_mmproj_tower(m)), vs_mmproj_free(m);
+        }
+        VT_CHECK(h[0] == h[1], "the tower at the end of --freeze-vision 2 differs from a run frozen throughout");
+        VT_CHECK(h[2] != h[0], "the tower did not train after --freeze-vision 2 ended");
+        VT_CHECK(h[3] != h[0], "without --freeze-vision the tower kept its initial weights");
+        printf("train target --freeze-vision: tower unchanged while frozen, trained after\n");
+    }
     /* train export of the final checkpoint writes the same files as the end of training */
     rc = vt_run(
         "%s train export --ckpt %s/chunked/ckpt/ckpt.gguf --tokenizer %s --lm %s/x.gguf --mmproj %s/xm.gguf "
