@@ -868,14 +868,23 @@ static int64_t tower_tensors(const vs_vision_tower *t, const vs_gguf_tensor **ou
         PUT(b->fc1.t);
         PUT(b->fc2.t);
     }
+    if (t->post_ln_w) {
+        PUT(t->vec_t[4]);
+        PUT(t->vec_t[5]);
+    }
 #undef PUT
     return n;
+}
+
+/* How many tensors tower_tensors lists. */
+static int64_t tower_n_tensors(const vs_vision_tower *t) {
+    return 5 + 16 * (int64_t)t->cfg.n_blocks + (t->post_ln_w ? 2 : 0);
 }
 
 static bool config_same(const vs_vision_config *a, const vs_vision_config *b) {
     return a->image_size == b->image_size && a->patch_size == b->patch_size && a->width == b->width &&
            a->ffn == b->ffn && a->n_heads == b->n_heads && a->n_blocks == b->n_blocks && a->eps == b->eps &&
-           a->use_gelu == b->use_gelu && !memcmp(a->mean, b->mean, sizeof(a->mean)) &&
+           a->use_gelu == b->use_gelu && a->post_ln == b->post_ln && !memcmp(a->mean, b->mean, sizeof(a->mean)) &&
            !memcmp(a->std, b->std, sizeof(a->std));
 }
 
@@ -883,7 +892,7 @@ bool vs_vision_tower_same(const vs_vision_tower *a, const vs_vision_tower *b) {
     if (!a || !b) return false;
     if (a == b) return true;
     if (!config_same(&a->cfg, &b->cfg)) return false;
-    const int64_t n = 5 + 16 * (int64_t)a->cfg.n_blocks;
+    const int64_t n = tower_n_tensors(a);
     const vs_gguf_tensor **ta = vs_malloc((size_t)n * sizeof(*ta)), **tb = vs_malloc((size_t)n * sizeof(*tb));
     bool same = ta && tb;
     if (same) {
@@ -924,7 +933,7 @@ uint64_t vs_vision_tower_hash(const vs_vision_tower *t) {
     h = hash_bytes(h, &c->eps, sizeof(c->eps));
     h = hash_bytes(h, c->mean, sizeof(c->mean));
     h = hash_bytes(h, c->std, sizeof(c->std));
-    const int64_t n = 5 + 16 * (int64_t)c->n_blocks;
+    const int64_t n = tower_n_tensors(t);
     const vs_gguf_tensor **ts = vs_malloc((size_t)n * sizeof(*ts));
     if (!ts) return 0;
     tower_tensors(t, ts, n);

@@ -465,6 +465,9 @@ static void test_post_ln(void) {
     vs_mmproj *a = vs_mmproj_open(with, &err), *b = vs_mmproj_open(without, &err);
     VT_REQUIRE(a && b, "%s", err.msg);
     VT_CHECK(vs_mmproj_config(a)->post_ln && !vs_mmproj_config(b)->post_ln, "post_ln flag read from the file");
+    VT_CHECK(!vs_vision_tower_same(vs_mmproj_tower(a), vs_mmproj_tower(b)) &&
+                 vs_vision_tower_hash(vs_mmproj_tower(a)) != vs_vision_tower_hash(vs_mmproj_tower(b)),
+             "a tower with post_ln is not the same tower without it");
     VT_REQUIRE(vs_mmproj_read_weights(a, &r, &err) == VS_OK, "%s", err.msg);
     const int D = c.width;
     VT_CHECK(vt_max_abs_diff(r.post_ln_w, w.post_ln_w, (size_t)D) == 0 &&
