@@ -151,7 +151,8 @@ static int apply_gemm(const char *cmd, const sched_opts *o) {
 }
 
 /* Running flags: they change the result at most in its last bits (--threads and --gemm change the
- * summation order or precision of the products: loop_check_run warns when a resumed run changes them). */
+ * summation order or precision of the products: loop_check_threads warns when a resumed run changes
+ * them). */
 static void add_run_flags(fl_set *s, sched_opts *o) {
     fl_add(s, "--threads", FL_INT, &o->threads, 1, 256);
     fl_add(s, "--gemm", FL_STR, &o->gemm, 0, 0);
