@@ -324,8 +324,27 @@ void vs_mm_amx_vnni(const vs_mm_job *jb, int64_t o0, int64_t o1) {
  * weights. Before (an A tile of nibbles unpacked through memory, stored right after its product, and a
  * two-outputs-per-vector VNNI kernel with a reduction tree) 6 rows cost 2.2x one row from DRAM. */
 
+/* The permutes of q4_lanes. Stage 1 (a pair of 4-row vectors -> 8 rows' dwords 0,1 or 2,3): lane
+ * 2r + d takes row r's dword d, from the first vector (rows 0-3) or the second (+16). Stage 2 (the two
+ * 8-row halves -> dword i of all 16 rows): lane l takes lane 2 (l % 8) + (i % 2) of the first half or
+ * the second (+16). */
+static const int32_t k_q4_stage1[2][16] = {{0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29},
+                                           {2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31}};
+static const int32_t k_q4_stage2[2][16] = {{0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30},
+                                           {1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31}};
+
+/* The 16 weight rows of a 16-output tile (rows past `valid` repeat the last one), at their nibbles. */
+typedef struct q4_src {
+    const uint8_t *wrow[16];
+} q4_src;
+
+VS_INLINE void q4_src_init(q4_src *src, const uint8_t *wt, size_t rb, int valid) {
+    for (int k = 0; k < 16; k++) src->wrow[k] = wt + (size_t)VS_MIN(k, valid - 1) * rb + 2;
+}
+
 /* The 16 weight rows' nibbles of block `boff` as 8 vectors: W[j] lane o = values 4j..4j+3 of row o. */
-VS_INLINE void q4_lanes(const uint8_t *const *wrow, size_t boff, const __m512i s1[2], const __m512i s2[2], __m512i W[8]) {
+VS_INLINE void q4_lanes(const q4_src *src, size_t boff, __m512i W[8]) {
+    const uint8_t *const *wrow = src->wrow;
     __m512i z[4]; /* z[k] = rows 4k..4k+3, 16 bytes each: lane 4m + i = dword i of row 4k + m */
     VS_UNROLL
     for (int k = 0; k < 4; k++) {
@@ -336,30 +355,16 @@ VS_INLINE void q4_lanes(const uint8_t *const *wrow, size_t boff, const __m512i s
     /* a[h]: rows 8h..8h+7, dwords 0,1 (a[h][0]) or 2,3 (a[h][1]), lane 2 * row + (dword & 1) */
     __m512i a[2][2];
     VS_UNROLL
-    for (int h = 0; h < 2; h++) {
-        a[h][0] = _mm512_permutex2var_epi32(z[2 * h], s1[0], z[2 * h + 1]);
-        a[h][1] = _mm512_permutex2var_epi32(z[2 * h], s1[1], z[2 * h + 1]);
-    }
+    for (int h = 0; h < 2; h++)
+        for (int d = 0; d < 2; d++)
+            a[h][d] = _mm512_permutex2var_epi32(z[2 * h], _mm512_loadu_si512(k_q4_stage1[d]), z[2 * h + 1]);
     const __m512i m = _mm512_set1_epi8(0x0f);
     VS_UNROLL
-    for (int i = 0; i < 4; i++) {
-        __m512i p = _mm512_permutex2var_epi32(a[0][i / 2], s2[i % 2], a[1][i / 2]); /* dword i of all rows */
+    for (int i = 0; i < 4; i++) { /* dword i of all rows */
+        __m512i p = _mm512_permutex2var_epi32(a[0][i / 2], _mm512_loadu_si512(k_q4_stage2[i % 2]), a[1][i / 2]);
         W[i] = _mm512_and_si512(p, m);
         W[4 + i] = _mm512_and_si512(_mm512_srli_epi16(p, 4), m);
     }
-}
-
-/* The permute indices of q4_lanes. */
-VS_INLINE void q4_transpose_idx(__m512i s1[2], __m512i s2[2]) {
-    _Alignas(64) int32_t t[4][16];
-    for (int l = 0; l < 16; l++) {
-        int r = l / 2, d = l % 2; /* stage 1: row r of the pair (z[2h] rows 0-3, z[2h+1] rows 4-7) */
-        t[0][l] = (r < 4 ? 0 : 16) + 4 * (r % 4) + d;
-        t[1][l] = t[0][l] + 2;
-        t[2][l] = (l < 8 ? 0 : 16) + 2 * (l % 8); /* stage 2: row l from a[0] (0-7) or a[1] (8-15) */
-        t[3][l] = t[2][l] + 1;
-    }
-    for (int i = 0; i < 2; i++) s1[i] = _mm512_load_si512(t[i]), s2[i] = _mm512_load_si512(t[2 + i]);
 }
 
 VS_INLINE void q4_group(const vs_mm_job *jb, int64_t o, int valid, int64_t g, size_t next_bytes, const int R) {
@@ -367,10 +372,8 @@ VS_INLINE void q4_group(const vs_mm_job *jb, int64_t o, int valid, int64_t g, si
     const int64_t nb = jb->n_in / 32, G = vs_xq_amx_G(jb->n_rows);
     const size_t rb = jb->w_row_bytes, chunk = vs_xq_amx_chunk(N);
     const uint8_t *wt = jb->w + o * rb;
-    const uint8_t *wrow[16];
-    for (int k = 0; k < 16; k++) wrow[k] = wt + (size_t)VS_MIN(k, valid - 1) * rb + 2; /* pad: repeat */
-    __m512i s1[2], s2[2];
-    q4_transpose_idx(s1, s2);
+    q4_src src;
+    q4_src_init(&src, wt, rb, valid);
     __m512 acc[16];
     VS_UNROLL
     for (int c = 0; c < R; c++) acc[c] = _mm512_setzero_ps();
@@ -381,7 +384,7 @@ VS_INLINE void q4_group(const vs_mm_job *jb, int64_t o, int valid, int64_t g, si
             _mm_prefetch((const char *)next + pf, _MM_HINT_T0);
         const size_t boff = (size_t)b * 18;
         __m512i W[8];
-        q4_lanes(wrow, boff, s1, s2, W);
+        q4_lanes(&src, boff, W);
         const __m512 dwv = gather_scales(wt, rb, boff, valid);
         const uint8_t *ch = jb->xq + (size_t)(b * G + g) * chunk;
         const int32_t *xd = (const int32_t *)ch, *corr = (const int32_t *)(ch + 32 * N + 64);
@@ -414,9 +417,9 @@ static void amx_q4_config(int N) {
 }
 
 /* Block b's weights, unpacked into its B buffer. */
-VS_INLINE void q4_prepare(const uint8_t *const *wrow, const __m512i *s1, const __m512i *s2, uint8_t *bb, int64_t b) {
+VS_INLINE void q4_prepare(const q4_src *src, uint8_t *bb, int64_t b) {
     __m512i W[8];
-    q4_lanes(wrow, (size_t)b * 18, s1, s2, W);
+    q4_lanes(src, (size_t)b * 18, W);
     VS_UNROLL
     for (int j = 0; j < 8; j++) _mm512_store_si512(bb + 64 * j, W[j]);
 }
@@ -455,10 +458,8 @@ VS_INLINE void q4_tiles(const vs_mm_job *jb, int64_t o, int valid, int64_t g, si
     const int64_t nb = jb->n_in / 32, G = vs_xq_amx_G(jb->n_rows);
     const size_t rb = jb->w_row_bytes, chunk = vs_xq_amx_chunk(N);
     const uint8_t *wt = jb->w + o * rb;
-    const uint8_t *wrow[16];
-    for (int k = 0; k < 16; k++) wrow[k] = wt + (size_t)VS_MIN(k, valid - 1) * rb + 2; /* pad: repeat */
-    __m512i s1[2], s2[2];
-    q4_transpose_idx(s1, s2);
+    q4_src src;
+    q4_src_init(&src, wt, rb, valid);
     _Alignas(64) uint8_t bbuf[4][512];
     _Alignas(64) int32_t cbuf[4][256];
     __m512 acc[16];
@@ -467,13 +468,13 @@ VS_INLINE void q4_tiles(const vs_mm_job *jb, int64_t o, int valid, int64_t g, si
     const uint8_t *next = wt + 16 * rb;
     size_t pf = 0;
     /* stages: unpack block b + 3, tile product of block b + 2, epilogue of block b */
-    for (int64_t b = 0; b < VS_MIN(nb, 3); b++) q4_prepare(wrow, s1, s2, bbuf[b & 3], b);
+    for (int64_t b = 0; b < VS_MIN(nb, 3); b++) q4_prepare(&src, bbuf[b & 3], b);
     for (int64_t b = 0; b < VS_MIN(nb, 2); b++) q4_issue(jb, bbuf, b, g, G, chunk);
     q4_store(cbuf, 0);
     for (int64_t b = 0; b < nb; b++) {
         for (size_t pe = next_bytes * (size_t)(b + 1) / (size_t)nb; pf < pe; pf += 64)
             _mm_prefetch((const char *)next + pf, _MM_HINT_T0);
-        if (b + 3 < nb) q4_prepare(wrow, s1, s2, bbuf[(b + 3) & 3], b + 3);
+        if (b + 3 < nb) q4_prepare(&src, bbuf[(b + 3) & 3], b + 3);
         if (b + 2 < nb) q4_issue(jb, bbuf, b + 2, g, G, chunk);
         if (b + 1 < nb) q4_store(cbuf, b + 1);
         const __m512 dwv = gather_scales(wt, rb, (size_t)b * 18, valid);
