@@ -500,20 +500,42 @@ static void test_loss(int kind) {
 
 /* ---------------------------------------------------------------------------------------------- */
 /* sgemm paths vs the reference */
+
+/* One product's inputs: op(A) (m, k), op(B) (k, n), transposes from bits of t, padded strides, and a
+ * random C0 to start from; copy_c gives a fresh copy of C0. */
+typedef struct gemm_case {
+    int m, n, k, lda, ldb, ldc;
+    bool ta, tb;
+    float *A, *B, *C0;
+} gemm_case;
+
+static gemm_case gemm_case_new(int m, int n, int k, int t) {
+    gemm_case g = {.m = m, .n = n, .k = k, .ta = t & 1, .tb = t & 2};
+    g.lda = (g.ta ? m : k) + 3, g.ldb = (g.tb ? k : n) + 1, g.ldc = n + 2;
+    g.A = randn((size_t)(g.ta ? k : m) * g.lda, 1), g.B = randn((size_t)(g.tb ? n : k) * g.ldb, 1);
+    g.C0 = randn((size_t)m * g.ldc, 1);
+    return g;
+}
+
+static float *copy_c(const gemm_case *g) {
+    float *c = vs_malloc(sizeof(float) * g->m * g->ldc);
+    VT_REQUIRE(c, "alloc");
+    memcpy(c, g->C0, sizeof(float) * g->m * g->ldc);
+    return c;
+}
+
+static void gemm_case_free(gemm_case *g) { vs_free(g->A), vs_free(g->B), vs_free(g->C0); }
+
 static void test_sgemm(vs_threadpool *tp) {
     static const int dims[][3] = {{1, 1, 1}, {3, 5, 7}, {17, 33, 9}, {70, 300, 270}, {129, 65, 513}};
     double worst = 0;
     for (size_t d = 0; d < VS_ARRAY_LEN(dims); d++)
         for (int t = 0; t < 4; t++) {
-            int m = dims[d][0], n = dims[d][1], k = dims[d][2];
-            bool ta = t & 1, tb = t & 2;
-            int lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 1, ldc = n + 2;
-            float *A = randn((size_t)(ta ? k : m) * lda, 1), *B = randn((size_t)(tb ? n : k) * ldb, 1);
-            float *C0 = randn((size_t)m * ldc, 1);
-            float *C1 = vs_malloc(sizeof(float) * m * ldc), *C2 = vs_malloc(sizeof(float) * m * ldc);
-            float *C3 = vs_malloc(sizeof(float) * m * ldc);
-            memcpy(C1, C0, sizeof(float) * m * ldc), memcpy(C2, C0, sizeof(float) * m * ldc);
-            memcpy(C3, C0, sizeof(float) * m * ldc);
+            gemm_case g = gemm_case_new(dims[d][0], dims[d][1], dims[d][2], t);
+            const int m = g.m, n = g.n, k = g.k, lda = g.lda, ldb = g.ldb, ldc = g.ldc;
+            const bool ta = g.ta, tb = g.tb;
+            const float *A = g.A, *B = g.B, *C0 = g.C0;
+            float *C1 = copy_c(&g), *C2 = copy_c(&g), *C3 = copy_c(&g);
             float alpha = 0.75f, beta = d % 2 ? 0.5f : 0.0f;
             vs_train_sgemm_ref(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C1, ldc);
             vs_train_sgemm_blocked(tp, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C2, ldc);
@@ -535,7 +557,7 @@ static void test_sgemm(vs_threadpool *tp) {
                      ta, tb, e3);
             VT_CHECK(pad_ok, "sgemm blocked wrote past n in a row of C");
             worst = fmax(worst, fmax(e2, e3) / (mx > 1 ? mx : 1));
-            vs_free(A), vs_free(B), vs_free(C0), vs_free(C1), vs_free(C2), vs_free(C3);
+            gemm_case_free(&g), vs_free(C1), vs_free(C2), vs_free(C3);
         }
     printf("sgemm (%s and blocked) vs reference: worst relative error %.2e\n", vs_train_sgemm_backend(),
            worst);
@@ -555,13 +577,11 @@ static void test_sgemm_amx(vs_threadpool *tp) {
     double worst = 0;
     for (size_t d = 0; d < VS_ARRAY_LEN(dims); d++)
         for (int t = 0; t < 4; t++) {
-            int m = dims[d][0], n = dims[d][1], k = dims[d][2];
-            bool ta = t & 1, tb = t & 2;
-            int lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 1, ldc = n + 2;
-            float *A = randn((size_t)(ta ? k : m) * lda, 1), *B = randn((size_t)(tb ? n : k) * ldb, 1);
-            float *C0 = randn((size_t)m * ldc, 1);
-            float *C1 = vs_malloc(sizeof(float) * m * ldc), *C2 = vs_malloc(sizeof(float) * m * ldc);
-            memcpy(C1, C0, sizeof(float) * m * ldc), memcpy(C2, C0, sizeof(float) * m * ldc);
+            gemm_case g = gemm_case_new(dims[d][0], dims[d][1], dims[d][2], t);
+            const int m = g.m, n = g.n, k = g.k, lda = g.lda, ldb = g.ldb, ldc = g.ldc;
+            const bool ta = g.ta, tb = g.tb;
+            const float *A = g.A, *B = g.B, *C0 = g.C0;
+            float *C1 = copy_c(&g), *C2 = copy_c(&g);
             float alpha = d % 3 ? 0.75f : 1.0f, beta = d % 3 == 0 ? 0.0f : d % 3 == 1 ? 0.5f : 1.0f;
             vs_train_sgemm_ref(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C1, ldc);
             vs_train_sgemm_amx(tp, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C2, ldc);
@@ -584,7 +604,7 @@ static void test_sgemm_amx(vs_threadpool *tp) {
             }
             VT_CHECK(bad == 0, "sgemm amx-bf16x3 %dx%dx%d ta=%d tb=%d: %d elements off", m, n, k, ta, tb, bad);
             VT_CHECK(pad_ok, "sgemm amx-bf16x3 wrote past n in a row of C");
-            vs_free(A), vs_free(B), vs_free(C0), vs_free(C1), vs_free(C2);
+            gemm_case_free(&g), vs_free(C1), vs_free(C2);
         }
     printf("sgemm amx-bf16x3 vs reference: worst error / sum |a b| = %.2e (bound 2^-14 = %.2e)\n", worst,
            ldexp(1, -14));
