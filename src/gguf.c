@@ -634,6 +634,14 @@ uint32_t vs_gguf_alignment(const vs_gguf *g) { return g->alignment; }
 uint64_t vs_gguf_data_offset(const vs_gguf *g) { return g->data_offset; }
 size_t vs_gguf_size(const vs_gguf *g) { return g->size; }
 
+void vs_gguf_release(const vs_gguf *g, const void *p, size_t n) {
+    const uint8_t *b = p, *map = g->map;
+    if (!map || b < map || n > g->size || (size_t)(b - map) > g->size - n) return;
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t lo = ((uintptr_t)b + page - 1) / page * page, hi = ((uintptr_t)b + n) / page * page;
+    if (hi > lo) madvise((void *)lo, hi - lo, MADV_DONTNEED);
+}
+
 /* --- metadata --- */
 
 int64_t vs_gguf_n_kv(const vs_gguf *g) { return g->n_kv; }

@@ -54,6 +54,10 @@ uint32_t vs_gguf_version(const vs_gguf *g);
 uint32_t vs_gguf_alignment(const vs_gguf *g);
 uint64_t vs_gguf_data_offset(const vs_gguf *g); /* file offset of the tensor data section */
 size_t vs_gguf_size(const vs_gguf *g);          /* file size in bytes */
+/* Tells the OS that the file bytes [p, p + n) are not needed for now (madvise MADV_DONTNEED on the whole
+ * pages inside the range) when g maps a file; a later read faults them back in from the file, so the
+ * bytes stay valid. Does nothing for vs_gguf_open_memory buffers. For callers that keep a converted copy. */
+void vs_gguf_release(const vs_gguf *g, const void *p, size_t n);
 
 /* --- metadata --- */
 int64_t vs_gguf_n_kv(const vs_gguf *g);

@@ -496,8 +496,8 @@ void vs_matmul(vs_threadpool *tp, vs_type wtype, const void *w, int64_t n_out, i
     vs_matmul_ex(tp, wtype, w, n_out, n_in, x, n_rows, y, VS_MM_DEFAULT);
 }
 
-void vs_matmul_ex(vs_threadpool *tp, vs_type wtype, const void *w, int64_t n_out, int64_t n_in,
-                  const float *x, int64_t n_rows, float *y, unsigned flags) {
+static void matmul_impl(vs_threadpool *tp, vs_type wtype, const void *w, const void *packed, int64_t n_out,
+                        int64_t n_in, const float *x, int64_t n_rows, float *y, unsigned flags) {
     size_t rb = vs_type_row_bytes(wtype, n_in);
     assert(vs_type_supported(wtype) && n_out >= 0 && n_in >= 0 && n_rows >= 0);
     assert(rb > 0 || n_in == 0);
@@ -517,13 +517,14 @@ void vs_matmul_ex(vs_threadpool *tp, vs_type wtype, const void *w, int64_t n_out
     if (n_rows > 512 && isa_current() == VS_ISA_AMX && use_amx_bf16(wtype, n_out, n_in, flags)) {
         /* bounded activation scratch for long prompts: 512 rows at a time (rows are independent) */
         for (int64_t r = 0; r < n_rows; r += 512)
-            vs_matmul_ex(tp, wtype, w, n_out, n_in, x + r * n_in, VS_MIN(512, n_rows - r), y + r * n_out,
-                         flags);
+            matmul_impl(tp, wtype, w, NULL, n_out, n_in, x + r * n_in, VS_MIN(512, n_rows - r), y + r * n_out,
+                        flags);
         return;
     }
     mm_ctx c = {.job = {.wtype = wtype, .w = w, .w_row_bytes = rb, .n_out = n_out, .n_in = n_in,
                         .n_rows = n_rows, .x = x, .y = y},
                 .isa = isa_current(), .q_rows = n_rows};
+    if (c.isa == VS_ISA_AMX && wtype == VS_TYPE_Q4_0) c.job.wp = packed;
     if (c.isa == VS_ISA_AMX &&
         !(is_quant(wtype) ? n_rows >= amx_min_rows(wtype) : use_amx_bf16(wtype, n_out, n_in, flags)))
         c.isa = VS_ISA_AVX512;
@@ -563,6 +564,44 @@ void vs_matmul_ex(vs_threadpool *tp, vs_type wtype, const void *w, int64_t n_out
     }
     vs_threadpool_run(tp, mm_task, &c);
     vs_free(owned);
+}
+
+void vs_matmul_ex(vs_threadpool *tp, vs_type wtype, const void *w, int64_t n_out, int64_t n_in,
+                  const float *x, int64_t n_rows, float *y, unsigned flags) {
+    matmul_impl(tp, wtype, w, NULL, n_out, n_in, x, n_rows, y, flags);
+}
+
+/* ---- Q4_0 repacked for the AMX kernels (layout in kernels.h) ---- */
+
+bool vs_q4x16_wanted(void) {
+    const char *e = getenv("VLMSPEC_Q4_REPACK");
+    return vs_isa_detect() == VS_ISA_AMX && !(e && !strcmp(e, "0"));
+}
+
+size_t vs_q4x16_bytes(int64_t n_out, int64_t n_in) {
+    return (size_t)((n_out + 15) / 16) * (size_t)(n_in / 32) * 288;
+}
+
+void vs_q4x16_pack(const void *w, int64_t n_out, int64_t n_in, void *dst) {
+    const int64_t nb = n_in / 32;
+    const size_t rb = vs_type_row_bytes(VS_TYPE_Q4_0, n_in);
+    for (int64_t t = 0; t < (n_out + 15) / 16; t++) {
+        uint8_t *nib = (uint8_t *)dst + (size_t)(t * nb) * 288, *sc = nib + (size_t)nb * 256;
+        for (int64_t b = 0; b < nb; b++)
+            for (int l = 0; l < 16; l++) {
+                const int64_t o = 16 * t + l;
+                const uint8_t *blk = o < n_out ? (const uint8_t *)w + (size_t)o * rb + (size_t)b * 18 : NULL;
+                static const uint8_t zero[18];
+                if (!blk) blk = zero;
+                memcpy(sc + 32 * b + 2 * l, blk, 2);
+                for (int i = 0; i < 4; i++) memcpy(nib + 256 * b + 64 * i + 4 * l, blk + 2 + 4 * i, 4);
+            }
+    }
+}
+
+void vs_matmul_q4x16(vs_threadpool *tp, const void *w, const void *packed, int64_t n_out, int64_t n_in,
+                     const float *x, int64_t n_rows, float *y) {
+    matmul_impl(tp, VS_TYPE_Q4_0, w, packed, n_out, n_in, x, n_rows, y, VS_MM_DEFAULT);
 }
 
 /* ---- memory bandwidth ---- */

@@ -55,6 +55,24 @@ void vs_matmul(vs_threadpool *tp, vs_type wtype, const void *w, int64_t n_out, i
 enum { VS_MM_DEFAULT = 0, VS_MM_AMX_BF16 = 1, VS_MM_NO_AMX_BF16 = 2 };
 void vs_matmul_ex(vs_threadpool *tp, vs_type wtype, const void *w, int64_t n_out, int64_t n_in,
                   const float *x, int64_t n_rows, float *y, unsigned flags);
+/* Q4_0 weights repacked at load time for the AMX kernels (the "q4x16" layout). The AMX Q4_0 kernels
+ * want a block's nibbles with lane o = output o of a 16-output tile (docs/kernels.md); on GGUF rows they
+ * transpose 16 rows' bytes and gather 16 scales per block, which makes 5+ rows compute-bound. Repacked,
+ * tile t (outputs 16t..16t+15; outputs past n_out are zero) of a matrix with nb = n_in / 32 blocks holds
+ * nb * 288 bytes at t * nb * 288:
+ *   nibbles: nb x 256 bytes; block b at 256 b: 4 x 64 bytes, lane o's 4 bytes of part i = bytes
+ *            4i..4i+3 of output o's block b (values 4i..4i+3 in the low nibbles, 16+4i.. in the high);
+ *   scales:  nb x 32 bytes at nb * 256: block b's 16 fp16 scales at 32 b, output o at [o].
+ * vs_q4x16_wanted: whether this CPU's kernels read the layout (AMX-INT8 and VLMSPEC_Q4_REPACK not 0). */
+bool vs_q4x16_wanted(void);
+size_t vs_q4x16_bytes(int64_t n_out, int64_t n_in);
+void vs_q4x16_pack(const void *w, int64_t n_out, int64_t n_in, void *dst);
+/* vs_matmul of Q4_0 weights w with their repacked copy `packed` (NULL: plain vs_matmul). While the active
+ * ISA is AMX the kernels read `packed`, with results BITWISE equal to vs_matmul on w (same quantised
+ * activations, same integer dots, same float operations); on any other ISA they read w. Batch invariance
+ * as vs_matmul. */
+void vs_matmul_q4x16(vs_threadpool *tp, const void *w, const void *packed, int64_t n_out, int64_t n_in,
+                     const float *x, int64_t n_rows, float *y);
 /* The scalar reference twin (single thread, double accumulation not required). */
 void vs_matmul_ref(vs_type wtype, const void *w, int64_t n_out, int64_t n_in, const float *x,
                    int64_t n_rows, float *y);

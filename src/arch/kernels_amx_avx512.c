@@ -10,7 +10,9 @@
  *  - Q8_0, 1 row, vnni_rows: VNNI dot products, two outputs per vector and a reduction tree;
  *  - Q4_0, 1-4 rows, q4_group, and 5+ rows, q4_tiles: the 16 rows' nibbles transposed so that lane o is
  *    output o (q4_lanes), then VNNI dot products per row, or that transposed block as the B tile of a
- *    tile product whose A is the rows' activations.
+ *    tile product whose A is the rows' activations. With the q4x16 copy the LM loader makes (kernels.h,
+ *    job->wp) the nibbles are already in lane order and the 16 scales contiguous: 4 loads replace the
+ *    transpose and the scale gather, with the same integer and float operations (bitwise equal).
  * Tile instructions are written as inline asm (no -mamx flags needed; binutils knows them); the CPU
  * check and the OS permission are in kernels.c / vs_amx_request. */
 #include <immintrin.h>
@@ -333,13 +335,33 @@ static const int32_t k_q4_stage1[2][16] = {{0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20
 static const int32_t k_q4_stage2[2][16] = {{0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30},
                                            {1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31}};
 
-/* The 16 weight rows of a 16-output tile (rows past `valid` repeat the last one), at their nibbles. */
+/* A 16-output tile's weights: the 16 GGUF rows (rows past `valid` repeat the last one) at their nibbles,
+ * or (pn != NULL) the tile of the q4x16 copy (kernels.h): nibbles already in lane order at pn, 16
+ * contiguous fp16 scales per block at ps. */
 typedef struct q4_src {
+    const uint8_t *wt; /* the tile's first GGUF row */
+    size_t rb;
+    int valid;
     const uint8_t *wrow[16];
+    const uint8_t *pn, *ps;
 } q4_src;
 
-VS_INLINE void q4_src_init(q4_src *src, const uint8_t *wt, size_t rb, int valid) {
-    for (int k = 0; k < 16; k++) src->wrow[k] = wt + (size_t)VS_MIN(k, valid - 1) * rb + 2;
+VS_INLINE void q4_src_init(q4_src *src, const vs_mm_job *jb, int64_t o, int valid) {
+    src->rb = jb->w_row_bytes;
+    src->wt = jb->w + o * src->rb;
+    src->valid = valid;
+    for (int k = 0; k < 16; k++) src->wrow[k] = src->wt + (size_t)VS_MIN(k, valid - 1) * src->rb + 2;
+    src->pn = src->ps = NULL;
+    if (jb->wp) {
+        const int64_t nb = jb->n_in / 32;
+        src->pn = jb->wp + (size_t)(o / 16 * nb) * 288;
+        src->ps = src->pn + (size_t)nb * 256;
+    }
+}
+
+/* The next tile's bytes and start, for the linear prefetch of q4_group / q4_tiles. */
+VS_INLINE const uint8_t *q4_next(const q4_src *src, const vs_mm_job *jb) {
+    return src->pn ? src->pn + (size_t)(jb->n_in / 32) * 288 : src->wt + 16 * src->rb;
 }
 
 /* The 16 weight rows' nibbles of block `boff` as 8 vectors: W[j] lane o = values 4j..4j+3 of row o. */
@@ -367,25 +389,45 @@ VS_INLINE void q4_lanes(const q4_src *src, size_t boff, __m512i W[8]) {
     }
 }
 
-VS_INLINE void q4_group(const vs_mm_job *jb, int64_t o, int valid, int64_t g, size_t next_bytes, const int R) {
+/* Block b of the tile: its nibbles as q4_lanes' 8 vectors (from the q4x16 copy: 4 loads, no transpose). */
+VS_INLINE void q4_block(const q4_src *src, int64_t b, __m512i W[8], const bool P) {
+    if (!P) {
+        q4_lanes(src, (size_t)b * 18, W);
+        return;
+    }
+    const __m512i m = _mm512_set1_epi8(0x0f);
+    VS_UNROLL
+    for (int i = 0; i < 4; i++) {
+        __m512i p = _mm512_loadu_si512(src->pn + 256 * b + 64 * i);
+        W[i] = _mm512_and_si512(p, m);
+        W[4 + i] = _mm512_and_si512(_mm512_srli_epi16(p, 4), m);
+    }
+}
+
+/* Block b's 16 weight scales as f32 (0 past `valid`; the q4x16 copy holds zeros there). */
+VS_INLINE __m512 q4_scales(const q4_src *src, int64_t b, const bool P) {
+    if (P) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(src->ps + 32 * b)));
+    return gather_scales(src->wt, src->rb, (size_t)b * 18, src->valid);
+}
+
+VS_INLINE void q4_group(const vs_mm_job *jb, int64_t o, int valid, int64_t g, size_t next_bytes, const int R,
+                        const bool P) {
     const int N = vs_xq_amx_N(jb->n_rows);
     const int64_t nb = jb->n_in / 32, G = vs_xq_amx_G(jb->n_rows);
-    const size_t rb = jb->w_row_bytes, chunk = vs_xq_amx_chunk(N);
-    const uint8_t *wt = jb->w + o * rb;
+    const size_t chunk = vs_xq_amx_chunk(N);
     q4_src src;
-    q4_src_init(&src, wt, rb, valid);
+    q4_src_init(&src, jb, o, valid);
     __m512 acc[16];
     VS_UNROLL
     for (int c = 0; c < R; c++) acc[c] = _mm512_setzero_ps();
-    const uint8_t *next = wt + 16 * rb; /* the next tile's weights, prefetched linearly (see vnni_rows) */
+    const uint8_t *next = q4_next(&src, jb); /* the next tile's weights, prefetched linearly (see vnni_rows) */
     size_t pf = 0;
     for (int64_t b = 0; b < nb; b++) {
         for (size_t pe = next_bytes * (size_t)(b + 1) / (size_t)nb; pf < pe; pf += 64)
             _mm_prefetch((const char *)next + pf, _MM_HINT_T0);
-        const size_t boff = (size_t)b * 18;
         __m512i W[8];
-        q4_lanes(&src, boff, W);
-        const __m512 dwv = gather_scales(wt, rb, boff, valid);
+        q4_block(&src, b, W, P);
+        const __m512 dwv = q4_scales(&src, b, P);
         const uint8_t *ch = jb->xq + (size_t)(b * G + g) * chunk;
         const int32_t *xd = (const int32_t *)ch, *corr = (const int32_t *)(ch + 32 * N + 64);
         const float *dx = (const float *)(ch + 32 * N);
@@ -417,9 +459,9 @@ static void amx_q4_config(int N) {
 }
 
 /* Block b's weights, unpacked into its B buffer. */
-VS_INLINE void q4_prepare(const q4_src *src, uint8_t *bb, int64_t b) {
+VS_INLINE void q4_prepare(const q4_src *src, uint8_t *bb, int64_t b, const bool P) {
     __m512i W[8];
-    q4_lanes(src, (size_t)b * 18, W);
+    q4_block(src, b, W, P);
     VS_UNROLL
     for (int j = 0; j < 8; j++) _mm512_store_si512(bb + 64 * j, W[j]);
 }
@@ -453,31 +495,31 @@ VS_INLINE void q4_store(int32_t (*cbuf)[256], int64_t b) {
     }
 }
 
-VS_INLINE void q4_tiles(const vs_mm_job *jb, int64_t o, int valid, int64_t g, size_t next_bytes, const int R) {
+VS_INLINE void q4_tiles(const vs_mm_job *jb, int64_t o, int valid, int64_t g, size_t next_bytes, const int R,
+                        const bool P) {
     const int N = vs_xq_amx_N(jb->n_rows);
     const int64_t nb = jb->n_in / 32, G = vs_xq_amx_G(jb->n_rows);
-    const size_t rb = jb->w_row_bytes, chunk = vs_xq_amx_chunk(N);
-    const uint8_t *wt = jb->w + o * rb;
+    const size_t chunk = vs_xq_amx_chunk(N);
     q4_src src;
-    q4_src_init(&src, wt, rb, valid);
+    q4_src_init(&src, jb, o, valid);
     _Alignas(64) uint8_t bbuf[4][512];
     _Alignas(64) int32_t cbuf[4][256];
     __m512 acc[16];
     VS_UNROLL
     for (int c = 0; c < R; c++) acc[c] = _mm512_setzero_ps();
-    const uint8_t *next = wt + 16 * rb;
+    const uint8_t *next = q4_next(&src, jb);
     size_t pf = 0;
     /* stages: unpack block b + 3, tile product of block b + 2, epilogue of block b */
-    for (int64_t b = 0; b < VS_MIN(nb, 3); b++) q4_prepare(&src, bbuf[b & 3], b);
+    for (int64_t b = 0; b < VS_MIN(nb, 3); b++) q4_prepare(&src, bbuf[b & 3], b, P);
     for (int64_t b = 0; b < VS_MIN(nb, 2); b++) q4_issue(jb, bbuf, b, g, G, chunk);
     q4_store(cbuf, 0);
     for (int64_t b = 0; b < nb; b++) {
         for (size_t pe = next_bytes * (size_t)(b + 1) / (size_t)nb; pf < pe; pf += 64)
             _mm_prefetch((const char *)next + pf, _MM_HINT_T0);
-        if (b + 3 < nb) q4_prepare(&src, bbuf[(b + 3) & 3], b + 3);
+        if (b + 3 < nb) q4_prepare(&src, bbuf[(b + 3) & 3], b + 3, P);
         if (b + 2 < nb) q4_issue(jb, bbuf, b + 2, g, G, chunk);
         if (b + 1 < nb) q4_store(cbuf, b + 1);
-        const __m512 dwv = gather_scales(wt, rb, (size_t)b * 18, valid);
+        const __m512 dwv = q4_scales(&src, b, P);
         const uint8_t *ch = jb->xq + (size_t)(b * G + g) * chunk;
         const int32_t *corr = (const int32_t *)(ch + 32 * N + 64), *cb = cbuf[b & 3];
         const float *dx = (const float *)(ch + 32 * N);
@@ -499,14 +541,18 @@ static void q4_driver(const vs_mm_job *jb, int64_t o0, int64_t o1, bool tiles) {
     if (tiles) amx_q4_config(N);
     for (int64_t o = o0; o < o1; o += 16) {
         const int valid = (int)VS_MIN(16, o1 - o);
-        const size_t nx = o + 16 < o1 ? (size_t)VS_MIN(16, o1 - o - 16) * jb->w_row_bytes : 0;
+        const size_t nx = o + 16 >= o1 ? 0
+                          : jb->wp     ? (size_t)(jb->n_in / 32) * 288
+                                       : (size_t)VS_MIN(16, o1 - o - 16) * jb->w_row_bytes;
         for (int64_t g = 0; g < G; g++) {
             const size_t pfb = g == 0 ? nx : 0;
             switch ((int)VS_MIN((int64_t)N, jb->n_rows - g * N)) {
 #define VS_Q4_CASE(r)                                                                     \
     case r:                                                                               \
-        if (tiles) q4_tiles(jb, o, valid, g, pfb, r);                                     \
-        else q4_group(jb, o, valid, g, pfb, r);                                           \
+        if (tiles && jb->wp) q4_tiles(jb, o, valid, g, pfb, r, true);                     \
+        else if (tiles) q4_tiles(jb, o, valid, g, pfb, r, false);                         \
+        else if (jb->wp) q4_group(jb, o, valid, g, pfb, r, true);                         \
+        else q4_group(jb, o, valid, g, pfb, r, false);                                    \
         break;
                 VS_Q4_CASE(1) VS_Q4_CASE(2) VS_Q4_CASE(3) VS_Q4_CASE(4) VS_Q4_CASE(5) VS_Q4_CASE(6)
                 VS_Q4_CASE(7) VS_Q4_CASE(8) VS_Q4_CASE(9) VS_Q4_CASE(10) VS_Q4_CASE(11) VS_Q4_CASE(12)

@@ -25,6 +25,7 @@
 typedef struct vs_mm_job {
     vs_type wtype;
     const uint8_t *w;   /* (n_out, w_row_bytes) */
+    const uint8_t *wp;  /* Q4_0 on AMX: the same weights in the q4x16 layout (kernels.h), or NULL */
     size_t w_row_bytes; /* vs_type_row_bytes(wtype, n_in) */
     int64_t n_out, n_in, n_rows;
     const float *x;      /* (n_rows, n_in) */
