@@ -110,7 +110,7 @@ void vs_adamw_default(vs_adamw *o) {
 typedef struct adamw_job {
     vs_train_params *p;
     const vs_adamw *o;
-    float lr, decay_mul, step_size, bc2_sqrt;
+    float decay_mul[VS_TRAIN_MAX_GROUPS], step_size[VS_TRAIN_MAX_GROUPS], bc2_sqrt; /* per group */
     bool avx; /* the 8-wide AVX loop (same bits as the scalar one) */
 } adamw_job;
 
@@ -121,12 +121,12 @@ typedef struct adamw_job {
  * the same order (AVX without FMA; sqrt and division are correctly rounded in both). Returns the
  * first element left for the scalar loop. */
 __attribute__((target("avx"))) static int64_t adamw_avx(const adamw_job *j, int64_t a, int64_t b,
-                                                        float dm) {
+                                                        float dm, float step_size) {
     vs_train_params *p = j->p;
     const float b1 = j->o->beta1, b2 = j->o->beta2, eps = j->o->eps;
     const __m256 vb1 = _mm256_set1_ps(b1), vb2 = _mm256_set1_ps(b2), v1b1 = _mm256_set1_ps(1.0f - b1),
                  v1b2 = _mm256_set1_ps(1.0f - b2), veps = _mm256_set1_ps(eps), vdm = _mm256_set1_ps(dm),
-                 vstep = _mm256_set1_ps(j->step_size), vbc2 = _mm256_set1_ps(j->bc2_sqrt);
+                 vstep = _mm256_set1_ps(step_size), vbc2 = _mm256_set1_ps(j->bc2_sqrt);
     int64_t k = a;
     for (; k + 8 <= b; k += 8) {
         __m256 g = _mm256_loadu_ps(p->grad + k);
@@ -153,26 +153,35 @@ static void adamw_task(void *ctx, int ith, int nth) {
         const vs_train_tensor *t = &p->tensors[i];
         if (p->frozen[t->group]) continue;
         int64_t a = VS_MAX(lo, (int64_t)t->offset), b = VS_MIN(hi, (int64_t)(t->offset + t->numel));
-        float dm = t->decay ? j->decay_mul : 1.0f;
+        const float dm = t->decay ? j->decay_mul[t->group] : 1.0f, step_size = j->step_size[t->group];
         int64_t k0 = a;
 #ifdef ADAMW_HAVE_AVX
-        if (j->avx && a < b) k0 = adamw_avx(j, a, b, dm);
+        if (j->avx && a < b) k0 = adamw_avx(j, a, b, dm, step_size);
 #endif
         for (int64_t k = k0; k < b; k++) {
             float g = p->grad[k];
             float w = p->data[k] * dm;
             float m = p->m[k] = b1 * p->m[k] + (1.0f - b1) * g;
             float v = p->v[k] = b2 * p->v[k] + (1.0f - b2) * g * g;
-            p->data[k] = w - j->step_size * (m / (sqrtf(v) / j->bc2_sqrt + eps));
+            p->data[k] = w - step_size * (m / (sqrtf(v) / j->bc2_sqrt + eps));
         }
     }
 }
 
 void vs_train_adamw_step(vs_train_params *p, vs_threadpool *tp, const vs_adamw *o, float lr) {
+    vs_train_adamw_step_groups(p, tp, o, lr, NULL);
+}
+
+void vs_train_adamw_step_groups(vs_train_params *p, vs_threadpool *tp, const vs_adamw *o, float lr,
+                                const float *group_lr_mul) {
     p->t++;
     double bc1 = 1.0 - pow(o->beta1, (double)p->t), bc2 = 1.0 - pow(o->beta2, (double)p->t);
-    adamw_job j = {p, o, lr, (float)(1.0 - (double)lr * o->weight_decay), (float)(lr / bc1),
-                   (float)sqrt(bc2), false};
+    adamw_job j = {.p = p, .o = o, .bc2_sqrt = (float)sqrt(bc2)};
+    for (int g = 0; g < VS_TRAIN_MAX_GROUPS; g++) {
+        const double lg = (double)lr * (group_lr_mul ? (double)group_lr_mul[g] : 1.0); /* x 1.0: exact */
+        j.decay_mul[g] = (float)(1.0 - lg * o->weight_decay);
+        j.step_size[g] = (float)(lg / bc1);
+    }
 #ifdef ADAMW_HAVE_AVX
     j.avx = vs_isa_active() >= VS_ISA_AVX2; /* VLMSPEC_ISA / vs_isa_set_max cap it */
 #endif

@@ -63,6 +63,11 @@ typedef struct vs_adamw {
 } vs_adamw;
 void vs_adamw_default(vs_adamw *o); /* 0.9, 0.95, 1e-8, 0.1 */
 void vs_train_adamw_step(vs_train_params *p, vs_threadpool *tp, const vs_adamw *o, float lr);
+/* The same with group g's learning rate lr * group_lr_mul[g] (NULL: 1 for every group; a multiplier of 1
+ * gives exactly vs_train_adamw_step's bits). For warming up a group that was frozen: its moments start
+ * at zero while the step count t (bias correction) is already large. */
+void vs_train_adamw_step_groups(vs_train_params *p, vs_threadpool *tp, const vs_adamw *o, float lr,
+                                const float *group_lr_mul);
 
 /* Learning rate at step s (0-based): linear warmup lr_max (s + 1) / warmup for s < warmup, then a
  * cosine from lr_max down to lr_min at s = total - 1 (lr_min after that). */

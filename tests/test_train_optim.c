@@ -447,6 +447,52 @@ static void test_adamw_paths(vs_threadpool *tp) {
     for (int k = 0; k < 2; k++) vs_train_params_free(&p[k]);
 }
 
+/* Per-group learning rates (vs_train_adamw_step_groups, the target's --vision-warmup): a group with
+ * multiplier 1 gets vs_train_adamw_step's bits, a group with 0.5 the bits of a step at lr * 0.5 (a
+ * power of two: the same double product), on the scalar and the AVX loop. */
+static void test_adamw_groups(vs_threadpool *tp) {
+    vs_train_tensor tt[3] = {
+        {.name = "a", .ndim = 2, .shape = {19, 23}, .group = 0, .decay = true},
+        {.name = "b", .ndim = 1, .shape = {37}, .group = 1, .decay = false},
+        {.name = "c", .ndim = 2, .shape = {7, 41}, .group = 1, .decay = true},
+    };
+    vs_error err = {0};
+    vs_train_params p[3]; /* groups (1, 0.5); plain lr; plain lr * 0.5 */
+    vs_adamw o;
+    vs_adamw_default(&o);
+    vs_rng r;
+    vs_rng_seed(&r, 78);
+    for (int k = 0; k < 3; k++) VT_REQUIRE(vs_train_params_init(&p[k], tt, 3, &err) == VS_OK, "%s", err.msg);
+    for (size_t i = 0; i < p[0].n; i++) p[0].data[i] = vs_rng_normal(&r);
+    for (int k = 1; k < 3; k++) memcpy(p[k].data, p[0].data, p[0].n * 4);
+    vs_isa cap = vs_isa_active();
+    bool ok = true;
+    for (int isa = 0; isa < 2; isa++) {
+        vs_isa_set_max(isa ? cap : VS_ISA_SCALAR);
+        for (int step = 0; step < 3; step++) {
+            for (size_t i = 0; i < p[0].n; i++) p[0].grad[i] = p[1].grad[i] = p[2].grad[i] = vs_rng_normal(&r);
+            const float lr = 1e-3f * (float)(step + 1), mul[VS_TRAIN_MAX_GROUPS] = {1.0f, 0.5f};
+            vs_train_adamw_step_groups(&p[0], tp, &o, lr, mul);
+            vs_train_adamw_step(&p[1], tp, &o, lr);
+            vs_train_adamw_step(&p[2], tp, &o, lr * 0.5f);
+        }
+        for (int i = 0; i < 3; i++) {
+            const vs_train_tensor *t = &p[0].tensors[i];
+            const vs_train_params *want = &p[t->group == 0 ? 1 : 2];
+            ok &= !memcmp(p[0].data + t->offset, want->data + t->offset, t->numel * 4);
+            ok &= !memcmp(p[0].m + t->offset, want->m + t->offset, t->numel * 4);
+            ok &= !memcmp(p[0].v + t->offset, want->v + t->offset, t->numel * 4);
+        }
+        /* the groups did move apart: group 1 of the plain-lr set differs */
+        ok &= memcmp(p[0].data + tt[0].shape[0] * tt[0].shape[1], p[1].data + tt[0].shape[0] * tt[0].shape[1],
+                     (p[0].n - (size_t)(tt[0].shape[0] * tt[0].shape[1])) * 4) != 0;
+    }
+    vs_isa_set_max(cap);
+    VT_CHECK(ok, "AdamW per-group learning rates: bits differ from the plain steps at lr and lr * 0.5");
+    printf("AdamW per-group learning rates (1, 0.5) equal plain steps at lr and lr / 2, bit for bit\n");
+    for (int k = 0; k < 3; k++) vs_train_params_free(&p[k]);
+}
+
 int main(void) {
     vs_error err = {0};
     vs_threadpool *tp = vs_threadpool_new(2, &err);
@@ -455,6 +501,7 @@ int main(void) {
     test_adamw(tp);
     test_adamw_paths(tp);
     test_adamw_paths(NULL);
+    test_adamw_groups(tp);
     test_accumulation(tp);
     test_freezing(tp);
     test_checkpoint(tp);

@@ -128,6 +128,7 @@ typedef struct sched_opts {
     double lr, lr_min, warmup, wd, clip, beta2, time_limit;
     int64_t seed;
     int64_t freeze_vision; /* target: the vision tower is frozen for steps < this (0: never) */
+    int64_t vision_warmup; /* target: the unfrozen tower's lr ramps up linearly over this many steps */
     const char *gemm; /* vs_train_set_gemm name, NULL = default */
     bool resume, quiet;
 } sched_opts;
@@ -568,7 +569,12 @@ static vs_status loop_run(train_loop *L, vs_error *err) {
             L->padded_run += (double)b.B * b.T;
         }
         if (o->clip > 0) vs_train_clip_grad(p, (float)o->clip);
-        vs_train_adamw_step(p, L->tp, &opt, lr);
+        float mul[VS_TRAIN_MAX_GROUPS];
+        for (int g = 0; g < VS_TRAIN_MAX_GROUPS; g++) mul[g] = 1.0f;
+        const int64_t since = L->st.step - o->freeze_vision; /* steps the tower has been trained before this */
+        if (o->vision_warmup > 0 && since >= 0 && since < o->vision_warmup)
+            mul[VS_TRAIN_GROUP_VISION] = (float)((double)(since + 1) / (double)o->vision_warmup);
+        vs_train_adamw_step_groups(p, L->tp, &opt, lr, mul);
         const double now = vs_time_now();
         L->st.tokens += (uint64_t)rows;
         L->st.elapsed_s = elapsed0 + (now - run_t0);
@@ -651,6 +657,8 @@ static void target_usage(FILE *f) {
         "  --captions          also train on the captions split (one caption per training image)\n"
         "  --freeze-vision N   keep the vision tower at its initial weights for the first N steps (the\n"
         "                      projector and LM learn to read its random features first; default 0)\n"
+        "  --vision-warmup N   after the freeze, ramp the tower's learning rate up from 0 over N steps (its\n"
+        "                      AdamW moments start at zero; default 0: the full rate at once)\n"
         "  --epochs E          passes over the data (default 10; fractions allowed)\n"
         "  --steps N           optimiser steps instead of --epochs\n"
         "  --batch B           sequences per micro-batch (default 8)\n"
@@ -725,6 +733,7 @@ static int target_parse(int argc, char **argv, target_opts *o) {
     fl_add(&fs, "--name", FL_STR, &o->name, 0, 0);
     fl_add(&fs, "--captions", FL_BOOL, &o->captions, 0, 0);
     fl_add(&fs, "--freeze-vision", FL_I64, &s->freeze_vision, 0, (double)(INT64_C(1) << 40));
+    fl_add(&fs, "--vision-warmup", FL_I64, &s->vision_warmup, 0, (double)(INT64_C(1) << 40));
     fl_add(&fs, "--f32", FL_BOOL, &o->f32, 0, 0);
     fl_add(&fs, "--epochs", FL_F64, &s->epochs, 1e-6, 1e6);
     fl_add(&fs, "--steps", FL_I64, &s->steps, 1, (double)(INT64_C(1) << 40));
@@ -758,6 +767,7 @@ static char *target_settings(const target_opts *o, int64_t total, int vocab) {
     vs_json_key(&w, "data"), vs_json_str(&w, o->data);
     vs_json_key(&w, "captions"), vs_json_bool(&w, o->captions);
     if (o->s.freeze_vision) vs_json_key(&w, "freeze_vision"), vs_json_int(&w, o->s.freeze_vision);
+    if (o->s.vision_warmup) vs_json_key(&w, "vision_warmup"), vs_json_int(&w, o->s.vision_warmup);
     vs_json_key(&w, "vocab"), vs_json_int(&w, vocab);
     vs_json_key(&w, "steps"), vs_json_int(&w, total);
     vs_json_key(&w, "batch"), vs_json_int(&w, o->s.batch);
