@@ -451,10 +451,14 @@ static void test_cli(const char *dir, const char *tok) {
            "curve)\n");
     /* --freeze-vision N: the tower keeps its initial weights for N steps (the checkpoint kept at step N
      * and a run frozen throughout have the same tower), then trains; without it the tower trains */
-    /* --vision-warmup 2 after --freeze-vision 2: the tower trains at half the rate on step 2 */
-    static const char *const fz_runs[3][2] = {
-        {"fz2", "--freeze-vision 2"}, {"fz4", "--freeze-vision 4"}, {"fz2w", "--freeze-vision 2 --vision-warmup 2"}};
-    for (int i = 0; i < 3; i++) {
+    /* --vision-warmup 2 after --freeze-vision 2: the tower trains at half the rate on step 2;
+     * --vision-lr 0 keeps it where it was frozen (no update, no weight decay), 0.5 trains it more slowly */
+    static const char *const fz_runs[5][2] = {{"fz2", "--freeze-vision 2"},
+                                              {"fz4", "--freeze-vision 4"},
+                                              {"fz2w", "--freeze-vision 2 --vision-warmup 2"},
+                                              {"fz2z", "--freeze-vision 2 --vision-lr 0"},
+                                              {"fz2h", "--freeze-vision 2 --vision-lr 0.5"}};
+    for (int i = 0; i < 5; i++) {
         rc = vt_run("%s train target --data %s --tokenizer %s --out %s/%s --steps 4 --f32 %s %s > %s/%s.log 2>&1",
                     cli, dir, tok, tmp, fz_runs[i][0], fz_runs[i][1], tiny, tmp, fz_runs[i][0]);
         VT_CHECK(rc == 0, "train target %s exit %d", fz_runs[i][1], rc);
@@ -464,10 +468,15 @@ static void test_cli(const char *dir, const char *tok) {
                 cli, tmp, tok, tmp, tmp);
     VT_CHECK(rc == 0, "export of the kept frozen-tower checkpoint: exit %d", rc);
     {
-        const char *mm[5] = {"fz2km.gguf", "fz4/target-mmproj-f32.gguf", "fz2/target-mmproj-f32.gguf",
-                             "straight/target-mmproj-f32.gguf", "fz2w/target-mmproj-f32.gguf"};
-        uint64_t h[5] = {0};
-        for (int i = 0; i < 5; i++) {
+        const char *mm[7] = {"fz2km.gguf",
+                             "fz4/target-mmproj-f32.gguf",
+                             "fz2/target-mmproj-f32.gguf",
+                             "straight/target-mmproj-f32.gguf",
+                             "fz2w/target-mmproj-f32.gguf",
+                             "fz2z/target-mmproj-f32.gguf",
+                             "fz2h/target-mmproj-f32.gguf"};
+        uint64_t h[7] = {0};
+        for (int i = 0; i < 7; i++) {
             snprintf(path, sizeof(path), "%s/%s", tmp, mm[i]);
             vs_error e = {0};
             vs_mmproj *m = vs_mmproj_open(path, &e);
@@ -478,8 +487,11 @@ static void test_cli(const char *dir, const char *tok) {
         VT_CHECK(h[2] != h[0], "the tower did not train after --freeze-vision 2 ended");
         VT_CHECK(h[3] != h[0], "without --freeze-vision the tower kept its initial weights");
         VT_CHECK(h[4] != h[0] && h[4] != h[2], "--vision-warmup 2: the tower did not train, or trained as without it");
+        VT_CHECK(h[5] == h[0], "--vision-lr 0: the tower changed after the freeze");
+        VT_CHECK(h[6] != h[0] && h[6] != h[2] && h[6] != h[4],
+                 "--vision-lr 0.5: the tower did not train, or trained as at the full rate or with the warm-up");
         printf("train target --freeze-vision: tower unchanged while frozen, trained after (differently with "
-               "--vision-warmup)\n");
+               "--vision-warmup or --vision-lr 0.5, not at all with --vision-lr 0)\n");
     }
     /* train export of the final checkpoint writes the same files as the end of training */
     rc = vt_run(

@@ -129,6 +129,7 @@ typedef struct sched_opts {
     int64_t seed;
     int64_t freeze_vision; /* target: the vision tower is frozen for steps < this (0: never) */
     int64_t vision_warmup; /* target: the unfrozen tower's lr ramps up linearly over this many steps */
+    double vision_lr;      /* target: the tower's lr as a multiple of the schedule's (1: the same) */
     const char *gemm; /* vs_train_set_gemm name, NULL = default */
     bool resume, quiet;
 } sched_opts;
@@ -574,6 +575,7 @@ static vs_status loop_run(train_loop *L, vs_error *err) {
         const int64_t since = L->st.step - o->freeze_vision; /* steps the tower has been trained before this */
         if (o->vision_warmup > 0 && since >= 0 && since < o->vision_warmup)
             mul[VS_TRAIN_GROUP_VISION] = (float)((double)(since + 1) / (double)o->vision_warmup);
+        mul[VS_TRAIN_GROUP_VISION] *= (float)o->vision_lr;
         vs_train_adamw_step_groups(p, L->tp, &opt, lr, mul);
         const double now = vs_time_now();
         L->st.tokens += (uint64_t)rows;
@@ -659,6 +661,7 @@ static void target_usage(FILE *f) {
         "                      projector and LM learn to read its random features first; default 0)\n"
         "  --vision-warmup N   after the freeze, ramp the tower's learning rate up from 0 over N steps (its\n"
         "                      AdamW moments start at zero; default 0: the full rate at once)\n"
+        "  --vision-lr F       the tower's learning rate as a multiple of the schedule's (default 1)\n"
         "  --epochs E          passes over the data (default 10; fractions allowed)\n"
         "  --steps N           optimiser steps instead of --epochs\n"
         "  --batch B           sequences per micro-batch (default 8)\n"
@@ -705,7 +708,7 @@ static int target_parse(int argc, char **argv, target_opts *o) {
     sched_opts *s = &o->s;
     s->epochs = 10, s->batch = 8, s->accum = 2, s->seq = 768, s->bucket = 16, s->threads = 2;
     s->ckpt_every = 200, s->lr = 1e-3, s->lr_min = -1, s->warmup = 100, s->wd = 0.1, s->clip = 1.0;
-    s->beta2 = 0.95, s->seed = 1, o->name = "vlmspec-world-target";
+    s->beta2 = 0.95, s->seed = 1, s->vision_lr = 1, o->name = "vlmspec-world-target";
     vs_train_vlm_config *c = &o->cfg;
     *c = (vs_train_vlm_config){.image_size = 64,
                                .patch_size = 8,
@@ -734,6 +737,7 @@ static int target_parse(int argc, char **argv, target_opts *o) {
     fl_add(&fs, "--captions", FL_BOOL, &o->captions, 0, 0);
     fl_add(&fs, "--freeze-vision", FL_I64, &s->freeze_vision, 0, (double)(INT64_C(1) << 40));
     fl_add(&fs, "--vision-warmup", FL_I64, &s->vision_warmup, 0, (double)(INT64_C(1) << 40));
+    fl_add(&fs, "--vision-lr", FL_F64, &s->vision_lr, 0, 100);
     fl_add(&fs, "--f32", FL_BOOL, &o->f32, 0, 0);
     fl_add(&fs, "--epochs", FL_F64, &s->epochs, 1e-6, 1e6);
     fl_add(&fs, "--steps", FL_I64, &s->steps, 1, (double)(INT64_C(1) << 40));
@@ -768,6 +772,7 @@ static char *target_settings(const target_opts *o, int64_t total, int vocab) {
     vs_json_key(&w, "captions"), vs_json_bool(&w, o->captions);
     if (o->s.freeze_vision) vs_json_key(&w, "freeze_vision"), vs_json_int(&w, o->s.freeze_vision);
     if (o->s.vision_warmup) vs_json_key(&w, "vision_warmup"), vs_json_int(&w, o->s.vision_warmup);
+    if (o->s.vision_lr != 1) vs_json_key(&w, "vision_lr"), vs_json_num(&w, o->s.vision_lr);
     vs_json_key(&w, "vocab"), vs_json_int(&w, vocab);
     vs_json_key(&w, "steps"), vs_json_int(&w, total);
     vs_json_key(&w, "batch"), vs_json_int(&w, o->s.batch);
@@ -1038,7 +1043,7 @@ static int drafter_parse(int argc, char **argv, drafter_opts *o) {
     memset(o, 0, sizeof(*o));
     sched_opts *s = &o->s;
     s->accum = 1, s->seq = 768, s->bucket = 16, s->threads = 2, s->ckpt_every = 100, s->wd = 0.1;
-    s->clip = 1.0, s->beta2 = 0.95, s->seed = 1;
+    s->clip = 1.0, s->beta2 = 0.95, s->seed = 1, s->vision_lr = 1;
     const int64_t steps[N_PHASES] = {2000, 500, 800};
     const int batch[N_PHASES] = {32, 16, 16};
     const double lr[N_PHASES] = {2e-3, 1e-3, 5e-4}, warm[N_PHASES] = {50, 20, 20};
