@@ -24,12 +24,18 @@
 #   CAPTIONS         1: also train on the captions split, one caption per training image (default 1)
 #   FREEZE_VISION    steps the vision tower keeps its initial weights while the projector and LM learn
 #                    to read its features (default 4000; without it the tower collapsed, docs/target.md)
+#   VISION_WARMUP    steps over which the unfrozen tower's learning rate ramps up (default 500)
+#   VISION_LR        the tower's learning rate as a multiple of the schedule's (default 0.1; at the full
+#                    rate the tower drifted away from OCR and charts, docs/target.md)
 #   TRAIN_FLAGS      extra `vlmspec train target` flags (sizes, --lr, --batch ...; default none: the
 #                    command's defaults, a 28.8M-parameter target)
 #   THREADS          threads (default 2)
 #   GEMM_SWITCH      the step at which training switches from OpenBLAS's F32 products to amx-bf16x3
 #                    (default 0: amx-bf16x3 from the start, as the shipped target; only on CPUs with
 #                    AMX-BF16, elsewhere the whole run uses OpenBLAS)
+#   ATTENTION_SWITCH the step at which the attention switches from the direct F32 kernels to per-head
+#                    products on the AMX-BF16 tiles (`--attention gemm`, ~1.9x faster steps; default
+#                    4000, as the shipped target; 0: gemm from the start; only with amx-bf16x3)
 #   CHUNK_SECONDS    wall-time limit of one training run (default 7000, under 2 hours)
 #   ONE_CHUNK        1: stop after one training chunk (default 0: train to the end)
 #   EVAL_FLAGS       extra `vlmspec eval` flags (e.g. --limit 20; default none: the whole test split)
@@ -46,9 +52,12 @@ VOCAB=${VOCAB:-2048}
 EPOCHS=${EPOCHS:-3}
 CAPTIONS=${CAPTIONS:-1}
 FREEZE_VISION=${FREEZE_VISION:-4000}
+VISION_WARMUP=${VISION_WARMUP:-500}
+VISION_LR=${VISION_LR:-0.1}
 TRAIN_FLAGS=${TRAIN_FLAGS:-}
 THREADS=${THREADS:-2}
 GEMM_SWITCH=${GEMM_SWITCH:-0}
+ATTENTION_SWITCH=${ATTENTION_SWITCH:-4000}
 CHUNK_SECONDS=${CHUNK_SECONDS:-7000}
 ONE_CHUNK=${ONE_CHUNK:-0}
 EVAL_FLAGS=${EVAL_FLAGS:-}
@@ -82,8 +91,9 @@ else
 fi
 
 # 3. training, in resumable chunks. With GEMM_SWITCH > 0 the first GEMM_SWITCH steps use OpenBLAS's F32
-#    products and the rest amx-bf16x3 (about twice the speed, docs/training.md): a chunk that starts
-#    before the switch stops at it.
+#    products and the rest amx-bf16x3 (about twice the speed, docs/training.md); the attention runs the
+#    direct kernels before ATTENTION_SWITCH and per-head AMX products after it: a chunk that starts
+#    before a switch stops at it.
 step_now() { # the checkpoint's step, 0 before the first one
     if [ -f "$WORK/train/ckpt/ckpt.gguf" ]; then
         "$VLMSPEC" gguf "$WORK/train/ckpt/ckpt.gguf" | awk '$1 == "train.step" { print $3 }'
@@ -94,14 +104,18 @@ step_now() { # the checkpoint's step, 0 before the first one
 CAPTION_FLAGS=""
 [ "$CAPTIONS" = 1 ] && CAPTION_FLAGS="--captions"
 [ "$FREEZE_VISION" -gt 0 ] && CAPTION_FLAGS="$CAPTION_FLAGS --freeze-vision $FREEZE_VISION"
+[ "$FREEZE_VISION" -gt 0 ] && [ "$VISION_WARMUP" -gt 0 ] && CAPTION_FLAGS="$CAPTION_FLAGS --vision-warmup $VISION_WARMUP"
+[ "$VISION_LR" != 1 ] && CAPTION_FLAGS="$CAPTION_FLAGS --vision-lr $VISION_LR"
 while [ ! -f "$WORK/train/target.gguf" ]; do
     GEMM_FLAGS=""
     if "$VLMSPEC" version | grep -q "training products:.* amx-bf16x3"; then
         STEP=$(step_now)
         if [ "$STEP" -lt "$GEMM_SWITCH" ]; then
-            GEMM_FLAGS="--gemm openblas --chunk-steps $((GEMM_SWITCH - STEP))"
+            GEMM_FLAGS="--gemm openblas --attention direct --chunk-steps $((GEMM_SWITCH - STEP))"
+        elif [ "$STEP" -lt "$ATTENTION_SWITCH" ]; then
+            GEMM_FLAGS="--gemm amx-bf16x3 --attention direct --chunk-steps $((ATTENTION_SWITCH - STEP))"
         else
-            GEMM_FLAGS="--gemm amx-bf16x3"
+            GEMM_FLAGS="--gemm amx-bf16x3 --attention gemm"
         fi
     fi
     log "training: chunk of at most $CHUNK_SECONDS s $GEMM_FLAGS"

@@ -108,6 +108,15 @@ void vs_train_self_attention_backward(vs_threadpool *tp, float *dq, float *dk, f
                                       const float *dout, const float *att, const float *q,
                                       const float *k, const float *v, int B, int T, int H, int KVH,
                                       int D, bool causal);
+/* Which attention path the four functions here use, process-wide: "direct" (row by row, F32; the plain
+ * and AVX kernels give the same bits), "gemm" (per head and block of query rows, matrix products on the
+ * AMX-BF16 tiles through vs_train_sgemm_amx: about 2^-15 relative error per product term, several
+ * times faster on long sequences; only when vs_train_amx_available()), or "auto" (the default: gemm
+ * when vs_train_sgemm's backend is amx-bf16x3, else direct). false (and no change) for an unknown or
+ * unavailable name. Neither path's bits depend on the thread count. */
+bool vs_train_set_attention(const char *name);
+/* "direct" or "gemm": what the attention functions use now. */
+const char *vs_train_attention_backend(void);
 /* Cross-attention: queries of one stream (Tq rows) over keys/values of another (Tk rows). kv_len
  * (B, Tq), or NULL for "all Tk keys": query (b, t) sees keys 0..kv_len[b*Tq+t]-1 (0 gives a zero
  * output row). DREAM's "features of positions < j" is kv_len[j] = j. */

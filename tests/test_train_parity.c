@@ -233,15 +233,18 @@ static void test_export(vs_train_vlm *m, const vs_train_batch *b, vs_threadpool 
     vs_mmproj_free(mp);
 }
 
-/* argv[1]: the training products to check (vs_train_set_gemm), default the build's default; exit 77
- * (skipped) when this CPU or build lacks them. The tolerances are the same for every product. */
+/* argv[1]: the training products to check (vs_train_set_gemm), default the build's default; argv[2]:
+ * the attention path (vs_train_set_attention), default auto; exit 77 (skipped) when this CPU or build
+ * lacks them. The tolerances are the same for every product. */
 int main(int argc, char **argv) {
     if (argc > 1) {
-        if (!vs_train_set_gemm(argv[1])) {
-            printf("train_parity: products '%s' not available on this CPU or build: skipped\n", argv[1]);
+        if (!vs_train_set_gemm(argv[1]) || (argc > 2 && !vs_train_set_attention(argv[2]))) {
+            printf("train_parity: products '%s' (attention %s) not available on this CPU or build: skipped\n",
+                   argv[1], argc > 2 ? argv[2] : "auto");
             return 77;
         }
-        printf("train_parity: products %s\n", vs_train_sgemm_backend());
+        printf("train_parity: products %s, attention %s\n", vs_train_sgemm_backend(),
+               vs_train_attention_backend());
         if (!strcmp(argv[1], "amx-bf16x3"))
             REL_TOL = 3e-4, LOSS_TOL = 3e-5, TRAJ_LOSS_TOL = 2e-3, TRAJ_NORM_TOL = 1e-2, FINAL_TOL = 3e-2;
     }

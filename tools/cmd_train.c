@@ -130,7 +130,8 @@ typedef struct sched_opts {
     int64_t freeze_vision; /* target: the vision tower is frozen for steps < this (0: never) */
     int64_t vision_warmup; /* target: the unfrozen tower's lr ramps up linearly over this many steps */
     double vision_lr;      /* target: the tower's lr as a multiple of the schedule's (1: the same) */
-    const char *gemm; /* vs_train_set_gemm name, NULL = default */
+    const char *gemm;      /* vs_train_set_gemm name, NULL = default */
+    const char *attention; /* vs_train_set_attention name, NULL = auto */
     bool resume, quiet;
 } sched_opts;
 
@@ -145,19 +146,29 @@ static void add_optim_flags(fl_set *s, sched_opts *o) {
     fl_add(s, "--seed", FL_I64, &o->seed, 0, 9.2e18);
 }
 
-/* --gemm: selects the products for the whole process; -1 when fine, else the exit code. */
-static int apply_gemm(const char *cmd, const sched_opts *o) {
-    if (!o->gemm || vs_train_set_gemm(o->gemm)) return -1;
-    cli_fail(cmd, "--gemm %s: unknown, or not available on this CPU or build (see `vlmspec version`)", o->gemm);
-    return 2;
+/* --gemm and --attention: select the products and the attention path for the whole process; -1 when
+ * fine, else the exit code. */
+static int apply_gemm_names(const char *cmd, const char *gemm, const char *attention) {
+    if (gemm && !vs_train_set_gemm(gemm))
+        return cli_fail(cmd, "--gemm %s: unknown, or not available on this CPU or build (see `vlmspec version`)",
+                        gemm), 2;
+    if (attention && !vs_train_set_attention(attention))
+        return cli_fail(cmd, "--attention %s: unknown (auto, direct or gemm), or gemm without AMX-BF16 on this "
+                        "CPU", attention), 2;
+    return -1;
 }
 
-/* Running flags: they change the result at most in its last bits (--threads and --gemm change the
- * summation order or precision of the products: loop_check_threads warns when a resumed run changes
- * them). */
+static int apply_gemm(const char *cmd, const sched_opts *o) {
+    return apply_gemm_names(cmd, o->gemm, o->attention);
+}
+
+/* Running flags: they change the result at most in its last bits (--threads, --gemm and --attention
+ * change the summation order or precision of the products: loop_check_threads warns when a resumed run
+ * changes them). */
 static void add_run_flags(fl_set *s, sched_opts *o) {
     fl_add(s, "--threads", FL_INT, &o->threads, 1, 256);
     fl_add(s, "--gemm", FL_STR, &o->gemm, 0, 0);
+    fl_add(s, "--attention", FL_STR, &o->attention, 0, 0);
     fl_add(s, "--resume", FL_BOOL, &o->resume, 0, 0);
     fl_add(s, "--ckpt-every", FL_INT, &o->ckpt_every, 1, 1 << 30);
     fl_add(s, "--chunk-steps", FL_INT, &o->chunk_steps, 0, 1 << 30);
@@ -174,6 +185,7 @@ static void bench_usage(FILE *f) {
         "synthetic batches, and the F32 sgemm peak, with the same thread count.\n"
         "  --threads N        threads for the pool and OpenBLAS (default 2)\n"
         "  --gemm NAME        the products: openblas, blocked or amx-bf16x3 (default: openblas if built)\n"
+        "  --attention NAME   auto (default: gemm with amx-bf16x3, else direct), direct or gemm\n"
         "  --steps N          timed steps (default 3) after one warm-up step\n"
         "  --batch B          sequences per step (default 8)\n"
         "  --seq T            rows per sequence, image rows included (default 192)\n"
@@ -242,13 +254,12 @@ static int cmd_bench(int argc, char **argv) {
     add_lm_flags(&fs, &c);
     fl_add(&fs, "--vocab", FL_INT, &c.vocab, 2, 1 << 20);
     fl_add(&fs, "--gemm-size", FL_INT, &gemm, 16, 16384);
-    const char *gemm_name = NULL;
+    const char *gemm_name = NULL, *att_name = NULL;
     fl_add(&fs, "--gemm", FL_STR, &gemm_name, 0, 0);
+    fl_add(&fs, "--attention", FL_STR, &att_name, 0, 0);
     int prc = fl_parse(cmd, argc, argv, &fs, bench_usage);
     if (prc >= 0) return prc;
-    if (gemm_name && !vs_train_set_gemm(gemm_name))
-        return cli_fail(cmd, "--gemm %s: unknown, or not available on this CPU or build (see `vlmspec version`)",
-                        gemm_name), 2;
+    if ((prc = apply_gemm_names(cmd, gemm_name, att_name)) >= 0) return prc;
     c.max_seq = T > 512 ? T : 512;
     int NP = (c.image_size / c.patch_size) * (c.image_size / c.patch_size);
     if (K * NP + 1 > T) return cli_fail(cmd, "%d images of %d rows do not fit in %d rows", K, NP, T);
@@ -297,10 +308,11 @@ static int cmd_bench(int argc, char **argv) {
         c.image_size, c.image_size, c.patch_size, c.v_width, c.v_blocks, c.width, c.n_layers, c.n_heads,
         c.n_kv_heads, c.ffn, c.vocab);
     printf("parameters: %.2fM (vision %.2fM, projector %.2fM, LM %.2fM); batch %d x %d rows, %d images; "
-           "sgemm: %s, %d threads\n",
+           "sgemm: %s, attention: %s, %d threads\n",
            vs_train_vlm_n_params(m, -1) / 1e6, vs_train_vlm_n_params(m, VS_TRAIN_GROUP_VISION) / 1e6,
            vs_train_vlm_n_params(m, VS_TRAIN_GROUP_PROJECTOR) / 1e6,
-           vs_train_vlm_n_params(m, VS_TRAIN_GROUP_LM) / 1e6, B, T, NI, vs_train_sgemm_backend(), threads);
+           vs_train_vlm_n_params(m, VS_TRAIN_GROUP_LM) / 1e6, B, T, NI, vs_train_sgemm_backend(),
+           vs_train_attention_backend(), threads);
     double tf = 0, tb = 0, to = 0, loss_sum = 0;
     int rc = 0;
     for (int s = 0; s <= steps; s++) {
@@ -527,9 +539,15 @@ static void loop_check_threads(const train_loop *L, int threads) {
     char now[32], threads_path[1150];
     snprintf(now, sizeof(now), "%d", threads);
     snprintf(threads_path, sizeof(threads_path), "%s/threads", L->dir);
-    bool existed = access(threads_path, F_OK) == 0; /* an older run directory has threads, not gemm */
+    /* an older run directory has threads, not gemm (it ran OpenBLAS) nor attention (it ran direct) */
+    bool existed = access(threads_path, F_OK) == 0;
+    char att_path[1150];
+    snprintf(att_path, sizeof(att_path), "%s/attention", L->dir);
+    bool att_existed = access(att_path, F_OK) == 0;
     loop_check_setting(L, "threads", now, "--threads", NULL);
     loop_check_setting(L, "gemm", vs_train_sgemm_backend(), "--gemm", existed ? "openblas" : NULL);
+    loop_check_setting(L, "attention", vs_train_attention_backend(), "--attention",
+                       existed && !att_existed ? "direct" : NULL);
 }
 
 /* Trains from L->st.step to L->total (or until a chunk/time limit, with a checkpoint). */
@@ -680,6 +698,9 @@ static void target_usage(FILE *f) {
         "  --gemm NAME         the matrix products: openblas (default when built with it), blocked, or\n"
         "                      amx-bf16x3 (AMX-BF16 tiles, a 3-term bf16 split: ~2^-15 relative error per\n"
         "                      term, several times faster; CPUs with AMX-BF16)\n"
+        "  --attention NAME    the attention path: auto (default: gemm with amx-bf16x3, else direct), direct\n"
+        "                      (row by row, F32) or gemm (per-head products on the AMX-BF16 tiles, several\n"
+        "                      times faster on long sequences)\n"
         "  --resume            continue from OUT/ckpt/ckpt.gguf (exactly: same batches, same result)\n"
         "  --ckpt-every S      checkpoint every S steps (default 200)\n"
         "  --chunk-steps N     stop (with a checkpoint) after N steps in this run (0: no limit)\n"
@@ -950,9 +971,10 @@ static vs_status target_train(target_run *r, vs_error *err) {
            vs_train_vlm_n_params(L->m, VS_TRAIN_GROUP_LM) / 1e6,
            2.0 * vs_train_vlm_n_params(L->m, VS_TRAIN_GROUP_LM) / 1e6);
     printf("schedule: %lld steps of %d x %d sequences (%.2f epochs), lr %.2e -> %.2e, warm-up %.0f, "
-           "sgemm %s, %d threads\n",
+           "sgemm %s, attention %s, %d threads\n",
            (long long)L->total, o->s.accum, o->s.batch, (double)L->total * o->s.accum / (double)ds->n_batches,
-           o->s.lr, o->s.lr_min, o->s.warmup, vs_train_sgemm_backend(), o->s.threads);
+           o->s.lr, o->s.lr_min, o->s.warmup, vs_train_sgemm_backend(), vs_train_attention_backend(),
+           o->s.threads);
     fflush(stdout);
     L->deadline = o->s.time_limit > 0 ? vs_time_now() + o->s.time_limit : 0;
     if ((s = loop_run(L, err))) return s;
@@ -1031,7 +1053,8 @@ static void drafter_usage(FILE *f) {
         "  --wd X  --beta2 X  --clip X   AdamW decay (0.1), beta2 (0.95), clipping (1.0)\n"
         "  --seed S            initialisation and shuffling seed (default 1)\n"
         "running:\n"
-        "  --threads N  --gemm NAME  --resume  --ckpt-every S (default 100)  --chunk-steps N\n"
+        "  --threads N  --gemm NAME  --attention NAME  --resume  --ckpt-every S (default 100)\n"
+        "  --chunk-steps N\n"
         "  --time-limit SEC  -q\n"
         "               (--time-limit and --chunk-steps count over all phases of this run)\n"
         "drafter LM (default 192 x 4 layers, 6/2 heads, SwiGLU 512: 2.36M parameters):\n"
