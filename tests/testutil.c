@@ -1,6 +1,10 @@
 /* testutil: see testutil.h. */
+#if !defined(_GNU_SOURCE) && !defined(_XOPEN_SOURCE)
+#define _XOPEN_SOURCE 700 /* nftw */
+#endif
 #include "testutil.h"
 
+#include <ftw.h>
 #include <stdarg.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -41,17 +45,35 @@ const char *vt_shared_or_skip(const char *what) {
     return d;
 }
 
+static char g_tmp[256];
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+    (void)st, (void)flag, (void)ftw;
+    return remove(path) == 0 ? 0 : -1;
+}
+
+/* At exit: the directory goes when every check passed, stays (and is named) when one failed. */
+static void tmp_cleanup(void) {
+    if (!g_tmp[0]) return;
+    const char *keep = getenv("VLMSPEC_KEEP_TMP");
+    if (vt_failures || (keep && *keep && strcmp(keep, "0"))) {
+        fprintf(stderr, "test files kept in %s\n", g_tmp);
+        return;
+    }
+    if (nftw(g_tmp, rm_entry, 16, FTW_DEPTH | FTW_PHYS) != 0) fprintf(stderr, "could not remove %s\n", g_tmp);
+}
+
 const char *vt_tmpdir(void) {
-    static char buf[256];
-    if (!buf[0]) {
+    if (!g_tmp[0]) {
         const char *base = getenv("TMPDIR");
-        snprintf(buf, sizeof(buf), "%s/vlmspec-test-XXXXXX", base && *base ? base : "/tmp");
-        if (!mkdtemp(buf)) {
+        snprintf(g_tmp, sizeof(g_tmp), "%s/vlmspec-test-XXXXXX", base && *base ? base : "/tmp");
+        if (!mkdtemp(g_tmp)) {
             perror("mkdtemp");
             exit(1);
         }
+        atexit(tmp_cleanup);
     }
-    return buf;
+    return g_tmp;
 }
 
 const char *vt_cli(void) {

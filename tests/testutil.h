@@ -32,6 +32,7 @@ extern int vt_checks;
             fprintf(stderr, "FATAL %s:%d: %s: ", __FILE__, __LINE__, #cond);                  \
             fprintf(stderr, __VA_ARGS__);                                                     \
             fprintf(stderr, "\n");                                                            \
+            vt_failures++;                                                                    \
             exit(1);                                                                          \
         }                                                                                     \
     } while (0)
@@ -53,7 +54,9 @@ const char *vt_shared_or_skip(const char *what);
 /* Exit code ctest treats as skipped (see SKIP_RETURN_CODE in tests/CMakeLists.txt). */
 #define VT_SKIP_CODE 77
 
-/* A fresh temporary directory for this test process (removed by the OS's tmp policy, not by us). */
+/* A fresh temporary directory for this test process ($TMPDIR or /tmp), removed with its contents
+ * when the process exits after every check passed; kept, and its path printed, when a check failed
+ * or VLMSPEC_KEEP_TMP=1. */
 const char *vt_tmpdir(void);
 /* Path of the vlmspec CLI binary ($VLMSPEC_BIN, set by ctest). */
 const char *vt_cli(void);
