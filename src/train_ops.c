@@ -610,70 +610,60 @@ static int att_block_limit(const att_job *j, int b, int t0, int t1) {
     return L;
 }
 
-static void att_forward_gemm(const att_job *j, int64_t lo, int64_t hi) {
-    const int H = j->H, KVH = j->KVH, D = j->D, Tq = j->Tq, Tk = j->Tk, G = H / KVH;
+/* Forward of the query rows [t0, t0 + nr) of one head: qo is their offset in q / out, ao in att. */
+static void att_gemm_fwd_block(const att_job *j, size_t kvo, size_t qo, size_t ao, int b, int t0, int nr,
+                               int L) {
+    const int D = j->D, Tk = j->Tk, qs = j->H * D, ks = j->KVH * D;
     const float scale = 1.0f / sqrtf((float)D);
-    const int qs = H * D, ks = KVH * D;
-    for (int64_t u = lo; u < hi; u++) {
-        const int b = (int)(u / KVH), kh = (int)(u % KVH);
-        const size_t kvb = (size_t)b * Tk * ks + (size_t)kh * D;
-        const float *kb = j->k + kvb, *vb = j->v + kvb;
-        for (int h = kh * G; h < (kh + 1) * G; h++) {
-            const float *qb = j->q + (size_t)b * Tq * qs + (size_t)h * D;
-            float *ob = j->out + (size_t)b * Tq * qs + (size_t)h * D;
-            float *ab = j->att + ((size_t)b * H + h) * Tq * Tk;
-            for (int t0 = 0; t0 < Tq; t0 += ATT_GEMM_ROWS) {
-                const int t1 = VS_MIN(Tq, t0 + ATT_GEMM_ROWS), nr = t1 - t0, L = att_block_limit(j, b, t0, t1);
-                float *ar = ab + (size_t)t0 * Tk;
-                const float *qr = qb + (size_t)t0 * qs;
-                vs_train_sgemm_amx(NULL, false, true, nr, L, D, scale, qr, qs, kb, ks, 0.0f, ar, Tk);
-                for (int r = 0; r < nr; r++) {
-                    float *row = ar + (size_t)r * Tk;
-                    const int lim = att_limit(j, b, t0 + r);
-                    if (lim > 0) vs_softmax_inplace(row, lim);
-                    if (lim < Tk) memset(row + lim, 0, sizeof(float) * (size_t)(Tk - lim));
-                }
-                float *orow = ob + (size_t)t0 * qs;
-                vs_train_sgemm_amx(NULL, false, false, nr, D, L, 1.0f, ar, Tk, vb, ks, 0.0f, orow, qs);
-            }
-        }
+    float *ar = j->att + ao;
+    vs_train_sgemm_amx(NULL, false, true, nr, L, D, scale, j->q + qo, qs, j->k + kvo, ks, 0.0f, ar, Tk);
+    for (int r = 0; r < nr; r++) {
+        float *row = ar + (size_t)r * Tk;
+        const int lim = att_limit(j, b, t0 + r);
+        if (lim > 0) vs_softmax_inplace(row, lim);
+        if (lim < Tk) memset(row + lim, 0, sizeof(float) * (size_t)(Tk - lim));
     }
+    vs_train_sgemm_amx(NULL, false, false, nr, D, L, 1.0f, ar, Tk, j->v + kvo, ks, 0.0f, j->out + qo, qs);
 }
 
-static void att_backward_gemm(const att_job *j, int64_t lo, int64_t hi) {
-    const int H = j->H, KVH = j->KVH, D = j->D, Tq = j->Tq, Tk = j->Tk, G = H / KVH;
+/* Backward of the same block (L > 0): dP into datt, dV, dS in place of dP, dQ, dK. */
+static void att_gemm_bwd_block(const att_job *j, size_t kvo, size_t qo, size_t ao, int b, int t0, int nr,
+                               int L) {
+    const int D = j->D, Tk = j->Tk, qs = j->H * D, ks = j->KVH * D;
     const float scale = 1.0f / sqrtf((float)D);
-    const int qs = H * D, ks = KVH * D;
+    const float *ar = j->att_in + ao, *dor = j->dout + qo;
+    float *dr = j->datt + ao;
+    vs_train_sgemm_amx(NULL, false, true, nr, L, D, 1.0f, dor, qs, j->v + kvo, ks, 0.0f, dr, Tk);
+    if (j->dv) vs_train_sgemm_amx(NULL, true, false, L, D, nr, 1.0f, ar, Tk, dor, qs, 1.0f, j->dv + kvo, ks);
+    for (int r = 0; r < nr; r++) {
+        const float *a = ar + (size_t)r * Tk;
+        float *d = dr + (size_t)r * Tk;
+        const int lim = att_limit(j, b, t0 + r);
+        double dot = 0;
+        for (int s = 0; s < lim; s++) dot += (double)a[s] * d[s];
+        for (int s = 0; s < lim; s++) d[s] = a[s] * (d[s] - (float)dot) * scale;
+        for (int s = lim; s < L; s++) d[s] = 0.0f;
+    }
+    if (j->dq)
+        vs_train_sgemm_amx(NULL, false, false, nr, D, L, 1.0f, dr, Tk, j->k + kvo, ks, 1.0f, j->dq + qo, qs);
+    if (j->dk)
+        vs_train_sgemm_amx(NULL, true, false, L, D, nr, 1.0f, dr, Tk, j->q + qo, qs, 1.0f, j->dk + kvo, ks);
+}
+
+/* The units [lo, hi): every query head of the unit, block by block. */
+static void att_gemm_units(const att_job *j, int64_t lo, int64_t hi, bool backward) {
+    const int H = j->H, KVH = j->KVH, D = j->D, Tq = j->Tq, Tk = j->Tk, G = H / KVH;
+    const size_t qs = (size_t)H * D, ks = (size_t)KVH * D;
     for (int64_t u = lo; u < hi; u++) {
         const int b = (int)(u / KVH), kh = (int)(u % KVH);
-        const size_t kvb = (size_t)b * Tk * ks + (size_t)kh * D;
-        const float *kb = j->k + kvb, *vb = j->v + kvb;
-        float *dkb = j->dk ? j->dk + kvb : NULL, *dvb = j->dv ? j->dv + kvb : NULL;
+        const size_t kvo = (size_t)b * Tk * ks + (size_t)kh * D;
         for (int h = kh * G; h < (kh + 1) * G; h++) {
-            const size_t qb0 = (size_t)b * Tq * qs + (size_t)h * D;
-            const float *qb = j->q + qb0, *dob = j->dout + qb0;
-            float *dqb = j->dq ? j->dq + qb0 : NULL;
-            const float *ab = j->att_in + ((size_t)b * H + h) * Tq * Tk;
-            float *db = j->datt + ((size_t)b * H + h) * Tq * Tk;
+            const size_t qo = (size_t)b * Tq * qs + (size_t)h * D, ao = ((size_t)b * H + h) * Tq * Tk;
             for (int t0 = 0; t0 < Tq; t0 += ATT_GEMM_ROWS) {
-                const int t1 = VS_MIN(Tq, t0 + ATT_GEMM_ROWS), nr = t1 - t0, L = att_block_limit(j, b, t0, t1);
-                if (L == 0) continue;
-                const float *ar = ab + (size_t)t0 * Tk, *qr = qb + (size_t)t0 * qs;
-                const float *dor = dob + (size_t)t0 * qs;
-                float *dr = db + (size_t)t0 * Tk, *dqr = dqb ? dqb + (size_t)t0 * qs : NULL;
-                vs_train_sgemm_amx(NULL, false, true, nr, L, D, 1.0f, dor, qs, vb, ks, 0.0f, dr, Tk);
-                if (dvb) vs_train_sgemm_amx(NULL, true, false, L, D, nr, 1.0f, ar, Tk, dor, qs, 1.0f, dvb, ks);
-                for (int r = 0; r < nr; r++) {
-                    const float *a = ar + (size_t)r * Tk;
-                    float *d = dr + (size_t)r * Tk;
-                    const int lim = att_limit(j, b, t0 + r);
-                    double dot = 0;
-                    for (int s = 0; s < lim; s++) dot += (double)a[s] * d[s];
-                    for (int s = 0; s < lim; s++) d[s] = a[s] * (d[s] - (float)dot) * scale;
-                    for (int s = lim; s < L; s++) d[s] = 0.0f;
-                }
-                if (dqr) vs_train_sgemm_amx(NULL, false, false, nr, D, L, 1.0f, dr, Tk, kb, ks, 1.0f, dqr, qs);
-                if (dkb) vs_train_sgemm_amx(NULL, true, false, L, D, nr, 1.0f, dr, Tk, qr, qs, 1.0f, dkb, ks);
+                const int t1 = VS_MIN(Tq, t0 + ATT_GEMM_ROWS), L = att_block_limit(j, b, t0, t1);
+                const size_t qb = qo + (size_t)t0 * qs, ab = ao + (size_t)t0 * Tk;
+                if (!backward) att_gemm_fwd_block(j, kvo, qb, ab, b, t0, t1 - t0, L);
+                else if (L > 0) att_gemm_bwd_block(j, kvo, qb, ab, b, t0, t1 - t0, L);
             }
         }
     }
@@ -686,7 +676,7 @@ static void att_forward_task(void *ctx, int ith, int nth) {
     int64_t lo, hi;
     vs_split_range((int64_t)j->B * KVH, ith, nth, 1, &lo, &hi);
     if (j->gemm) {
-        att_forward_gemm(j, lo, hi);
+        att_gemm_units(j, lo, hi, false);
         return;
     }
 #ifdef ATT_HAVE_AVX
@@ -734,7 +724,7 @@ static void att_backward_task(void *ctx, int ith, int nth) {
     int64_t lo, hi;
     vs_split_range((int64_t)j->B * KVH, ith, nth, 1, &lo, &hi);
     if (j->gemm) {
-        att_backward_gemm(j, lo, hi);
+        att_gemm_units(j, lo, hi, true);
         return;
     }
 #ifdef ATT_HAVE_AVX

@@ -630,6 +630,64 @@ static void test_thread_invariance(vs_threadpool *tp) {
     vs_free(q), vs_free(k), vs_free(v), vs_free(dout), vs_free(datt);
 }
 
+/* One attention case for the path comparisons: inputs for a (B, Tq, Tk, H, KVH, D) shape and a mask
+ * (mode 0 causal, 1 bidirectional, 2 cross-attention with kv_len rows of 0..Tk+1), and the gradients'
+ * nonzero starting values. att_case_run runs the forward and backward into fresh output buffers. */
+typedef struct att_case {
+    int B, Tq, Tk, H, KVH, D, mode;
+    size_t nq, nk, na;
+    int32_t *kv_len;
+    float *q, *k, *v, *dout, *dq0, *dk0, *dv0, *datt;
+} att_case;
+
+typedef struct att_out {
+    float *o, *a, *dq, *dk, *dv;
+} att_out;
+
+static void att_case_init(att_case *c, const int shape[6], int mode) {
+    c->B = shape[0], c->Tq = shape[1], c->Tk = mode == 2 ? shape[2] : shape[1];
+    c->H = shape[3], c->KVH = shape[4], c->D = shape[5], c->mode = mode;
+    c->nq = (size_t)c->B * c->Tq * c->H * c->D, c->nk = (size_t)c->B * c->Tk * c->KVH * c->D;
+    c->na = (size_t)c->B * c->H * c->Tq * c->Tk;
+    c->kv_len = vs_malloc(sizeof(int32_t) * (size_t)c->B * c->Tq);
+    for (int i = 0; i < c->B * c->Tq; i++) c->kv_len[i] = (i * 7 + 3) % (c->Tk + 2); /* 0..Tk+1 */
+    c->q = randn(c->nq, 1), c->k = randn(c->nk, 1), c->v = randn(c->nk, 1), c->dout = randn(c->nq, 1);
+    c->dq0 = randn(c->nq, 1), c->dk0 = randn(c->nk, 1), c->dv0 = randn(c->nk, 1), c->datt = zeros(c->na);
+}
+
+static att_out att_case_run(const att_case *c, vs_threadpool *tp) {
+    att_out r = {zeros(c->nq), zeros(c->na), zeros(c->nq), zeros(c->nk), zeros(c->nk)};
+    memcpy(r.dq, c->dq0, c->nq * 4), memcpy(r.dk, c->dk0, c->nk * 4), memcpy(r.dv, c->dv0, c->nk * 4);
+    for (size_t i = 0; i < c->na; i++) r.a[i] = NAN; /* every entry must be written */
+    if (c->mode == 2) {
+        vs_train_cross_attention_forward(tp, r.o, r.a, c->q, c->k, c->v, c->kv_len, c->B, c->Tq, c->Tk, c->H,
+                                         c->KVH, c->D);
+        vs_train_cross_attention_backward(tp, r.dq, r.dk, r.dv, c->datt, c->dout, r.a, c->q, c->k, c->v,
+                                          c->kv_len, c->B, c->Tq, c->Tk, c->H, c->KVH, c->D);
+    } else {
+        vs_train_self_attention_forward(tp, r.o, r.a, c->q, c->k, c->v, c->B, c->Tq, c->H, c->KVH, c->D,
+                                        c->mode == 0);
+        vs_train_self_attention_backward(tp, r.dq, r.dk, r.dv, c->datt, c->dout, r.a, c->q, c->k, c->v, c->B,
+                                         c->Tq, c->H, c->KVH, c->D, c->mode == 0);
+    }
+    return r;
+}
+
+static bool att_out_same(const att_case *c, const att_out *x, const att_out *y) {
+    return memcmp(x->o, y->o, c->nq * 4) == 0 && memcmp(x->a, y->a, c->na * 4) == 0 &&
+           memcmp(x->dq, y->dq, c->nq * 4) == 0 && memcmp(x->dk, y->dk, c->nk * 4) == 0 &&
+           memcmp(x->dv, y->dv, c->nk * 4) == 0;
+}
+
+static void att_out_free(att_out *r) {
+    vs_free(r->o), vs_free(r->a), vs_free(r->dq), vs_free(r->dk), vs_free(r->dv);
+}
+
+static void att_case_free(att_case *c) {
+    vs_free(c->q), vs_free(c->k), vs_free(c->v), vs_free(c->dout), vs_free(c->dq0), vs_free(c->dk0);
+    vs_free(c->dv0), vs_free(c->datt), vs_free(c->kv_len);
+}
+
 /* The attention's AVX path (four query rows at a time) gives the bits of the plain path: for each
  * mask, shapes with head sizes that are and are not multiples of 8, query counts that are not
  * multiples of 4, GQA, kv_len with empty rows, gradients accumulated onto nonzero values. */
@@ -645,39 +703,19 @@ static void test_attention_paths(vs_threadpool *tp) {
     int n_ok = 0, n_run = 0;
     for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++)
         for (int mode = 0; mode < 3; mode++) {
-            int B = shapes[si][0], Tq = shapes[si][1], Tk = mode == 2 ? shapes[si][2] : Tq;
-            int H = shapes[si][3], KVH = shapes[si][4], D = shapes[si][5];
-            size_t nq = (size_t)B * Tq * H * D, nk = (size_t)B * Tk * KVH * D, na = (size_t)B * H * Tq * Tk;
-            int32_t *kv_len = vs_malloc(sizeof(int32_t) * (size_t)B * Tq);
-            for (int i = 0; i < B * Tq; i++) kv_len[i] = (i * 7 + 3) % (Tk + 2); /* 0..Tk+1 */
-            float *q = randn(nq, 1), *k = randn(nk, 1), *v = randn(nk, 1), *dout = randn(nq, 1);
-            float *dq0 = randn(nq, 1), *dk0 = randn(nk, 1), *dv0 = randn(nk, 1);
-            float *o[2], *a[2], *dq[2], *dk[2], *dv[2], *datt = zeros(na);
-            for (int r = 0; r < 2; r++) {
-                vs_isa_set_max(r ? cap : VS_ISA_SCALAR);
-                o[r] = zeros(nq), a[r] = zeros(na), dq[r] = zeros(nq), dk[r] = zeros(nk), dv[r] = zeros(nk);
-                memcpy(dq[r], dq0, nq * 4), memcpy(dk[r], dk0, nk * 4), memcpy(dv[r], dv0, nk * 4);
-                if (mode == 2) {
-                    vs_train_cross_attention_forward(tp, o[r], a[r], q, k, v, kv_len, B, Tq, Tk, H, KVH, D);
-                    vs_train_cross_attention_backward(tp, dq[r], dk[r], dv[r], datt, dout, a[r], q, k, v,
-                                                      kv_len, B, Tq, Tk, H, KVH, D);
-                } else {
-                    vs_train_self_attention_forward(tp, o[r], a[r], q, k, v, B, Tq, H, KVH, D, mode == 0);
-                    vs_train_self_attention_backward(tp, dq[r], dk[r], dv[r], datt, dout, a[r], q, k, v, B,
-                                                     Tq, H, KVH, D, mode == 0);
-                }
+            att_case c;
+            att_case_init(&c, shapes[si], mode);
+            att_out r[2];
+            for (int i = 0; i < 2; i++) {
+                vs_isa_set_max(i ? cap : VS_ISA_SCALAR);
+                r[i] = att_case_run(&c, tp);
             }
             vs_isa_set_max(cap);
-            bool same = memcmp(o[0], o[1], nq * 4) == 0 && memcmp(a[0], a[1], na * 4) == 0 &&
-                        memcmp(dq[0], dq[1], nq * 4) == 0 && memcmp(dk[0], dk[1], nk * 4) == 0 &&
-                        memcmp(dv[0], dv[1], nk * 4) == 0;
+            bool same = att_out_same(&c, &r[0], &r[1]);
             VT_CHECK(same, "attention AVX path differs from the plain path (mode %d, B %d Tq %d Tk %d H %d "
-                     "KVH %d D %d)", mode, B, Tq, Tk, H, KVH, D);
+                     "KVH %d D %d)", mode, c.B, c.Tq, c.Tk, c.H, c.KVH, c.D);
             n_ok += same, n_run++;
-            for (int r = 0; r < 2; r++)
-                vs_free(o[r]), vs_free(a[r]), vs_free(dq[r]), vs_free(dk[r]), vs_free(dv[r]);
-            vs_free(q), vs_free(k), vs_free(v), vs_free(dout), vs_free(dq0), vs_free(dk0), vs_free(dv0);
-            vs_free(datt), vs_free(kv_len);
+            att_out_free(&r[0]), att_out_free(&r[1]), att_case_free(&c);
         }
     printf("attention AVX path vs plain path: %d/%d cases bitwise equal\n", n_ok, n_run);
 }
@@ -689,7 +727,10 @@ static void test_attention_paths(vs_threadpool *tp) {
  * the outputs of rows that see no key are exactly 0; 1 and 2 threads give the same bits. */
 static float worst_rel(const float *x, const float *ref, size_t n) {
     double e = 0, m = 0;
-    for (size_t i = 0; i < n; i++) e = fmax(e, fabs((double)x[i] - ref[i])), m = fmax(m, fabs((double)ref[i]));
+    for (size_t i = 0; i < n; i++) {
+        e = fmax(e, fabs((double)x[i] - ref[i]));
+        m = fmax(m, fabs((double)ref[i]));
+    }
     return (float)(m > 0 ? e / m : e);
 }
 
@@ -705,52 +746,32 @@ static void test_attention_gemm(vs_threadpool *tp) {
     int n_run = 0;
     for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++)
         for (int mode = 0; mode < 3; mode++) {
-            int B = shapes[si][0], Tq = shapes[si][1], Tk = mode == 2 ? shapes[si][2] : Tq;
-            int H = shapes[si][3], KVH = shapes[si][4], D = shapes[si][5];
-            size_t nq = (size_t)B * Tq * H * D, nk = (size_t)B * Tk * KVH * D, na = (size_t)B * H * Tq * Tk;
-            int32_t *kv_len = vs_malloc(sizeof(int32_t) * (size_t)B * Tq);
-            for (int i = 0; i < B * Tq; i++) kv_len[i] = (i * 7 + 3) % (Tk + 2); /* 0..Tk+1 */
-            float *q = randn(nq, 1), *k = randn(nk, 1), *v = randn(nk, 1), *dout = randn(nq, 1);
-            float *dq0 = randn(nq, 1), *dk0 = randn(nk, 1), *dv0 = randn(nk, 1);
-            float *o[3], *a[3], *dq[3], *dk[3], *dv[3], *datt = zeros(na);
-            for (int r = 0; r < 3; r++) { /* direct; gemm with tp; gemm with one thread */
-                VT_REQUIRE(vs_train_set_attention(r ? "gemm" : "direct"), "vs_train_set_attention");
-                VT_CHECK(!strcmp(vs_train_attention_backend(), r ? "gemm" : "direct"), "attention backend");
-                vs_threadpool *p = r == 2 ? NULL : tp;
-                o[r] = zeros(nq), a[r] = zeros(na), dq[r] = zeros(nq), dk[r] = zeros(nk), dv[r] = zeros(nk);
-                memcpy(dq[r], dq0, nq * 4), memcpy(dk[r], dk0, nk * 4), memcpy(dv[r], dv0, nk * 4);
-                for (size_t i = 0; i < na; i++) a[r][i] = NAN; /* every entry must be written */
-                if (mode == 2) {
-                    vs_train_cross_attention_forward(p, o[r], a[r], q, k, v, kv_len, B, Tq, Tk, H, KVH, D);
-                    vs_train_cross_attention_backward(p, dq[r], dk[r], dv[r], datt, dout, a[r], q, k, v,
-                                                      kv_len, B, Tq, Tk, H, KVH, D);
-                } else {
-                    vs_train_self_attention_forward(p, o[r], a[r], q, k, v, B, Tq, H, KVH, D, mode == 0);
-                    vs_train_self_attention_backward(p, dq[r], dk[r], dv[r], datt, dout, a[r], q, k, v, B,
-                                                     Tq, H, KVH, D, mode == 0);
-                }
+            att_case c;
+            att_case_init(&c, shapes[si], mode);
+            att_out r[3];
+            for (int i = 0; i < 3; i++) { /* direct; gemm with tp; gemm with one thread */
+                VT_REQUIRE(vs_train_set_attention(i ? "gemm" : "direct"), "vs_train_set_attention");
+                VT_CHECK(!strcmp(vs_train_attention_backend(), i ? "gemm" : "direct"), "attention backend");
+                r[i] = att_case_run(&c, i == 2 ? NULL : tp);
             }
             VT_REQUIRE(vs_train_set_attention("auto"), "vs_train_set_attention auto");
-            float e[5] = {worst_rel(o[1], o[0], nq), worst_rel(a[1], a[0], na), worst_rel(dq[1], dq[0], nq),
-                          worst_rel(dk[1], dk[0], nk), worst_rel(dv[1], dv[0], nk)};
+            float e[5] = {worst_rel(r[1].o, r[0].o, c.nq), worst_rel(r[1].a, r[0].a, c.na),
+                          worst_rel(r[1].dq, r[0].dq, c.nq), worst_rel(r[1].dk, r[0].dk, c.nk),
+                          worst_rel(r[1].dv, r[0].dv, c.nk)};
             bool close = true, zeros_ok = true;
             for (int i = 0; i < 5; i++) close &= e[i] <= 1e-4f, worst = fmax(worst, e[i]);
-            for (size_t i = 0; i < na; i++) zeros_ok &= (a[0][i] == 0.0f) == (a[1][i] == 0.0f);
-            for (size_t i = 0; i < nq; i++) zeros_ok &= (o[0][i] == 0.0f) == (o[1][i] == 0.0f);
+            for (size_t i = 0; i < c.na; i++) zeros_ok &= (r[0].a[i] == 0.0f) == (r[1].a[i] == 0.0f);
+            for (size_t i = 0; i < c.nq; i++) zeros_ok &= (r[0].o[i] == 0.0f) == (r[1].o[i] == 0.0f);
             VT_CHECK(close, "attention gemm path vs direct (mode %d, B %d Tq %d Tk %d H %d KVH %d D %d): "
-                     "out %.2e att %.2e dq %.2e dk %.2e dv %.2e", mode, B, Tq, Tk, H, KVH, D, e[0], e[1], e[2],
-                     e[3], e[4]);
+                     "out %.2e att %.2e dq %.2e dk %.2e dv %.2e",
+                     mode, c.B, c.Tq, c.Tk, c.H, c.KVH, c.D, e[0], e[1], e[2], e[3], e[4]);
             VT_CHECK(zeros_ok, "attention gemm path: masked probabilities or empty rows are not exactly 0 "
                      "(mode %d, shape %zu)", mode, si);
-            VT_CHECK(memcmp(o[1], o[2], nq * 4) == 0 && memcmp(a[1], a[2], na * 4) == 0 &&
-                         memcmp(dq[1], dq[2], nq * 4) == 0 && memcmp(dk[1], dk[2], nk * 4) == 0 &&
-                         memcmp(dv[1], dv[2], nk * 4) == 0,
+            VT_CHECK(att_out_same(&c, &r[1], &r[2]),
                      "attention gemm path depends on the thread count (mode %d, shape %zu)", mode, si);
             n_run++;
-            for (int r = 0; r < 3; r++)
-                vs_free(o[r]), vs_free(a[r]), vs_free(dq[r]), vs_free(dk[r]), vs_free(dv[r]);
-            vs_free(q), vs_free(k), vs_free(v), vs_free(dout), vs_free(dq0), vs_free(dk0), vs_free(dv0);
-            vs_free(datt), vs_free(kv_len);
+            for (int i = 0; i < 3; i++) att_out_free(&r[i]);
+            att_case_free(&c);
         }
     printf("attention gemm path vs direct: %d cases, worst error / largest magnitude %.2e (bound 1e-4)\n",
            n_run, worst);
