@@ -141,14 +141,23 @@ static void pack_b_tile(const job *g, int p0, int j0, uint8_t *dst) {
 }
 
 /* C block (32 x 32 at c, stride ldc floats) += A rows (2 tile pairs per k step, a0 / a1) x B columns
- * (b0 / b1), ks k steps; tiles of one k step are 2 KB apart in each packed stream. */
+ * (b0 / b1), ks k steps; tiles of one k step are 2 KB apart in each packed stream. zero: C starts at 0
+ * instead of its contents (the first depth slice of a beta = 0 product; the same bits as zeroing C
+ * first, without reading it). */
 static void micro(int ks, const uint8_t *a0, const uint8_t *a1, const uint8_t *b0, const uint8_t *b1, float *c,
-                  size_t ldc) {
+                  size_t ldc, bool zero) {
     const int64_t cs = (int64_t)(ldc * sizeof(float));
-    TILE_LOAD(0, c, cs);
-    TILE_LOAD(1, c + 16, cs);
-    TILE_LOAD(2, c + 16 * ldc, cs);
-    TILE_LOAD(3, c + 16 * ldc + 16, cs);
+    if (zero) {
+        TILE_ZERO(0);
+        TILE_ZERO(1);
+        TILE_ZERO(2);
+        TILE_ZERO(3);
+    } else {
+        TILE_LOAD(0, c, cs);
+        TILE_LOAD(1, c + 16, cs);
+        TILE_LOAD(2, c + 16 * ldc, cs);
+        TILE_LOAD(3, c + 16 * ldc + 16, cs);
+    }
     for (int s = 0; s < ks; s++) {
         const size_t o = (size_t)s * 2 * TILE_BYTES;
         TILE_LOAD(4, a0 + o, 64); /* hi x hi */
@@ -184,6 +193,7 @@ static void micro(int ks, const uint8_t *a0, const uint8_t *a1, const uint8_t *b
 typedef struct panel {
     const job *g;
     int jc, nc, pc, ks;
+    bool zero;   /* C starts at 0: the first slice of a beta = 0 product (C was not cleared) */
     uint8_t *bp; /* [column group of 16][k step][hi, lo] */
 } panel;
 
@@ -224,7 +234,7 @@ static void panel_task(void *ctx, int ith, int nth) {
         vs_train_sgemm_ref(g->ta, g->tb, hi - lo, P->nc, VS_MIN(KC, g->k - P->pc), g->alpha,
                            g->ta ? g->A + (size_t)P->pc * g->lda + lo : g->A + (size_t)lo * g->lda + P->pc, g->lda,
                            g->tb ? g->B + (size_t)P->jc * g->ldb + P->pc : g->B + (size_t)P->pc * g->ldb + P->jc,
-                           g->ldb, 1.0f, g->C + (size_t)lo * g->ldc + P->jc, g->ldc);
+                           g->ldb, P->zero ? 0.0f : 1.0f, g->C + (size_t)lo * g->ldc + P->jc, g->ldc);
         return;
     }
     vs_amx_config_full();
@@ -240,11 +250,13 @@ static void panel_task(void *ctx, int ith, int nth) {
                 const int rows = VS_MIN(32, hi - (ic + i0)), cols = VS_MIN(32, P->nc - j0);
                 float *c = g->C + (size_t)(ic + i0) * g->ldc + P->jc + j0;
                 if (rows == 32 && cols == 32) {
-                    micro(ks, a0, a1, b0, b1, c, (size_t)g->ldc);
+                    micro(ks, a0, a1, b0, b1, c, (size_t)g->ldc, P->zero);
                 } else { /* an edge block through a zero-padded copy (f32 copies: exact) */
                     memset(edge, 0, sizeof(edge));
-                    for (int r = 0; r < rows; r++) memcpy(edge + 32 * r, c + (size_t)r * g->ldc, (size_t)cols * sizeof(float));
-                    micro(ks, a0, a1, b0, b1, edge, 32);
+                    if (!P->zero)
+                        for (int r = 0; r < rows; r++)
+                            memcpy(edge + 32 * r, c + (size_t)r * g->ldc, (size_t)cols * sizeof(float));
+                    micro(ks, a0, a1, b0, b1, edge, 32, false);
                     for (int r = 0; r < rows; r++) memcpy(c + (size_t)r * g->ldc, edge + 32 * r, (size_t)cols * sizeof(float));
                 }
             }
@@ -258,16 +270,18 @@ void vs_train_sgemm_amx(vs_threadpool *tp, bool ta, bool tb, int m, int n, int k
                         int lda, const float *B, int ldb, float beta, float *C, int ldc) {
     if (m <= 0 || n <= 0) return;
     job g = {ta, tb, m, n, k, alpha, beta, A, B, lda, ldb, ldc, C};
-    vs_threadpool_run(tp, beta_task, &g);
+    /* beta = 0 with products to add: the first depth slice writes every element of C, starting from 0 */
+    const bool zero_first = beta == 0.0f && k > 0 && alpha != 0.0f;
+    if (!zero_first) vs_threadpool_run(tp, beta_task, &g);
     if (k <= 0 || alpha == 0.0f) return;
     uint8_t *bp = vs_malloc((size_t)(NC / 16) * (KC / 32) * 2 * TILE_BYTES);
     if (!bp) { /* out of memory for the B panel: the reference */
-        vs_train_sgemm_ref(ta, tb, m, n, k, alpha, A, lda, B, ldb, 1.0f, C, ldc);
+        vs_train_sgemm_ref(ta, tb, m, n, k, alpha, A, lda, B, ldb, zero_first ? 0.0f : 1.0f, C, ldc);
         return;
     }
     for (int jc = 0; jc < n; jc += NC)
         for (int pc = 0; pc < k; pc += KC) {
-            panel P = {&g, jc, VS_MIN(NC, n - jc), pc, (VS_MIN(KC, k - pc) + 31) / 32, bp};
+            panel P = {&g, jc, VS_MIN(NC, n - jc), pc, (VS_MIN(KC, k - pc) + 31) / 32, zero_first && pc == 0, bp};
             vs_threadpool_run(tp, pack_b_task, &P);
             vs_threadpool_run(tp, panel_task, &P);
         }
