@@ -705,9 +705,10 @@ static void job_swiglu(void *p, int ith, int nth) {
     fn(j->gate + lo, j->up + lo, hi - lo);
 }
 
-static void matmul(vs_threadpool *tp, const vs_lm_mat *m, const float *x, int n, float *y) {
+static void matmul_ex(vs_threadpool *tp, const vs_lm_mat *m, const float *x, int n, float *y,
+                      unsigned flags) {
     if (m->packed) vs_matmul_q4x16(tp, m->data, m->packed, m->n_out, m->n_in, x, n, y);
-    else vs_matmul(tp, m->type, m->data, m->n_out, m->n_in, x, n, y);
+    else vs_matmul_ex(tp, m->type, m->data, m->n_out, m->n_in, x, n, y, flags);
 }
 
 /* ------------------------------------------------------------------------------------------------ */
@@ -856,25 +857,26 @@ vs_status vs_lm_forward(vs_lm *lm, vs_kv *kv, vs_threadpool *tp, const vs_lm_row
     fwd_ctx f = {.lm = lm, .kv = kv, .rows = rows, .n = n, .out = out, .n_groups = n_groups,
                  .group_start = group_start, .n_tasks = task_first[n_groups], .task_first = task_first,
                  .attn_hb = hb, .attn_nhs = nhs, .attn_rb = rb, .any_tree = any_tree};
+    const unsigned mmf = out ? out->mm_flags : VS_MM_DEFAULT;
     for (int l = 0; l < c->n_layer; l++) {
         const vs_lm_layer *L = &lm->w.layers[l];
         f.layer = l;
         /* attention block */
         if (l == 0) norm_rows(lm, tp, lm->x, lm->xn, L->attn_norm, n); /* later layers: fused below */
-        matmul(tp, &L->wq, lm->xn, n, lm->q);
-        matmul(tp, &L->wk, lm->xn, n, lm->k);
-        matmul(tp, &L->wv, lm->xn, n, lm->v);
+        matmul_ex(tp, &L->wq, lm->xn, n, lm->q, mmf);
+        matmul_ex(tp, &L->wk, lm->xn, n, lm->k, mmf);
+        matmul_ex(tp, &L->wv, lm->xn, n, lm->v, mmf);
         run_job(tp, job_rope_store, &f, (int64_t)n * (c->n_head + 2 * c->n_head_kv) * c->head_dim);
         run_job(tp, job_attention, &f, attn_work);
-        matmul(tp, &L->wo, lm->att, n, lm->tmp);
+        matmul_ex(tp, &L->wo, lm->att, n, lm->tmp, mmf);
         add_norm_job an = {lm, n, lm->x, lm->tmp, lm->xn, L->ffn_norm};
         run_job(tp, job_add_norm, &an, (int64_t)n * c->n_embd);
         /* feed-forward block */
-        matmul(tp, &L->w_gate, lm->xn, n, lm->gate);
-        matmul(tp, &L->w_up, lm->xn, n, lm->up);
+        matmul_ex(tp, &L->w_gate, lm->xn, n, lm->gate, mmf);
+        matmul_ex(tp, &L->w_up, lm->xn, n, lm->up, mmf);
         swiglu_job sj = {lm->gate, lm->up, (int64_t)n * c->n_ff, lm->attn_isa};
         run_job(tp, job_swiglu, &sj, sj.n);
-        matmul(tp, &L->w_down, lm->gate, n, lm->tmp);
+        matmul_ex(tp, &L->w_down, lm->gate, n, lm->tmp, mmf);
         /* residual, then the next layer's attention norm */
         an.w = l + 1 < c->n_layer ? lm->w.layers[l + 1].attn_norm : NULL;
         run_job(tp, job_add_norm, &an, (int64_t)n * c->n_embd);
@@ -890,7 +892,7 @@ vs_status vs_lm_forward(vs_lm *lm, vs_kv *kv, vs_threadpool *tp, const vs_lm_row
             if (rows[r].want_logits) memcpy(lm->tmp + (size_t)nw++ * E, lm->x + (size_t)r * E, E * sizeof(float));
         if (nw > 0) {
             norm_rows(lm, tp, lm->tmp, lm->xn, lm->w.output_norm, nw);
-            matmul(tp, &lm->w.output, lm->xn, nw, out->logits);
+            matmul_ex(tp, &lm->w.output, lm->xn, nw, out->logits, mmf);
         }
     }
     for (int s = 0; s < n_seq; s++)
@@ -907,7 +909,7 @@ vs_status vs_lm_head(vs_lm *lm, vs_threadpool *tp, const float *h, int n, bool a
         norm_rows(lm, tp, h, lm->xn, lm->w.output_norm, n);
         h = lm->xn;
     }
-    matmul(tp, &lm->w.output, h, n, logits);
+    matmul_ex(tp, &lm->w.output, h, n, logits, VS_MM_DEFAULT);
     return VS_OK;
 }
 

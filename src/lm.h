@@ -122,6 +122,8 @@ typedef struct vs_lm_out {
     vs_lm_attn_fn attn_fn;   /* optional attention observer, see above */
     void *attn_ctx;
     int attn_layer;          /* call attn_fn for this layer only; -1 = every layer */
+    unsigned mm_flags;       /* vs_matmul_ex flags of this forward's F16/BF16 products (0: the size rule);
+                              * a user that keeps them the same on every forward keeps batch invariance */
 } vs_lm_out;
 
 /* Evaluates rows[0..n) (see the top of this file), appends them to kv, and fills out (may be NULL).

@@ -460,6 +460,72 @@ static void test_attn_kernels(void) {
     }
 }
 
+/* vs_lm_out.mm_flags: a forward with VS_MM_AMX_BF16 runs an F16 model's products on the AMX-BF16 tiles
+ * whatever their size (the ensemble drafter's setting). Under the flag, each row of a batch over two
+ * sequences gets bitwise the logits of evaluating it alone with the flag; the logits stay within the
+ * tiles' error of the default path's. */
+static void test_mm_flags(vs_threadpool *tp) {
+    vs_error err = {0};
+    vs_lm_random_opts o = tm_small_opts(VS_TYPE_F16, 95);
+    o.n_embd = 128, o.n_ff = 256, o.n_ctx = 128;
+    vs_lm *lm = tm_model(&o, "mm-flags.gguf");
+    const char *path = vs_matmul_path(VS_TYPE_F16, 128, 128, 4, VS_MM_AMX_BF16);
+    if (strcmp(path, "amx-bf16")) {
+        printf("  mm_flags: not run (F16 products with VS_MM_AMX_BF16 take %s here, not the tiles)\n", path);
+        vs_lm_free(lm);
+        return;
+    }
+    enum { S = 2, NB = 6, NPRE = 20 };
+    int32_t pre[S][NPRE], add[NB];
+    for (int s = 0; s < S; s++) tm_random_tokens(pre[s], NPRE, V, 400 + s);
+    tm_random_tokens(add, NB, V, 410);
+    float *lg[2], one[V];
+    double inv = 0, vs_default = 0;
+    for (int k = 0; k < 2; k++) { /* 0: default flags, 1: VS_MM_AMX_BF16 */
+        const unsigned fl = k ? VS_MM_AMX_BF16 : VS_MM_DEFAULT;
+        vs_kv *kv = vs_lm_kv_new(lm, S, 128, VS_TYPE_F16, &err);
+        VT_REQUIRE(kv, "%s", err.msg);
+        vs_lm_row rows[NPRE];
+        for (int s = 0; s < S; s++) {
+            for (int i = 0; i < NPRE; i++) rows[i] = (vs_lm_row){.token = pre[s][i], .seq = s, .pos = i};
+            vs_lm_out po = {.mm_flags = fl};
+            VT_CHECK(vs_lm_forward(lm, kv, tp, rows, NPRE, &po, &err) == VS_OK, "%s", err.msg);
+        }
+        vs_lm_row br[NB];
+        for (int i = 0; i < NB; i++)
+            br[i] = (vs_lm_row){.token = add[i], .seq = i % S, .pos = NPRE + i / S, .want_logits = true};
+        lg[k] = malloc(sizeof(float) * NB * V);
+        vs_lm_out out = {.logits = lg[k], .mm_flags = fl};
+        VT_CHECK(vs_lm_forward(lm, kv, tp, br, NB, &out, &err) == VS_OK, "%s", err.msg);
+        vs_kv_free(kv);
+        if (!k) continue;
+        /* each row alone, with the flag, after the same prefix fed the same way */
+        for (int s = 0; s < S; s++) {
+            vs_kv *k1 = vs_lm_kv_new(lm, 1, 128, VS_TYPE_F16, &err);
+            VT_REQUIRE(k1, "%s", err.msg);
+            for (int i = 0; i < NPRE; i++) rows[i] = (vs_lm_row){.token = pre[s][i], .seq = 0, .pos = i};
+            vs_lm_out po = {.mm_flags = fl};
+            VT_CHECK(vs_lm_forward(lm, k1, tp, rows, NPRE, &po, &err) == VS_OK, "%s", err.msg);
+            for (int i = s; i < NB; i += S) {
+                vs_lm_row r1 = {.token = add[i], .seq = 0, .pos = NPRE + i / S, .want_logits = true};
+                vs_lm_out o1 = {.logits = one, .mm_flags = fl};
+                VT_CHECK(vs_lm_forward(lm, k1, tp, &r1, 1, &o1, &err) == VS_OK, "%s", err.msg);
+                inv = fmax(inv, max_diff(one, lg[1] + (size_t)i * V, V));
+            }
+            vs_kv_free(k1);
+        }
+    }
+    vs_default = max_diff(lg[0], lg[1], (size_t)NB * V);
+    printf("  mm_flags AMX-BF16 (F16 model of width 128): batch of 6 rows vs one row at a time: max abs diff "
+           "%.3g; vs the default products: %.3g\n",
+           inv, vs_default);
+    VT_CHECK(inv == 0, "with VS_MM_AMX_BF16, batched rows differ from single rows by %g", inv);
+    VT_CHECK(vs_default > 0, "VS_MM_AMX_BF16 changed nothing: the flag did not reach the products");
+    VT_CHECK(vs_default <= 1e-2, "VS_MM_AMX_BF16 logits differ from the default ones by %g", vs_default);
+    free(lg[0]), free(lg[1]);
+    vs_lm_free(lm);
+}
+
 /* Long contexts, GQA (4 query heads per KV head, head dim 40: a vector tail) and more queries of one
  * sequence than one attention task holds: each row of a batch over 3 sequences gets bitwise the logits
  * of evaluating it alone, one row per forward, under every ISA this CPU has. */
@@ -727,6 +793,7 @@ int main(void) {
     printf("attention kernels:\n");
     test_attn_kernels();
     test_long_invariance(tp);
+    test_mm_flags(tp);
     printf("tied output / single thread:\n");
     {
         vs_lm_random_opts t = tm_small_opts(VS_TYPE_F32, 43);
