@@ -1,0 +1,134 @@
+/* test_scripts: the model-making scripts end to end, on a tiny world and tiny models, so the documented
+ * commands that reproduce the shipped models keep working:
+ *   - scripts/make_models.sh: world, tokenizer, target training in chunks, eval, results in OUT. On a CPU
+ *     with the AMX products the run switches attention at ATTENTION_SWITCH: the first chunk stops there
+ *     with --attention direct, the next runs --attention gemm, and OUT/attention keeps "direct";
+ *   - a second make_models.sh run finds everything done and trains nothing;
+ *   - scripts/make_drafters.sh: both recipes (LLaVA, and MASSV with its distillation) into OUT, or, when
+ *     none of the tiny target's distilled answers ends, the LLaVA recipe and MASSV's clear error.
+ * Needs /bin/sh and the CLI ($VLMSPEC_BIN). */
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "testutil.h"
+
+static bool exists(const char *dir, const char *name) {
+    char p[1024];
+    snprintf(p, sizeof(p), "%s/%s", dir, name);
+    struct stat st;
+    return stat(p, &st) == 0 && st.st_size > 0;
+}
+
+/* Whether the file holds the string. */
+static bool file_has(const char *path, const char *needle) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return false;
+    static char buf[1 << 20];
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    return strstr(buf, needle) != NULL;
+}
+
+static int count_lines_with(const char *path, const char *needle) {
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    char line[4096];
+    int n = 0;
+    while (fgets(line, sizeof(line), f)) n += strstr(line, needle) != NULL;
+    fclose(f);
+    return n;
+}
+
+int main(void) {
+    const char *cli = vt_cli();
+    if (!cli || access(cli, X_OK) != 0) {
+        printf("SKIP: no vlmspec binary ($VLMSPEC_BIN)\n");
+        return VT_SKIP_CODE;
+    }
+    char abs_cli[1024];
+    if (cli[0] == '/') snprintf(abs_cli, sizeof(abs_cli), "%s", cli);
+    else {
+        char cwd[512];
+        VT_REQUIRE(getcwd(cwd, sizeof(cwd)), "getcwd");
+        snprintf(abs_cli, sizeof(abs_cli), "%s/%s", cwd, cli);
+    }
+    const char *tmp = vt_tmpdir();
+    char work[600], out[600], dwork[600], log1[700], log2[700], log3[700], path[800];
+    snprintf(work, sizeof(work), "%s/work", tmp);
+    snprintf(out, sizeof(out), "%s/models", tmp);
+    snprintf(dwork, sizeof(dwork), "%s/drafters", tmp);
+    snprintf(log1, sizeof(log1), "%s/make_models.log", tmp);
+    snprintf(log2, sizeof(log2), "%s/make_models2.log", tmp);
+    snprintf(log3, sizeof(log3), "%s/make_drafters.log", tmp);
+    const bool amx = vt_run("%s version | grep -q 'training products:.* amx-bf16x3'", abs_cli) == 0;
+
+    /* 1. the target: 3 train + 1 test conversations per suite, a 300-token BPE, a 2-layer LM */
+    static const char *const model_env =
+        "TRAIN_PER_SUITE=3 TEST_PER_SUITE=1 VOCAB=300 EPOCHS=1 FREEZE_VISION=1 VISION_WARMUP=1 "
+        "ATTENTION_SWITCH=2 THREADS=2 EVAL_FLAGS='--limit 1 --max-tokens 8' "
+        "TRAIN_FLAGS='--batch 4 --width 32 --layers 2 --heads 2 --kv-heads 1 --ffn 64 --v-width 32 "
+        "--v-blocks 1 --v-heads 2 --v-ffn 64 --ctx 1024 -q'";
+    int rc = vt_run("VLMSPEC=%s WORK=%s OUT=%s %s sh scripts/make_models.sh > %s 2>&1", abs_cli, work, out,
+                    model_env, log1);
+    VT_CHECK(rc == 0, "make_models.sh exit %d (log %s)", rc, log1);
+    static const char *const model_files[] = {"target.gguf",      "target-mmproj.gguf", "target-train.json",
+                                              "target-eval.json", "target-eval.txt",    "target-loss.svg"};
+    for (size_t i = 0; i < sizeof(model_files) / sizeof(model_files[0]); i++)
+        VT_CHECK(exists(out, model_files[i]), "make_models.sh did not write %s/%s", out, model_files[i]);
+    const int chunks = count_lines_with(log1, "training: chunk of at most");
+    if (amx) {
+        VT_CHECK(count_lines_with(log1, "--attention direct --chunk-steps 2") == 1 &&
+                     count_lines_with(log1, "--attention gemm") == 1 && chunks == 2,
+                 "make_models.sh: expected a direct-attention chunk up to step 2, then a gemm one (%d chunks)",
+                 chunks);
+        snprintf(path, sizeof(path), "%s/train/attention", work);
+        VT_CHECK(file_has(path, "direct"), "%s does not record the direct attention the run started with", path);
+        printf("make_models.sh: %d training chunks, attention direct until step 2, then gemm\n", chunks);
+    } else {
+        VT_CHECK(chunks == 1, "make_models.sh without the AMX products: %d chunks, expected 1", chunks);
+        printf("make_models.sh: one training chunk (no AMX products on this CPU: no attention switch)\n");
+    }
+    snprintf(path, sizeof(path), "%s/train/run.json", work);
+    VT_CHECK(file_has(path, "\"vision_warmup\":1") && file_has(path, "\"vision_lr\":0.1"),
+             "run.json lacks the script's vision warm-up and rate");
+
+    /* 2. run again: nothing left to do */
+    rc = vt_run("VLMSPEC=%s WORK=%s OUT=%s %s sh scripts/make_models.sh > %s 2>&1", abs_cli, work, out, model_env,
+                log2);
+    VT_CHECK(rc == 0, "make_models.sh (second run) exit %d", rc);
+    VT_CHECK(count_lines_with(log2, "training: chunk") == 0 && count_lines_with(log2, "eval: test split") == 0 &&
+                 count_lines_with(log2, "up to date") == 1,
+             "the second make_models.sh run trained or evaluated again (log %s)", log2);
+
+    /* 3. the drafters of that target. MASSV tunes on the target's complete answers; this barely trained
+     * target may never stop within the distillation's token limit, and then the script must stop with
+     * the trainer's clear error after the LLaVA recipe (the sampled setting makes an end likely). */
+    rc = vt_run("VLMSPEC=%s TARGET_DIR=%s DATA=%s/world WORK=%s OUT=%s THREADS=2 DISTILL_LIMIT=1 "
+                "DISTILL_TEMPS=1.0 DISTILL_FLAGS='--max-tokens 300' MASSV_FLAGS='--steps-c 2' "
+                "DRAFTER_FLAGS='--steps-a 2 --steps-b 2 --steps-c 2 --batch-a 4 --batch-b 4 --batch-c 4 "
+                "--width 32 --layers 1 --heads 2 --kv-heads 1 --ffn 64 -q' sh scripts/make_drafters.sh > %s 2>&1",
+                abs_cli, out, work, dwork, out, log3);
+    snprintf(path, sizeof(path), "%s/train/draft-llava.gguf", dwork);
+    VT_CHECK(access(path, R_OK) == 0, "make_drafters.sh did not finish the LLaVA recipe (log %s)", log3);
+    snprintf(path, sizeof(path), "%s/distill.jsonl", dwork);
+    /* the recipes keep the single-image and text suites: 6 conversations, one setting */
+    VT_CHECK(count_lines_with(path, "\"suite\"") == 6, "expected 6 distilled records in %s", path);
+    const bool usable = count_lines_with(path, "\"eos\":true") > 0;
+    if (usable) {
+        VT_CHECK(rc == 0, "make_drafters.sh exit %d (log %s)", rc, log3);
+        static const char *const draft_files[] = {"draft-llava.gguf",       "draft-llava-mmproj.gguf",
+                                                  "draft-massv.gguf",       "draft-massv-mmproj.gguf",
+                                                  "draft-llava-train.json", "draft-massv-train.json"};
+        for (size_t i = 0; i < sizeof(draft_files) / sizeof(draft_files[0]); i++)
+            VT_CHECK(exists(out, draft_files[i]), "make_drafters.sh did not write %s/%s", out, draft_files[i]);
+        printf("make_drafters.sh: LLaVA and MASSV drafters written\n");
+    } else {
+        VT_CHECK(rc != 0 && file_has(log3, "no usable answers"),
+                 "make_drafters.sh without complete target answers: exit %d, no clear error (log %s)", rc, log3);
+        printf("make_drafters.sh: LLaVA drafter written; MASSV stopped with the clear error (no distilled "
+               "answer reached EOS)\n");
+    }
+    return vt_finish("scripts");
+}
