@@ -493,6 +493,44 @@ static void test_cli(const char *dir, const char *tok) {
         printf("train target --freeze-vision: tower unchanged while frozen, trained after (differently with "
                "--vision-warmup or --vision-lr 0.5, not at all with --vision-lr 0)\n");
     }
+    /* --init: the straight run's final weights start a new run (zeroed moments, its own schedule); one step
+     * + --resume one step equals two straight steps; the init is part of run.json; a checkpoint of another
+     * model is refused with the mismatch named */
+    {
+        static const char *const init_runs[3][2] = {
+            {"init2", "--steps 2"}, {"init1", "--steps 2 --chunk-steps 1"}, {"init1", "--steps 2 --resume"}};
+        for (int i = 0; i < 3; i++) {
+            rc = vt_run("%s train target --data %s --tokenizer %s --out %s/%s --f32 --init "
+                        "%s/straight/ckpt/ckpt.gguf %s %s > %s/%s-%d.log 2>&1",
+                        cli, dir, tok, tmp, init_runs[i][0], tmp, init_runs[i][1], tiny, tmp, init_runs[i][0],
+                        i);
+            VT_CHECK(rc == 0, "train target --init %s exit %d", init_runs[i][1], rc);
+        }
+        snprintf(path, sizeof(path), "%s/init2/target-f32.gguf", tmp);
+        snprintf(p2, sizeof(p2), "%s/init1/target-f32.gguf", tmp);
+        VT_CHECK(same_file(path, p2), "--init: 1 step + --resume 1 step differs from 2 straight steps");
+        snprintf(p2, sizeof(p2), "%s/straight/target-f32.gguf", tmp);
+        VT_CHECK(!same_file(path, p2), "--init: the 2 new steps left the weights as they were");
+        /* the AdamW update count restarted: 2 after the 2 new steps, not 4 + 2 */
+        rc = vt_run("%s gguf %s/init2/ckpt/ckpt.gguf | grep -q 'train.adam_t .* 2$'", cli, tmp);
+        VT_CHECK(rc == 0, "--init: the checkpoint's train.adam_t is not 2 (the moments did not restart)");
+        snprintf(path, sizeof(path), "%s/init2/run.json", tmp);
+        FILE *f = fopen(path, "r");
+        char buf[4096] = "";
+        if (f) buf[fread(buf, 1, sizeof(buf) - 1, f)] = 0, fclose(f);
+        VT_CHECK(strstr(buf, "\"init\":") != NULL, "--init is not in %s", path);
+        rc = vt_run("%s train target --data %s --tokenizer %s --out %s/initbad --steps 2 --init "
+                    "%s/straight/ckpt/ckpt.gguf %s --width 48 > %s/initbad.log 2>&1",
+                    cli, dir, tok, tmp, tmp, tiny, tmp);
+        snprintf(path, sizeof(path), "%s/initbad.log", tmp);
+        f = fopen(path, "r");
+        buf[0] = 0;
+        if (f) buf[fread(buf, 1, sizeof(buf) - 1, f)] = 0, fclose(f);
+        VT_CHECK(rc != 0 && strstr(buf, "LM width 32, the flags say 48"),
+                 "--init with another model: exit %d, message: %s", rc, buf);
+        printf("train target --init: resumable (1 + 1 steps == 2), recorded in run.json, another model "
+               "refused\n");
+    }
     /* train export of the final checkpoint writes the same files as the end of training */
     rc = vt_run(
         "%s train export --ckpt %s/chunked/ckpt/ckpt.gguf --tokenizer %s --lm %s/x.gguf --mmproj %s/xm.gguf "

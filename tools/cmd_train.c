@@ -654,6 +654,7 @@ static void loop_free(train_loop *L) {
 
 typedef struct target_opts {
     const char *data, *tokenizer, *out, *name;
+    const char *init; /* a checkpoint whose weights start a fresh run (new schedule, zero moments) */
     sched_opts s;
     int ctx;
     bool captions, f32;
@@ -680,6 +681,9 @@ static void target_usage(FILE *f) {
         "  --vision-warmup N   after the freeze, ramp the tower's learning rate up from 0 over N steps (its\n"
         "                      AdamW moments start at zero; default 0: the full rate at once)\n"
         "  --vision-lr F       the tower's learning rate as a multiple of the schedule's (default 1)\n"
+        "  --init CKPT         start from the weights of a training checkpoint (another run's ckpt.gguf),\n"
+        "                      with this run's schedule, data order and zeroed AdamW moments; the model\n"
+        "                      flags must describe the checkpoint's model (default: fresh weights)\n"
         "  --epochs E          passes over the data (default 10; fractions allowed)\n"
         "  --steps N           optimiser steps instead of --epochs\n"
         "  --batch B           sequences per micro-batch (default 8)\n"
@@ -759,6 +763,7 @@ static int target_parse(int argc, char **argv, target_opts *o) {
     fl_add(&fs, "--freeze-vision", FL_I64, &s->freeze_vision, 0, (double)(INT64_C(1) << 40));
     fl_add(&fs, "--vision-warmup", FL_I64, &s->vision_warmup, 0, (double)(INT64_C(1) << 40));
     fl_add(&fs, "--vision-lr", FL_F64, &s->vision_lr, 0, 100);
+    fl_add(&fs, "--init", FL_STR, &o->init, 0, 0);
     fl_add(&fs, "--f32", FL_BOOL, &o->f32, 0, 0);
     fl_add(&fs, "--epochs", FL_F64, &s->epochs, 1e-6, 1e6);
     fl_add(&fs, "--steps", FL_I64, &s->steps, 1, (double)(INT64_C(1) << 40));
@@ -794,6 +799,7 @@ static char *target_settings(const target_opts *o, int64_t total, int vocab) {
     if (o->s.freeze_vision) vs_json_key(&w, "freeze_vision"), vs_json_int(&w, o->s.freeze_vision);
     if (o->s.vision_warmup) vs_json_key(&w, "vision_warmup"), vs_json_int(&w, o->s.vision_warmup);
     if (o->s.vision_lr != 1) vs_json_key(&w, "vision_lr"), vs_json_num(&w, o->s.vision_lr);
+    if (o->init) vs_json_key(&w, "init"), vs_json_str(&w, o->init);
     vs_json_key(&w, "vocab"), vs_json_int(&w, vocab);
     vs_json_key(&w, "steps"), vs_json_int(&w, total);
     vs_json_key(&w, "batch"), vs_json_int(&w, o->s.batch);
@@ -891,6 +897,37 @@ static vs_status export_models(target_run *r, double final_loss, vs_error *err) 
     return s;
 }
 
+/* --init: another run's checkpoint gives the weights and nothing else. The AdamW moments and update
+ * count start at zero (this run's warm-up starts from them), every group starts unfrozen (this run's
+ * --freeze-vision decides), and the data order and schedule are this run's. The flags must describe the
+ * checkpoint's model. */
+static vs_status target_init_from(train_loop *L, const char *path, const vs_train_vlm_config *c, int max_B,
+                                  int max_T, int max_I, vs_error *err) {
+    vs_train_state st;
+    if (!(L->m = vs_train_vlm_load(path, max_B, max_T, max_I, &st, err))) return vs_error_wrap(err, "--init");
+    const vs_train_vlm_config *k = vs_train_vlm_cfg(L->m);
+    const int mine[] = {c->image_size, c->patch_size, c->v_width, c->v_ffn, c->v_heads, c->v_blocks,
+                        c->v_post_ln,  c->vocab,      c->width,   c->n_layers, c->n_heads, c->n_kv_heads,
+                        c->ffn,        c->max_seq};
+    const int its[] = {k->image_size, k->patch_size, k->v_width, k->v_ffn, k->v_heads, k->v_blocks,
+                       k->v_post_ln,  k->vocab,      k->width,   k->n_layers, k->n_heads, k->n_kv_heads,
+                       k->ffn,        k->max_seq};
+    static const char *const names[] = {"image size", "patch", "ViT width", "ViT MLP", "ViT heads",
+                                        "ViT blocks", "post-LN", "vocabulary", "LM width", "LM layers",
+                                        "LM heads", "KV heads", "SwiGLU width", "context"};
+    for (size_t i = 0; i < sizeof(mine) / sizeof(mine[0]); i++)
+        if (mine[i] != its[i])
+            return vs_error_set(err, VS_ERR_INVALID, "--init %s: its model has %s %d, the flags say %d", path,
+                                names[i], its[i], mine[i]);
+    vs_train_params *p = vs_train_vlm_params(L->m);
+    memset(p->m, 0, sizeof(float) * p->n);
+    memset(p->v, 0, sizeof(float) * p->n);
+    p->t = 0;
+    for (int g = 0; g < VS_TRAIN_MAX_GROUPS; g++) p->frozen[g] = false;
+    printf("initialised from %s (step %lld of its run; AdamW moments zeroed)\n", path, (long long)st.step);
+    return VS_OK;
+}
+
 static vs_status target_train(target_run *r, vs_error *err) {
     target_opts *o = &r->o;
     train_loop *L = &r->L;
@@ -952,11 +989,13 @@ static vs_status target_train(target_run *r, vs_error *err) {
     } else {
         if (o->s.resume) printf("no checkpoint in %s/ckpt: starting fresh\n", o->out);
         s = write_text(L->runjson, settings, err);
-        if (s == VS_OK && !(L->m = vs_train_vlm_new(c, max_B, max_T, max_I, err))) s = VS_ERR_INVALID;
-        if (s == VS_OK) {
-            vs_train_vlm_init(L->m, (uint64_t)o->s.seed);
-            loop_fresh_state(L);
+        if (s == VS_OK && o->init) {
+            s = target_init_from(L, o->init, c, max_B, max_T, max_I, err);
+        } else if (s == VS_OK) {
+            if (!(L->m = vs_train_vlm_new(c, max_B, max_T, max_I, err))) s = VS_ERR_INVALID;
+            else vs_train_vlm_init(L->m, (uint64_t)o->s.seed);
         }
+        if (s == VS_OK) loop_fresh_state(L);
     }
     vs_free(settings);
     if (s != VS_OK) return s;
