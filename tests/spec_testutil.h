@@ -58,15 +58,7 @@ static inline bool st_same_tokens(const vs_spec_log *a, const vs_spec_log *b, bo
            (a->n_tokens == 0 || memcmp(a->tokens, b->tokens, sizeof(int32_t) * (size_t)a->n_tokens) == 0);
 }
 
-static inline bool st_file_has(const char *path, const char *needle) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return false;
-    static char buf[1 << 16];
-    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    return strstr(buf, needle) != NULL;
-}
+static inline bool st_file_has(const char *path, const char *needle) { return vt_file_has(path, needle); }
 
 /* Drafted rows a drafter evaluated and then rolled back, per drafting row: a block of W branches of depth
  * k feeds W (k - 1) nodes (never the last depth) and keeps min(accepted, k - 1) (chain: W = 1). */

@@ -952,6 +952,55 @@ static double step_time(vs_lm *lm, vs_threadpool *tp, int m, int P, vs_type kvt,
     return med;
 }
 
+/* One ensemble drafter of `set` over lm (self-drafting: the target is lm too), greedy, gamma 5, 120 tokens
+ * of prompt pr, the fastest of `reps` runs (other load only adds time): its mean draft step and what
+ * the last run did. caps: the caption source (the caller's). */
+typedef struct bench_result {
+    double tq, tau, tp, t_draft;
+    int blocks;
+    int64_t steps, forwards;
+    int32_t rows, plen[VS_ENS_MAX_ROWS]; /* cached positions per row after the request */
+} bench_result;
+
+static bench_result bench_ens(vs_lm *lm, const char *set, const vs_vision_projector *proj, vs_caption_src *caps,
+                              vs_threadpool *tp, const vs_spec_prompt *pr, int reps) {
+    vs_error err = {0};
+    vs_draft_ens_opts o;
+    vs_draft_ens_opts_default(&o);
+    VT_REQUIRE(vs_ens_inputs_parse(set, o.inputs, &o.n_inputs, &err) == VS_OK, "%s", err.msg);
+    o.captions = caps, o.proj = proj, o.tp = tp, o.n_ctx = 1024;
+    vs_spec_drafter *d = vs_draft_ens_new(lm, lm, &o, &err);
+    VT_REQUIRE(d, "%s", err.msg);
+    vs_tokenizer *tok = vs_tokenizer_from_gguf(vs_lm_gguf(lm), &err);
+    vs_spec_config ec = {.n_ctx = 1024, .tp = tp, .tok = tok};
+    vs_spec *eng = vs_spec_new(lm, &ec, &err);
+    VT_REQUIRE(eng, "%s", err.msg);
+    vs_spec_params par = vs_spec_params_default();
+    par.gamma = 5, par.n_predict = 120, par.sampling.temperature = 0, par.ignore_eos = true;
+    bench_result b = {0};
+    for (int rep = 0; rep < reps; rep++) {
+        vs_spec_log log;
+        vs_spec_log_init(&log);
+        VT_REQUIRE(vs_spec_generate(eng, d, pr, &par, NULL, NULL, &log, &err) == VS_OK, "%s", err.msg);
+        vs_spec_stats st;
+        vs_spec_stats_compute(&log, NULL, &st);
+        b.tq = rep == 0 || st.tq < b.tq ? st.tq : b.tq;
+        b.tau = st.tau, b.tp = st.tp, b.blocks = log.n_blocks, b.t_draft = 0, b.steps = 0;
+        for (int i = 0; i < log.n_blocks; i++) {
+            b.t_draft += log.blocks[i].t_draft;
+            b.steps += log.blocks[i].n_steps;
+        }
+        vs_spec_log_free(&log);
+    }
+    b.forwards = vs_draft_ens_get_stats(d)->forwards;
+    b.rows = vs_draft_ens_rows(d);
+    for (int32_t i = 0; i < b.rows; i++) b.plen[i] = vs_kv_seq_len(vs_draft_ens_kv(d), i);
+    vs_spec_free(eng);
+    vs_tokenizer_free(tok);
+    vs_spec_drafter_free(d);
+    return b;
+}
+
 /* The draft step of M alone against the batch M, T, C, P on a multimodal prompt whose M row is 600
  * positions, as TABED's setting (one LLaVA image of 576 rows): 9 images of 8 x 8 patches (576 rows) and
  * 24 text tokens. The other rows are shorter: T turns each image into "\n", C into "image: " + a
@@ -993,41 +1042,12 @@ static void bench_multimodal(vs_lm *lm, vs_mmproj *bp, vs_threadpool *tp) {
     for (int k = 0; k < 3; k++) {
         vs_caption_src *caps = vs_caption_src_new_texts(caps_txt, NIMG, &err);
         VT_REQUIRE(caps, "%s", err.msg);
-        vs_draft_ens_opts o;
-        vs_draft_ens_opts_default(&o);
-        VT_REQUIRE(vs_ens_inputs_parse(sets[k], o.inputs, &o.n_inputs, &err) == VS_OK, "%s", err.msg);
-        o.captions = caps, o.proj = proj, o.tp = tp, o.n_ctx = 1024;
-        vs_spec_drafter *d = vs_draft_ens_new(lm, lm, &o, &err);
-        VT_REQUIRE(d, "%s", err.msg);
-        vs_tokenizer *tok = vs_tokenizer_from_gguf(vs_lm_gguf(lm), &err);
-        vs_spec_config ec = {.n_ctx = 1024, .tp = tp, .tok = tok};
-        vs_spec *eng = vs_spec_new(lm, &ec, &err);
-        VT_REQUIRE(eng, "%s", err.msg);
-        vs_spec_params par = vs_spec_params_default();
-        par.gamma = 5, par.n_predict = 120, par.sampling.temperature = 0, par.ignore_eos = true;
-        vs_spec_log log;
-        vs_spec_log_init(&log);
-        double best = 0;
-        for (int rep = 0; rep < 3; rep++) { /* the fastest of three: other load only adds time */
-            vs_spec_log_free(&log);
-            vs_spec_log_init(&log);
-            VT_REQUIRE(vs_spec_generate(eng, d, &pr, &par, NULL, NULL, &log, &err) == VS_OK, "%s", err.msg);
-            vs_spec_stats s;
-            vs_spec_stats_compute(&log, NULL, &s);
-            best = rep == 0 || s.tq < best ? s.tq : best;
-        }
-        tq[k] = best;
-        int32_t plen[VS_ENS_MAX_ROWS] = {0};
-        const int32_t m = vs_draft_ens_rows(d);
-        for (int32_t i = 0; i < m; i++) plen[i] = vs_kv_seq_len(vs_draft_ens_kv(d), i);
-        printf("  [%s] rows %d, cached positions per row after the request:", sets[k], m);
-        for (int32_t i = 0; i < m; i++) printf(" %d", plen[i]);
-        printf("; draft step %.3f ms\n", tq[k] * 1e3);
-        vs_spec_log_free(&log);
-        vs_spec_free(eng);
-        vs_tokenizer_free(tok);
-        vs_spec_drafter_free(d);
+        bench_result r = bench_ens(lm, sets[k], proj, caps, tp, &pr, 3);
         vs_caption_src_free(caps);
+        tq[k] = r.tq;
+        printf("  [%s] rows %d, cached positions per row after the request:", sets[k], r.rows);
+        for (int32_t i = 0; i < r.rows; i++) printf(" %d", r.plen[i]);
+        printf("; draft step %.3f ms\n", tq[k] * 1e3);
     }
     printf("  multimodal prompt (M row %d positions): draft step M %.3f ms, MTCP %.3f ms: ratio %.2f (T alone "
            "%.3f ms)\n",
@@ -1067,51 +1087,22 @@ static int bench(int threads, int E, int L) {
      * drafts gamma tokens: T alone vs M, T, C, P on a text prompt (no images: four rows of 600 positions) */
     double tq[2];
     vs_mmproj *bp = make_proj(32, 64, E, false, 0, 3, "ens-bench-mmproj.gguf");
+    int32_t *pt = malloc(sizeof(int32_t) * P);
+    vs_rng_seed(&r, 2);
+    for (int i = 0; i < P; i++) pt[i] = 3 + (int32_t)vs_rng_below(&r, V - 3);
+    vs_spec_segment seg = {.kind = VS_SPEC_SEG_TEXT, .n = P, .tokens = pt};
+    vs_spec_prompt pr = {.seg = &seg, .n_seg = 1};
     for (int k = 0; k < 2; k++) {
         vs_caption_src *caps = vs_caption_src_new_texts(NULL, 0, &err);
         VT_REQUIRE(caps, "%s", err.msg);
-        vs_draft_ens_opts o;
-        vs_draft_ens_opts_default(&o);
-        VT_REQUIRE(vs_ens_inputs_parse(k ? "mtcp" : "t", o.inputs, &o.n_inputs, &err) == VS_OK, "%s",
-                   err.msg);
-        o.captions = caps;
-        o.proj = vs_mmproj_projector(bp);
-        o.tp = tp;
-        o.n_ctx = 1024;
-        vs_spec_drafter *d = vs_draft_ens_new(lm, lm, &o, &err);
-        VT_REQUIRE(d, "%s", err.msg);
-        vs_tokenizer *tok = vs_tokenizer_from_gguf(vs_lm_gguf(lm), &err);
-        vs_spec_config ec = {.n_ctx = 1024, .tp = tp, .tok = tok};
-        vs_spec *eng = vs_spec_new(lm, &ec, &err);
-        VT_REQUIRE(eng, "%s", err.msg);
-        int32_t *pt = malloc(sizeof(int32_t) * P);
-        vs_rng_seed(&r, 2);
-        for (int i = 0; i < P; i++) pt[i] = 3 + (int32_t)vs_rng_below(&r, V - 3);
-        vs_spec_segment seg = {.kind = VS_SPEC_SEG_TEXT, .n = P, .tokens = pt};
-        vs_spec_prompt pr = {.seg = &seg, .n_seg = 1};
-        vs_spec_params par = vs_spec_params_default();
-        par.gamma = 5, par.n_predict = 120, par.sampling.temperature = 0, par.ignore_eos = true;
-        vs_spec_log log;
-        vs_spec_log_init(&log);
-        VT_REQUIRE(vs_spec_generate(eng, d, &pr, &par, NULL, NULL, &log, &err) == VS_OK, "%s", err.msg);
-        vs_spec_stats s;
-        vs_spec_stats_compute(&log, NULL, &s);
-        tq[k] = s.tq;
-        {
-            double td = 0;
-            int64_t ns = 0;
-            for (int b = 0; b < log.n_blocks; b++) td += log.blocks[b].t_draft, ns += log.blocks[b].n_steps;
-            printf("  [%s] blocks %d, draft steps %lld, t_draft %.3f s, forwards %lld, tau %.2f, tp %.3f ms\n",
-                   k ? "mtcp" : "t", log.n_blocks, (long long)ns, td,
-                   (long long)vs_draft_ens_get_stats(d)->forwards, s.tau, s.tp * 1e3);
-        }
-        vs_spec_log_free(&log);
-        free(pt);
-        vs_spec_free(eng);
-        vs_tokenizer_free(tok);
-        vs_spec_drafter_free(d);
+        bench_result b = bench_ens(lm, k ? "mtcp" : "t", vs_mmproj_projector(bp), caps, tp, &pr, 1);
         vs_caption_src_free(caps);
+        tq[k] = b.tq;
+        printf("  [%s] blocks %d, draft steps %lld, t_draft %.3f s, forwards %lld, tau %.2f, tp %.3f ms\n",
+               k ? "mtcp" : "t", b.blocks, (long long)b.steps, b.t_draft, (long long)b.forwards, b.tau,
+               b.tp * 1e3);
     }
+    free(pt);
     printf("  drafter step (forward + softmax + mix, greedy): 1 row %.3f ms, 4 rows %.3f ms: ratio %.2f\n",
            tq[0] * 1e3, tq[1] * 1e3, tq[1] / tq[0]);
     bench_multimodal(lm, bp, tp);

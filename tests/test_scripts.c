@@ -20,17 +20,6 @@ static bool exists(const char *dir, const char *name) {
     return stat(p, &st) == 0 && st.st_size > 0;
 }
 
-/* Whether the file holds the string. */
-static bool file_has(const char *path, const char *needle) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return false;
-    static char buf[1 << 20];
-    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    return strstr(buf, needle) != NULL;
-}
-
 static int count_lines_with(const char *path, const char *needle) {
     FILE *f = fopen(path, "r");
     if (!f) return -1;
@@ -84,14 +73,14 @@ int main(void) {
                  "make_models.sh: expected a direct-attention chunk up to step 2, then a gemm one (%d chunks)",
                  chunks);
         snprintf(path, sizeof(path), "%s/train/attention", work);
-        VT_CHECK(file_has(path, "direct"), "%s does not record the direct attention the run started with", path);
+        VT_CHECK(vt_file_has(path, "direct"), "%s does not record the direct attention the run started with", path);
         printf("make_models.sh: %d training chunks, attention direct until step 2, then gemm\n", chunks);
     } else {
         VT_CHECK(chunks == 1, "make_models.sh without the AMX products: %d chunks, expected 1", chunks);
         printf("make_models.sh: one training chunk (no AMX products on this CPU: no attention switch)\n");
     }
     snprintf(path, sizeof(path), "%s/train/run.json", work);
-    VT_CHECK(file_has(path, "\"vision_warmup\":1") && file_has(path, "\"vision_lr\":0.1"),
+    VT_CHECK(vt_file_has(path, "\"vision_warmup\":1") && vt_file_has(path, "\"vision_lr\":0.1"),
              "run.json lacks the script's vision warm-up and rate");
 
     /* 2. run again: nothing left to do */
@@ -125,7 +114,7 @@ int main(void) {
             VT_CHECK(exists(out, draft_files[i]), "make_drafters.sh did not write %s/%s", out, draft_files[i]);
         printf("make_drafters.sh: LLaVA and MASSV drafters written\n");
     } else {
-        VT_CHECK(rc != 0 && file_has(log3, "no usable answers"),
+        VT_CHECK(rc != 0 && vt_file_has(log3, "no usable answers"),
                  "make_drafters.sh without complete target answers: exit %d, no clear error (log %s)", rc, log3);
         printf("make_drafters.sh: LLaVA drafter written; MASSV stopped with the clear error (no distilled "
                "answer reached EOS)\n");

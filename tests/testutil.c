@@ -76,6 +76,20 @@ const char *vt_tmpdir(void) {
     return g_tmp;
 }
 
+bool vt_file_has(const char *path, const char *needle) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return false;
+    enum { CAP = 1 << 20 };
+    char *buf = malloc(CAP);
+    size_t n = buf ? fread(buf, 1, CAP - 1, f) : 0;
+    fclose(f);
+    if (!buf) return false;
+    buf[n] = 0;
+    bool found = strstr(buf, needle) != NULL;
+    free(buf);
+    return found;
+}
+
 const char *vt_cli(void) {
     const char *b = getenv("VLMSPEC_BIN");
     return b && *b ? b : "build/vlmspec";

@@ -58,6 +58,8 @@ const char *vt_shared_or_skip(const char *what);
  * when the process exits after every check passed; kept, and its path printed, when a check failed
  * or VLMSPEC_KEEP_TMP=1. */
 const char *vt_tmpdir(void);
+/* Whether the file's first MiB holds the string (false when it cannot be read). */
+bool vt_file_has(const char *path, const char *needle);
 /* Path of the vlmspec CLI binary ($VLMSPEC_BIN, set by ctest). */
 const char *vt_cli(void);
 /* Runs a shell command, returns its exit status (-1 if it could not run / was killed). */
