@@ -82,7 +82,7 @@ typedef struct ens {
     vs_threadpool *tp;
     vs_tokenizer *tok;
     int32_t m, n_ctx, n_vocab, n_embd;
-    unsigned mm_flags; /* F16/BF16 products: AMX tiles whatever the size when m >= 2 (see below) */
+    unsigned mm_flags; /* F16/BF16 products: AMX tiles for m >= 2 rows on one thread (see below) */
     ens_row row[VS_ENS_MAX_ROWS];
     const vs_vision_projector *proj;
     int32_t pool_k;
