@@ -210,7 +210,7 @@ typedef struct vs_bench_models {
                                * projector), on its own thread during the target's prefill */
     vs_caption_src *captions; /* its caption source, shared by the C methods (one request at a time) */
     int32_t n_ctx;            /* drafter cache rows (0 = the draft model's n_ctx_train) */
-    vs_type kv_type;
+    vs_type kv_type;          /* drafter caches (vs_bench_config.draft_kv_type) */
 } vs_bench_models;
 
 /* Builds a method's drafter (arg: the entry's arg). NULL + err when a model it needs is missing. */
@@ -291,7 +291,8 @@ typedef struct vs_bench_config {
     int32_t repeat;    /* timed runs of every cell of a unit, interleaved; the fastest run of each
                         * cell is recorded (noise only adds time). Default 1 */
     int32_t n_ctx;     /* cache rows; 0 = each model's n_ctx_train */
-    vs_type kv_type;   /* VS_TYPE_F16 (default) or F32 */
+    vs_type kv_type;   /* the target's cache: VS_TYPE_F16 (default) or F32 */
+    vs_type draft_kv_type; /* the drafters' caches: VS_TYPE_BF16 (default; kv.h), F16 or F32 */
     uint64_t seed;     /* sampling seeds derive from it */
     bool ignore_eos;
     const char *out_dir; /* created if missing */

@@ -148,6 +148,7 @@ void vs_bench_config_default(vs_bench_config *c) {
     c->n_predict = 128;
     c->repeat = 1;
     c->kv_type = VS_TYPE_F16;
+    c->draft_kv_type = VS_TYPE_BF16;
     c->seed = 1;
     c->progress = true;
 }
@@ -220,6 +221,7 @@ static char *make_header(const vs_bench_config *c, const char *const paths[6], c
     vs_json_kv_int(&w, "n_predict", c->n_predict);
     vs_json_kv_int(&w, "n_ctx", n_ctx);
     vs_json_kv_str(&w, "kv_type", vs_type_name(c->kv_type));
+    vs_json_kv_str(&w, "draft_kv_type", vs_type_name(c->draft_kv_type));
     vs_json_kv_bool(&w, "ignore_eos", c->ignore_eos);
     vs_json_kv_int(&w, "seed", (int64_t)c->seed);
     vs_json_kv_int(&w, "threads", c->threads);
@@ -509,7 +511,7 @@ static vs_status load_models(runner *r, const char *const paths[6], vs_error *er
             return vs_error_wrap(err, "captioner");
         if (!(r->m.captions = vs_caption_src_new_captioner(r->m.captioner, err))) return err->code;
     }
-    r->m.kv_type = c->kv_type;
+    r->m.kv_type = c->draft_kv_type;
     r->m.n_ctx = c->n_ctx;
     r->n_ctx = c->n_ctx > 0 ? c->n_ctx : vs_lm_cfg(r->m.target)->n_ctx_train;
     vs_spec_config ec = {

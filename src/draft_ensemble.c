@@ -471,23 +471,17 @@ static vs_status en_begin(vs_spec_drafter *base, const vs_spec_begin_info *req, 
 /* ------------------------------------------------------------------------------------------------
  * Propose */
 
-/* softmax(z) at temperature 1 into p (the vectorised kernel: every draft step takes m of them). */
+/* softmax(z) at temperature 1 into p (vectorised kernels: every draft step takes m of them). A NaN logit or
+ * logits without a finite maximum leave a NaN in p, found by one dot product; only then are the logits
+ * scanned, to name the problem. */
 static vs_status softmax(const ens *d, const float *z, float *p, vs_error *err) {
     const int32_t V = d->n_vocab;
-    float mx = -INFINITY;
-    bool nan = false;
-    for (int32_t i = 0; i < V; i++) {
-        nan |= z[i] != z[i];
-        mx = z[i] > mx ? z[i] : mx;
-    }
-    if (nan)
-        for (int32_t i = 0; i < V; i++)
-            if (z[i] != z[i]) return vs_error_set(err, VS_ERR_INVALID, "%s: NaN logit for token %d", dname(d), i);
-    if (!isfinite(mx))
-        return vs_error_set(err, VS_ERR_INVALID, "%s: logits without a finite maximum", dname(d));
     memcpy(p, z, sizeof(float) * (size_t)V);
     vs_softmax_inplace(p, V);
-    return VS_OK;
+    if (!isnan(vs_dot_f32(p, p, V))) return VS_OK;
+    for (int32_t i = 0; i < V; i++)
+        if (z[i] != z[i]) return vs_error_set(err, VS_ERR_INVALID, "%s: NaN logit for token %d", dname(d), i);
+    return vs_error_set(err, VS_ERR_INVALID, "%s: logits without a finite maximum", dname(d));
 }
 
 /* The distribution of logits z under the request's transform (softmax when greedy). */
@@ -518,20 +512,14 @@ static vs_status dist(ens *d, const float *lg, int32_t id, vs_spec_proposal *out
     if (m == 1) {
         memcpy(q, qr, sizeof(float) * (size_t)V);
     } else {
-        memset(q, 0, sizeof(float) * (size_t)V);
-        for (int32_t r = 0; r < m; r++) {
-            const float w = d->w[r];
-            if (w == 0) continue;
-            const float *x = qr + (size_t)r * V;
-            for (int32_t j = 0; j < V; j++) q[j] += w * x[j];
-        }
-        /* renormalise: q_ens is then exactly the distribution vs_sampler_pick draws from */
-        double s = 0;
-        for (int32_t j = 0; j < V; j++) s += q[j];
-        if (!(s > 0))
+        /* sum_r (w_r / sum w) q_r: each q_r sums to 1, so q_ens does too (to float rounding) */
+        double ws = 0;
+        for (int32_t r = 0; r < m; r++) ws += d->w[r] > 0 ? d->w[r] : 0;
+        if (!(ws > 0))
             return vs_error_set(err, VS_ERR_INVALID, "%s: the ensemble distribution is empty", dname(d));
-        const float inv = (float)(1.0 / s);
-        for (int32_t j = 0; j < V; j++) q[j] *= inv;
+        memset(q, 0, sizeof(float) * (size_t)V);
+        for (int32_t r = 0; r < m; r++)
+            if (d->w[r] > 0) vs_axpy_f32(q, (float)(d->w[r] / ws), qr + (size_t)r * V, V);
     }
     *qo = q;
     return VS_OK;
@@ -964,7 +952,8 @@ vs_spec_drafter *vs_draft_ens_new(vs_lm *draft, const vs_lm *target, const vs_dr
     vs_sampler_params sp = vs_sampler_params_default();
     if (!(d->sampler = vs_sampler_new(d->n_vocab, &sp, err))) goto fail;
     if (m > 1 && !(d->hist = vs_ens_hist_new(&o->weights, m, d->n_vocab, err))) goto fail;
-    d->kv = vs_lm_kv_new(draft, m, d->n_ctx, o->kv_type == VS_TYPE_F16 ? VS_TYPE_F16 : VS_TYPE_F32, err);
+    const vs_type kvt = o->kv_type == VS_TYPE_F16 || o->kv_type == VS_TYPE_BF16 ? o->kv_type : VS_TYPE_F32;
+    d->kv = vs_lm_kv_new(draft, m, d->n_ctx, kvt, err);
     if (!d->kv) goto fail;
     d->logits = vs_malloc(sizeof(float) * (size_t)d->width * (size_t)m * (size_t)d->n_vocab);
     d->qens = vs_malloc(sizeof(float) * (size_t)d->n_vocab);

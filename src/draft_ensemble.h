@@ -89,7 +89,7 @@ typedef struct vs_draft_ens_opts {
     vs_ens_weights_cfg weights;      /* policy (vs_ens_weights_cfg_default: static uniform) */
     int32_t pool_k;                  /* P: pooling window (default 2) */
     int32_t n_ctx;                   /* rows per row's cache; <= 0: the draft model's n_ctx_train */
-    vs_type kv_type;                 /* VS_TYPE_F32 (0) or VS_TYPE_F16 */
+    vs_type kv_type;                 /* VS_TYPE_F32 (0), VS_TYPE_F16 or VS_TYPE_BF16 (kv.h; the CLI default) */
     vs_threadpool *tp;               /* borrowed; NULL = caller's thread */
     const vs_vision_projector *proj; /* M / P: the drafter's projector (width = the draft model's) */
     const vs_vision_tower *tower;    /* optional: vs_vision_check_projector(tower, proj) must pass */

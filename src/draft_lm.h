@@ -40,7 +40,7 @@ typedef enum vs_draft_lm_mode {
 typedef struct vs_draft_lm_opts {
     vs_draft_lm_mode mode;
     int32_t n_ctx;                   /* draft cache rows; <= 0: the draft model's n_ctx_train */
-    vs_type kv_type;                 /* VS_TYPE_F32 (0) or VS_TYPE_F16 */
+    vs_type kv_type;                 /* VS_TYPE_F32 (0), VS_TYPE_F16 or VS_TYPE_BF16 (kv.h; the CLI default) */
     vs_threadpool *tp;               /* borrowed; NULL = caller's thread */
     const vs_vision_projector *proj; /* M mode (required): the drafter's projector (output width = the
                                       * draft model's width), borrowed */

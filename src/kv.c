@@ -7,8 +7,9 @@ struct vs_kv {
     int n_layer, n_head_kv, head_dim, n_seq, n_ctx;
     vs_type type;
     size_t el;         /* bytes per element */
-    size_t block;      /* elements per (seq, layer, head) block = n_ctx * head_dim */
-    uint8_t *k, *v;    /* [n_seq][n_layer][n_head_kv][n_ctx][head_dim] each */
+    size_t block;      /* elements per (seq, layer, head) block = n_ctx * head_dim (BF16: n_ctx rounded
+                          up to 16) */
+    uint8_t *k, *v;    /* [n_seq][n_layer][n_head_kv][block] each (kv.h: layout within a block) */
     int *len;          /* [n_seq] filled rows */
 };
 
@@ -20,9 +21,14 @@ vs_kv *vs_kv_new(int n_layer, int n_head_kv, int head_dim, int n_seq, int n_ctx,
                      n_layer, n_head_kv, head_dim, n_seq, n_ctx);
         return NULL;
     }
-    if (type != VS_TYPE_F32 && type != VS_TYPE_F16) {
-        vs_error_set(err, VS_ERR_UNSUPPORTED, "kv cache: storage type %s not supported (F32 or F16)",
+    if (type != VS_TYPE_F32 && type != VS_TYPE_F16 && type != VS_TYPE_BF16) {
+        vs_error_set(err, VS_ERR_UNSUPPORTED, "kv cache: storage type %s not supported (F32, F16 or BF16)",
                      vs_type_name(type));
+        return NULL;
+    }
+    if (type == VS_TYPE_BF16 && head_dim % 2) {
+        vs_error_set(err, VS_ERR_UNSUPPORTED, "kv cache: BF16 storage needs an even head dimension (not %d)",
+                     head_dim);
         return NULL;
     }
     vs_kv *kv = vs_calloc(1, sizeof(*kv));
@@ -37,14 +43,14 @@ vs_kv *vs_kv_new(int n_layer, int n_head_kv, int head_dim, int n_seq, int n_ctx,
     kv->n_ctx = n_ctx;
     kv->type = type;
     kv->el = type == VS_TYPE_F32 ? 4 : 2;
-    kv->block = (size_t)n_ctx * (size_t)head_dim;
+    kv->block = (size_t)(type == VS_TYPE_BF16 ? (n_ctx + 15) / 16 * 16 : n_ctx) * (size_t)head_dim;
     /* All factors are < 2^31; the product is checked against the allocator's limit by vs_malloc. */
     double total = (double)n_seq * n_layer * n_head_kv * (double)kv->block * (double)kv->el;
     size_t bytes = (size_t)n_seq * n_layer * n_head_kv * kv->block * kv->el;
     kv->len = vs_calloc((size_t)n_seq, sizeof(int));
-    if (total < 1e15) {
-        kv->k = vs_malloc(bytes);
-        kv->v = vs_malloc(bytes);
+    if (total < 1e15) { /* BF16: zeroed, so the attention's whole 16-key blocks never read garbage */
+        kv->k = type == VS_TYPE_BF16 ? vs_calloc(1, bytes) : vs_malloc(bytes);
+        kv->v = type == VS_TYPE_BF16 ? vs_calloc(1, bytes) : vs_malloc(bytes);
     }
     if (!kv->len || !kv->k || !kv->v) {
         vs_error_set(err, VS_ERR_NOMEM, "kv cache: cannot allocate 2 x %.0f MiB (%d sequences x %d rows)",
@@ -94,6 +100,41 @@ const void *vs_kv_v_const(const vs_kv *kv, int seq, int layer, int head) {
     return kv->v + block_offset(kv, seq, layer, head);
 }
 
+static size_t index_of(const vs_kv *kv, bool key, int t, int d) {
+    if (kv->type != VS_TYPE_BF16) return (size_t)t * kv->head_dim + d;
+    return key ? vs_kv_bf16_key_index(kv->head_dim, t, d) : vs_kv_bf16_value_index(kv->head_dim, t, d);
+}
+
+float vs_kv_get(const vs_kv *kv, bool key, int seq, int layer, int head, int t, int d) {
+    const void *b = key ? vs_kv_k_const(kv, seq, layer, head) : vs_kv_v_const(kv, seq, layer, head);
+    size_t i = index_of(kv, key, t, d);
+    switch (kv->type) {
+    case VS_TYPE_F16: return vs_fp16_to_fp32(((const uint16_t *)b)[i]);
+    case VS_TYPE_BF16: return vs_bf16_to_fp32(((const uint16_t *)b)[i]);
+    default: return ((const float *)b)[i];
+    }
+}
+
+void vs_kv_set(vs_kv *kv, bool key, int seq, int layer, int head, int t, int d, float v) {
+    void *b = key ? vs_kv_k(kv, seq, layer, head) : vs_kv_v(kv, seq, layer, head);
+    size_t i = index_of(kv, key, t, d);
+    switch (kv->type) {
+    case VS_TYPE_F16: ((uint16_t *)b)[i] = vs_fp32_to_fp16(v); break;
+    case VS_TYPE_BF16: ((uint16_t *)b)[i] = vs_fp32_to_bf16(v); break;
+    default: ((float *)b)[i] = v; break;
+    }
+}
+
+/* BF16: moves row `from` of a key and a value block to slot `to` (pairs of 16-bit elements). */
+static void move_row_bf16(const vs_kv *kv, uint16_t *k, uint16_t *v, int from, int to) {
+    const int hd = kv->head_dim;
+    for (int d = 0; d < hd; d += 2) {
+        size_t a = vs_kv_bf16_key_index(hd, from, d), b = vs_kv_bf16_key_index(hd, to, d);
+        k[b] = k[a], k[b + 1] = k[a + 1];
+    }
+    for (int d = 0; d < hd; d++) v[vs_kv_bf16_value_index(hd, to, d)] = v[vs_kv_bf16_value_index(hd, from, d)];
+}
+
 static vs_status check_seq(const vs_kv *kv, int seq, const char *op, vs_error *err) {
     if (seq < 0 || seq >= kv->n_seq)
         return vs_error_set(err, VS_ERR_INVALID, "kv cache %s: sequence %d out of range [0, %d)", op, seq,
@@ -120,10 +161,13 @@ vs_status vs_kv_seq_copy(vs_kv *kv, int src, int dst, int len, vs_error *err) {
                             len, kv->len[src], src);
     if (src != dst) {
         size_t row = (size_t)kv->head_dim * kv->el;
+        /* BF16: whole 16-key blocks and position pairs (slots past len are not part of dst) */
+        size_t kn = kv->type == VS_TYPE_BF16 ? (size_t)(len + 15) / 16 * 16 : (size_t)len;
+        size_t vn = kv->type == VS_TYPE_BF16 ? (size_t)(len + 1) / 2 * 2 : (size_t)len;
         for (int l = 0; l < kv->n_layer; l++)
             for (int h = 0; h < kv->n_head_kv; h++) {
-                memcpy(vs_kv_k(kv, dst, l, h), vs_kv_k(kv, src, l, h), (size_t)len * row);
-                memcpy(vs_kv_v(kv, dst, l, h), vs_kv_v(kv, src, l, h), (size_t)len * row);
+                memcpy(vs_kv_k(kv, dst, l, h), vs_kv_k(kv, src, l, h), kn * row);
+                memcpy(vs_kv_v(kv, dst, l, h), vs_kv_v(kv, src, l, h), vn * row);
             }
     }
     kv->len[dst] = len;
@@ -150,6 +194,10 @@ vs_status vs_kv_seq_compact(vs_kv *kv, int seq, const int32_t *slots, int n, int
             for (int i = 0; i < n; i++) {
                 size_t from = (size_t)slots[i], to = (size_t)dst_len + i;
                 if (from == to) continue;
+                if (kv->type == VS_TYPE_BF16) { /* rows interleaved with their neighbours */
+                    move_row_bf16(kv, (uint16_t *)k, (uint16_t *)v, (int)from, (int)to);
+                    continue;
+                }
                 /* from > to (strictly increasing slots starting at >= dst_len): no overlap */
                 memcpy(k + to * row, k + from * row, row);
                 memcpy(v + to * row, v + from * row, row);

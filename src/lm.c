@@ -412,6 +412,28 @@ void vs_attn_pv_ref(float *const *o, const float *p, int ld, int nq, int T, cons
     }
 }
 
+void vs_attn_scores_bf16_ref(float *s, int ld, const float *const *q, const int *T, int nq, const uint16_t *k,
+                             int hd, float scale) {
+    for (int i = 0; i < nq; i++)
+        for (int t = 0; t < T[i]; t++) {
+            float acc = 0.0f;
+            for (int d = 0; d < hd; d++) acc = fmaf(q[i][d], vs_bf16_to_fp32(k[vs_kv_bf16_key_index(hd, t, d)]), acc);
+            s[(size_t)i * ld + t] = acc * scale;
+        }
+}
+
+void vs_attn_pv_bf16_ref(float *const *o, const float *p, int ld, int nq, int T, const uint16_t *v, int hd) {
+    for (int i = 0; i < nq; i++) {
+        const float *pi = p + (size_t)i * ld;
+        for (int d = 0; d < hd; d++) {
+            float acc[2] = {0.0f, 0.0f}; /* even and odd positions */
+            for (int t = 0; t < T; t++)
+                acc[t & 1] = fmaf(pi[t], vs_bf16_to_fp32(v[vs_kv_bf16_value_index(hd, t, d)]), acc[t & 1]);
+            o[i][d] = acc[0] + acc[1];
+        }
+    }
+}
+
 /* The vector kernels' exp polynomial, one value at a time (x <= 0; 0 below VS_ATTN_EXP_LO). */
 static inline float exp_poly(float x) {
     if (!(x >= VS_ATTN_EXP_LO)) return 0.0f;
@@ -566,7 +588,7 @@ static void job_rope_store(void *p, int ith, int nth) {
     vs_lm *lm = f->lm;
     const vs_lm_config *c = &lm->cfg;
     const int hd = c->head_dim, Q = c->n_head * hd, KV = c->n_head_kv * hd;
-    const bool f16 = vs_kv_type(f->kv) == VS_TYPE_F16;
+    const bool f16 = vs_kv_type(f->kv) == VS_TYPE_F16, bf16 = vs_kv_type(f->kv) == VS_TYPE_BF16;
     int64_t lo, hi;
     vs_split_range(f->n, ith, nth, 1, &lo, &hi);
     for (int64_t r = lo; r < hi; r++) {
@@ -576,6 +598,20 @@ static void job_rope_store(void *p, int ith, int nth) {
         rope_row(k, c->n_head_kv, hd, c->rope_dim, cs);
         int seq = f->rows[r].seq;
         size_t el = f16 ? 2 : 4, at = (size_t)lm->slot[r] * hd * el;
+        if (bf16) { /* the interleaved layout of kv.h; hd is even */
+            const int t = lm->slot[r];
+            for (int h = 0; h < c->n_head_kv; h++) {
+                /* dimension d of the row: keys at kd[16 d] (pairs 32 apart), values at vd[2 d] */
+                uint16_t *kd = (uint16_t *)vs_kv_k(f->kv, seq, f->layer, h) + vs_kv_bf16_key_index(hd, t, 0);
+                uint16_t *vd = (uint16_t *)vs_kv_v(f->kv, seq, f->layer, h) + vs_kv_bf16_value_index(hd, t, 0);
+                const float *kh = k + (size_t)h * hd, *vh = v + (size_t)h * hd;
+                for (int d = 0; d < hd; d += 2) {
+                    kd[16 * d] = vs_fp32_to_bf16(kh[d]), kd[16 * d + 1] = vs_fp32_to_bf16(kh[d + 1]);
+                    vd[2 * d] = vs_fp32_to_bf16(vh[d]), vd[2 * d + 2] = vs_fp32_to_bf16(vh[d + 1]);
+                }
+            }
+            continue;
+        }
         for (int h = 0; h < c->n_head_kv; h++) {
             uint8_t *kd = (uint8_t *)vs_kv_k(f->kv, seq, f->layer, h) + at;
             uint8_t *vd = (uint8_t *)vs_kv_v(f->kv, seq, f->layer, h) + at;
@@ -641,7 +677,13 @@ static void attn_task(fwd_ctx *f, int g, int hk, int hs, int blk, float *s) {
         scores = hd % 16 ? vs_attn_scores_avx2 : vs_attn_scores_avx512;
     } else if (lm->attn_isa == 1)
         scores = vs_attn_scores_avx2, softmax = vs_attn_softmax_avx2, pv = vs_attn_pv_avx2;
-    scores(s, ld, qp, T, nq, kb, f16, hd, scale, vb);
+    const bool bf16 = vs_kv_type(f->kv) == VS_TYPE_BF16;
+    if (bf16) /* bitwise-equal twins (attn_arch.h): any ISA gives the same scores */
+        (lm->attn_isa >= 2   ? vs_attn_scores_bf16_avx512
+         : lm->attn_isa == 1 ? vs_attn_scores_bf16_avx2
+                             : vs_attn_scores_bf16_ref)(s, ld, qp, T, nq, kb, hd, scale);
+    else
+        scores(s, ld, qp, T, nq, kb, f16, hd, scale, vb);
     for (int i = 0; i < nq; i++) {
         float *si = s + (size_t)i * ld;
         int r = rowof[i];
@@ -664,7 +706,12 @@ static void attn_task(fwd_ctx *f, int g, int hk, int hs, int blk, float *s) {
         if (want_cb) f->out->attn_fn(f->out->attn_ctx, f->layer, r, headof[i], si, T[i]);
         if (T[i] < tmax) memset(si + T[i], 0, (size_t)(tmax - T[i]) * sizeof(float));
     }
-    pv(op, s, ld, nq, tmax, vb, f16, hd);
+    if (bf16)
+        (lm->attn_isa >= 2   ? vs_attn_pv_bf16_avx512
+         : lm->attn_isa == 1 ? vs_attn_pv_bf16_avx2
+                             : vs_attn_pv_bf16_ref)(op, s, ld, nq, tmax, vb, hd);
+    else
+        pv(op, s, ld, nq, tmax, vb, f16, hd);
 }
 
 static void job_attention(void *p, int ith, int nth) {

@@ -3,7 +3,8 @@
  *     under every weight policy, on prompts with 0, 1 and 2 images, with two drafters (a related
  *     1-layer model and an unrelated narrower one) at gamma 1 .. 8: output token-identical to target-only
  *     greedy decoding (>= 200 prompt x input x policy combinations per drafter), and no row ever
- *     evaluates a token twice (rows evaluated == final cache lengths + rejected drafts);
+ *     evaluates a token twice (rows evaluated == final cache lengths + rejected drafts); the unrelated
+ *     drafter's rows (and the width-3 trees below) keep their cache in the BF16 layout of kv.h;
  *   - m = 1 is draft_lm: the T and M single-row ensembles make the same blocks as draft_lm;
  *   - TABED adapts: a self-drafting pair whose M row sees exactly what the target sees and whose T row
  *     does not: grid and inverse-KL weights move to M and acceptance rises to (nearly) every draft;
@@ -18,8 +19,10 @@
  *   - bad input: missing caption, empty caption (documented fallback), pool size larger than the grid,
  *     unknown / repeated inputs, unknown policy, missing projector or features, vocabulary mismatch;
  *   - the weight trace matches the engine's blocks.
- * `test_ensemble bench [THREADS [WIDTH LAYERS [f16]]]` times a batched 4-row draft step against a 1-row step
- * instead (report only): text prompts of 16-600 positions, and a multimodal prompt whose M row is 600. */
+ * `test_ensemble bench [THREADS [WIDTH LAYERS [f32|f16|bf16 [KV]]]]` times a batched 4-row draft step against a
+ * 1-row step instead (report only): text prompts of 16-600 positions (caches F32, F16, BF16), and the draft
+ * steps of the ensemble drafter (cache KV: f32, f16 or bf16, the default) with a multimodal prompt whose M
+ * row is 600. */
 #include <string.h>
 #include <unistd.h>
 
@@ -35,7 +38,8 @@
 /* ------------------------------------------------------------------------------------------------
  * helpers */
 
-static vs_type g_model_type = VS_TYPE_F32; /* the bench's F16 runs change it */
+static vs_type g_model_type = VS_TYPE_F32; /* the bench's F16 / BF16 runs change it */
+static vs_type g_bench_kv = VS_TYPE_BF16;  /* the bench's ensemble drafters' cache */
 
 static vs_lm *make_model(int E, int L, int H, int F, int V, float std, uint64_t seed, int n_ctx,
                          const char *name) {
@@ -81,12 +85,16 @@ static vs_status gen(st_engine *e, vs_spec_drafter *d, const vs_spec_prompt *p, 
     return vs_spec_generate(e->s, d, p, &pr, NULL, NULL, log, err);
 }
 
+/* The drafters' cache type in make_ens_w (F32 by default; some lossless passes run the BF16 layout). */
+static vs_type g_ens_kv = VS_TYPE_F32;
+
 static vs_spec_drafter *make_ens_w(vs_lm *draft, vs_lm *target, const char *inputs, const char *policy,
                                    const vs_vision_projector *proj, vs_caption_src *caps, bool trace,
                                    int width) {
     vs_error err = {0};
     vs_draft_ens_opts o;
     vs_draft_ens_opts_default(&o);
+    o.kv_type = g_ens_kv;
     VT_REQUIRE(vs_ens_inputs_parse(inputs, o.inputs, &o.n_inputs, &err) == VS_OK, "%s", err.msg);
     VT_REQUIRE(vs_ens_weights_parse(policy, &o.weights, &err) == VS_OK, "%s", err.msg);
     o.proj = proj;
@@ -282,8 +290,10 @@ static void test_lossless(fixture *f) {
     run_lossless(f, f->draft_rel, vs_mmproj_projector(f->dm_rel), "related drafter", &t, SETS, ns, POLICIES,
                  np, 1);
     const int first = t.combos;
-    run_lossless(f, f->draft_far, vs_mmproj_projector(f->dm_far), "unrelated drafter", &t, SETS, ns, POLICIES,
-                 np, 1);
+    g_ens_kv = VS_TYPE_BF16; /* the drafters' cache layout: rollbacks of every row */
+    run_lossless(f, f->draft_far, vs_mmproj_projector(f->dm_far), "unrelated drafter, BF16 cache", &t, SETS, ns,
+                 POLICIES, np, 1);
+    g_ens_kv = VS_TYPE_F32;
     printf(
         "  lossless greedy: %d + %d prompt x input x policy combinations, %d mismatches, acceptance %.3f\n",
         first, t.combos - first, t.mismatches, (double)t.accepted / (double)VS_MAX(t.drafted, 1));
@@ -300,9 +310,11 @@ static void test_lossless(fixture *f) {
     tally tt = {0};
     for (int width = 2; width <= 3; width++) {
         char label[64];
-        snprintf(label, sizeof(label), "related drafter, width %d", width);
+        snprintf(label, sizeof(label), "related drafter, width %d%s", width, width == 3 ? ", BF16 cache" : "");
+        g_ens_kv = width == 3 ? VS_TYPE_BF16 : VS_TYPE_F32; /* BF16: tree forks and compaction */
         run_lossless(f, f->draft_rel, vs_mmproj_projector(f->dm_rel), label, &tt, TSETS, 5, TPOLS, 3, width);
     }
+    g_ens_kv = VS_TYPE_F32;
     printf(
         "  lossless greedy with trees: %d combinations, %d mismatches, %lld tree blocks, acceptance %.3f\n",
         tt.combos, tt.mismatches, (long long)tt.tree_blocks,
@@ -969,6 +981,7 @@ static bench_result bench_ens(vs_lm *lm, const char *set, const vs_vision_projec
     vs_draft_ens_opts_default(&o);
     VT_REQUIRE(vs_ens_inputs_parse(set, o.inputs, &o.n_inputs, &err) == VS_OK, "%s", err.msg);
     o.captions = caps, o.proj = proj, o.tp = tp, o.n_ctx = 1024;
+    o.kv_type = g_bench_kv;
     vs_spec_drafter *d = vs_draft_ens_new(lm, lm, &o, &err);
     VT_REQUIRE(d, "%s", err.msg);
     vs_tokenizer *tok = vs_tokenizer_from_gguf(vs_lm_gguf(lm), &err);
@@ -1049,9 +1062,10 @@ static void bench_multimodal(vs_lm *lm, vs_mmproj *bp, vs_threadpool *tp) {
         for (int32_t i = 0; i < r.rows; i++) printf(" %d", r.plen[i]);
         printf("; draft step %.3f ms\n", tq[k] * 1e3);
     }
-    printf("  multimodal prompt (M row %d positions): draft step M %.3f ms, MTCP %.3f ms: ratio %.2f (T alone "
-           "%.3f ms)\n",
-           NTXT + NIMG * GRID * GRID, tq[0] * 1e3, tq[1] * 1e3, tq[1] / tq[0], tq[2] * 1e3);
+    printf("  multimodal prompt (M row %d positions, %s drafter cache): draft step M %.3f ms, MTCP %.3f ms: ratio "
+           "%.2f (T alone %.3f ms)\n",
+           NTXT + NIMG * GRID * GRID, vs_type_name(g_bench_kv), tq[0] * 1e3, tq[1] * 1e3, tq[1] / tq[0],
+           tq[2] * 1e3);
     for (int i = 0; i < NIMG; i++) vs_free(rows[i]), vs_vision_features_free(&feat[i]);
 }
 
@@ -1063,20 +1077,20 @@ static int bench(int threads, int E, int L) {
     vs_rng r;
     printf("bench (threads %d; shared machine: noisy): drafter-sized model (width %d, %d layers, vocab %d, "
            "%s)\n",
-           threads, E, L, V, g_model_type == VS_TYPE_F16 ? "F16" : "F32");
+           threads, E, L, V, vs_type_name(g_model_type));
     const int plens[3] = {16, 200, 600};
     const bool wide = E > 256; /* a wide model: only 600 positions, F16 KV, one pass (prefills are costly) */
     for (int pi = wide ? 2 : 0; pi < 3; pi++)
-        for (int kt = wide ? 1 : 0; kt < 2; kt++) {
-            vs_type kvt = kt ? VS_TYPE_F16 : VS_TYPE_F32;
+        for (int kt = wide ? 1 : 0; kt < 3; kt++) {
+            vs_type kvt = kt == 2 ? VS_TYPE_BF16 : kt ? VS_TYPE_F16 : VS_TYPE_F32;
             /* interleave to cancel drift: 1, 4, 1, 4 */
             double t1 = step_time(lm, tp, 1, plens[pi], kvt, REPS), t4 = step_time(lm, tp, 4, plens[pi], kvt, REPS);
             if (!wide) {
                 t1 = VS_MIN(t1, step_time(lm, tp, 1, plens[pi], kvt, REPS));
                 t4 = VS_MIN(t4, step_time(lm, tp, 4, plens[pi], kvt, REPS));
             }
-            printf("  forward step after %3d positions, KV %s: 1 row %.3f ms, 4 rows %.3f ms: ratio %.2f\n", plens[pi],
-                   kt ? "F16" : "F32", t1 * 1e3, t4 * 1e3, t4 / t1);
+            printf("  forward step after %3d positions, KV %-4s: 1 row %.3f ms, 4 rows %.3f ms: ratio %.2f\n",
+                   plens[pi], vs_type_name(kvt), t1 * 1e3, t4 * 1e3, t4 / t1);
         }
     if (wide) {
         vs_lm_free(lm);
@@ -1113,9 +1127,14 @@ static int bench(int threads, int E, int L) {
 }
 
 int main(int argc, char **argv) {
-    /* bench [THREADS [WIDTH LAYERS [f16]]]: default 1 thread, width 160, 3 layers, F32 weights */
+    /* bench [THREADS [WIDTH LAYERS [TYPE [KV]]]]: default 1 thread, width 160, 3 layers, F32 weights, BF16 cache */
     if (argc > 1 && !strcmp(argv[1], "bench")) {
-        if (argc > 5 && !strcmp(argv[5], "f16")) g_model_type = VS_TYPE_F16;
+        static const char *const names[3] = {"f32", "f16", "bf16"};
+        static const vs_type types[3] = {VS_TYPE_F32, VS_TYPE_F16, VS_TYPE_BF16};
+        for (int i = 0; i < 3; i++) {
+            if (argc > 5 && !strcmp(argv[5], names[i])) g_model_type = types[i];
+            if (argc > 6 && !strcmp(argv[6], names[i])) g_bench_kv = types[i];
+        }
         return bench(argc > 2 ? atoi(argv[2]) : 1, argc > 4 ? atoi(argv[3]) : 160, argc > 4 ? atoi(argv[4]) : 3);
     }
     /* an optional number scales the sampling test's sample count (the suite runs 1.0) */

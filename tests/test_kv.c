@@ -1,18 +1,20 @@
 /* test_kv: the KV cache. Unit checks of truncate / copy / compact on raw rows and their errors, then
  * at the logits level: after each edit, the next forward gives the logits of recomputing the same
- * token history from scratch (F32 and F16 storage). */
+ * token history from scratch (F32, F16 and BF16 storage). */
 #include "lm_testmodel.h"
 
 #define V 64
 
-/* Fills every row of seq with a value encoding (seq, layer, head, slot, dim) and checks moves. */
-static float tag(int seq, int l, int h, int t, int d) { return (float)(seq * 1000 + l * 100 + h * 10 + t) + d * 1e-3f; }
-
-static float get(vs_kv *kv, bool k, int seq, int l, int h, int t, int d) {
-    const void *b = k ? vs_kv_k(kv, seq, l, h) : vs_kv_v(kv, seq, l, h);
-    int64_t i = (int64_t)t * vs_kv_head_dim(kv) + d;
-    return vs_kv_type(kv) == VS_TYPE_F16 ? vs_fp16_to_fp32(((const uint16_t *)b)[i]) : ((const float *)b)[i];
+/* Fills every row of seq with a value encoding (seq, layer, head, slot, dim) and checks moves. F32: the
+ * value spells the indices in decimal; BF16: the indices pick the exponent and dim the mantissa, so every
+ * value is exact in bf16 and distinct within a cache of these shapes (2 layers, 3 heads, 10 slots). */
+static vs_type g_type = VS_TYPE_F32;
+static float tag(int seq, int l, int h, int t, int d) {
+    if (g_type == VS_TYPE_BF16) return ldexpf(1.0f + (float)(d % 8) / 8.0f, ((seq * 2 + l) * 3 + h) * 10 + t - 90);
+    return (float)(seq * 1000 + l * 100 + h * 10 + t) + d * 1e-3f;
 }
+
+static float get(vs_kv *kv, bool k, int seq, int l, int h, int t, int d) { return vs_kv_get(kv, k, seq, l, h, t, d); }
 
 static void fill(vs_kv *kv, int seq, int n) {
     vs_error err = {0};
@@ -20,21 +22,26 @@ static void fill(vs_kv *kv, int seq, int n) {
         for (int h = 0; h < vs_kv_n_head_kv(kv); h++)
             for (int t = vs_kv_seq_len(kv, seq); t < vs_kv_seq_len(kv, seq) + n; t++)
                 for (int d = 0; d < vs_kv_head_dim(kv); d++) {
-                    int64_t i = (int64_t)t * vs_kv_head_dim(kv) + d;
-                    ((float *)vs_kv_k(kv, seq, l, h))[i] = tag(seq, l, h, t, d);
-                    ((float *)vs_kv_v(kv, seq, l, h))[i] = -tag(seq, l, h, t, d);
+                    vs_kv_set(kv, true, seq, l, h, t, d, tag(seq, l, h, t, d));
+                    vs_kv_set(kv, false, seq, l, h, t, d, -tag(seq, l, h, t, d));
                 }
     VT_CHECK(vs_kv_seq_extend(kv, seq, n, &err) == VS_OK, "%s", err.msg);
 }
 
-static void test_unit(void) {
+static void test_unit(vs_type type) {
     vs_error err = {0};
-    VT_CHECK(vs_kv_new(0, 1, 1, 1, 1, VS_TYPE_F32, &err) == NULL, "zero layers accepted");
+    g_type = type;
+    printf("  %s storage\n", vs_type_name(type));
+    VT_CHECK(vs_kv_new(0, 1, 1, 1, 1, type, &err) == NULL, "zero layers accepted");
     VT_CHECK(vs_kv_new(1, 1, 1, 1, 1, VS_TYPE_Q8_0, &err) == NULL, "Q8_0 storage accepted");
-    VT_CHECK(vs_kv_new(1 << 20, 1 << 10, 1 << 10, 1 << 10, 1 << 20, VS_TYPE_F32, &err) == NULL, "absurd size");
-    vs_kv *kv = vs_kv_new(2, 3, 4, 3, 10, VS_TYPE_F32, &err);
+    VT_CHECK(vs_kv_new(1 << 20, 1 << 10, 1 << 10, 1 << 10, 1 << 20, type, &err) == NULL, "absurd size");
+    VT_CHECK(vs_kv_new(1, 1, 3, 1, 4, VS_TYPE_BF16, &err) == NULL && strstr(err.msg, "even"),
+             "BF16 with an odd head dimension accepted");
+    vs_kv *kv = vs_kv_new(2, 3, 4, 3, 10, type, &err);
     VT_REQUIRE(kv, "%s", err.msg);
-    VT_CHECK(vs_kv_bytes(kv) == 2u * 3 * 2 * 3 * 10 * 4 * 4, "bytes %zu", vs_kv_bytes(kv));
+    /* BF16: 2 bytes, slots rounded up to 16 */
+    size_t want = type == VS_TYPE_BF16 ? 2u * 3 * 2 * 3 * 16 * 4 * 2 : 2u * 3 * 2 * 3 * 10 * 4 * 4;
+    VT_CHECK(vs_kv_bytes(kv) == want, "bytes %zu", vs_kv_bytes(kv));
     fill(kv, 0, 8);
     VT_CHECK(vs_kv_seq_len(kv, 0) == 8 && vs_kv_seq_len(kv, 1) == 0, "lengths");
     VT_CHECK(vs_kv_seq_extend(kv, 0, 3, &err) == VS_ERR_RANGE, "extend past n_ctx accepted");
@@ -163,7 +170,8 @@ static void test_edits(vs_lm *lm, vs_threadpool *tp, vs_type kvt) {
 int main(void) {
     vs_error err = {0};
     printf("cache operations:\n");
-    test_unit();
+    test_unit(VS_TYPE_F32);
+    test_unit(VS_TYPE_BF16);
     vs_threadpool *tp = vs_threadpool_new(2, &err);
     VT_REQUIRE(tp, "%s", err.msg);
     vs_lm_random_opts o = tm_small_opts(VS_TYPE_F32, 77);
@@ -171,6 +179,7 @@ int main(void) {
     printf("edits vs recomputation:\n");
     test_edits(lm, tp, VS_TYPE_F32);
     test_edits(lm, tp, VS_TYPE_F16);
+    test_edits(lm, tp, VS_TYPE_BF16);
     vs_lm_free(lm);
     vs_threadpool_free(tp);
     return vt_finish("kv");

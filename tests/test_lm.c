@@ -300,8 +300,8 @@ static void test_isa_paths(vs_lm *lm, vs_threadpool *tp) {
     int32_t tok[N];
     tm_random_tokens(tok, N, V, 500);
     float *a = malloc(sizeof(float) * N * V), *b = malloc(sizeof(float) * N * V);
-    for (int f16 = 0; f16 < 2; f16++) {
-        vs_type kvt = f16 ? VS_TYPE_F16 : VS_TYPE_F32;
+    for (int kt = 0; kt < 3; kt++) {
+        vs_type kvt = kt == 2 ? VS_TYPE_BF16 : kt ? VS_TYPE_F16 : VS_TYPE_F32;
         vs_isa prev = vs_isa_set_max(VS_ISA_SCALAR);
         vs_kv *kv = vs_lm_kv_new(lm, 1, 32, kvt, &err);
         VT_CHECK(tm_feed(lm, kv, tp, 0, tok, N - 1, a, &err) == VS_OK, "%s", err.msg);
@@ -443,6 +443,65 @@ static void test_attn_exp(const attn_isa_set *k) {
     free(x), free(y), free(u), free(g);
 }
 
+/* The BF16-cache kernels (kv.h's interleaved layout): BITWISE equal to the scalar references for head
+ * dims 2-128, key counts 1-83 (partial 16-key blocks, odd counts), 1-16 queries of different lengths,
+ * and batch-invariant (a query alone, over its own keys only, gives the same bits). */
+static void test_attn_bf16_kernels(const char *name, vs_attn_scores_bf16_fn *scores, vs_attn_pv_bf16_fn *pv) {
+    vs_rng r;
+    vs_rng_seed(&r, 78);
+    enum { NQ = VS_ATTN_QMAX, TM = 83, LD = 96, TB = 96 }; /* TB: key slots, a multiple of 16 */
+    const int hds[] = {2, 8, 20, 40, 48, 64, 80, 128};
+    int bad_sc = 0, bad_pv = 0, inv_bad = 0, runs = 0;
+    for (size_t hi = 0; hi < sizeof(hds) / sizeof(hds[0]); hi++)
+        for (int rep = 0; rep < 3; rep++, runs++) {
+            const int hd = hds[hi];
+            float *q = malloc(sizeof(float) * NQ * hd);
+            uint16_t *K = calloc((size_t)TB * hd, 2), *Vv = calloc((size_t)TB * hd, 2);
+            for (int i = 0; i < NQ * hd; i++) q[i] = frand(&r);
+            for (int t = 0; t < TB; t++) /* the slots past every T hold values too (stale rows) */
+                for (int d = 0; d < hd; d++) {
+                    K[vs_kv_bf16_key_index(hd, t, d)] = vs_fp32_to_bf16(frand(&r));
+                    Vv[vs_kv_bf16_value_index(hd, t, d)] = vs_fp32_to_bf16(frand(&r));
+                }
+            const float *qp[NQ];
+            int T[NQ], nq = rep == 0 ? 1 : 1 + (int)vs_rng_below(&r, NQ), tmax = 0;
+            for (int i = 0; i < nq; i++) {
+                qp[i] = q + (size_t)i * hd;
+                T[i] = i == 0 ? TM - rep : 1 + (int)vs_rng_below(&r, TM);
+                tmax = T[i] > tmax ? T[i] : tmax;
+            }
+            float *s = calloc(NQ * LD, sizeof(float)), *sr = calloc(NQ * LD, sizeof(float));
+            float *one = calloc(LD, sizeof(float)), scale = 1.0f / sqrtf((float)hd);
+            scores(s, LD, qp, T, nq, K, hd, scale);
+            vs_attn_scores_bf16_ref(sr, LD, qp, T, nq, K, hd, scale);
+            for (int i = 0; i < nq; i++) {
+                bad_sc += memcmp(s + i * LD, sr + i * LD, sizeof(float) * (size_t)T[i]) != 0;
+                scores(one, LD, &qp[i], &T[i], 1, K, hd, scale);
+                inv_bad += memcmp(one, s + i * LD, sizeof(float) * (size_t)T[i]) != 0;
+            }
+            for (int i = 0; i < nq; i++) { /* probabilities, zero past each row's own length */
+                vs_attn_softmax_ref(s + i * LD, T[i]);
+                for (int t = T[i]; t < LD; t++) s[i * LD + t] = 0.0f;
+            }
+            float *o = malloc(sizeof(float) * NQ * hd), *orf = malloc(sizeof(float) * NQ * hd);
+            float *o1 = malloc(sizeof(float) * hd), *op[NQ], *orp[NQ];
+            for (int i = 0; i < nq; i++) op[i] = o + (size_t)i * hd, orp[i] = orf + (size_t)i * hd;
+            pv(op, s, LD, nq, tmax, Vv, hd);
+            vs_attn_pv_bf16_ref(orp, s, LD, nq, tmax, Vv, hd);
+            bad_pv += memcmp(o, orf, sizeof(float) * (size_t)nq * hd) != 0;
+            for (int i = 0; i < nq; i++) {
+                pv(&o1, s + i * LD, LD, 1, T[i], Vv, hd);
+                inv_bad += memcmp(o1, op[i], sizeof(float) * (size_t)hd) != 0;
+            }
+            free(q), free(K), free(Vv), free(s), free(sr), free(one), free(o), free(orf), free(o1);
+        }
+    printf("  %-7s BF16 cache kernels vs scalar, %d cases: scores differ in %d, PV in %d; batch-invariance "
+           "violations %d\n",
+           name, runs, bad_sc, bad_pv, inv_bad);
+    VT_CHECK(bad_sc == 0 && bad_pv == 0, "%s BF16 kernels are not bitwise equal to the scalar ones", name);
+    VT_CHECK(inv_bad == 0, "%s BF16 kernels: %d results depend on the other queries of a task", name, inv_bad);
+}
+
 static void test_attn_kernels(void) {
     attn_isa_set sets[3] = {
         {"scalar", vs_attn_scores_ref, vs_attn_softmax_ref, vs_attn_pv_ref, vs_attn_exp_ref,
@@ -458,6 +517,9 @@ static void test_attn_kernels(void) {
         if (i > 0) test_attn_kernel_set(&sets[i]);
         test_attn_exp(&sets[i]);
     }
+    test_attn_bf16_kernels("scalar", vs_attn_scores_bf16_ref, vs_attn_pv_bf16_ref);
+    if (n >= 2) test_attn_bf16_kernels("avx2", vs_attn_scores_bf16_avx2, vs_attn_pv_bf16_avx2);
+    if (n >= 3) test_attn_bf16_kernels("avx512", vs_attn_scores_bf16_avx512, vs_attn_pv_bf16_avx512);
 }
 
 /* vs_lm_out.mm_flags: a forward with VS_MM_AMX_BF16 runs an F16 model's products on the AMX-BF16 tiles
@@ -542,10 +604,10 @@ static void test_long_invariance(vs_threadpool *tp) {
     tm_random_tokens(add, NB, V, 310);
     vs_isa top = vs_isa_detect();
     float *scalar_lg = malloc(sizeof(float) * NB * V);
-    for (int kt = 0; kt < 2; kt++)
+    for (int kt = 0; kt < 3; kt++)
         for (int cap = (int)VS_ISA_SCALAR; cap <= (int)VS_ISA_AVX512 && cap <= (int)top; cap++) {
             vs_isa prev = vs_isa_set_max(cap == (int)VS_ISA_AVX512 ? top : (vs_isa)cap);
-            vs_type kvt = kt ? VS_TYPE_F16 : VS_TYPE_F32;
+            vs_type kvt = kt == 2 ? VS_TYPE_BF16 : kt ? VS_TYPE_F16 : VS_TYPE_F32;
             vs_kv *kv = vs_lm_kv_new(lm, S, 256, kvt, &err);
             VT_REQUIRE(kv, "%s", err.msg);
             for (int s = 0; s < S; s++)
@@ -583,7 +645,8 @@ static void test_long_invariance(vs_threadpool *tp) {
                 double dv = max_diff(scalar_lg, lg, (size_t)NB * V);
                 printf("    %s vs scalar (%s KV): max abs diff %.3g\n", vs_isa_name(vs_isa_active()),
                        vs_type_name(kvt), dv);
-                /* F16 caches: a K/V value rounded to the other neighbour moves logits by ~1e-3 */
+                /* F16 caches: a K/V value rounded to the other neighbour moves logits by ~1e-3 (BF16
+                 * caches: the attention is bitwise the same in every ISA, the products are not) */
                 double tol = kvt == VS_TYPE_F32 ? 1e-3 : 5e-3;
                 VT_CHECK(dv <= tol, "%s vs scalar logits differ by %g", vs_isa_name(vs_isa_active()), dv);
             }

@@ -43,7 +43,8 @@ static void usage(FILE *f) {
            "  --repeat N            time every cell N times, interleaved, and record the fastest run\n"
            "                        (default 1; 3-5 steadies speed-ups on a noisy machine)\n"
            "  --ctx N               target cache rows (default the model's context)\n"
-           "  --kv-type T           f16 (default) or f32\n"
+           "  --kv-type T           the target's KV cache: f16 (default) or f32\n"
+           "  --draft-kv-type T     the drafters' KV caches: bf16 (default), f16 or f32\n"
            "  --ignore-eos          do not stop at end-of-generation tokens\n"
            "  --seed S              sampling seed (default 1)\n"
            "  -t, --threads N       threads (default 1)\n"
@@ -201,7 +202,7 @@ int vs_cli_bench_spec(int argc, char **argv) {
         }
         if (done_flag) continue;
         static const char *const num_flags[] = {"--limit", "-n", "--max-tokens", "--ctx", "--kv-type",
-                                                "--seed", "-t", "--threads", "--tolerance", "--repeat"};
+                                                "--draft-kv-type", "--seed", "-t", "--threads", "--tolerance", "--repeat"};
         bool num = false;
         for (size_t k = 0; k < VS_ARRAY_LEN(num_flags); k++) num |= !strcmp(a, num_flags[k]);
         if (!num) {
@@ -226,13 +227,10 @@ int vs_cli_bench_spec(int argc, char **argv) {
             ok = cli_parse_int(CMD, a, v, 1, 1024, &c.threads);
         } else if (!strcmp(a, "--tolerance")) {
             ok = cli_parse_f64(CMD, a, v, 0, 100, &tolerance);
-        } else if (!strcmp(v, "f16") || !strcmp(v, "F16")) {
-            c.kv_type = VS_TYPE_F16;
-        } else if (!strcmp(v, "f32") || !strcmp(v, "F32")) {
-            c.kv_type = VS_TYPE_F32;
+        } else if (!strcmp(a, "--draft-kv-type")) {
+            ok = cli_parse_kv_type(CMD, a, v, true, &c.draft_kv_type);
         } else {
-            ok = false;
-            cli_fail(CMD, "--kv-type %s: expected f16 or f32", v);
+            ok = cli_parse_kv_type(CMD, a, v, false, &c.kv_type);
         }
         if (!ok) goto done;
     }

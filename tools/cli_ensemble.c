@@ -349,7 +349,7 @@ int vs_cli_ens_run(const char *cmd, const vs_cli_spec_opts *s, const vs_cli_ens_
         dopt.weights = eo.weights;
         dopt.pool_k = eo.pool_k;
         dopt.n_ctx = 0; /* the draft model's context: a C row may be longer than the target's prompt */
-        dopt.kv_type = s->kv_type;
+        dopt.kv_type = s->draft_kv_type;
         dopt.tp = tp;
         dopt.proj = dproj;
         dopt.tower = dproj && tower ? tower : NULL;

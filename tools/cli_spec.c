@@ -14,6 +14,7 @@ void vs_cli_spec_opts_init(vs_cli_spec_opts *o) {
     o->mode = VS_CLI_DRAFT_T;
     o->greedy_draft = false;
     o->tree_width = 1;
+    o->draft_kv_type = VS_TYPE_BF16;
     o->compare = false;
     o->json = false;
     o->mmproj = NULL;
@@ -33,6 +34,8 @@ void vs_cli_spec_usage(FILE *f) {
             "  --tree-width D           token trees: D branches per block from the first drafted\n"
             "                           distribution (its D best tokens, or D drawn without replacement\n"
             "                           when sampling), each continued to GAMMA; 1..8 (default 1: chains)\n"
+            "  --draft-kv-type T        the drafter's KV cache: bf16 (default; the drafters' interleaved\n"
+            "                           layout, cheaper attention), f16 or f32\n"
             "  --compare                also run target-only decoding of the same request: speedups\n"
             "  --json                   print one JSON object (text, tokens, statistics) instead\n"
             "  --mmproj FILE            the target's mmproj (vision tower + projector), with images\n"
@@ -46,7 +49,7 @@ int vs_cli_spec_parse_flag(const char *cmd, int argc, char **argv, int *i, vs_cl
     if (!strcmp(a, "--draft-greedy")) return o->greedy_draft = true, 1;
     if (strcmp(a, "-md") && strcmp(a, "--model-draft") && strcmp(a, "--mmproj-draft") &&
         strcmp(a, "--draft") && strcmp(a, "--draft-mode") && strcmp(a, "--mmproj") && strcmp(a, "--image") &&
-        strcmp(a, "--tree-width"))
+        strcmp(a, "--tree-width") && strcmp(a, "--draft-kv-type"))
         return 0;
     if (!(v = cli_value(cmd, argc, argv, i))) return -1;
     if (!strcmp(a, "-md") || !strcmp(a, "--model-draft"))
@@ -65,6 +68,8 @@ int vs_cli_spec_parse_flag(const char *cmd, int argc, char **argv, int *i, vs_cl
         if (!cli_parse_int(cmd, a, v, 0, VS_SPEC_MAX_GAMMA, &o->gamma)) return -1;
     } else if (!strcmp(a, "--tree-width")) {
         if (!cli_parse_int(cmd, a, v, 1, VS_DRAFT_ENS_MAX_WIDTH, &o->tree_width)) return -1;
+    } else if (!strcmp(a, "--draft-kv-type")) {
+        if (!cli_parse_kv_type(cmd, a, v, true, &o->draft_kv_type)) return -1;
     } else {
         if (!strcmp(v, "t"))
             o->mode = VS_CLI_DRAFT_T;

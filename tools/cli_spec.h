@@ -45,6 +45,7 @@ typedef struct vs_cli_spec_opts {
     vs_cli_draft_mode mode;   /* --draft-mode m|t|reject (default t) */
     bool greedy_draft;        /* --draft-greedy */
     int tree_width;           /* --tree-width D: width-D token trees (default 1 = chains) */
+    vs_type draft_kv_type;    /* --draft-kv-type: the drafter's cache (default VS_TYPE_BF16) */
     bool compare;             /* --compare */
     bool json;                /* --json */
 } vs_cli_spec_opts;

@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 int cli_fail(const char *cmd, const char *fmt, ...) {
     va_list ap;
@@ -38,6 +39,18 @@ bool cli_parse_int(const char *cmd, const char *flag, const char *s, int lo, int
     int64_t v;
     if (!cli_parse_i64(cmd, flag, s, lo, hi, &v)) return false;
     *out = (int)v;
+    return true;
+}
+
+bool cli_parse_kv_type(const char *cmd, const char *flag, const char *s, bool drafter, vs_type *out) {
+    if (!strcmp(s, "f16") || !strcmp(s, "F16")) *out = VS_TYPE_F16;
+    else if (!strcmp(s, "f32") || !strcmp(s, "F32")) *out = VS_TYPE_F32;
+    else if (drafter && (!strcmp(s, "bf16") || !strcmp(s, "BF16"))) *out = VS_TYPE_BF16;
+    else {
+        fprintf(stderr, "vlmspec %s: %s expects %s, got '%s'\n", cmd, flag, drafter ? "bf16, f16 or f32" : "f16 or f32",
+                s);
+        return false;
+    }
     return true;
 }
 

@@ -41,7 +41,7 @@ static void usage(FILE *f) {
             "  --tg N                decode steps (default 32; 0 skips)\n"
             "  --verify-prompt P     prompt rows before the verify batches (default 64)\n"
             "  --ks LIST             verify batch sizes (default 1,2,4,6,8,16,32; empty string skips)\n"
-            "  --kv-type T           KV cache storage f16 (default) or f32\n"
+            "  --kv-type T           KV cache storage f16 (default), f32 or bf16 (the drafters' cache)\n"
             "  --json                print one JSON object instead of the tables\n"
             "  -h, --help            this help\n");
 }
@@ -132,9 +132,7 @@ int vs_cmd_bench(int argc, char **argv) {
         } else if (!strcmp(a, "--ks")) {
             if (!parse_list(v, o.ks, &o.n_ks)) return cli_fail(CMD, "--ks '%s': expected sizes like 1,2,4", v), 2;
         } else if (!strcmp(a, "--kv-type")) {
-            if (!strcmp(v, "f16") || !strcmp(v, "F16")) o.kv_type = VS_TYPE_F16;
-            else if (!strcmp(v, "f32") || !strcmp(v, "F32")) o.kv_type = VS_TYPE_F32;
-            else return cli_fail(CMD, "--kv-type %s: expected f16 or f32", v), 2;
+            if (!cli_parse_kv_type(CMD, a, v, true, &o.kv_type)) return 2;
         } else {
             cli_fail(CMD, "unknown option '%s' (see vlmspec bench --help)", a);
             return 2;

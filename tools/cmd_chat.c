@@ -43,7 +43,7 @@ typedef struct chat_opts {
     int gamma, tree_width, n_predict, n_ctx, threads;
     bool mode_m, greedy_draft, ignore_eos, quiet;
     vs_preproc_mode preproc;
-    vs_type kv_type;
+    vs_type kv_type, draft_kv_type;
     vs_sampler_params sp;
 } chat_opts;
 
@@ -111,7 +111,7 @@ static void usage(FILE *f) {
            "  --seed S                sampling seed (default: from the clock, printed)\n"
            "  -t, --threads N         threads (default 2)\n"
            "  -c, --ctx N             KV cache rows (default: the model's context)\n"
-           "  --kv-type T             KV cache storage f16 (default) or f32\n"
+           "  --kv-type T             the target's KV cache storage: f16 (default) or f32\n"
            "  --ignore-eos            do not stop a reply at end-of-generation tokens\n"
            "  --dump PREFIX           write each turn's full prompt text to PREFIX.turnN.prompt.txt and its\n"
            "                          reply (as printed) to PREFIX.turnN.reply.txt (tests, debugging)\n"
@@ -124,7 +124,9 @@ static void usage(FILE *f) {
            "  --draft-mode MODE       t: text-only drafting (default), m: multimodal drafting\n"
            "  --draft-greedy          draft greedily even when sampling\n"
            "  --tree-width D          token trees: D branches per block from the first drafted\n"
-           "                          distribution, each continued gamma deep (default 1 = chain)\n");
+           "                          distribution, each continued gamma deep (default 1 = chain)\n"
+           "  --draft-kv-type T       the drafter's KV cache: bf16 (default; the drafters' interleaved\n"
+           "                          layout, cheaper attention), f16 or f32\n");
 }
 
 /* Returns -1 when the options are fine, else the exit status. */
@@ -132,6 +134,7 @@ static int parse(int argc, char **argv, chat_opts *o) {
     memset(o, 0, sizeof(*o));
     o->preproc = VS_PREPROC_LLAVA;
     o->gamma = 5, o->tree_width = 1, o->n_predict = 256, o->threads = 2, o->kv_type = VS_TYPE_F16, o->tpl_name = "vicuna";
+    o->draft_kv_type = VS_TYPE_BF16;
     o->sp = vs_sampler_params_default();
     o->sp.temperature = 0.8f, o->sp.top_k = 40, o->sp.top_p = 0.95f, o->sp.min_p = 0.05f;
     bool seed_given = false;
@@ -215,13 +218,9 @@ static int parse(int argc, char **argv, chat_opts *o) {
             } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx")) {
                 if (!cli_parse_int(CMD, a, v, 1, 1 << 24, &o->n_ctx))
                     return 2;
-            } else if (!strcmp(a, "--kv-type")) {
-                if (!strcmp(v, "f16") || !strcmp(v, "F16"))
-                    o->kv_type = VS_TYPE_F16;
-                else if (!strcmp(v, "f32") || !strcmp(v, "F32"))
-                    o->kv_type = VS_TYPE_F32;
-                else
-                    return cli_fail(CMD, "--kv-type %s: expected f16 or f32", v), 2;
+            } else if (!strcmp(a, "--kv-type") || !strcmp(a, "--draft-kv-type")) {
+                if (!cli_parse_kv_type(CMD, a, v, a[2] == 'd', a[2] == 'd' ? &o->draft_kv_type : &o->kv_type))
+                    return 2;
             } else {
                 return cli_fail(CMD, "unknown option '%s' (see vlmspec chat --help)", a), 2;
             }
@@ -709,7 +708,7 @@ int vs_cmd_chat(int argc, char **argv) {
             goto fail;
         vs_draft_lm_opts dopt = {.mode = o.mode_m ? VS_DRAFT_LM_MM : VS_DRAFT_LM_TEXT,
                                  .n_ctx = c.n_ctx,
-                                 .kv_type = o.kv_type,
+                                 .kv_type = o.draft_kv_type,
                                  .tp = c.tp,
                                  .greedy = o.greedy_draft,
                                  .tree_width = o.tree_width};

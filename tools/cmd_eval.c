@@ -116,12 +116,9 @@ int vs_cmd_eval(int argc, char **argv) {
             else
                 return cli_fail(CMD, "--history %s: expected own or reference", v), 2;
         } else if (!strcmp(a, "--kv-type")) {
-            if (!strcmp(v, "f16") || !strcmp(v, "F16"))
-                lo.kv_f32 = false;
-            else if (!strcmp(v, "f32") || !strcmp(v, "F32"))
-                lo.kv_f32 = true;
-            else
-                return cli_fail(CMD, "--kv-type %s: expected f16 or f32", v), 2;
+            vs_type kt;
+            if (!cli_parse_kv_type(CMD, a, v, false, &kt)) return 2;
+            lo.kv_f32 = kt == VS_TYPE_F32;
         } else {
             fprintf(stderr, "vlmspec %s: unknown option '%s'\n", CMD, a);
             usage(stderr);

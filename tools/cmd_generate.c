@@ -46,7 +46,7 @@ static void usage(FILE *f) {
             "  --seed S             sampling seed (default: from the clock, printed)\n"
             "  -t, --threads N      threads (default 2)\n"
             "  -c, --ctx N          KV cache rows (default prompt + N, at most the model's context)\n"
-            "  --kv-type T          KV cache storage f16 (default) or f32\n"
+            "  --kv-type T          the target's KV cache storage: f16 (default) or f32\n"
             "  --no-bos             do not add BOS to the prompt\n"
             "  --special            parse special-token text (<s>, </s>) in the prompt\n"
             "  --ignore-eos         keep generating after end-of-generation tokens\n"
@@ -137,9 +137,7 @@ static int gen_parse(int argc, char **argv, gen_opts *o) {
             } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx")) {
                 if (!cli_parse_int(CMD, a, v, 1, 1 << 24, &o->n_ctx)) return 2;
             } else if (!strcmp(a, "--kv-type")) {
-                if (!strcmp(v, "f16") || !strcmp(v, "F16")) o->kv_type = VS_TYPE_F16;
-                else if (!strcmp(v, "f32") || !strcmp(v, "F32")) o->kv_type = VS_TYPE_F32;
-                else return cli_fail(CMD, "--kv-type %s: expected f16 or f32", v), 2;
+                if (!cli_parse_kv_type(CMD, a, v, false, &o->kv_type)) return 2;
             } else {
                 cli_fail(CMD, "unknown option '%s' (see vlmspec generate --help)", a);
                 return 2;

@@ -2,7 +2,8 @@
  * arch/attn_avx2.c, AVX-512 in arch/attn_avx512.c). Internal to lm.c and its tests.
  *
  * Shapes: a task holds nq <= VS_ATTN_QMAX queries (rows x heads of one KV head group) that read the
- * same keys k and values v ([T][hd] blocks, F32 or F16 as f16 says). Scores s are [nq][ld].
+ * same keys k and values v ([T][hd] blocks, F32 or F16 as f16 says; or the BF16 layout of kv.h for the
+ * _bf16 kernels). Scores s are [nq][ld].
  *
  * Batch invariance (speculative decoding's greedy guarantee depends on it): the score of query i
  * against key t, a row's softmax and a row's output depend only on that query, the keys / values it
@@ -35,6 +36,20 @@ vs_attn_exp_fn vs_attn_exp_ref, vs_attn_exp_avx2, vs_attn_exp_avx512;
  * sigmoid(x) = 1 / (1 + e) for x >= 0 and e / (1 + e) for x < 0, e = exp(-|x|) by the polynomial above. */
 typedef void vs_attn_swiglu_fn(float *g, const float *u, int64_t n);
 vs_attn_swiglu_fn vs_attn_swiglu_ref, vs_attn_swiglu_avx2, vs_attn_swiglu_avx512;
+
+/* BF16 caches (kv.h's interleaved layout; drafters). Every score and output element is a fixed
+ * sequence of f32 fused multiply-adds on exact bf16 values, the same in every ISA, so the twins are
+ * BITWISE equal to the scalar references (not just batch-invariant):
+ *   s[i * ld + t] = scale * acc, acc = fma(q[hd-1], k[t][hd-1], ... fma(q[0], k[t][0], 0))  (t < T[i]);
+ *   o[i][d] = e + o', e the fma chain over the even t < T in increasing order, o' over the odd t.
+ * The vector loops need no reductions: 16 keys' pairs of dimensions, or two positions' values, are side
+ * by side in memory. Whole 16-key blocks are computed; lanes past T[i] are not stored. */
+typedef void vs_attn_scores_bf16_fn(float *s, int ld, const float *const *q, const int *T, int nq,
+                                    const uint16_t *k, int hd, float scale);
+typedef void vs_attn_pv_bf16_fn(float *const *o, const float *p, int ld, int nq, int T, const uint16_t *v,
+                                int hd);
+vs_attn_scores_bf16_fn vs_attn_scores_bf16_ref, vs_attn_scores_bf16_avx2, vs_attn_scores_bf16_avx512;
+vs_attn_pv_bf16_fn vs_attn_pv_bf16_ref, vs_attn_pv_bf16_avx2, vs_attn_pv_bf16_avx512;
 
 /* dst[i] = src[i] as F32 or F16 (round to nearest even), n values. */
 void vs_attn_store_avx2(void *dst, const float *src, int f16, int n);

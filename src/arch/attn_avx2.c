@@ -242,3 +242,91 @@ void vs_attn_store_avx2(void *dst, const float *src, int f16, int n) {
         d[i] = (uint16_t)_mm_extract_epi16(h, 0);
     }
 }
+
+/* ---- BF16 caches (kv.h's interleaved layout; attn_arch.h: bitwise equal to the scalar twins) ---- */
+
+#define BF_AI static inline __attribute__((always_inline))
+
+BF_AI __m256 bf16_lo8(__m256i w) { return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)); }
+BF_AI __m256 bf16_hi8(__m256i w) {
+    return _mm256_castsi256_ps(_mm256_and_si256(w, _mm256_set1_epi32((int)0xffff0000u)));
+}
+
+/* One query against the NB 16-key blocks b, b + 1, ... (two 8-key halves each): 2 NB chains. */
+BF_AI void qk_bf16_blocks8(float *srow, const float *q, const uint16_t *k, int hd, int64_t b, const int NB,
+                           float scale, int T) {
+    const int np = hd / 2;
+    const int32_t *kb = (const int32_t *)k + b * np * 16;
+    __m256 acc[4][2];
+#pragma GCC unroll 4
+    for (int n = 0; n < NB; n++) acc[n][0] = acc[n][1] = _mm256_setzero_ps();
+    for (int j = 0; j < np; j++) {
+        __m256 qe = _mm256_set1_ps(q[2 * j]), qo = _mm256_set1_ps(q[2 * j + 1]);
+#pragma GCC unroll 4
+        for (int n = 0; n < NB; n++)
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) {
+                __m256i w = _mm256_loadu_si256((const __m256i *)(kb + ((int64_t)n * np + j) * 16 + 8 * h));
+                acc[n][h] = _mm256_fmadd_ps(qe, bf16_lo8(w), acc[n][h]);
+                acc[n][h] = _mm256_fmadd_ps(qo, bf16_hi8(w), acc[n][h]);
+            }
+    }
+    const __m256 sc = _mm256_set1_ps(scale);
+#pragma GCC unroll 4
+    for (int n = 0; n < NB; n++)
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            int64_t t0 = (b + n) * 16 + 8 * h;
+            if (T > t0) store8(srow + t0, _mm256_mul_ps(acc[n][h], sc), T - t0 >= 8 ? 8 : (int)(T - t0));
+        }
+}
+
+void vs_attn_scores_bf16_avx2(float *s, int ld, const float *const *q, const int *T, int nq,
+                              const uint16_t *k, int hd, float scale) {
+    for (int i = 0; i < nq; i++) {
+        const int64_t nblk = (T[i] + 15) / 16;
+        int64_t b = 0;
+        for (; b + 4 <= nblk; b += 4) qk_bf16_blocks8(s + (size_t)i * ld, q[i], k, hd, b, 4, scale, T[i]);
+        for (; b < nblk; b++) qk_bf16_blocks8(s + (size_t)i * ld, q[i], k, hd, b, 1, scale, T[i]);
+    }
+}
+
+/* One query's outputs for the dimensions [d0, d0 + 8 NC), the last vector nl lanes. */
+BF_AI void pv_bf16_tile8(float *o, const float *p, const int NC, int nl, int T, const uint16_t *v, int hd,
+                         int d0) {
+    __m256 acc[4][2];
+#pragma GCC unroll 4
+    for (int c = 0; c < NC; c++) acc[c][0] = acc[c][1] = _mm256_setzero_ps();
+    const int32_t *vp = (const int32_t *)v + d0;
+    for (int t = 0; t < T; t += 2, vp += hd)
+#pragma GCC unroll 4
+        for (int c = 0; c < NC; c++) {
+            __m256i w;
+            if (c < NC - 1 || nl == 8) {
+                w = _mm256_loadu_si256((const __m256i *)(vp + 8 * c));
+            } else {
+                int32_t tmp[8] = {0};
+                memcpy(tmp, vp + 8 * c, (size_t)nl * 4);
+                w = _mm256_loadu_si256((const __m256i *)tmp);
+            }
+            acc[c][0] = _mm256_fmadd_ps(_mm256_set1_ps(p[t]), bf16_lo8(w), acc[c][0]);
+            if (t + 1 < T) acc[c][1] = _mm256_fmadd_ps(_mm256_set1_ps(p[t + 1]), bf16_hi8(w), acc[c][1]);
+        }
+#pragma GCC unroll 4
+    for (int c = 0; c < NC; c++)
+        store8(o + d0 + 8 * c, _mm256_add_ps(acc[c][0], acc[c][1]), c == NC - 1 ? nl : 8);
+}
+
+void vs_attn_pv_bf16_avx2(float *const *o, const float *p, int ld, int nq, int T, const uint16_t *v, int hd) {
+    for (int i = 0; i < nq; i++)
+        for (int d0 = 0; d0 < hd; d0 += 32) {
+            int w = hd - d0 < 32 ? hd - d0 : 32, nc = (w + 7) / 8, nl = w - 8 * (nc - 1);
+            const float *pi = p + (size_t)i * ld;
+            switch (nc) {
+            case 1: pv_bf16_tile8(o[i], pi, 1, nl, T, v, hd, d0); break;
+            case 2: pv_bf16_tile8(o[i], pi, 2, nl, T, v, hd, d0); break;
+            case 3: pv_bf16_tile8(o[i], pi, 3, nl, T, v, hd, d0); break;
+            default: pv_bf16_tile8(o[i], pi, 4, nl, T, v, hd, d0); break;
+            }
+        }
+}

@@ -316,3 +316,130 @@ void vs_attn_pv_avx512(float *const *o, const float *p, int ld, int nq, int T, c
     else
         pv_impl(o, p, ld, nq, T, v, 0, hd);
 }
+
+/* ---- BF16 caches (kv.h's interleaved layout; attn_arch.h: bitwise equal to the scalar twins) ---- */
+
+/* bf16 pairs (lo, hi halves of each 32-bit lane) as two f32 vectors: exact, no rounding. */
+AI __m512 bf16_lo(__m512i w) { return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)); }
+AI __m512 bf16_hi(__m512i w) {
+    return _mm512_castsi512_ps(_mm512_and_si512(w, _mm512_set1_epi32((int)0xffff0000u)));
+}
+
+/* Scores of NQ (1 or 2) queries against the NB 16-key blocks b, b + 1, ...: one f32 chain per key over
+ * the dimensions in order, NB x NQ independent chains to cover the FMA latency. */
+AI void qk_bf16_blocks(float *const *srow, const float *const *q, const int NQ, const uint16_t *k, int hd,
+                       int64_t b, const int NB, float scale, const int *T) {
+    const int np = hd / 2;
+    const int32_t *kb = (const int32_t *)k + b * np * 16;
+    __m512 acc[2][8];
+#pragma GCC unroll 2
+    for (int i = 0; i < NQ; i++)
+#pragma GCC unroll 8
+        for (int n = 0; n < NB; n++) acc[i][n] = _mm512_setzero_ps();
+    for (int j = 0; j < np; j++) {
+        __m512 qe[2], qo[2];
+#pragma GCC unroll 2
+        for (int i = 0; i < NQ; i++)
+            qe[i] = _mm512_set1_ps(q[i][2 * j]), qo[i] = _mm512_set1_ps(q[i][2 * j + 1]);
+#pragma GCC unroll 8
+        for (int n = 0; n < NB; n++) {
+            __m512i w = _mm512_loadu_si512(kb + ((int64_t)n * np + j) * 16);
+            __m512 ke = bf16_lo(w), ko = bf16_hi(w);
+#pragma GCC unroll 2
+            for (int i = 0; i < NQ; i++) {
+                acc[i][n] = _mm512_fmadd_ps(qe[i], ke, acc[i][n]);
+                acc[i][n] = _mm512_fmadd_ps(qo[i], ko, acc[i][n]);
+            }
+        }
+    }
+    const __m512 sc = _mm512_set1_ps(scale);
+#pragma GCC unroll 2
+    for (int i = 0; i < NQ; i++)
+#pragma GCC unroll 8
+        for (int n = 0; n < NB; n++) {
+            int64_t t0 = (b + n) * 16;
+            if (T[i] > t0)
+                _mm512_mask_storeu_ps(srow[i] + t0, lanes((int)(T[i] - t0)), _mm512_mul_ps(acc[i][n], sc));
+        }
+}
+
+AI void scores_bf16_q(float *const *srow, const float *const *q, const int NQ, const uint16_t *k, int hd,
+                      float scale, const int *T) {
+    int tq = T[0];
+    if (NQ == 2 && T[1] > tq) tq = T[1];
+    const int64_t nblk = (tq + 15) / 16;
+    int64_t b = 0;
+    for (; b + 8 <= nblk; b += 8) qk_bf16_blocks(srow, q, NQ, k, hd, b, 8, scale, T);
+    for (; b < nblk; b++) qk_bf16_blocks(srow, q, NQ, k, hd, b, 1, scale, T);
+}
+
+void vs_attn_scores_bf16_avx512(float *s, int ld, const float *const *q, const int *T, int nq,
+                                const uint16_t *k, int hd, float scale) {
+    for (int i = 0; i < nq; i += 2) {
+        float *srow[2] = {s + (size_t)i * ld, s + (size_t)(i + 1) * ld};
+        if (nq - i >= 2) scores_bf16_q(srow, q + i, 2, k, hd, scale, T + i);
+        else scores_bf16_q(srow, q + i, 1, k, hd, scale, T + i);
+    }
+}
+
+/* Outputs of NQ (1 or 2) queries for the dimensions [d0, d0 + 16 NC), the last vector nl lanes: even and
+ * odd positions in separate chains, added at the end. */
+AI void pv_bf16_tile(float *const *o, const float *const *p, const int NQ, const int NC, int nl, int T,
+                     const uint16_t *v, int hd, int d0) {
+    __m512 acc[2][4][2];
+    __mmask16 m[4];
+#pragma GCC unroll 4
+    for (int c = 0; c < NC; c++) m[c] = c == NC - 1 ? lanes(nl) : 0xffff;
+#pragma GCC unroll 2
+    for (int i = 0; i < NQ; i++)
+#pragma GCC unroll 4
+        for (int c = 0; c < NC; c++) acc[i][c][0] = acc[i][c][1] = _mm512_setzero_ps();
+    const int32_t *vp = (const int32_t *)v + d0;
+    int t = 0;
+    for (; t + 2 <= T; t += 2, vp += hd) {
+#pragma GCC unroll 4
+        for (int c = 0; c < NC; c++) {
+            __m512i w = _mm512_maskz_loadu_epi32(m[c], vp + 16 * c);
+            __m512 ve = bf16_lo(w), vo = bf16_hi(w);
+#pragma GCC unroll 2
+            for (int i = 0; i < NQ; i++) {
+                acc[i][c][0] = _mm512_fmadd_ps(_mm512_set1_ps(p[i][t]), ve, acc[i][c][0]);
+                acc[i][c][1] = _mm512_fmadd_ps(_mm512_set1_ps(p[i][t + 1]), vo, acc[i][c][1]);
+            }
+        }
+    }
+    if (t < T) /* an odd T: the last even position alone */
+#pragma GCC unroll 4
+        for (int c = 0; c < NC; c++) {
+            __m512 ve = bf16_lo(_mm512_maskz_loadu_epi32(m[c], vp + 16 * c));
+#pragma GCC unroll 2
+            for (int i = 0; i < NQ; i++)
+                acc[i][c][0] = _mm512_fmadd_ps(_mm512_set1_ps(p[i][t]), ve, acc[i][c][0]);
+        }
+#pragma GCC unroll 2
+    for (int i = 0; i < NQ; i++)
+#pragma GCC unroll 4
+        for (int c = 0; c < NC; c++)
+            _mm512_mask_storeu_ps(o[i] + d0 + 16 * c, m[c], _mm512_add_ps(acc[i][c][0], acc[i][c][1]));
+}
+
+#define PVB_CASE(NQ, NC)                                                                                     \
+    case (NQ)*8 + (NC):                                                                                      \
+        pv_bf16_tile(oo, pp, NQ, NC, nl, T, v, hd, d0);                                                      \
+        break;
+
+void vs_attn_pv_bf16_avx512(float *const *o, const float *p, int ld, int nq, int T, const uint16_t *v,
+                            int hd) {
+    for (int i0 = 0; i0 < nq; i0 += 2) {
+        const int nt = nq - i0 < 2 ? nq - i0 : 2;
+        const float *pp[2] = {p + (size_t)i0 * ld, p + (size_t)(i0 + nt - 1) * ld};
+        float *const *oo = o + i0;
+        for (int d0 = 0; d0 < hd; d0 += 64) {
+            int w = hd - d0 < 64 ? hd - d0 : 64, nc = (w + 15) / 16, nl = w - 16 * (nc - 1);
+            switch (nt * 8 + nc) {
+                PVB_CASE(1, 1) PVB_CASE(1, 2) PVB_CASE(1, 3) PVB_CASE(1, 4)
+                PVB_CASE(2, 1) PVB_CASE(2, 2) PVB_CASE(2, 3) PVB_CASE(2, 4)
+            }
+        }
+    }
+}
