@@ -1128,3 +1128,84 @@ vs_status vs_lm_write_random(const vs_lm_random_opts *o, const char *path, vs_er
     vs_gguf_writer_free(w);
     return st;
 }
+
+/* ------------------------------------------------------------------------------------------------ */
+/* conversion */
+
+static int file_type_of(vs_type t) { /* llama.cpp's general.file_type (llama_ftype) */
+    switch (t) {
+    case VS_TYPE_F16: return 1;
+    case VS_TYPE_Q4_0: return 2;
+    case VS_TYPE_Q8_0: return 7;
+    case VS_TYPE_BF16: return 32;
+    default: return 0;
+    }
+}
+
+vs_status vs_lm_convert(const char *in, const char *out, vs_type type, vs_lm_convert_stats *stats, vs_error *err) {
+    if (!vs_type_supported((int)type))
+        return vs_error_set(err, VS_ERR_INVALID, "model convert: unsupported weight type %d", (int)type);
+    vs_gguf *g = vs_gguf_open(in, err);
+    if (!g) return err->code;
+    vs_gguf_str arch;
+    vs_status st = VS_OK;
+    if (vs_gguf_get_str(g, "general.architecture", &arch) != 1 || !vs_gguf_str_eq(arch, "llama")) {
+        st = vs_error_set(err, VS_ERR_UNSUPPORTED, "%s: not a LLaMA model file (general.architecture must be "
+                          "\"llama\"; projector files are not converted)", in);
+        vs_gguf_close(g);
+        return st;
+    }
+    const int64_t nt = vs_gguf_n_tensors(g);
+    void **owned = vs_calloc((size_t)(nt > 0 ? nt : 1), sizeof(void *));
+    float *row = NULL;
+    vs_gguf_writer *w = vs_gguf_writer_new();
+    vs_lm_convert_stats s = {0};
+    if (!owned || !w) st = vs_error_set(err, VS_ERR_NOMEM, "model convert: out of memory");
+    if (!st) st = vs_gguf_copy_kv(w, g, "", err);
+    if (!st) vs_gguf_set_u32(w, "general.file_type", (uint32_t)file_type_of(type));
+    for (int64_t i = 0; !st && i < nt; i++) {
+        const vs_gguf_tensor *t = vs_gguf_tensor_at(g, i);
+        const int64_t n_in = t->ne[0], n_rows = t->ne[1] * t->ne[2] * t->ne[3];
+        /* the weight matrices; norms (1-D) stay as they are, like llama.cpp's converters */
+        const bool convert = t->n_dims == 2 && vs_type_supported(t->type) && t->type != (int)type;
+        s.bytes_in += t->nbytes;
+        if (!convert) {
+            st = vs_gguf_add_tensor_ref(w, t->name, t->type, t->n_dims, t->ne, t->data, err);
+            s.bytes_out += t->nbytes, s.kept++;
+            continue;
+        }
+        if (n_in % vs_type_block_size(type)) {
+            st = vs_error_set(err, VS_ERR_INVALID, "model convert: %s has rows of %lld values, not a multiple of "
+                              "%s's block of %lld", t->name, (long long)n_in, vs_type_name(type),
+                              (long long)vs_type_block_size(type));
+            break;
+        }
+        const size_t rb_in = vs_type_row_bytes((vs_type)t->type, n_in), rb = vs_type_row_bytes(type, n_in);
+        uint8_t *dst = vs_malloc(rb * (size_t)n_rows);
+        float *r2 = dst ? vs_realloc(row, sizeof(float) * (size_t)n_in) : NULL;
+        if (!r2) {
+            vs_free(dst);
+            st = vs_error_set(err, VS_ERR_NOMEM, "model convert: out of memory for %s", t->name);
+            break;
+        }
+        row = r2, owned[i] = dst;
+        for (int64_t r = 0; r < n_rows; r++) {
+            vs_dequantize_row((vs_type)t->type, (const uint8_t *)t->data + (size_t)r * rb_in, row, n_in);
+            vs_quantize_row(type, row, dst + (size_t)r * rb, n_in);
+        }
+        st = vs_gguf_add_tensor_ref(w, t->name, (int)type, t->n_dims, t->ne, dst, err);
+        s.bytes_out += rb * (size_t)n_rows, s.converted++;
+    }
+    if (!st) st = vs_gguf_write(w, out, err);
+    if (w) vs_gguf_writer_free(w);
+    for (int64_t i = 0; owned && i < nt; i++) vs_free(owned[i]);
+    vs_free(owned), vs_free(row);
+    vs_gguf_close(g);
+    if (!st) { /* the result must load like any model */
+        vs_lm *lm = vs_lm_load(out, err);
+        if (!lm) st = vs_error_wrap(err, "model convert: the written file %s does not load", out);
+        vs_lm_free(lm);
+    }
+    if (!st && stats) *stats = s;
+    return st;
+}

@@ -160,4 +160,14 @@ vs_gguf_writer *vs_lm_random_writer(const vs_lm_random_opts *o, vs_error *err);
 /* vs_lm_random_writer + vs_gguf_write. */
 vs_status vs_lm_write_random(const vs_lm_random_opts *o, const char *path, vs_error *err);
 
+/* Writes a copy of the LLaMA model file `in` whose 2-D weight matrices are stored as `type` (F32, F16,
+ * BF16, Q8_0, Q4_0; rows must be a multiple of its block), every other tensor and all metadata as they
+ * are (general.file_type updated), like llama.cpp's quantize. The written file is loaded once as a check.
+ * BF16 suits drafters on AMX CPUs: their batched products then run on the tiles without conversion. */
+typedef struct vs_lm_convert_stats {
+    int converted, kept;          /* tensors */
+    uint64_t bytes_in, bytes_out; /* tensor data */
+} vs_lm_convert_stats;
+vs_status vs_lm_convert(const char *in, const char *out, vs_type type, vs_lm_convert_stats *stats, vs_error *err);
+
 #endif

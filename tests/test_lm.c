@@ -11,6 +11,7 @@
 #include "json.h"
 #include "lm_testmodel.h"
 #include "sample.h"
+#include "tokenizer.h"
 
 #define V 64 /* vocabulary of the small test models */
 
@@ -522,6 +523,82 @@ static void test_attn_kernels(void) {
     if (n >= 3) test_attn_bf16_kernels("avx512", vs_attn_scores_bf16_avx512, vs_attn_pv_bf16_avx512);
 }
 
+/* vs_lm_convert (`vlmspec model convert`): the copy's weight matrices have the new type, norms and
+ * metadata are kept, its logits match the original's within the type's error (F16 -> F32 is exact, so
+ * within kernel rounding); bad input is refused. */
+static void test_convert(vs_threadpool *tp) {
+    vs_error err = {0};
+    vs_lm_random_opts o = tm_small_opts(VS_TYPE_F16, 123);
+    const char *src = tm_path("convert-src.gguf");
+    VT_REQUIRE(vs_lm_write_random(&o, src, &err) == VS_OK, "%s", err.msg);
+    vs_lm *a = vs_lm_load(src, &err);
+    VT_REQUIRE(a, "%s", err.msg);
+    enum { N = 12 };
+    int32_t tok[N];
+    tm_random_tokens(tok, N, V, 124);
+    float *la = malloc(sizeof(float) * N * V), *lb = malloc(sizeof(float) * N * V);
+    vs_kv *kv = vs_lm_kv_new(a, 1, 32, VS_TYPE_F32, &err);
+    VT_REQUIRE(tm_feed(a, kv, tp, 0, tok, N, la, &err) == VS_OK, "%s", err.msg);
+    vs_kv_free(kv);
+    const vs_type types[3] = {VS_TYPE_F32, VS_TYPE_BF16, VS_TYPE_Q8_0};
+    const double tol[3] = {1e-4, 0.1, 0.2};
+    const int64_t ftype[3] = {0, 32, 7};
+    for (int k = 0; k < 3; k++) {
+        const char *dst = tm_path("convert-dst.gguf");
+        vs_lm_convert_stats st;
+        VT_REQUIRE(vs_lm_convert(src, dst, types[k], &st, &err) == VS_OK, "%s", err.msg);
+        vs_lm *b = vs_lm_load(dst, &err);
+        VT_REQUIRE(b, "%s", err.msg);
+        const vs_lm_weights *w = vs_lm_w(b);
+        int64_t ft = -1;
+        vs_gguf_get_int(vs_lm_gguf(b), "general.file_type", &ft);
+        VT_CHECK(vs_lm_cfg(b)->wtype == types[k] && w->tok_embd.type == types[k] && w->output.type == types[k],
+                 "%s: matrices not converted", vs_type_name(types[k]));
+        /* 2 layers x 7 matrices + token_embd + output; 2 x 2 norms + output_norm */
+        VT_CHECK(st.converted == 16 && st.kept == 5, "%s: %d converted, %d kept", vs_type_name(types[k]),
+                 st.converted, st.kept);
+        VT_CHECK(ft == ftype[k], "%s: general.file_type %lld", vs_type_name(types[k]), (long long)ft);
+        vs_tokenizer *ta = vs_tokenizer_from_gguf(vs_lm_gguf(a), &err);
+        vs_tokenizer *tb = vs_tokenizer_from_gguf(vs_lm_gguf(b), &err);
+        VT_CHECK(ta && tb && vs_tokenizer_n_vocab(ta) == vs_tokenizer_n_vocab(tb), "tokenizer not kept");
+        vs_tokenizer_free(ta), vs_tokenizer_free(tb);
+        kv = vs_lm_kv_new(b, 1, 32, VS_TYPE_F32, &err);
+        VT_REQUIRE(tm_feed(b, kv, tp, 0, tok, N, lb, &err) == VS_OK, "%s", err.msg);
+        vs_kv_free(kv);
+        double d = max_diff(la, lb, (size_t)N * V);
+        printf("  convert F16 -> %-4s: %d matrices, data %.1f -> %.1f KiB, logits max abs diff %.3g\n",
+               vs_type_name(types[k]), st.converted, st.bytes_in / 1024.0, st.bytes_out / 1024.0, d);
+        VT_CHECK(d <= tol[k], "%s logits differ by %g", vs_type_name(types[k]), d);
+        vs_lm_free(b);
+    }
+    /* in place */
+    const char *copy = tm_path("convert-inplace.gguf");
+    VT_REQUIRE(vs_lm_convert(src, copy, VS_TYPE_F16, NULL, &err) == VS_OK, "%s", err.msg);
+    VT_CHECK(vs_lm_convert(copy, copy, VS_TYPE_BF16, NULL, &err) == VS_OK, "in place: %s", err.msg);
+    vs_lm *c = vs_lm_load(copy, &err);
+    VT_CHECK(c && vs_lm_cfg(c)->wtype == VS_TYPE_BF16, "in-place conversion");
+    vs_lm_free(c);
+    /* bad input */
+    VT_CHECK(vs_lm_convert(tm_path("no-such.gguf"), copy, VS_TYPE_BF16, NULL, &err) != VS_OK, "missing input");
+    VT_CHECK(vs_lm_convert(src, copy, (vs_type)3, NULL, &err) == VS_ERR_INVALID, "type 3 accepted");
+    vs_gguf_writer *gw = vs_gguf_writer_new();
+    vs_gguf_set_str(gw, "general.architecture", "clip");
+    const char *clip = tm_path("convert-clip.gguf");
+    VT_REQUIRE(vs_gguf_write(gw, clip, &err) == VS_OK, "%s", err.msg);
+    vs_gguf_writer_free(gw);
+    VT_CHECK(vs_lm_convert(clip, copy, VS_TYPE_BF16, NULL, &err) == VS_ERR_UNSUPPORTED && strstr(err.msg, "llama"),
+             "a projector file converted: %s", err.msg);
+    vs_lm_random_opts o48 = tm_small_opts(VS_TYPE_F16, 125);
+    o48.n_embd = 48, o48.n_head = 4, o48.n_head_kv = 2;
+    const char *s48 = tm_path("convert-48.gguf");
+    VT_REQUIRE(vs_lm_write_random(&o48, s48, &err) == VS_OK, "%s", err.msg);
+    VT_CHECK(vs_lm_convert(s48, copy, VS_TYPE_Q4_0, NULL, &err) == VS_ERR_INVALID && strstr(err.msg, "multiple"),
+             "rows of 48 to Q4_0: %s", err.msg);
+    printf("  convert errors: %s\n", err.msg);
+    free(la), free(lb);
+    vs_lm_free(a);
+}
+
 /* vs_lm_out.mm_flags: a forward with VS_MM_AMX_BF16 runs an F16 model's products on the AMX-BF16 tiles
  * whatever their size (the ensemble drafter's setting). Under the flag, each row of a batch over two
  * sequences gets bitwise the logits of evaluating it alone with the flag; the logits stay within the
@@ -857,6 +934,8 @@ int main(void) {
     test_attn_kernels();
     test_long_invariance(tp);
     test_mm_flags(tp);
+    printf("conversion:\n");
+    test_convert(tp);
     printf("tied output / single thread:\n");
     {
         vs_lm_random_opts t = tm_small_opts(VS_TYPE_F32, 43);

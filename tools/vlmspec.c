@@ -43,7 +43,7 @@ static const struct {
     {"kbench", "matrix kernel benchmark (rows x weight types, bandwidth)"},
     {"logits", "teacher-forced logits in the llama.cpp parity layout"},
     {"mmproj", "random mmproj files (tests, demos) and their description"},
-    {"model", "random-weight LLaMA models (tests, benchmarks) and model info"},
+    {"model", "random-weight LLaMA models (tests, benchmarks), model info, weight type conversion"},
     {"plot", "SVG plots of traces (TABED weight shares)"},
     {"tokenize", "text -> token ids and pieces"},
     {"tokenizer", "train a byte-level BPE tokenizer on the world's corpus"},
