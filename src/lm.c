@@ -426,10 +426,9 @@ void vs_attn_pv_bf16_ref(float *const *o, const float *p, int ld, int nq, int T,
     for (int i = 0; i < nq; i++) {
         const float *pi = p + (size_t)i * ld;
         for (int d = 0; d < hd; d++) {
-            float acc[2] = {0.0f, 0.0f}; /* even and odd positions */
-            for (int t = 0; t < T; t++)
-                acc[t & 1] = fmaf(pi[t], vs_bf16_to_fp32(v[vs_kv_bf16_value_index(hd, t, d)]), acc[t & 1]);
-            o[i][d] = acc[0] + acc[1];
+            float acc = 0.0f;
+            for (int t = 0; t < T; t++) acc = fmaf(pi[t], vs_bf16_to_fp32(v[vs_kv_bf16_value_index(hd, t, d)]), acc);
+            o[i][d] = acc;
         }
     }
 }

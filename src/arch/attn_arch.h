@@ -41,7 +41,8 @@ vs_attn_swiglu_fn vs_attn_swiglu_ref, vs_attn_swiglu_avx2, vs_attn_swiglu_avx512
  * sequence of f32 fused multiply-adds on exact bf16 values, the same in every ISA, so the twins are
  * BITWISE equal to the scalar references (not just batch-invariant):
  *   s[i * ld + t] = scale * acc, acc = fma(q[hd-1], k[t][hd-1], ... fma(q[0], k[t][0], 0))  (t < T[i]);
- *   o[i][d] = e + o', e the fma chain over the even t < T in increasing order, o' over the odd t.
+ *   o[i][d] = fma(p[T-1], v[T-1][d], ... fma(p[0], v[0][d], 0)): one chain in position order, so a zero
+ *   p (a masked key of a tree row) changes nothing and a tree row gets the bits of its causal path.
  * The vector loops need no reductions: 16 keys' pairs of dimensions, or two positions' values, are side
  * by side in memory. Whole 16-key blocks are computed; lanes past T[i] are not stored. */
 typedef void vs_attn_scores_bf16_fn(float *s, int ld, const float *const *q, const int *T, int nq,

@@ -291,12 +291,13 @@ void vs_attn_scores_bf16_avx2(float *s, int ld, const float *const *q, const int
     }
 }
 
-/* One query's outputs for the dimensions [d0, d0 + 8 NC), the last vector nl lanes. */
+/* One query's outputs for the dimensions [d0, d0 + 8 NC), the last vector nl lanes: one chain per output
+ * in position order. */
 BF_AI void pv_bf16_tile8(float *o, const float *p, const int NC, int nl, int T, const uint16_t *v, int hd,
                          int d0) {
-    __m256 acc[4][2];
+    __m256 acc[4];
 #pragma GCC unroll 4
-    for (int c = 0; c < NC; c++) acc[c][0] = acc[c][1] = _mm256_setzero_ps();
+    for (int c = 0; c < NC; c++) acc[c] = _mm256_setzero_ps();
     const int32_t *vp = (const int32_t *)v + d0;
     for (int t = 0; t < T; t += 2, vp += hd)
 #pragma GCC unroll 4
@@ -309,12 +310,11 @@ BF_AI void pv_bf16_tile8(float *o, const float *p, const int NC, int nl, int T, 
                 memcpy(tmp, vp + 8 * c, (size_t)nl * 4);
                 w = _mm256_loadu_si256((const __m256i *)tmp);
             }
-            acc[c][0] = _mm256_fmadd_ps(_mm256_set1_ps(p[t]), bf16_lo8(w), acc[c][0]);
-            if (t + 1 < T) acc[c][1] = _mm256_fmadd_ps(_mm256_set1_ps(p[t + 1]), bf16_hi8(w), acc[c][1]);
+            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(p[t]), bf16_lo8(w), acc[c]);
+            if (t + 1 < T) acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(p[t + 1]), bf16_hi8(w), acc[c]);
         }
 #pragma GCC unroll 4
-    for (int c = 0; c < NC; c++)
-        store8(o + d0 + 8 * c, _mm256_add_ps(acc[c][0], acc[c][1]), c == NC - 1 ? nl : 8);
+    for (int c = 0; c < NC; c++) store8(o + d0 + 8 * c, acc[c], c == NC - 1 ? nl : 8);
 }
 
 void vs_attn_pv_bf16_avx2(float *const *o, const float *p, int ld, int nq, int T, const uint16_t *v, int hd) {

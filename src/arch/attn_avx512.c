@@ -382,18 +382,18 @@ void vs_attn_scores_bf16_avx512(float *s, int ld, const float *const *q, const i
     }
 }
 
-/* Outputs of NQ (1 or 2) queries for the dimensions [d0, d0 + 16 NC), the last vector nl lanes: even and
- * odd positions in separate chains, added at the end. */
+/* Outputs of NQ (1 or 2) queries for the dimensions [d0, d0 + 16 NC), the last vector nl lanes: one chain
+ * per output in position order. */
 AI void pv_bf16_tile(float *const *o, const float *const *p, const int NQ, const int NC, int nl, int T,
                      const uint16_t *v, int hd, int d0) {
-    __m512 acc[2][4][2];
+    __m512 acc[2][4];
     __mmask16 m[4];
 #pragma GCC unroll 4
     for (int c = 0; c < NC; c++) m[c] = c == NC - 1 ? lanes(nl) : 0xffff;
 #pragma GCC unroll 2
     for (int i = 0; i < NQ; i++)
 #pragma GCC unroll 4
-        for (int c = 0; c < NC; c++) acc[i][c][0] = acc[i][c][1] = _mm512_setzero_ps();
+        for (int c = 0; c < NC; c++) acc[i][c] = _mm512_setzero_ps();
     const int32_t *vp = (const int32_t *)v + d0;
     int t = 0;
     for (; t + 2 <= T; t += 2, vp += hd) {
@@ -403,8 +403,8 @@ AI void pv_bf16_tile(float *const *o, const float *const *p, const int NQ, const
             __m512 ve = bf16_lo(w), vo = bf16_hi(w);
 #pragma GCC unroll 2
             for (int i = 0; i < NQ; i++) {
-                acc[i][c][0] = _mm512_fmadd_ps(_mm512_set1_ps(p[i][t]), ve, acc[i][c][0]);
-                acc[i][c][1] = _mm512_fmadd_ps(_mm512_set1_ps(p[i][t + 1]), vo, acc[i][c][1]);
+                acc[i][c] = _mm512_fmadd_ps(_mm512_set1_ps(p[i][t]), ve, acc[i][c]);
+                acc[i][c] = _mm512_fmadd_ps(_mm512_set1_ps(p[i][t + 1]), vo, acc[i][c]);
             }
         }
     }
@@ -413,14 +413,12 @@ AI void pv_bf16_tile(float *const *o, const float *const *p, const int NQ, const
         for (int c = 0; c < NC; c++) {
             __m512 ve = bf16_lo(_mm512_maskz_loadu_epi32(m[c], vp + 16 * c));
 #pragma GCC unroll 2
-            for (int i = 0; i < NQ; i++)
-                acc[i][c][0] = _mm512_fmadd_ps(_mm512_set1_ps(p[i][t]), ve, acc[i][c][0]);
+            for (int i = 0; i < NQ; i++) acc[i][c] = _mm512_fmadd_ps(_mm512_set1_ps(p[i][t]), ve, acc[i][c]);
         }
 #pragma GCC unroll 2
     for (int i = 0; i < NQ; i++)
 #pragma GCC unroll 4
-        for (int c = 0; c < NC; c++)
-            _mm512_mask_storeu_ps(o[i] + d0 + 16 * c, m[c], _mm512_add_ps(acc[i][c][0], acc[i][c][1]));
+        for (int c = 0; c < NC; c++) _mm512_mask_storeu_ps(o[i] + d0 + 16 * c, m[c], acc[i][c]);
 }
 
 #define PVB_CASE(NQ, NC)                                                                                     \
