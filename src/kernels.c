@@ -302,7 +302,8 @@ static int64_t amx_min_rows(vs_type t) { (void)t; return 1; }
 static int64_t amx_vnni_max_rows(vs_type t) { return t == VS_TYPE_Q8_0 ? 1 : 4; }
 /* F16 / BF16 matrices on AMX-BF16 tiles (when the CPU has them) for EVERY row count: the choice depends on
  * the matrix and the caller's flags, never on the row count, so one row gets the same split-bf16
- * arithmetic as a batch (batch invariance). Default (VS_MM_DEFAULT): matrices of VS_AMXBF16_MIN_BYTES to
+ * arithmetic as a batch (batch invariance). Default (VS_MM_DEFAULT): BF16 matrices of at least
+ * VS_AMXBF16_MIN_BYTES_BF16 (below); F16 matrices of VS_AMXBF16_MIN_BYTES to
  * VS_AMXBF16_MAX_BYTES with rows of at least VS_AMXBF16_MIN_IN inputs. Bigger ones stream from DRAM in
  * any model holding them, where one row on the FMA kernel runs at the memory roofline and the tile path's
  * conversion does not overlap the misses as well (5632 x 2048 F16 from DRAM, one row: 1.9 vs 1.4 ms);
@@ -316,6 +317,12 @@ static int64_t amx_vnni_max_rows(vs_type t) { return t == VS_TYPE_Q8_0 ? 1 : 4; 
 #define VS_AMXBF16_MIN_BYTES ((size_t)256 << 10)
 #define VS_AMXBF16_MIN_IN 256 /* shorter rows: too few input steps per tile to hide its start and drain */
 #define VS_AMXBF16_MAX_BYTES ((size_t)4 << 20)
+/* BF16 weights need no conversion on the tiles (their rows are loaded as they are) while the FMA kernel
+ * still widens every weight, so the tiles win for one row from 128 KiB up, at every size (kbench, BF16,
+ * one thread, one row, tiles / FMA: 512 x 192 from L3 8.6 / 16.1 us, 2048 x 192 32 / 52, 2048 x 512 84 /
+ * 146, 1408 x 512 61 / 66, 192 x 512 13.4 / 13.8, 512 x 1408 67 / 59; 5632 x 2048 from DRAM 1.34 / 1.58
+ * ms; below: 192 x 192 8.3 / 8.5, 64 x 192 3.1 / 2.6). */
+#define VS_AMXBF16_MIN_BYTES_BF16 ((size_t)128 << 10)
 static atomic_int g_amxbf16_mode = -1; /* 0 off, 1 by flags and size, 2 all */
 
 static int amx_bf16_mode(void) {
@@ -336,6 +343,7 @@ static bool use_amx_bf16(vs_type t, int64_t n_out, int64_t n_in, unsigned flags)
     if (flags & VS_MM_NO_AMX_BF16) return false;
     if (flags & VS_MM_AMX_BF16) return true;
     size_t bytes = vs_type_row_bytes(t, n_in) * (size_t)n_out;
+    if (t == VS_TYPE_BF16) return bytes >= VS_AMXBF16_MIN_BYTES_BF16;
     return bytes >= VS_AMXBF16_MIN_BYTES && bytes <= VS_AMXBF16_MAX_BYTES && n_in >= VS_AMXBF16_MIN_IN;
 }
 

@@ -46,7 +46,8 @@ void vs_matmul(vs_threadpool *tp, vs_type wtype, const void *w, int64_t n_out, i
                const float *x, int64_t n_rows, float *y);
 /* vs_matmul with flags for F16 / BF16 weights, for callers that know where their weights live (the same
  * flags for every call on a matrix keep batch invariance; vs_matmul passes VS_MM_DEFAULT):
- *   VS_MM_DEFAULT      AMX-BF16 tiles for matrices of 256 KiB to 4 MiB with n_in >= 256;
+ *   VS_MM_DEFAULT      AMX-BF16 tiles for F16 matrices of 256 KiB to 4 MiB with n_in >= 256, BF16 matrices
+ *                      of at least 128 KiB;
  *   VS_MM_AMX_BF16     the tiles whatever the size: best when the weights stream from L3 (a model between
  *                      the L2 and the L3 size) or when most calls have several rows;
  *   VS_MM_NO_AMX_BF16  never: the FMA kernel (and BLAS from 128 rows); best for one row of weights in

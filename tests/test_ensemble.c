@@ -19,8 +19,8 @@
  *   - bad input: missing caption, empty caption (documented fallback), pool size larger than the grid,
  *     unknown / repeated inputs, unknown policy, missing projector or features, vocabulary mismatch;
  *   - the weight trace matches the engine's blocks.
- * `test_ensemble bench [THREADS [WIDTH LAYERS [f32|f16|bf16 [KV]]]]` times a batched 4-row draft step against a
- * 1-row step instead (report only): text prompts of 16-600 positions (caches F32, F16, BF16), and the draft
+ * `test_ensemble bench [THREADS [WIDTH LAYERS [f32|f16|bf16 [KV [HEADS KV_HEADS FFN]]]]]` times a batched 4-row
+ * draft step against a 1-row step instead (report only): text prompts of 16-600 positions (caches F32, F16, BF16), and the draft
  * steps of the ensemble drafter (cache KV: f32, f16 or bf16, the default) with a multimodal prompt whose M
  * row is 600. */
 #include <string.h>
@@ -40,12 +40,14 @@
 
 static vs_type g_model_type = VS_TYPE_F32; /* the bench's F16 / BF16 runs change it */
 static vs_type g_bench_kv = VS_TYPE_BF16;  /* the bench's ensemble drafters' cache */
+static int g_bench_heads = 4, g_bench_kv_heads = 0, g_bench_ffn = 0; /* bench shape (0: H / 2, 4 x width) */
 
 static vs_lm *make_model(int E, int L, int H, int F, int V, float std, uint64_t seed, int n_ctx,
                          const char *name) {
     vs_lm_random_opts o;
     memset(&o, 0, sizeof(o));
     o.n_embd = E, o.n_layer = L, o.n_head = H, o.n_head_kv = H / 2 > 0 ? H / 2 : 1, o.n_ff = F,
+    o.n_head_kv = g_bench_kv_heads > 0 ? g_bench_kv_heads : o.n_head_kv;
     o.n_ctx = n_ctx;
     o.n_vocab = V, o.type = g_model_type, o.init_std = std, o.tied = true, o.seed = seed;
     vs_error err = {0};
@@ -1073,11 +1075,13 @@ static int bench(int threads, int E, int L) {
     vs_error err = {0};
     vs_threadpool *tp = threads > 1 ? vs_threadpool_new(threads, &err) : NULL;
     const int V = 2048, P = 600, REPS = E > 256 ? 60 : 300;
-    vs_lm *lm = make_model(E, L, 4, 4 * E, V, 0.05f, 5, 1024, "ens-bench.gguf");
+    vs_lm *lm = make_model(E, L, g_bench_heads, g_bench_ffn > 0 ? g_bench_ffn : 4 * E, V, 0.05f, 5, 1024,
+                           "ens-bench.gguf");
     vs_rng r;
-    printf("bench (threads %d; shared machine: noisy): drafter-sized model (width %d, %d layers, vocab %d, "
-           "%s)\n",
-           threads, E, L, V, vs_type_name(g_model_type));
+    const vs_lm_config *bc = vs_lm_cfg(lm);
+    printf("bench (threads %d; shared machine: noisy): drafter-sized model (width %d, %d layers, %d / %d heads, "
+           "SwiGLU %d, vocab %d, %s)\n",
+           threads, E, L, bc->n_head, bc->n_head_kv, bc->n_ff, V, vs_type_name(g_model_type));
     const int plens[3] = {16, 200, 600};
     const bool wide = E > 256; /* a wide model: only 600 positions, F16 KV, one pass (prefills are costly) */
     for (int pi = wide ? 2 : 0; pi < 3; pi++)
@@ -1127,8 +1131,12 @@ static int bench(int threads, int E, int L) {
 }
 
 int main(int argc, char **argv) {
-    /* bench [THREADS [WIDTH LAYERS [TYPE [KV]]]]: default 1 thread, width 160, 3 layers, F32 weights, BF16 cache */
+    /* bench [THREADS [WIDTH LAYERS [TYPE [KV [HEADS KV_HEADS FFN]]]]]: default 1 thread, width 160, 3 layers,
+     * F32 weights, BF16 cache, 4 heads / 2 KV heads, SwiGLU 4 x width (the shipped drafter: 192 4 bf16 bf16
+     * 6 2 512) */
     if (argc > 1 && !strcmp(argv[1], "bench")) {
+        if (argc > 9)
+            g_bench_heads = atoi(argv[7]), g_bench_kv_heads = atoi(argv[8]), g_bench_ffn = atoi(argv[9]);
         static const char *const names[3] = {"f32", "f16", "bf16"};
         static const vs_type types[3] = {VS_TYPE_F32, VS_TYPE_F16, VS_TYPE_BF16};
         for (int i = 0; i < 3; i++) {
