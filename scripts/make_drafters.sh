@@ -12,9 +12,10 @@
 #               ($WORK/distill.done)
 #   4. massv    vlmspec train drafter --recipe massv --distill ... --resume: reuses a-text and b-proj of
 #               step 2 (same settings, same directory), then c-massv (SDViT on the target's answers)
-#   5. results  $OUT/draft-llava.gguf, draft-llava-mmproj.gguf, draft-massv.gguf, draft-massv-mmproj.gguf
-#               (F16), draft-{llava,massv}-train.json (per phase: steps, rows, seconds, losses) and the loss
-#               curves draft-*-loss-*.svg (copied when changed)
+#   5. results  $OUT/draft-llava.gguf, draft-massv.gguf (the LMs as $DRAFT_TYPE: `vlmspec model convert`),
+#               draft-llava-mmproj.gguf, draft-massv-mmproj.gguf (F16), draft-{llava,massv}-train.json (per
+#               phase: steps, rows, seconds, losses) and the loss curves draft-*-loss-*.svg (copied when
+#               changed)
 #
 # Idempotent: every step is skipped when its output exists, training always passes --resume, so running
 # it again (or from cron with ONE_CHUNK=1) continues where it stopped. Every step is logged with a time
@@ -39,6 +40,8 @@
 #   DISTILL_TEMPS    sampling temperatures (default 0,0.7,1.0)
 #   DISTILL_TOP_P    top-p (default 0.9)
 #   DISTILL_FLAGS    extra `vlmspec data distill` flags (e.g. --max-tokens 192)
+#   DRAFT_TYPE       weight type of the shipped drafter LMs (default BF16: their batched draft steps run
+#                    on the AMX tiles without conversion, docs/ensemble.md; F16 keeps the trainer's export)
 #   WORK             scratch directory (default out/drafters; not committed)
 #   OUT              results directory (default models)
 set -eu
@@ -65,6 +68,7 @@ DISTILL_TOP_P=${DISTILL_TOP_P:-0.9}
 DISTILL_FLAGS=${DISTILL_FLAGS:-}
 WORK=${WORK:-out/drafters}
 OUT=${OUT:-models}
+DRAFT_TYPE=${DRAFT_TYPE:-BF16}
 
 log() { printf '[make_drafters %s] %s\n' "$(date '+%H:%M:%S')" "$*"; }
 fail() { log "error: $*" >&2; exit 1; }
@@ -143,7 +147,14 @@ summary() { # recipe, phases...: one JSON object with each phase's done.json and
 summary llava a-text b-proj c-llava
 summary massv a-text b-proj c-massv
 for r in llava massv; do
-    copy "$WORK/train/draft-$r.gguf" "$OUT/draft-$r.gguf"
+    if [ "$DRAFT_TYPE" = F16 ]; then
+        copy "$WORK/train/draft-$r.gguf" "$OUT/draft-$r.gguf"
+    else
+        if [ ! -f "$WORK/draft-$r-$DRAFT_TYPE.gguf" ] || [ "$WORK/train/draft-$r.gguf" -nt "$WORK/draft-$r-$DRAFT_TYPE.gguf" ]; then
+            "$VLMSPEC" model convert -m "$WORK/train/draft-$r.gguf" --type "$DRAFT_TYPE" -o "$WORK/draft-$r-$DRAFT_TYPE.gguf"
+        fi
+        copy "$WORK/draft-$r-$DRAFT_TYPE.gguf" "$OUT/draft-$r.gguf"
+    fi
     copy "$WORK/train/draft-$r-mmproj.gguf" "$OUT/draft-$r-mmproj.gguf"
     copy "$WORK/draft-$r-train.json" "$OUT/draft-$r-train.json"
     copy "$WORK/train/c-$r/loss.svg" "$OUT/draft-$r-loss-c.svg"

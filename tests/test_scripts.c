@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "lm.h"
 #include "testutil.h"
 
 static bool exists(const char *dir, const char *name) {
@@ -112,7 +113,13 @@ int main(void) {
                                                   "draft-llava-train.json", "draft-massv-train.json"};
         for (size_t i = 0; i < sizeof(draft_files) / sizeof(draft_files[0]); i++)
             VT_CHECK(exists(out, draft_files[i]), "make_drafters.sh did not write %s/%s", out, draft_files[i]);
-        printf("make_drafters.sh: LLaVA and MASSV drafters written\n");
+        /* the shipped drafter LMs are converted to BF16 (DRAFT_TYPE) */
+        vs_error err = {0};
+        snprintf(path, sizeof(path), "%s/draft-massv.gguf", out);
+        vs_lm *dl = vs_lm_load(path, &err);
+        VT_CHECK(dl && vs_lm_cfg(dl)->wtype == VS_TYPE_BF16, "%s: not a BF16 LM (%s)", path, dl ? "" : err.msg);
+        vs_lm_free(dl);
+        printf("make_drafters.sh: LLaVA and MASSV drafters written (LMs as BF16)\n");
     } else {
         VT_CHECK(rc != 0 && vt_file_has(log3, "no usable answers"),
                  "make_drafters.sh without complete target answers: exit %d, no clear error (log %s)", rc, log3);
