@@ -43,7 +43,7 @@ vs_kv *vs_kv_new(int n_layer, int n_head_kv, int head_dim, int n_seq, int n_ctx,
     kv->n_ctx = n_ctx;
     kv->type = type;
     kv->el = type == VS_TYPE_F32 ? 4 : 2;
-    kv->block = (size_t)(type == VS_TYPE_BF16 ? (n_ctx + 15) / 16 * 16 : n_ctx) * (size_t)head_dim;
+    kv->block = (size_t)(type == VS_TYPE_BF16 ? ((int64_t)n_ctx + 15) / 16 * 16 : n_ctx) * (size_t)head_dim;
     /* All factors are < 2^31; the product is checked against the allocator's limit by vs_malloc. */
     double total = (double)n_seq * n_layer * n_head_kv * (double)kv->block * (double)kv->el;
     size_t bytes = (size_t)n_seq * n_layer * n_head_kv * kv->block * kv->el;

@@ -1145,7 +1145,7 @@ vs_status vs_lm_convert(const char *in, const char *out, vs_type type, vs_lm_con
     if (!vs_type_supported((int)type))
         return vs_error_set(err, VS_ERR_INVALID, "model convert: unsupported weight type %d", (int)type);
     vs_gguf *g = vs_gguf_open(in, err);
-    if (!g) return err->code;
+    if (!g) return err ? err->code : VS_ERR_IO;
     vs_gguf_str arch;
     vs_status st = VS_OK;
     if (vs_gguf_get_str(g, "general.architecture", &arch) != 1 || !vs_gguf_str_eq(arch, "llama")) {

@@ -218,8 +218,11 @@ static int parse(int argc, char **argv, chat_opts *o) {
             } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx")) {
                 if (!cli_parse_int(CMD, a, v, 1, 1 << 24, &o->n_ctx))
                     return 2;
-            } else if (!strcmp(a, "--kv-type") || !strcmp(a, "--draft-kv-type")) {
-                if (!cli_parse_kv_type(CMD, a, v, a[2] == 'd', a[2] == 'd' ? &o->draft_kv_type : &o->kv_type))
+            } else if (!strcmp(a, "--kv-type")) {
+                if (!cli_parse_kv_type(CMD, a, v, false, &o->kv_type))
+                    return 2;
+            } else if (!strcmp(a, "--draft-kv-type")) {
+                if (!cli_parse_kv_type(CMD, a, v, true, &o->draft_kv_type))
                     return 2;
             } else {
                 return cli_fail(CMD, "unknown option '%s' (see vlmspec chat --help)", a), 2;
