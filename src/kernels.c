@@ -321,7 +321,8 @@ static int64_t amx_vnni_max_rows(vs_type t) { return t == VS_TYPE_Q8_0 ? 1 : 4; 
  * still widens every weight, so the tiles win for one row from 128 KiB up, at every size (kbench, BF16,
  * one thread, one row, tiles / FMA: 512 x 192 from L3 8.6 / 16.1 us, 2048 x 192 32 / 52, 2048 x 512 84 /
  * 146, 1408 x 512 61 / 66, 192 x 512 13.4 / 13.8, 512 x 1408 67 / 59; 5632 x 2048 from DRAM 1.34 / 1.58
- * ms; below: 192 x 192 8.3 / 8.5, 64 x 192 3.1 / 2.6). */
+ * ms; below: 192 x 192 8.3 / 8.5, 64 x 192 3.1 / 2.6; from L2: 512 x 192 5.5 / 7.0, 2048 x 192 18.5 / 27.9,
+ * 192 x 512 8.4 / 6.3). */
 #define VS_AMXBF16_MIN_BYTES_BF16 ((size_t)128 << 10)
 static atomic_int g_amxbf16_mode = -1; /* 0 off, 1 by flags and size, 2 all */
 
