@@ -5,11 +5,14 @@
 #   2. tokenizer  vlmspec tokenizer train -> $WORK/tok.gguf     (skipped when present)
 #   3. training   vlmspec train target --resume, in chunks of at most $CHUNK_SECONDS each (every chunk
 #                 ends with a checkpoint; the next one continues exactly) until $WORK/train/target.gguf
-#                 exists
+#                 exists; with FINISH_AT, until step FINISH_AT, then a finishing run in $WORK/train-finish
+#                 (train target --init that checkpoint: FINISH_STEPS steps whose rate decays from
+#                 FINISH_LR to FINISH_LR_MIN) until $WORK/train-finish/target.gguf exists
 #   4. eval       vlmspec eval on the test split -> $WORK/eval.json, $WORK/eval.txt (redone when the
 #                 model is newer)
 #   5. results    $OUT/target.gguf, $OUT/target-mmproj.gguf (F16), $OUT/target-train.json,
-#                 $OUT/target-eval.json, $OUT/target-eval.txt, $OUT/target-loss.svg (copied when changed)
+#                 $OUT/target-eval.json, $OUT/target-eval.txt, $OUT/target-loss.svg (and with FINISH_AT
+#                 target-loss-finish.svg; copied when changed)
 #
 # Idempotent: run it again after an interruption (or from cron with ONE_CHUNK=1) and it picks up where
 # it stopped. Every setting is an environment variable; the defaults are the shipped model's.
@@ -36,6 +39,15 @@
 #   ATTENTION_SWITCH the step at which the attention switches from the direct F32 kernels to per-head
 #                    products on the AMX-BF16 tiles (`--attention gemm`, ~1.9x faster steps; default
 #                    4000, as the shipped target; 0: gemm from the start; only with amx-bf16x3)
+#   FINISH_AT        stop the schedule's run at this step and finish with a short run of its own (default
+#                    11500 of the schedule's 15561, as the shipped target, docs/target.md; 0: off, the
+#                    whole schedule)
+#   FINISH_STEPS     steps of the finishing run (default 1500)
+#   FINISH_LR        its peak learning rate, reached after FINISH_WARMUP steps (default 2.6e-4: the main
+#                    schedule's rate near step 11500)
+#   FINISH_LR_MIN    its final rate (default 1e-4: the main schedule's last)
+#   FINISH_WARMUP    its warm-up steps (default 50: its AdamW moments start at zero)
+#   FINISH_SEED      its data order (default 2)
 #   CHUNK_SECONDS    wall-time limit of one training run (default 7000, under 2 hours)
 #   ONE_CHUNK        1: stop after one training chunk (default 0: train to the end)
 #   EVAL_FLAGS       extra `vlmspec eval` flags (e.g. --limit 20; default none: the whole test split)
@@ -58,6 +70,12 @@ TRAIN_FLAGS=${TRAIN_FLAGS:-}
 THREADS=${THREADS:-2}
 GEMM_SWITCH=${GEMM_SWITCH:-0}
 ATTENTION_SWITCH=${ATTENTION_SWITCH:-4000}
+FINISH_AT=${FINISH_AT:-11500}
+FINISH_STEPS=${FINISH_STEPS:-1500}
+FINISH_LR=${FINISH_LR:-2.6e-4}
+FINISH_LR_MIN=${FINISH_LR_MIN:-1e-4}
+FINISH_WARMUP=${FINISH_WARMUP:-50}
+FINISH_SEED=${FINISH_SEED:-2}
 CHUNK_SECONDS=${CHUNK_SECONDS:-7000}
 ONE_CHUNK=${ONE_CHUNK:-0}
 EVAL_FLAGS=${EVAL_FLAGS:-}
@@ -106,35 +124,71 @@ CAPTION_FLAGS=""
 [ "$FREEZE_VISION" -gt 0 ] && CAPTION_FLAGS="$CAPTION_FLAGS --freeze-vision $FREEZE_VISION"
 [ "$FREEZE_VISION" -gt 0 ] && [ "$VISION_WARMUP" -gt 0 ] && CAPTION_FLAGS="$CAPTION_FLAGS --vision-warmup $VISION_WARMUP"
 [ "$VISION_LR" != 1 ] && CAPTION_FLAGS="$CAPTION_FLAGS --vision-lr $VISION_LR"
-while [ ! -f "$WORK/train/target.gguf" ]; do
+HAS_AMX=0
+"$VLMSPEC" version | grep -q "training products:.* amx-bf16x3" && HAS_AMX=1
+main_done() { # the schedule's run is complete, or has reached FINISH_AT
+    [ -f "$WORK/train/target.gguf" ] || { [ "$FINISH_AT" -gt 0 ] && [ "$(step_now)" -ge "$FINISH_AT" ]; }
+}
+while ! main_done; do
     GEMM_FLAGS=""
-    if "$VLMSPEC" version | grep -q "training products:.* amx-bf16x3"; then
-        STEP=$(step_now)
+    STEP=$(step_now)
+    STOP_AT=0 # the next step at which this chunk must stop (0: none)
+    if [ "$HAS_AMX" = 1 ]; then
         if [ "$STEP" -lt "$GEMM_SWITCH" ]; then
-            GEMM_FLAGS="--gemm openblas --attention direct --chunk-steps $((GEMM_SWITCH - STEP))"
+            GEMM_FLAGS="--gemm openblas --attention direct" STOP_AT=$GEMM_SWITCH
         elif [ "$STEP" -lt "$ATTENTION_SWITCH" ]; then
-            GEMM_FLAGS="--gemm amx-bf16x3 --attention direct --chunk-steps $((ATTENTION_SWITCH - STEP))"
+            GEMM_FLAGS="--gemm amx-bf16x3 --attention direct" STOP_AT=$ATTENTION_SWITCH
         else
             GEMM_FLAGS="--gemm amx-bf16x3 --attention gemm"
         fi
     fi
+    if [ "$FINISH_AT" -gt 0 ] && { [ "$STOP_AT" = 0 ] || [ "$FINISH_AT" -lt "$STOP_AT" ]; }; then
+        STOP_AT=$FINISH_AT
+    fi
+    [ "$STOP_AT" -gt 0 ] && GEMM_FLAGS="$GEMM_FLAGS --chunk-steps $((STOP_AT - STEP))"
     log "training: chunk of at most $CHUNK_SECONDS s $GEMM_FLAGS"
     # shellcheck disable=SC2086 # the *_FLAGS are lists of flags
     "$VLMSPEC" train target --data "$WORK/world" --tokenizer "$WORK/tok.gguf" --out "$WORK/train" \
         --epochs "$EPOCHS" --threads "$THREADS" --resume --time-limit "$CHUNK_SECONDS" $CAPTION_FLAGS \
         $GEMM_FLAGS $TRAIN_FLAGS
-    if [ "$ONE_CHUNK" = 1 ] && [ ! -f "$WORK/train/target.gguf" ]; then
+    if [ "$ONE_CHUNK" = 1 ] && ! main_done; then
         log "training: chunk done (ONE_CHUNK=1); run again to continue"
         exit 0
     fi
 done
-log "training: done ($WORK/train/target.gguf)"
+TRAINED=$WORK/train
+if [ "$FINISH_AT" -gt 0 ]; then
+    # the finishing run: weights of the main run's checkpoint at FINISH_AT (pinned as init.gguf), its own
+    # short schedule, zeroed AdamW moments, the tower at the same relative rate
+    TRAINED=$WORK/train-finish
+    mkdir -p "$TRAINED"
+    if [ ! -f "$TRAINED/init.gguf" ]; then
+        cp "$WORK/train/ckpt/ckpt.gguf" "$TRAINED/init.gguf.tmp"
+        mv "$TRAINED/init.gguf.tmp" "$TRAINED/init.gguf"
+    fi
+    FINISH_FLAGS="--steps $FINISH_STEPS --lr $FINISH_LR --lr-min $FINISH_LR_MIN --warmup $FINISH_WARMUP"
+    FINISH_FLAGS="$FINISH_FLAGS --seed $FINISH_SEED --init $TRAINED/init.gguf"
+    [ "$CAPTIONS" = 1 ] && FINISH_FLAGS="$FINISH_FLAGS --captions"
+    [ "$VISION_LR" != 1 ] && FINISH_FLAGS="$FINISH_FLAGS --vision-lr $VISION_LR"
+    [ "$HAS_AMX" = 1 ] && FINISH_FLAGS="$FINISH_FLAGS --gemm amx-bf16x3 --attention gemm"
+    while [ ! -f "$TRAINED/target.gguf" ]; do
+        log "finish: run of $FINISH_STEPS steps from step $FINISH_AT, a chunk of at most $CHUNK_SECONDS s"
+        # shellcheck disable=SC2086
+        "$VLMSPEC" train target --data "$WORK/world" --tokenizer "$WORK/tok.gguf" --out "$TRAINED" \
+            --threads "$THREADS" --resume --time-limit "$CHUNK_SECONDS" $FINISH_FLAGS $TRAIN_FLAGS
+        if [ "$ONE_CHUNK" = 1 ] && [ ! -f "$TRAINED/target.gguf" ]; then
+            log "finish: chunk done (ONE_CHUNK=1); run again to continue"
+            exit 0
+        fi
+    done
+fi
+log "training: done ($TRAINED/target.gguf)"
 
 # 4. eval (again when the model is newer than the results)
-if [ ! -f "$WORK/eval.json" ] || [ "$WORK/train/target.gguf" -nt "$WORK/eval.json" ]; then
+if [ ! -f "$WORK/eval.json" ] || [ "$TRAINED/target.gguf" -nt "$WORK/eval.json" ]; then
     log "eval: test split, greedy"
     # shellcheck disable=SC2086
-    "$VLMSPEC" eval --model "$WORK/train/target.gguf" --mmproj "$WORK/train/target-mmproj.gguf" \
+    "$VLMSPEC" eval --model "$TRAINED/target.gguf" --mmproj "$TRAINED/target-mmproj.gguf" \
         --data "$WORK/world" --threads "$THREADS" --json "$WORK/eval.json.tmp" $EVAL_FLAGS \
         > "$WORK/eval.txt.tmp"
     mv "$WORK/eval.txt.tmp" "$WORK/eval.txt"
@@ -146,10 +200,11 @@ cat "$WORK/eval.txt"
 
 # 5. results
 copy() { cmp -s "$1" "$2" 2> /dev/null || { cp "$1" "$2.tmp" && mv "$2.tmp" "$2" && log "wrote $2"; }; }
-copy "$WORK/train/target.gguf" "$OUT/target.gguf"
-copy "$WORK/train/target-mmproj.gguf" "$OUT/target-mmproj.gguf"
-copy "$WORK/train/train.json" "$OUT/target-train.json"
+copy "$TRAINED/target.gguf" "$OUT/target.gguf"
+copy "$TRAINED/target-mmproj.gguf" "$OUT/target-mmproj.gguf"
+copy "$TRAINED/train.json" "$OUT/target-train.json"
 copy "$WORK/train/loss.svg" "$OUT/target-loss.svg"
+[ "$FINISH_AT" -gt 0 ] && copy "$TRAINED/loss.svg" "$OUT/target-loss-finish.svg"
 copy "$WORK/eval.json" "$OUT/target-eval.json"
 copy "$WORK/eval.txt" "$OUT/target-eval.txt"
 log "done"

@@ -2,7 +2,8 @@
  * commands that reproduce the shipped models keep working:
  *   - scripts/make_models.sh: world, tokenizer, target training in chunks, eval, results in OUT. On a CPU
  *     with the AMX products the run switches attention at ATTENTION_SWITCH: the first chunk stops there
- *     with --attention direct, the next runs --attention gemm, and OUT/attention keeps "direct";
+ *     with --attention direct, the next runs --attention gemm, and OUT/attention keeps "direct"; with
+ *     FINISH_AT the run stops there and a short run from that checkpoint (train-finish/) makes the model;
  *   - a second make_models.sh run finds everything done and trains nothing;
  *   - scripts/make_drafters.sh: both recipes (LLaVA, and MASSV with its distillation) into OUT, or, when
  *     none of the tiny target's distilled answers ends, the LLaVA recipe and MASSV's clear error.
@@ -57,14 +58,16 @@ int main(void) {
     /* 1. the target: 3 train + 1 test conversations per suite, a 300-token BPE, a 2-layer LM */
     static const char *const model_env =
         "TRAIN_PER_SUITE=3 TEST_PER_SUITE=1 VOCAB=300 EPOCHS=1 FREEZE_VISION=1 VISION_WARMUP=1 "
-        "ATTENTION_SWITCH=2 THREADS=2 EVAL_FLAGS='--limit 1 --max-tokens 8' "
+        "ATTENTION_SWITCH=2 FINISH_AT=4 FINISH_STEPS=2 FINISH_WARMUP=1 THREADS=2 "
+        "EVAL_FLAGS='--limit 1 --max-tokens 8' "
         "TRAIN_FLAGS='--batch 4 --width 32 --layers 2 --heads 2 --kv-heads 1 --ffn 64 --v-width 32 "
         "--v-blocks 1 --v-heads 2 --v-ffn 64 --ctx 1024 -q'";
     int rc = vt_run("VLMSPEC=%s WORK=%s OUT=%s %s sh scripts/make_models.sh > %s 2>&1", abs_cli, work, out,
                     model_env, log1);
     VT_CHECK(rc == 0, "make_models.sh exit %d (log %s)", rc, log1);
-    static const char *const model_files[] = {"target.gguf",      "target-mmproj.gguf", "target-train.json",
-                                              "target-eval.json", "target-eval.txt",    "target-loss.svg"};
+    static const char *const model_files[] = {"target.gguf",     "target-mmproj.gguf", "target-train.json",
+                                              "target-eval.json", "target-eval.txt",   "target-loss.svg",
+                                              "target-loss-finish.svg"};
     for (size_t i = 0; i < sizeof(model_files) / sizeof(model_files[0]); i++)
         VT_CHECK(exists(out, model_files[i]), "make_models.sh did not write %s/%s", out, model_files[i]);
     const int chunks = count_lines_with(log1, "training: chunk of at most");
@@ -83,12 +86,23 @@ int main(void) {
     snprintf(path, sizeof(path), "%s/train/run.json", work);
     VT_CHECK(vt_file_has(path, "\"vision_warmup\":1") && vt_file_has(path, "\"vision_lr\":0.1"),
              "run.json lacks the script's vision warm-up and rate");
+    /* FINISH_AT: the main run stops at step 4 and a 2-step run from that checkpoint makes the model */
+    snprintf(path, sizeof(path), "%s/train/ckpt/ckpt.gguf", work);
+    VT_CHECK(vt_run("%s gguf %s | grep -q 'train.step .* 4$'", abs_cli, path) == 0,
+             "the main run's checkpoint is not at FINISH_AT = 4");
+    snprintf(path, sizeof(path), "%s/train-finish/run.json", work);
+    VT_CHECK(vt_file_has(path, "train-finish/init.gguf") && vt_file_has(path, "\"steps\":2") &&
+                 vt_file_has(path, "\"vision_lr\":0.1") && count_lines_with(log1, "finish: run of 2 steps") == 1,
+             "the finishing run: %s (log %s)", path, log1);
+    snprintf(path, sizeof(path), "%s/train/target.gguf", work);
+    VT_CHECK(access(path, R_OK) != 0, "the main run ran past FINISH_AT to its end");
 
     /* 2. run again: nothing left to do */
     rc = vt_run("VLMSPEC=%s WORK=%s OUT=%s %s sh scripts/make_models.sh > %s 2>&1", abs_cli, work, out, model_env,
                 log2);
     VT_CHECK(rc == 0, "make_models.sh (second run) exit %d", rc);
-    VT_CHECK(count_lines_with(log2, "training: chunk") == 0 && count_lines_with(log2, "eval: test split") == 0 &&
+    VT_CHECK(count_lines_with(log2, "training: chunk") == 0 && count_lines_with(log2, "finish: run") == 0 &&
+                 count_lines_with(log2, "eval: test split") == 0 &&
                  count_lines_with(log2, "up to date") == 1,
              "the second make_models.sh run trained or evaluated again (log %s)", log2);
 
