@@ -43,8 +43,8 @@
 #                    11500 of the schedule's 15561, as the shipped target, docs/target.md; 0: off, the
 #                    whole schedule)
 #   FINISH_STEPS     steps of the finishing run (default 1500)
-#   FINISH_LR        its peak learning rate, reached after FINISH_WARMUP steps (default 2.6e-4: the main
-#                    schedule's rate near step 11500)
+#   FINISH_LR        its peak learning rate, reached after FINISH_WARMUP steps (default 2.45e-4: the main
+#                    schedule's rate at step 11500)
 #   FINISH_LR_MIN    its final rate (default 1e-4: the main schedule's last)
 #   FINISH_WARMUP    its warm-up steps (default 50: its AdamW moments start at zero)
 #   FINISH_SEED      its data order (default 2)
@@ -72,7 +72,7 @@ GEMM_SWITCH=${GEMM_SWITCH:-0}
 ATTENTION_SWITCH=${ATTENTION_SWITCH:-4000}
 FINISH_AT=${FINISH_AT:-11500}
 FINISH_STEPS=${FINISH_STEPS:-1500}
-FINISH_LR=${FINISH_LR:-2.6e-4}
+FINISH_LR=${FINISH_LR:-2.45e-4}
 FINISH_LR_MIN=${FINISH_LR_MIN:-1e-4}
 FINISH_WARMUP=${FINISH_WARMUP:-50}
 FINISH_SEED=${FINISH_SEED:-2}
