@@ -2,10 +2,10 @@
 # The main job: a multimodal generation with speculative decoding, checked against target-only
 # decoding of the same request (--compare), on the models in models/.
 #
-# Until the trained model family is committed to models/ (see models/README.md), this runs the same
-# pipeline on random-weight models made on the spot: their text is noise, but everything else is
-# real - image decode and ViT, projectors over shared features, multimodal drafting, batched
-# verification - and the speculative output still equals the target's own output token for token.
+# It uses the shipped model family (models/README.md: the target and the LLaVA-recipe drafter). Without
+# it (a checkout without models/*.gguf) it runs the same pipeline on random-weight models made on the
+# spot: their text is noise, but everything else is real - image decode and ViT, projectors over shared
+# features, multimodal drafting, batched verification - and the output still equals the target's own.
 #
 # Usage: bash scripts/demo.sh [extra vlmspec generate flags, e.g. --temp 0.7 or --draft-mode m,t]
 set -euo pipefail
@@ -16,8 +16,8 @@ WORK=${VLMSPEC_DEMO_DIR:-build/demo}
 mkdir -p "$WORK"
 
 models=models
-if [ ! -f "$models/target.gguf" ]; then
-  echo "demo: models/ holds no trained models yet; using random-weight models (text will be noise)" >&2
+if [ ! -f "$models/target.gguf" ] || [ ! -f "$models/draft-llava.gguf" ]; then
+  echo "demo: models/ holds no trained models; using random-weight models (text will be noise)" >&2
   models=$WORK/random-models
   [ -f "$models/target.gguf" ] || "$BIN" bench spec --make-random-models "$models" >&2
 fi
