@@ -60,7 +60,8 @@ typedef struct ens_spec {
 static const ens_spec ens_specs[] = {
     {"c", VS_ENS_STATIC},    {"p", VS_ENS_STATIC},    {"mt", VS_ENS_STATIC},
     {"mtcp", VS_ENS_STATIC}, {"mt", VS_ENS_GRID},     {"mtcp", VS_ENS_INV_KL},
-    {"mt", VS_ENS_RANDOM},   {"mtcp", VS_ENS_RANDOM}, {"mtcp", VS_ENS_INV_TVD}};
+    {"mt", VS_ENS_RANDOM},   {"mtcp", VS_ENS_RANDOM}, {"mtcp", VS_ENS_INV_TVD},
+    {"mtcp", VS_ENS_ADABOOST}};
 
 static vs_spec_drafter *make_ens(const vs_bench_models *m, int arg, vs_error *err) {
     const ens_spec *es = &ens_specs[arg];
@@ -108,6 +109,8 @@ static const vs_bench_method method_table[] = {
      "M, T, C, P with random weights per block (ablation)", make_ens, 7, true},
     {"tabed-mtcp-tvd", "TABED^MTCP-TVD", VS_BENCH_ENSEMBLE, VS_BENCH_DRAFT_LLAVA,
      "TABED over M, T, C, P, inverse-TVD weights (ablation)", make_ens, 8, true},
+    {"tabed-mtcp-ada", "TABED^MTCP-Ada", VS_BENCH_ENSEMBLE, VS_BENCH_DRAFT_LLAVA,
+     "TABED over M, T, C, P, AdaBoost-style weights (ablation)", make_ens, 9, true},
     {"massv", "MASSV", VS_BENCH_SINGLE, VS_BENCH_DRAFT_MASSV, "the MASSV drafter, multimodal", make_massv,
      VS_DRAFT_LM_MM, false},
     {"massv-t", "MASSV-T", VS_BENCH_SINGLE, VS_BENCH_DRAFT_MASSV, "the MASSV drafter, text-only (ablation)",

@@ -712,7 +712,8 @@ static void test_smoke(void) {
     vs_bench_config e;
     vs_bench_config_default(&e);
     e.models_dir = models, e.data_dir = data, e.out_dir = out2;
-    const char *ens[] = {"c", "p", "mt", "mtcp", "tabed-mt", "tabed-mtcp", "random-mt", "tabed-mtcp-tvd"};
+    const char *ens[] = {"c",         "p",          "mt",             "mtcp",          "tabed-mt",
+                         "tabed-mtcp", "random-mt", "tabed-mtcp-tvd", "tabed-mtcp-ada"};
     e.n_methods = 0;
     for (size_t i = 0; i < VS_ARRAY_LEN(ens); i++) e.methods[e.n_methods++] = ens[i];
     e.gammas[0] = 3, e.n_gammas = 1;
@@ -720,7 +721,7 @@ static void test_smoke(void) {
     e.turns[0] = 1, e.n_turns = 1;
     e.limit = 1, e.n_predict = 10, e.progress = false, e.quiet = true;
     VT_REQUIRE(vs_bench_run(&e, &info, &err) == VS_OK, "%s", err.msg);
-    VT_CHECK(info.n_run == 3 * 2 * 9 && info.n_mismatch == 0, "ensembles: %lld cells, %lld mismatches",
+    VT_CHECK(info.n_run == 3 * 2 * 10 && info.n_mismatch == 0, "ensembles: %lld cells, %lld mismatches",
              (long long)info.n_run, (long long)info.n_mismatch);
     snprintf(path, sizeof(path), "%s/results.jsonl", out2);
     VT_REQUIRE(vs_bench_results_load(path, &res, &err) == VS_OK, "%s", err.msg);

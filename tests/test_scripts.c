@@ -6,7 +6,8 @@
  *     FINISH_AT the run stops there and a short run from that checkpoint (train-finish/) makes the model;
  *   - a second make_models.sh run finds everything done and trains nothing;
  *   - scripts/make_drafters.sh: both recipes (LLaVA, and MASSV with its distillation) into OUT, or, when
- *     none of the tiny target's distilled answers ends, the LLaVA recipe and MASSV's clear error.
+ *     none of the tiny target's distilled answers ends, the LLaVA recipe and MASSV's clear error;
+ *   - scripts/bench_report.sh on a random model set: the report, then a resumed run compared with it.
  * Needs /bin/sh and the CLI ($VLMSPEC_BIN). */
 #include <string.h>
 #include <sys/stat.h>
@@ -140,5 +141,27 @@ int main(void) {
         printf("make_drafters.sh: LLaVA drafter written; MASSV stopped with the clear error (no distilled "
                "answer reached EOS)\n");
     }
+
+    /* 4. scripts/bench_report.sh (the report command of docs/bench.md) on a random model set: the report,
+     * then a second call that resumes (nothing left to measure) and compares with the first run's folder */
+    char rmodels[700], bout[700], bdata[700], log4[700];
+    snprintf(rmodels, sizeof(rmodels), "%s/random-models", tmp);
+    snprintf(bout, sizeof(bout), "%s/bench-report", tmp);
+    snprintf(bdata, sizeof(bdata), "%s/world-test", tmp);
+    snprintf(log4, sizeof(log4), "%s/bench_report.log", tmp);
+    VT_REQUIRE(vt_run("%s bench spec --make-random-models %s > /dev/null 2>&1", abs_cli, rmodels) == 0,
+               "random models");
+    static const char *const bench_env = "METHODS=ar,m,t TEMPS=0 LIMIT=1 REPEAT=1 THREADS=2 "
+                                         "BENCH_FLAGS='-n 8 --no-bandwidth --no-progress'";
+    rc = vt_run("VLMSPEC=%s MODELS=%s DATA=%s OUT=%s %s sh scripts/bench_report.sh > %s 2>&1", abs_cli, rmodels,
+                bdata, bout, bench_env, log4);
+    snprintf(path, sizeof(path), "%s/report.md", bout);
+    VT_CHECK(rc == 0 && vt_file_has(path, "Headline") && exists(bdata, "world.json") &&
+                 exists(bout, "model-bench-target.json"),
+             "bench_report.sh exit %d, no report (log %s)", rc, log4);
+    rc = vt_run("VLMSPEC=%s MODELS=%s DATA=%s OUT=%s COMPARE_WITH=%s %s sh scripts/bench_report.sh > %s 2>&1",
+                abs_cli, rmodels, bdata, bout, bout, bench_env, log4);
+    VT_CHECK(rc == 0 && vt_file_has(log4, "0 cells measured") && vt_file_has(log4, "within 0.05"),
+             "bench_report.sh again with COMPARE_WITH: exit %d (log %s)", rc, log4);
     return vt_finish("scripts");
 }
