@@ -8,7 +8,9 @@
 #               unless $DATA/world.json exists
 #   2. bench    `vlmspec bench spec` of $METHODS at gamma $GAMMA, temperatures $TEMPS, turns 1 and 2,
 #               the first $LIMIT samples of each suite, every cell timed $REPEAT times (the fastest
-#               kept), with `--with-model-bench`; resumes when $OUT holds part of the same run
+#               kept), with `--with-model-bench` (model-bench-*.json: `vlmspec bench -m` of each LM);
+#               resumes when $OUT holds part of the same run; then `vlmspec kbench` on the target's FFN
+#               shape (F16 and BF16, 1-6 rows) into $OUT/kbench.txt
 #   3. compare  with COMPARE_WITH=DIR (another run's folder of the same command): both runs' median
 #               speedups side by side after the report; exit 1 when one differs by more than $TOLERANCE
 #               (or when a greedy output differed from target-only decoding)
@@ -63,5 +65,11 @@ rc=0
     --temp "$TEMPS" --turns 1,2 --limit "$LIMIT" --repeat "$REPEAT" --threads "$THREADS" --with-model-bench \
     ${COMPARE_WITH:+--compare-with "$COMPARE_WITH" --tolerance "$TOLERANCE"} $BENCH_FLAGS || rc=$?
 log "bench: exit $rc after $(( $(date +%s) - start )) s; report $OUT/report.md"
+if [ -d "$OUT" ]; then
+    # kernel figures beside the model figures: the target's FFN shape (F16) and its BF16 twin
+    "$VLMSPEC" kbench --threads "$THREADS" --type F16,BF16 --out 1408 --in 512 --rows 1,2,4,6 --reps 10 \
+        > "$OUT/kbench.txt" 2>&1 || log "kbench: exit $? (see $OUT/kbench.txt)"
+    log "kernels: $OUT/kbench.txt"
+fi
 [ -z "$COMPARE_WITH" ] || [ "$rc" -ne 0 ] || log "compare: every median speedup within $TOLERANCE of $COMPARE_WITH's"
 exit "$rc"

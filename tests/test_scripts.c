@@ -159,6 +159,8 @@ int main(void) {
     VT_CHECK(rc == 0 && vt_file_has(path, "Headline") && exists(bdata, "world.json") &&
                  exists(bout, "model-bench-target.json"),
              "bench_report.sh exit %d, no report (log %s)", rc, log4);
+    snprintf(path, sizeof(path), "%s/kbench.txt", bout);
+    VT_CHECK(vt_file_has(path, "GFLOP/s"), "bench_report.sh: no kernel figures in %s", path);
     rc = vt_run("VLMSPEC=%s MODELS=%s DATA=%s OUT=%s COMPARE_WITH=%s %s sh scripts/bench_report.sh > %s 2>&1",
                 abs_cli, rmodels, bdata, bout, bout, bench_env, log4);
     VT_CHECK(rc == 0 && vt_file_has(log4, "0 cells measured") && vt_file_has(log4, "within 0.05"),
