@@ -19,10 +19,11 @@
  *   - bad input: missing caption, empty caption (documented fallback), pool size larger than the grid,
  *     unknown / repeated inputs, unknown policy, missing projector or features, vocabulary mismatch;
  *   - the weight trace matches the engine's blocks.
- * `test_ensemble bench [THREADS [WIDTH LAYERS [f32|f16|bf16 [KV [HEADS KV_HEADS FFN]]]]]` times a batched 4-row
- * draft step against a 1-row step instead (report only): text prompts of 16-600 positions (caches F32, F16, BF16), and the draft
- * steps of the ensemble drafter (cache KV: f32, f16 or bf16, the default) with a multimodal prompt whose M
- * row is 600. */
+ * `test_ensemble bench [THREADS [WIDTH LAYERS [f32|f16|bf16 [KV [HEADS KV_HEADS FFN [mm]]]]]]` times a batched
+ * 4-row draft step against a 1-row step instead (report only): text prompts of 16-600 positions (caches F32,
+ * F16, BF16), and the draft steps of the ensemble drafter (cache KV: f32, f16 or bf16, the default) with
+ * multimodal prompts whose M row is 600 (one 576-row image as TABED's setting, and 9 images of 64 rows);
+ * `mm`: those alone. */
 #include <string.h>
 #include <unistd.h>
 
@@ -41,6 +42,7 @@
 static vs_type g_model_type = VS_TYPE_F32; /* the bench's F16 / BF16 runs change it */
 static vs_type g_bench_kv = VS_TYPE_BF16;  /* the bench's ensemble drafters' cache */
 static int g_bench_heads = 4, g_bench_kv_heads = 0, g_bench_ffn = 0; /* bench shape (0: H / 2, 4 x width) */
+static bool g_bench_mm_only = false; /* bench ... mm: the multimodal draft steps alone */
 
 static vs_lm *make_model(int E, int L, int H, int F, int V, float std, uint64_t seed, int n_ctx,
                          const char *name) {
@@ -931,31 +933,36 @@ static int cmp_d(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* Seconds (10th percentile) of one draft step of m rows (each its own sequence after P cached rows). */
-static double step_time(vs_lm *lm, vs_threadpool *tp, int m, int P, vs_type kvt, int reps) {
+/* Seconds (10th percentile) of one forward of m rows, row s the next position of its own sequence after
+ * P[s] cached rows; flags: the products' vs_lm_out.mm_flags (the ensemble's for m rows, see
+ * draft_ensemble.c). */
+static double step_time_rows(vs_lm *lm, vs_threadpool *tp, int m, const int *P, vs_type kvt, int reps,
+                             unsigned flags) {
     vs_error err = {0};
     const int V = vs_lm_cfg(lm)->n_vocab;
-    vs_kv *kv = vs_lm_kv_new(lm, 4, P + 8, kvt, &err);
+    int pmax = 0;
+    for (int s = 0; s < m; s++) pmax = VS_MAX(pmax, P[s]);
+    vs_kv *kv = vs_lm_kv_new(lm, 4, pmax + 8, kvt, &err);
     VT_REQUIRE(kv, "%s", err.msg);
-    vs_lm_row *rows = calloc((size_t)P, sizeof(vs_lm_row));
+    vs_lm_row *rows = calloc((size_t)pmax, sizeof(vs_lm_row));
     vs_rng r;
     vs_rng_seed(&r, 1);
     for (int s = 0; s < m; s++) {
-        for (int i = 0; i < P; i++)
+        for (int i = 0; i < P[s]; i++)
             rows[i] = (vs_lm_row){.token = 3 + (int32_t)vs_rng_below(&r, V - 3), .seq = s, .pos = i};
-        VT_REQUIRE(vs_lm_forward(lm, kv, tp, rows, P, NULL, &err) == VS_OK, "%s", err.msg);
+        VT_REQUIRE(vs_lm_forward(lm, kv, tp, rows, P[s], NULL, &err) == VS_OK, "%s", err.msg);
     }
     float *logits = malloc(sizeof(float) * 4 * V);
     double *t = malloc(sizeof(double) * (size_t)reps);
     for (int k = 0; k < reps; k++) {
         vs_lm_row st[4];
         for (int s = 0; s < m; s++)
-            st[s] = (vs_lm_row){.token = 5 + k % 50, .seq = s, .pos = P, .want_logits = true};
-        vs_lm_out o = {.logits = logits, .attn_layer = -1};
+            st[s] = (vs_lm_row){.token = 5 + k % 50, .seq = s, .pos = P[s], .want_logits = true};
+        vs_lm_out o = {.logits = logits, .attn_layer = -1, .mm_flags = flags};
         double a = vs_time_now();
         VT_REQUIRE(vs_lm_forward(lm, kv, tp, st, m, &o, &err) == VS_OK, "%s", err.msg);
         t[k] = vs_time_now() - a;
-        for (int s = 0; s < m; s++) vs_kv_seq_truncate(kv, s, P, &err);
+        for (int s = 0; s < m; s++) vs_kv_seq_truncate(kv, s, P[s], &err);
     }
     qsort(t, (size_t)reps, sizeof(double), cmp_d);
     double med = t[reps / 10]; /* 10th percentile: the machine is shared, slower runs are other load */
@@ -964,6 +971,12 @@ static double step_time(vs_lm *lm, vs_threadpool *tp, int m, int P, vs_type kvt,
     free(rows);
     vs_kv_free(kv);
     return med;
+}
+
+/* step_time_rows with every row after P cached rows and the default products */
+static double step_time(vs_lm *lm, vs_threadpool *tp, int m, int P, vs_type kvt, int reps) {
+    const int Ps[4] = {P, P, P, P};
+    return step_time_rows(lm, tp, m, Ps, kvt, reps, VS_MM_DEFAULT);
 }
 
 /* One ensemble drafter of `set` over lm (self-drafting: the target is lm too), greedy, gamma 5, 120 tokens
@@ -1017,19 +1030,20 @@ static bench_result bench_ens(vs_lm *lm, const char *set, const vs_vision_projec
 }
 
 /* The draft step of M alone against the batch M, T, C, P on a multimodal prompt whose M row is 600
- * positions, as TABED's setting (one LLaVA image of 576 rows): 9 images of 8 x 8 patches (576 rows) and
- * 24 text tokens. The other rows are shorter: T turns each image into "\n", C into "image: " + a
- * caption, P pools 2 x 2 (16 rows per image); self-drafting, greedy, gamma 5. */
-static void bench_multimodal(vs_lm *lm, vs_mmproj *bp, vs_threadpool *tp) {
-    enum { NIMG = 9, GRID = 8, NTXT = 24 };
+ * positions: NIMG images of GRID x GRID patches and 24 text tokens. TABED's setting is one LLaVA image of
+ * 576 rows (NIMG 1, GRID 24); the world's pictures are 64 rows each, so 9 images of 8 x 8 patches give
+ * the same M row with longer T, C and P rows. T turns each image into "\n", C into "image: " + a caption,
+ * P pools 2 x 2 (GRID^2 / 4 rows per image); self-drafting, greedy, gamma 5. */
+static void bench_multimodal(vs_lm *lm, vs_mmproj *bp, vs_threadpool *tp, const int NIMG, const int GRID) {
+    enum { NTXT = 24, MAXIMG = 9 };
     vs_error err = {0};
     const vs_vision_projector *proj = vs_mmproj_projector(bp);
     const int V = vs_lm_cfg(lm)->n_vocab, fw = 32; /* make_proj(32, ...): feature width 32 */
-    vs_vision_features feat[NIMG];
-    const vs_vision_features *fp[NIMG];
-    float *rows[NIMG];
-    int64_t n_rows[NIMG];
-    const char *caps_txt[NIMG];
+    vs_vision_features feat[MAXIMG];
+    const vs_vision_features *fp[MAXIMG];
+    float *rows[MAXIMG];
+    int64_t n_rows[MAXIMG];
+    const char *caps_txt[MAXIMG];
     vs_rng r;
     vs_rng_seed(&r, 5);
     for (int i = 0; i < NIMG; i++) {
@@ -1044,7 +1058,7 @@ static void bench_multimodal(vs_lm *lm, vs_mmproj *bp, vs_threadpool *tp) {
     }
     int32_t txt[NTXT];
     for (int i = 0; i < NTXT; i++) txt[i] = i == 0 ? 1 : 3 + (int32_t)vs_rng_below(&r, (uint32_t)V - 3);
-    vs_spec_segment seg[2 * NIMG + 1];
+    vs_spec_segment seg[2 * MAXIMG + 1];
     int ns = 0;
     seg[ns++] = (vs_spec_segment){.kind = VS_SPEC_SEG_TEXT, .n = NTXT / 2, .tokens = txt};
     for (int i = 0; i < NIMG; i++)
@@ -1054,6 +1068,7 @@ static void bench_multimodal(vs_lm *lm, vs_mmproj *bp, vs_threadpool *tp) {
     vs_spec_prompt pr = {.seg = seg, .n_seg = ns, .images = fp, .n_images = NIMG};
     static const char *const sets[3] = {"m", "mtcp", "t"};
     double tq[3];
+    int plen[2][4] = {{0}};
     for (int k = 0; k < 3; k++) {
         vs_caption_src *caps = vs_caption_src_new_texts(caps_txt, NIMG, &err);
         VT_REQUIRE(caps, "%s", err.msg);
@@ -1063,11 +1078,22 @@ static void bench_multimodal(vs_lm *lm, vs_mmproj *bp, vs_threadpool *tp) {
         printf("  [%s] rows %d, cached positions per row after the request:", sets[k], r.rows);
         for (int32_t i = 0; i < r.rows; i++) printf(" %d", r.plen[i]);
         printf("; draft step %.3f ms\n", tq[k] * 1e3);
+        for (int32_t i = 0; k < 2 && i < r.rows && i < 4; i++) plen[k][i] = r.plen[i];
     }
-    printf("  multimodal prompt (M row %d positions, %s drafter cache): draft step M %.3f ms, MTCP %.3f ms: ratio "
-           "%.2f (T alone %.3f ms)\n",
-           NTXT + NIMG * GRID * GRID, vs_type_name(g_bench_kv), tq[0] * 1e3, tq[1] * 1e3, tq[1] / tq[0],
-           tq[2] * 1e3);
+    /* the forward alone at the rows' final lengths (interleaved, best of two), with the products the ensemble
+     * uses (one thread and m >= 2: the AMX tiles) */
+    const unsigned f4 = vs_threadpool_size(tp) == 1 ? VS_MM_AMX_BF16 : VS_MM_DEFAULT;
+    double f[2] = {1e9, 1e9};
+    for (int rep = 0; rep < 2; rep++) {
+        f[0] = VS_MIN(f[0], step_time_rows(lm, tp, 1, plen[0], g_bench_kv, 300, VS_MM_DEFAULT));
+        f[1] = VS_MIN(f[1], step_time_rows(lm, tp, 4, plen[1], g_bench_kv, 300, f4));
+    }
+    printf("  forward alone at those lengths: 1 row %.3f ms, 4 rows %.3f ms: ratio %.2f\n", f[0] * 1e3, f[1] * 1e3,
+           f[1] / f[0]);
+    printf("  multimodal prompt (%d image%s of %d x %d, M row %d positions, %s drafter cache): draft step M %.3f ms, "
+           "MTCP %.3f ms: ratio %.2f (T alone %.3f ms)\n",
+           NIMG, NIMG > 1 ? "s" : "", GRID, GRID, NTXT + NIMG * GRID * GRID, vs_type_name(g_bench_kv), tq[0] * 1e3,
+           tq[1] * 1e3, tq[1] / tq[0], tq[2] * 1e3);
     for (int i = 0; i < NIMG; i++) vs_free(rows[i]), vs_vision_features_free(&feat[i]);
 }
 
@@ -1084,6 +1110,15 @@ static int bench(int threads, int E, int L) {
            threads, E, L, bc->n_head, bc->n_head_kv, bc->n_ff, V, vs_type_name(g_model_type));
     const int plens[3] = {16, 200, 600};
     const bool wide = E > 256; /* a wide model: only 600 positions, F16 KV, one pass (prefills are costly) */
+    if (g_bench_mm_only) {
+        vs_mmproj *bp = make_proj(32, 64, E, false, 0, 3, "ens-bench-mmproj.gguf");
+        bench_multimodal(lm, bp, tp, 1, 24);
+        bench_multimodal(lm, bp, tp, 9, 8);
+        vs_mmproj_free(bp);
+        vs_lm_free(lm);
+        vs_threadpool_free(tp);
+        return 0;
+    }
     for (int pi = wide ? 2 : 0; pi < 3; pi++)
         for (int kt = wide ? 1 : 0; kt < 3; kt++) {
             vs_type kvt = kt == 2 ? VS_TYPE_BF16 : kt ? VS_TYPE_F16 : VS_TYPE_F32;
@@ -1123,7 +1158,8 @@ static int bench(int threads, int E, int L) {
     free(pt);
     printf("  drafter step (forward + softmax + mix, greedy): 1 row %.3f ms, 4 rows %.3f ms: ratio %.2f\n",
            tq[0] * 1e3, tq[1] * 1e3, tq[1] / tq[0]);
-    bench_multimodal(lm, bp, tp);
+    bench_multimodal(lm, bp, tp, 1, 24);
+    bench_multimodal(lm, bp, tp, 9, 8);
     vs_mmproj_free(bp);
     vs_lm_free(lm);
     vs_threadpool_free(tp);
@@ -1131,12 +1167,13 @@ static int bench(int threads, int E, int L) {
 }
 
 int main(int argc, char **argv) {
-    /* bench [THREADS [WIDTH LAYERS [TYPE [KV [HEADS KV_HEADS FFN]]]]]: default 1 thread, width 160, 3 layers,
+    /* bench [THREADS [WIDTH LAYERS [TYPE [KV [HEADS KV_HEADS FFN [mm]]]]]]: default 1 thread, width 160, 3 layers,
      * F32 weights, BF16 cache, 4 heads / 2 KV heads, SwiGLU 4 x width (the shipped drafter: 192 4 bf16 bf16
      * 6 2 512) */
     if (argc > 1 && !strcmp(argv[1], "bench")) {
         if (argc > 9)
             g_bench_heads = atoi(argv[7]), g_bench_kv_heads = atoi(argv[8]), g_bench_ffn = atoi(argv[9]);
+        g_bench_mm_only = argc > 10 && !strcmp(argv[10], "mm");
         static const char *const names[3] = {"f32", "f16", "bf16"};
         static const vs_type types[3] = {VS_TYPE_F32, VS_TYPE_F16, VS_TYPE_BF16};
         for (int i = 0; i < 3; i++) {
