@@ -356,10 +356,9 @@ typedef struct mm_ctx {
 } mm_ctx;
 
 static void quant_rows(mm_ctx *c, int64_t r0, int64_t r1) {
-    if (c->isa == VS_ISA_AMX && !is_quant(c->job.wtype)) {
-        for (int64_t r = r0; r < r1; r++)
-            vs_xb_convert_row_avx512(r < c->job.n_rows ? c->job.x + r * c->job.n_in : NULL, c->job.n_in,
-                                     c->job.wtype, c->job.n_rows, r, c->xq_out);
+    if (c->isa == VS_ISA_AMX && !is_quant(c->job.wtype)) { /* r0, r1: whole groups of 8 */
+        for (int64_t g = r0 / 8; g < r1 / 8; g++)
+            vs_xb_convert_group_avx512(c->job.x, c->job.n_in, c->job.wtype, c->job.n_rows, g, c->xq_out);
         return;
     }
     if (c->isa == VS_ISA_AMX) {

@@ -563,13 +563,14 @@ static void job_add_norm(void *p, int ith, int nth) {
         size_t o = (size_t)r * c->n_embd;
         float *x = j->x + o;
         const float *y = j->y + o;
-        for (int i = 0; i < c->n_embd; i++) x[i] += y[i];
+        vs_axpy_f32(x, 1.0f, y, c->n_embd); /* x += y: 1 * y is exact, so one rounding either way */
         if (j->w) vs_rmsnorm(j->xn + o, x, j->w, c->n_embd, c->rms_eps);
     }
 }
 
-/* Rotates adjacent pairs (x[2i], x[2i+1]) of each head's first rope_dim values by pos * inv_freq[i]. */
-static void rope_row(float *x, int n_heads, int hd, int rope_dim, const float *cs) {
+/* Rotates adjacent pairs (x[2i], x[2i+1]) of each head's first rope_dim values by pos * inv_freq[i]
+ * (attn_arch.h; C11 mode does not contract a * c - b * s into a fused multiply-add). */
+void vs_attn_rope_ref(float *x, int n_heads, int hd, int rope_dim, const float *cs) {
     for (int h = 0; h < n_heads; h++) {
         float *xh = x + (size_t)h * hd;
         for (int i = 0; i < rope_dim / 2; i++) {
@@ -578,6 +579,16 @@ static void rope_row(float *x, int n_heads, int hd, int rope_dim, const float *c
             xh[2 * i] = a * c - b * s;
             xh[2 * i + 1] = a * s + b * c;
         }
+    }
+}
+
+/* The interleaved BF16 layout of kv.h: dimension d of the key at kd[16 d] (pairs 32 apart), of the value at
+ * vd[2 d] (attn_arch.h). */
+void vs_attn_store_bf16_ref(uint16_t *kd, uint16_t *vd, const float *k, const float *v, int hd, int t_odd) {
+    (void)t_odd;
+    for (int d = 0; d < hd; d += 2) {
+        kd[16 * d] = vs_fp32_to_bf16(k[d]), kd[16 * d + 1] = vs_fp32_to_bf16(k[d + 1]);
+        vd[2 * d] = vs_fp32_to_bf16(v[d]), vd[2 * d + 2] = vs_fp32_to_bf16(v[d + 1]);
     }
 }
 
@@ -593,21 +604,18 @@ static void job_rope_store(void *p, int ith, int nth) {
     for (int64_t r = lo; r < hi; r++) {
         const float *cs = lm->rope_cs + (size_t)r * c->rope_dim;
         float *q = lm->q + (size_t)r * Q, *k = lm->k + (size_t)r * KV, *v = lm->v + (size_t)r * KV;
-        rope_row(q, c->n_head, hd, c->rope_dim, cs);
-        rope_row(k, c->n_head_kv, hd, c->rope_dim, cs);
+        vs_attn_rope_fn *rope = lm->attn_isa >= 2 ? vs_attn_rope_avx512 : vs_attn_rope_ref;
+        rope(q, c->n_head, hd, c->rope_dim, cs);
+        rope(k, c->n_head_kv, hd, c->rope_dim, cs);
         int seq = f->rows[r].seq;
         size_t el = f16 ? 2 : 4, at = (size_t)lm->slot[r] * hd * el;
         if (bf16) { /* the interleaved layout of kv.h; hd is even */
             const int t = lm->slot[r];
+            vs_attn_store_bf16_fn *store = lm->attn_isa >= 2 ? vs_attn_store_bf16_avx512 : vs_attn_store_bf16_ref;
             for (int h = 0; h < c->n_head_kv; h++) {
-                /* dimension d of the row: keys at kd[16 d] (pairs 32 apart), values at vd[2 d] */
                 uint16_t *kd = (uint16_t *)vs_kv_k(f->kv, seq, f->layer, h) + vs_kv_bf16_key_index(hd, t, 0);
                 uint16_t *vd = (uint16_t *)vs_kv_v(f->kv, seq, f->layer, h) + vs_kv_bf16_value_index(hd, t, 0);
-                const float *kh = k + (size_t)h * hd, *vh = v + (size_t)h * hd;
-                for (int d = 0; d < hd; d += 2) {
-                    kd[16 * d] = vs_fp32_to_bf16(kh[d]), kd[16 * d + 1] = vs_fp32_to_bf16(kh[d + 1]);
-                    vd[2 * d] = vs_fp32_to_bf16(vh[d]), vd[2 * d + 2] = vs_fp32_to_bf16(vh[d + 1]);
-                }
+                store(kd, vd, k + (size_t)h * hd, v + (size_t)h * hd, hd, t & 1);
             }
             continue;
         }

@@ -346,11 +346,10 @@ static void test_xb(void) {
             uint8_t *a = vs_malloc(bytes), *b = vs_malloc(bytes);
             memset(a, 0x5a, bytes);
             memset(b, 0xa5, bytes);
-            for (int64_t r = 0; r < vs_xb_G(n_rows) * 8; r++) {
-                const float *xr = r < n_rows ? x + r * n_in : NULL;
-                vs_xb_convert_row_ref(xr, n_in, t, n_rows, r, a);
-                if (vs_cpu_amx_bf16()) vs_xb_convert_row_avx512(xr, n_in, t, n_rows, r, b);
-            }
+            for (int64_t r = 0; r < vs_xb_G(n_rows) * 8; r++)
+                vs_xb_convert_row_ref(r < n_rows ? x + r * n_in : NULL, n_in, t, n_rows, r, a);
+            for (int64_t g = 0; vs_cpu_amx_bf16() && g < vs_xb_G(n_rows); g++)
+                vs_xb_convert_group_avx512(x, n_in, t, n_rows, g, b);
             if (vs_cpu_amx_bf16()) bad += memcmp(a, b, bytes) != 0;
             /* read row 9 (group 1, column pair 2, 3) back from the twin's layout */
             const size_t chunk = vs_xb_chunk(t);

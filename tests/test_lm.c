@@ -504,6 +504,59 @@ static void test_attn_bf16_kernels(const char *name, vs_attn_scores_bf16_fn *sco
     VT_CHECK(inv_bad == 0, "%s BF16 kernels: %d results depend on the other queries of a task", name, inv_bad);
 }
 
+/* RoPE and the BF16 cache stores: the AVX-512 twins BITWISE equal to the scalar ones, for head dims 2-128,
+ * partial rotations, both slot parities and special values (NaN, infinities, subnormals, ties). */
+static void test_attn_rope_store(void) {
+    vs_rng r;
+    vs_rng_seed(&r, 79);
+    const int hds[] = {2, 8, 20, 32, 40, 64, 80, 128};
+    int bad_rope = 0, bad_k = 0, bad_v = 0, cases = 0;
+    for (size_t hi = 0; hi < sizeof(hds) / sizeof(hds[0]); hi++)
+        for (int rep = 0; rep < 4; rep++, cases++) {
+            const int hd = hds[hi], nh = 1 + (int)vs_rng_below(&r, 4);
+            const int rd = rep == 0 ? hd : 2 * (1 + (int)vs_rng_below(&r, (uint32_t)hd / 2));
+            float *x = malloc(sizeof(float) * (size_t)nh * hd), *x2 = malloc(sizeof(float) * (size_t)nh * hd);
+            float *cs = malloc(sizeof(float) * (size_t)rd);
+            for (int i = 0; i < nh * hd; i++) x[i] = 4.0f * frand(&r);
+            for (int i = 0; i < rd / 2; i++) {
+                double th = 37.0 * frand(&r);
+                cs[2 * i] = (float)cos(th), cs[2 * i + 1] = (float)sin(th);
+            }
+            memcpy(x2, x, sizeof(float) * (size_t)nh * hd);
+            vs_attn_rope_ref(x, nh, hd, rd, cs);
+            vs_attn_rope_avx512(x2, nh, hd, rd, cs);
+            bad_rope += memcmp(x, x2, sizeof(float) * (size_t)nh * hd) != 0;
+            /* one row into a 32-slot block at slot t; the other slots must keep their values */
+            const int slots = 32, t = (int)vs_rng_below(&r, slots);
+            float *k = malloc(sizeof(float) * (size_t)hd), *v = malloc(sizeof(float) * (size_t)hd);
+            static const float special[] = {NAN, INFINITY, -INFINITY, 1e-40f, -3e-39f, 0.0f, -0.0f,
+                                            1.00390625f /* a tie */, 3.4e38f, -1.0039063f};
+            for (int d = 0; d < hd; d++) {
+                k[d] = rep == 3 && d < 10 ? special[d] : frand(&r);
+                v[d] = rep == 3 && d < 10 ? special[9 - d] : frand(&r);
+            }
+            uint16_t *Kb[2], *Vb[2];
+            for (int a = 0; a < 2; a++) {
+                Kb[a] = malloc(2 * (size_t)slots * hd), Vb[a] = malloc(2 * (size_t)slots * hd);
+                memset(Kb[a], 0x5a, 2 * (size_t)slots * hd), memset(Vb[a], 0xa5, 2 * (size_t)slots * hd);
+                (a ? vs_attn_store_bf16_avx512 : vs_attn_store_bf16_ref)(Kb[a] + vs_kv_bf16_key_index(hd, t, 0),
+                                                                       Vb[a] + vs_kv_bf16_value_index(hd, t, 0), k,
+                                                                       v, hd, t & 1);
+            }
+            bad_k += memcmp(Kb[0], Kb[1], 2 * (size_t)slots * hd) != 0;
+            bad_v += memcmp(Vb[0], Vb[1], 2 * (size_t)slots * hd) != 0;
+            for (int d = 0; d < hd; d++) /* the reference lands where kv.h says */
+                bad_k += Kb[0][vs_kv_bf16_key_index(hd, t, d)] != vs_fp32_to_bf16(k[d]),
+                    bad_v += Vb[0][vs_kv_bf16_value_index(hd, t, d)] != vs_fp32_to_bf16(v[d]);
+            for (int a = 0; a < 2; a++) free(Kb[a]), free(Vb[a]);
+            free(x), free(x2), free(cs), free(k), free(v);
+        }
+    printf("  avx512  RoPE and BF16 cache stores vs scalar, %d cases: RoPE differs in %d, keys in %d, values in "
+           "%d\n",
+           cases, bad_rope, bad_k, bad_v);
+    VT_CHECK(bad_rope == 0 && bad_k == 0 && bad_v == 0, "RoPE / BF16 store twins are not bitwise equal");
+}
+
 static void test_attn_kernels(void) {
     attn_isa_set sets[3] = {
         {"scalar", vs_attn_scores_ref, vs_attn_softmax_ref, vs_attn_pv_ref, vs_attn_exp_ref,
@@ -522,6 +575,7 @@ static void test_attn_kernels(void) {
     test_attn_bf16_kernels("scalar", vs_attn_scores_bf16_ref, vs_attn_pv_bf16_ref);
     if (n >= 2) test_attn_bf16_kernels("avx2", vs_attn_scores_bf16_avx2, vs_attn_pv_bf16_avx2);
     if (n >= 3) test_attn_bf16_kernels("avx512", vs_attn_scores_bf16_avx512, vs_attn_pv_bf16_avx512);
+    if (n >= 3) test_attn_rope_store();
 }
 
 /* vs_lm_convert (`vlmspec model convert`): the copy's weight matrices have the new type, norms and

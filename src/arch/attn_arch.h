@@ -1,5 +1,6 @@
-/* attn_arch: the decoder's attention inner loops, one set per ISA (scalar twins in lm.c, AVX2 in
- * arch/attn_avx2.c, AVX-512 in arch/attn_avx512.c). Internal to lm.c and its tests.
+/* attn_arch: the decoder's attention inner loops (and a row's RoPE, SwiGLU and BF16 cache stores), one set
+ * per ISA (scalar twins in lm.c, AVX2 in arch/attn_avx2.c, AVX-512 in arch/attn_avx512.c). Internal to lm.c
+ * and its tests.
  *
  * Shapes: a task holds nq <= VS_ATTN_QMAX queries (rows x heads of one KV head group) that read the
  * same keys k and values v ([T][hd] blocks, F32 or F16 as f16 says; or the BF16 layout of kv.h for the
@@ -36,6 +37,11 @@ vs_attn_exp_fn vs_attn_exp_ref, vs_attn_exp_avx2, vs_attn_exp_avx512;
  * sigmoid(x) = 1 / (1 + e) for x >= 0 and e / (1 + e) for x < 0, e = exp(-|x|) by the polynomial above. */
 typedef void vs_attn_swiglu_fn(float *g, const float *u, int64_t n);
 vs_attn_swiglu_fn vs_attn_swiglu_ref, vs_attn_swiglu_avx2, vs_attn_swiglu_avx512;
+/* RoPE of one row: each of the n_heads heads (hd apart) has its pairs (x[2i], x[2i+1]), i < rope_dim / 2,
+ * rotated by (c, s) = (cs[2i], cs[2i + 1]): x[2i] = a c - b s, x[2i + 1] = a s + b c, each product and the
+ * sum rounded on its own (no fused multiply-add), so the twins are bitwise equal. */
+typedef void vs_attn_rope_fn(float *x, int n_heads, int hd, int rope_dim, const float *cs);
+vs_attn_rope_fn vs_attn_rope_ref, vs_attn_rope_avx512;
 
 /* BF16 caches (kv.h's interleaved layout; drafters). Every score and output element is a fixed
  * sequence of f32 fused multiply-adds on exact bf16 values, the same in every ISA, so the twins are
@@ -51,6 +57,12 @@ typedef void vs_attn_pv_bf16_fn(float *const *o, const float *p, int ld, int nq,
                                 int hd);
 vs_attn_scores_bf16_fn vs_attn_scores_bf16_ref, vs_attn_scores_bf16_avx2, vs_attn_scores_bf16_avx512;
 vs_attn_pv_bf16_fn vs_attn_pv_bf16_ref, vs_attn_pv_bf16_avx2, vs_attn_pv_bf16_avx512;
+/* One row's key k and value v (hd values each, hd even) into a BF16 block at its slot t, rounded to
+ * nearest even (vs_fp32_to_bf16, NaN kept): kd = the block's keys + vs_kv_bf16_key_index(hd, t, 0),
+ * vd = its values + vs_kv_bf16_value_index(hd, t, 0), t_odd = t & 1. */
+typedef void vs_attn_store_bf16_fn(uint16_t *kd, uint16_t *vd, const float *k, const float *v, int hd,
+                                   int t_odd);
+vs_attn_store_bf16_fn vs_attn_store_bf16_ref, vs_attn_store_bf16_avx512;
 
 /* dst[i] = src[i] as F32 or F16 (round to nearest even), n values. */
 void vs_attn_store_avx2(void *dst, const float *src, int f16, int n);

@@ -1,5 +1,6 @@
-/* attn_avx512: AVX-512 (F/BW/VL) + F16C inner loops of the decoder's attention; see attn_arch.h for the
- * shapes and the batch-invariance rule. Scalar twins in lm.c (vs_attn_*_ref), compared by test_lm.
+/* attn_avx512: AVX-512 (F/BW/VL) + F16C inner loops of the decoder's attention (and the per-row RoPE and
+ * BF16 cache stores around it); see attn_arch.h for the shapes and the batch-invariance rule. Scalar twins
+ * in lm.c (vs_attn_*_ref), compared by test_lm.
  * Only called after vs_isa_detect() reported AVX-512. */
 #include <immintrin.h>
 #include <math.h>
@@ -21,6 +22,8 @@ AI __m512 load16(const void *base, const int f16, int64_t i, __mmask16 m) {
 AI __mmask16 lanes(int n) {
     return (__mmask16)(n >= 16 ? 0xffff : (1u << n) - 1);
 }
+/* lanes(n), and none for n <= 0 */
+AI __mmask16 lanes0(int n) { return n <= 0 ? 0 : lanes(n); }
 
 /* r[j] = sum of the 16 lanes of v[j], j < 16, by a fixed tree per lane. */
 AI __m512 reduce16(const __m512 *v) {
@@ -325,27 +328,28 @@ AI __m512 bf16_hi(__m512i w) {
     return _mm512_castsi512_ps(_mm512_and_si512(w, _mm512_set1_epi32((int)0xffff0000u)));
 }
 
-/* Scores of NQ (1 or 2) queries against the NB 16-key blocks b, b + 1, ...: one f32 chain per key over
- * the dimensions in order, NB x NQ independent chains to cover the FMA latency. */
+/* Scores of NQ (1 to 4) queries against the NB 16-key blocks b, b + 1, ...: one f32 chain per key over
+ * the dimensions in order, NB x NQ independent chains to cover the FMA latency; each block's pairs are
+ * loaded and widened once for all NQ queries. */
 AI void qk_bf16_blocks(float *const *srow, const float *const *q, const int NQ, const uint16_t *k, int hd,
                        int64_t b, const int NB, float scale, const int *T) {
     const int np = hd / 2;
     const int32_t *kb = (const int32_t *)k + b * np * 16;
-    __m512 acc[2][8];
-#pragma GCC unroll 2
+    __m512 acc[4][8];
+#pragma GCC unroll 4
     for (int i = 0; i < NQ; i++)
 #pragma GCC unroll 8
         for (int n = 0; n < NB; n++) acc[i][n] = _mm512_setzero_ps();
     for (int j = 0; j < np; j++) {
-        __m512 qe[2], qo[2];
-#pragma GCC unroll 2
+        __m512 qe[4], qo[4];
+#pragma GCC unroll 4
         for (int i = 0; i < NQ; i++)
             qe[i] = _mm512_set1_ps(q[i][2 * j]), qo[i] = _mm512_set1_ps(q[i][2 * j + 1]);
 #pragma GCC unroll 8
         for (int n = 0; n < NB; n++) {
             __m512i w = _mm512_loadu_si512(kb + ((int64_t)n * np + j) * 16);
             __m512 ke = bf16_lo(w), ko = bf16_hi(w);
-#pragma GCC unroll 2
+#pragma GCC unroll 4
             for (int i = 0; i < NQ; i++) {
                 acc[i][n] = _mm512_fmadd_ps(qe[i], ke, acc[i][n]);
                 acc[i][n] = _mm512_fmadd_ps(qo[i], ko, acc[i][n]);
@@ -353,7 +357,7 @@ AI void qk_bf16_blocks(float *const *srow, const float *const *q, const int NQ, 
         }
     }
     const __m512 sc = _mm512_set1_ps(scale);
-#pragma GCC unroll 2
+#pragma GCC unroll 4
     for (int i = 0; i < NQ; i++)
 #pragma GCC unroll 8
         for (int n = 0; n < NB; n++) {
@@ -363,48 +367,61 @@ AI void qk_bf16_blocks(float *const *srow, const float *const *q, const int NQ, 
         }
 }
 
+/* NQ queries over the blocks the longest of them needs: 8 blocks a pass for 1-2 queries, 4 for 3-4 (the
+ * accumulators and broadcasts fit the 32 registers). */
 AI void scores_bf16_q(float *const *srow, const float *const *q, const int NQ, const uint16_t *k, int hd,
                       float scale, const int *T) {
     int tq = T[0];
-    if (NQ == 2 && T[1] > tq) tq = T[1];
+    for (int i = 1; i < NQ; i++) tq = T[i] > tq ? T[i] : tq;
     const int64_t nblk = (tq + 15) / 16;
     int64_t b = 0;
-    for (; b + 8 <= nblk; b += 8) qk_bf16_blocks(srow, q, NQ, k, hd, b, 8, scale, T);
+    if (NQ <= 2)
+        for (; b + 8 <= nblk; b += 8) qk_bf16_blocks(srow, q, NQ, k, hd, b, 8, scale, T);
+    else
+        for (; b + 4 <= nblk; b += 4) qk_bf16_blocks(srow, q, NQ, k, hd, b, 4, scale, T);
     for (; b < nblk; b++) qk_bf16_blocks(srow, q, NQ, k, hd, b, 1, scale, T);
 }
 
 void vs_attn_scores_bf16_avx512(float *s, int ld, const float *const *q, const int *T, int nq,
                                 const uint16_t *k, int hd, float scale) {
-    for (int i = 0; i < nq; i += 2) {
-        float *srow[2] = {s + (size_t)i * ld, s + (size_t)(i + 1) * ld};
-        if (nq - i >= 2) scores_bf16_q(srow, q + i, 2, k, hd, scale, T + i);
-        else scores_bf16_q(srow, q + i, 1, k, hd, scale, T + i);
+    for (int i = 0; i < nq; i += 4) {
+        float *srow[4];
+        for (int j = 0; j < 4; j++) srow[j] = s + (size_t)(i + j < nq ? i + j : i) * ld;
+        switch (nq - i < 4 ? nq - i : 4) {
+        case 1: scores_bf16_q(srow, q + i, 1, k, hd, scale, T + i); break;
+        case 2: scores_bf16_q(srow, q + i, 2, k, hd, scale, T + i); break;
+        case 3: scores_bf16_q(srow, q + i, 3, k, hd, scale, T + i); break;
+        default: scores_bf16_q(srow, q + i, 4, k, hd, scale, T + i); break;
+        }
     }
 }
 
-/* Outputs of NQ (1 or 2) queries for the dimensions [d0, d0 + 16 NC), the last vector nl lanes: one chain
- * per output in position order. */
+/* Outputs of NQ (1 to 4) queries for the dimensions [d0, d0 + 16 NC), the last vector nl lanes: one chain
+ * per output in position order, NQ x NC chains side by side. */
 AI void pv_bf16_tile(float *const *o, const float *const *p, const int NQ, const int NC, int nl, int T,
                      const uint16_t *v, int hd, int d0) {
-    __m512 acc[2][4];
+    __m512 acc[4][4];
     __mmask16 m[4];
 #pragma GCC unroll 4
     for (int c = 0; c < NC; c++) m[c] = c == NC - 1 ? lanes(nl) : 0xffff;
-#pragma GCC unroll 2
+#pragma GCC unroll 4
     for (int i = 0; i < NQ; i++)
 #pragma GCC unroll 4
         for (int c = 0; c < NC; c++) acc[i][c] = _mm512_setzero_ps();
     const int32_t *vp = (const int32_t *)v + d0;
     int t = 0;
     for (; t + 2 <= T; t += 2, vp += hd) {
+        __m512 pe[4], po[4];
+#pragma GCC unroll 4
+        for (int i = 0; i < NQ; i++) pe[i] = _mm512_set1_ps(p[i][t]), po[i] = _mm512_set1_ps(p[i][t + 1]);
 #pragma GCC unroll 4
         for (int c = 0; c < NC; c++) {
             __m512i w = _mm512_maskz_loadu_epi32(m[c], vp + 16 * c);
             __m512 ve = bf16_lo(w), vo = bf16_hi(w);
-#pragma GCC unroll 2
+#pragma GCC unroll 4
             for (int i = 0; i < NQ; i++) {
-                acc[i][c] = _mm512_fmadd_ps(_mm512_set1_ps(p[i][t]), ve, acc[i][c]);
-                acc[i][c] = _mm512_fmadd_ps(_mm512_set1_ps(p[i][t + 1]), vo, acc[i][c]);
+                acc[i][c] = _mm512_fmadd_ps(pe[i], ve, acc[i][c]);
+                acc[i][c] = _mm512_fmadd_ps(po[i], vo, acc[i][c]);
             }
         }
     }
@@ -412,10 +429,10 @@ AI void pv_bf16_tile(float *const *o, const float *const *p, const int NQ, const
 #pragma GCC unroll 4
         for (int c = 0; c < NC; c++) {
             __m512 ve = bf16_lo(_mm512_maskz_loadu_epi32(m[c], vp + 16 * c));
-#pragma GCC unroll 2
+#pragma GCC unroll 4
             for (int i = 0; i < NQ; i++) acc[i][c] = _mm512_fmadd_ps(_mm512_set1_ps(p[i][t]), ve, acc[i][c]);
         }
-#pragma GCC unroll 2
+#pragma GCC unroll 4
     for (int i = 0; i < NQ; i++)
 #pragma GCC unroll 4
         for (int c = 0; c < NC; c++) _mm512_mask_storeu_ps(o[i] + d0 + 16 * c, m[c], acc[i][c]);
@@ -426,18 +443,75 @@ AI void pv_bf16_tile(float *const *o, const float *const *p, const int NQ, const
         pv_bf16_tile(oo, pp, NQ, NC, nl, T, v, hd, d0);                                                      \
         break;
 
+/* Up to 4 queries a pass (3 x 2 = 6 chains for a head group of 3 at head dim 32), 64 dimensions a tile. */
 void vs_attn_pv_bf16_avx512(float *const *o, const float *p, int ld, int nq, int T, const uint16_t *v,
                             int hd) {
-    for (int i0 = 0; i0 < nq; i0 += 2) {
-        const int nt = nq - i0 < 2 ? nq - i0 : 2;
-        const float *pp[2] = {p + (size_t)i0 * ld, p + (size_t)(i0 + nt - 1) * ld};
+    for (int i0 = 0; i0 < nq; i0 += 4) {
+        const int nt = nq - i0 < 4 ? nq - i0 : 4;
+        const float *pp[4];
+        for (int j = 0; j < 4; j++) pp[j] = p + (size_t)(i0 + (j < nt ? j : 0)) * ld;
         float *const *oo = o + i0;
         for (int d0 = 0; d0 < hd; d0 += 64) {
             int w = hd - d0 < 64 ? hd - d0 : 64, nc = (w + 15) / 16, nl = w - 16 * (nc - 1);
             switch (nt * 8 + nc) {
                 PVB_CASE(1, 1) PVB_CASE(1, 2) PVB_CASE(1, 3) PVB_CASE(1, 4)
                 PVB_CASE(2, 1) PVB_CASE(2, 2) PVB_CASE(2, 3) PVB_CASE(2, 4)
+                PVB_CASE(3, 1) PVB_CASE(3, 2) PVB_CASE(3, 3) PVB_CASE(3, 4)
+                PVB_CASE(4, 1) PVB_CASE(4, 2) PVB_CASE(4, 3) PVB_CASE(4, 4)
             }
         }
+    }
+}
+
+/* ---- RoPE and the BF16 cache stores (attn_arch.h: bitwise twins of lm.c's) ---- */
+
+void vs_attn_rope_avx512(float *x, int n_heads, int hd, int rope_dim, const float *cs) {
+    for (int h = 0; h < n_heads; h++) {
+        float *xh = x + (size_t)h * hd;
+        for (int i = 0; i < rope_dim; i += 16) {
+            const __mmask16 m = lanes(rope_dim - i);
+            const __m512 c2 = _mm512_maskz_loadu_ps(m, cs + i), xv = _mm512_maskz_loadu_ps(m, xh + i);
+            /* t1 = (a c, b c), t2 = (b s, a s) for each pair (a, b): even lanes t1 - t2, odd lanes t1 + t2 */
+            const __m512 t1 = _mm512_mul_ps(xv, _mm512_moveldup_ps(c2));
+            const __m512 t2 = _mm512_mul_ps(_mm512_permute_ps(xv, 0xB1), _mm512_movehdup_ps(c2));
+            _mm512_mask_storeu_ps(xh + i, m, _mm512_mask_add_ps(_mm512_sub_ps(t1, t2), (__mmask16)0xAAAA, t1, t2));
+        }
+    }
+}
+
+/* vs_fp32_to_bf16 of 16 lanes (round to nearest even; NaN: its top half with the quiet bit), in the low
+ * halves of the 32-bit lanes. */
+AI __m512i bf16_rne16(__m512 x) {
+    const __m512i b = _mm512_castps_si512(x);
+    const __mmask16 nan =
+        _mm512_cmpgt_epu32_mask(_mm512_and_si512(b, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+    const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(1));
+    const __m512i r = _mm512_srli_epi32(_mm512_add_epi32(b, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), odd)), 16);
+    return _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(0x40)));
+}
+
+void vs_attn_store_bf16_avx512(uint16_t *kd, uint16_t *vd, const float *k, const float *v, int hd, int t_odd) {
+    /* word 2 j of each 32-bit lane pair: the low halves of 32 lanes in order */
+    const __m512i even_words = _mm512_set_epi16(62, 60, 58, 56, 54, 52, 50, 48, 46, 44, 42, 40, 38, 36, 34, 32, 30,
+                                                28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    /* pair j of the key dimensions: 32-bit lane 16 j of the block */
+    const __m512i pair_at = _mm512_slli_epi32(
+        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), 4);
+    for (int d = 0; d < hd; d += 32) {
+        const int n = hd - d < 32 ? hd - d : 32; /* even */
+        const __m512i lo = bf16_rne16(_mm512_maskz_loadu_ps(lanes(n), k + d));
+        const __m512i hi = bf16_rne16(_mm512_maskz_loadu_ps(lanes0(n - 16), k + d + 16));
+        /* 32-bit lane j = (bf16 k[d + 2 j], bf16 k[d + 2 j + 1]): the layout's pair of dimensions */
+        const __m512i pairs = _mm512_permutex2var_epi16(lo, even_words, hi);
+        _mm512_mask_i32scatter_epi32(kd + 16 * d, lanes(n / 2), pair_at, pairs, 4);
+    }
+    const __mmask32 par = t_odd ? 0xaaaaaaaau : 0x55555555u;
+    uint16_t *vb = vd - t_odd; /* 32-bit aligned: lane pair (even slot, odd slot) of each dimension */
+    for (int d = 0; d < hd; d += 16) {
+        const int n = hd - d < 16 ? hd - d : 16;
+        __m512i w = bf16_rne16(_mm512_maskz_loadu_ps(lanes(n), v + d));
+        if (t_odd) w = _mm512_slli_epi32(w, 16);
+        const __mmask32 m = n >= 16 ? 0xffffffffu : (__mmask32)((1ull << (2 * n)) - 1);
+        _mm512_mask_storeu_epi16(vb + 2 * d, par & m, w);
     }
 }

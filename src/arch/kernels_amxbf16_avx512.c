@@ -63,28 +63,63 @@ VS_INLINE void split_x32(const float *x, int kk, __m512 *h, __m512 *l) {
         _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(lb, 1)), 16));
 }
 
-void vs_xb_convert_row_avx512(const float *x, int64_t n_in, vs_type wtype, int64_t n_rows, int64_t r,
-                              uint8_t *xb) {
-    const int64_t G = vs_xb_G(n_rows), ns = vs_xb_steps(n_in), g = r / 8;
-    const int c = (int)(r % 8);
+/* r[j] <- column j of the 16 x 16 matrix of 32-bit lanes whose row i is r[i] (unpacks, then two rounds of
+ * 128-bit lane shuffles). */
+VS_INLINE void transpose16x16(__m512i r[16]) {
+    __m512i t[16], u[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+    }
+    /* u[4 i + k], 128-bit lane L: rows 4 i .. 4 i + 3 of column 4 L + k */
+    for (int i = 0; i < 4; i++) {
+        u[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+        u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+        u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+        u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+    }
+    for (int k = 0; k < 4; k++) {
+        __m512i x0 = _mm512_shuffle_i32x4(u[k], u[4 + k], 0x88), y0 = _mm512_shuffle_i32x4(u[k], u[4 + k], 0xdd);
+        __m512i x1 = _mm512_shuffle_i32x4(u[8 + k], u[12 + k], 0x88);
+        __m512i y1 = _mm512_shuffle_i32x4(u[8 + k], u[12 + k], 0xdd);
+        r[k] = _mm512_shuffle_i32x4(x0, x1, 0x88);
+        r[8 + k] = _mm512_shuffle_i32x4(x0, x1, 0xdd);
+        r[4 + k] = _mm512_shuffle_i32x4(y0, y1, 0x88);
+        r[12 + k] = _mm512_shuffle_i32x4(y0, y1, 0xdd);
+    }
+}
+
+/* Group g (rows 8 g .. 8 g + 7 of x, those past n_rows zero) of the xb layout, every step: each row's
+ * (xh, xl) pairs as two vectors of 16 lanes (lane kp = inputs 2 kp, 2 kp + 1), the group's 16 of them
+ * transposed into the tile's 16 rows of 64 bytes and stored whole. The cost does not depend on how many of
+ * the 8 rows are real; the per-row converter it replaces scattered 32 values per row and step, padding rows
+ * included. */
+void vs_xb_convert_group_avx512(const float *x, int64_t n_in, vs_type wtype, int64_t n_rows, int64_t g,
+                                uint8_t *xb) {
+    const int64_t G = vs_xb_G(n_rows), ns = vs_xb_steps(n_in), nr = VS_MIN((int64_t)8, n_rows - 8 * g);
     const size_t chunk = vs_xb_chunk(wtype);
-    const __m512i vidx = _mm512_mullo_epi32(
-        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(64));
     const __m512i odd = odd_words();
     for (int64_t s = 0; s < ns; s++) {
-        uint8_t *base = xb + (size_t)(s * G + g) * chunk + 8 * c; /* column 2c of row kp at kp * 64 */
-        __m512 h[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()}, l[2] = {h[0], h[1]};
-        if (x) split_x32(x + 32 * s, (int)VS_MIN(32, n_in - 32 * s), h, l);
-        if (wtype == VS_TYPE_F16) { /* times 2^62 (exact): see the top of the file */
-            const __m512 k62 = _mm512_set1_ps(0x1p62f);
-            h[0] = _mm512_mul_ps(h[0], k62), h[1] = _mm512_mul_ps(h[1], k62);
-            l[0] = _mm512_mul_ps(l[0], k62), l[1] = _mm512_mul_ps(l[1], k62);
+        __m512i r[16];
+        for (int c = 0; c < 8; c++) {
+            if (c >= nr) {
+                r[2 * c] = r[2 * c + 1] = _mm512_setzero_si512();
+                continue;
+            }
+            __m512 h[2], l[2];
+            split_x32(x + (8 * g + c) * n_in + 32 * s, (int)VS_MIN(32, n_in - 32 * s), h, l);
+            if (wtype == VS_TYPE_F16) { /* times 2^62 (exact): see the top of the file */
+                const __m512 k62 = _mm512_set1_ps(0x1p62f);
+                h[0] = _mm512_mul_ps(h[0], k62), h[1] = _mm512_mul_ps(h[1], k62);
+                l[0] = _mm512_mul_ps(l[0], k62), l[1] = _mm512_mul_ps(l[1], k62);
+            }
+            /* pairs of consecutive inputs: the high halves of inputs 2 kp, 2 kp + 1 */
+            r[2 * c] = _mm512_permutex2var_epi16(_mm512_castps_si512(h[0]), odd, _mm512_castps_si512(h[1]));
+            r[2 * c + 1] = _mm512_permutex2var_epi16(_mm512_castps_si512(l[0]), odd, _mm512_castps_si512(l[1]));
         }
-        /* pairs of consecutive inputs: the high halves of inputs 2 kp, 2 kp + 1 */
-        __m512i hp = _mm512_permutex2var_epi16(_mm512_castps_si512(h[0]), odd, _mm512_castps_si512(h[1]));
-        __m512i lp = _mm512_permutex2var_epi16(_mm512_castps_si512(l[0]), odd, _mm512_castps_si512(l[1]));
-        _mm512_i32scatter_epi32(base, vidx, hp, 1);
-        _mm512_i32scatter_epi32(base + 4, vidx, lp, 1);
+        transpose16x16(r);
+        uint8_t *base = xb + (size_t)(s * G + g) * chunk;
+        for (int kp = 0; kp < 16; kp++) _mm512_store_si512(base + 64 * kp, r[kp]);
     }
 }
 

@@ -92,12 +92,15 @@ static inline int64_t vs_xb_steps(int64_t n_in) { return (n_in + 31) / 32; }
 static inline size_t vs_xb_bytes(vs_type wtype, int64_t n_in, int64_t n_rows) {
     return (size_t)(vs_xb_steps(n_in) * vs_xb_G(n_rows)) * vs_xb_chunk(wtype);
 }
-/* Row r (0 <= r < 8 G, padding rows too) of the xb layout; x NULL writes a zero row. The *_avx512
- * functions of the AMX-BF16 file use AVX512-FP16 too: call them only when vs_cpu_amx_bf16(). */
-void vs_xb_convert_row_avx512(const float *x, int64_t n_in, vs_type wtype, int64_t n_rows, int64_t r,
-                              uint8_t *xb);
+/* Row r (0 <= r < 8 G, padding rows too) of the xb layout; x NULL writes a zero row (the scalar
+ * reference). */
 void vs_xb_convert_row_ref(const float *x, int64_t n_in, vs_type wtype, int64_t n_rows, int64_t r,
                            uint8_t *xb);
+/* Group g (rows 8 g .. 8 g + 7, the padding rows zero) of the xb layout from the n_rows x n_in matrix x
+ * (64-byte aligned xb): the same bytes as vs_xb_convert_row_ref of those 8 rows. The *_avx512 functions of
+ * the AMX-BF16 file use AVX512-FP16 too: call them only when vs_cpu_amx_bf16(). */
+void vs_xb_convert_group_avx512(const float *x, int64_t n_in, vs_type wtype, int64_t n_rows, int64_t g,
+                                uint8_t *xb);
 /* fp16 -> bf16 hi + lo with (hi + lo) * 2^102 == w exactly (hi = w truncated to 8 significant bits, both
  * scaled by 2^-102 as the kernel's A tiles hold them; every finite w). */
 void vs_f16_split_bf16_avx512(const uint16_t *w, int64_t n, uint16_t *hi, uint16_t *lo);
