@@ -23,6 +23,8 @@
 #   TRAIN_PER_SUITE  training conversations per suite (default 4000)
 #   TEST_PER_SUITE   test conversations per suite (default 100)
 #   VOCAB            BPE vocabulary (default 2048)
+#   TOKENIZER_PRE    the BPE's pre-tokeniser: gpt-2 (default, as the shipped target) or starcoder (single
+#                    digits, so sums see digits rather than ~100 number tokens; docs/target.md)
 #   EPOCHS           passes over the training split (default 3)
 #   CAPTIONS         1: also train on the captions split, one caption per training image (default 1)
 #   FREEZE_VISION    steps the vision tower keeps its initial weights while the projector and LM learn
@@ -61,6 +63,7 @@ SEED=${SEED:-1}
 TRAIN_PER_SUITE=${TRAIN_PER_SUITE:-4000}
 TEST_PER_SUITE=${TEST_PER_SUITE:-100}
 VOCAB=${VOCAB:-2048}
+TOKENIZER_PRE=${TOKENIZER_PRE:-gpt-2}
 EPOCHS=${EPOCHS:-3}
 CAPTIONS=${CAPTIONS:-1}
 FREEZE_VISION=${FREEZE_VISION:-4000}
@@ -103,8 +106,8 @@ fi
 if [ -f "$WORK/tok.gguf" ]; then
     log "tokenizer: $WORK/tok.gguf exists"
 else
-    log "tokenizer: training a $VOCAB-token BPE"
-    "$VLMSPEC" tokenizer train --data "$WORK/world" --vocab "$VOCAB" -o "$WORK/tok.gguf.tmp"
+    log "tokenizer: training a $VOCAB-token BPE (pre-tokeniser $TOKENIZER_PRE)"
+    "$VLMSPEC" tokenizer train --data "$WORK/world" --vocab "$VOCAB" --pre "$TOKENIZER_PRE" -o "$WORK/tok.gguf.tmp"
     mv "$WORK/tok.gguf.tmp" "$WORK/tok.gguf"
 fi
 

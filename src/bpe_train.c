@@ -17,6 +17,7 @@
 
 static const char *const GPT2_REGEX =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+static const char *const DIGIT_REGEX = "\\p{N}"; /* "starcoder": applied before GPT-2's */
 static const char *const SPECIAL[VS_BPE_N_SPECIAL] = {"<unk>", "<s>", "</s>", "<image>"};
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -45,58 +46,107 @@ static int put_utf8(uint32_t cp, char *o) {
 /* pre-tokenisation */
 
 typedef struct pretok {
-    pcre2_code *re;
+    pcre2_code *re, *digit; /* GPT-2's regex; the digit regex or NULL (VS_BPE_PRE_GPT2) */
     pcre2_match_data *md;
 } pretok;
 
-static vs_status pretok_init(pretok *p, vs_error *err) {
+const char *vs_bpe_pre_name(vs_bpe_pre pre) { return pre == VS_BPE_PRE_DIGITS ? "starcoder" : "gpt-2"; }
+
+bool vs_bpe_pre_parse(const char *name, vs_bpe_pre *out) {
+    if (!name) return false;
+    if (!strcmp(name, "gpt-2")) *out = VS_BPE_PRE_GPT2;
+    else if (!strcmp(name, "starcoder")) *out = VS_BPE_PRE_DIGITS;
+    else return false;
+    return true;
+}
+
+static pcre2_code *re_compile(const char *pattern, vs_error *err) {
     int code;
     PCRE2_SIZE off;
-    p->re = pcre2_compile((PCRE2_SPTR)GPT2_REGEX, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &code, &off, NULL);
-    if (!p->re) return vs_error_set(err, VS_ERR_INVALID, "bpe: cannot compile the GPT-2 pre-tokeniser regex (error %d)", code);
-    pcre2_jit_compile(p->re, PCRE2_JIT_COMPLETE); /* optional speed-up; falls back to the interpreter */
-    p->md = pcre2_match_data_create_from_pattern(p->re, NULL);
-    if (!p->md) {
-        pcre2_code_free(p->re);
-        p->re = NULL;
-        return vs_error_set(err, VS_ERR_NOMEM, "bpe: out of memory");
+    pcre2_code *re = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &code, &off, NULL);
+    if (!re) {
+        vs_error_set(err, VS_ERR_INVALID, "bpe: cannot compile the pre-tokeniser regex '%s' (error %d)", pattern, code);
+        return NULL;
     }
-    return VS_OK;
+    pcre2_jit_compile(re, PCRE2_JIT_COMPLETE); /* optional speed-up; falls back to the interpreter */
+    return re;
 }
 
 static void pretok_free(pretok *p) {
     if (p->md) pcre2_match_data_free(p->md);
     if (p->re) pcre2_code_free(p->re);
-    p->md = NULL;
-    p->re = NULL;
+    if (p->digit) pcre2_code_free(p->digit);
+    memset(p, 0, sizeof(*p));
+}
+
+static vs_status pretok_init(pretok *p, vs_bpe_pre pre, vs_error *err) {
+    memset(p, 0, sizeof(*p));
+    if (!(p->re = re_compile(GPT2_REGEX, err))) return err->code;
+    if (pre == VS_BPE_PRE_DIGITS && !(p->digit = re_compile(DIGIT_REGEX, err))) {
+        pretok_free(p);
+        return err->code;
+    }
+    p->md = pcre2_match_data_create_from_pattern(p->re, NULL);
+    if (!p->md) {
+        pretok_free(p);
+        return vs_error_set(err, VS_ERR_NOMEM, "bpe: out of memory");
+    }
+    return VS_OK;
+}
+
+/* Splits text with one regex: each match and each unmatched gap between matches is passed to fn. opts:
+ * PCRE2_NO_UTF_CHECK once the subject was checked. */
+static vs_status re_split(pretok *p, const pcre2_code *re, const char *text, size_t len, uint32_t opts,
+                          vs_status (*fn)(pretok *, const char *, size_t, void *), void *ctx, vs_error *err) {
+    PCRE2_SIZE pos = 0;
+    vs_status st = VS_OK;
+    while (pos < len && !st) {
+        int rc = pcre2_match(re, (PCRE2_SPTR)text, len, pos, opts, p->md, NULL);
+        opts = PCRE2_NO_UTF_CHECK; /* the whole subject was checked by the first call */
+        if (rc == PCRE2_ERROR_NOMATCH) return fn(p, text + pos, len - pos, ctx);
+        if (rc < 0) return vs_error_set(err, VS_ERR_INVALID, "bpe: text is not valid UTF-8 (PCRE2 error %d)", rc);
+        PCRE2_SIZE *ov = pcre2_get_ovector_pointer(p->md);
+        PCRE2_SIZE ms = ov[0], me = ov[1];
+        if (ms > pos && (st = fn(p, text + pos, ms - pos, ctx))) break; /* an unmatched gap stays a piece */
+        if (me > ms) {
+            st = fn(p, text + ms, me - ms, ctx);
+            pos = me;
+        } else {
+            /* empty match (cannot happen with these regexes): step one UTF-8 character */
+            size_t step = 1;
+            while (ms + step < len && ((unsigned char)text[ms + step] & 0xC0) == 0x80) step++;
+            st = fn(p, text + ms, step, ctx);
+            pos = ms + step;
+        }
+    }
+    return st;
+}
+
+typedef struct piece_sink {
+    void (*fn)(void *, const char *, size_t);
+    void *ctx;
+    vs_error *err;
+} piece_sink;
+
+static vs_status emit_piece(pretok *p, const char *s, size_t n, void *ctx) {
+    (void)p;
+    piece_sink *k = ctx;
+    k->fn(k->ctx, s, n);
+    return VS_OK;
+}
+
+/* A piece of the digit split: a digit is final, the text between digits goes through GPT-2's regex. */
+static vs_status digit_piece(pretok *p, const char *s, size_t n, void *ctx) {
+    int rc = pcre2_match(p->digit, (PCRE2_SPTR)s, n, 0, PCRE2_NO_UTF_CHECK | PCRE2_ANCHORED, p->md, NULL);
+    if (rc >= 0 && pcre2_get_ovector_pointer(p->md)[1] == n) return emit_piece(p, s, n, ctx);
+    return re_split(p, p->re, s, n, PCRE2_NO_UTF_CHECK, emit_piece, ctx, ((piece_sink *)ctx)->err);
 }
 
 static vs_status pretok_run(pretok *p, const char *text, size_t len, void (*fn)(void *, const char *, size_t), void *ctx,
                             vs_error *err) {
-    PCRE2_SIZE pos = 0;
-    uint32_t opts = 0;
-    while (pos < len) {
-        int rc = pcre2_match(p->re, (PCRE2_SPTR)text, len, pos, opts, p->md, NULL);
-        opts = PCRE2_NO_UTF_CHECK; /* the whole subject was checked by the first call */
-        if (rc == PCRE2_ERROR_NOMATCH) {
-            fn(ctx, text + pos, len - pos);
-            break;
-        }
-        if (rc < 0) return vs_error_set(err, VS_ERR_INVALID, "bpe: text is not valid UTF-8 (PCRE2 error %d)", rc);
-        PCRE2_SIZE *ov = pcre2_get_ovector_pointer(p->md);
-        if (ov[0] > pos) fn(ctx, text + pos, ov[0] - pos); /* an unmatched gap stays a piece */
-        if (ov[1] > ov[0]) {
-            fn(ctx, text + ov[0], ov[1] - ov[0]);
-            pos = ov[1];
-        } else {
-            /* empty match (cannot happen with this regex): step one UTF-8 character */
-            size_t step = 1;
-            while (ov[0] + step < len && ((unsigned char)text[ov[0] + step] & 0xC0) == 0x80) step++;
-            fn(ctx, text + ov[0], step);
-            pos = ov[0] + step;
-        }
-    }
-    return VS_OK;
+    piece_sink k = {fn, ctx, err};
+    if (p->digit) return re_split(p, p->digit, text, len, 0, digit_piece, &k, err);
+    return re_split(p, p->re, text, len, 0, emit_piece, &k, err);
 }
 
 /* Splits text at special tokens; calls piece() for text between them and special() for each one. */
@@ -131,8 +181,8 @@ static vs_status split_special(const char *text, size_t len, vs_status (*piece)(
 
 vs_status vs_bpe_pretokenize(const char *text, size_t len, void (*fn)(void *ctx, const char *piece, size_t n), void *ctx,
                              vs_error *err) {
-    pretok p = {0};
-    vs_status st = pretok_init(&p, err);
+    pretok p;
+    vs_status st = pretok_init(&p, VS_BPE_PRE_GPT2, err);
     if (st) return st;
     st = pretok_run(&p, text, len, fn, ctx, err);
     pretok_free(&p);
@@ -149,6 +199,7 @@ typedef struct word {
 
 struct vs_bpe_trainer {
     pretok pt;
+    vs_bpe_pre pre;
     char *bytes; /* arena of word bytes */
     size_t n_bytes, cap_bytes;
     word *words;
@@ -164,13 +215,20 @@ static uint64_t hash_bytes(const char *s, size_t n) {
     return h ^ (h >> 29);
 }
 
-vs_bpe_trainer *vs_bpe_trainer_new(vs_error *err) {
+vs_bpe_trainer *vs_bpe_trainer_new(vs_error *err) { return vs_bpe_trainer_new_pre(VS_BPE_PRE_GPT2, err); }
+
+vs_bpe_trainer *vs_bpe_trainer_new_pre(vs_bpe_pre pre, vs_error *err) {
+    if (pre != VS_BPE_PRE_GPT2 && pre != VS_BPE_PRE_DIGITS) {
+        vs_error_set(err, VS_ERR_INVALID, "bpe: unknown pre-tokeniser %d", (int)pre);
+        return NULL;
+    }
     vs_bpe_trainer *t = vs_calloc(1, sizeof(*t));
     if (!t) {
         vs_error_set(err, VS_ERR_NOMEM, "bpe: out of memory");
         return NULL;
     }
-    if (pretok_init(&t->pt, err) != VS_OK) {
+    t->pre = pre;
+    if (pretok_init(&t->pt, pre, err) != VS_OK) {
         vs_free(t);
         return NULL;
     }
@@ -404,6 +462,7 @@ vs_status vs_bpe_train(vs_bpe_trainer *t, int64_t vocab_size, int64_t min_pair_c
     out->merges = vs_calloc((size_t)(max_merges ? max_merges : 1), sizeof(char *));
     out->merge_left = vs_calloc((size_t)(max_merges ? max_merges : 1), sizeof(int32_t));
     out->merge_right = vs_calloc((size_t)(max_merges ? max_merges : 1), sizeof(int32_t));
+    out->pre = t->pre;
     trainer_state s = {0};
     int64_t nw = t->n_words;
     s.pmask = 65535;
@@ -578,7 +637,7 @@ vs_status vs_bpe_write_gguf(const vs_bpe_vocab *v, const char *path, const char 
     vs_gguf_set_str(w, "general.architecture", "llama");
     vs_gguf_set_str(w, "general.name", name ? name : "vlmspec-world-bpe");
     vs_gguf_set_str(w, "tokenizer.ggml.model", "gpt2");
-    vs_gguf_set_str(w, "tokenizer.ggml.pre", "gpt-2");
+    vs_gguf_set_str(w, "tokenizer.ggml.pre", vs_bpe_pre_name(v->pre));
     vs_gguf_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)v->tokens, (uint64_t)v->n_vocab);
     vs_gguf_set_arr(w, "tokenizer.ggml.token_type", VS_GGUF_I32, v->types, (uint64_t)v->n_vocab);
     vs_gguf_set_arr_str(w, "tokenizer.ggml.merges", (const char *const *)v->merges, (uint64_t)v->n_merges);
@@ -672,8 +731,8 @@ static void enc_special(void *ctx, int k) { enc_push(ctx, k); }
 vs_status vs_bpe_encode(const vs_bpe_vocab *v, const char *text, size_t len, int32_t **out, int64_t *n_out, vs_error *err) {
     *out = NULL;
     *n_out = 0;
-    pretok pt = {0};
-    vs_status st = pretok_init(&pt, err);
+    pretok pt;
+    vs_status st = pretok_init(&pt, v->pre, err);
     if (st) return st;
     uint64_t mmask = 1;
     while (mmask < (uint64_t)v->n_merges * 2 + 1) mmask = mmask * 2 + 1;

@@ -3,11 +3,13 @@
  * with a lazy max-heap: each merge touches only the words that contain the merged pair), and the
  * resulting vocabulary.
  *
- * Pre-tokenisation is GPT-2's regex, run through PCRE2 with Unicode properties:
+ * Pre-tokenisation (vs_bpe_pre) is GPT-2's regex, run through PCRE2 with Unicode properties:
  *   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
- * so a tokenizer with tokenizer.ggml.pre = "gpt-2" splits text exactly as training did and reproduces
- * the learned merges. Special tokens are cut out of the text before pre-tokenisation and never take
- * part in merges.
+ * or, for "starcoder", first every digit (\p{N}) cut out as a piece of its own and GPT-2's regex run
+ * on the text between them, so numbers are spelled digit by digit and no merge ever holds a digit. The
+ * GGUF records the choice as tokenizer.ggml.pre, and the tokenizer module splits text exactly as
+ * training did and reproduces the learned merges. Special tokens are cut out of the text before
+ * pre-tokenisation and never take part in merges.
  *
  * Vocabulary layout written: 0 "<unk>", 1 "<s>", 2 "</s>", 3 "<image>" (all CONTROL), 4..259 the 256
  * byte tokens (byte b as GPT-2's byte-to-unicode character), then one token per merge in rank order. */
@@ -25,6 +27,14 @@
 
 typedef struct vs_bpe_trainer vs_bpe_trainer;
 
+typedef enum vs_bpe_pre {
+    VS_BPE_PRE_GPT2 = 0,   /* "gpt-2" */
+    VS_BPE_PRE_DIGITS = 1, /* "starcoder": single digits */
+} vs_bpe_pre;
+const char *vs_bpe_pre_name(vs_bpe_pre pre); /* the tokenizer.ggml.pre value */
+/* "gpt-2" or "starcoder" (the names vs_bpe_pre_name gives); false for anything else. */
+bool vs_bpe_pre_parse(const char *name, vs_bpe_pre *out);
+
 /* The learned vocabulary. Strings are NUL-terminated UTF-8, in the stored (byte-mapped) form. */
 typedef struct vs_bpe_vocab {
     int64_t n_vocab;
@@ -33,9 +43,11 @@ typedef struct vs_bpe_vocab {
     int64_t n_merges;
     char **merges;   /* [n_merges] "left right", rank = index */
     int32_t *merge_left, *merge_right; /* [n_merges] ids merged; the result is id VS_BPE_FIRST_BYTE + 256 + rank */
+    vs_bpe_pre pre;                    /* the trainer's pre-tokeniser */
 } vs_bpe_vocab;
 
-vs_bpe_trainer *vs_bpe_trainer_new(vs_error *err);
+vs_bpe_trainer *vs_bpe_trainer_new(vs_error *err); /* VS_BPE_PRE_GPT2 */
+vs_bpe_trainer *vs_bpe_trainer_new_pre(vs_bpe_pre pre, vs_error *err);
 void vs_bpe_trainer_free(vs_bpe_trainer *t);
 /* Adds one text (UTF-8) to the corpus: special tokens are cut out, the rest is pre-tokenised and its
  * pieces counted. VS_ERR_INVALID for invalid UTF-8. */
@@ -49,17 +61,17 @@ vs_status vs_bpe_train(vs_bpe_trainer *t, int64_t vocab_size, int64_t min_pair_c
 void vs_bpe_vocab_free(vs_bpe_vocab *v);
 
 /* Writes a vocab-only GGUF: general.architecture "llama", general.name, tokenizer.ggml.model "gpt2",
- * tokenizer.ggml.pre "gpt-2", tokens, token_type, merges, bos/eos/unk ids, add_bos_token true,
- * add_eos_token false. */
+ * tokenizer.ggml.pre (vs_bpe_pre_name of v->pre), tokens, token_type, merges, bos/eos/unk ids,
+ * add_bos_token true, add_eos_token false. */
 vs_status vs_bpe_write_gguf(const vs_bpe_vocab *v, const char *path, const char *name, vs_error *err);
 
-/* Reference encoder over the learned merges (applies them by rank inside each pre-tokenised piece;
- * special tokens in the text become their ids). For tests that compare with the tokenizer module.
+/* Reference encoder over the learned merges (v->pre's pre-tokeniser; applies them by rank inside each
+ * piece; special tokens in the text become their ids). For tests that compare with the tokenizer module.
  * *out is vs_malloc'd. */
 vs_status vs_bpe_encode(const vs_bpe_vocab *v, const char *text, size_t len, int32_t **out, int64_t *n_out,
                         vs_error *err);
 
-/* Pre-tokenisation as training sees it: calls fn for each piece of text[0..len) (no special-token
+/* GPT-2 pre-tokenisation as training sees it: calls fn for each piece of text[0..len) (no special-token
  * handling). VS_ERR_INVALID for invalid UTF-8. */
 vs_status vs_bpe_pretokenize(const char *text, size_t len, void (*fn)(void *ctx, const char *piece, size_t n),
                              void *ctx, vs_error *err);

@@ -587,9 +587,11 @@ static int64_t roundtrip(const vs_tokenizer *tk, const vs_bpe_vocab *v, const ch
     return na;
 }
 
-static void test_tokenizer(const char *tmp, const vs_world_dataset *train, const vs_world_dataset *caps, const vs_world_dataset *test) {
+/* pre: the trainer's pre-tokeniser; "starcoder" (single digits) also checks that no merge holds a digit. */
+static void test_tokenizer(const char *tmp, const vs_world_dataset *train, const vs_world_dataset *caps, const vs_world_dataset *test,
+                           vs_bpe_pre pre) {
     vs_error err = {0};
-    vs_bpe_trainer *t = vs_bpe_trainer_new(&err);
+    vs_bpe_trainer *t = vs_bpe_trainer_new_pre(pre, &err);
     VT_REQUIRE(t, "trainer: %s", err.msg);
     add_dataset_texts(t, train);
     add_dataset_texts(t, caps);
@@ -602,9 +604,15 @@ static void test_tokenizer(const char *tmp, const vs_world_dataset *train, const
     for (int64_t i = 0; i < v.n_merges && i < v2.n_merges; i++) VT_CHECK(!strcmp(v.merges[i], v2.merges[i]), "retraining differs at %lld", (long long)i);
     vs_bpe_vocab_free(&v2);
     VT_CHECK(v.n_vocab == 1024, "vocabulary %lld tokens, wanted 1024", (long long)v.n_vocab);
-    printf("  BPE: %lld merges in %.3f s\n", (long long)v.n_merges, dt);
+    printf("  BPE (%s): %lld merges in %.3f s\n", vs_bpe_pre_name(pre), (long long)v.n_merges, dt);
+    if (pre == VS_BPE_PRE_DIGITS) {
+        int64_t with_digit = 0;
+        for (int64_t i = VS_BPE_FIRST_BYTE + 256; i < v.n_vocab; i++) with_digit += strpbrk(v.tokens[i], "0123456789") != NULL;
+        printf("  merged tokens holding a digit: %lld\n", (long long)with_digit);
+        VT_CHECK(with_digit == 0, "%lld merged tokens hold a digit", (long long)with_digit);
+    }
     char path[1024];
-    snprintf(path, sizeof(path), "%s/tok.gguf", tmp);
+    snprintf(path, sizeof(path), "%s/tok-%s.gguf", tmp, vs_bpe_pre_name(pre));
     VT_REQUIRE(vs_bpe_write_gguf(&v, path, "test", &err) == VS_OK, "write: %s", err.msg);
     /* metadata */
     vs_gguf *g = vs_gguf_open(path, &err);
@@ -612,7 +620,8 @@ static void test_tokenizer(const char *tmp, const vs_world_dataset *train, const
     vs_gguf_str s;
     int64_t x;
     VT_CHECK(vs_gguf_get_str(g, "tokenizer.ggml.model", &s) == 1 && vs_gguf_str_eq(s, "gpt2"), "model gpt2");
-    VT_CHECK(vs_gguf_get_str(g, "tokenizer.ggml.pre", &s) == 1 && vs_gguf_str_eq(s, "gpt-2"), "pre gpt-2");
+    VT_CHECK(vs_gguf_get_str(g, "tokenizer.ggml.pre", &s) == 1 && vs_gguf_str_eq(s, vs_bpe_pre_name(pre)), "pre %s",
+             vs_bpe_pre_name(pre));
     VT_CHECK(vs_gguf_get_int(g, "tokenizer.ggml.bos_token_id", &x) == 1 && x == 1, "bos 1");
     VT_CHECK(vs_gguf_get_int(g, "tokenizer.ggml.eos_token_id", &x) == 1 && x == 2, "eos 2");
     VT_CHECK(vs_gguf_get_int(g, "tokenizer.ggml.unknown_token_id", &x) == 1 && x == 0, "unk 0");
@@ -622,6 +631,21 @@ static void test_tokenizer(const char *tmp, const vs_world_dataset *train, const
     vs_tokenizer *tk = vs_tokenizer_load(path, &err);
     VT_REQUIRE(tk, "tokenizer load: %s", err.msg);
     VT_CHECK(vs_tokenizer_n_vocab(tk) == 1024 && vs_tokenizer_bos(tk) == 1 && vs_tokenizer_eos(tk) == 2, "vocab / specials");
+    VT_CHECK(!strcmp(vs_tokenizer_pre(tk), vs_bpe_pre_name(pre)), "the tokenizer splits with '%s'", vs_tokenizer_pre(tk));
+    if (pre == VS_BPE_PRE_DIGITS) { /* " 21 plums, 134" -> " ", "2", "1", " plums", ",", " ", "1", "3", "4" */
+        int32_t ids[32];
+        int64_t n = 0;
+        VT_CHECK(vs_tokenize(tk, " 21 plums, 134", 14, false, false, ids, 32, &n, &err) == VS_OK, "%s", err.msg);
+        int digits = 0;
+        for (int64_t i = 0; i < n; i++) {
+            size_t len = 0;
+            char *piece = vs_detokenize(tk, &ids[i], 1, 0, &len, &err);
+            VT_REQUIRE(piece, "detokenize: %s", err.msg);
+            digits += len == 1 && piece[0] >= '0' && piece[0] <= '9';
+            vs_free(piece);
+        }
+        VT_CHECK(digits == 5, "' 21 plums, 134': %d single-digit tokens, wanted 5", digits);
+    }
     for (int k = 0; k < 4; k++) VT_CHECK(vs_tokenizer_token_type(tk, k) == VS_TOKEN_CONTROL, "token %d is CONTROL", k);
     VT_CHECK(vs_tokenizer_find(tk, "<image>", 7) == VS_BPE_IMAGE, "<image> id");
     {
@@ -661,7 +685,7 @@ static void test_tokenizer(const char *tmp, const vs_world_dataset *train, const
     printf("  tokenizer: %lld strings, %lld round-trip failures, %lld differ from the trainer's encoding\n", (long long)n_texts,
            (long long)bad, (long long)mism);
     VT_CHECK(bad == 0 && mism == 0, "round trips");
-    printf("  tokens per answer (vocab 1024):");
+    printf("  tokens per answer (vocab 1024, %s):", vs_bpe_pre_name(pre));
     for (int su = 0; su < VS_WORLD_CAPTION; su++)
         if (tok_n[su]) printf(" %s %.1f", vs_world_suite_name((vs_world_suite)su), tok_sum[su] / (double)tok_n[su]);
     printf("; min %lld max %lld\n", (long long)tok_min, (long long)tok_max);
@@ -737,7 +761,8 @@ int main(void) {
     test_language(ate);
     test_bad_records(tmp, a);
     test_bpe_naive();
-    test_tokenizer(tmp, atr, acap, ate);
+    test_tokenizer(tmp, atr, acap, ate, VS_BPE_PRE_GPT2);
+    test_tokenizer(tmp, atr, acap, ate, VS_BPE_PRE_DIGITS);
 
     /* CLI */
     const char *cli = vt_cli();
@@ -758,6 +783,19 @@ int main(void) {
         vs_image_free(&im);
     }
     VT_CHECK(vt_run("%s tokenizer train --data %s/cli --vocab 300 -o %s/cli.gguf > /dev/null", cli, tmp, tmp) == 0, "tokenizer train");
+    VT_CHECK(vt_run("%s tokenizer train --data %s/cli --vocab 300 --pre starcoder -o %s/cli-digits.gguf > /dev/null", cli, tmp,
+                    tmp) == 0,
+             "tokenizer train --pre starcoder");
+    VT_CHECK(vt_run("%s tokenizer train --data %s/cli --pre bpe -o %s/x.gguf 2> /dev/null", cli, tmp, tmp) == 2,
+             "an unknown --pre is a usage error");
+    {
+        char p[1024];
+        snprintf(p, sizeof(p), "%s/cli-digits.gguf", tmp);
+        vs_error e = {0};
+        vs_tokenizer *tk = vs_tokenizer_load(p, &e);
+        VT_CHECK(tk && !strcmp(vs_tokenizer_pre(tk), "starcoder"), "the CLI's --pre starcoder reaches the file");
+        vs_tokenizer_free(tk);
+    }
     VT_CHECK(vt_run("%s data gen --seed 3 2> /dev/null", cli) == 2, "missing --out is a usage error");
     VT_CHECK(vt_run("%s data gen --out %s/x --suites nope 2> /dev/null", cli, tmp) == 2, "bad suite is a usage error");
     VT_CHECK(vt_run("%s data stats %s/missing 2> /dev/null", cli, tmp) == 1, "missing dataset is an error");

@@ -1,6 +1,6 @@
 /* vlmspec tokenizer: tokenizer tools.
- *   tokenizer train --data DIR [--vocab N] [--min-count N] -o TOKENIZER.gguf
- * Trains a byte-level BPE (GPT-2 pre-tokeniser) on the world's training texts (train.jsonl and
+ *   tokenizer train --data DIR [--vocab N] [--min-count N] [--pre gpt-2|starcoder] -o TOKENIZER.gguf
+ * Trains a byte-level BPE (GPT-2 pre-tokeniser, or single digits first: bpe_train.h) on the world's training texts (train.jsonl and
  * captions.jsonl: every conversation rendered as its prompt with answers) and writes it as GGUF
  * tokenizer metadata. */
 #include <stdio.h>
@@ -12,13 +12,16 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: vlmspec tokenizer train --data DIR [--vocab N] [--min-count N] [--name NAME] -o TOKENIZER.gguf\n"
+            "usage: vlmspec tokenizer train --data DIR [--vocab N] [--min-count N] [--pre P] [--name NAME]\n"
+            "                               -o TOKENIZER.gguf\n"
             "\n"
             "train   byte-level BPE on the generated world's training split and captions (docs/world.md);\n"
-            "        writes tokenizer.ggml.* (model gpt2, pre gpt-2) with <unk>=0 <s>=1 </s>=2 <image>=3.\n"
+            "        writes tokenizer.ggml.* (model gpt2, pre P) with <unk>=0 <s>=1 </s>=2 <image>=3.\n"
             "  --data DIR       dataset directory written by 'vlmspec data gen'\n"
             "  --vocab N        vocabulary size including 4 special and 256 byte tokens (default 2048)\n"
             "  --min-count N    never merge pairs seen fewer than N times (default 2)\n"
+            "  --pre P          pre-tokeniser: gpt-2 (default; GPT-2's regex) or starcoder (every digit a\n"
+            "                   token of its own, GPT-2's regex between digits: numbers spelled digit by digit)\n"
             "  --name NAME      general.name (default vlmspec-world-bpe-N)\n"
             "  -o PATH          output GGUF\n");
 }
@@ -45,6 +48,7 @@ static vs_status add_split(vs_bpe_trainer *t, const char *dir, const char *split
 static int cmd_train(int argc, char **argv) {
     const char *data = NULL, *out = NULL, *name = NULL;
     int64_t vocab = 2048, min_count = 2;
+    vs_bpe_pre pre = VS_BPE_PRE_GPT2;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "--data")) {
@@ -59,6 +63,12 @@ static int cmd_train(int argc, char **argv) {
         } else if (!strcmp(a, "--min-count")) {
             if (!(v = cli_value("tokenizer train", argc, argv, &i)) || !cli_parse_i64("tokenizer train", a, v, 2, 1 << 30, &min_count))
                 return 2;
+        } else if (!strcmp(a, "--pre")) {
+            if (!(v = cli_value("tokenizer train", argc, argv, &i))) return 2;
+            if (!vs_bpe_pre_parse(v, &pre)) {
+                fprintf(stderr, "vlmspec tokenizer train: --pre '%s': expected gpt-2 or starcoder\n", v);
+                return 2;
+            }
         } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             return 0;
@@ -73,7 +83,7 @@ static int cmd_train(int argc, char **argv) {
     }
     vs_error err;
     double t0 = vs_time_now();
-    vs_bpe_trainer *t = vs_bpe_trainer_new(&err);
+    vs_bpe_trainer *t = vs_bpe_trainer_new_pre(pre, &err);
     if (!t) return cli_fail_err("tokenizer train", &err);
     int64_t n_texts = 0;
     if (add_split(t, data, "train", &n_texts, &err) != VS_OK || add_split(t, data, "captions", &n_texts, &err) != VS_OK) {
@@ -94,10 +104,10 @@ static int cmd_train(int argc, char **argv) {
     snprintf(defname, sizeof(defname), "vlmspec-world-bpe-%lld", (long long)vocab);
     vs_status st = vs_bpe_write_gguf(&v, out, name ? name : defname, &err);
     if (st == VS_OK)
-        printf("wrote %s: %lld tokens (%lld merges) from %lld texts (%lld pre-tokens, %lld distinct); "
+        printf("wrote %s: %lld tokens (%lld merges, pre %s) from %lld texts (%lld pre-tokens, %lld distinct); "
                "counting %.2f s, merging %.2f s\n",
-               out, (long long)v.n_vocab, (long long)v.n_merges, (long long)n_texts, (long long)n_total, (long long)n_distinct,
-               t1 - t0, t2 - t1);
+               out, (long long)v.n_vocab, (long long)v.n_merges, vs_bpe_pre_name(pre), (long long)n_texts,
+               (long long)n_total, (long long)n_distinct, t1 - t0, t2 - t1);
     if (st == VS_OK && v.n_vocab < vocab)
         printf("note: the corpus ran out of pairs seen %lld+ times before reaching %lld tokens\n", (long long)min_count,
                (long long)vocab);
