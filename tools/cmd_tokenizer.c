@@ -1,8 +1,8 @@
 /* vlmspec tokenizer: tokenizer tools.
  *   tokenizer train --data DIR [--vocab N] [--min-count N] [--pre gpt-2|starcoder] -o TOKENIZER.gguf
- * Trains a byte-level BPE (GPT-2 pre-tokeniser, or single digits first: bpe_train.h) on the world's training texts (train.jsonl and
- * captions.jsonl: every conversation rendered as its prompt with answers) and writes it as GGUF
- * tokenizer metadata. */
+ * Trains a byte-level BPE (GPT-2 pre-tokeniser, or single digits first: bpe_train.h) on the world's
+ * training texts (train.jsonl and captions.jsonl: every conversation rendered as its prompt with
+ * answers) and writes it as GGUF tokenizer metadata. */
 #include <stdio.h>
 #include <string.h>
 
