@@ -94,28 +94,29 @@ static vs_status pretok_init(pretok *p, vs_bpe_pre pre, vs_error *err) {
     return VS_OK;
 }
 
-/* Splits text with one regex: each match and each unmatched gap between matches is passed to fn. opts:
- * PCRE2_NO_UTF_CHECK once the subject was checked. */
-static vs_status re_split(pretok *p, const pcre2_code *re, const char *text, size_t len, uint32_t opts,
-                          vs_status (*fn)(pretok *, const char *, size_t, void *), void *ctx, vs_error *err) {
+/* Splits text with one regex: each match (matched true) and each unmatched gap between matches (false) is
+ * passed to fn. opts: PCRE2_NO_UTF_CHECK once the subject was checked. */
+typedef vs_status split_fn(pretok *p, const char *s, size_t n, bool matched, void *ctx);
+static vs_status re_split(pretok *p, const pcre2_code *re, const char *text, size_t len, uint32_t opts, split_fn *fn,
+                          void *ctx, vs_error *err) {
     PCRE2_SIZE pos = 0;
     vs_status st = VS_OK;
     while (pos < len && !st) {
         int rc = pcre2_match(re, (PCRE2_SPTR)text, len, pos, opts, p->md, NULL);
         opts = PCRE2_NO_UTF_CHECK; /* the whole subject was checked by the first call */
-        if (rc == PCRE2_ERROR_NOMATCH) return fn(p, text + pos, len - pos, ctx);
+        if (rc == PCRE2_ERROR_NOMATCH) return fn(p, text + pos, len - pos, false, ctx);
         if (rc < 0) return vs_error_set(err, VS_ERR_INVALID, "bpe: text is not valid UTF-8 (PCRE2 error %d)", rc);
         PCRE2_SIZE *ov = pcre2_get_ovector_pointer(p->md);
         PCRE2_SIZE ms = ov[0], me = ov[1];
-        if (ms > pos && (st = fn(p, text + pos, ms - pos, ctx))) break; /* an unmatched gap stays a piece */
+        if (ms > pos && (st = fn(p, text + pos, ms - pos, false, ctx))) break; /* a gap stays a piece */
         if (me > ms) {
-            st = fn(p, text + ms, me - ms, ctx);
+            st = fn(p, text + ms, me - ms, true, ctx);
             pos = me;
         } else {
             /* empty match (cannot happen with these regexes): step one UTF-8 character */
             size_t step = 1;
             while (ms + step < len && ((unsigned char)text[ms + step] & 0xC0) == 0x80) step++;
-            st = fn(p, text + ms, step, ctx);
+            st = fn(p, text + ms, step, false, ctx);
             pos = ms + step;
         }
     }
@@ -128,17 +129,16 @@ typedef struct piece_sink {
     vs_error *err;
 } piece_sink;
 
-static vs_status emit_piece(pretok *p, const char *s, size_t n, void *ctx) {
-    (void)p;
+static vs_status emit_piece(pretok *p, const char *s, size_t n, bool matched, void *ctx) {
+    (void)p, (void)matched;
     piece_sink *k = ctx;
     k->fn(k->ctx, s, n);
     return VS_OK;
 }
 
 /* A piece of the digit split: a digit is final, the text between digits goes through GPT-2's regex. */
-static vs_status digit_piece(pretok *p, const char *s, size_t n, void *ctx) {
-    int rc = pcre2_match(p->digit, (PCRE2_SPTR)s, n, 0, PCRE2_NO_UTF_CHECK | PCRE2_ANCHORED, p->md, NULL);
-    if (rc >= 0 && pcre2_get_ovector_pointer(p->md)[1] == n) return emit_piece(p, s, n, ctx);
+static vs_status digit_piece(pretok *p, const char *s, size_t n, bool matched, void *ctx) {
+    if (matched) return emit_piece(p, s, n, true, ctx);
     return re_split(p, p->re, s, n, PCRE2_NO_UTF_CHECK, emit_piece, ctx, ((piece_sink *)ctx)->err);
 }
 
