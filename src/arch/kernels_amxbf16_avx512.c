@@ -173,6 +173,7 @@ void vs_f16_split_bf16_avx512(const uint16_t *w, int64_t n, uint16_t *hi, uint16
 #define VS_STEP_BYTES 2048 /* converted weights of one step: two 16 x 64-byte A tiles */
 #define VS_PF_STEPS 8      /* prefetch distance in input steps (64 bytes of every weight row per step) */
 #define VS_CONV_AHEAD 2    /* F16 conversion runs this many steps ahead of the tile products */
+#define VS_TRANSPOSE_ROWS 4 /* row groups of this many rows or more: csum_transposed, fewer: gathers */
 #define VS_RING 4          /* converted steps on the stack (> VS_CONV_AHEAD) */
 
 /* A tiles of input step s (kk valid inputs) for rows 0 .. valid - 1 of the output tile into dst (rows
@@ -201,6 +202,57 @@ VS_INLINE void convert_step(const uint8_t *wt, size_t rb, bool f16, int valid, i
             _mm512_store_si512(dst + 64 * m, a);
             _mm512_store_si512(dst + 1024 + 64 * m, b);
         }
+    }
+}
+
+/* The sums C[o][2c] + C[o][2c + 1] of a stored C tile for the group's rows c = 0..7, as 8 vectors over the
+ * outputs o (out[c] lane o): pairs of C rows are added lane-wise into (c, o & 1) pairs, then an 8 x 8
+ * transpose of those 64-bit pairs: 40 permutes and 8 adds for all 8 rows, against 2 gathers per row. The
+ * adds are the gathers' (even column + odd column), so the bits are the same (test_kernels' invariance
+ * suite compares every row count with one row). kbench, one thread, 1408 x 512 from L2, medians, old and
+ * new alternating over 5 runs: F16 16 rows 110-114 -> 102-104 us, 8 rows 82-83 -> 78-81; BF16 16 rows
+ * 62-68 -> 60-64 (within the noise); 1-3 rows keep the gathers. */
+VS_INLINE void csum_transposed(const float *cbuf, __m512 out[8]) {
+    const __m512i ie = _mm512_setr_epi32(0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30);
+    const __m512i io = _mm512_add_epi32(ie, _mm512_set1_epi32(1));
+    __m512d s[8], t[8];
+    for (int p = 0; p < 8; p++) { /* s[p] qword c = (sum for o = 2p, sum for o = 2p + 1) */
+        __m512 a = _mm512_load_ps(cbuf + 32 * p), b = _mm512_load_ps(cbuf + 32 * p + 16);
+        s[p] = _mm512_castps_pd(
+            _mm512_add_ps(_mm512_permutex2var_ps(a, ie, b), _mm512_permutex2var_ps(a, io, b)));
+    }
+    for (int i = 0; i < 8; i += 2) /* t[i]: qwords c = 0, 2, 4, 6 of s[i], s[i+1] interleaved; t[i+1]: odd c */
+        t[i] = _mm512_unpacklo_pd(s[i], s[i + 1]), t[i + 1] = _mm512_unpackhi_pd(s[i], s[i + 1]);
+    const __m512i k0 = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13), k1 = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
+    for (int h = 0; h < 2; h++) {    /* h: even or odd c */
+        for (int q = 0; q < 2; q++) { /* q: p = 0..3 or 4..7 */
+            __m512d a = t[4 * q + h], b = t[4 * q + 2 + h];
+            s[4 * q + h] = _mm512_permutex2var_pd(a, k0, b);     /* c = h, h + 4 for p = 4q .. 4q + 3 */
+            s[4 * q + 2 + h] = _mm512_permutex2var_pd(a, k1, b); /* c = h + 2, h + 6 */
+        }
+    }
+    for (int j = 0; j < 4; j++) { /* s[j]: c = cj, cj + 4 for p = 0..3; s[4 + j]: the same c for p = 4..7 */
+        const int c = (j & 1) + 2 * (j >> 1);
+        out[c] = _mm512_castpd_ps(_mm512_shuffle_f64x2(s[j], s[4 + j], 0x44));
+        out[c + 4] = _mm512_castpd_ps(_mm512_shuffle_f64x2(s[j], s[4 + j], 0xee));
+    }
+}
+
+/* y[(8 g + c) * n_out + o_t + o] = C[o][2c] + C[o][2c + 1] for the rows c of group g, from the C tile
+ * stored in cbuf (16 x 16 f32); vm: the tile's valid outputs. */
+VS_INLINE void c_to_y(const vs_mm_job *jb, const float *cbuf, int64_t g, int64_t o_t, __mmask16 vm, bool f16) {
+    const int64_t rows = VS_MIN((int64_t)8, jb->n_rows - 8 * g);
+    __m512 tr[8];
+    if (rows >= VS_TRANSPOSE_ROWS) csum_transposed(cbuf, tr);
+    /* fewer rows: the columns by gathers with stride 16 floats */
+    const __m512i cidx = _mm512_mullo_epi32(
+        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(16));
+    for (int64_t c = 0; c < rows; c++) {
+        __m512 v = rows >= VS_TRANSPOSE_ROWS ? tr[c]
+                                             : _mm512_add_ps(_mm512_i32gather_ps(cidx, cbuf + 2 * c, 4),
+                                                             _mm512_i32gather_ps(cidx, cbuf + 2 * c + 1, 4));
+        if (f16) v = _mm512_mul_ps(v, _mm512_set1_ps(0x1p40f)); /* the scales 2^-102 * 2^62 undone */
+        _mm512_mask_storeu_ps(jb->y + (8 * g + c) * jb->n_out + o_t, vm, v);
     }
 }
 
@@ -274,9 +326,6 @@ static void tile_groups(const vs_mm_job *jb, int64_t o_t, int valid, int64_t g0,
             convert_step(wt, rb, f16, valid, sc, (int)VS_MIN(32, n_in - 32 * sc),
                          panel ? panel + (size_t)sc * VS_STEP_BYTES : ring[sc % VS_RING]);
     }
-    /* y[(8 g + c) * n_out + o_t + o] = C[o][2c] + C[o][2c + 1]: columns by gathers with stride 16 floats */
-    const __m512i cidx = _mm512_mullo_epi32(
-        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(16));
     const __mmask16 vm = valid >= 16 ? 0xffff : (__mmask16)((1u << valid) - 1);
     for (int k = 0; k < ng; k++) {
         switch (k) {
@@ -293,13 +342,7 @@ static void tile_groups(const vs_mm_job *jb, int64_t o_t, int valid, int64_t g0,
             TILE_STORE(3, cbuf, 64);
             break;
         }
-        const int64_t g = g0 + k, rows = VS_MIN((int64_t)8, jb->n_rows - 8 * g);
-        for (int64_t c = 0; c < rows; c++) {
-            __m512 v = _mm512_add_ps(_mm512_i32gather_ps(cidx, cbuf + 2 * c, 4),
-                                     _mm512_i32gather_ps(cidx, cbuf + 2 * c + 1, 4));
-            if (f16) v = _mm512_mul_ps(v, _mm512_set1_ps(0x1p40f)); /* the scales 2^-102 * 2^62 undone */
-            _mm512_mask_storeu_ps(jb->y + (8 * g + c) * jb->n_out + o_t, vm, v);
-        }
+        c_to_y(jb, cbuf, g0 + k, o_t, vm, f16);
     }
 }
 
