@@ -8,16 +8,13 @@
  * so a merge costs time proportional to the words it touches, not to the corpus. */
 #include "bpe_train.h"
 
-#include <pcre2.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "gguf.h"
 #include "heap.h"
+#include "pretok.h"
 
-static const char *const GPT2_REGEX =
-    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
-static const char *const DIGIT_REGEX = "\\p{N}"; /* "starcoder": applied before GPT-2's */
 static const char *const SPECIAL[VS_BPE_N_SPECIAL] = {"<unk>", "<s>", "</s>", "<image>"};
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -45,11 +42,6 @@ static int put_utf8(uint32_t cp, char *o) {
 /* ---------------------------------------------------------------------------------------------- */
 /* pre-tokenisation */
 
-typedef struct pretok {
-    pcre2_code *re, *digit; /* GPT-2's regex; the digit regex or NULL (VS_BPE_PRE_GPT2) */
-    pcre2_match_data *md;
-} pretok;
-
 const char *vs_bpe_pre_name(vs_bpe_pre pre) { return pre == VS_BPE_PRE_DIGITS ? "starcoder" : "gpt-2"; }
 
 bool vs_bpe_pre_parse(const char *name, vs_bpe_pre *out) {
@@ -60,93 +52,38 @@ bool vs_bpe_pre_parse(const char *name, vs_bpe_pre *out) {
     return true;
 }
 
-static pcre2_code *re_compile(const char *pattern, vs_error *err) {
-    int code;
-    PCRE2_SIZE off;
-    pcre2_code *re = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &code, &off, NULL);
-    if (!re) {
-        vs_error_set(err, VS_ERR_INVALID, "bpe: cannot compile the pre-tokeniser regex '%s' (error %d)", pattern, code);
-        return NULL;
-    }
-    pcre2_jit_compile(re, PCRE2_JIT_COMPLETE); /* optional speed-up; falls back to the interpreter */
-    return re;
-}
-
-static void pretok_free(pretok *p) {
-    if (p->md) pcre2_match_data_free(p->md);
-    if (p->re) pcre2_code_free(p->re);
-    if (p->digit) pcre2_code_free(p->digit);
-    memset(p, 0, sizeof(*p));
-}
+/* The trainer's pre-tokenisers are entries of the tokenizer's table (pretok.h), looked up by name, so a
+ * trained vocabulary's text is split exactly as the tokenizer that loads the file splits it. */
+typedef vs_pretok_re pretok;
 
 static vs_status pretok_init(pretok *p, vs_bpe_pre pre, vs_error *err) {
-    memset(p, 0, sizeof(*p));
-    if (!(p->re = re_compile(GPT2_REGEX, err))) return err->code;
-    if (pre == VS_BPE_PRE_DIGITS && !(p->digit = re_compile(DIGIT_REGEX, err))) {
-        pretok_free(p);
-        return err->code;
-    }
-    p->md = pcre2_match_data_create_from_pattern(p->re, NULL);
-    if (!p->md) {
-        pretok_free(p);
-        return vs_error_set(err, VS_ERR_NOMEM, "bpe: out of memory");
-    }
-    return VS_OK;
-}
-
-/* Splits text with one regex: each match (matched true) and each unmatched gap between matches (false) is
- * passed to fn. opts: PCRE2_NO_UTF_CHECK once the subject was checked. */
-typedef vs_status split_fn(pretok *p, const char *s, size_t n, bool matched, void *ctx);
-static vs_status re_split(pretok *p, const pcre2_code *re, const char *text, size_t len, uint32_t opts, split_fn *fn,
-                          void *ctx, vs_error *err) {
-    PCRE2_SIZE pos = 0;
-    vs_status st = VS_OK;
-    while (pos < len && !st) {
-        int rc = pcre2_match(re, (PCRE2_SPTR)text, len, pos, opts, p->md, NULL);
-        opts = PCRE2_NO_UTF_CHECK; /* the whole subject was checked by the first call */
-        if (rc == PCRE2_ERROR_NOMATCH) return fn(p, text + pos, len - pos, false, ctx);
-        if (rc < 0) return vs_error_set(err, VS_ERR_INVALID, "bpe: text is not valid UTF-8 (PCRE2 error %d)", rc);
-        PCRE2_SIZE *ov = pcre2_get_ovector_pointer(p->md);
-        PCRE2_SIZE ms = ov[0], me = ov[1];
-        if (ms > pos && (st = fn(p, text + pos, ms - pos, false, ctx))) break; /* a gap stays a piece */
-        if (me > ms) {
-            st = fn(p, text + ms, me - ms, true, ctx);
-            pos = me;
-        } else {
-            /* empty match (cannot happen with these regexes): step one UTF-8 character */
-            size_t step = 1;
-            while (ms + step < len && ((unsigned char)text[ms + step] & 0xC0) == 0x80) step++;
-            st = fn(p, text + ms, step, false, ctx);
-            pos = ms + step;
-        }
-    }
+    const vs_pretok *def = vs_pretok_find(vs_bpe_pre_name(pre));
+    if (!def) return vs_error_set(err, VS_ERR_UNSUPPORTED, "bpe: no pre-tokeniser '%s'", vs_bpe_pre_name(pre));
+    vs_status st = vs_pretok_compile(p, def, err);
+    if (st) vs_error_wrap(err, "bpe");
     return st;
 }
 
+static void pretok_free(pretok *p) { vs_pretok_re_free(p); }
+
 typedef struct piece_sink {
+    const char *text;
     void (*fn)(void *, const char *, size_t);
     void *ctx;
-    vs_error *err;
 } piece_sink;
 
-static vs_status emit_piece(pretok *p, const char *s, size_t n, bool matched, void *ctx) {
-    (void)p, (void)matched;
+static vs_status emit_piece(void *ctx, size_t off, size_t len) {
     piece_sink *k = ctx;
-    k->fn(k->ctx, s, n);
+    k->fn(k->ctx, k->text + off, len);
     return VS_OK;
-}
-
-/* A piece of the digit split: a digit is final, the text between digits goes through GPT-2's regex. */
-static vs_status digit_piece(pretok *p, const char *s, size_t n, bool matched, void *ctx) {
-    if (matched) return emit_piece(p, s, n, true, ctx);
-    return re_split(p, p->re, s, n, PCRE2_NO_UTF_CHECK, emit_piece, ctx, ((piece_sink *)ctx)->err);
 }
 
 static vs_status pretok_run(pretok *p, const char *text, size_t len, void (*fn)(void *, const char *, size_t), void *ctx,
                             vs_error *err) {
-    piece_sink k = {fn, ctx, err};
-    if (p->digit) return re_split(p, p->digit, text, len, 0, digit_piece, &k, err);
-    return re_split(p, p->re, text, len, 0, emit_piece, &k, err);
+    piece_sink k = {text, fn, ctx};
+    vs_status st = vs_pretok_split(p, text, len, emit_piece, &k, err);
+    if (st) vs_error_wrap(err, "bpe");
+    return st;
 }
 
 /* Splits text at special tokens; calls piece() for text between them and special() for each one. */

@@ -50,7 +50,7 @@ vs_bpe_trainer *vs_bpe_trainer_new(vs_error *err); /* VS_BPE_PRE_GPT2 */
 vs_bpe_trainer *vs_bpe_trainer_new_pre(vs_bpe_pre pre, vs_error *err);
 void vs_bpe_trainer_free(vs_bpe_trainer *t);
 /* Adds one text (UTF-8) to the corpus: special tokens are cut out, the rest is pre-tokenised and its
- * pieces counted. VS_ERR_INVALID for invalid UTF-8. */
+ * pieces counted. Invalid UTF-8 is kept as bytes (gap pieces, as the tokenizer splits it: pretok.h). */
 vs_status vs_bpe_add_text(vs_bpe_trainer *t, const char *text, size_t len, vs_error *err);
 /* Number of distinct pre-tokenised pieces and their total count so far. */
 void vs_bpe_corpus_size(const vs_bpe_trainer *t, int64_t *n_distinct, int64_t *n_total);
@@ -72,7 +72,7 @@ vs_status vs_bpe_encode(const vs_bpe_vocab *v, const char *text, size_t len, int
                         vs_error *err);
 
 /* GPT-2 pre-tokenisation as training sees it: calls fn for each piece of text[0..len) (no special-token
- * handling). VS_ERR_INVALID for invalid UTF-8. */
+ * handling). */
 vs_status vs_bpe_pretokenize(const char *text, size_t len, void (*fn)(void *ctx, const char *piece, size_t n),
                              void *ctx, vs_error *err);
 

@@ -1,15 +1,10 @@
 /* tokenizer_bpe: byte-level BPE (tokenizer.ggml.model "gpt2") over one raw prompt fragment.
- * 1. Pre-tokenise: the regexes of the pre-tokeniser named by tokenizer.ggml.pre (a table below: one
- *    entry per family) split the text into pieces; each regex splits every piece the earlier ones left,
- *    and both its matches and the gaps between them remain pieces. PCRE2 (UTF + Unicode properties)
- *    runs the patterns; invalid UTF-8 never matches, so such bytes end up in gap pieces, unchanged.
+ * 1. Pre-tokenise: the pre-tokeniser named by tokenizer.ggml.pre (pretok.h: its table, one entry per
+ *    family, and the splitter the BPE trainer shares) splits the text into pieces; invalid UTF-8 never
+ *    matches its regexes, so such bytes end up in gap pieces, unchanged.
  * 2. Each piece's bytes start as one symbol per byte (the token of the byte's printable code point in
  *    GPT-2's byte-to-unicode mapping); adjacent pairs merge by rank from tokenizer.ggml.merges (lowest
  *    rank first, ties: leftmost) with a heap, until no adjacent pair has a merge. */
-#ifndef PCRE2_CODE_UNIT_WIDTH
-#define PCRE2_CODE_UNIT_WIDTH 8
-#endif
-#include <pcre2.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -17,45 +12,6 @@
 #include "tokenizer_impl.h"
 
 /* ---------------------------------------------------------------- pre-tokenisers */
-
-/* GPT-2's pattern as llama.cpp applies it (its trailing "|\s+" alternative is not needed: whitespace it
- * would match is left as a gap piece, the same split). */
-#define RE_GPT2 "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)"
-/* LLaMA-3 / Qwen2: case-insensitive contractions spelled out, letters with one leading non-letter,
- * digit groups of up to 3 (LLaMA-3) or single digits (Qwen2). */
-#define RE_LLAMA3_HEAD                                                                                       \
-    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"
-#define RE_LLAMA3_TAIL "| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
-
-static const vs_pretok PRETOKS[] = {
-    /* llama.cpp's fallback when a gpt2 vocabulary names no pre-tokeniser */
-    {"default", {NULL}, {"[\\p{P}\\$\\+<=>\\^~\\|]+", RE_GPT2, "\\p{N}+", "[0-9][0-9][0-9]", NULL}, false},
-    {"gpt-2", {"gpt2", "mpt", "olmo", "jais", NULL}, {RE_GPT2, NULL}, false},
-    {"starcoder",
-     {"refact", "command-r", "smollm", "codeshell", "exaone", "minerva-7b", NULL},
-     {"\\p{N}", RE_GPT2, NULL},
-     false},
-    {"llama3", {"llama-bpe", "llama-v3", NULL}, {RE_LLAMA3_HEAD "\\p{N}{1,3}" RE_LLAMA3_TAIL, NULL}, true},
-    {"qwen2",
-     {"qwen2.5", "qwen-2.5", "deepseek-r1-qwen", "stablelm2", "megrez", NULL},
-     {RE_LLAMA3_HEAD "\\p{N}" RE_LLAMA3_TAIL, NULL},
-     false},
-    {"deepseek-coder",
-     {NULL},
-     {"[\r\n]", "\\s?\\p{L}+", "\\s?\\p{P}+",
-      "[\xE4\xB8\x80-\xE9\xBE\xA5\xE0\xA0\x80-\xE4\xB8\x80\xEA\xB0\x80-\xED\x9F\xBF]+", "\\p{N}", NULL},
-     false},
-};
-
-const vs_pretok *vs_pretok_find(const char *name) {
-    if (!name || !name[0]) name = "default";
-    for (size_t i = 0; i < VS_ARRAY_LEN(PRETOKS); i++) {
-        if (!strcmp(PRETOKS[i].name, name)) return &PRETOKS[i];
-        for (int k = 0; PRETOKS[i].aliases[k]; k++)
-            if (!strcmp(PRETOKS[i].aliases[k], name)) return &PRETOKS[i];
-    }
-    return NULL;
-}
 
 /* ---------------------------------------------------------------- merges map */
 
@@ -97,28 +53,16 @@ vs_status vs_tok_bpe_init(vs_tokenizer *t, const char *pre, const vs_tokenizer_s
     char b1[96], b2[96];
     t->pretok = vs_pretok_find(pre);
     if (!t->pretok) {
-        char known[512] = "";
-        for (size_t i = 0; i < VS_ARRAY_LEN(PRETOKS); i++) {
-            strncat(known, i ? ", " : "", sizeof(known) - strlen(known) - 1);
-            strncat(known, PRETOKS[i].name, sizeof(known) - strlen(known) - 1);
-        }
+        char known[512];
+        vs_pretok_names(known, sizeof(known));
         return vs_error_set(err, VS_ERR_UNSUPPORTED,
                             "tokenizer: pre-tokenizer '%s' is not supported (known: %s)",
                             show(pre, strlen(pre), b1, sizeof(b1)), known);
     }
-    for (int k = 0; t->pretok->regex[k]; k++) {
-        int ec;
-        PCRE2_SIZE eo;
-        pcre2_code *re = pcre2_compile((PCRE2_SPTR)t->pretok->regex[k], PCRE2_ZERO_TERMINATED,
-                                       PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &ec, &eo, NULL);
-        if (!re) {
-            PCRE2_UCHAR msg[160];
-            pcre2_get_error_message(ec, msg, sizeof(msg));
-            return vs_error_set(err, VS_ERR_UNSUPPORTED, "tokenizer: pre-tokenizer '%s' regex %d: %s at %zu",
-                                t->pretok->name, k, (const char *)msg, (size_t)eo);
-        }
-        pcre2_jit_compile(re, PCRE2_JIT_COMPLETE); /* falls back to the interpreter if JIT is unavailable */
-        t->re[t->n_re++] = re;
+    vs_status st = vs_pretok_compile(&t->pre_re, t->pretok, err);
+    if (st) {
+        vs_error_wrap(err, "tokenizer");
+        return st;
     }
 
     /* GPT-2's byte-to-unicode: printable Latin-1 bytes map to themselves, the others to 256, 257, ... */
@@ -193,8 +137,7 @@ vs_status vs_tok_bpe_init(vs_tokenizer *t, const char *pre, const vs_tokenizer_s
 }
 
 void vs_tok_bpe_free(vs_tokenizer *t) {
-    for (int k = 0; k < t->n_re; k++) pcre2_code_free(t->re[k]);
-    t->n_re = 0;
+    vs_pretok_re_free(&t->pre_re);
     vs_free(t->merge_pairs);
     vs_free(t->merges.keys);
     vs_free(t->merges.rank);
@@ -224,55 +167,23 @@ static bool span_push(spanvec *a, size_t off, size_t len) {
     return true;
 }
 
-/* Splits text into pieces with the tokenizer's regexes. */
+static vs_status push_piece(void *ctx, size_t off, size_t len) {
+    return span_push(ctx, off, len) ? VS_OK : VS_ERR_NOMEM;
+}
+
+/* Splits text into pieces with the tokenizer's pre-tokeniser (pretok.h). */
 static vs_status pretokenize(const vs_tokenizer *t, const char *text, size_t len, spanvec *out,
                              vs_error *err) {
-    spanvec a = {0}, b = {0};
-    pcre2_match_data *md = pcre2_match_data_create(16, NULL);
-    vs_status st = VS_OK;
-    if (!md || !span_push(&a, 0, len)) goto nomem;
-    for (int k = 0; k < t->n_re; k++) {
-        const pcre2_code *re = t->re[k];
-        b.n = 0;
-        for (int64_t i = 0; i < a.n; i++) {
-            const char *s = text + a.v[i].off;
-            size_t n = a.v[i].len, pos = 0, gap = 0;
-            while (pos < n) {
-                int rc = pcre2_match(re, (PCRE2_SPTR)s, n, pos, 0, md, NULL);
-                if (rc == PCRE2_ERROR_NOMATCH) break;
-                if (rc < 0) {
-                    PCRE2_UCHAR msg[160];
-                    pcre2_get_error_message(rc, msg, sizeof(msg));
-                    st = vs_error_set(err, VS_ERR_INVALID, "tokenize: pre-tokenizer '%s': %s",
-                                      t->pretok->name, (const char *)msg);
-                    goto done;
-                }
-                PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
-                size_t ms = ov[0], me = ov[1];
-                if (me <= ms) { /* an empty match splits nothing: step over one byte */
-                    pos = ms + 1;
-                    continue;
-                }
-                if (ms > gap && !span_push(&b, a.v[i].off + gap, ms - gap)) goto nomem;
-                if (!span_push(&b, a.v[i].off + ms, me - ms)) goto nomem;
-                gap = pos = me;
-            }
-            if (gap < n && !span_push(&b, a.v[i].off + gap, n - gap)) goto nomem;
-        }
-        spanvec tmp = a;
-        a = b;
-        b = tmp;
+    spanvec a = {0};
+    vs_status st = vs_pretok_split(&t->pre_re, text, len, push_piece, &a, err);
+    if (st) {
+        if (st == VS_ERR_NOMEM) vs_error_set(err, st, "tokenize: out of memory");
+        else vs_error_wrap(err, "tokenize");
+        vs_free(a.v);
+        return st;
     }
     *out = a;
-    a.v = NULL;
-    goto done;
-nomem:
-    st = vs_error_set(err, VS_ERR_NOMEM, "tokenize: out of memory");
-done:
-    if (md) pcre2_match_data_free(md);
-    vs_free(a.v);
-    vs_free(b.v);
-    return st;
+    return VS_OK;
 }
 
 /* ---------------------------------------------------------------- merge loop */

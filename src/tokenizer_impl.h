@@ -2,6 +2,7 @@
 #ifndef VS_TOKENIZER_IMPL_H
 #define VS_TOKENIZER_IMPL_H
 
+#include "pretok.h"
 #include "tokenizer.h"
 
 /* Per-token attribute bits (beyond the type), as llama.cpp assigns them. */
@@ -25,16 +26,6 @@ typedef struct vs_merge_map {
     uint64_t mask;
 } vs_merge_map;
 
-/* A pre-tokeniser: regexes applied in order, each splitting every piece the previous ones left
- * (matches and the gaps between them both stay pieces). */
-#define VS_PRETOK_MAX_RE 6
-typedef struct vs_pretok {
-    const char *name;       /* canonical name */
-    const char *aliases[8]; /* other tokenizer.ggml.pre values selecting it (NULL-terminated) */
-    const char *regex[VS_PRETOK_MAX_RE + 1]; /* NULL-terminated, PCRE2 syntax (UTF + UCP) */
-    bool ignore_merges;                      /* a whole piece that is a token is emitted as is (llama3) */
-} vs_pretok;
-
 struct vs_tokenizer {
     vs_tok_model model;
     int32_t n_vocab;
@@ -48,9 +39,8 @@ struct vs_tokenizer {
     vs_tok_map map;
 
     /* gpt2 */
-    const vs_pretok *pretok;
-    void *re[VS_PRETOK_MAX_RE]; /* pcre2_code * per regex of pretok */
-    int n_re;
+    const vs_pretok *pretok; /* pretok.h */
+    vs_pretok_re pre_re;     /* its compiled regexes */
     int64_t n_merges;
     int32_t *merge_pairs; /* [n_merges][2] (left, right) ids, in rank order */
     vs_merge_map merges;
@@ -92,7 +82,6 @@ vs_status vs_tok_bpe_fragment(const vs_tokenizer *t, const char *text, size_t le
                               vs_error *err);
 
 /* gpt2 set-up: pre-tokeniser lookup + regex compile, byte mapping, merges. */
-const vs_pretok *vs_pretok_find(const char *name);
 vs_status vs_tok_bpe_init(vs_tokenizer *t, const char *pre, const vs_tokenizer_spec *spec, vs_error *err);
 void vs_tok_bpe_free(vs_tokenizer *t);
 /* Writes the UTF-8 of code point cp to out (>= 4 bytes), returns its length. */

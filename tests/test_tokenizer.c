@@ -795,9 +795,11 @@ static void test_shared_models(const char *dir) {
              "gpt-2 vs starcoder: %s", err.msg);
     VT_CHECK(vs_tokenizer_compatible(sc, sc, &err) == VS_OK, "self: %s", err.msg);
 
-    /* the merge loop must not be quadratic: 4x the text may cost well under 16x the time */
+    /* the merge loop must not be quadratic: 16x the text costs 12-33x the time here (linear, with cache
+     * effects; measured on a loaded machine) and 256x when quadratic; the bound, 100x, keeps a 3x margin on
+     * both sides (best of 3 runs each; the old bound, 4x the text under 9x the time, failed under load) */
     {
-        size_t n1 = 1 << 16, n4 = 1 << 18;
+        size_t n1 = 1 << 14, n4 = 1 << 18;
         char *s = malloc(n4 + 1);
         for (size_t i = 0; i < n4; i++) s[i] = "ab"[(i * 7 / 3) % 2]; /* no spaces: one long symbol chain */
         vs_tokenizer *ts[] = {spm, gpt};
@@ -815,7 +817,7 @@ static void test_shared_models(const char *dir) {
                 }
             printf("%s: %zu bytes without spaces in %.4f s, %zu bytes in %.4f s (ratio %.1f)\n",
                    m ? "gpt-2" : "llama-spm", n1, best[0], n4, best[1], best[1] / best[0]);
-            VT_CHECK(best[1] < 9.0 * best[0] + 0.02, "merge loop grows too fast: %.4f s -> %.4f s", best[0],
+            VT_CHECK(best[1] < 100.0 * best[0] + 0.02, "merge loop grows too fast: %.4f s -> %.4f s", best[0],
                      best[1]);
         }
         free(s);

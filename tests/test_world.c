@@ -507,7 +507,8 @@ static void naive_piece(void *ctx, const char *p, size_t n) {
 static void test_bpe_naive(void) {
     const char *texts[] = {"the red circle and the red square sit in the top left", "<image> a large red circle, a small blue star!",
                            "  spaces   and\ttabs\n\nnew lines  ", "numbers 123 4567 and 89, then 123 again",
-                           "it's the robot's lamp; they'll say we've seen it", "aaaa aaaa aaaaaaa bbb abab ababab"};
+                           "it's the robot's lamp; they'll say we've seen it", "aaaa aaaa aaaaaaa bbb abab ababab",
+                           "bad \xff\xfe bytes \xc3 stay bytes \xff\xfe"}; /* invalid UTF-8: gap pieces (pretok.h) */
     vs_error err = {0};
     vs_bpe_trainer *t = vs_bpe_trainer_new(&err);
     VT_REQUIRE(t, "trainer: %s", err.msg);
