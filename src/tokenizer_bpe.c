@@ -11,8 +11,6 @@
 #include "heap.h"
 #include "tokenizer_impl.h"
 
-/* ---------------------------------------------------------------- pre-tokenisers */
-
 /* ---------------------------------------------------------------- merges map */
 
 static uint64_t mix64(uint64_t x) {
