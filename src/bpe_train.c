@@ -54,17 +54,13 @@ bool vs_bpe_pre_parse(const char *name, vs_bpe_pre *out) {
 
 /* The trainer's pre-tokenisers are entries of the tokenizer's table (pretok.h), looked up by name, so a
  * trained vocabulary's text is split exactly as the tokenizer that loads the file splits it. */
-typedef vs_pretok_re pretok;
-
-static vs_status pretok_init(pretok *p, vs_bpe_pre pre, vs_error *err) {
+static vs_status pretok_init(vs_pretok_re *p, vs_bpe_pre pre, vs_error *err) {
     const vs_pretok *def = vs_pretok_find(vs_bpe_pre_name(pre));
     if (!def) return vs_error_set(err, VS_ERR_UNSUPPORTED, "bpe: no pre-tokeniser '%s'", vs_bpe_pre_name(pre));
     vs_status st = vs_pretok_compile(p, def, err);
     if (st) vs_error_wrap(err, "bpe");
     return st;
 }
-
-static void pretok_free(pretok *p) { vs_pretok_re_free(p); }
 
 typedef struct piece_sink {
     const char *text;
@@ -78,7 +74,7 @@ static vs_status emit_piece(void *ctx, size_t off, size_t len) {
     return VS_OK;
 }
 
-static vs_status pretok_run(pretok *p, const char *text, size_t len, void (*fn)(void *, const char *, size_t), void *ctx,
+static vs_status pretok_run(vs_pretok_re *p, const char *text, size_t len, void (*fn)(void *, const char *, size_t), void *ctx,
                             vs_error *err) {
     piece_sink k = {text, fn, ctx};
     vs_status st = vs_pretok_split(p, text, len, emit_piece, &k, err);
@@ -118,11 +114,11 @@ static vs_status split_special(const char *text, size_t len, vs_status (*piece)(
 
 vs_status vs_bpe_pretokenize(const char *text, size_t len, void (*fn)(void *ctx, const char *piece, size_t n), void *ctx,
                              vs_error *err) {
-    pretok p;
+    vs_pretok_re p;
     vs_status st = pretok_init(&p, VS_BPE_PRE_GPT2, err);
     if (st) return st;
     st = pretok_run(&p, text, len, fn, ctx, err);
-    pretok_free(&p);
+    vs_pretok_re_free(&p);
     return st;
 }
 
@@ -135,7 +131,7 @@ typedef struct word {
 } word;
 
 struct vs_bpe_trainer {
-    pretok pt;
+    vs_pretok_re pt;
     vs_bpe_pre pre;
     char *bytes; /* arena of word bytes */
     size_t n_bytes, cap_bytes;
@@ -182,7 +178,7 @@ vs_bpe_trainer *vs_bpe_trainer_new_pre(vs_bpe_pre pre, vs_error *err) {
 
 void vs_bpe_trainer_free(vs_bpe_trainer *t) {
     if (!t) return;
-    pretok_free(&t->pt);
+    vs_pretok_re_free(&t->pt);
     vs_free(t->bytes);
     vs_free(t->words);
     vs_free(t->slots);
@@ -593,7 +589,7 @@ vs_status vs_bpe_write_gguf(const vs_bpe_vocab *v, const char *path, const char 
 
 typedef struct enc_ctx {
     const vs_bpe_vocab *v;
-    pretok *pt;
+    vs_pretok_re *pt;
     const uint64_t *mkeys; /* open-addressing (left,right) -> rank */
     const int32_t *mrank;
     uint64_t mmask;
@@ -668,7 +664,7 @@ static void enc_special(void *ctx, int k) { enc_push(ctx, k); }
 vs_status vs_bpe_encode(const vs_bpe_vocab *v, const char *text, size_t len, int32_t **out, int64_t *n_out, vs_error *err) {
     *out = NULL;
     *n_out = 0;
-    pretok pt;
+    vs_pretok_re pt;
     vs_status st = pretok_init(&pt, v->pre, err);
     if (st) return st;
     uint64_t mmask = 1;
@@ -678,7 +674,7 @@ vs_status vs_bpe_encode(const vs_bpe_vocab *v, const char *text, size_t len, int
     if (!mkeys || !mrank) {
         vs_free(mkeys);
         vs_free(mrank);
-        pretok_free(&pt);
+        vs_pretok_re_free(&pt);
         return vs_error_set(err, VS_ERR_NOMEM, "bpe: out of memory");
     }
     for (uint64_t i = 0; i <= mmask; i++) mkeys[i] = UINT64_MAX;
@@ -696,7 +692,7 @@ vs_status vs_bpe_encode(const vs_bpe_vocab *v, const char *text, size_t len, int
     vs_free(mkeys);
     vs_free(mrank);
     vs_free(c.work);
-    pretok_free(&pt);
+    vs_pretok_re_free(&pt);
     if (st) {
         vs_free(c.ids);
         return st;

@@ -3,12 +3,11 @@
  * with a lazy max-heap: each merge touches only the words that contain the merged pair), and the
  * resulting vocabulary.
  *
- * Pre-tokenisation (vs_bpe_pre) is GPT-2's regex, run through PCRE2 with Unicode properties:
- *   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
- * or, for "starcoder", first every digit (\p{N}) cut out as a piece of its own and GPT-2's regex run
- * on the text between them, so numbers are spelled digit by digit and no merge ever holds a digit. The
- * GGUF records the choice as tokenizer.ggml.pre, and the tokenizer module splits text exactly as
- * training did and reproduces the learned merges. Special tokens are cut out of the text before
+ * Pre-tokenisation (vs_bpe_pre) is the tokenizer's own "gpt-2" or "starcoder" entry of pretok.h, run by
+ * the same splitter: GPT-2's regex, or for "starcoder" first every digit (\p{N}) cut out as a piece of its
+ * own and GPT-2's regex run on the text between them, so numbers are spelled digit by digit and no merge
+ * ever holds a digit. The GGUF records the choice as tokenizer.ggml.pre, so the tokenizer module splits
+ * text exactly as training did and reproduces the learned merges. Special tokens are cut out of the text before
  * pre-tokenisation and never take part in merges.
  *
  * Vocabulary layout written: 0 "<unk>", 1 "<s>", 2 "</s>", 3 "<image>" (all CONTROL), 4..259 the 256
