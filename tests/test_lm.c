@@ -445,6 +445,44 @@ static void test_attn_exp(const attn_isa_set *k) {
     free(x), free(y), free(u), free(g);
 }
 
+/* The AVX-512 exp polynomial and SwiGLU against the AVX2 ones, BITWISE (the same fused operations in the
+ * same order; the scalar twin rounds its polynomial's products separately, so it is only close): every
+ * 61st float bit pattern from -0 to -inf (35M values: subnormals, the 0 cut-off at VS_ATTN_EXP_LO, the
+ * 2^n scaling's whole range) plus both edges of the cut-off. SwiGLU covers both signs (its exp takes
+ * -|x|). */
+static void test_attn_exp_twins(const attn_isa_set *k, const attn_isa_set *ref) {
+    enum { CH = 4096 };
+    float x[CH], y[CH], yr[CH], g[CH], gr[CH], u[CH];
+    long n = 0, bad_exp = 0, bad_sw = 0;
+    uint32_t bits = 0x80000000u;
+    for (int i = 0; i < CH; i++) u[i] = 0.5f + (float)i / CH;
+    for (int done = 0; !done;) {
+        int m = 0;
+        for (; m < CH; m++, bits += 61) {
+            if (bits > 0xff800000u) { done = 1; break; } /* past -inf: NaNs */
+            memcpy(&x[m], &bits, sizeof(float));
+        }
+        if (done && m + 2 <= CH) {
+            x[m++] = VS_ATTN_EXP_LO;
+            x[m++] = nextafterf(VS_ATTN_EXP_LO, 0.0f);
+        }
+        k->exp(y, x, m);
+        ref->exp(yr, x, m);
+        for (int i = 0; i < m; i++) {
+            g[i] = (i & 1) ? -x[i] : x[i];
+            gr[i] = g[i];
+        }
+        k->swiglu(g, u, m);
+        ref->swiglu(gr, u, m);
+        bad_exp += memcmp(y, yr, sizeof(float) * (size_t)m) != 0;
+        bad_sw += memcmp(g, gr, sizeof(float) * (size_t)m) != 0;
+        n += m;
+    }
+    printf("  %-7s exp and swiglu vs %s, bitwise: %ld inputs, %ld / %ld chunks differ\n", k->name, ref->name,
+           n, bad_exp, bad_sw);
+    VT_CHECK(bad_exp == 0 && bad_sw == 0, "%s exp / swiglu are not bitwise equal to %s's", k->name, ref->name);
+}
+
 /* The BF16-cache kernels (kv.h's interleaved layout): BITWISE equal to the scalar references for head
  * dims 2-128, key counts 1-83 (partial 16-key blocks, odd counts), 1-16 queries of different lengths,
  * and batch-invariant (a query alone, over its own keys only, gives the same bits). */
@@ -572,6 +610,7 @@ static void test_attn_kernels(void) {
         if (i > 0) test_attn_kernel_set(&sets[i]);
         test_attn_exp(&sets[i]);
     }
+    if (n >= 3) test_attn_exp_twins(&sets[2], &sets[1]);
     test_attn_bf16_kernels("scalar", vs_attn_scores_bf16_ref, vs_attn_pv_bf16_ref);
     if (n >= 2) test_attn_bf16_kernels("avx2", vs_attn_scores_bf16_avx2, vs_attn_pv_bf16_avx2);
     if (n >= 3) test_attn_bf16_kernels("avx512", vs_attn_scores_bf16_avx512, vs_attn_pv_bf16_avx512);

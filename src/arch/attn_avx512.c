@@ -203,9 +203,9 @@ static inline __m512 exp16(__m512 x) {
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(VS_ATTN_P4));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(VS_ATTN_P5));
     __m512 y = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
-    /* 2^n built from its exponent bits (n >= -126: a normal number), then one rounding multiply */
-    __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
-    return _mm512_maskz_mul_ps(live, y, _mm512_castsi512_ps(e));
+    /* y 2^n with one rounding, in one instruction: for n >= -126 the same bits as building 2^n from its
+     * exponent field and multiplying (every negative float input was checked), as the AVX2 twin does */
+    return _mm512_maskz_scalef_ps(live, y, n);
 }
 
 void vs_attn_exp_avx512(float *y, const float *x, int n) {
@@ -230,29 +230,34 @@ void vs_attn_swiglu_avx512(float *g, const float *u, int64_t n) {
 }
 
 void vs_attn_softmax_avx512(float *s, int T) {
-    __m512 mx = _mm512_set1_ps(-INFINITY);
-    for (int t = 0; t < T; t += 16) {
-        int m = T - t < 16 ? T - t : 16;
-        __mmask16 k = (__mmask16)(m >= 16 ? 0xffff : (1u << m) - 1);
-        mx = _mm512_mask_max_ps(mx, k, mx, _mm512_maskz_loadu_ps(k, s + t));
+    /* full blocks unmasked, the tail masked; one sum vector in block order (the lanes' sums are those of
+     * a plain loop over the blocks) */
+    const int tf = T & ~15, m = T - tf;
+    const __mmask16 k = (__mmask16)((1u << m) - 1);
+    __m512 mx = _mm512_set1_ps(-INFINITY), mx2 = mx;
+    int t = 0;
+    for (; t + 32 <= tf; t += 32) {
+        mx = _mm512_max_ps(mx, _mm512_loadu_ps(s + t));
+        mx2 = _mm512_max_ps(mx2, _mm512_loadu_ps(s + t + 16));
     }
-    __m512 mv = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
+    if (t < tf) mx = _mm512_max_ps(mx, _mm512_loadu_ps(s + t));
+    if (m) mx = _mm512_mask_max_ps(mx, k, mx, _mm512_maskz_loadu_ps(k, s + tf));
+    __m512 mv = _mm512_set1_ps(_mm512_reduce_max_ps(_mm512_max_ps(mx, mx2)));
     __m512 sum = _mm512_setzero_ps();
-    for (int t = 0; t < T; t += 16) {
-        int m = T - t < 16 ? T - t : 16;
-        __mmask16 k = (__mmask16)(m >= 16 ? 0xffff : (1u << m) - 1);
-        __m512 x = _mm512_maskz_loadu_ps(k, s + t);
+    for (t = 0; t < tf; t += 16) {
         /* masked (-inf) entries: exp16 of -inf - max is exactly 0 */
-        __m512 e = _mm512_maskz_mov_ps(k, exp16(_mm512_sub_ps(x, mv)));
+        __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(s + t), mv));
         sum = _mm512_add_ps(sum, e);
-        _mm512_mask_storeu_ps(s + t, k, e);
+        _mm512_storeu_ps(s + t, e);
+    }
+    if (m) {
+        __m512 e = _mm512_maskz_mov_ps(k, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + tf), mv)));
+        sum = _mm512_add_ps(sum, e);
+        _mm512_mask_storeu_ps(s + tf, k, e);
     }
     __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(sum));
-    for (int t = 0; t < T; t += 16) {
-        int m = T - t < 16 ? T - t : 16;
-        __mmask16 k = (__mmask16)(m >= 16 ? 0xffff : (1u << m) - 1);
-        _mm512_mask_storeu_ps(s + t, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, s + t), inv));
-    }
+    for (t = 0; t < tf; t += 16) _mm512_storeu_ps(s + t, _mm512_mul_ps(_mm512_loadu_ps(s + t), inv));
+    if (m) _mm512_mask_storeu_ps(s + tf, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, s + tf), inv));
 }
 
 /* nt queries (<= 4) x nc vectors (<= 4) of output columns [d0, d0 + 16 nc), the last one nl lanes wide. */

@@ -320,18 +320,29 @@ VS_INLINE __m512 exp16(__m512 x) {
 
 void vs_softmax_avx512(float *x, int64_t n) {
     if (n <= 0) return;
-    __m512 vm = _mm512_set1_ps(-INFINITY);
-    for (int64_t i = 0; i < n; i += 16) vm = _mm512_max_ps(vm, _mm512_mask_loadu_ps(vm, tail_mask(n - i), x + i));
-    __m512 mv = _mm512_set1_ps(_mm512_reduce_max_ps(vm)), sv = _mm512_setzero_ps();
-    for (int64_t i = 0; i < n; i += 16) {
-        __mmask16 m = tail_mask(n - i);
-        __m512 e = _mm512_maskz_mov_ps(m, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), mv)));
-        _mm512_mask_storeu_ps(x + i, m, e);
+    /* full blocks unmasked, the tail masked; one sum vector in block order */
+    const int64_t nf = n & ~(int64_t)15;
+    const __mmask16 m = tail_mask(n - nf);
+    __m512 vm = _mm512_set1_ps(-INFINITY), vm2 = vm;
+    int64_t i = 0;
+    for (; i + 32 <= nf; i += 32) {
+        vm = _mm512_max_ps(vm, _mm512_loadu_ps(x + i));
+        vm2 = _mm512_max_ps(vm2, _mm512_loadu_ps(x + i + 16));
+    }
+    if (i < nf) vm = _mm512_max_ps(vm, _mm512_loadu_ps(x + i));
+    if (n > nf) vm = _mm512_max_ps(vm, _mm512_mask_loadu_ps(vm, m, x + nf));
+    __m512 mv = _mm512_set1_ps(_mm512_reduce_max_ps(_mm512_max_ps(vm, vm2))), sv = _mm512_setzero_ps();
+    for (i = 0; i < nf; i += 16) {
+        __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(x + i), mv));
+        _mm512_storeu_ps(x + i, e);
+        sv = _mm512_add_ps(sv, e);
+    }
+    if (n > nf) {
+        __m512 e = _mm512_maskz_mov_ps(m, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + nf), mv)));
+        _mm512_mask_storeu_ps(x + nf, m, e);
         sv = _mm512_add_ps(sv, e);
     }
     __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(sv));
-    for (int64_t i = 0; i < n; i += 16) {
-        __mmask16 m = tail_mask(n - i);
-        _mm512_mask_storeu_ps(x + i, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), inv));
-    }
+    for (i = 0; i < nf; i += 16) _mm512_storeu_ps(x + i, _mm512_mul_ps(_mm512_loadu_ps(x + i), inv));
+    if (n > nf) _mm512_mask_storeu_ps(x + nf, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + nf), inv));
 }
