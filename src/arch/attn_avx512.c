@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "attn_arch.h"
+#include "kernels_arch.h"
 
 #define VS_ATTN_MIN(a, b) ((a) < (b) ? (a) : (b))
 
@@ -234,16 +235,9 @@ void vs_attn_softmax_avx512(float *s, int T) {
      * a plain loop over the blocks) */
     const int tf = T & ~15, m = T - tf;
     const __mmask16 k = (__mmask16)((1u << m) - 1);
-    __m512 mx = _mm512_set1_ps(-INFINITY), mx2 = mx;
-    int t = 0;
-    for (; t + 32 <= tf; t += 32) {
-        mx = _mm512_max_ps(mx, _mm512_loadu_ps(s + t));
-        mx2 = _mm512_max_ps(mx2, _mm512_loadu_ps(s + t + 16));
-    }
-    if (t < tf) mx = _mm512_max_ps(mx, _mm512_loadu_ps(s + t));
-    if (m) mx = _mm512_mask_max_ps(mx, k, mx, _mm512_maskz_loadu_ps(k, s + tf));
-    __m512 mv = _mm512_set1_ps(_mm512_reduce_max_ps(_mm512_max_ps(mx, mx2)));
+    __m512 mv = _mm512_set1_ps(vs_max_f32_avx512(s, T));
     __m512 sum = _mm512_setzero_ps();
+    int t;
     for (t = 0; t < tf; t += 16) {
         /* masked (-inf) entries: exp16 of -inf - max is exactly 0 */
         __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(s + t), mv));

@@ -318,20 +318,26 @@ VS_INLINE __m512 exp16(__m512 x) {
     return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_GE_OQ), v);
 }
 
+float vs_max_f32_avx512(const float *x, int64_t n) {
+    const int64_t nf = n & ~(int64_t)15;
+    __m512 vm = _mm512_set1_ps(-INFINITY), vm2 = vm;
+    int64_t i = 0;
+    for (; i + 32 <= nf; i += 32) { /* two chains over the full blocks */
+        vm = _mm512_max_ps(vm, _mm512_loadu_ps(x + i));
+        vm2 = _mm512_max_ps(vm2, _mm512_loadu_ps(x + i + 16));
+    }
+    if (i < nf) vm = _mm512_max_ps(vm, _mm512_loadu_ps(x + i));
+    if (n > nf) vm = _mm512_max_ps(vm, _mm512_mask_loadu_ps(vm, tail_mask(n - nf), x + nf));
+    return _mm512_reduce_max_ps(_mm512_max_ps(vm, vm2));
+}
+
 void vs_softmax_avx512(float *x, int64_t n) {
     if (n <= 0) return;
     /* full blocks unmasked, the tail masked; one sum vector in block order */
     const int64_t nf = n & ~(int64_t)15;
     const __mmask16 m = tail_mask(n - nf);
-    __m512 vm = _mm512_set1_ps(-INFINITY), vm2 = vm;
-    int64_t i = 0;
-    for (; i + 32 <= nf; i += 32) {
-        vm = _mm512_max_ps(vm, _mm512_loadu_ps(x + i));
-        vm2 = _mm512_max_ps(vm2, _mm512_loadu_ps(x + i + 16));
-    }
-    if (i < nf) vm = _mm512_max_ps(vm, _mm512_loadu_ps(x + i));
-    if (n > nf) vm = _mm512_max_ps(vm, _mm512_mask_loadu_ps(vm, m, x + nf));
-    __m512 mv = _mm512_set1_ps(_mm512_reduce_max_ps(_mm512_max_ps(vm, vm2))), sv = _mm512_setzero_ps();
+    __m512 mv = _mm512_set1_ps(vs_max_f32_avx512(x, n)), sv = _mm512_setzero_ps();
+    int64_t i;
     for (i = 0; i < nf; i += 16) {
         __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(x + i), mv));
         _mm512_storeu_ps(x + i, e);
