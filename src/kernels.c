@@ -579,6 +579,51 @@ void vs_matmul_ex(vs_threadpool *tp, vs_type wtype, const void *w, int64_t n_out
     matmul_impl(tp, wtype, w, NULL, n_out, n_in, x, n_rows, y, flags);
 }
 
+/* The parts of vs_matmul_multi on the tiles: one mm_ctx each, all reading the same converted activations. */
+typedef struct mm_multi_ctx {
+    mm_ctx part[VS_MM_MAX_PARTS];
+    int n;
+} mm_multi_ctx;
+
+static void mm_multi_task(void *p, int ith, int nth) {
+    mm_multi_ctx *m = p;
+    for (int i = 0; i < m->n; i++) mm_task(&m->part[i], ith, nth); /* each part split as a lone call would be */
+}
+
+void vs_matmul_multi(vs_threadpool *tp, vs_type wtype, int64_t n_in, const vs_mm_part *parts, int n_parts,
+                     const float *x, int64_t n_rows, unsigned flags) {
+    /* one conversion only where every part would take the tiles on its own, and in one piece (<= 512 rows) */
+    bool tiles = n_parts > 1 && n_parts <= VS_MM_MAX_PARTS && n_in > 0 && n_rows > 0 && n_rows <= 512 &&
+                 isa_current() == VS_ISA_AMX && !is_quant(wtype);
+    for (int i = 0; tiles && i < n_parts; i++)
+        tiles = parts[i].n_out > 0 && use_amx_bf16(wtype, parts[i].n_out, n_in, flags);
+    if (!tiles) {
+        for (int i = 0; i < n_parts; i++)
+            matmul_impl(tp, wtype, parts[i].w, NULL, parts[i].n_out, n_in, x, n_rows, parts[i].y, flags);
+        return;
+    }
+    const size_t rb = vs_type_row_bytes(wtype, n_in);
+    const size_t xbb = vs_xb_bytes(wtype, n_in, n_rows), pb = vs_mm_amx_bf16_panel_bytes(n_in, n_rows);
+    const size_t bytes = xbb + pb * (size_t)vs_threadpool_size(tp);
+    void *owned = NULL;
+    uint8_t *buf = tp ? vs_threadpool_scratch(tp, bytes) : (owned = vs_malloc(bytes));
+    if (!buf) {
+        for (int i = 0; i < n_parts; i++)
+            vs_matmul_ref(wtype, parts[i].w, parts[i].n_out, n_in, x, n_rows, parts[i].y);
+        return;
+    }
+    mm_multi_ctx m = {.n = n_parts};
+    for (int i = 0; i < n_parts; i++)
+        m.part[i] = (mm_ctx){.job = {.wtype = wtype, .w = parts[i].w, .w_row_bytes = rb, .n_out = parts[i].n_out,
+                                     .n_in = n_in, .n_rows = n_rows, .x = x, .y = parts[i].y, .xb = buf,
+                                     .panels = pb ? buf + xbb : NULL, .panel_bytes = pb},
+                             .isa = VS_ISA_AMX, .q_rows = vs_xb_G(n_rows) * 8, .xq_out = buf};
+    if (m.part[0].q_rows >= 32 && vs_threadpool_size(tp) > 1) vs_threadpool_run(tp, quant_task, &m.part[0]);
+    else quant_rows(&m.part[0], 0, m.part[0].q_rows);
+    vs_threadpool_run(tp, mm_multi_task, &m);
+    vs_free(owned);
+}
+
 /* ---- Q4_0 repacked for the AMX kernels (layout in kernels.h) ---- */
 
 bool vs_q4x16_wanted(void) {
@@ -743,3 +788,16 @@ void vs_rmsnorm_ref(float *out, const float *x, const float *weight, int64_t n, 
 void vs_softmax_inplace_ref(float *x, int64_t n) { softmax_ref(x, n); }
 float vs_dot_f32_ref(const float *a, const float *b, int64_t n) { return dot_ref(a, b, n); }
 void vs_axpy_f32_ref(float *y, float a, const float *x, int64_t n) { axpy_ref(y, a, x, n); }
+
+int64_t vs_argmax_f32_ref(const float *x, int64_t n) {
+    int64_t best = -1;
+    for (int64_t i = 0; i < n; i++) {
+        if (isnan(x[i])) continue;
+        if (best < 0 || x[i] > x[best]) best = i;
+    }
+    return best;
+}
+
+int64_t vs_argmax_f32(const float *x, int64_t n) {
+    return vec_isa() == VS_ISA_AVX512 ? vs_argmax_f32_avx512(x, n) : vs_argmax_f32_ref(x, n);
+}

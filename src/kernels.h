@@ -56,6 +56,18 @@ void vs_matmul(vs_threadpool *tp, vs_type wtype, const void *w, int64_t n_out, i
 enum { VS_MM_DEFAULT = 0, VS_MM_AMX_BF16 = 1, VS_MM_NO_AMX_BF16 = 2 };
 void vs_matmul_ex(vs_threadpool *tp, vs_type wtype, const void *w, int64_t n_out, int64_t n_in,
                   const float *x, int64_t n_rows, float *y, unsigned flags);
+/* Several matrices of one type over the same activations (a layer's q, k and v; gate and up):
+ * parts[i].y = x W_i^T, W_i = parts[i].w of parts[i].n_out rows of n_in values. Results are BITWISE those of
+ * vs_matmul_ex on each part with the same flags; when every part takes the AMX-BF16 tiles the activations are
+ * converted into the tiles' layout once and all parts run in one pool dispatch (otherwise: separate calls). */
+typedef struct vs_mm_part {
+    const void *w;
+    int64_t n_out;
+    float *y; /* (n_rows, n_out) */
+} vs_mm_part;
+#define VS_MM_MAX_PARTS 4
+void vs_matmul_multi(vs_threadpool *tp, vs_type wtype, int64_t n_in, const vs_mm_part *parts, int n_parts,
+                     const float *x, int64_t n_rows, unsigned flags);
 /* Q4_0 weights repacked at load time for the AMX kernels (the "q4x16" layout). The AMX Q4_0 kernels
  * want a block's nibbles with lane o = output o of a 16-output tile (docs/kernels.md); on GGUF rows they
  * transpose 16 rows' bytes and gather 16 scales per block, which makes 5+ rows compute-bound. Repacked,
@@ -104,10 +116,13 @@ void vs_rmsnorm(float *out, const float *x, const float *weight, int64_t n, floa
 void vs_softmax_inplace(float *x, int64_t n);
 float vs_dot_f32(const float *a, const float *b, int64_t n);
 void vs_axpy_f32(float *y, float a, const float *x, int64_t n); /* y += a * x */
+/* argmax: the lowest index of the largest non-NaN entry (-1 when every entry is NaN or n <= 0). */
+int64_t vs_argmax_f32(const float *x, int64_t n);
 /* Their scalar twins (tests compare the dispatched versions against these). */
 void vs_rmsnorm_ref(float *out, const float *x, const float *weight, int64_t n, float eps);
 void vs_softmax_inplace_ref(float *x, int64_t n);
 float vs_dot_f32_ref(const float *a, const float *b, int64_t n);
 void vs_axpy_f32_ref(float *y, float a, const float *x, int64_t n);
+int64_t vs_argmax_f32_ref(const float *x, int64_t n);
 
 #endif

@@ -765,6 +765,21 @@ static void matmul_ex(vs_threadpool *tp, const vs_lm_mat *m, const float *x, int
     else vs_matmul_ex(tp, m->type, m->data, m->n_out, m->n_in, x, n, y, flags);
 }
 
+/* Matrices over the same input (q, k, v; gate, up) as one vs_matmul_multi call when they share a type and
+ * none is repacked (the tiles then convert the input once); bitwise the same as one call each. */
+static void matmul_shared(vs_threadpool *tp, const vs_lm_mat *const *m, float *const *y, int k, const float *x,
+                          int n, unsigned flags) {
+    bool one = true;
+    for (int i = 0; i < k; i++) one &= !m[i]->packed && m[i]->type == m[0]->type && m[i]->n_in == m[0]->n_in;
+    if (!one) {
+        for (int i = 0; i < k; i++) matmul_ex(tp, m[i], x, n, y[i], flags);
+        return;
+    }
+    vs_mm_part parts[VS_MM_MAX_PARTS];
+    for (int i = 0; i < k; i++) parts[i] = (vs_mm_part){m[i]->data, m[i]->n_out, y[i]};
+    vs_matmul_multi(tp, m[0]->type, m[0]->n_in, parts, k, x, n, flags);
+}
+
 /* ------------------------------------------------------------------------------------------------ */
 /* forward */
 
@@ -917,17 +932,16 @@ vs_status vs_lm_forward(vs_lm *lm, vs_kv *kv, vs_threadpool *tp, const vs_lm_row
         f.layer = l;
         /* attention block */
         if (l == 0) norm_rows(lm, tp, lm->x, lm->xn, L->attn_norm, n); /* later layers: fused below */
-        matmul_ex(tp, &L->wq, lm->xn, n, lm->q, mmf);
-        matmul_ex(tp, &L->wk, lm->xn, n, lm->k, mmf);
-        matmul_ex(tp, &L->wv, lm->xn, n, lm->v, mmf);
+        matmul_shared(tp, (const vs_lm_mat *const[]){&L->wq, &L->wk, &L->wv}, (float *const[]){lm->q, lm->k, lm->v},
+                      3, lm->xn, n, mmf);
         run_job(tp, job_rope_store, &f, (int64_t)n * (c->n_head + 2 * c->n_head_kv) * c->head_dim);
         run_job(tp, job_attention, &f, attn_work);
         matmul_ex(tp, &L->wo, lm->att, n, lm->tmp, mmf);
         add_norm_job an = {lm, n, lm->x, lm->tmp, lm->xn, L->ffn_norm};
         run_job(tp, job_add_norm, &an, (int64_t)n * c->n_embd);
         /* feed-forward block */
-        matmul_ex(tp, &L->w_gate, lm->xn, n, lm->gate, mmf);
-        matmul_ex(tp, &L->w_up, lm->xn, n, lm->up, mmf);
+        matmul_shared(tp, (const vs_lm_mat *const[]){&L->w_gate, &L->w_up}, (float *const[]){lm->gate, lm->up}, 2,
+                      lm->xn, n, mmf);
         swiglu_job sj = {lm->gate, lm->up, (int64_t)n * c->n_ff, lm->attn_isa};
         run_job(tp, job_swiglu, &sj, sj.n);
         matmul_ex(tp, &L->w_down, lm->gate, n, lm->tmp, mmf);

@@ -6,6 +6,8 @@
  * every cut is deterministic. Sums are accumulated in double. */
 #include "sample.h"
 
+#include "kernels.h"
+
 #include <assert.h>
 #include <math.h>
 #include <string.h>
@@ -88,12 +90,7 @@ double vs_sampler_uniform(vs_sampler *s) { return vs_rng_uniform(&s->rng); }
 
 int32_t vs_argmax(const float *x, int64_t n) {
     assert(n <= INT32_MAX);
-    int64_t best = -1;
-    for (int64_t i = 0; i < n; i++) {
-        if (isnan(x[i])) continue;
-        if (best < 0 || x[i] > x[best]) best = i;
-    }
-    return (int32_t)best;
+    return (int32_t)vs_argmax_f32(x, n);
 }
 
 /* --- selection ---------------------------------------------------------------------------------- */

@@ -19,11 +19,12 @@
  *   - bad input: missing caption, empty caption (documented fallback), pool size larger than the grid,
  *     unknown / repeated inputs, unknown policy, missing projector or features, vocabulary mismatch;
  *   - the weight trace matches the engine's blocks.
- * `test_ensemble bench [THREADS [WIDTH LAYERS [f32|f16|bf16 [KV [HEADS KV_HEADS FFN [mm]]]]]]` times a batched
+ * `test_ensemble bench [THREADS [WIDTH LAYERS [f32|f16|bf16 [KV [HEADS KV_HEADS FFN [mm [MODEL]]]]]]]` times a batched
  * 4-row draft step against a 1-row step instead (report only): text prompts of 16-600 positions (caches F32,
  * F16, BF16), and the draft steps of the ensemble drafter (cache KV: f32, f16 or bf16, the default) with
  * multimodal prompts whose M row is 600 (one 576-row image as TABED's setting, and 9 images of 64 rows);
- * `mm`: those alone. */
+ * `mm`: those alone; MODEL: a GGUF with the bench's vocabulary of 2048 (models/draft-llava.gguf, the shipped
+ * drafter) instead of random weights of the given shape. */
 #include <string.h>
 #include <unistd.h>
 
@@ -43,6 +44,7 @@ static vs_type g_model_type = VS_TYPE_F32; /* the bench's F16 / BF16 runs change
 static vs_type g_bench_kv = VS_TYPE_BF16;  /* the bench's ensemble drafters' cache */
 static int g_bench_heads = 4, g_bench_kv_heads = 0, g_bench_ffn = 0; /* bench shape (0: H / 2, 4 x width) */
 static bool g_bench_mm_only = false; /* bench ... mm: the multimodal draft steps alone */
+static const char *g_bench_model;    /* bench ... mm FILE: this GGUF (the shipped drafter) instead of random weights */
 
 static vs_lm *make_model(int E, int L, int H, int F, int V, float std, uint64_t seed, int n_ctx,
                          const char *name) {
@@ -1115,13 +1117,25 @@ static int bench(int threads, int E, int L) {
     vs_error err = {0};
     vs_threadpool *tp = threads > 1 ? vs_threadpool_new(threads, &err) : NULL;
     const int V = 2048, P = 600, REPS = E > 256 ? 60 : 300;
-    vs_lm *lm = make_model(E, L, g_bench_heads, g_bench_ffn > 0 ? g_bench_ffn : 4 * E, V, 0.05f, 5, 1024,
-                           "ens-bench.gguf");
+    vs_lm *lm = NULL;
+    if (g_bench_model) {
+        lm = vs_lm_load(g_bench_model, &err);
+        VT_REQUIRE(lm, "bench model: %s", err.msg);
+        const vs_lm_config *mc = vs_lm_cfg(lm);
+        VT_REQUIRE(mc->n_vocab == V, "bench model %s: vocabulary %d, the bench's prompts need %d", g_bench_model,
+                   mc->n_vocab, V);
+        E = mc->n_embd, L = mc->n_layer;
+        g_model_type = mc->wtype;
+    } else {
+        lm = make_model(E, L, g_bench_heads, g_bench_ffn > 0 ? g_bench_ffn : 4 * E, V, 0.05f, 5, 1024,
+                        "ens-bench.gguf");
+    }
     vs_rng r;
     const vs_lm_config *bc = vs_lm_cfg(lm);
-    printf("bench (threads %d; shared machine: noisy): drafter-sized model (width %d, %d layers, %d / %d heads, "
+    printf("bench (threads %d; shared machine: noisy): %s (width %d, %d layers, %d / %d heads, "
            "SwiGLU %d, vocab %d, %s)\n",
-           threads, E, L, bc->n_head, bc->n_head_kv, bc->n_ff, V, vs_type_name(g_model_type));
+           threads, g_bench_model ? g_bench_model : "random drafter-sized model", E, L, bc->n_head, bc->n_head_kv,
+           bc->n_ff, V, vs_type_name(g_model_type));
     const int plens[3] = {16, 200, 600};
     const bool wide = E > 256; /* a wide model: only 600 positions, F16 KV, one pass (prefills are costly) */
     for (int pi = wide ? 2 : 0; !g_bench_mm_only && pi < 3; pi++)
@@ -1180,6 +1194,7 @@ int main(int argc, char **argv) {
         if (argc > 9)
             g_bench_heads = atoi(argv[7]), g_bench_kv_heads = atoi(argv[8]), g_bench_ffn = atoi(argv[9]);
         g_bench_mm_only = argc > 10 && !strcmp(argv[10], "mm");
+        g_bench_model = g_bench_mm_only && argc > 11 ? argv[11] : NULL;
         static const char *const names[3] = {"f32", "f16", "bf16"};
         static const vs_type types[3] = {VS_TYPE_F32, VS_TYPE_F16, VS_TYPE_BF16};
         for (int i = 0; i < 3; i++) {

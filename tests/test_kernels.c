@@ -511,6 +511,70 @@ static void test_batch_invariance(vs_isa isa, vs_threadpool **pools, int n_pools
            n_pools, bad);
 }
 
+/* vs_matmul_multi (several matrices over the same activations, one conversion on the tiles) is BITWISE the
+ * separate vs_matmul_ex calls: every weight type (the quantised ones and F32 take separate calls), part
+ * shapes of a layer's q / k / v and odd ones, row counts on both sides of the tiles' group and panel sizes,
+ * one thread and two. `tiles` counts the cases where every part ran on the tiles (the shared conversion). */
+static void test_matmul_multi(vs_isa isa, vs_threadpool **pools, int n_pools) {
+    static const int64_t shapes[][4] = {{192, 192, 64, 64}, {301, 37, 130, 5}, {512, 512, 512, 0}};
+    static const int64_t ns[] = {1, 3, 4, 8, 9, 33, 130, 600};
+    vs_rng rng;
+    vs_rng_seed(&rng, 777 + (uint64_t)isa);
+    int bad = 0, cases = 0, tiles = 0;
+    for (size_t ti = 0; ti < VS_ARRAY_LEN(k_types); ti++) {
+        const vs_type t = k_types[ti];
+        for (size_t si = 0; si < VS_ARRAY_LEN(shapes); si++) {
+            const int64_t n_in = is_quant(t) && shapes[si][0] % 32 ? 288 : shapes[si][0]; /* whole blocks */
+            if (isa == VS_ISA_SCALAR && n_in > 301) continue; /* slow, and nothing the other shapes miss */
+            int np = 0;
+            while (np < 3 && shapes[si][1 + np] > 0) np++;
+            const size_t rb = vs_type_row_bytes(t, n_in);
+            uint8_t *w[3];
+            float *y[3], *ys[3];
+            float *x = malloc(sizeof(float) * (size_t)(600 * n_in)), *tmp = malloc(sizeof(float) * (size_t)n_in);
+            for (int64_t i = 0; i < 600 * n_in; i++) x[i] = vs_rng_normal(&rng) * (i % 97 == 5 ? 50.0f : 1.0f);
+            vs_mm_part parts[3];
+            bool all_tiles = true;
+            for (int k = 0; k < np; k++) {
+                const int64_t no = shapes[si][1 + k];
+                w[k] = vs_malloc(rb * (size_t)no);
+                for (int64_t o = 0; o < no; o++) {
+                    for (int64_t i = 0; i < n_in; i++) tmp[i] = vs_rng_normal(&rng) * 0.5f;
+                    vs_quantize_row(t, tmp, w[k] + o * rb, n_in);
+                }
+                y[k] = malloc(sizeof(float) * (size_t)(600 * no));
+                ys[k] = malloc(sizeof(float) * (size_t)(600 * no));
+                parts[k] = (vs_mm_part){w[k], no, y[k]};
+                all_tiles &= on_split_path(t, no, n_in);
+            }
+            for (int pi = 0; pi < n_pools; pi++)
+                for (size_t ni = 0; ni < VS_ARRAY_LEN(ns); ni++) {
+                    const int64_t n = ns[ni];
+                    if (isa == VS_ISA_SCALAR && n > 33) continue;
+                    for (int k = 0; k < np; k++) {
+                        mm(pools[pi], t, w[k], parts[k].n_out, n_in, x, n, ys[k]);
+                        memset(y[k], 0xff, sizeof(float) * (size_t)(n * parts[k].n_out)); /* NaN: must be written */
+                    }
+                    /* other activations through the same scratch first: stale conversions must not pass */
+                    mm(pools[pi], t, w[0], parts[0].n_out, n_in, x + (600 - n) * n_in, n, y[0]);
+                    memset(y[0], 0xff, sizeof(float) * (size_t)(n * parts[0].n_out));
+                    vs_matmul_multi(pools[pi], t, n_in, parts, np, x, n, g_mm_flags);
+                    for (int k = 0; k < np; k++)
+                        bad += memcmp(y[k], ys[k], sizeof(float) * (size_t)(n * parts[k].n_out)) != 0;
+                    cases++;
+                    tiles += all_tiles && np > 1 && n <= 512;
+                }
+            for (int k = 0; k < np; k++) vs_free(w[k]), free(y[k]), free(ys[k]);
+            free(x), free(tmp);
+        }
+    }
+    VT_CHECK(bad == 0, "%s: %d parts of vs_matmul_multi differ from separate products", vs_isa_name(isa), bad);
+    if (isa == VS_ISA_AMX && vs_cpu_amx_bf16() && (g_mm_flags & VS_MM_AMX_BF16) && !getenv("VLMSPEC_AMX_BF16"))
+        VT_CHECK(tiles > 0, "vs_matmul_multi: no case took the shared conversion on the tiles");
+    printf("kernels: %s vs_matmul_multi: %d cases (%d with one shared conversion), %d differing parts\n",
+           vs_isa_name(isa), cases, tiles, bad);
+}
+
 /* Q4_0 repacked (the q4x16 layout of kernels.h): the layout read back by its documented rule gives every
  * weight and scale of the GGUF rows; vs_matmul_q4x16 is BITWISE equal to vs_matmul on the GGUF rows (on
  * AMX it reads the copy, elsewhere the rows), for every row count and thread count. */
@@ -627,6 +691,33 @@ static void test_vector_ops(vs_isa isa) {
         free(o2);
     }
     VT_CHECK(bad == 0, "%s vector ops: %d mismatches", vs_isa_name(isa), bad);
+    /* argmax: the same index as the scalar loop (NaN skipped, the first of equal maxima, -0 == +0, all NaN
+     * -> -1), the maximum at every position of every length up to 70 and in long rows */
+    int abad = 0, acases = 0;
+    float *x = malloc(sizeof(float) * 4099);
+    for (int64_t n = 0; n <= 4099; n = n < 70 ? n + 1 : n * 2 + 1) {
+        for (int64_t at = 0; at < n || (n == 0 && at == 0); at += n < 70 ? 1 : 37) {
+            for (int kind = 0; kind < 6; kind++) {
+                for (int64_t i = 0; i < n; i++) {
+                    x[i] = vs_rng_normal(&rng);
+                    if (kind == 1 && i % 3 == 0) x[i] = NAN;
+                    if (kind == 2) x[i] = -INFINITY;
+                    if (kind == 3) x[i] = i % 2 ? 0.0f : -0.0f;
+                    if (kind == 4) x[i] = NAN;
+                    if (kind == 5) x[i] = (float)(i % 5); /* ties everywhere */
+                }
+                if (n > 0 && kind != 4) x[at] = kind == 2 ? -INFINITY : kind == 3 ? -0.0f : 9.0f;
+                if (n > 1 && kind == 0) x[n - 1 - at] = 9.0f; /* two equal maxima */
+                abad += vs_argmax_f32(x, n) != vs_argmax_f32_ref(x, n);
+                acases++;
+            }
+            if (n == 0) break;
+        }
+    }
+    x[0] = NAN, x[1] = 1.0f;
+    abad += vs_argmax_f32(x, 2) != 1 || vs_argmax_f32_ref(x, 2) != 1;
+    free(x);
+    VT_CHECK(abad == 0, "%s argmax: %d of %d cases differ from the scalar loop", vs_isa_name(isa), abad, acases);
 }
 
 int main(void) {
@@ -647,6 +738,7 @@ int main(void) {
             if (pass) printf("kernels: amx again, F16/BF16 of every size on AMX-BF16 tiles\n");
             test_matmul((vs_isa)isa, pools, 3);
             test_batch_invariance((vs_isa)isa, pools, 2);
+            test_matmul_multi((vs_isa)isa, pools, 2);
             test_f16_large_weights(pools[1]);
         }
         g_mm_flags = VS_MM_DEFAULT;

@@ -135,6 +135,7 @@ void vs_mm_avx512(const vs_mm_job *job, int64_t o0, int64_t o1);
 void vs_rmsnorm_avx512(float *out, const float *x, const float *weight, int64_t n, float eps);
 void vs_softmax_avx512(float *x, int64_t n);
 float vs_max_f32_avx512(const float *x, int64_t n); /* max of x[0..n), n >= 1 (-inf entries allowed) */
+int64_t vs_argmax_f32_avx512(const float *x, int64_t n); /* vs_argmax_f32 (kernels.h) */
 float vs_dot_f32_avx512(const float *a, const float *b, int64_t n);
 void vs_axpy_f32_avx512(float *y, float a, const float *x, int64_t n);
 

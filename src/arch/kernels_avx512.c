@@ -331,6 +331,34 @@ float vs_max_f32_avx512(const float *x, int64_t n) {
     return _mm512_reduce_max_ps(_mm512_max_ps(vm, vm2));
 }
 
+/* The largest non-NaN value (vmaxps returns its second operand when the first is NaN, so NaN entries never
+ * enter the running maxima), then the first index holding a value equal to it: the scalar loop's "first of
+ * equal maxima" (-0 and +0 compare equal there too). */
+int64_t vs_argmax_f32_avx512(const float *x, int64_t n) {
+    if (n <= 0) return -1;
+    const int64_t nf = n & ~(int64_t)15;
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    __m512 vm = ninf, vm2 = ninf;
+    int64_t i = 0;
+    for (; i + 32 <= nf; i += 32) {
+        vm = _mm512_max_ps(_mm512_loadu_ps(x + i), vm);
+        vm2 = _mm512_max_ps(_mm512_loadu_ps(x + i + 16), vm2);
+    }
+    if (i < nf) vm = _mm512_max_ps(_mm512_loadu_ps(x + i), vm);
+    if (n > nf) vm = _mm512_max_ps(_mm512_mask_loadu_ps(ninf, tail_mask(n - nf), x + nf), vm);
+    const __m512 best = _mm512_set1_ps(_mm512_reduce_max_ps(_mm512_max_ps(vm, vm2)));
+    for (i = 0; i < nf; i += 16) {
+        __mmask16 eq = _mm512_cmp_ps_mask(_mm512_loadu_ps(x + i), best, _CMP_EQ_OQ);
+        if (eq) return i + __builtin_ctz(eq);
+    }
+    if (n > nf) {
+        __mmask16 eq = _mm512_mask_cmp_ps_mask(tail_mask(n - nf), _mm512_maskz_loadu_ps(tail_mask(n - nf), x + nf),
+                                               best, _CMP_EQ_OQ);
+        if (eq) return nf + __builtin_ctz(eq);
+    }
+    return -1; /* every entry NaN */
+}
+
 void vs_softmax_avx512(float *x, int64_t n) {
     if (n <= 0) return;
     /* full blocks unmasked, the tail masked; one sum vector in block order */
