@@ -104,9 +104,9 @@ typedef struct ens {
     /* buffers */
     float *logits; /* [width][m][V] the rows' logits of the current step (branch-major) */
     float *qrow;   /* [qcap][m][V] each row's q of each distribution of the block (id = the q row: 0 for
-                    * depth 1, else the node's index) */
+                    * depth 1, else the node's index); only for policies that learn (NULL otherwise) */
     int32_t qcap;
-    float *qtmp;    /* [V] sampling siblings without replacement */
+    float *qtmp;    /* [V] sampling siblings without replacement; dist's scratch row when nothing learns */
     int32_t *panc;  /* [cap_panc] cached-ancestor slot lists of the tree rows of one step */
     int32_t cap_panc;
     float *qens;      /* [V] q_ens when drafting greedily */
@@ -496,31 +496,34 @@ static int32_t argmin(const float *x, int32_t n) {
     return best;
 }
 
-/* Distribution `id` of the block from the m rows' logits lg [m][V]: each row's q_r into qrow[id], q_ens
- * into *qo (the proposal's q row id when sampling, d->qens when greedy). m = 1 greedy: *qo = NULL (the
- * logits decide; no history for m = 1). */
+/* Distribution `id` of the block from the m rows' logits lg [m][V]: q_ens into *qo (the proposal's q row id
+ * when sampling, d->qens when greedy); each row's q_r into qrow[id] when the policy learns from them (the
+ * commit's history), else into one scratch row that stays in L1 (the block's qrow lines would come from
+ * memory: the target's verification streams its weights through the caches between blocks). m = 1
+ * greedy: *qo = NULL (the logits decide; no history for m = 1). */
 static vs_status dist(ens *d, const float *lg, int32_t id, vs_spec_proposal *out, const float **qo,
                       vs_error *err) {
     const int32_t m = d->m, V = d->n_vocab;
     vs_status st;
     *qo = NULL;
     if (m == 1 && d->greedy) return VS_OK;
-    float *qr = d->qrow + (size_t)id * (size_t)m * (size_t)V;
-    for (int32_t r = 0; r < m; r++)
-        if ((st = transform(d, lg + (size_t)r * V, qr + (size_t)r * V, err))) return st;
     float *q = d->greedy ? d->qens : out->q + (size_t)id * V;
-    if (m == 1) {
-        memcpy(q, qr, sizeof(float) * (size_t)V);
-    } else {
-        /* sum_r (w_r / sum w) q_r: each q_r sums to 1, so q_ens does too (to float rounding) */
-        double ws = 0;
-        for (int32_t r = 0; r < m; r++) ws += d->w[r] > 0 ? d->w[r] : 0;
-        if (!(ws > 0))
-            return vs_error_set(err, VS_ERR_INVALID, "%s: the ensemble distribution is empty", dname(d));
-        memset(q, 0, sizeof(float) * (size_t)V);
-        for (int32_t r = 0; r < m; r++)
-            if (d->w[r] > 0) vs_axpy_f32(q, (float)(d->w[r] / ws), qr + (size_t)r * V, V);
+    if (m == 1) { /* never learns */
+        if ((st = transform(d, lg, q, err))) return st;
+        *qo = q;
+        return VS_OK;
     }
+    /* sum_r (w_r / sum w) q_r: each q_r sums to 1, so q_ens does too (to float rounding) */
+    double ws = 0;
+    for (int32_t r = 0; r < m; r++) ws += d->w[r] > 0 ? d->w[r] : 0;
+    float *qr = d->learns ? d->qrow + (size_t)id * (size_t)m * (size_t)V : NULL;
+    memset(q, 0, sizeof(float) * (size_t)V);
+    for (int32_t r = 0; r < m; r++) {
+        float *qd = qr ? qr + (size_t)r * V : d->qtmp;
+        if ((st = transform(d, lg + (size_t)r * V, qd, err))) return st;
+        if (ws > 0 && d->w[r] > 0) vs_axpy_f32(q, (float)(d->w[r] / ws), qd, V);
+    }
+    if (!(ws > 0)) return vs_error_set(err, VS_ERR_INVALID, "%s: the ensemble distribution is empty", dname(d));
     *qo = q;
     return VS_OK;
 }
@@ -601,7 +604,7 @@ static vs_status en_propose(vs_spec_drafter *base, const vs_spec_limits *lim, vs
     }
     if (k < 1) return VS_OK; /* a cache is full: the engine decodes plainly */
     const int32_t ids = W * k;
-    if (ids > d->qcap) {
+    if (d->learns && ids > d->qcap) { /* each row's q of the block: the commit's history reads them */
         float *q = vs_realloc(d->qrow, sizeof(float) * (size_t)ids * (size_t)m * (size_t)V);
         if (!q) return oom(d, err);
         d->qrow = q, d->qcap = ids;
