@@ -504,6 +504,25 @@ void vs_matmul(vs_threadpool *tp, vs_type wtype, const void *w, int64_t n_out, i
     vs_matmul_ex(tp, wtype, w, n_out, n_in, x, n_rows, y, VS_MM_DEFAULT);
 }
 
+/* F16 / BF16 on the AMX-BF16 tiles: scratch for the activations' bf16 halves (the xb layout) and the
+ * per-thread weight panels, into c's job, then the conversion. False when no memory (*owned: what the
+ * caller frees when there is no pool). */
+static bool amxbf16_prepare(vs_threadpool *tp, mm_ctx *c, void **owned) {
+    const vs_type wtype = c->job.wtype;
+    const int64_t n_in = c->job.n_in, n_rows = c->job.n_rows;
+    size_t xbb = vs_xb_bytes(wtype, n_in, n_rows), pb = vs_mm_amx_bf16_panel_bytes(n_in, n_rows);
+    size_t bytes = xbb + pb * (size_t)vs_threadpool_size(tp);
+    uint8_t *buf = tp ? vs_threadpool_scratch(tp, bytes) : (*owned = vs_malloc(bytes));
+    if (!buf) return false;
+    c->job.xb = c->xq_out = buf;
+    c->job.panels = pb ? buf + xbb : NULL; /* xbb and pb are multiples of 64 */
+    c->job.panel_bytes = pb;
+    c->q_rows = vs_xb_G(n_rows) * 8;
+    if (c->q_rows >= 32 && vs_threadpool_size(tp) > 1) vs_threadpool_run(tp, quant_task, c);
+    else quant_rows(c, 0, c->q_rows);
+    return true;
+}
+
 static void matmul_impl(vs_threadpool *tp, vs_type wtype, const void *w, const void *packed, int64_t n_out,
                         int64_t n_in, const float *x, int64_t n_rows, float *y, unsigned flags) {
     size_t rb = vs_type_row_bytes(wtype, n_in);
@@ -537,20 +556,9 @@ static void matmul_impl(vs_threadpool *tp, vs_type wtype, const void *w, const v
         !(is_quant(wtype) ? n_rows >= amx_min_rows(wtype) : use_amx_bf16(wtype, n_out, n_in, flags)))
         c.isa = VS_ISA_AVX512;
     void *owned = NULL;
-    if (c.isa == VS_ISA_AMX && !is_quant(wtype)) { /* F16 / BF16: bf16 halves of the activations */
-        size_t xbb = vs_xb_bytes(wtype, n_in, n_rows), pb = vs_mm_amx_bf16_panel_bytes(n_in, n_rows);
-        size_t bytes = xbb + pb * (size_t)vs_threadpool_size(tp);
-        uint8_t *buf = tp ? vs_threadpool_scratch(tp, bytes) : (owned = vs_malloc(bytes));
-        if (!buf) {
-            vs_matmul_ref(wtype, w, n_out, n_in, x, n_rows, y);
-            return;
-        }
-        c.job.xb = c.xq_out = buf;
-        c.job.panels = pb ? buf + xbb : NULL; /* xbb and pb are multiples of 64 */
-        c.job.panel_bytes = pb;
-        c.q_rows = vs_xb_G(n_rows) * 8;
-        if (c.q_rows >= 32 && vs_threadpool_size(tp) > 1) vs_threadpool_run(tp, quant_task, &c);
-        else quant_rows(&c, 0, c.q_rows);
+    if (c.isa == VS_ISA_AMX && !is_quant(wtype) && !amxbf16_prepare(tp, &c, &owned)) {
+        vs_matmul_ref(wtype, w, n_out, n_in, x, n_rows, y); /* no memory for scratch: the reference needs none */
+        return;
     }
     if (is_quant(wtype)) {
         size_t xrb = c.isa == VS_ISA_AVX512 ? vs_xq_row_bytes_avx512(n_in) : vs_xq_row_bytes_ref(n_in);
@@ -602,24 +610,23 @@ void vs_matmul_multi(vs_threadpool *tp, vs_type wtype, int64_t n_in, const vs_mm
             matmul_impl(tp, wtype, parts[i].w, NULL, parts[i].n_out, n_in, x, n_rows, parts[i].y, flags);
         return;
     }
-    const size_t rb = vs_type_row_bytes(wtype, n_in);
-    const size_t xbb = vs_xb_bytes(wtype, n_in, n_rows), pb = vs_mm_amx_bf16_panel_bytes(n_in, n_rows);
-    const size_t bytes = xbb + pb * (size_t)vs_threadpool_size(tp);
+    mm_multi_ctx m = {.n = n_parts};
+    for (int i = 0; i < n_parts; i++)
+        m.part[i] = (mm_ctx){.job = {.wtype = wtype, .w = parts[i].w, .w_row_bytes = vs_type_row_bytes(wtype, n_in),
+                                     .n_out = parts[i].n_out, .n_in = n_in, .n_rows = n_rows, .x = x,
+                                     .y = parts[i].y},
+                             .isa = VS_ISA_AMX};
     void *owned = NULL;
-    uint8_t *buf = tp ? vs_threadpool_scratch(tp, bytes) : (owned = vs_malloc(bytes));
-    if (!buf) {
+    if (!amxbf16_prepare(tp, &m.part[0], &owned)) {
         for (int i = 0; i < n_parts; i++)
             vs_matmul_ref(wtype, parts[i].w, parts[i].n_out, n_in, x, n_rows, parts[i].y);
         return;
     }
-    mm_multi_ctx m = {.n = n_parts};
-    for (int i = 0; i < n_parts; i++)
-        m.part[i] = (mm_ctx){.job = {.wtype = wtype, .w = parts[i].w, .w_row_bytes = rb, .n_out = parts[i].n_out,
-                                     .n_in = n_in, .n_rows = n_rows, .x = x, .y = parts[i].y, .xb = buf,
-                                     .panels = pb ? buf + xbb : NULL, .panel_bytes = pb},
-                             .isa = VS_ISA_AMX, .q_rows = vs_xb_G(n_rows) * 8, .xq_out = buf};
-    if (m.part[0].q_rows >= 32 && vs_threadpool_size(tp) > 1) vs_threadpool_run(tp, quant_task, &m.part[0]);
-    else quant_rows(&m.part[0], 0, m.part[0].q_rows);
+    for (int i = 1; i < n_parts; i++) { /* the same converted activations and panels */
+        m.part[i].job.xb = m.part[0].job.xb;
+        m.part[i].job.panels = m.part[0].job.panels;
+        m.part[i].job.panel_bytes = m.part[0].job.panel_bytes;
+    }
     vs_threadpool_run(tp, mm_multi_task, &m);
     vs_free(owned);
 }
