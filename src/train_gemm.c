@@ -3,6 +3,7 @@
  * MC x KC block of op(A), then MR x NR register tiles); a naive double-accumulating reference. */
 #include "train.h"
 
+#include <stdatomic.h>
 #include <string.h>
 
 #include "arch/kernels_arch.h"
@@ -173,13 +174,13 @@ bool vs_train_set_gemm(const char *name) {
     else if (!strcmp(name, "blocked")) k = GEMM_BLOCKED;
     else if (!strcmp(name, "amx-bf16x3") && vs_train_amx_available()) k = GEMM_AMX;
     else return false;
-    g_gemm = k;
+    atomic_store(&g_gemm, k);
     return true;
 }
 
 void vs_train_sgemm(vs_threadpool *tp, bool ta, bool tb, int m, int n, int k, float alpha,
                     const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
-    switch (g_gemm) {
+    switch (atomic_load(&g_gemm)) {
     case GEMM_AMX: vs_train_sgemm_amx(tp, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc); return;
     case GEMM_BLOCKED: vs_train_sgemm_blocked(tp, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc); return;
     default: break;
@@ -194,7 +195,7 @@ void vs_train_sgemm(vs_threadpool *tp, bool ta, bool tb, int m, int n, int k, fl
 }
 
 const char *vs_train_sgemm_backend(void) {
-    switch (g_gemm) {
+    switch (atomic_load(&g_gemm)) {
     case GEMM_AMX: return "amx-bf16x3";
     case GEMM_BLOCKED: return "blocked";
     default: break;
