@@ -780,8 +780,8 @@ vs_status vs_spec_generate(vs_spec *s, vs_spec_drafter *d, const vs_spec_prompt 
     if (pr->gamma < 0 || pr->gamma > VS_SPEC_MAX_GAMMA)
         return vs_error_set(err, VS_ERR_INVALID, "spec: draft length %d outside [0, %d]", pr->gamma,
                             VS_SPEC_MAX_GAMMA);
-    if (pr->n_predict < 1)
-        return vs_error_set(err, VS_ERR_INVALID, "spec: token limit %d < 1", pr->n_predict);
+    if (pr->n_predict < 0)
+        return vs_error_set(err, VS_ERR_INVALID, "spec: token limit %d < 0", pr->n_predict);
     if (pr->gamma > 0 && !d)
         return vs_error_set(err, VS_ERR_INVALID, "spec: draft length %d needs a drafter", pr->gamma);
     if (pr->gamma == 0) d = NULL; /* plain decoding */

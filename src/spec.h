@@ -109,7 +109,9 @@ vs_status vs_spec_prompt_check(const vs_spec_prompt *p, int32_t n_vocab, vs_erro
 
 typedef struct vs_spec_params {
     int32_t gamma;              /* longest draft per block (chain length); 0 = plain decoding */
-    int32_t n_predict;          /* token limit (> 0) */
+    int32_t n_predict;          /* token limit (>= 0; 0 = prefill only: the prompt is evaluated up to
+                                 * its last row, which stays pending as between requests, and the
+                                 * request stops at once with VS_SPEC_STOP_LIMIT and no tokens) */
     vs_sampler_params sampling; /* the user's sampling (temperature 0 = greedy) and seed */
     bool ignore_eos;            /* do not stop at end-of-generation tokens */
     bool reuse_prefix;          /* keep the cached rows whose keys (vs_spec_segment_key: tokens, and

@@ -4,6 +4,7 @@
 
 #include <assert.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -760,6 +761,79 @@ static vs_status read_cfg(const vs_gguf *g, vs_train_vlm_config *c, vs_error *er
         vs_gguf_get_f32_array(g, "vlm.image_std", c->image_std, 3) != 3)
         return vs_error_set(err, VS_ERR_FORMAT, "%s: vlm.image_mean / image_std must be 3 floats",
                             vs_gguf_name(g));
+    return VS_OK;
+}
+
+vs_status vs_train_vlm_config_read(const char *path, vs_train_vlm_config *c, vs_error *err) {
+    vs_gguf *g = vs_gguf_open(path, err);
+    if (!g) return err ? err->code : VS_ERR_IO;
+    memset(c, 0, sizeof(*c));
+    vs_status s = read_cfg(g, c, err);
+    if (s) vs_error_wrap(err, "reading checkpoint %s", path);
+    vs_gguf_close(g);
+    return s;
+}
+
+/* One field of vs_train_vlm_config as the messages name it. */
+typedef struct cfg_field {
+    const char *name;
+    char kind; /* 'i' int, 'f' float, 'b' bool */
+    size_t off;
+} cfg_field;
+
+#define CFG_F(name, kind, member) {name, kind, offsetof(vs_train_vlm_config, member)}
+static const cfg_field k_cfg_fields[] = {
+    CFG_F("image size", 'i', image_size),
+    CFG_F("patch", 'i', patch_size),
+    CFG_F("ViT width", 'i', v_width),
+    CFG_F("ViT MLP", 'i', v_ffn),
+    CFG_F("ViT heads", 'i', v_heads),
+    CFG_F("ViT blocks", 'i', v_blocks),
+    CFG_F("post-LN", 'b', v_post_ln),
+    CFG_F("vocabulary", 'i', vocab),
+    CFG_F("LM width", 'i', width),
+    CFG_F("LM layers", 'i', n_layers),
+    CFG_F("LM heads", 'i', n_heads),
+    CFG_F("KV heads", 'i', n_kv_heads),
+    CFG_F("SwiGLU width", 'i', ffn),
+    CFG_F("context", 'i', max_seq),
+    CFG_F("ViT LayerNorm epsilon", 'f', v_eps),
+    CFG_F("RMSNorm epsilon", 'f', rms_eps),
+    CFG_F("RoPE base", 'f', rope_base),
+    CFG_F("image mean[0]", 'f', image_mean[0]),
+    CFG_F("image mean[1]", 'f', image_mean[1]),
+    CFG_F("image mean[2]", 'f', image_mean[2]),
+    CFG_F("image std[0]", 'f', image_std[0]),
+    CFG_F("image std[1]", 'f', image_std[1]),
+    CFG_F("image std[2]", 'f', image_std[2]),
+};
+#undef CFG_F
+
+static void cfg_field_str(const cfg_field *f, const vs_train_vlm_config *c, char *buf, size_t n) {
+    const char *p = (const char *)c + f->off;
+    if (f->kind == 'i') snprintf(buf, n, "%d", *(const int *)p);
+    else if (f->kind == 'b') snprintf(buf, n, "%s", *(const bool *)p ? "on" : "off");
+    else snprintf(buf, n, "%.9g", (double)*(const float *)p);
+}
+
+static bool cfg_field_same(const cfg_field *f, const vs_train_vlm_config *a, const vs_train_vlm_config *b) {
+    const char *pa = (const char *)a + f->off, *pb = (const char *)b + f->off;
+    if (f->kind == 'i') return *(const int *)pa == *(const int *)pb;
+    if (f->kind == 'b') return *(const bool *)pa == *(const bool *)pb;
+    return *(const float *)pa == *(const float *)pb; /* stored as F32: the same setting is bit-equal */
+}
+
+vs_status vs_train_vlm_config_match(const vs_train_vlm_config *want, const char *want_what,
+                                    const vs_train_vlm_config *have, const char *path, vs_error *err) {
+    for (size_t i = 0; i < VS_ARRAY_LEN(k_cfg_fields); i++) {
+        const cfg_field *f = &k_cfg_fields[i];
+        if (cfg_field_same(f, want, have)) continue;
+        char h[32], w[32];
+        cfg_field_str(f, have, h, sizeof(h));
+        cfg_field_str(f, want, w, sizeof(w));
+        return vs_error_set(err, VS_ERR_INVALID, "%s: its model has %s %s, %s %s", path, f->name, h,
+                            want_what ? want_what : "expected", w);
+    }
     return VS_OK;
 }
 

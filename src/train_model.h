@@ -140,6 +140,14 @@ vs_status vs_train_vlm_save(const vs_train_vlm *m, const vs_train_state *st, con
                             vs_error *err);
 vs_train_vlm *vs_train_vlm_load(const char *path, int max_B, int max_T, int max_images,
                                 vs_train_state *st, vs_error *err);
+/* The model configuration stored in checkpoint `path`, without loading its tensors. */
+vs_status vs_train_vlm_config_read(const char *path, vs_train_vlm_config *c, vs_error *err);
+/* Whether checkpoint `path`, whose model is *have (vs_train_vlm_config_read), holds the model a run
+ * expects (*want): every dimension, post-LN, the epsilons, the RoPE base and the preprocessing.
+ * VS_ERR_INVALID naming the checkpoint, the first differing field and both values:
+ * "PATH: its model has LM width 48, WANT_WHAT 32" (want_what e.g. "the flags say"). */
+vs_status vs_train_vlm_config_match(const vs_train_vlm_config *want, const char *want_what,
+                                    const vs_train_vlm_config *have, const char *path, vs_error *err);
 
 /* Export in llama.cpp's LLaVA layout: lm_path gets general.architecture "llama" (token_embd, blk.N.*,
  * output_norm, output), mmproj_path gets "clip" (v.*, mm.*; written by vision.h's vs_mmproj_write).

@@ -1180,9 +1180,10 @@ static void test_bad_input(void) {
     pr.gamma = -1;
     VT_CHECK(vs_spec_generate(e.s, &td.hdr, &tp.p, &pr, NULL, NULL, &log, &err) == VS_ERR_INVALID,
              "gamma < 0");
-    pr.gamma = 0, pr.n_predict = 0;
-    VT_CHECK(vs_spec_generate(e.s, NULL, &tp.p, &pr, NULL, NULL, &log, &err) == VS_ERR_INVALID,
-             "n_predict 0");
+    pr.gamma = 0, pr.n_predict = -1;
+    VT_CHECK(vs_spec_generate(e.s, NULL, &tp.p, &pr, NULL, NULL, &log, &err) == VS_ERR_INVALID &&
+                 strstr(err.msg, "token limit -1"),
+             "n_predict -1: %s", err.msg);
     pr.n_predict = 8;
     vs_spec_prompt empty = {0};
     VT_CHECK(vs_spec_generate(e.s, NULL, &empty, &pr, NULL, NULL, &log, &err) == VS_ERR_INVALID,
@@ -1243,6 +1244,18 @@ static void test_bad_input(void) {
     /* the token limit: the chain shrinks to the tokens left, the count is exact */
     d = make_drafter(target, target, VS_DRAFT_LM_TEXT, NULL, NULL, 0);
     make_text_prompt(&tp, 6, 1, 96, 6);
+    /* limit 0 (generate -n 0): the prompt is prefilled up to its pending last row, no block runs, no
+     * token is made; with and without a drafter */
+    for (int g = 0; g <= 8; g += 8) {
+        vs_spec_params zp = vs_spec_params_default();
+        zp.gamma = g, zp.n_predict = 0, zp.sampling.temperature = 0;
+        vs_status zs = vs_spec_generate(e.s, g ? d : NULL, &tp.p, &zp, NULL, NULL, &log, &err);
+        VT_CHECK(zs == VS_OK && log.n_tokens == 0 && log.n_blocks == 0 && log.stop == VS_SPEC_STOP_LIMIT &&
+                     vs_kv_seq_len(vs_spec_kv(e.s), 0) == 5,
+                 "limit 0, gamma %d: %s (%s; %d tokens, %d blocks, stop %s, %d rows cached)", g,
+                 vs_status_name(zs), err.msg, log.n_tokens, log.n_blocks, vs_spec_stop_name(log.stop),
+                 vs_kv_seq_len(vs_spec_kv(e.s), 0));
+    }
     for (int n = 1; n <= 10; n++) {
         run(&e, d, &tp.p, 8, n, true, &log);
         VT_CHECK(log.n_tokens == n && log.stop == VS_SPEC_STOP_LIMIT, "limit %d: %d tokens", n, log.n_tokens);
@@ -1500,6 +1513,15 @@ static void test_features(void) {
 /* ------------------------------------------------------------------------------------------------
  * the CLI: vlmspec generate -md ... with text and with images (m and t drafting), --compare --json */
 
+/* Whether a file holds exactly `text`. */
+static bool file_is(const char *path, const char *text) {
+    uint8_t *d = NULL;
+    size_t n = 0;
+    bool same = vs_read_file(path, &d, &n, NULL) == VS_OK && n == strlen(text) && !memcmp(d, text, n);
+    vs_free(d);
+    return same;
+}
+
 static void test_cli(void) {
     if (access(vt_cli(), X_OK) != 0) {
         printf("SKIP: CLI checks: %s not found (set VLMSPEC_BIN)\n", vt_cli());
@@ -1587,6 +1609,41 @@ static void test_cli(void) {
     rc = vt_run("%s generate -m %s -md %s --draft 2 -p 'abc' -n 8 --temp 0.8 --seed 5 > %s 2>&1", vt_cli(), T,
                 D, out);
     VT_CHECK(rc == 0 && st_file_has(out, "tau") && st_file_has(out, "TABED"), "CLI sampling run (rc %d)", rc);
+    /* -n 0 evaluates the prompt and generates nothing (as llama.cpp), target-only and speculative alike
+     * (stdout: the prompt and a newline); --compare agrees; a negative -n is a usage error */
+    const char *err_out = st_tmp_path("cli-err.txt");
+    const char *zero_runs[3] = {"", "--draft 3", "--draft 3 --tree-width 2"};
+    for (int k = 0; k < 3; k++) {
+        rc = vt_run("%s generate -m %s %s%s %s -p 'abc def' -n 0 --temp 0 > %s 2> %s", vt_cli(), T,
+                    k ? "-md " : "", k ? D : "", zero_runs[k], out, err_out);
+        VT_CHECK(rc == 0 && file_is(out, "abc def\n"), "CLI -n 0 (%s): rc %d, stdout/stderr in %s / %s",
+                 k ? zero_runs[k] : "target only", rc, out, err_out);
+    }
+    rc = vt_run("%s generate -m %s -md %s --draft 3 -p 'abc def' -n 0 --temp 0 --compare --json > %s 2>&1",
+                vt_cli(), T, D, out);
+    VT_CHECK(rc == 0 && st_file_has(out, "\"tokens\":[]") && st_file_has(out, "\"identical\":true"),
+             "CLI -n 0 --compare --json (rc %d)", rc);
+    for (int k = 0; k < 2; k++) {
+        rc = vt_run("%s generate -m %s %s%s -p 'abc def' -n -1 > %s 2>&1", vt_cli(), T, k ? "-md " : "",
+                    k ? D : "", out);
+        VT_CHECK(rc == 2 && st_file_has(out, "-n expects an integer in [0,"), "CLI -n -1%s: rc %d",
+                 k ? " with a drafter" : "", rc);
+    }
+    /* a context of exactly the prompt: both paths make the one token the prefill's logits give */
+    char got[2][64];
+    for (int k = 0; k < 2; k++) {
+        rc = vt_run("%s generate -m %s %s%s --tokens 1,5,7 -c 3 -n 4 --ids --temp 0 > %s 2> %s", vt_cli(), T,
+                    k ? "-md " : "", k ? D : "", out, err_out);
+        FILE *f = fopen(out, "r");
+        got[k][0] = 0;
+        if (f) {
+            if (!fgets(got[k], sizeof(got[k]), f)) got[k][0] = 0;
+            fclose(f);
+        }
+        VT_CHECK(rc == 0 && got[k][0] && !strchr(got[k], ' '), "CLI -c = prompt%s: rc %d, output '%s'",
+                 k ? " with a drafter" : "", rc, got[k]);
+    }
+    VT_CHECK(!strcmp(got[0], got[1]), "CLI -c = prompt: target-only '%s', speculative '%s'", got[0], got[1]);
     /* bad input: another vocabulary, missing projector, markers without images, bad mode */
     rc = vt_run("%s generate -m %s -md %s -p x -n 4 > %s 2>&1", vt_cli(), T, st_tmp_path("cli-v.gguf"), out);
     VT_CHECK(rc == 1 && st_file_has(out, "vocabulary"), "CLI other vocabulary (rc %d)", rc);

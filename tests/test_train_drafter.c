@@ -7,7 +7,8 @@
  *      target's in every checkpoint, and its tensors in the exported mmproj are byte-identical to the
  *      target's F16 file;
  *   3. resume: the same recipe run in chunks of 2 steps with --resume gives byte-identical exports and
- *      loss curves;
+ *      loss curves; a checkpoint of another model (swapped in) is refused by --resume of `train
+ *      target` and `train drafter` and by the next phase, naming the file, the field and both values;
  *   4. export parity: the exported drafter (F32) run by vs_vision + vs_lm gives the training forward's
  *      logits within 1e-4;
  *   5. distill: `vlmspec data distill` writes the header and one record per (conversation, setting),
@@ -284,6 +285,76 @@ static void test_recipe(void) {
     VT_CHECK(run_recipe("llava", out2, "--resume --lr-a 1e-3") == 1, "a changed --lr-a was accepted");
     vs_train_vlm_free(a), vs_train_vlm_free(b), vs_train_vlm_free(c), vs_train_vlm_free(z);
     vs_mmproj_free(tmm);
+}
+
+/* 3b. a checkpoint of another model is refused, by --resume (train target, train drafter) and by a
+ * phase starting from the previous phase's checkpoint: the error names the file, the field and both
+ * values, the exit status is 1 and nothing is exported. A matching checkpoint still resumes. */
+static int run_target(const char *out, const char *extra) {
+    return vt_run("%s train target --data %s --tokenizer %s --out %s --steps 2 --chunk-steps 1 --patch 16 "
+                  "--v-width 16 --v-ffn 32 --v-heads 2 --v-blocks 1 --width 32 --layers 2 --heads 4 "
+                  "--kv-heads 2 --ffn 64 --batch 2 --accum 1 --warmup 1 --threads 1 -q %s > %s.log 2>&1",
+                  vt_cli(), g_dir, g_tok, out, extra, out);
+}
+
+static bool log_has(const char *out, const char *needle) {
+    char p[900];
+    snprintf(p, sizeof(p), "%s.log", out);
+    return vt_file_has(p, needle);
+}
+
+static void test_resume_other_model(void) {
+    char a[600], b[600], ck[900], mine[900], other[900], need[1000];
+    /* train target: a width-48 tower's checkpoint in a width-16 run */
+    snprintf(a, sizeof(a), "%s/t-resume", g_tmp);
+    snprintf(b, sizeof(b), "%s/t-resume-w48", g_tmp);
+    VT_REQUIRE(run_target(a, "") == 0, "train target (see %s.log)", a);
+    VT_REQUIRE(run_target(b, "--v-width 48") == 0, "train target --v-width 48 (see %s.log)", b);
+    snprintf(ck, sizeof(ck), "%s/ckpt/ckpt.gguf", a);
+    snprintf(mine, sizeof(mine), "%s/ckpt-mine.gguf", a);
+    snprintf(other, sizeof(other), "%s/ckpt/ckpt.gguf", b);
+    /* the run's own checkpoint as ckpt-prev: another model in ckpt.gguf is an error, not a reason to
+     * fall back to it */
+    VT_REQUIRE(vt_run("cp '%s' '%s' && cp '%s' '%s/ckpt/ckpt-prev.gguf' && cp '%s' '%s'", ck, mine, ck, a,
+                      other, ck) == 0,
+               "copy checkpoints");
+    int rc = run_target(a, "--resume");
+    snprintf(need, sizeof(need), "%s: its model has ViT width 48, the flags say 16", ck);
+    VT_CHECK(rc == 1 && log_has(a, need), "train target --resume of a width-48 checkpoint: exit %d (%s.log)",
+             rc, a);
+    VT_CHECK(vt_run("test -e '%s/target-mmproj.gguf'", a) != 0, "a refused resume exported a model");
+    /* a damaged ckpt.gguf still falls back to ckpt-prev, which matches: the run resumes and finishes */
+    VT_REQUIRE(vt_run("head -c 1000 '%s' > '%s'", mine, ck) == 0, "truncate");
+    rc = run_target(a, "--resume");
+    VT_CHECK(rc == 0 && log_has(a, "ckpt-prev.gguf") && vt_run("test -e '%s/target-mmproj.gguf'", a) == 0,
+             "train target --resume from ckpt-prev after a damaged ckpt: exit %d (%s.log)", rc, a);
+    printf("train target --resume: a checkpoint of another model is refused\n");
+
+    /* train drafter: phase a resumed from an SwiGLU-48 checkpoint, then phase b started from one */
+    snprintf(a, sizeof(a), "%s/d-resume", g_tmp);
+    snprintf(b, sizeof(b), "%s/d-resume-f48", g_tmp);
+    VT_REQUIRE(run_recipe("llava", a, "--phase a --chunk-steps 2") == 0, "drafter phase a (%s.log)", a);
+    VT_REQUIRE(run_recipe("llava", b, "--phase a --chunk-steps 2 --ffn 48") == 0, "drafter --ffn 48 (%s.log)",
+               b);
+    snprintf(ck, sizeof(ck), "%s/a-text/ckpt/ckpt.gguf", a);
+    snprintf(mine, sizeof(mine), "%s/ckpt-mine.gguf", a);
+    snprintf(other, sizeof(other), "%s/a-text/ckpt/ckpt.gguf", b);
+    VT_REQUIRE(vt_run("cp '%s' '%s' && cp '%s' '%s'", ck, mine, other, ck) == 0, "copy checkpoints");
+    rc = run_recipe("llava", a, "--phase a --resume");
+    snprintf(need, sizeof(need), "%s: its model has SwiGLU width 48, this run", ck);
+    VT_CHECK(rc == 1 && log_has(a, need) && log_has(a, "expects 64"),
+             "train drafter --resume of an SwiGLU-48 checkpoint: exit %d (%s.log)", rc, a);
+    VT_CHECK(vt_run("test -e '%s/a-text/done.json'", a) != 0, "a refused resume finished the phase");
+    VT_REQUIRE(vt_run("cp '%s' '%s'", mine, ck) == 0, "copy back");
+    rc = run_recipe("llava", a, "--phase a --resume");
+    VT_CHECK(rc == 0 && vt_run("test -e '%s/a-text/done.json'", a) == 0,
+             "train drafter --resume of its own checkpoint: exit %d", rc);
+    /* phase b starts from a-text/ckpt/ckpt.gguf: another model there is refused too */
+    VT_REQUIRE(vt_run("cp '%s' '%s'", other, ck) == 0, "copy checkpoint");
+    rc = run_recipe("llava", a, "--phase b");
+    VT_CHECK(rc == 1 && log_has(a, need) && vt_run("test -e '%s/b-proj/done.json'", a) != 0,
+             "phase b from an SwiGLU-48 phase-a checkpoint: exit %d (%s.log)", rc, a);
+    printf("train drafter: --resume and phase b refuse a checkpoint of another model\n");
 }
 
 /* 4. export parity of the drafter */
@@ -611,6 +682,7 @@ int main(void) {
     VT_REQUIRE(train && caps && tok, "%s", err.msg);
     test_data(train, caps, tok);
     test_recipe();
+    test_resume_other_model();
     test_parity(train, tok);
     test_distill(train);
     test_massv_and_errors(train);

@@ -326,6 +326,38 @@ static void test_checkpoint(vs_threadpool *tp) {
         vs_train_params_free(&q);
         vs_gguf_close(g);
     }
+    /* the stored model configuration, and a run's expected one against it (train target / drafter
+     * --resume and --init): equal passes; each differing field is named with both values */
+    {
+        vs_train_vlm_config have, want = tiny_cfg();
+        VT_REQUIRE(vs_train_vlm_config_read(path, &have, &err) == VS_OK, "config_read: %s", err.msg);
+        VT_CHECK(vs_train_vlm_config_match(&want, "the flags say", &have, path, &err) == VS_OK,
+                 "the checkpoint's own config does not match: %s", err.msg);
+        VT_CHECK(vs_train_vlm_config_read("/nonexistent/ckpt.gguf", &have, &err) == VS_ERR_IO,
+                 "config_read of a missing file: %s", err.msg);
+        VT_REQUIRE(vs_train_vlm_config_read(path, &have, &err) == VS_OK, "config_read: %s", err.msg);
+        /* field, the checkpoint's value, then the run's */
+        static const char *const needles[] = {
+            "ViT width 8, the flags say 48",     "ViT MLP 20, the flags say 48",
+            "ViT blocks 2, the flags say 48",    "patch 4, the flags say 48",
+            "vocabulary 32, the flags say 48",   "LM heads 4, the flags say 48",
+            "KV heads 2, the flags say 48",      "SwiGLU width 24, the flags say 48",
+            "context 16, the flags say 48",      "post-LN off, the flags say on",
+            "RoPE base 10000, the flags say 48", "image std[2] 0.25, the flags say 48"};
+        for (size_t k = 0; k < VS_ARRAY_LEN(needles); k++) {
+            vs_train_vlm_config w = want;
+            int *ip[] = {&w.v_width, &w.v_ffn, &w.v_blocks, &w.patch_size, &w.vocab,
+                         &w.n_heads, &w.n_kv_heads, &w.ffn, &w.max_seq};
+            if (k < VS_ARRAY_LEN(ip)) *ip[k] = 48;
+            else if (k == 9) w.v_post_ln = true;
+            else if (k == 10) w.rope_base = 48;
+            else w.image_std[2] = 48;
+            vs_status st = vs_train_vlm_config_match(&w, "the flags say", &have, path, &err);
+            VT_CHECK(st == VS_ERR_INVALID && strstr(err.msg, needles[k]) && strstr(err.msg, path),
+                     "mismatch %zu: %s (%s)", k, vs_status_name(st), err.msg);
+        }
+        printf("checkpoint of another model: %s\n", err.msg);
+    }
     vs_train_vlm_free(a);
     vs_train_vlm_free(c);
 }

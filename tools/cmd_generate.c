@@ -19,7 +19,9 @@ typedef struct gen_opts {
     const char *model;
     const char *prompt;    /* text, tokenised with the model's tokenizer */
     const char *tokens;    /* or comma-separated ids */
-    int n_predict;         /* tokens to generate (stops earlier at end-of-generation) */
+    int n_predict;         /* tokens to generate (stops earlier at end-of-generation); 0 = prefill only.
+                            * Negative values are refused by the parser (no "infinite" meaning:
+                            * -c and the model's context bound a run anyway) */
     int n_ctx;             /* KV cache rows; 0 = prompt + n_predict, capped at the model's context */
     int threads;
     vs_type kv_type;
@@ -38,7 +40,8 @@ static void usage(FILE *f) {
             "  -m, --model FILE     LLaMA-architecture GGUF\n"
             "  -p, --prompt TEXT    prompt text (BOS added as the file says)\n"
             "  --tokens IDS         prompt as token ids instead: 1,3148,1001\n"
-            "  -n, --n-predict N    tokens to generate (default 128)\n"
+            "  -n, --n-predict N    tokens to generate, N >= 0 (default 128; 0 = evaluate the prompt,\n"
+            "                       print it and generate nothing, as llama.cpp's -n 0)\n"
             "  --temp T             temperature (default 0.8; 0 = greedy)\n"
             "  --top-k K            keep the K most likely tokens (default 40; 0 = off)\n"
             "  --top-p P            nucleus sampling mass (default 0.95; 1 = off)\n"
@@ -186,7 +189,9 @@ static int gen_run(const gen_opts *o) {
         goto done;
     }
     int n_ctx = o->n_ctx > 0 ? o->n_ctx : VS_MIN(np + o->n_predict, c->n_ctx_train);
-    if (np >= n_ctx) {
+    /* the prompt must fit; the first token comes from the prefill's logits, so a full cache still
+     * yields one (then "context full"), as in the speculative path (tools/cli_ensemble.c) */
+    if (np > n_ctx) {
         cli_fail(CMD, "the prompt has %d tokens but the context holds %d", np, n_ctx);
         goto done;
     }

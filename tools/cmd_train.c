@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "outfile.h"
 #include "distill.h"
 #include "json.h"
 #include "quant.h"
@@ -368,14 +369,12 @@ static vs_status mkdir_one(const char *path, vs_error *err) {
 }
 
 static vs_status write_text(const char *path, const char *text, vs_error *err) {
-    char tmp[1100];
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
-    if (!f) return vs_error_set(err, VS_ERR_IO, "%s: cannot write: %s", tmp, strerror(errno));
-    bool ok = fputs(text, f) >= 0 && fputc('\n', f) != EOF;
-    ok &= fclose(f) == 0;
-    if (!ok || rename(tmp, path) != 0) return vs_error_set(err, VS_ERR_IO, "%s: cannot write", path);
-    return VS_OK;
+    vs_outfile o;
+    vs_status st = vs_outfile_open(&o, path, err);
+    if (st != VS_OK) return st;
+    fputs(text, o.f);
+    fputc('\n', o.f);
+    return vs_outfile_commit(&o, err); /* checks every write above */
 }
 
 static void print_data_stats(const vs_train_data_stats *s, const vs_world_dataset *const *sets, int n_sets,
@@ -465,16 +464,38 @@ static vs_status loop_save(train_loop *L, vs_error *err) {
     return s;
 }
 
-/* Loads the newest readable checkpoint (ckpt, else ckpt-prev) into L->m and L->st. */
-static vs_status loop_load(train_loop *L, int max_B, int max_T, int max_I, vs_error *err) {
+/* Loads checkpoint `path` for a run whose model is *want (want_what: who says so, for the message). A
+ * readable file that holds another model is refused before anything is allocated (*other = true;
+ * VS_ERR_INVALID naming the checkpoint, the field and both values); other failures are
+ * vs_train_vlm_load's. */
+static vs_train_vlm *load_for_run(const char *path, const vs_train_vlm_config *want, const char *want_what,
+                                  int max_B, int max_T, int max_I, vs_train_state *st, bool *other,
+                                  vs_error *err) {
+    vs_train_vlm_config have;
+    *other = false;
+    if (vs_train_vlm_config_read(path, &have, err)) return NULL;
+    if (vs_train_vlm_config_match(want, want_what, &have, path, err)) {
+        *other = true;
+        return NULL;
+    }
+    return vs_train_vlm_load(path, max_B, max_T, max_I, st, err);
+}
+
+/* Loads the newest readable checkpoint (ckpt, else ckpt-prev) into L->m and L->st. It must hold the
+ * run's model (*want): a checkpoint of another model is an error, not a reason to fall back to
+ * ckpt-prev (only a damaged or unreadable one is). */
+static vs_status loop_load(train_loop *L, const vs_train_vlm_config *want, const char *want_what, int max_B,
+                           int max_T, int max_I, vs_error *err) {
     vs_error e1 = {0};
-    L->m = vs_train_vlm_load(L->ckpt, max_B, max_T, max_I, &L->st, &e1);
-    if (!L->m && access(L->prev, F_OK) == 0) {
+    bool other = false;
+    L->m = load_for_run(L->ckpt, want, want_what, max_B, max_T, max_I, &L->st, &other, &e1);
+    if (!L->m && !other && access(L->prev, F_OK) == 0) {
         fprintf(stderr, "vlmspec %s: %s; trying %s\n", L->cmd, e1.msg, L->prev);
-        L->m = vs_train_vlm_load(L->prev, max_B, max_T, max_I, &L->st, err);
+        L->m = load_for_run(L->prev, want, want_what, max_B, max_T, max_I, &L->st, &other, err);
     } else if (!L->m) {
         *err = e1;
     }
+    if (!L->m) vs_error_wrap(err, "--resume");
     return L->m ? VS_OK : VS_ERR_INVALID;
 }
 
@@ -529,10 +550,9 @@ static void loop_check_setting(const train_loop *L, const char *file, const char
                 "vlmspec %s: warning: this run started with %s %s, now %s: the products sum in another "
                 "order or precision, so the result will not be bit-identical to an uninterrupted run\n",
                 L->cmd, what, first, now);
-    if (!f && (f = fopen(path, "w"))) {
-        fprintf(f, "%s\n", first[0] ? first : now);
-        fclose(f);
-    }
+    vs_error err = {0};
+    if (!f && write_text(path, first[0] ? first : now, &err) != VS_OK)
+        fprintf(stderr, "vlmspec %s: warning: %s\n", L->cmd, err.msg);
 }
 
 static void loop_check_threads(const train_loop *L, int threads) {
@@ -904,21 +924,9 @@ static vs_status export_models(target_run *r, double final_loss, vs_error *err) 
 static vs_status target_init_from(train_loop *L, const char *path, const vs_train_vlm_config *c, int max_B,
                                   int max_T, int max_I, vs_error *err) {
     vs_train_state st;
-    if (!(L->m = vs_train_vlm_load(path, max_B, max_T, max_I, &st, err))) return vs_error_wrap(err, "--init");
-    const vs_train_vlm_config *k = vs_train_vlm_cfg(L->m);
-    const int mine[] = {c->image_size, c->patch_size, c->v_width, c->v_ffn, c->v_heads, c->v_blocks,
-                        c->v_post_ln,  c->vocab,      c->width,   c->n_layers, c->n_heads, c->n_kv_heads,
-                        c->ffn,        c->max_seq};
-    const int its[] = {k->image_size, k->patch_size, k->v_width, k->v_ffn, k->v_heads, k->v_blocks,
-                       k->v_post_ln,  k->vocab,      k->width,   k->n_layers, k->n_heads, k->n_kv_heads,
-                       k->ffn,        k->max_seq};
-    static const char *const names[] = {"image size", "patch", "ViT width", "ViT MLP", "ViT heads",
-                                        "ViT blocks", "post-LN", "vocabulary", "LM width", "LM layers",
-                                        "LM heads", "KV heads", "SwiGLU width", "context"};
-    for (size_t i = 0; i < sizeof(mine) / sizeof(mine[0]); i++)
-        if (mine[i] != its[i])
-            return vs_error_set(err, VS_ERR_INVALID, "--init %s: its model has %s %d, the flags say %d", path,
-                                names[i], its[i], mine[i]);
+    bool other;
+    if (!(L->m = load_for_run(path, c, "the flags say", max_B, max_T, max_I, &st, &other, err)))
+        return vs_error_wrap(err, "--init");
     vs_train_params *p = vs_train_vlm_params(L->m);
     memset(p->m, 0, sizeof(float) * p->n);
     memset(p->v, 0, sizeof(float) * p->n);
@@ -978,13 +986,7 @@ static vs_status target_train(target_run *r, vs_error *err) {
     bool resumed = o->s.resume && loop_has_ckpt(L);
     if (resumed) {
         s = loop_check_settings(L, settings, err);
-        if (s == VS_OK) s = loop_load(L, max_B, max_T, max_I, err);
-        if (s == VS_OK) {
-            const vs_train_vlm_config *lc = vs_train_vlm_cfg(L->m);
-            if (lc->vocab != c->vocab || lc->width != c->width || lc->n_layers != c->n_layers ||
-                lc->image_size != c->image_size || lc->max_seq != c->max_seq)
-                s = vs_error_set(err, VS_ERR_INVALID, "the checkpoint's model differs from the settings");
-        }
+        if (s == VS_OK) s = loop_load(L, c, "the flags say", max_B, max_T, max_I, err);
         if (s == VS_OK) s = loop_restore(L, err);
     } else {
         if (o->s.resume) printf("no checkpoint in %s/ckpt: starting fresh\n", o->out);
@@ -1043,6 +1045,8 @@ static int cmd_target(int argc, char **argv) {
 enum { PH_TEXT = 0, PH_PROJ = 1, PH_TUNE = 2, N_PHASES = 3 };
 static const char *const k_phase_dir[N_PHASES] = {"a-text", "b-proj", NULL /* c-<recipe> */};
 static const char *const k_drafter_cmd = "train drafter";
+/* who sets a drafter's model, for checkpoint mismatches: the LM flags, the target's tower, the tokenizer */
+static const char *const k_drafter_expects = "this run (flags, target mmproj, tokenizer) expects";
 
 typedef struct drafter_opts {
     const char *recipe, *data, *tokenizer, *target, *target_mm, *out, *distill, *phase;
@@ -1386,7 +1390,7 @@ static vs_status drafter_phase(drafter_run *r, int ph, bool *finished, vs_error 
     vs_train_data_capacity(L.data, &max_B, &max_T, &max_I);
     if (o->s.resume && loop_has_ckpt(&L)) {
         s = loop_check_settings(&L, settings, err);
-        if (s == VS_OK) s = loop_load(&L, max_B, max_T, max_I, err);
+        if (s == VS_OK) s = loop_load(&L, &r->cfg, k_drafter_expects, max_B, max_T, max_I, err);
         if (s == VS_OK) s = loop_restore(&L, err);
     } else {
         if (o->s.resume) printf("no checkpoint in %s/ckpt: starting phase %s fresh\n", L.dir, L.dir);
@@ -1401,8 +1405,13 @@ static vs_status drafter_phase(drafter_run *r, int ph, bool *finished, vs_error 
             /* the previous phase's final weights, a fresh optimiser */
             char prev[1300];
             vs_train_state pst;
+            bool other;
             snprintf(prev, sizeof(prev), "%s/ckpt/ckpt.gguf", r->phase_dir[ph - 1]);
-            if (!(L.m = vs_train_vlm_load(prev, max_B, max_T, max_I, &pst, err))) s = VS_ERR_INVALID;
+            if (!(L.m = load_for_run(prev, &r->cfg, k_drafter_expects, max_B, max_T, max_I, &pst, &other,
+                                     err))) {
+                vs_error_wrap(err, "phase %s", L.dir);
+                s = VS_ERR_INVALID;
+            }
             if (s == VS_OK) {
                 vs_train_params *p = vs_train_vlm_params(L.m);
                 memset(p->m, 0, sizeof(float) * p->n);
