@@ -5,6 +5,7 @@
 
 #include <limits.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* stb_image configuration: only the formats we support, memory-only (files are read by
@@ -42,21 +43,156 @@ static uint32_t rd_le32(const uint8_t *p) {
 }
 static uint16_t rd_le16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
 
-/* PNG: signature, then chunks (u32 BE length, type, data, crc) up to IEND. */
-static vs_status check_png(const uint8_t *d, size_t n, const char *name, int64_t *w, int64_t *h,
+/* What the PNG chunk walk learns for the palette check (stb_image 2.27 keeps its palette in an
+ * uninitialised 256-entry stack array and expands pixel indices through it without comparing them with
+ * the PLTE size, so an index past the PLTE would hand the model stack garbage). */
+typedef struct png_info {
+    int32_t depth, color, interlace; /* IHDR bit depth, colour type, interlace method (-1: no IHDR) */
+    int32_t pal_len;                 /* PLTE entries (0: no PLTE) */
+    bool iphone;                     /* Apple's CgBI variant: raw deflate without a zlib header */
+    size_t idat_len;                 /* total bytes of the IDAT chunks */
+} png_info;
+
+/* PNG: signature, then chunks (u32 BE length, type, data, crc) up to IEND. Besides truncation this
+ * refuses a second IHDR or PLTE and a tRNS longer than the PLTE (what libpng refuses too). */
+static vs_status check_png(const uint8_t *d, size_t n, const char *name, int64_t *w, int64_t *h, png_info *pi,
                            vs_error *err) {
-    if (n >= 24 && !memcmp(d + 12, "IHDR", 4)) {
-        *w = rd_be32(d + 16);
-        *h = rd_be32(d + 20);
-    }
+    *pi = (png_info){.depth = -1, .color = -1, .interlace = -1};
     size_t pos = 8;
     for (;;) {
         if (n - pos < 12) return vs_error_set(err, VS_ERR_FORMAT, "%s: truncated PNG (no IEND chunk)", name);
         uint64_t len = rd_be32(d + pos);
         if (len > n - pos - 12) return vs_error_set(err, VS_ERR_FORMAT, "%s: truncated PNG chunk", name);
-        if (!memcmp(d + pos + 4, "IEND", 4)) return VS_OK;
+        const uint8_t *type = d + pos + 4, *c = d + pos + 8;
+        if (!memcmp(type, "IEND", 4)) return VS_OK;
+        if (!memcmp(type, "CgBI", 4)) pi->iphone = true;
+        if (!memcmp(type, "IHDR", 4)) {
+            if (pi->color >= 0) return vs_error_set(err, VS_ERR_FORMAT, "%s: corrupt PNG (two IHDR chunks)", name);
+            if (len < 13) return vs_error_set(err, VS_ERR_FORMAT, "%s: corrupt PNG (short IHDR chunk)", name);
+            *w = rd_be32(c);
+            *h = rd_be32(c + 4);
+            pi->depth = c[8], pi->color = c[9], pi->interlace = c[12];
+        }
+        if (!memcmp(type, "PLTE", 4)) {
+            if (pi->pal_len) return vs_error_set(err, VS_ERR_FORMAT, "%s: corrupt PNG (two PLTE chunks)", name);
+            if (len == 0 || len > 256 * 3 || len % 3)
+                return vs_error_set(err, VS_ERR_FORMAT, "%s: corrupt PNG (PLTE of %u bytes)", name, (unsigned)len);
+            pi->pal_len = (int32_t)(len / 3);
+        }
+        if (!memcmp(type, "tRNS", 4) && pi->color == 3 && len > (uint64_t)pi->pal_len)
+            return vs_error_set(err, VS_ERR_FORMAT, "%s: corrupt PNG (tRNS has %u entries, PLTE %d)", name,
+                                (unsigned)len, (int)pi->pal_len);
+        if (!memcmp(type, "IDAT", 4)) pi->idat_len += (size_t)len;
         pos += 12 + (size_t)len;
     }
+}
+
+/* One PNG filter type applied in reverse to a row of rb bytes in place (1 byte per pixel for the
+ * filter, as for every image of at most 8 bits per pixel); prev is the row above, NULL on a pass's
+ * first row (where it reads as zeros). */
+static void png_unfilter_row(uint8_t *row, const uint8_t *prev, size_t rb, int filter) {
+    for (size_t i = 0; i < rb; i++) {
+        const int a = i ? row[i - 1] : 0, b = prev ? prev[i] : 0, c = i && prev ? prev[i - 1] : 0;
+        int pred = 0;
+        switch (filter) {
+        case 1: pred = a; break;
+        case 2: pred = b; break;
+        case 3: pred = (a + b) / 2; break;
+        case 4: {
+            const int p = a + b - c, pa = abs(p - a), pb = abs(p - b), pc = abs(p - c);
+            pred = pa <= pb && pa <= pc ? a : pb <= pc ? b : c;
+            break;
+        }
+        }
+        row[i] = (uint8_t)(row[i] + pred);
+    }
+}
+
+/* A palette PNG whose PLTE has fewer than 2^depth entries: inflate its image data (into exactly the
+ * bytes its w x h size needs; more or less is refused), undo the row filters of each interlace pass in
+ * place and refuse any pixel index >= the PLTE size. Runs after the size limit, so the buffer is at
+ * most about w * h bytes; the data is inflated again by stb_image afterwards (palette images only). */
+static vs_status check_png_indices(const uint8_t *d, size_t n, const png_info *pi, int64_t w, int64_t h,
+                                   const char *name, vs_error *err) {
+    if (pi->color != 3) return VS_OK;
+    if (pi->depth != 1 && pi->depth != 2 && pi->depth != 4 && pi->depth != 8)
+        return vs_error_set(err, VS_ERR_FORMAT, "%s: corrupt PNG (palette image of bit depth %d)", name,
+                            (int)pi->depth);
+    if (pi->interlace != 0 && pi->interlace != 1)
+        return vs_error_set(err, VS_ERR_FORMAT, "%s: corrupt PNG (interlace method %d)", name, (int)pi->interlace);
+    if (pi->pal_len == 0) return vs_error_set(err, VS_ERR_FORMAT, "%s: corrupt PNG (palette image without PLTE)", name);
+    if (pi->pal_len >= (1 << pi->depth)) return VS_OK; /* every index the depth can hold is defined */
+    /* Adam7 passes (x origin, y origin, x step, y step); a plain image is the one pass (0, 0, 1, 1). */
+    static const int adam7[7][4] = {{0, 0, 8, 8}, {4, 0, 8, 8}, {0, 4, 4, 8}, {2, 0, 4, 4},
+                                    {0, 2, 2, 4}, {1, 0, 2, 2}, {0, 1, 1, 2}};
+    static const int plain[1][4] = {{0, 0, 1, 1}};
+    const int(*passes)[4] = pi->interlace ? adam7 : plain;
+    const int n_pass = pi->interlace ? 7 : 1;
+    size_t need = 0;
+    for (int p = 0; p < n_pass; p++) {
+        const int64_t pw = (w - passes[p][0] + passes[p][2] - 1) / passes[p][2];
+        const int64_t ph = (h - passes[p][1] + passes[p][3] - 1) / passes[p][3];
+        if (pw > 0 && ph > 0) need += (size_t)ph * (1 + ((size_t)pw * (size_t)pi->depth + 7) / 8);
+    }
+    if (need > INT_MAX || pi->idat_len > INT_MAX)
+        return vs_error_set(err, VS_ERR_RANGE, "%s: PNG image data too large", name);
+    uint8_t *z = vs_malloc(pi->idat_len ? pi->idat_len : 1), *raw = vs_malloc(need ? need : 1);
+    if (!z || !raw) {
+        vs_free(z);
+        vs_free(raw);
+        return vs_error_set(err, VS_ERR_NOMEM, "%s: out of memory checking a palette PNG", name);
+    }
+    size_t zlen = 0;
+    for (size_t pos = 8; pos + 12 <= n;) { /* check_png walked these chunks already */
+        const size_t len = rd_be32(d + pos);
+        if (!memcmp(d + pos + 4, "IEND", 4)) break;
+        if (!memcmp(d + pos + 4, "IDAT", 4)) {
+            memcpy(z + zlen, d + pos + 8, len);
+            zlen += len;
+        }
+        pos += 12 + len;
+    }
+    const int got = pi->iphone ? stbi_zlib_decode_noheader_buffer((char *)raw, (int)need, (const char *)z, (int)zlen)
+                               : stbi_zlib_decode_buffer((char *)raw, (int)need, (const char *)z, (int)zlen);
+    vs_free(z);
+    vs_status st = VS_OK;
+    if (got < 0)
+        st = vs_error_set(err, VS_ERR_FORMAT, "%s: corrupt PNG image data (%s; a %lld x %lld image needs %zu bytes)",
+                          name, stbi_failure_reason(), (long long)w, (long long)h, need);
+    else if ((size_t)got != need)
+        st = vs_error_set(err, VS_ERR_FORMAT, "%s: corrupt PNG image data (%d bytes, a %lld x %lld image needs %zu)",
+                          name, got, (long long)w, (long long)h, need);
+    uint8_t *row = raw;
+    for (int p = 0; st == VS_OK && p < n_pass; p++) {
+        const int64_t pw = (w - passes[p][0] + passes[p][2] - 1) / passes[p][2];
+        const int64_t ph = (h - passes[p][1] + passes[p][3] - 1) / passes[p][3];
+        if (pw <= 0 || ph <= 0) continue;
+        const size_t rb = ((size_t)pw * (size_t)pi->depth + 7) / 8;
+        const uint8_t *prev = NULL;
+        for (int64_t y = 0; st == VS_OK && y < ph; y++) {
+            const int filter = row[0];
+            if (filter > 4) {
+                st = vs_error_set(err, VS_ERR_FORMAT, "%s: corrupt PNG (row filter %d)", name, filter);
+                break;
+            }
+            uint8_t *px = row + 1;
+            png_unfilter_row(px, prev, rb, filter);
+            for (int64_t x = 0; x < pw; x++) {
+                const size_t bit = (size_t)x * (size_t)pi->depth; /* indices are packed from the high bit */
+                const int idx = (px[bit / 8] >> (8 - pi->depth - (int)(bit % 8))) & ((1 << pi->depth) - 1);
+                if (idx >= pi->pal_len) {
+                    st = vs_error_set(err, VS_ERR_FORMAT,
+                                      "%s: corrupt PNG (palette index %d out of range: PLTE size %d)",
+                                      name, idx, (int)pi->pal_len);
+                    break;
+                }
+            }
+            prev = px;
+            row += 1 + rb;
+        }
+    }
+    vs_free(raw);
+    return st;
 }
 
 /* JPEG: marker segments from SOI to EOI; after each SOS the entropy-coded data runs to the next
@@ -247,12 +383,14 @@ static vs_status check_pnm(const uint8_t *d, size_t n, const char *name, int64_t
     return VS_OK;
 }
 
-/* Walks the container; *w / *h receive the header's dimensions (-1 when not found). */
+/* Walks the container; *w / *h receive the header's dimensions (-1 when not found), *pi what a
+ * PNG's chunks say about its palette (colour type -1 for other formats). */
 static vs_status check_container(const uint8_t *d, size_t n, const char *name, int64_t *w, int64_t *h,
-                                 vs_error *err) {
+                                 png_info *pi, vs_error *err) {
     static const uint8_t png_sig[8] = {0x89, 'P', 'N', 'G', 0x0D, 0x0A, 0x1A, 0x0A};
     *w = *h = -1;
-    if (n >= 8 && !memcmp(d, png_sig, 8)) return check_png(d, n, name, w, h, err);
+    *pi = (png_info){.depth = -1, .color = -1, .interlace = -1};
+    if (n >= 8 && !memcmp(d, png_sig, 8)) return check_png(d, n, name, w, h, pi, err);
     if (n >= 3 && d[0] == 0xFF && d[1] == 0xD8 && d[2] == 0xFF) return check_jpeg(d, n, name, w, h, err);
     if (n >= 2 && d[0] == 'B' && d[1] == 'M') return check_bmp(d, n, name, w, h, err);
     if (n >= 2 && d[0] == 'P' && (d[1] == '5' || d[1] == '6')) return check_pnm(d, n, name, w, h, err);
@@ -273,7 +411,8 @@ vs_status vs_image_decode_max(vs_image *img, const uint8_t *data, size_t size, c
     /* Dimensions from our own header walk first: stb's info call refuses some large (but allowed)
      * sizes with a generic message, and the limit must be applied before anything is allocated. */
     int64_t hw = -1, hh = -1;
-    vs_status st = check_container(data, size, name, &hw, &hh, err);
+    png_info pi;
+    vs_status st = check_container(data, size, name, &hw, &hh, &pi, err);
     if (st == VS_OK && (hw == 0 || hh == 0))
         return vs_error_set(err, VS_ERR_FORMAT, "%s: zero-sized image (%lld x %lld)", name, (long long)hw,
                             (long long)hh);
@@ -289,6 +428,7 @@ vs_status vs_image_decode_max(vs_image *img, const uint8_t *data, size_t size, c
     if (w > max_dim || h > max_dim)
         return vs_error_set(err, VS_ERR_RANGE, "%s: image is %d x %d, larger than the limit of %d x %d", name,
                             w, h, (int)max_dim, (int)max_dim);
+    if ((st = check_png_indices(data, size, &pi, w, h, name, err)) != VS_OK) return st;
     int w2 = 0, h2 = 0;
     uint8_t *px = stbi_load_from_memory(data, (int)size, &w2, &h2, &comp, 3);
     if (!px)
@@ -303,19 +443,28 @@ vs_status vs_image_decode_max(vs_image *img, const uint8_t *data, size_t size, c
     return VS_OK;
 }
 
-vs_status vs_image_decode(vs_image *img, const uint8_t *data, size_t size, const char *name, vs_error *err) {
-    return vs_image_decode_max(img, data, size, name, VS_IMAGE_MAX_DIM, err);
+int32_t vs_image_max_side(int32_t model_size) {
+    const int64_t l = VS_MAX((int64_t)VS_IMAGE_DEFAULT_MAX_SIDE, 16 * (int64_t)model_size);
+    return (int32_t)VS_MIN(l, (int64_t)VS_IMAGE_MAX_DIM);
 }
 
-vs_status vs_image_load(vs_image *img, const char *path, vs_error *err) {
+vs_status vs_image_decode(vs_image *img, const uint8_t *data, size_t size, const char *name, vs_error *err) {
+    return vs_image_decode_max(img, data, size, name, VS_IMAGE_DEFAULT_MAX_SIDE, err);
+}
+
+vs_status vs_image_load_max(vs_image *img, const char *path, int32_t max_dim, vs_error *err) {
     memset(img, 0, sizeof(*img));
     uint8_t *data = NULL;
     size_t size = 0;
-    vs_status st = vs_read_file(path, &data, &size, err);
+    vs_status st = vs_read_file(path, &data, &size, err); /* its messages start with the path */
     if (st != VS_OK) return st;
-    st = vs_image_decode(img, data, size, path, err);
+    st = vs_image_decode_max(img, data, size, path, max_dim, err);
     vs_free(data);
     return st;
+}
+
+vs_status vs_image_load(vs_image *img, const char *path, vs_error *err) {
+    return vs_image_load_max(img, path, VS_IMAGE_DEFAULT_MAX_SIDE, err);
 }
 
 vs_status vs_image_alloc(vs_image *img, int32_t w, int32_t h, const uint8_t fill[3], vs_error *err) {

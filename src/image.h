@@ -5,6 +5,17 @@
  * (LLaVA's and llama.cpp's), normalisation to the float layout a ViT reads, and k x k average pooling
  * of a patch grid of feature rows (pooled drafting).
  *
+ * Size limit (measurements: docs/vision.md): for a model whose input is S x S pixels, an image's width
+ * and height must each be at most L = max(4096, 16 * S), capped at VS_IMAGE_MAX_DIM (vs_image_max_side);
+ * without a model L = 4096. Both sides rather than a pixel count, because LLaVA's recipe pads to a
+ * square of the longer side: the request then peaks at about 16 bytes per pixel of L x L in the worst
+ * format (16-bit RGBA PNG; 264 MB at L = 4096, 454 MB at L = 5376 for S = 336). 4096 passes 4K frames
+ * and 12-megapixel photos untouched; past 16 x the input side the resize keeps under 0.4% of the
+ * pixels anyway. The limit is applied to the dimensions in the file's header, before anything is
+ * decoded or allocated, and its error says both sizes.
+ *
+ * Errors name the input exactly once, first: "PATH: reason" (vs_image_load) or "NAME: reason".
+ *
  * Preprocessing recipes (facts: docs/vision.md, ../shared/docs/FORMATS.md):
  *   VS_PREPROC_LLAVA    LLaVA-1.5 + HF CLIPImageProcessor: pad to a square with the "mean colour"
  *                       (int(mean[c] * 255) per channel, image centred), resize to size x size with
@@ -18,24 +29,34 @@
 
 #include "common.h"
 
-/* Largest width or height accepted by default (checked from the header, before decoding). */
+/* Largest width or height any limit may allow (vs_image_decode_max clamps to it). */
 #define VS_IMAGE_MAX_DIM 16384
+/* Largest width or height accepted when no model size is known (vs_image_decode, vs_image_load). */
+#define VS_IMAGE_DEFAULT_MAX_SIDE 4096
 
 typedef struct vs_image {
     int32_t w, h; /* pixels */
     uint8_t *rgb; /* (h, w, 3) row-major RGB, vs_malloc'ed, owned */
 } vs_image;
 
+/* The largest width or height accepted for a model whose input is model_size x model_size:
+ * max(VS_IMAGE_DEFAULT_MAX_SIDE, 16 * model_size), at most VS_IMAGE_MAX_DIM (model_size <= 0: the
+ * default). */
+int32_t vs_image_max_side(int32_t model_size);
 /* Decodes PNG, JPEG, BMP or binary PPM/PGM (P5/P6) bytes into RGB (alpha is dropped, grey is
- * replicated). `name` is used in error messages. Refuses zero-sized or corrupt data and images
- * wider or taller than VS_IMAGE_MAX_DIM before allocating pixels. On failure *img is zeroed. */
+ * replicated). `name` starts every error message. Refuses zero-sized or corrupt data, palette PNGs
+ * whose pixels index past their PLTE (or whose tRNS is longer than it), and images wider or taller
+ * than VS_IMAGE_DEFAULT_MAX_SIDE, before allocating pixels. On failure *img is zeroed. */
 vs_status vs_image_decode(vs_image *img, const uint8_t *data, size_t size, const char *name, vs_error *err);
-/* Same with a caller-chosen dimension limit (1 <= max_dim <= VS_IMAGE_MAX_DIM); fuzzing uses a
- * small one to keep each input fast. */
+/* Same with a caller-chosen side limit (1 <= max_dim <= VS_IMAGE_MAX_DIM, anything else means
+ * VS_IMAGE_MAX_DIM); fuzzing uses a small one to keep each input fast. */
 vs_status vs_image_decode_max(vs_image *img, const uint8_t *data, size_t size, const char *name,
                               int32_t max_dim, vs_error *err);
-/* Reads and decodes a file. */
+/* Reads and decodes a file (limit VS_IMAGE_DEFAULT_MAX_SIDE); errors start with the path. */
 vs_status vs_image_load(vs_image *img, const char *path, vs_error *err);
+/* Same with a caller-chosen side limit, as vs_image_decode_max; the vision tower passes
+ * vs_image_max_side(its image_size). */
+vs_status vs_image_load_max(vs_image *img, const char *path, int32_t max_dim, vs_error *err);
 /* Allocates a w x h image filled with one colour. */
 vs_status vs_image_alloc(vs_image *img, int32_t w, int32_t h, const uint8_t fill[3], vs_error *err);
 void vs_image_free(vs_image *img);
