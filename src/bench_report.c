@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "bench.h"
+#include "outfile.h"
 #include "plot.h"
 
 /* Suites by role in the papers' tables (TABED Table 1): benchmark datasets, OOD datasets (multi-image
@@ -513,8 +514,10 @@ static void csv_str(FILE *f, const char *s) {
 }
 
 vs_status vs_bench_write_csv(const vs_bench_record *recs, int64_t n, const char *path, vs_error *err) {
-    FILE *f = fopen(path, "wb");
-    if (!f) return vs_error_set(err, VS_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+    vs_outfile o;
+    vs_status st = vs_outfile_open(&o, path, err);
+    if (st != VS_OK) return st;
+    FILE *f = o.f;
     int G = 0;
     for (int64_t i = 0; i < n; i++) G = VS_MAX(G, VS_MIN(recs[i].gamma, VS_SPEC_MAX_GAMMA));
     fprintf(f,
@@ -567,9 +570,7 @@ vs_status vs_bench_write_csv(const vs_bench_record *recs, int64_t n, const char 
         csv_str(f, r->stop);
         fputc('\n', f);
     }
-    bool ok = !ferror(f);
-    ok = fclose(f) == 0 && ok;
-    return ok ? VS_OK : vs_error_set(err, VS_ERR_IO, "%s: write failed", path);
+    return vs_outfile_commit(&o, err);
 }
 
 /* ------------------------------------------------------------------------------------------------
@@ -671,15 +672,10 @@ static vs_status write_summary(const vs_bench_record *recs, int64_t n, const dim
     char *s = vs_json_writer_take(&w, &len);
     vs_json_writer_free(&w);
     if (!s) return vs_error_set(err, VS_ERR_NOMEM, "out of memory");
-    FILE *f = fopen(path, "wb");
-    if (!f) {
-        vs_free(s);
-        return vs_error_set(err, VS_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
-    }
-    bool ok = fwrite(s, 1, len, f) == len && fputc('\n', f) != EOF;
-    ok = fclose(f) == 0 && ok;
+    s[len] = '\n'; /* the writer's buffer keeps room for a terminator */
+    vs_status st = vs_write_file(path, s, len + 1, err);
     vs_free(s);
-    return ok ? VS_OK : vs_error_set(err, VS_ERR_IO, "%s: write failed", path);
+    return st;
 }
 
 /* ------------------------------------------------------------------------------------------------
@@ -831,12 +827,12 @@ vs_status vs_bench_write_report(const vs_bench_record *recs, int64_t n, const vs
     for (int gi = 0; gi < d->n_gammas && !st; gi++)
         for (int ti = 0; ti < d->n_temps && !st && n_files < 500; ti++)
             st = plot_set(recs, n, d, d->gammas[gi], d->temps[ti], o->out_dir, files, &n_files, err);
-    FILE *f = NULL;
+    vs_outfile out;
     if (!st) {
         snprintf(path, sizeof(path), "%s/report.md", o->out_dir);
-        if (!(f = fopen(path, "wb")))
-            st = vs_error_set(err, VS_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+        st = vs_outfile_open(&out, path, err);
     }
+    FILE *f = out.f;
     if (st) {
         vs_free(d), vs_free(ring), vs_free(files);
         return st;
@@ -892,10 +888,8 @@ vs_status vs_bench_write_report(const vs_bench_record *recs, int64_t n, const vs
                "- `summary.json`: machine, configuration and every aggregated group\n");
     for (int i = 0; i < n_files; i++) fprintf(f, "- ![%s](%s)\n", files[i], files[i]);
     fprintf(f, "\n");
-    bool ok = !ferror(f);
-    ok = fclose(f) == 0 && ok;
     vs_free(d), vs_free(ring), vs_free(files);
-    return ok ? VS_OK : vs_error_set(err, VS_ERR_IO, "%s/report.md: write failed", o->out_dir);
+    return vs_outfile_commit(&out, err);
 }
 
 vs_status vs_bench_report_dir(const char *out_dir, int threads, bool measure_bw, vs_error *err) {

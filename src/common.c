@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -198,29 +199,63 @@ vs_status vs_read_file(const char *path, uint8_t **data, size_t *size, vs_error 
     *size = 0;
     FILE *f = fopen(path, "rb");
     if (!f) return vs_error_set(err, VS_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    if (fseek(f, 0, SEEK_END) != 0) {
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0) {
+        vs_status s = vs_error_set(err, VS_ERR_IO, "%s: cannot inspect: %s", path, strerror(errno));
         fclose(f);
-        return vs_error_set(err, VS_ERR_IO, "%s: cannot seek", path);
+        return s;
     }
-    long n = ftell(f);
-    if (n < 0) {
+    if (S_ISDIR(st.st_mode)) {
         fclose(f);
-        return vs_error_set(err, VS_ERR_IO, "%s: cannot tell size (not a regular file?)", path);
+        return vs_error_set(err, VS_ERR_IO, "%s: is a directory", path);
     }
-    rewind(f);
-    uint8_t *buf = vs_malloc((size_t)n + 1);
+    /* A regular file is read at its size; anything else (a pipe, /dev/stdin, a procfs file whose size
+     * reads 0, /dev/zero) is read to its end in chunks, up to VS_READ_STREAM_MAX bytes. */
+    bool regular = S_ISREG(st.st_mode) && st.st_size > 0;
+    if (regular && (uint64_t)st.st_size >= (uint64_t)SIZE_MAX) {
+        fclose(f);
+        return vs_error_set(err, VS_ERR_NOMEM, "%s: too large (%lld bytes)", path, (long long)st.st_size);
+    }
+    size_t cap = regular ? (size_t)st.st_size + 1 : 65536, n = 0;
+    uint8_t *buf = vs_malloc(cap);
     if (!buf) {
         fclose(f);
-        return vs_error_set(err, VS_ERR_NOMEM, "%s: cannot allocate %ld bytes", path, n);
+        return vs_error_set(err, VS_ERR_NOMEM, "%s: cannot allocate %zu bytes", path, cap);
     }
-    if (n > 0 && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        fclose(f);
-        vs_free(buf);
-        return vs_error_set(err, VS_ERR_IO, "%s: short read", path);
+    for (;;) {
+        if (n + 1 >= cap) {
+            if (regular || cap >= (size_t)VS_READ_STREAM_MAX + 1) {
+                if (regular) break; /* grew while being read: take what its size said */
+                vs_free(buf);
+                fclose(f);
+                return vs_error_set(err, VS_ERR_RANGE, "%s: not a regular file and longer than %d MiB", path,
+                                    (int)(VS_READ_STREAM_MAX >> 20));
+            }
+            size_t ncap = VS_MIN(cap * 2, (size_t)VS_READ_STREAM_MAX + 1);
+            uint8_t *nb = vs_malloc(ncap);
+            if (!nb) {
+                vs_free(buf);
+                fclose(f);
+                return vs_error_set(err, VS_ERR_NOMEM, "%s: cannot allocate %zu bytes", path, ncap);
+            }
+            memcpy(nb, buf, n);
+            vs_free(buf);
+            buf = nb;
+            cap = ncap;
+        }
+        size_t got = fread(buf + n, 1, cap - 1 - n, f);
+        n += got;
+        if (got == 0) break;
     }
+    bool failed = ferror(f);
+    int e = errno;
     fclose(f);
+    if (failed || (regular && n != (size_t)st.st_size)) {
+        vs_free(buf);
+        return vs_error_set(err, VS_ERR_IO, "%s: short read: %s", path, failed ? strerror(e) : "file shrank while read");
+    }
     buf[n] = 0;
     *data = buf;
-    *size = (size_t)n;
+    *size = n;
     return VS_OK;
 }

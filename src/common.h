@@ -79,7 +79,10 @@ void vs_progress_update(vs_progress *p, int64_t done, const char *extra_fmt, ...
     __attribute__((format(printf, 3, 4)));
 void vs_progress_end(vs_progress *p, int64_t done);
 
-/* Whole-file read into a vs_malloc buffer (+1 NUL byte not counted in *size). */
+/* Whole-file read into a vs_malloc buffer (+1 NUL byte not counted in *size). A directory is an error;
+ * a file that is not regular (a pipe, /dev/stdin, a procfs file) is read to its end, up to
+ * VS_READ_STREAM_MAX bytes (more is an error, so /dev/zero fails instead of filling memory). */
+#define VS_READ_STREAM_MAX (256ll << 20)
 vs_status vs_read_file(const char *path, uint8_t **data, size_t *size, vs_error *err);
 
 #define VS_MIN(a, b) ((a) < (b) ? (a) : (b))

@@ -10,6 +10,7 @@
  * Writer: keys and tensors are kept in insertion order, each metadata value already serialised
  * (the bytes after the type field), so copying a key from a reader is a memcpy of its raw span. */
 #include "gguf.h"
+#include "outfile.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -589,7 +590,8 @@ vs_gguf *vs_gguf_open_memory(const void *data, size_t size, const char *name, vs
 }
 
 vs_gguf *vs_gguf_open(const char *path, vs_error *err) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO is refused below instead of blocking the open (no effect on a regular file) */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
         vs_error_set(err, VS_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
         return NULL;
@@ -1094,18 +1096,85 @@ vs_status vs_gguf_add_tensor_ref(vs_gguf_writer *w, const char *name, int type, 
     return add_tensor(w, name, type, n_dims, ne, data, false, err);
 }
 
+/* The first non-finite value among n elements of a supported type (for Q8_0/Q4_0 the block scales; the
+ * index is then the block's first element), or -1. Chunks are OR-reduced first so the common, clean case
+ * is a branch-free loop the compiler vectorises. */
+static int64_t first_nonfinite(int type, const uint8_t *d, int64_t n) {
+    enum { CHUNK = 4096 };
+    if (type == VS_TYPE_F32 || type == VS_TYPE_F16 || type == VS_TYPE_BF16) {
+        for (int64_t c0 = 0; c0 < n; c0 += CHUNK) {
+            const int64_t c1 = VS_MIN(n, c0 + CHUNK);
+            int bad = 0;
+            if (type == VS_TYPE_F32) {
+                for (int64_t i = c0; i < c1; i++) {
+                    uint32_t u;
+                    memcpy(&u, d + 4 * i, 4);
+                    bad |= (u & 0x7f800000u) == 0x7f800000u;
+                }
+            } else {
+                const uint16_t m = type == VS_TYPE_F16 ? 0x7c00 : 0x7f80;
+                for (int64_t i = c0; i < c1; i++) {
+                    uint16_t h;
+                    memcpy(&h, d + 2 * i, 2);
+                    bad |= (h & m) == m;
+                }
+            }
+            if (!bad) continue;
+            for (int64_t i = c0; i < c1; i++) {
+                if (type == VS_TYPE_F32) {
+                    uint32_t u;
+                    memcpy(&u, d + 4 * i, 4);
+                    if ((u & 0x7f800000u) == 0x7f800000u) return i;
+                } else {
+                    uint16_t h, m = type == VS_TYPE_F16 ? 0x7c00 : 0x7f80;
+                    memcpy(&h, d + 2 * i, 2);
+                    if ((h & m) == m) return i;
+                }
+            }
+        }
+        return -1;
+    }
+    if (type == VS_TYPE_Q8_0 || type == VS_TYPE_Q4_0) {
+        const size_t bs = vs_type_block_bytes((vs_type)type);
+        const int64_t nb = n / 32;
+        for (int64_t b = 0; b < nb; b++) {
+            uint16_t h;
+            memcpy(&h, d + (size_t)b * bs, 2);
+            if ((h & 0x7c00) == 0x7c00) return b * 32;
+        }
+    }
+    return -1;
+}
+
+vs_status vs_gguf_check_finite(const vs_gguf *g, vs_error *err) {
+    for (int64_t t = 0; t < vs_gguf_n_tensors(g); t++) {
+        const vs_gguf_tensor *ti = vs_gguf_tensor_at(g, t);
+        const int64_t n = ti->ne[0] * ti->ne[1] * ti->ne[2] * ti->ne[3];
+        const int64_t at = first_nonfinite(ti->type, ti->data, n);
+        if (at >= 0)
+            return vs_error_set(err, VS_ERR_FORMAT, "%s: tensor %s holds a non-finite value (NaN or infinity) at "
+                                "element %lld%s", vs_gguf_name(g), ti->name, (long long)at,
+                                ti->type == VS_TYPE_Q8_0 || ti->type == VS_TYPE_Q4_0 ? " (a block scale)" : "");
+    }
+    return VS_OK;
+}
+
 /* Output sink: a growing memory buffer or a FILE. */
 typedef struct sink {
     FILE *f;
     uint8_t *buf;
     size_t len, cap;
     bool failed;
+    int err_no; /* errno of the failed write */
 } sink;
 
 static void put(sink *s, const void *p, size_t n) {
     if (s->failed || n == 0) return;
     if (s->f) {
-        if (fwrite(p, 1, n, s->f) != n) s->failed = true;
+        if (fwrite(p, 1, n, s->f) != n) {
+            s->failed = true;
+            s->err_no = errno;
+        }
         return;
     }
     if (s->len + n > s->cap) {
@@ -1215,29 +1284,20 @@ vs_status vs_gguf_write_memory(vs_gguf_writer *w, uint8_t **data, size_t *size, 
 }
 
 vs_status vs_gguf_write(vs_gguf_writer *w, const char *path, vs_error *err) {
-    /* write beside the target and rename, so a reader never sees a half-written file */
-    size_t plen = strlen(path);
-    char *tmp = vs_malloc(plen + 32);
-    if (!tmp) return vs_error_set(err, VS_ERR_NOMEM, "%s: out of memory", path);
-    snprintf(tmp, plen + 32, "%s.tmp%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
-        vs_status st = vs_error_set(err, VS_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
-        vs_free(tmp);
+    /* through outfile: a temporary beside the target and a rename, so a reader never sees a half-written
+     * file and a device node is never replaced */
+    vs_outfile o;
+    vs_status st = vs_outfile_open(&o, path, err);
+    if (st != VS_OK) return st;
+    sink s = {.f = o.f};
+    st = serialise(w, &s, err);
+    if (st == VS_OK && s.failed) {
+        st = vs_error_set(err, VS_ERR_IO, "%s: write failed: %s", path, s.err_no ? strerror(s.err_no) : "I/O error");
+    }
+    if (st != VS_OK) {
+        vs_outfile_abort(&o);
+        if (err && !strstr(err->msg, path)) vs_error_wrap(err, "writing %s", path);
         return st;
     }
-    sink s = {.f = f};
-    vs_status st = serialise(w, &s, err);
-    bool io_ok = !s.failed && fflush(f) == 0;
-    int saved = errno;
-    if (fclose(f) != 0) io_ok = false;
-    if (st == VS_OK && !io_ok) st = vs_error_set(err, VS_ERR_IO, "%s: write failed: %s", path, strerror(saved));
-    if (st == VS_OK && rename(tmp, path) != 0)
-        st = vs_error_set(err, VS_ERR_IO, "%s: cannot rename from %s: %s", path, tmp, strerror(errno));
-    if (st != VS_OK) {
-        unlink(tmp);
-        if (err && !strstr(err->msg, path)) vs_error_wrap(err, "writing %s", path);
-    }
-    vs_free(tmp);
-    return st;
+    return vs_outfile_commit(&o, err);
 }

@@ -108,6 +108,11 @@ const char *vs_gguf_ggml_type_name(int type);
 int64_t vs_gguf_n_tensors(const vs_gguf *g);
 const vs_gguf_tensor *vs_gguf_tensor_at(const vs_gguf *g, int64_t i);
 const vs_gguf_tensor *vs_gguf_find_tensor(const vs_gguf *g, const char *name); /* NULL if absent */
+/* Checks every tensor of a type vlmspec reads (F32, F16, BF16; the scales of Q8_0 and Q4_0) for NaN and
+ * infinity. A model that holds one would only fail later, far from its cause ("logit is NaN"), so the
+ * loaders call this: the error names the file, the tensor and the first bad element. One pass over
+ * the weights at memory bandwidth (the same pages the first forward reads). */
+vs_status vs_gguf_check_finite(const vs_gguf *g, vs_error *err);
 /* Finds a tensor and checks its type is one of the supported vs_types and its shape equals
  * ne[0..n_dims) (pass n_dims = 0 to skip the shape check). VS_ERR_FORMAT naming file, tensor,
  * expected and actual shapes otherwise. */
@@ -147,8 +152,9 @@ vs_status vs_gguf_add_tensor(vs_gguf_writer *w, const char *name, int type, int 
 vs_status vs_gguf_add_tensor_ref(vs_gguf_writer *w, const char *name, int type, int n_dims,
                                  const int64_t *ne, const void *data, vs_error *err);
 /* Writes the file (version 3, alignment 32 unless general.alignment (u32) was set; keys and tensors
- * in insertion order, each tensor's data padded to the alignment). Written to PATH.tmp<pid> first and
- * renamed, so readers never see a partial file. The writer may be written again afterwards. */
+ * in insertion order, each tensor's data padded to the alignment). Written through outfile.h (a
+ * temporary and a rename; a device node is written in place, never replaced), so readers never see a
+ * partial file and a failed write leaves none. The writer may be written again afterwards. */
 vs_status vs_gguf_write(vs_gguf_writer *w, const char *path, vs_error *err);
 /* Same into a new vs_malloc buffer (*data, *size); the caller vs_frees it. */
 vs_status vs_gguf_write_memory(vs_gguf_writer *w, uint8_t **data, size_t *size, vs_error *err);

@@ -249,6 +249,7 @@ vs_lm *vs_lm_from_gguf(const vs_gguf *g, vs_error *err) {
     }
     lm->g = g;
     vs_status st = load_config(g, &lm->cfg, err);
+    if (!st) st = vs_gguf_check_finite(g, err);
     if (!st) st = load_weights(lm, err);
     if (!st) st = pack_weights(lm, err);
     if (!st) {

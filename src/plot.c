@@ -1,5 +1,6 @@
 /* plot: small hand-written SVG charts. See plot.h. */
 #include "plot.h"
+#include "outfile.h"
 
 #include <errno.h>
 #include <math.h>
@@ -668,13 +669,7 @@ vs_status vs_plot_write(vs_plot *p, const char *path, vs_error *err) {
     size_t len = 0;
     char *svg = vs_plot_svg(p, &len, err);
     if (!svg) return err ? err->code : VS_ERR_INVALID;
-    FILE *f = fopen(path, "wb");
-    if (!f) {
-        vs_free(svg);
-        return vs_error_set(err, VS_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
-    }
-    bool ok = fwrite(svg, 1, len, f) == len;
-    ok = (fclose(f) == 0) && ok;
+    vs_status s = vs_write_file(path, svg, len, err);
     vs_free(svg);
-    return ok ? VS_OK : vs_error_set(err, VS_ERR_IO, "%s: write failed", path);
+    return s;
 }

@@ -1,6 +1,7 @@
 /* png_write: see png_write.h. The one translation unit that compiles stb_image_write's implementation
  * (static, so its tuning variables stay private to this file). */
 #include "png_write.h"
+#include "outfile.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -177,14 +178,7 @@ vs_status vs_png_write(const char *path, const uint8_t *pixels, int w, int h, in
     uint8_t *png = vs_png_encode(pixels, w, h, channels, &n);
     if (!png)
         return vs_error_set(err, VS_ERR_INVALID, "%s: cannot encode a %dx%dx%d PNG", path, w, h, channels);
-    FILE *f = fopen(path, "wb");
-    if (!f) {
-        vs_free(png);
-        return vs_error_set(err, VS_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
-    }
-    size_t wr = fwrite(png, 1, n, f);
-    int cl = fclose(f);
+    vs_status s = vs_write_file(path, png, n, err);
     vs_free(png);
-    if (wr != n || cl != 0) return vs_error_set(err, VS_ERR_IO, "%s: write failed", path);
-    return VS_OK;
+    return s;
 }

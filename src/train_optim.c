@@ -1,6 +1,7 @@
 /* train_optim: parameter sets, AdamW, schedule, clipping, checkpoints, progress and loss curves
  * (see train_optim.h). */
 #include "train_optim.h"
+#include "outfile.h"
 #include "kernels.h"
 
 #include <errno.h>
@@ -311,16 +312,17 @@ void vs_train_curve_free(vs_train_curve *c) {
 }
 
 vs_status vs_train_curve_write_csv(const vs_train_curve *c, const char *path, vs_error *err) {
-    FILE *f = fopen(path, "w");
-    if (!f) return vs_error_set(err, VS_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+    vs_outfile o;
+    vs_status st = vs_outfile_open(&o, path, err);
+    if (st != VS_OK) return st;
+    FILE *f = o.f;
     fprintf(f, "step,loss,lr,tokens,time_s\n");
     for (int64_t i = 0; i < c->n; i++) {
         const vs_train_curve_point *p = &c->pt[i];
         fprintf(f, "%lld,%.7g,%.7g,%.0f,%.3f\n", (long long)p->step, (double)p->loss, (double)p->lr,
                 p->tokens, p->time_s);
     }
-    if (fclose(f) != 0) return vs_error_set(err, VS_ERR_IO, "%s: write failed", path);
-    return VS_OK;
+    return vs_outfile_commit(&o, err);
 }
 
 vs_status vs_train_curve_read_csv(vs_train_curve *c, const char *path, bool missing_ok, vs_error *err) {
@@ -363,8 +365,10 @@ static double nice_step(double range, int n) {
 vs_status vs_train_curve_write_svg(const vs_train_curve *c, const char *path, const char *title,
                                    int smooth, bool log_y, vs_error *err) {
     const double W = 800, H = 480, L = 70, R = 20, T = 40, Bm = 50; /* size and margins */
-    FILE *f = fopen(path, "w");
-    if (!f) return vs_error_set(err, VS_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+    vs_outfile o;
+    vs_status st = vs_outfile_open(&o, path, err);
+    if (st != VS_OK) return st;
+    FILE *f = o.f;
     double x0 = 0, x1 = 1, y0 = 0, y1 = 1;
     bool any = false;
     for (int64_t i = 0; i < c->n; i++) {
@@ -442,6 +446,5 @@ vs_status vs_train_curve_write_svg(const vs_train_curve *c, const char *path, co
 #undef SX
 #undef SY
     fprintf(f, "</svg>\n");
-    if (fclose(f) != 0) return vs_error_set(err, VS_ERR_IO, "%s: write failed", path);
-    return VS_OK;
+    return vs_outfile_commit(&o, err);
 }

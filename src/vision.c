@@ -398,6 +398,7 @@ vs_mmproj *vs_mmproj_open(const char *path, vs_error *err) {
         return NULL;
     }
     vs_status st = read_config(m, err);
+    if (st == VS_OK) st = vs_gguf_check_finite(m->g, err);
     if (st == VS_OK) {
         m->cfg.proj_hidden = m->cfg.proj_out = 1; /* checked for real once the projector is read */
         st = vs_vision_config_check(&m->cfg, path, err);
@@ -713,10 +714,11 @@ vs_status vs_vision_encode_file(const vs_vision_tower *t, vs_threadpool *tp, con
                                 vs_vision_features *out, vs_error *err) {
     memset(out, 0, sizeof(*out));
     vs_image img;
-    vs_status st = vs_image_load(&img, path, err);
+    /* the size limit follows the model's input side (image.h); load errors already name the path */
+    vs_status st = vs_image_load_max(&img, path, vs_image_max_side(t ? t->cfg.image_size : 0), err);
     if (st != VS_OK) return st;
     st = vs_vision_encode_image(t, tp, &img, mode, opts, out, err);
-    if (st != VS_OK) vs_error_wrap(err, "%s: ", path);
+    if (st != VS_OK) vs_error_wrap(err, "%s", path); /* the wrap adds the ": " */
     vs_image_free(&img);
     return st;
 }

@@ -8,6 +8,7 @@
 #include <sys/types.h>
 
 #include "png_write.h"
+#include "outfile.h"
 #include "world_internal.h"
 
 #define WORLD_FORMAT_VERSION 1
@@ -699,7 +700,8 @@ static bool keyset_has(const keyset *s, uint64_t key) {
 }
 
 static vs_status write_line(FILE *f, const char *path, const char *s, size_t n, vs_error *err) {
-    if (fwrite(s, 1, n, f) != n || fputc('\n', f) == EOF) return vs_error_set(err, VS_ERR_IO, "%s: write failed", path);
+    if (fwrite(s, 1, n, f) != n || fputc('\n', f) == EOF)
+        return vs_error_set(err, VS_ERR_IO, "%s: write failed: %s", path, strerror(errno));
     return VS_OK;
 }
 
@@ -770,25 +772,23 @@ vs_status vs_world_generate(const vs_world_config *cfg, const char *dir, vs_erro
     int64_t total = (cfg->n_test + cfg->n_train) * n_suites, done = 0, counts[3] = {0, 0, 0}, regenerated = 0;
     vs_progress prog;
     if (cfg->progress) vs_progress_begin(&prog, "data gen", total);
-    FILE *fcap = NULL;
+    vs_outfile ocap;
     char cap_path[4096];
     snprintf(cap_path, sizeof(cap_path), "%s/captions.jsonl", dir);
-    fcap = fopen(cap_path, "wb");
-    if (!fcap) {
+    if ((st = vs_outfile_open(&ocap, cap_path, err)) != VS_OK) {
         vs_free(rgb);
-        return vs_error_set(err, VS_ERR_IO, "%s: cannot create: %s", cap_path, strerror(errno));
+        return st;
     }
+    FILE *fcap = ocap.f;
     st = VS_OK;
     for (int split = 0; split < 2 && !st; split++) {
         const char *name = split == 0 ? "test" : "train";
         int64_t n_per = split == 0 ? cfg->n_test : cfg->n_train;
         char jpath[4096];
         snprintf(jpath, sizeof(jpath), "%s/%s.jsonl", dir, name);
-        FILE *f = fopen(jpath, "wb");
-        if (!f) {
-            st = vs_error_set(err, VS_ERR_IO, "%s: cannot create: %s", jpath, strerror(errno));
-            break;
-        }
+        vs_outfile of;
+        if ((st = vs_outfile_open(&of, jpath, err)) != VS_OK) break;
+        FILE *f = of.f;
         for (int suite = 0; suite < VS_WORLD_CAPTION && !st; suite++) {
             if (!(suites & VS_WORLD_SUITE_BIT(suite))) continue;
             for (int64_t i = 0; i < n_per && !st; i++) {
@@ -829,9 +829,11 @@ vs_status vs_world_generate(const vs_world_config *cfg, const char *dir, vs_erro
                 if (cfg->progress) vs_progress_update(&prog, done, "%s", name);
             }
         }
-        if (fclose(f) != 0 && !st) st = vs_error_set(err, VS_ERR_IO, "%s: write failed", jpath);
+        if (st) vs_outfile_abort(&of);
+        else st = vs_outfile_commit(&of, err);
     }
-    if (fclose(fcap) != 0 && !st) st = vs_error_set(err, VS_ERR_IO, "%s: write failed", cap_path);
+    if (st) vs_outfile_abort(&ocap);
+    else st = vs_outfile_commit(&ocap, err);
     vs_free(rgb);
     vs_free(keys.k);
     if (cfg->progress) vs_progress_end(&prog, done);
@@ -866,13 +868,17 @@ vs_status vs_world_generate(const vs_world_config *cfg, const char *dir, vs_erro
     char *js = vs_json_writer_take(&w, &n);
     vs_json_writer_free(&w);
     snprintf(path, sizeof(path), "%s/world.json", dir);
-    FILE *f = fopen(path, "wb");
-    if (!f) {
+    vs_outfile o;
+    if (!js) return vs_error_set(err, VS_ERR_NOMEM, "out of memory");
+    if ((st = vs_outfile_open(&o, path, err)) != VS_OK) {
         vs_free(js);
-        return vs_error_set(err, VS_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+        return st;
     }
-    st = js ? write_line(f, path, js, n, err) : vs_error_set(err, VS_ERR_NOMEM, "out of memory");
-    if (fclose(f) != 0 && !st) st = vs_error_set(err, VS_ERR_IO, "%s: write failed", path);
+    st = write_line(o.f, path, js, n, err);
     vs_free(js);
-    return st;
+    if (st) {
+        vs_outfile_abort(&o);
+        return st;
+    }
+    return vs_outfile_commit(&o, err);
 }

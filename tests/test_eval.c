@@ -554,6 +554,17 @@ static void test_cli(const char *dir, const char *tok) {
     vs_free(js);
     rc = vt_run("%s eval --model %s/straight/target.gguf --data %s > /dev/null 2>&1", cli, tmp, dir);
     VT_CHECK(rc == 2, "eval without --mmproj: exit %d", rc);
+    /* a --details, --json or standard-output write that fails is a failed run, not exit 0 */
+    if (access("/dev/full", W_OK) == 0) {
+        static const char *const outs[] = {"--details /dev/full", "--json /dev/full", "--json - > /dev/full"};
+        for (size_t i = 0; i < VS_ARRAY_LEN(outs); i++) {
+            rc = vt_run("%s eval --model %s/straight/target.gguf --mmproj %s/straight/target-mmproj.gguf --data %s "
+                        "--limit 1 --max-tokens 2 --threads 1 -q %s 2> %s/eval_full.log",
+                        cli, tmp, tmp, dir, outs[i], tmp);
+            snprintf(path, sizeof(path), "%s/eval_full.log", tmp);
+            VT_CHECK(rc == 1 && vt_file_has(path, "No space left on device"), "eval %s: exit %d", outs[i], rc);
+        }
+    }
 }
 
 int main(void) {

@@ -10,7 +10,9 @@
 #include <stdarg.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include "common.h"
 #include "gguf.h"
 #include "quant.h"
 #include "testutil.h"
@@ -800,6 +802,88 @@ static void test_cli(void) {
     VT_CHECK(vt_run("%s gguf --help > /dev/null 2>&1", vt_cli()) == 0, "--help");
 }
 
+/* NaN and infinity in weights are found at load, with the file, tensor and element named. */
+static void test_nonfinite(void) {
+    const vs_type types[] = {VS_TYPE_F32, VS_TYPE_F16, VS_TYPE_BF16, VS_TYPE_Q8_0, VS_TYPE_Q4_0};
+    const int64_t ne[2] = {64, 3};
+    float w[192];
+    for (int i = 0; i < 192; i++) w[i] = 0.01f * (float)(i % 17) - 0.05f;
+    for (size_t t = 0; t < VS_ARRAY_LEN(types); t++) {
+        for (int kind = 0; kind < 3; kind++) { /* clean, NaN, +infinity */
+            const size_t bytes = vs_type_row_bytes(types[t], 64) * 3;
+            uint8_t *q = vs_malloc(bytes);
+            VT_REQUIRE(q, "alloc");
+            vs_quantize_row(types[t], w, q, 192);
+            const int64_t at = types[t] == VS_TYPE_Q8_0 || types[t] == VS_TYPE_Q4_0 ? 160 : 133;
+            if (kind) {
+                const bool nan = kind == 1;
+                switch (types[t]) {
+                case VS_TYPE_F32: {
+                    const float v = nan ? NAN : INFINITY;
+                    memcpy(q + 4 * at, &v, 4);
+                    break;
+                }
+                case VS_TYPE_F16: { const uint16_t h = nan ? 0x7e00 : 0x7c00; memcpy(q + 2 * at, &h, 2); break; }
+                case VS_TYPE_BF16: { const uint16_t h = nan ? 0x7fc0 : 0x7f80; memcpy(q + 2 * at, &h, 2); break; }
+                default: { /* the scale of the block holding element `at` */
+                    const uint16_t h = nan ? 0x7e00 : 0x7c00;
+                    memcpy(q + vs_type_block_bytes(types[t]) * (size_t)(at / 32), &h, 2);
+                    break;
+                }
+                }
+            }
+            vs_gguf_writer *wr = vs_gguf_writer_new();
+            vs_error err = {0};
+            VT_REQUIRE(vs_gguf_add_tensor(wr, "clean.weight", VS_TYPE_F32, 2, ne, w, &err) == VS_OK, "%s", err.msg);
+            VT_REQUIRE(vs_gguf_add_tensor(wr, "blk.1.ffn_up.weight", types[t], 2, ne, q, &err) == VS_OK, "%s",
+                       err.msg);
+            uint8_t *file = NULL;
+            size_t size = 0;
+            VT_REQUIRE(vs_gguf_write_memory(wr, &file, &size, &err) == VS_OK, "%s", err.msg);
+            vs_gguf_writer_free(wr);
+            vs_gguf *g = vs_gguf_open_memory(file, size, "bad.gguf", &err);
+            VT_REQUIRE(g, "%s", err.msg);
+            vs_status st = vs_gguf_check_finite(g, &err);
+            if (!kind) {
+                VT_CHECK(st == VS_OK, "%s clean: %s", vs_type_name(types[t]), err.msg);
+            } else {
+                char want[64];
+                snprintf(want, sizeof(want), "element %lld", (long long)at);
+                VT_CHECK(st == VS_ERR_FORMAT && strstr(err.msg, "bad.gguf") && strstr(err.msg, "blk.1.ffn_up.weight") &&
+                             strstr(err.msg, want),
+                         "%s kind %d: %s", vs_type_name(types[t]), kind, err.msg);
+            }
+            vs_gguf_close(g);
+            vs_free(file);
+            vs_free(q);
+        }
+    }
+    /* through the CLI: a shipped model with one NaN weight fails at load, naming the tensor */
+    const char *cli = vt_cli();
+    if (!cli || access("models/target.gguf", R_OK) != 0) return;
+    vs_error err = {0};
+    vs_gguf *g = vs_gguf_open("models/target.gguf", &err);
+    VT_REQUIRE(g, "%s", err.msg);
+    const vs_gguf_tensor *ti = vs_gguf_find_tensor(g, "blk.0.attn_q.weight");
+    VT_REQUIRE(ti && ti->type == VS_TYPE_F16, "target's blk.0.attn_q.weight is F16");
+    const size_t off = (size_t)(vs_gguf_data_offset(g) + ti->offset) + 2 * 5;
+    vs_gguf_close(g);
+    uint8_t *d = NULL;
+    size_t n = 0;
+    VT_REQUIRE(vs_read_file("models/target.gguf", &d, &n, &err) == VS_OK, "%s", err.msg);
+    d[off] = 0x00, d[off + 1] = 0x7e; /* F16 NaN, little-endian */
+    char bad[4200], log[4300];
+    snprintf(bad, sizeof(bad), "%s/nan.gguf", vt_tmpdir());
+    snprintf(log, sizeof(log), "%s/nan.err", vt_tmpdir());
+    FILE *f = fopen(bad, "wb");
+    VT_REQUIRE(f && fwrite(d, 1, n, f) == n && fclose(f) == 0, "write %s", bad);
+    vs_free(d);
+    int rc = vt_run("%s generate -m '%s' -p hi -n 2 > /dev/null 2> '%s'", cli, bad, log);
+    VT_CHECK(rc == 1 && vt_file_has(log, "nan.gguf: tensor blk.0.attn_q.weight holds a non-finite value") &&
+                 vt_file_has(log, "element 5"),
+             "generate with a NaN weight: rc %d", rc);
+}
+
 int main(int argc, char **argv) {
     if (argc == 3 && !strcmp(argv[1], "--write-seeds")) return write_seeds(argv[2]);
     test_round_trip();
@@ -807,5 +891,6 @@ int main(int argc, char **argv) {
     test_hostile();
     test_real_files();
     test_cli();
+    test_nonfinite();
     return vt_finish("gguf");
 }

@@ -1,6 +1,8 @@
 /* cli_bench_spec: `vlmspec bench spec`. See cli_bench_spec.h and docs/bench.md. */
 #include "cli_bench_spec.h"
+#include "outfile.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -80,25 +82,28 @@ static int model_bench(const char *model, const char *path, int threads) {
     char th[16];
     snprintf(th, sizeof(th), "%d", threads);
     char *args[] = {"bench", "-m", (char *)model, "--json", "-t", th, "--reps", "3", NULL};
-    fflush(stdout);
+    vs_error err = {0};
+    vs_outfile o;
+    if (fflush(stdout) != 0) return cli_fail(CMD, "standard output: write failed: %s", strerror(errno));
+    if (vs_outfile_open(&o, path, &err) != VS_OK) return cli_fail_err(CMD, &err);
     int saved = dup(1);
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (saved < 0 || fd < 0) {
+    if (saved < 0 || dup2(fileno(o.f), 1) < 0) {
+        int e = errno;
         if (saved >= 0) close(saved);
-        if (fd >= 0) close(fd);
-        return cli_fail(CMD, "%s: cannot create", path);
+        vs_outfile_abort(&o);
+        return cli_fail(CMD, "%s: cannot redirect standard output: %s", path, strerror(e));
     }
-    dup2(fd, 1);
-    close(fd);
     int rc = vs_cmd_bench(8, args);
-    fflush(stdout);
+    bool out_ok = fflush(stdout) == 0 && !ferror(stdout);
     dup2(saved, 1);
     close(saved);
-    if (rc) {
-        remove(path);
-        return cli_fail(CMD, "vlmspec bench -m %s failed (exit %d)", model, rc);
+    clearerr(stdout);
+    if (rc || !out_ok) {
+        vs_outfile_abort(&o);
+        if (rc) return cli_fail(CMD, "vlmspec bench -m %s failed (exit %d)", model, rc);
+        return cli_fail(CMD, "%s: write failed", path);
     }
-    return 0;
+    return vs_outfile_commit(&o, &err) == VS_OK ? 0 : cli_fail_err(CMD, &err);
 }
 
 /* Prints the headline section of report.md to stdout. */

@@ -3,6 +3,7 @@
  * segments), the drafter (inputs, weights, captions), the run (streaming, statistics, --compare, --json,
  * the weight trace). */
 #include "cli_ensemble.h"
+#include "outfile.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -261,10 +262,8 @@ int vs_cli_ens_run(const char *cmd, const vs_cli_spec_opts *s, const vs_cli_ens_
     }
     const double tv0 = vs_time_now();
     for (int i = 0; i < n_img; i++) {
-        if (vs_vision_encode_file(tower, tp, s->images[i], VS_PREPROC_LLAVA, NULL, &feat[i], &err)) {
-            vs_error_wrap(&err, "image %s", s->images[i]);
-            goto fail;
-        }
+        if (vs_vision_encode_file(tower, tp, s->images[i], VS_PREPROC_LLAVA, NULL, &feat[i], &err))
+            goto fail; /* the message starts with the path */
         featp[i] = &feat[i];
         if (vs_vision_embed(vs_mmproj_projector(mp_target), tp, &feat[i], 1, &trows[i], &n_trows[i], &err))
             goto fail;
@@ -417,14 +416,13 @@ int vs_cli_ens_run(const char *cmd, const vs_cli_spec_opts *s, const vs_cli_ens_
     const float *wlast = drafter ? vs_draft_ens_weights(drafter) : NULL;
 
     if (o->trace_path && drafter) {
-        FILE *f = fopen(o->trace_path, "w");
-        if (!f) {
-            cli_fail(cmd, "cannot write the weight trace %s", o->trace_path);
-            goto done;
+        vs_outfile tf;
+        if (vs_outfile_open(&tf, o->trace_path, &err) != VS_OK) goto fail;
+        if (vs_ens_trace_write(vs_draft_ens_trace(drafter), tf.f, &err) != VS_OK) {
+            vs_outfile_abort(&tf);
+            goto fail;
         }
-        vs_status ts = vs_ens_trace_write(vs_draft_ens_trace(drafter), f, &err);
-        if (fclose(f) != 0 && !ts) ts = vs_error_set(&err, VS_ERR_IO, "writing %s failed", o->trace_path);
-        if (ts) goto fail;
+        if (vs_outfile_commit(&tf, &err) != VS_OK) goto fail;
     }
 
     if (s->json) {

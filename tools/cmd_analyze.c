@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "analyze.h"
+#include "outfile.h"
 #include "cli.h"
 
 #define CMD "analyze"
@@ -92,17 +93,21 @@ static void on_turn(void *ctx, const vs_tvd_progress *p) {
     if (!c->quiet) vs_progress_update(&c->pr, p->turns, " turns, %lld tokens ", (long long)p->total);
 }
 
-static bool write_text(const char *path, const char *s) {
-    FILE *f = !strcmp(path, "-") ? stdout : fopen(path, "w");
-    bool ok = f && s && fprintf(f, "%s\n", s) > 0;
-    if (f && f != stdout) ok &= fclose(f) == 0;
-    return ok;
+static vs_status write_text(const char *path, const char *s, vs_error *err) {
+    if (!s) return vs_error_set(err, VS_ERR_NOMEM, "%s: out of memory", path);
+    vs_outfile o;
+    vs_status st = vs_outfile_open(&o, path, err);
+    if (st != VS_OK) return st;
+    fprintf(o.f, "%s\n", s);
+    return vs_outfile_commit(&o, err);
 }
 
 /* One CSV line per analysed position. */
-static bool write_tokens(const char *path, const vs_tvd_result *r, const vs_world_dataset *d) {
-    FILE *f = fopen(path, "w");
-    if (!f) return false;
+static vs_status write_tokens(const char *path, const vs_tvd_result *r, const vs_world_dataset *d, vs_error *err) {
+    vs_outfile o;
+    vs_status st = vs_outfile_open(&o, path, err);
+    if (st != VS_OK) return st;
+    FILE *f = o.f;
     fprintf(f, "sample,suite,turn,index,token,eog");
     for (int k = 0; k < r->n_drafters; k++) fprintf(f, ",%s", r->names[k]);
     fprintf(f, "\n");
@@ -113,7 +118,7 @@ static bool write_tokens(const char *path, const vs_tvd_result *r, const vs_worl
         for (int k = 0; k < r->n_drafters; k++) fprintf(f, ",%.6f", r->tvd[k][i]);
         fprintf(f, "\n");
     }
-    return fclose(f) == 0;
+    return vs_outfile_commit(&o, err);
 }
 
 static int cmd_tvd(int argc, char **argv) {
@@ -304,17 +309,11 @@ static int cmd_tvd(int argc, char **argv) {
         vs_json_obj_end(&w);
         char *s = vs_json_writer_take(&w, NULL);
         vs_json_writer_free(&w);
-        bool ok = write_text(json, s);
+        vs_status ws = write_text(json, s, &err);
         vs_free(s);
-        if (!ok) {
-            cli_fail(CMD, "%s: cannot write", json);
-            goto done;
-        }
+        if (ws != VS_OK) goto fail;
     }
-    if (tokens && !write_tokens(tokens, &res, d)) {
-        cli_fail(CMD, "%s: cannot write", tokens);
-        goto done;
-    }
+    if (tokens && write_tokens(tokens, &res, d, &err) != VS_OK) goto fail;
     rc = 0;
     goto done;
 fail:

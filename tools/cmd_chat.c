@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "chat.h"
+#include "outfile.h"
 #include "cli.h"
 #include "draft_ensemble.h"
 #include "draft_lm.h"
@@ -79,6 +80,7 @@ typedef struct chat {
     vs_spec *eng;
     vs_spec_drafter *drafter;
     int turn;
+    bool dump_failed; /* a --dump file could not be written: the exit status says so */
 } chat;
 
 static void usage(FILE *f) {
@@ -361,12 +363,15 @@ static int64_t row_id(const chat *c, const vs_mm_prompt *p, int64_t r) {
     return -(1 + c->imgs[im].serial * ((int64_t)1 << 32) + (r - p->image_first[im]));
 }
 
-static void write_file(const char *prefix, int turn, const char *what, const char *s, size_t n) {
+/* --dump: one file per turn and part; a failure is reported now and in the exit status at the end. */
+static void write_file(chat *c, const char *what, const char *s, size_t n) {
     char path[4096];
-    snprintf(path, sizeof(path), "%s.turn%d.%s.txt", prefix, turn, what);
-    FILE *f = fopen(path, "wb");
-    if (!f || fwrite(s, 1, n, f) != n || fclose(f) != 0)
-        fprintf(stderr, "vlmspec chat: cannot write %s\n", path);
+    snprintf(path, sizeof(path), "%s.turn%d.%s.txt", c->o->dump, c->turn, what);
+    vs_error err = {0};
+    if (vs_write_file(path, s, n, &err) != VS_OK) {
+        cli_fail_err(CMD, &err);
+        c->dump_failed = true;
+    }
 }
 
 typedef struct turn_stats {
@@ -543,7 +548,7 @@ static vs_status user_turn(chat *c, const char *text, size_t len, vs_error *err)
     }
     c->turn++;
     if (o->dump)
-        write_file(o->dump, c->turn, "prompt", ptext, plen);
+        write_file(c, "prompt", ptext, plen);
     if (!(r.dt = vs_detok_new(c->tok, 0, err))) {
         st = err->code;
         goto undo;
@@ -564,7 +569,7 @@ static vs_status user_turn(chat *c, const char *text, size_t len, vs_error *err)
     printf("\n");
     fflush(stdout);
     if (o->dump)
-        write_file(o->dump, c->turn, "reply", r.buf ? r.buf : "", r.len);
+        write_file(c, "reply", r.buf ? r.buf : "", r.len);
     size_t b, e;
     trim(r.buf ? r.buf : "", r.len, &b, &e);
     if ((st = push_msg(c, VS_CHAT_ASSISTANT, r.buf ? r.buf + b : "", e - b, 0, err)))
@@ -741,6 +746,7 @@ int vs_cmd_chat(int argc, char **argv) {
                 o.draft_model ? "speculative" : "target only", (unsigned long long)o.sp.seed, o.threads,
                 isatty(0) ? "; /image PATH, /reset, /quit" : "");
     rc = chat_loop(&c);
+    if (rc == 0 && c.dump_failed) rc = 1;
     goto done;
 fail:
     cli_fail_err(CMD, &err);

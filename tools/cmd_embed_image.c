@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "outfile.h"
 #include "json.h"
 #include "threadpool.h"
 #include "vision.h"
@@ -39,12 +40,7 @@ static void usage(FILE *f) {
 }
 
 static vs_status write_f32(const char *path, const float *data, int64_t n, vs_error *err) {
-    FILE *f = fopen(path, "wb");
-    if (!f) return vs_error_set(err, VS_ERR_IO, "%s: cannot open for writing", path);
-    size_t w = n > 0 ? fwrite(data, sizeof(float), (size_t)n, f) : 0;
-    bool ok = w == (size_t)(n > 0 ? n : 0);
-    ok &= fclose(f) == 0;
-    return ok ? VS_OK : vs_error_set(err, VS_ERR_IO, "%s: write failed", path);
+    return vs_write_file(path, data, n > 0 ? (size_t)n * sizeof(float) : 0, err);
 }
 
 static int default_threads(void) {
@@ -193,16 +189,12 @@ int vs_cmd_embed_image(int argc, char **argv) {
     json = vs_json_writer_take(&w, &jlen);
     vs_json_writer_free(&w);
     snprintf(path, sizeof(path), "%s.json", out);
-    FILE *jf = json ? fopen(path, "wb") : NULL;
-    if (!jf || fwrite(json, 1, jlen, jf) != jlen || fputc('\n', jf) == EOF) {
-        if (jf) fclose(jf);
-        vs_error_set(&err, VS_ERR_IO, "%s: write failed", path);
+    if (!json) {
+        vs_error_set(&err, VS_ERR_NOMEM, "%s: out of memory", path);
         goto done;
     }
-    if (fclose(jf) != 0) {
-        vs_error_set(&err, VS_ERR_IO, "%s: write failed", path);
-        goto done;
-    }
+    json[jlen] = '\n'; /* the writer's buffer keeps room for a terminator */
+    if (vs_write_file(path, json, jlen + 1, &err) != VS_OK) goto done;
     fprintf(stderr, "%s: %lld rows x %lld (grid %dx%d, pool %d); encode %.3f s, project %.3f s, %d threads\n",
             image, (long long)n_rows, (long long)width, f.grid_h, f.grid_w, pool, t_enc, t_proj, n_threads);
     rc = 0;

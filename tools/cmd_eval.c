@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "outfile.h"
 #include "eval.h"
 #include "json.h"
 
@@ -35,7 +36,7 @@ static void usage(FILE *f) {
 }
 
 typedef struct eval_cli_ctx {
-    FILE *details;
+    vs_outfile details; /* --details: written as the turns finish, in place at the end (outfile.h) */
     vs_progress pr;
     bool quiet;
     int64_t done, correct;
@@ -45,7 +46,7 @@ typedef struct eval_cli_ctx {
 static void on_turn(void *ctx, const vs_eval_turn *t) {
     eval_cli_ctx *c = ctx;
     c->done++, c->correct += t->verdict.correct;
-    if (c->details) {
+    if (c->details.f) {
         vs_json_writer *w = &c->w;
         vs_json_writer_reset(w);
         vs_json_obj_begin(w);
@@ -60,8 +61,7 @@ static void on_turn(void *ctx, const vs_eval_turn *t) {
         vs_json_key(w, "eos"), vs_json_bool(w, t->eos);
         vs_json_key(w, "answer"), vs_json_str(w, t->answer);
         vs_json_obj_end(w);
-        fprintf(c->details, "%s\n", w->buf ? w->buf : "");
-        fflush(c->details);
+        fprintf(c->details.f, "%s\n", w->buf ? w->buf : ""); /* errors: vs_outfile_commit */
     }
     if (!c->quiet)
         vs_progress_update(&c->pr, c->done, " turns, %.1f%% correct ",
@@ -143,10 +143,7 @@ int vs_cmd_eval(int argc, char **argv) {
     if (!(tp = vs_threadpool_new(threads, &err))) goto fail;
     if (!(d = vs_world_load(data, split, eo.suites, &err))) goto fail;
     if (!(e = vs_eval_lm_new(lm, mm, tok, tp, &lo, &err))) goto fail;
-    if (details && !(cx.details = fopen(details, "w"))) {
-        cli_fail(CMD, "%s: cannot write", details);
-        goto done;
-    }
+    if (details && vs_outfile_open(&cx.details, details, &err) != VS_OK) goto fail;
     int64_t n_turns = 0, per[VS_WORLD_N_SUITES] = {0};
     for (int64_t i = 0; i < d->n; i++)
         if (limit <= 0 || per[d->samples[i].suite]++ < limit) n_turns += d->samples[i].n_turns;
@@ -182,23 +179,25 @@ int vs_cmd_eval(int argc, char **argv) {
         vs_json_key(&w, "results");
         vs_eval_json(&res, &w);
         vs_json_obj_end(&w);
-        char *s = vs_json_writer_take(&w, NULL);
+        size_t n = 0;
+        char *s = vs_json_writer_take(&w, &n);
         vs_json_writer_free(&w);
-        FILE *f = !strcmp(json, "-") ? stdout : fopen(json, "w");
-        bool ok = f && s && fprintf(f, "%s\n", s) > 0;
-        if (f && f != stdout) ok &= fclose(f) == 0;
-        vs_free(s);
-        if (!ok) {
-            cli_fail(CMD, "%s: cannot write", json);
-            goto done;
+        if (!s) {
+            vs_error_set(&err, VS_ERR_NOMEM, "%s: out of memory", json);
+            goto fail;
         }
+        s[n] = '\n'; /* the writer's buffer keeps room for a terminator */
+        vs_status ws = vs_write_file(json, s, n + 1, &err);
+        vs_free(s);
+        if (ws != VS_OK) goto fail;
     }
+    if (cx.details.f && vs_outfile_commit(&cx.details, &err) != VS_OK) goto fail;
     rc = 0;
     goto done;
 fail:
     cli_fail_err(CMD, &err);
 done:
-    if (cx.details) fclose(cx.details);
+    vs_outfile_abort(&cx.details);
     vs_json_writer_free(&cx.w);
     vs_eval_lm_free(e);
     vs_world_dataset_free(d);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "outfile.h"
 #include "json.h"
 #include "lm.h"
 #include "sample.h"
@@ -132,7 +133,6 @@ int vs_cmd_logits(int argc, char **argv) {
     float *logits = NULL;
     int32_t *greedy = NULL;
     vs_lm_row *rows = NULL;
-    FILE *f = NULL;
     char *path = NULL;
     if (!lm) goto fail;
     const vs_lm_config *c = vs_lm_cfg(lm);
@@ -175,13 +175,7 @@ int vs_cmd_logits(int argc, char **argv) {
     path = vs_malloc(plen);
     if (!path) goto done;
     snprintf(path, plen, "%s.f32", prefix);
-    if (!(f = fopen(path, "wb")) || fwrite(logits, sizeof(float), (size_t)n_rows * c->n_vocab, f) !=
-                                        (size_t)n_rows * c->n_vocab || fclose(f)) {
-        f = NULL;
-        cli_fail(CMD, "cannot write %s", path);
-        goto done;
-    }
-    f = NULL;
+    if (vs_write_file(path, logits, sizeof(float) * (size_t)n_rows * c->n_vocab, &err) != VS_OK) goto fail;
     vs_json_writer w;
     vs_json_writer_init(&w);
     vs_json_obj_begin(&w);
@@ -211,14 +205,14 @@ int vs_cmd_logits(int argc, char **argv) {
     char *js = vs_json_writer_take(&w, &jl);
     vs_json_writer_free(&w);
     snprintf(path, plen, "%s.json", prefix);
-    if (!js || !(f = fopen(path, "wb")) || fwrite(js, 1, jl, f) != jl || fputc('\n', f) == EOF || fclose(f)) {
-        f = NULL;
-        vs_free(js);
-        cli_fail(CMD, "cannot write %s", path);
+    if (!js) {
+        cli_fail(CMD, "%s: out of memory", path);
         goto done;
     }
-    f = NULL;
+    js[jl] = '\n'; /* the writer's buffer keeps room for a terminator */
+    vs_status ws = vs_write_file(path, js, jl + 1, &err);
     vs_free(js);
+    if (ws != VS_OK) goto fail;
     printf("wrote %s.json and %s.f32: %d prompt rows + %d generated rows of %d logits\n", prefix, prefix, np,
            n_rows - np, c->n_vocab);
     rc = 0;
@@ -226,7 +220,6 @@ int vs_cmd_logits(int argc, char **argv) {
 fail:
     cli_fail_err(CMD, &err);
 done:
-    if (f) fclose(f);
     vs_free(path);
     vs_free(rows);
     vs_free(greedy);

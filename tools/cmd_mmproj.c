@@ -7,6 +7,7 @@
  *   info    prints the configuration, the tower hash and parameter counts. */
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -119,6 +120,13 @@ static int cmd_info(int argc, char **argv) {
            (long long)(nt + np));
     vs_mmproj_free(m);
     return 0;
+}
+
+/* Removes a file this command wrote and found wrong; only a regular file (never a device node or
+ * what a symbolic link points to). */
+static void remove_written(const char *path) {
+    struct stat st;
+    if (lstat(path, &st) == 0 && S_ISREG(st.st_mode)) unlink(path);
 }
 
 static int cmd_random(int argc, char **argv) {
@@ -307,7 +315,7 @@ static int cmd_random(int argc, char **argv) {
         uint64_t h = vs_vision_tower_hash(vs_mmproj_tower(chk));
         if (h != src_hash) {
             vs_mmproj_free(chk);
-            unlink(out);
+            remove_written(out);
             cli_fail(CMD,
                      "%s: the written tower's hash %016llx differs from %s's %016llx (the tower did not "
                      "survive the copy; file removed)",
@@ -317,7 +325,7 @@ static int cmd_random(int argc, char **argv) {
     } else if (src && proj_only &&
                vs_vision_check_projector(vs_mmproj_tower(src), vs_mmproj_projector(chk), &err)) {
         vs_mmproj_free(chk);
-        unlink(out);
+        remove_written(out);
         goto fail;
     }
     int64_t nt, np;
