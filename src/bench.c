@@ -425,8 +425,9 @@ vs_status vs_bench_results_open(vs_bench_results_file *rf, const char *path, con
                                 (long long)loaded->good_bytes, strerror(errno));
         }
     } else if (fprintf(f, "%s\n", header) < 0 || fflush(f)) {
+        int e = errno;
         fclose(f);
-        return vs_error_set(err, VS_ERR_IO, "%s: write failed", path);
+        return vs_error_set(err, VS_ERR_IO, "%s: write failed: %s", path, strerror(e));
     }
     rf->f = f;
     if (!(rf->path = vs_strdup(path))) {

@@ -561,7 +561,7 @@ vs_status vs_ens_trace_write(const vs_ens_trace *t, FILE *f, vs_error *err) {
         for (int32_t r = 0; r < t->m; r++) fprintf(f, "\t%.6f", x->w[r]);
         fputc('\n', f);
     }
-    if (ferror(f)) return vs_error_set(err, VS_ERR_IO, "weight trace: write failed");
+    if (ferror(f)) return vs_error_set(err, VS_ERR_IO, "weight trace: write failed: %s", strerror(errno));
     return VS_OK;
 }
 

@@ -1096,37 +1096,50 @@ vs_status vs_gguf_add_tensor_ref(vs_gguf_writer *w, const char *name, int type, 
     return add_tensor(w, name, type, n_dims, ne, data, false, err);
 }
 
+/* Whether any of the 16-bit lanes of the n 64-bit words at d has all the bits of m set (m: an exponent
+ * mask without the sign bit). Four lanes per word: v = (x & M) ^ M is zero in a lane exactly when that
+ * lane's exponent is all ones, and a zero lane is found with the usual (v - 1) & ~v & 0x8000 test, exact
+ * here because no lane of v has its top bit set. Branch-free, so it runs at memory bandwidth. */
+static bool any_exp_ones16(const uint8_t *d, int64_t n, uint16_t m) {
+    const uint64_t M = 0x0001000100010001ull * m, lo = 0x0001000100010001ull, hi = 0x8000800080008000ull;
+    uint64_t acc = 0;
+    for (int64_t i = 0; i < n; i++) {
+        uint64_t x;
+        memcpy(&x, d + 8 * i, 8);
+        const uint64_t v = (x & M) ^ M;
+        acc |= (v - lo) & ~v & hi;
+    }
+    return acc != 0;
+}
+
 /* The first non-finite value among n elements of a supported type (for Q8_0/Q4_0 the block scales; the
- * index is then the block's first element), or -1. Chunks are OR-reduced first so the common, clean case
- * is a branch-free loop the compiler vectorises. */
+ * index is then the block's first element), or -1. Chunks are screened with any_exp_ones16 (F32 values
+ * as their upper halves) and only a chunk that fails is searched element by element. */
 static int64_t first_nonfinite(int type, const uint8_t *d, int64_t n) {
     enum { CHUNK = 4096 };
     if (type == VS_TYPE_F32 || type == VS_TYPE_F16 || type == VS_TYPE_BF16) {
+        const int esz = type == VS_TYPE_F32 ? 4 : 2;
+        /* F32's exponent sits in its upper 16 bits under the same mask as BF16's; the lower halves
+         * may then match too, which only sends the chunk to the exact search below */
+        const uint16_t m = type == VS_TYPE_F16 ? 0x7c00 : 0x7f80;
         for (int64_t c0 = 0; c0 < n; c0 += CHUNK) {
-            const int64_t c1 = VS_MIN(n, c0 + CHUNK);
-            int bad = 0;
-            if (type == VS_TYPE_F32) {
-                for (int64_t i = c0; i < c1; i++) {
-                    uint32_t u;
-                    memcpy(&u, d + 4 * i, 4);
-                    bad |= (u & 0x7f800000u) == 0x7f800000u;
-                }
-            } else {
-                const uint16_t m = type == VS_TYPE_F16 ? 0x7c00 : 0x7f80;
-                for (int64_t i = c0; i < c1; i++) {
+            const int64_t c1 = VS_MIN(n, c0 + CHUNK), bytes = (c1 - c0) * esz;
+            if (!any_exp_ones16(d + c0 * esz, bytes / 8, m)) {
+                bool tail = false; /* the bytes past the last whole word */
+                for (int64_t b = bytes / 8 * 8; b < bytes; b += 2) {
                     uint16_t h;
-                    memcpy(&h, d + 2 * i, 2);
-                    bad |= (h & m) == m;
+                    memcpy(&h, d + c0 * esz + b, 2);
+                    tail |= (h & m) == m;
                 }
+                if (!tail) continue;
             }
-            if (!bad) continue;
             for (int64_t i = c0; i < c1; i++) {
                 if (type == VS_TYPE_F32) {
                     uint32_t u;
                     memcpy(&u, d + 4 * i, 4);
                     if ((u & 0x7f800000u) == 0x7f800000u) return i;
                 } else {
-                    uint16_t h, m = type == VS_TYPE_F16 ? 0x7c00 : 0x7f80;
+                    uint16_t h;
                     memcpy(&h, d + 2 * i, 2);
                     if ((h & m) == m) return i;
                 }
