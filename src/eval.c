@@ -59,6 +59,33 @@ static void count(vs_eval_counts *c, int t, bool correct, int64_t n_tokens, bool
     c->seconds += sec;
 }
 
+/* Swap partner of sample i (VS_EVAL_IMAGES_SWAP): the next sample in file order, cyclically, of the same
+ * suite with the same number of images; -1 when i has no images; -2 when no other sample qualifies. */
+static int64_t swap_partner(const vs_world_dataset *d, int64_t i) {
+    const vs_world_sample *s = &d->samples[i];
+    if (s->n_images == 0) return -1;
+    for (int64_t k = 1; k < d->n; k++) {
+        const int64_t j = (i + k) % d->n;
+        if (d->samples[j].suite == s->suite && d->samples[j].n_images == s->n_images) return j;
+    }
+    return -2;
+}
+
+/* The prompt with every "<image>" marker (and the one newline or space right after it) taken out. */
+static void strip_markers(char *p) {
+    static const char mk[] = "<image>";
+    char *w = p;
+    for (const char *r = p; *r;) {
+        if (!strncmp(r, mk, sizeof(mk) - 1)) {
+            r += sizeof(mk) - 1;
+            if (*r == '\n' || *r == ' ') r++;
+            continue;
+        }
+        *w++ = *r++;
+    }
+    *w = 0;
+}
+
 vs_status vs_eval_run(const vs_world_dataset *d, const vs_eval_opts *o, vs_eval_answer_fn fn, void *fn_ctx,
                       vs_eval_result *res, vs_error *err) {
     memset(res, 0, sizeof(*res));
@@ -72,6 +99,17 @@ vs_status vs_eval_run(const vs_world_dataset *d, const vs_eval_opts *o, vs_eval_
         const int su = (int)s->suite;
         if (!(mask & VS_WORLD_SUITE_BIT(su)) || (o->limit > 0 && seen[su] >= o->limit)) continue;
         seen[su]++;
+        /* the sample whose images the answerer sees (the callback's s: its images are what the
+         * prompt's markers refer to) */
+        const vs_world_sample *img_s = s;
+        if (o->ablate == VS_EVAL_IMAGES_SWAP) {
+            const int64_t j = swap_partner(d, i);
+            if (j == -2)
+                return vs_error_set(err, VS_ERR_INVALID,
+                                    "eval: --ablate-images swap: no other %s sample has %d images to swap with %s",
+                                    vs_world_suite_name(s->suite), s->n_images, s->id);
+            if (j >= 0) img_s = &d->samples[j];
+        }
         res->suite[su].samples++, res->total.samples++;
         char *own[VS_WORLD_MAX_TURNS] = {0};
         vs_status st = VS_OK;
@@ -81,12 +119,13 @@ vs_status vs_eval_run(const vs_world_dataset *d, const vs_eval_opts *o, vs_eval_
                 st = vs_error_set(err, VS_ERR_NOMEM, "eval: out of memory");
                 break;
             }
+            if (o->ablate == VS_EVAL_IMAGES_NONE) strip_markers(prompt);
             int n_images = vs_mm_count_markers(prompt, strlen(prompt), NULL);
             char *ans = NULL;
             int64_t n_tok = 0;
             bool eos = false;
             double t0 = vs_time_now();
-            st = fn(fn_ctx, s, prompt, n_images, &ans, &n_tok, &eos, err);
+            st = fn(fn_ctx, img_s, prompt, n_images, &ans, &n_tok, &eos, err);
             double sec = vs_time_now() - t0;
             if (st != VS_OK) {
                 vs_error_wrap(err, "eval: %s turn %d", s->id, t);

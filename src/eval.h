@@ -43,10 +43,21 @@ typedef struct vs_eval_turn {
     double seconds; /* answering time */
 } vs_eval_turn;
 
+/* Image ablation: does the model's answer depend on its images? A model that looks at them must fall
+ * towards chance under either. Samples without images are evaluated unchanged. */
+typedef enum vs_eval_ablate {
+    VS_EVAL_IMAGES = 0,     /* the sample's own images (no ablation) */
+    VS_EVAL_IMAGES_SWAP,    /* every sample gets the images of the next sample in file order of the same
+                             * suite with as many images (cyclic, over the whole split); the question,
+                             * the history and the expected answer stay the sample's own */
+    VS_EVAL_IMAGES_NONE,    /* the "<image>" markers are taken out of the prompt: no image rows at all */
+} vs_eval_ablate;
+
 typedef struct vs_eval_opts {
     int64_t limit;          /* samples per suite, the first ones in file order; <= 0: all */
     uint32_t suites;        /* VS_WORLD_SUITE_BIT mask; 0: all */
     bool reference_history; /* second turns see the reference first answer (default: the model's) */
+    vs_eval_ablate ablate;  /* image ablation (default none) */
     void (*on_turn)(void *ctx, const vs_eval_turn *t); /* after each turn, or NULL */
     void *on_turn_ctx;
 } vs_eval_opts;

@@ -72,6 +72,65 @@ static vs_status oracle_answer(void *ctx, const vs_world_sample *s, const char *
     return VS_OK;
 }
 
+/* Records what the answerer is given under image ablation; on_turn compares the sample whose images it
+ * got with the sample whose turn was asked. */
+typedef struct ablate_probe {
+    const vs_world_sample *got; /* the image-source sample of the last call */
+    int64_t calls, markers, bad, own, swapped;
+} ablate_probe;
+
+static vs_status ablate_answer(void *ctx, const vs_world_sample *s, const char *prompt, int n_images, char **answer,
+                               int64_t *n_tokens, bool *eos, vs_error *err) {
+    (void)err;
+    ablate_probe *p = ctx;
+    p->calls++, p->markers += n_images, p->got = s;
+    if (n_images != vs_mm_count_markers(prompt, strlen(prompt), NULL) || n_images > s->n_images) p->bad++;
+    *answer = vs_strdup("");
+    *n_tokens = 0, *eos = true;
+    return VS_OK;
+}
+
+static void ablate_turn(void *ctx, const vs_eval_turn *t) {
+    ablate_probe *p = ctx;
+    if (p->got == t->sample) {
+        p->own++;
+    } else {
+        p->swapped++;
+        if (p->got->suite != t->sample->suite || p->got->n_images != t->sample->n_images || !t->sample->n_images)
+            p->bad++;
+    }
+}
+
+/* --ablate-images: swap hands every sample with images another sample of its suite with as many
+ * images (samples without images keep their own); none removes every marker. */
+static void test_ablation(const vs_world_dataset *d) {
+    vs_error err = {0};
+    vs_eval_result r;
+    ablate_probe base = {0}, sw = {0}, none = {0};
+    int64_t turns_img = 0, turns_all = 0;
+    for (int64_t i = 0; i < d->n; i++)
+        turns_all += d->samples[i].n_turns, turns_img += d->samples[i].n_images ? d->samples[i].n_turns : 0;
+    vs_eval_opts eo = {.on_turn = ablate_turn, .on_turn_ctx = &base};
+    VT_REQUIRE(vs_eval_run(d, &eo, ablate_answer, &base, &r, &err) == VS_OK, "%s", err.msg);
+    VT_CHECK(base.own == turns_all && base.swapped == 0 && base.markers > 0 && base.bad == 0, "no ablation");
+    eo.ablate = VS_EVAL_IMAGES_NONE, eo.on_turn_ctx = &none;
+    VT_REQUIRE(vs_eval_run(d, &eo, ablate_answer, &none, &r, &err) == VS_OK, "%s", err.msg);
+    VT_CHECK(none.calls == base.calls && none.markers == 0 && none.bad == 0,
+             "none: %lld markers left of %lld", (long long)none.markers, (long long)base.markers);
+    eo.ablate = VS_EVAL_IMAGES_SWAP, eo.on_turn_ctx = &sw;
+    VT_REQUIRE(vs_eval_run(d, &eo, ablate_answer, &sw, &r, &err) == VS_OK, "%s", err.msg);
+    VT_CHECK(sw.markers == base.markers && sw.bad == 0 && sw.swapped == turns_img && sw.own == turns_all - turns_img,
+             "swap: %lld swapped of %lld turns with images, %lld bad", (long long)sw.swapped, (long long)turns_img,
+             (long long)sw.bad);
+    /* a sample alone in its suite has nothing to swap with: a clear error */
+    vs_world_dataset one = *d;
+    for (int64_t i = 0; i < d->n && one.n == d->n; i++)
+        if (d->samples[i].n_images) one.samples = &d->samples[i], one.n = 1;
+    VT_REQUIRE(one.n == 1, "the tiny split has images");
+    VT_CHECK(vs_eval_run(&one, &eo, ablate_answer, &sw, &r, &err) == VS_ERR_INVALID && strstr(err.msg, "swap with"),
+             "%s", err.msg);
+}
+
 static void test_oracles(const vs_world_dataset *d) {
     vs_error err = {0};
     vs_eval_result r;
@@ -578,6 +637,7 @@ int main(void) {
     vs_tokenizer *tok = vs_tokenizer_load(tok_path, &err);
     VT_REQUIRE(tok, "%s", err.msg);
     test_oracles(test);
+    test_ablation(test);
     test_answerer(train, test, tok, tok_path);
     test_cli(dir, tok_path);
     vs_tokenizer_free(tok);

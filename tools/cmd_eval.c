@@ -26,6 +26,10 @@ static void usage(FILE *f) {
             "  --limit N            first N samples of each suite (default all)\n"
             "  --max-tokens N       tokens per answer (default 256)\n"
             "  --history H          own (default) or reference: the first answer second turns see\n"
+            "  --ablate-images A    swap: each sample gets the images of the next sample of its suite\n"
+            "                       with as many images; none: the prompt's image markers are removed.\n"
+            "                       A model that looks at its images falls towards chance. Samples\n"
+            "                       without images are evaluated unchanged (an error if all are)\n"
             "  --kv-type T          KV cache f16 (default) or f32\n"
             "  -t, --threads N      threads (default 2)\n"
             "  --json FILE          write the results as JSON ('-' = stdout)\n"
@@ -115,6 +119,13 @@ int vs_cmd_eval(int argc, char **argv) {
                 eo.reference_history = true;
             else
                 return cli_fail(CMD, "--history %s: expected own or reference", v), 2;
+        } else if (!strcmp(a, "--ablate-images")) {
+            if (!strcmp(v, "swap"))
+                eo.ablate = VS_EVAL_IMAGES_SWAP;
+            else if (!strcmp(v, "none"))
+                eo.ablate = VS_EVAL_IMAGES_NONE;
+            else
+                return cli_fail(CMD, "--ablate-images %s: expected swap or none", v), 2;
         } else if (!strcmp(a, "--kv-type")) {
             vs_type kt;
             if (!cli_parse_kv_type(CMD, a, v, false, &kt)) return 2;
@@ -142,14 +153,23 @@ int vs_cmd_eval(int argc, char **argv) {
     if (!(tok = vs_tokenizer_from_gguf(vs_lm_gguf(lm), &err))) goto fail;
     if (!(tp = vs_threadpool_new(threads, &err))) goto fail;
     if (!(d = vs_world_load(data, split, eo.suites, &err))) goto fail;
+    if (eo.ablate != VS_EVAL_IMAGES) {
+        int64_t with_images = 0;
+        for (int64_t i = 0; i < d->n; i++) with_images += d->samples[i].n_images > 0;
+        if (!with_images) {
+            cli_fail(CMD, "--ablate-images: no sample of %s/%s.jsonl (suites %s) has images", data, split, suites);
+            goto done;
+        }
+    }
     if (!(e = vs_eval_lm_new(lm, mm, tok, tp, &lo, &err))) goto fail;
     if (details && vs_outfile_open(&cx.details, details, &err) != VS_OK) goto fail;
     int64_t n_turns = 0, per[VS_WORLD_N_SUITES] = {0};
     for (int64_t i = 0; i < d->n; i++)
         if (limit <= 0 || per[d->samples[i].suite]++ < limit) n_turns += d->samples[i].n_turns;
-    fprintf(stderr, "[eval] %s + %s on %s/%s.jsonl: %lld turns, greedy, at most %d tokens each, %s history\n",
-            model, mmproj, data, split, (long long)n_turns, lo.max_tokens,
-            eo.reference_history ? "reference" : "own");
+    static const char *const ablate_names[] = {"own", "swapped", "none"};
+    fprintf(stderr, "[eval] %s + %s on %s/%s.jsonl: %lld turns, greedy, at most %d tokens each, %s history, %s "
+            "images\n", model, mmproj, data, split, (long long)n_turns, lo.max_tokens,
+            eo.reference_history ? "reference" : "own", ablate_names[eo.ablate]);
     vs_progress_begin(&cx.pr, "eval", n_turns);
     eo.on_turn = on_turn, eo.on_turn_ctx = &cx;
     vs_eval_result res;
@@ -176,6 +196,7 @@ int vs_cmd_eval(int argc, char **argv) {
         vs_json_key(&w, "limit"), vs_json_int(&w, limit);
         vs_json_key(&w, "max_tokens"), vs_json_int(&w, lo.max_tokens);
         vs_json_key(&w, "history"), vs_json_str(&w, eo.reference_history ? "reference" : "own");
+        vs_json_key(&w, "images"), vs_json_str(&w, ablate_names[eo.ablate]);
         vs_json_key(&w, "results");
         vs_eval_json(&res, &w);
         vs_json_obj_end(&w);
