@@ -408,7 +408,8 @@ int vs_cli_ens_run(const char *cmd, const vs_cli_spec_opts *s, const vs_cli_ens_
         base.t_vision = t_vision;
         base.t_total += t_vision;
         identical = base.n_tokens == log.n_tokens &&
-                    memcmp(base.tokens, log.tokens, sizeof(int32_t) * (size_t)log.n_tokens) == 0;
+                    (log.n_tokens == 0 || /* no tokens: the arrays may be NULL, which memcmp may not see */
+                     memcmp(base.tokens, log.tokens, sizeof(int32_t) * (size_t)log.n_tokens) == 0);
     }
     vs_spec_stats stats;
     vs_spec_stats_compute(&log, s->compare ? &base : NULL, &stats);
