@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,6 +67,7 @@ static const ggml_type_info *ggml_type_get(int type) {
 static bool computable_type(int type) {
     switch (type) {
     case VS_TYPE_F32: case VS_TYPE_F16: case VS_TYPE_BF16: case VS_TYPE_Q8_0: case VS_TYPE_Q4_0: return true;
+    case VS_TYPE_Q4_K: case VS_TYPE_Q5_K: case VS_TYPE_Q6_K: return true;
     default: return false;
     }
 }
@@ -1112,9 +1114,10 @@ static bool any_exp_ones16(const uint8_t *d, int64_t n, uint16_t m) {
     return acc != 0;
 }
 
-/* The first non-finite value among n elements of a supported type (for Q8_0/Q4_0 the block scales; the
- * index is then the block's first element), or -1. Chunks are screened with any_exp_ones16 (F32 values
- * as their upper halves) and only a chunk that fails is searched element by element. */
+/* The first non-finite value among n elements of a supported type (for Q8_0/Q4_0 and the K-quants the
+ * block scales, Q4_K/Q5_K's d and dmin both; the index is then the block's first element), or -1.
+ * Chunks are screened with any_exp_ones16 (F32 values as their upper halves) and only a chunk that
+ * fails is searched element by element. */
 static int64_t first_nonfinite(int type, const uint8_t *d, int64_t n) {
     enum { CHUNK = 4096 };
     if (type == VS_TYPE_F32 || type == VS_TYPE_F16 || type == VS_TYPE_BF16) {
@@ -1156,6 +1159,17 @@ static int64_t first_nonfinite(int type, const uint8_t *d, int64_t n) {
             if ((h & 0x7c00) == 0x7c00) return b * 32;
         }
     }
+    if (vs_type_is_kquant(type)) { /* Q4_K / Q5_K: d and dmin lead the block; Q6_K: d ends it */
+        const size_t bs = vs_type_block_bytes((vs_type)type);
+        const size_t at = type == VS_TYPE_Q6_K ? offsetof(vs_block_q6_k, d) : 0;
+        const int n_scales = type == VS_TYPE_Q6_K ? 1 : 2;
+        for (int64_t b = 0; b < n / VS_QK_K; b++)
+            for (int k = 0; k < n_scales; k++) {
+                uint16_t h;
+                memcpy(&h, d + (size_t)b * bs + at + 2 * (size_t)k, 2);
+                if ((h & 0x7c00) == 0x7c00) return b * VS_QK_K;
+            }
+    }
     return -1;
 }
 
@@ -1167,7 +1181,8 @@ vs_status vs_gguf_check_finite(const vs_gguf *g, vs_error *err) {
         if (at >= 0)
             return vs_error_set(err, VS_ERR_FORMAT, "%s: tensor %s holds a non-finite value (NaN or infinity) at "
                                 "element %lld%s", vs_gguf_name(g), ti->name, (long long)at,
-                                ti->type == VS_TYPE_Q8_0 || ti->type == VS_TYPE_Q4_0 ? " (a block scale)" : "");
+                                ti->type == VS_TYPE_Q8_0 || ti->type == VS_TYPE_Q4_0 || vs_type_is_kquant(ti->type)
+                                    ? " (a block scale)" : "");
     }
     return VS_OK;
 }

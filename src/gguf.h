@@ -103,15 +103,16 @@ bool vs_gguf_str_eq(vs_gguf_str s, const char *c);
 /* Name of any ggml type id ("Q4_K"), "unknown" for ids outside ggml's table. The reader knows the
  * block size and bytes of every ggml type (K-quants, IQ types ...) so it validates files holding
  * them; a tensor id outside the table is a format error at open. Which types vlmspec can COMPUTE
- * with is quant.h's vs_type (F32, F16, BF16, Q8_0, Q4_0); vs_gguf_require_tensor checks that. */
+ * with is quant.h's vs_type (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K); vs_gguf_require_tensor
+ * checks that. */
 const char *vs_gguf_ggml_type_name(int type);
 int64_t vs_gguf_n_tensors(const vs_gguf *g);
 const vs_gguf_tensor *vs_gguf_tensor_at(const vs_gguf *g, int64_t i);
 const vs_gguf_tensor *vs_gguf_find_tensor(const vs_gguf *g, const char *name); /* NULL if absent */
-/* Checks every tensor of a type vlmspec reads (F32, F16, BF16; the scales of Q8_0 and Q4_0) for NaN and
- * infinity. A model that holds one would only fail later, far from its cause ("logit is NaN"), so the
- * loaders call this: the error names the file, the tensor and the first bad element. One pass over
- * the weights at memory bandwidth (the same pages the first forward reads). */
+/* Checks every tensor of a type vlmspec reads (F32, F16, BF16; the scales of Q8_0, Q4_0 and the
+ * K-quants) for NaN and infinity. A model that holds one would only fail later, far from its cause
+ * ("logit is NaN"), so the loaders call this: the error names the file, the tensor and the first bad
+ * element. One pass over the weights at memory bandwidth (the same pages the first forward reads). */
 vs_status vs_gguf_check_finite(const vs_gguf *g, vs_error *err);
 /* Finds a tensor and checks its type is one of the supported vs_types and its shape equals
  * ne[0..n_dims) (pass n_dims = 0 to skip the shape check). VS_ERR_FORMAT naming file, tensor,

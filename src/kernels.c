@@ -1,5 +1,6 @@
 /* kernels: ISA detection and dispatch, the scalar twins, and the threaded matmul driver.
- * vs_matmul quantises the activations once per call (Q8_0/Q4_0 weights) into scratch owned by the
+ * vs_matmul quantises the activations once per call (Q8_0/Q4_0 weights: blocks of 32; the K-quants:
+ * super-blocks of 256 with block sums, the xk layout of kernels_arch.h) into scratch owned by the
  * thread pool, then splits the output features over the threads in chunks of 16 (64 bytes of every
  * output row, so no two threads write the same cache line of y) and runs the ISA's kernel. */
 #include "kernels.h"
@@ -150,6 +151,26 @@ void vs_xq_quantize_row_ref(const float *x, int64_t n_in, uint8_t *row) {
     for (int64_t b = 0; b < n_in / 32; b++) vs_xq_block_ref(x + b * 32, q + b * 32, &d[b]);
 }
 
+/* One super-block of 256 (the xk quantiser; kernels_arch.h): q, d, and the 16 sums of 16. */
+static void xk_block_ref(const float *x, int8_t *q, float *d, int16_t *bsum) {
+    float amax = 0.0f;
+    for (int j = 0; j < 256; j++) amax = fmaxf(amax, fabsf(x[j]));
+    float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+    *d = amax > 0.0f ? 1.0f / id : 0.0f; /* 1 / id, not amax / 127: llama.cpp's Q8_K scale, bit for bit */
+    for (int j = 0; j < 256; j++) q[j] = (int8_t)rintf(x[j] * id);
+    for (int k = 0; k < 16; k++) {
+        int s = 0;
+        for (int j = 0; j < 16; j++) s += q[16 * k + j];
+        bsum[k] = (int16_t)s;
+    }
+}
+
+void vs_xk_quantize_row_ref(const float *x, int64_t n_in, uint8_t *row) {
+    float *d = (float *)(row + vs_xk_d_offset(n_in));
+    int16_t *bs = (int16_t *)(row + vs_xk_bsum_offset(n_in));
+    for (int64_t b = 0; b < n_in / 256; b++) xk_block_ref(x + b * 256, (int8_t *)row + b * 256, &d[b], bs + b * 16);
+}
+
 /* ---- the AMX-BF16 activation layout and the fp16 split (scalar twins) ---- */
 
 /* f32 -> bf16 as VCVTNE2PS2BF16 does it: round to nearest even, denormal inputs read as (signed) zero. */
@@ -232,7 +253,52 @@ static int32_t block_idot(vs_type t, const uint8_t *wrow, int64_t b, const int8_
     return s;
 }
 
-static bool is_quant(vs_type t) { return t == VS_TYPE_Q8_0 || t == VS_TYPE_Q4_0; }
+/* The code (0..15, 0..31 or 0..63) of value i of a K-quant super-block, read value by value. */
+static int kq_code(vs_type t, const uint8_t *blk, int i) {
+    if (t == VS_TYPE_Q6_K) {
+        const vs_block_q6_k *b = (const vs_block_q6_k *)blk;
+        const int h = i / 128, k = (i / 32) % 4, l = i % 32;
+        const int lo = (b->ql[64 * h + l + 32 * (k & 1)] >> (4 * (k / 2))) & 15;
+        return lo | (((b->qh[32 * h + l] >> (2 * k)) & 3) << 4);
+    }
+    const int g = i / 64, l = i % 32, j = i / 32;
+    const uint8_t *qs = t == VS_TYPE_Q4_K ? ((const vs_block_q4_k *)blk)->qs : ((const vs_block_q5_k *)blk)->qs;
+    int c = (qs[32 * g + l] >> (4 * (j % 2))) & 15;
+    if (t == VS_TYPE_Q5_K) c |= ((((const vs_block_q5_k *)blk)->qh[l] >> j) & 1) << 4;
+    return c;
+}
+
+/* Super-block b of a K-quant row times its 256 quantised activations q (with their 16 sums bs): the
+ * exact integer parts a and m of vs_kq_block_value and the block's scales. */
+static void kblock_idot(vs_type t, const uint8_t *wrow, int64_t b, const int8_t *q, const int16_t *bs, int32_t *a,
+                        int32_t *m, float *d, float *dmin) {
+    const uint8_t *blk = wrow + (size_t)b * vs_type_block_bytes(t);
+    *a = *m = 0;
+    if (t == VS_TYPE_Q6_K) {
+        const vs_block_q6_k *k6 = (const vs_block_q6_k *)blk;
+        *d = vs_fp16_to_fp32(k6->d);
+        *dmin = 0.0f;
+        for (int j = 0; j < 16; j++) {
+            int32_t s = 0;
+            for (int l = 0; l < 16; l++) s += (kq_code(t, blk, 16 * j + l) - 32) * q[16 * j + l];
+            *a += k6->scales[j] * s;
+        }
+        return;
+    }
+    const vs_block_q4_k *k4 = (const vs_block_q4_k *)blk; /* d, dmin, scales: the same in Q5_K */
+    *d = vs_fp16_to_fp32(k4->d);
+    *dmin = vs_fp16_to_fp32(k4->dmin);
+    for (int j = 0; j < 8; j++) {
+        int sc, mn;
+        vs_kq_scale_min(j, k4->scales, &sc, &mn);
+        int32_t s = 0;
+        for (int l = 0; l < 32; l++) s += kq_code(t, blk, 32 * j + l) * q[32 * j + l];
+        *a += sc * s;
+        *m += mn * (bs[2 * j] + bs[2 * j + 1]);
+    }
+}
+
+static bool is_quant(vs_type t) { return t == VS_TYPE_Q8_0 || t == VS_TYPE_Q4_0 || vs_type_is_kquant(t); }
 
 void vs_matmul_ref(vs_type wtype, const void *w, int64_t n_out, int64_t n_in, const float *x,
                    int64_t n_rows, float *y) {
@@ -250,6 +316,24 @@ void vs_matmul_ref(vs_type wtype, const void *w, int64_t n_out, int64_t n_in, co
     }
     /* Block-outer loop: each activation block is quantised once and needs no scratch; every y element
      * still accumulates its blocks in order 0, 1, 2, ... */
+    if (vs_type_is_kquant(wtype)) {
+        for (int64_t r = 0; r < n_rows; r++) {
+            float *yr = y + r * n_out;
+            for (int64_t o = 0; o < n_out; o++) yr[o] = 0.0f;
+            for (int64_t b = 0; b < n_in / 256; b++) {
+                int8_t q[256];
+                int16_t bs[16];
+                float dx, d, dmin;
+                xk_block_ref(x + r * n_in + b * 256, q, &dx, bs);
+                for (int64_t o = 0; o < n_out; o++) {
+                    int32_t a, m;
+                    kblock_idot(wtype, wb + o * rb, b, q, bs, &a, &m, &d, &dmin);
+                    yr[o] += vs_kq_block_value(d, dmin, dx, a, m);
+                }
+            }
+        }
+        return;
+    }
     for (int64_t r = 0; r < n_rows; r++) {
         float *yr = y + r * n_out;
         for (int64_t o = 0; o < n_out; o++) yr[o] = 0.0f;
@@ -273,7 +357,17 @@ static void mm_scalar(const vs_mm_job *jb, int64_t o0, int64_t o1) {
         for (int64_t o = o0; o < o1; o++) {
             const uint8_t *wr = jb->w + o * jb->w_row_bytes;
             float s = 0.0f;
-            if (is_quant(jb->wtype)) {
+            if (vs_type_is_kquant(jb->wtype)) {
+                const uint8_t *row = jb->xq + r * jb->xq_row_bytes;
+                const float *dx = (const float *)(row + vs_xk_d_offset(jb->n_in));
+                const int16_t *bs = (const int16_t *)(row + vs_xk_bsum_offset(jb->n_in));
+                for (int64_t b = 0; b < jb->n_in / 256; b++) {
+                    int32_t a, m;
+                    float d, dmin;
+                    kblock_idot(jb->wtype, wr, b, (const int8_t *)row + b * 256, bs + b * 16, &a, &m, &d, &dmin);
+                    s += vs_kq_block_value(d, dmin, dx[b], a, m);
+                }
+            } else if (is_quant(jb->wtype)) {
                 const uint8_t *row = jb->xq + r * jb->xq_row_bytes;
                 const int8_t *q = (const int8_t *)row;
                 const float *d = (const float *)(row + round_up(jb->n_in, 64));
@@ -370,6 +464,11 @@ static void quant_rows(mm_ctx *c, int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; r++) {
         const float *xr = c->job.x + r * c->job.n_in;
         uint8_t *dst = c->xq_out + r * c->job.xq_row_bytes;
+        if (vs_type_is_kquant(c->job.wtype)) { /* one layout; the ISA is at most AVX2 (matmul_impl) */
+            if (c->isa == VS_ISA_AVX2) vs_xk_quantize_row_avx2(xr, c->job.n_in, dst);
+            else vs_xk_quantize_row_ref(xr, c->job.n_in, dst);
+            continue;
+        }
         switch (c->isa) {
         case VS_ISA_AVX512: vs_xq_quantize_row_avx512(xr, c->job.n_in, c->job.wtype, dst); break;
         case VS_ISA_AVX2: vs_xq_quantize_row_avx2(xr, c->job.n_in, dst); break;
@@ -492,6 +591,7 @@ const char *vs_matmul_path(vs_type wtype, int64_t n_out, int64_t n_in, int64_t n
     if (!is_quant(wtype) && n_rows >= VS_BLAS_MIN_ROWS && isa != VS_ISA_SCALAR && blas_allowed() && !amxbf)
         return "blas";
 #endif
+    if (vs_type_is_kquant(wtype)) return isa >= VS_ISA_AVX2 ? "avx2" : "scalar"; /* AVX-512 kernels: not yet */
     if (isa == VS_ISA_AMX && is_quant(wtype) && n_rows >= amx_min_rows(wtype))
         return n_rows <= amx_vnni_max_rows(wtype) ? "amx-vnni" : "amx-int8";
     if (amxbf) return "amx-bf16";
@@ -551,6 +651,7 @@ static void matmul_impl(vs_threadpool *tp, vs_type wtype, const void *w, const v
     mm_ctx c = {.job = {.wtype = wtype, .w = w, .w_row_bytes = rb, .n_out = n_out, .n_in = n_in,
                         .n_rows = n_rows, .x = x, .y = y},
                 .isa = isa_current(), .q_rows = n_rows};
+    if (vs_type_is_kquant(wtype) && c.isa > VS_ISA_AVX2) c.isa = VS_ISA_AVX2; /* no AVX-512 K kernels yet */
     if (c.isa == VS_ISA_AMX && wtype == VS_TYPE_Q4_0) c.job.wp = packed;
     if (c.isa == VS_ISA_AMX &&
         !(is_quant(wtype) ? n_rows >= amx_min_rows(wtype) : use_amx_bf16(wtype, n_out, n_in, flags)))
@@ -561,7 +662,9 @@ static void matmul_impl(vs_threadpool *tp, vs_type wtype, const void *w, const v
         return;
     }
     if (is_quant(wtype)) {
-        size_t xrb = c.isa == VS_ISA_AVX512 ? vs_xq_row_bytes_avx512(n_in) : vs_xq_row_bytes_ref(n_in);
+        size_t xrb = vs_type_is_kquant(wtype)   ? vs_xk_row_bytes(n_in)
+                     : c.isa == VS_ISA_AVX512 ? vs_xq_row_bytes_avx512(n_in)
+                                              : vs_xq_row_bytes_ref(n_in);
         size_t bytes = xrb * (size_t)n_rows;
         if (c.isa == VS_ISA_AMX) {
             xrb = 0;

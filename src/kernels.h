@@ -2,8 +2,9 @@
  * Owns: W (any vs_type, n_out x n_in, row-major rows of n_in values) times n activation rows, with a
  * scalar reference twin and AVX2 / AVX-512 fast paths chosen at run time, plus the small fused
  * vector ops (RMSNorm, softmax, SiLU...). Fast paths must match the reference within the tolerance
- * stated in tests/test_kernels.c. Quantised weights (Q8_0/Q4_0) are multiplied against activations
- * quantised to 8-bit blocks, as llama.cpp does. */
+ * stated in tests/test_kernels.c. Quantised weights (Q8_0/Q4_0; the K-quants Q4_K/Q5_K/Q6_K) are
+ * multiplied against activations quantised to 8-bit blocks (32 values; 256 with block sums for the
+ * K-quants), as llama.cpp does. */
 #ifndef VS_KERNELS_H
 #define VS_KERNELS_H
 
@@ -26,12 +27,16 @@ vs_isa vs_isa_active(void); /* the ISA vs_matmul and the vector ops use now: min
 
 /* y[r * n_out + o] = sum_i W[o, i] * x[r * n_in + i] for r < n_rows, o < n_out.
  * w points at n_out rows of vs_type_row_bytes(wtype, n_in) bytes each. x and y must not alias.
- * n_in must be a multiple of the type's block size (32 for Q8_0/Q4_0). Threads split output rows.
+ * n_in must be a multiple of the type's block size (32 for Q8_0/Q4_0, 256 for the K-quants). Threads
+ * split output rows.
  *
  * BATCH INVARIANCE (what speculative decoding's greedy identity rests on): while the active ISA
  * (vs_isa_active) and the BLAS setting stay the same, row r of y is BITWISE equal to the result of
  * vs_matmul on row r of x alone, whatever n_rows, the row's position in the batch, the other rows and
  * the pool's thread count, for
+ *   - Q4_K / Q5_K / Q6_K: every n_rows, and the scalar and AVX2 paths agree BITWISE too (exact integer
+ *     super-block parts, one shared float epilogue per super-block in block order; on AVX-512 / AMX CPUs
+ *     these types run the AVX2 kernel for now);
  *   - Q8_0 / Q4_0: every n_rows (one activation quantiser; per output and row, the exact integer block
  *     dots scaled and added in block order by the same float operations on every path of an ISA);
  *   - F32 / F16 / BF16: n_rows < 128 always, and every n_rows when BLAS is off (vs_matmul_set_blas,

@@ -1159,6 +1159,9 @@ static int file_type_of(vs_type t) { /* llama.cpp's general.file_type (llama_fty
     case VS_TYPE_F16: return 1;
     case VS_TYPE_Q4_0: return 2;
     case VS_TYPE_Q8_0: return 7;
+    case VS_TYPE_Q4_K: return 14; /* "mostly Q4_K" (Q4_K_S): every matrix one type */
+    case VS_TYPE_Q5_K: return 16; /* Q5_K_S */
+    case VS_TYPE_Q6_K: return 18;
     case VS_TYPE_BF16: return 32;
     default: return 0;
     }

@@ -1127,6 +1127,9 @@ static uint32_t file_type_of(vs_type t) {
     case VS_TYPE_F16: return 1;
     case VS_TYPE_Q4_0: return 2;
     case VS_TYPE_Q8_0: return 7;
+    case VS_TYPE_Q4_K: return 14; /* llama.cpp's "mostly Q4_K" (Q4_K_S): every matrix one type */
+    case VS_TYPE_Q5_K: return 16; /* Q5_K_S */
+    case VS_TYPE_Q6_K: return 18;
     case VS_TYPE_BF16: return 32;
     }
     return 0;

@@ -13,6 +13,11 @@
  *   TOL_SPLIT  extra allowance for F16/BF16 on the AMX-BF16 path (kernels_amxbf16_avx512.c): it
  *              multiplies bf16 parts, w = wh + wl exactly but x ~ xh + xl with |x - xh - xl| <= 2^-16
  *              |x|, so each product is off by at most 2^-16 |w x|: |diff| <= (TOL + 2^-16) * S.
+ *   K-quants (Q4_K/Q5_K/Q6_K, test_kquant): every path (the scalar twin vs_matmul_ref, the threaded scalar
+ *              path, AVX2; 1 and 2 threads; 1..65 rows) BITWISE equal (exact integer super-block parts,
+ *              one shared float epilogue); and the twin vs a double reference with the dequantised
+ *              weights and the dequantised 8-bit activations: |diff| <= TOL_KQ * S' (S' = sum |w| |xq|:
+ *              only the f32 rounding of the epilogue and of the sum over super-blocks remains).
  *   Vector ops vs their scalar twins: dot 1e-5 * sum|a b|; axpy 1e-6 relative; rmsnorm 1e-5 relative;
  *   softmax 1e-6 absolute + 1e-5 relative (polynomial exp, ~2e-7 relative). */
 #include <math.h>
@@ -27,6 +32,7 @@
 #define TOL_FLOAT 1e-5
 #define TOL_QUANT_STEP (1.0 / 254.0 + 1.0 / 2048.0)
 #define TOL_SPLIT (1.0 / 65536.0)
+#define TOL_KQ 1e-5
 
 static const vs_type k_types[] = {VS_TYPE_F32, VS_TYPE_F16, VS_TYPE_BF16, VS_TYPE_Q8_0, VS_TYPE_Q4_0};
 
@@ -720,6 +726,86 @@ static void test_vector_ops(vs_isa isa) {
     VT_CHECK(abad == 0, "%s argmax: %d of %d cases differ from the scalar loop", vs_isa_name(isa), abad, acases);
 }
 
+/* K-quants: activations, the twin against a double reference, and every path bitwise against the twin
+ * on every row count 1..65 (which is also batch invariance: row r of any batch equals the twin's row r,
+ * and the twin computes rows independently), checked once more directly: the row alone. */
+static void test_kquant(vs_isa best, vs_threadpool **pools) {
+    static const vs_type kt[] = {VS_TYPE_Q4_K, VS_TYPE_Q5_K, VS_TYPE_Q6_K};
+    vs_rng rng;
+    vs_rng_seed(&rng, 4242);
+    int twin_bad = 0, inv_bad = 0, runs = 0, xk_bad = 0;
+    double worst_ref = 0;
+    for (size_t ti = 0; ti < VS_ARRAY_LEN(kt); ti++) {
+        const vs_type t = kt[ti];
+        const int64_t n_out = ti == 1 ? 1 : 37, n_in = 256 * (int64_t)(1 + ti), R = 65;
+        problem p;
+        problem_make(&p, t, n_out, n_in, R, &rng);
+        /* the activations: AVX2 quantiser vs the twin, bitwise; then dequantised for the double check */
+        const size_t xrb = vs_xk_row_bytes(n_in);
+        uint8_t *xq = calloc((size_t)R, xrb), *xq2 = calloc((size_t)R, xrb);
+        for (int64_t r = 0; r < R; r++) {
+            vs_xk_quantize_row_ref(p.x + r * n_in, n_in, xq + r * xrb);
+            if (best >= VS_ISA_AVX2) vs_xk_quantize_row_avx2(p.x + r * n_in, n_in, xq2 + r * xrb);
+        }
+        if (best >= VS_ISA_AVX2) xk_bad += memcmp(xq, xq2, (size_t)R * xrb) != 0;
+        float *yr = malloc(sizeof(float) * (size_t)(R * n_out)), *y = malloc(sizeof(float) * (size_t)(R * n_out));
+        vs_matmul_ref(t, p.w, n_out, n_in, p.x, R, yr);
+        for (int64_t r = 0; r < R; r++) {
+            const int8_t *q = (const int8_t *)(xq + r * xrb);
+            const float *d = (const float *)(xq + r * xrb + vs_xk_d_offset(n_in));
+            const int16_t *bs = (const int16_t *)(xq + r * xrb + vs_xk_bsum_offset(n_in));
+            for (int64_t b = 0; b < n_in / 256; b++)
+                for (int k = 0; k < 16; k++) {
+                    int s = 0;
+                    for (int j = 0; j < 16; j++) s += q[b * 256 + 16 * k + j];
+                    xk_bad += s != bs[b * 16 + k];
+                }
+            for (int64_t o = 0; o < n_out; o++) {
+                double s = 0, a = 0;
+                for (int64_t i = 0; i < n_in; i++) {
+                    double xv = (double)q[i] * d[i / 256], wv = p.wdq[o * n_in + i];
+                    s += wv * xv;
+                    a += fabs(wv * xv);
+                }
+                double e = fabs((double)yr[r * n_out + o] - s) / (TOL_KQ * a + 1e-30);
+                worst_ref = fmax(worst_ref, e);
+                VT_CHECK(e <= 1.0, "%s twin row %lld out %lld: %.9g vs double %.9g (S' %g)", vs_type_name(t),
+                         (long long)r, (long long)o, yr[r * n_out + o], s, a);
+            }
+        }
+        for (int isa = VS_ISA_SCALAR; isa <= (int)best; isa++) {
+            vs_isa_set_max((vs_isa)isa);
+            for (int pi = 0; pi < 2; pi++)
+                for (int64_t n = 1; n <= R; n++) {
+                    for (int64_t k = 0; k < n * n_out; k++) y[k] = NAN;
+                    vs_matmul(pools[pi], t, p.w, n_out, n_in, p.x, n, y);
+                    twin_bad += memcmp(y, yr, sizeof(float) * (size_t)(n * n_out)) != 0;
+                    runs++;
+                }
+            for (int64_t r = 0; r < R; r += 7) { /* the row alone, at every place it held in the batches */
+                vs_matmul(pools[1], t, p.w, n_out, n_in, p.x + r * n_in, 1, y);
+                inv_bad += memcmp(y, yr + r * n_out, sizeof(float) * (size_t)n_out) != 0;
+            }
+            VT_CHECK(!strcmp(vs_matmul_path(t, n_out, n_in, 3, 0), isa >= VS_ISA_AVX2 ? "avx2" : "scalar"),
+                     "%s path on %s: %s", vs_type_name(t), vs_isa_name((vs_isa)isa),
+                     vs_matmul_path(t, n_out, n_in, 3, 0));
+        }
+        vs_isa_set_max(VS_ISA_AMX);
+        free(y);
+        free(yr);
+        free(xq);
+        free(xq2);
+        problem_free(&p);
+    }
+    VT_CHECK(xk_bad == 0, "K activations: %d AVX2/twin or block-sum mismatches", xk_bad);
+    VT_CHECK(twin_bad == 0, "K-quant matmul: %d of %d runs (1..65 rows, 1 and 2 threads, each ISA) differ "
+             "bitwise from the twin", twin_bad, runs);
+    VT_CHECK(inv_bad == 0, "K-quant matmul: %d single rows differ from their batched results", inv_bad);
+    printf("kernels: K-quants (Q4_K/Q5_K/Q6_K): %d runs bitwise equal to the twin (%d differ), single rows %s; "
+           "twin vs double with dequantised activations: worst |diff| / (%g S') = %.2g\n",
+           runs, twin_bad, inv_bad ? "DIFFER" : "equal", TOL_KQ, worst_ref);
+}
+
 int main(void) {
     vs_isa best = vs_isa_detect();
     printf("kernels: best ISA on this CPU: %s\n", vs_isa_name(best));
@@ -727,6 +813,7 @@ int main(void) {
     vs_threadpool *pools[3] = {NULL, vs_threadpool_new(2, &err), vs_threadpool_new(3, &err)};
     VT_REQUIRE(pools[1] && pools[2], "thread pools: %s", err.msg);
     test_ref_against_double();
+    test_kquant(best, pools);
     test_xq(best);
     test_f16_split(); /* the AVX-512 sides only where the AMX-BF16 kernels run (AVX512-FP16 instructions) */
     test_xb();

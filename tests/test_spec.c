@@ -254,7 +254,7 @@ static void check_pair(const char *what, st_engine *e, vs_spec_drafter *d,
  * batch invariance of the target: greedy speculative output equals target-only output only if a row's
  * logits do not depend on how many rows are verified with it (1 row per step in target-only decoding,
  * gamma + 1 in a verify pass). Float reassociation would be tolerable in practice; a different numeric
- * path (another activation quantisation) is not: it flips near-ties. Checked on Q8_0 / Q4_0 / F16
+ * path (another activation quantisation) is not: it flips near-ties. Checked on Q8_0 / Q4_0 / F16 / Q6_K
  * models whose ffn_down has n_in = 5632 (the 953M benchmark target's width) and on small ones. */
 
 static void test_batch_invariance(void) {
@@ -262,13 +262,14 @@ static void test_batch_invariance(void) {
     struct {
         const char *name;
         vs_lm_random_opts o;
-    } ms[4] = {
+    } ms[5] = {
         {"q8_0 ffn 5632", ropts(256, 1, 4, 4, 5632, 64, VS_TYPE_Q8_0, 0.1f, true, 5)},
         {"q4_0 ffn 5632", ropts(256, 1, 4, 4, 5632, 64, VS_TYPE_Q4_0, 0.1f, true, 6)},
         {"f16 ffn 5632", ropts(256, 1, 4, 4, 5632, 64, VS_TYPE_F16, 0.1f, true, 7)},
         {"q8_0 small", ropts(128, 2, 4, 4, 256, 128, VS_TYPE_Q8_0, 0.1f, true, 8)},
+        {"q6_k ffn 5632", ropts(256, 1, 4, 4, 5632, 64, VS_TYPE_Q6_K, 0.1f, true, 9)},
     };
-    for (int m = 0; m < 4; m++) {
+    for (int m = 0; m < 5; m++) {
         char fname[64];
         snprintf(fname, sizeof(fname), "inv-%d.gguf", m);
         vs_lm *lm = make_model(&ms[m].o, fname);
@@ -517,12 +518,14 @@ static void test_random_pairs(tally *t) {
     struct {
         const char *name;
         vs_lm_random_opts o;
-    } targets[3] = {
+    } targets[4] = {
         {"t1-f32-gqa", ropts(64, 2, 4, 2, 128, 96, VS_TYPE_F32, 0.15f, true, 11)},
         {"t2-f16", ropts(32, 1, 2, 1, 64, 64, VS_TYPE_F16, 0.3f, false, 21)},
         {"t3-q8", ropts(128, 2, 4, 4, 256, 128, VS_TYPE_Q8_0, 0.1f, true, 31)},
+        /* K-quants: token embeddings, every matrix and the drafter in Q4_K / Q6_K / Q5_K */
+        {"t4-q4_k", ropts(256, 2, 4, 2, 512, 128, VS_TYPE_Q4_K, 0.1f, false, 41)},
     };
-    pair_spec pairs[3][4] = {
+    pair_spec pairs[4][4] = {
         {{"same file", ropts(0, 0, 0, 0, 0, 0, 0, 0, 0, 0), 2},
          {"same seed q8_0", ropts(64, 2, 4, 2, 128, 96, VS_TYPE_Q8_0, 0.15f, true, 11), 0},
          {"same seed 1 layer", ropts(64, 1, 4, 2, 128, 96, VS_TYPE_F32, 0.15f, true, 11), 0},
@@ -535,8 +538,12 @@ static void test_random_pairs(tally *t) {
          {"same seed 1 layer f32", ropts(128, 1, 4, 4, 256, 128, VS_TYPE_F32, 0.1f, true, 31), 0},
          {NULL, {0}, 0},
          {NULL, {0}, 0}},
+        {{"same seed q6_k", ropts(256, 2, 4, 2, 512, 128, VS_TYPE_Q6_K, 0.1f, false, 41), 0},
+         {"same seed 1 layer q5_k", ropts(256, 1, 4, 2, 512, 128, VS_TYPE_Q5_K, 0.1f, false, 41), 0},
+         {NULL, {0}, 0},
+         {NULL, {0}, 0}},
     };
-    for (int ti = 0; ti < 3; ti++) {
+    for (int ti = 0; ti < 4; ti++) {
         char fname[64];
         snprintf(fname, sizeof(fname), "%s.gguf", targets[ti].name);
         vs_lm *target = make_model(&targets[ti].o, fname);

@@ -33,8 +33,8 @@ static void usage(FILE *f) {
             "  --proj-dim D          projector output width = the LM's embedding width\n"
             "  --proj-hidden N       projector hidden width (default: --proj-dim)\n"
             "  --gelu                GELU in the ViT blocks (default quick-GELU, like CLIP)\n"
-            "  --type T              matrix type F32 (default), F16, BF16, Q8_0 or Q4_0 (block types need\n"
-            "                        row lengths that are multiples of 32)\n"
+            "  --type T              matrix type F32 (default), F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K or Q6_K\n"
+            "                        (block types need row lengths that are multiples of 32, 256 for Q*_K)\n"
             "  --seed S              RNG seed (default 1)\n"
             "  --tower-from FILE     copy the vision tower (config and weights) of this mmproj; the tower\n"
             "                        flags above must then be omitted or agree with it, and --type must be\n"
@@ -171,9 +171,8 @@ static int cmd_random(int argc, char **argv) {
             continue;
         if (!strcmp(a, "--type")) {
             type = vs_type_from_name(v);
-            if (type != VS_TYPE_F32 && type != VS_TYPE_F16 && type != VS_TYPE_BF16 && type != VS_TYPE_Q8_0 &&
-                type != VS_TYPE_Q4_0)
-                return cli_fail(CMD, "--type %s: expected F32, F16, BF16, Q8_0 or Q4_0", v), 2;
+            if (type < 0 || !vs_type_supported(type))
+                return cli_fail(CMD, "--type %s: expected F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K or Q6_K", v), 2;
         } else if (!strcmp(a, "--seed")) {
             if (!cli_parse_i64(CMD, a, v, 0, INT64_MAX, &seed))
                 return 2;

@@ -19,13 +19,13 @@ static void usage(FILE *f) {
             "       vlmspec model convert -m MODEL --type T -o OUT\n\n"
             "random: writes a LLaMA-architecture GGUF with random weights ~ N(0, std^2) and norms of 1.\n"
             "  --arch llama           architecture (only llama)\n"
-            "  --dim D                model width (a multiple of --heads; of 32 for Q8_0/Q4_0)\n"
+            "  --dim D                model width (a multiple of --heads; of 32 for Q8_0/Q4_0, 256 for Q*_K)\n"
             "  --layers L             decoder blocks\n"
             "  --heads H              attention heads\n"
             "  --kv-heads K           key/value heads (default H; H must be a multiple of K)\n"
-            "  --ffn F                SwiGLU hidden width (a multiple of 32 for Q8_0/Q4_0)\n"
+            "  --ffn F                SwiGLU hidden width (a multiple of 32 for Q8_0/Q4_0, 256 for Q*_K)\n"
             "  --ctx C                context length stored in the file\n"
-            "  --type T               weight type: F32, F16, BF16, Q8_0 or Q4_0\n"
+            "  --type T               weight type: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K or Q6_K\n"
             "  --tokenizer-from FILE  copy tokenizer.* from this GGUF (the vocabulary size follows it)\n"
             "  --vocab V              without --tokenizer-from: a synthetic vocabulary of V tokens\n"
             "  --rope-base B          RoPE frequency base (default 10000)\n"
@@ -39,7 +39,7 @@ static void usage(FILE *f) {
             "convert: a copy of a LLaMA GGUF with its weight matrices (2-D tensors) in type T, everything\n"
             "else unchanged; BF16 suits drafters on AMX CPUs (their batched products need no conversion).\n"
             "  -m, --model MODEL      the LM to convert (not a projector file)\n"
-            "  --type T               F32, F16, BF16, Q8_0 or Q4_0\n"
+            "  --type T               F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K or Q6_K\n"
             "  -o, --output OUT       file to write (may be MODEL itself)\n"
             "  -h, --help             this help\n");
 }
@@ -81,7 +81,7 @@ static int cmd_random(int argc, char **argv) {
         } else if (!strcmp(a, "--type")) {
             int t = vs_type_from_name(v);
             if (t < 0 || !vs_type_supported(t))
-                return cli_fail(CMD, "--type %s: expected F32, F16, BF16, Q8_0 or Q4_0", v), 2;
+                return cli_fail(CMD, "--type %s: expected F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K or Q6_K", v), 2;
             o.type = (vs_type)t;
         } else if (!strcmp(a, "--tokenizer-from")) {
             tok_from = v;
@@ -179,7 +179,7 @@ static int cmd_convert(int argc, char **argv) {
         } else if (!strcmp(a, "--type")) {
             type = vs_type_from_name(v);
             if (type < 0 || !vs_type_supported(type))
-                return cli_fail(CMD, "--type %s: expected F32, F16, BF16, Q8_0 or Q4_0", v), 2;
+                return cli_fail(CMD, "--type %s: expected F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K or Q6_K", v), 2;
         } else {
             return cli_fail(CMD, "convert: unknown option '%s'", a), 2;
         }

@@ -22,6 +22,32 @@
 
 #include "kernels.h"
 
+/* K-quant activations ("xk", Q4_K / Q5_K / Q6_K weights, the same layout on every ISA): every row of n_in
+ * floats becomes super-blocks of 256 signed 8-bit values q with one f32 scale d and 16 int16 sums:
+ * amax = max |x| over the block, d = amax / 127, q = round_half_even(x * (127 / amax)) (0 when amax == 0),
+ * bsum[k] = sum of q[16 k .. 16 k + 15] (what the Q4_K/Q5_K mins and Q6_K's code offset 32 multiply).
+ * Row layout, vs_xk_row_bytes(n_in) bytes: int8 q[n_in]; float d[n_in / 256] at vs_xk_d_offset;
+ * int16 bsum[n_in / 256][16] at vs_xk_bsum_offset. */
+static inline size_t vs_xk_d_offset(int64_t n_in) { return (size_t)((n_in + 63) / 64 * 64); }
+static inline size_t vs_xk_bsum_offset(int64_t n_in) {
+    return vs_xk_d_offset(n_in) + (size_t)((n_in / 256 * 4 + 63) / 64 * 64);
+}
+static inline size_t vs_xk_row_bytes(int64_t n_in) {
+    return vs_xk_bsum_offset(n_in) + (size_t)((n_in / 256 * 32 + 63) / 64 * 64);
+}
+void vs_xk_quantize_row_ref(const float *x, int64_t n_in, uint8_t *row);
+void vs_xk_quantize_row_avx2(const float *x, int64_t n_in, uint8_t *row);
+/* A K-quant super-block's contribution to an output, from its exact integer parts: a = sum over the
+ * sub-blocks of scale * (integer dot of the codes (Q6_K: code - 32) with q), m = sum of min * (sum of the
+ * sub-block's q) (Q4_K/Q5_K; 0 for Q6_K, whose dmin is 0). Every path calls this one function, in block
+ * order, so scalar and AVX2 results agree bitwise; the two products are separate statements so that no
+ * compiler setting contracts them into an FMA in one file and not in another. */
+static inline float vs_kq_block_value(float d, float dmin, float dx, int32_t a, int32_t m) {
+    const float ta = (d * dx) * (float)a;
+    const float tm = (dmin * dx) * (float)m;
+    return ta - tm;
+}
+
 typedef struct vs_mm_job {
     vs_type wtype;
     const uint8_t *w;   /* (n_out, w_row_bytes) */
@@ -30,7 +56,7 @@ typedef struct vs_mm_job {
     int64_t n_out, n_in, n_rows;
     const float *x;      /* (n_rows, n_in) */
     float *y;            /* (n_rows, n_out) */
-    const uint8_t *xq;   /* (n_rows, xq_row_bytes) quantised activations (Q8_0/Q4_0 only) */
+    const uint8_t *xq;   /* (n_rows, xq_row_bytes) quantised activations (Q8_0/Q4_0; K-quants: xk layout) */
     size_t xq_row_bytes;
     const uint8_t *xb;   /* activations in the AMX-BF16 "xb" layout (F16/BF16 on AMX-BF16 only) */
     uint8_t *panels;     /* AMX-BF16: per-thread weight panels, panel_bytes apart (NULL for <= 32 rows) */

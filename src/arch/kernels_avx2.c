@@ -1,7 +1,10 @@
 /* kernels_avx2: AVX2 + FMA + F16C versions of the kernels (see kernels_arch.h for the contract).
  * Quantised weights: maddubs needs an unsigned operand, so each weight block is made signed (Q4_0:
  * nibble - 8), its absolute value is the unsigned operand and the activation takes the weight's sign
- * (|w| * sign(x, w) = w * x; |w| <= 128 and |x| <= 127 keep the int16 pair sums below 32768). */
+ * (|w| * sign(x, w) = w * x; |w| <= 128 and |x| <= 127 keep the int16 pair sums below 32768).
+ * K-quants: the codes are unsigned already (0..63), so they are maddubs' unsigned operand as they are
+ * (pair sums <= 2 * 63 * 127); the sub-block scales multiply the int16 pair sums in madd (int32 sums far
+ * below 2^31), the mins and Q6_K's offset of 32 come from the activations' block sums. */
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
@@ -15,6 +18,13 @@ VS_INLINE float hsum8(__m256 v) {
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
+}
+
+VS_INLINE int32_t hsum_epi32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
+    return _mm_cvtsi128_si32(s);
 }
 
 VS_INLINE float hmax8(__m256 v) {
@@ -48,6 +58,38 @@ void vs_xq_quantize_row_avx2(const float *x, int64_t n_in, uint8_t *row) {
         __m256i i3 = _mm256_cvtps_epi32(_mm256_mul_ps(v3, vid));
         __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
         _mm256_storeu_si256((__m256i *)(q + b * 32), _mm256_permutevar8x32_epi32(p, perm));
+    }
+}
+
+/* ---- K-quant activations (the xk layout of kernels_arch.h) ---- */
+
+void vs_xk_quantize_row_avx2(const float *x, int64_t n_in, uint8_t *row) {
+    float *d = (float *)(row + vs_xk_d_offset(n_in));
+    int16_t *bs = (int16_t *)(row + vs_xk_bsum_offset(n_in));
+    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for (int64_t b = 0; b < n_in / 256; b++) {
+        const float *xb = x + b * 256;
+        int8_t *q = (int8_t *)row + b * 256;
+        __m256 m = _mm256_setzero_ps();
+        for (int i = 0; i < 256; i += 8) m = _mm256_max_ps(m, _mm256_and_ps(_mm256_loadu_ps(xb + i), absmask));
+        float amax = hmax8(m);
+        float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+        d[b] = amax > 0.0f ? 1.0f / id : 0.0f; /* as the scalar twin */
+        __m256 vid = _mm256_set1_ps(id);
+        for (int k = 0; k < 8; k++) {
+            const float *xc = xb + 32 * k;
+            /* cvtps rounds with the current mode (nearest even), like rintf in the scalar twin */
+            __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(xc), vid));
+            __m256i i1 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(xc + 8), vid));
+            __m256i i2 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(xc + 16), vid));
+            __m256i i3 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(xc + 24), vid));
+            __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
+            _mm256_storeu_si256((__m256i *)(q + 32 * k), _mm256_permutevar8x32_epi32(p, perm));
+            /* the two sums of 16: int32 lanes of (i0 + i1) and of (i2 + i3) */
+            bs[b * 16 + 2 * k] = (int16_t)hsum_epi32(_mm256_add_epi32(i0, i1));
+            bs[b * 16 + 2 * k + 1] = (int16_t)hsum_epi32(_mm256_add_epi32(i2, i3));
+        }
     }
 }
 
@@ -95,6 +137,97 @@ VS_INLINE void mm_quant_tile(const vs_mm_job *jb, int64_t o, int64_t r0, const i
     for (int r = 0; r < R; r++) jb->y[(r0 + r) * jb->n_out + o] = hsum8(acc[r]);
 }
 
+/* One K-quant super-block unpacked: the codes of values 32 c .. 32 c + 31 in w[c] (unsigned bytes), the
+ * int16 sub-block scale of each of their 16 pair sums in sc[c], and the block's float scales. */
+typedef struct kq_unpacked {
+    __m256i w[8], sc[8];
+    float d, dmin;
+    int16_t mins[8]; /* Q4_K / Q5_K: the 6-bit mins of the 8 sub-blocks */
+    int8_t sc6[16];  /* Q6_K: the 16 scales (for the offset 32 * sum_j sc_j * bsum_j) */
+} kq_unpacked;
+
+VS_INLINE void kq_unpack(vs_type t, const uint8_t *blk, kq_unpacked *u) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    if (t == VS_TYPE_Q6_K) {
+        const vs_block_q6_k *b = (const vs_block_q6_k *)blk;
+        const __m256i m2 = _mm256_set1_epi8(0x30);
+        u->d = _cvtsh_ss(b->d);
+        u->dmin = 0.0f;
+        for (int h = 0; h < 2; h++) {
+            __m256i l0 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h));
+            __m256i l1 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h + 32));
+            __m256i hb = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * h));
+            /* bits 2k..2k+1 of qh moved to bits 4..5 (16-bit shifts: what crosses a byte is masked off) */
+            u->w[4 * h + 0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), m2));
+            u->w[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), m2));
+            u->w[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(hb, m2));
+            u->w[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                                              _mm256_and_si256(_mm256_srli_epi16(hb, 2), m2));
+        }
+        for (int c = 0; c < 8; c++)
+            u->sc[c] = _mm256_set_m128i(_mm_set1_epi16(b->scales[2 * c + 1]), _mm_set1_epi16(b->scales[2 * c]));
+        memcpy(u->sc6, b->scales, 16);
+        return;
+    }
+    const vs_block_q4_k *k4 = (const vs_block_q4_k *)blk; /* d, dmin, scales: the same in Q5_K */
+    const uint8_t *qs = t == VS_TYPE_Q4_K ? k4->qs : ((const vs_block_q5_k *)blk)->qs;
+    u->d = _cvtsh_ss(k4->d);
+    u->dmin = _cvtsh_ss(k4->dmin);
+    for (int g = 0; g < 4; g++) {
+        __m256i raw = _mm256_loadu_si256((const __m256i *)(qs + 32 * g));
+        u->w[2 * g] = _mm256_and_si256(raw, m4);
+        u->w[2 * g + 1] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+    }
+    if (t == VS_TYPE_Q5_K) {
+        const __m256i hb = _mm256_loadu_si256((const __m256i *)((const vs_block_q5_k *)blk)->qh), b16 = _mm256_set1_epi8(16);
+        for (int j = 0; j < 8; j++) {
+            const __m256i bit = _mm256_set1_epi8((char)(1 << j));
+            __m256i on = _mm256_cmpeq_epi8(_mm256_and_si256(hb, bit), bit);
+            u->w[j] = _mm256_or_si256(u->w[j], _mm256_and_si256(on, b16));
+        }
+    }
+    for (int j = 0; j < 8; j++) {
+        int sc, mn;
+        vs_kq_scale_min(j, k4->scales, &sc, &mn);
+        u->sc[j] = _mm256_set1_epi16((int16_t)sc);
+        u->mins[j] = (int16_t)mn;
+    }
+}
+
+/* Output o for rows r0 .. r0 + R - 1 (R <= 8): super-blocks in order, each added through vs_kq_block_value
+ * exactly as the scalar twin does. */
+static void mm_kquant_rows(const vs_mm_job *jb, int64_t o, int64_t r0, int R) {
+    const vs_type t = jb->wtype;
+    const int64_t nb = jb->n_in / 256;
+    const size_t bb = vs_type_block_bytes(t), doff = vs_xk_d_offset(jb->n_in), soff = vs_xk_bsum_offset(jb->n_in);
+    const uint8_t *wr = jb->w + o * jb->w_row_bytes;
+    float s[8] = {0};
+    kq_unpacked u;
+    for (int64_t b = 0; b < nb; b++) {
+        kq_unpack(t, wr + (size_t)b * bb, &u);
+        for (int r = 0; r < R; r++) {
+            const uint8_t *row = jb->xq + (r0 + r) * jb->xq_row_bytes;
+            const int8_t *q = (const int8_t *)row + b * 256;
+            const int16_t *bs = (const int16_t *)(row + soff) + b * 16;
+            __m256i acc = _mm256_setzero_si256();
+            for (int c = 0; c < 8; c++) {
+                __m256i p = _mm256_maddubs_epi16(u.w[c], _mm256_loadu_si256((const __m256i *)(q + 32 * c)));
+                acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, u.sc[c]));
+            }
+            int32_t a = hsum_epi32(acc), m = 0;
+            if (t == VS_TYPE_Q6_K) {
+                for (int j = 0; j < 16; j++) m += u.sc6[j] * bs[j];
+                a -= 32 * m; /* the codes are q + 32 */
+                m = 0;
+            } else {
+                for (int j = 0; j < 8; j++) m += u.mins[j] * (bs[2 * j] + bs[2 * j + 1]);
+            }
+            s[r] += vs_kq_block_value(u.d, u.dmin, ((const float *)(row + doff))[b], a, m);
+        }
+    }
+    for (int r = 0; r < R; r++) jb->y[(r0 + r) * jb->n_out + o] = s[r];
+}
+
 VS_INLINE __m256 load_w8(vs_type t, const uint8_t *wr, int64_t i) {
     if (t == VS_TYPE_F32) return _mm256_loadu_ps((const float *)wr + i);
     __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)wr + i));
@@ -139,6 +272,11 @@ VS_INLINE void mm_float_tile(const vs_mm_job *jb, int64_t o, int64_t r0, const i
     }
 
 void vs_mm_avx2(const vs_mm_job *jb, int64_t o0, int64_t o1) {
+    if (vs_type_is_kquant(jb->wtype)) {
+        for (int64_t o = o0; o < o1; o++)
+            for (int64_t r0 = 0; r0 < jb->n_rows; r0 += 8) mm_kquant_rows(jb, o, r0, (int)VS_MIN(8, jb->n_rows - r0));
+        return;
+    }
     bool quant = jb->wtype == VS_TYPE_Q8_0 || jb->wtype == VS_TYPE_Q4_0;
     for (int64_t o = o0; o < o1; o++) {
         for (int64_t r0 = 0; r0 < jb->n_rows; r0 += 4) {
