@@ -586,7 +586,16 @@ vs_world_dataset *vs_world_load(const char *dir, const char *split, uint32_t sui
         vs_world_dataset_free(d);
         return NULL;
     }
-    d->seed = (uint64_t)vs_json_get_num(root, "seed", 0);
+    /* "seed" is a JSON number (exact up to 2^53; "seed_str" below is exact); a value a uint64_t cannot
+     * hold (negative, too large, NaN) is a bad manifest, not undefined behaviour */
+    const double seed_num = vs_json_get_num(root, "seed", 0);
+    if (!(seed_num >= 0 && seed_num < 18446744073709551616.0)) {
+        vs_error_set(err, VS_ERR_FORMAT, "%s: seed %g is not an unsigned 64-bit integer", path, seed_num);
+        vs_json_doc_free(m);
+        vs_world_dataset_free(d);
+        return NULL;
+    }
+    d->seed = (uint64_t)seed_num;
     const vs_json *seed_str = vs_json_get(root, "seed_str");
     if (seed_str && seed_str->type == VS_JSON_STRING) d->seed = strtoull(seed_str->str, NULL, 10);
     d->image_size = (int)vs_json_get_int(root, "image_size", 0);

@@ -401,6 +401,22 @@ static void test_bad_records(const char *tmp, const char *good_dir) {
     vs_world_dataset *b = vs_world_load(dir, "test", VS_WORLD_ALL_SUITES, &err);
     VT_CHECK(!b && strstr(err.msg, "test.jsonl:2") && strstr(err.msg, "invalid JSON"), "truncated record: %s", err.msg);
     vs_world_dataset_free(b);
+    /* a manifest seed no uint64_t holds is a format error (it was an out-of-range float conversion,
+     * found by the libFuzzer dataset target) */
+    static const char *const seeds[] = {"44444444444444444444444444444447", "-1", "1e300"};
+    snprintf(body, sizeof(body), "%s\n", good);
+    write_text(path, body);
+    for (size_t k = 0; k < VS_ARRAY_LEN(seeds); k++) {
+        char man2[512], mpath[1200];
+        snprintf(man2, sizeof(man2), "{\"format\":\"vlmspec-world\",\"version\":1,\"seed\":%s,\"image_size\":64}\n",
+                 seeds[k]);
+        snprintf(mpath, sizeof(mpath), "%s/world.json", dir);
+        write_text(mpath, man2);
+        b = vs_world_load(dir, "test", VS_WORLD_ALL_SUITES, &err);
+        VT_CHECK(!b && err.code == VS_ERR_FORMAT && strstr(err.msg, "not an unsigned 64-bit integer"), "seed %s: %s",
+                 seeds[k], b ? "loaded" : err.msg);
+        vs_world_dataset_free(b);
+    }
     /* the round trip of a record through the writer is exact */
     vs_world_sample s;
     VT_CHECK(vs_world_sample_from_json(good, len, NULL, "rt", &s, &err) == VS_OK, "re-read: %s", err.msg);
