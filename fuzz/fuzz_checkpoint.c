@@ -4,7 +4,7 @@
  * GGUF, reads the "vlm.*" model config (read_cfg, static), creates the model and reads the training
  * state and every "p." / "m." / "v." tensor (vs_train_checkpoint_read, train_optim.c). It takes a
  * path, so the input is written to a private temporary file (under $TMPDIR, else /dev/shm, else
- * /tmp; removed at exit).
+ * /tmp; one per input, removed after it: libFuzzer exits without running atexit handlers).
  *
  * Memory guard: the loader allocates the model its config declares (parameters, gradients and two
  * moments, 16 bytes per parameter, plus activations at the capacity below) before it reads the
@@ -29,18 +29,16 @@
 
 #define ALLOC_BUDGET_BYTES (64.0 * 1024 * 1024)
 
+static const char *g_tmp;
 static char g_path[512], g_path2[600];
 
-static void cleanup(void) {
-    unlink(g_path);
-    unlink(g_path2);
-}
-
-static void setup_once(void) {
-    if (g_path[0]) return;
-    const char *tmp = getenv("TMPDIR");
-    if (!tmp || !tmp[0]) tmp = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp"; /* tmpfs: no writeback */
-    snprintf(g_path, sizeof(g_path), "%s/vlmspec-fuzz-ckpt-XXXXXX", tmp);
+/* A fresh private file for this input (and the name of its re-saved copy). */
+static void make_file(void) {
+    if (!g_tmp) {
+        g_tmp = getenv("TMPDIR");
+        if (!g_tmp || !g_tmp[0]) g_tmp = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp"; /* tmpfs */
+    }
+    snprintf(g_path, sizeof(g_path), "%s/vlmspec-fuzz-ckpt-XXXXXX", g_tmp);
     int fd = mkstemp(g_path);
     if (fd < 0) {
         perror("fuzz_checkpoint: mkstemp");
@@ -48,7 +46,11 @@ static void setup_once(void) {
     }
     close(fd);
     snprintf(g_path2, sizeof(g_path2), "%s.resaved", g_path);
-    atexit(cleanup);
+}
+
+static void remove_file(void) {
+    unlink(g_path);
+    unlink(g_path2);
 }
 
 static void check(int cond, const char *what) {
@@ -117,9 +119,7 @@ static void values_are_the_files(const uint8_t *data, size_t size, const vs_trai
     vs_gguf_close(g);
 }
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    setup_once();
-    if (too_large(data, size)) return 0;
+static void run(const uint8_t *data, size_t size) {
     FILE *f = fopen(g_path, "wb");
     if (!f || (size && fwrite(data, 1, size, f) != size) || fclose(f) != 0) {
         perror(g_path);
@@ -131,7 +131,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!m) {
         if (!strstr(err.msg, g_path)) fprintf(stderr, "fuzz_checkpoint: error without the path: %s\n", err.msg);
         check(strstr(err.msg, g_path) != NULL, "a load error names the file");
-        return 0;
+        return;
     }
     const vs_train_vlm_config *c = vs_train_vlm_cfg(m);
     check(vs_train_vlm_config_check(c, &err) == VS_OK, "a loaded config fails the config check");
@@ -164,5 +164,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     same_params(p, vs_train_vlm_params(m2));
     vs_train_vlm_free(m2);
     vs_train_vlm_free(m);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    if (too_large(data, size)) return 0;
+    make_file();
+    run(data, size);
+    remove_file();
     return 0;
 }

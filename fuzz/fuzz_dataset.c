@@ -4,8 +4,9 @@
  *
  * Input layout: the bytes up to the first '\n' are DIR/world.json (the manifest, one line as
  * vs_world_generate writes it), the rest is DIR/train.jsonl (the records). vs_world_load reads a
- * directory, so both files are written to a private temporary one (one per process, under $TMPDIR,
- * else /dev/shm, else /tmp; removed at exit). Checked properties (abort on violation):
+ * directory, so both files are written to a private temporary one (one per input, under $TMPDIR,
+ * else /dev/shm, else /tmp; removed after the input: libFuzzer exits without running atexit
+ * handlers). Checked properties (abort on violation):
  *   - a dataset that fails to load says why, naming the directory;
  *   - a loaded sample is written back by vs_world_sample_to_json, that line loads again, and writing
  *     it once more gives the same bytes (the writer only writes what the reader accepts);
@@ -22,28 +23,31 @@
 #include "train_data.h"
 #include "world.h"
 
+static const char *g_tmp;
 static char g_dir[512];
 static char g_manifest[600], g_records[600];
 static vs_tokenizer *g_tok;
 
-static void cleanup(void) {
-    unlink(g_manifest);
-    unlink(g_records);
-    rmdir(g_dir);
-}
-
-static void setup_once(void) {
-    if (g_dir[0]) return;
-    const char *tmp = getenv("TMPDIR");
-    if (!tmp || !tmp[0]) tmp = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp"; /* tmpfs: no writeback */
-    snprintf(g_dir, sizeof(g_dir), "%s/vlmspec-fuzz-dataset-XXXXXX", tmp);
+static void make_dir(void) {
+    snprintf(g_dir, sizeof(g_dir), "%s/vlmspec-fuzz-dataset-XXXXXX", g_tmp);
     if (!mkdtemp(g_dir)) {
         perror("fuzz_dataset: mkdtemp");
         abort();
     }
     snprintf(g_manifest, sizeof(g_manifest), "%s/world.json", g_dir);
     snprintf(g_records, sizeof(g_records), "%s/train.jsonl", g_dir);
-    atexit(cleanup);
+}
+
+static void remove_dir(void) {
+    unlink(g_manifest);
+    unlink(g_records);
+    rmdir(g_dir);
+}
+
+static void setup_once(void) {
+    if (g_tmp) return;
+    g_tmp = getenv("TMPDIR");
+    if (!g_tmp || !g_tmp[0]) g_tmp = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp"; /* tmpfs: no writeback */
 
     /* The layout `vlmspec tokenizer train` writes (bpe_train.c) without merges: <unk> <s> </s>
      * <image> as control tokens, then the 256 bytes in GPT-2's byte-to-character mapping. */
@@ -159,8 +163,7 @@ static void train_reader(const vs_world_dataset *d, bool images_inside) {
     vs_train_data_free(td);
 }
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    setup_once();
+static void run(const uint8_t *data, size_t size) {
     const uint8_t *nl = memchr(data, '\n', size);
     size_t nm = nl ? (size_t)(nl - data) : size;
     put_file(g_manifest, data, nm);
@@ -171,7 +174,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!d) {
         if (!strstr(err.msg, g_dir)) fprintf(stderr, "fuzz_dataset: error without the path: %s\n", err.msg);
         check(strstr(err.msg, g_dir) != NULL, "a load error names the dataset");
-        return 0;
+        return;
     }
     check(d->image_size >= 32 && d->n >= 0 && (d->n == 0 || d->samples), "dataset header");
     bool images_inside = true;
@@ -191,5 +194,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     train_reader(d, images_inside);
     vs_world_dataset_free(d);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    setup_once();
+    make_dir();
+    run(data, size);
+    remove_dir();
     return 0;
 }
