@@ -269,33 +269,48 @@ static int kq_code(vs_type t, const uint8_t *blk, int i) {
 }
 
 /* Super-block b of a K-quant row times its 256 quantised activations q (with their 16 sums bs): the
- * exact integer parts a and m of vs_kq_block_value and the block's scales. */
-static void kblock_idot(vs_type t, const uint8_t *wrow, int64_t b, const int8_t *q, const int16_t *bs, int32_t *a,
-                        int32_t *m, float *d, float *dmin) {
+ * exact integer lanes sumi and m of vs_kq_acc_block, and the block's scales. */
+static void kblock_idot(vs_type t, const uint8_t *wrow, int64_t b, const int8_t *q, const int16_t *bs,
+                        int32_t sumi[8], int32_t *m, float *d, float *dmin) {
     const uint8_t *blk = wrow + (size_t)b * vs_type_block_bytes(t);
-    *a = *m = 0;
+    int sc[16], mn[8] = {0};
     if (t == VS_TYPE_Q6_K) {
         const vs_block_q6_k *k6 = (const vs_block_q6_k *)blk;
         *d = vs_fp16_to_fp32(k6->d);
         *dmin = 0.0f;
-        for (int j = 0; j < 16; j++) {
-            int32_t s = 0;
-            for (int l = 0; l < 16; l++) s += (kq_code(t, blk, 16 * j + l) - 32) * q[16 * j + l];
-            *a += k6->scales[j] * s;
-        }
-        return;
+        for (int j = 0; j < 16; j++) sc[j] = k6->scales[j];
+    } else {
+        const vs_block_q4_k *k4 = (const vs_block_q4_k *)blk; /* d, dmin, scales: the same in Q5_K */
+        *d = vs_fp16_to_fp32(k4->d);
+        *dmin = vs_fp16_to_fp32(k4->dmin);
+        for (int j = 0; j < 8; j++) vs_kq_scale_min(j, k4->scales, &sc[j], &mn[j]);
     }
-    const vs_block_q4_k *k4 = (const vs_block_q4_k *)blk; /* d, dmin, scales: the same in Q5_K */
-    *d = vs_fp16_to_fp32(k4->d);
-    *dmin = vs_fp16_to_fp32(k4->dmin);
-    for (int j = 0; j < 8; j++) {
-        int sc, mn;
-        vs_kq_scale_min(j, k4->scales, &sc, &mn);
+    *m = 0;
+    for (int k = 0; k < 8; k++) {
         int32_t s = 0;
-        for (int l = 0; l < 32; l++) s += kq_code(t, blk, 32 * j + l) * q[32 * j + l];
-        *a += sc * s;
-        *m += mn * (bs[2 * j] + bs[2 * j + 1]);
+        for (int c = 0; c < 8; c++)
+            for (int l = 4 * k; l < 4 * k + 4; l++) {
+                const int scale = t == VS_TYPE_Q6_K ? sc[2 * c + l / 16] : sc[c];
+                s += scale * kq_code(t, blk, 32 * c + l) * q[32 * c + l];
+            }
+        if (t == VS_TYPE_Q6_K) s -= 32 * (sc[2 * k] * bs[2 * k] + sc[2 * k + 1] * bs[2 * k + 1]);
+        else *m += mn[k] * (bs[2 * k] + bs[2 * k + 1]);
+        sumi[k] = s;
     }
+}
+
+/* Output o of one quantised activation row (the xk layout) on K-quant weights: vs_kq_acc in block order. */
+static float kq_dot_ref(vs_type t, const uint8_t *wr, const uint8_t *xrow, int64_t n_in) {
+    const float *dx = (const float *)(xrow + vs_xk_d_offset(n_in));
+    const int16_t *bs = (const int16_t *)(xrow + vs_xk_bsum_offset(n_in));
+    vs_kq_acc acc = {{0}, 0};
+    for (int64_t b = 0; b < n_in / 256; b++) {
+        int32_t sumi[8], m;
+        float d, dmin;
+        kblock_idot(t, wr, b, (const int8_t *)xrow + b * 256, bs + b * 16, sumi, &m, &d, &dmin);
+        vs_kq_acc_block(&acc, d, dmin, dx[b], sumi, m);
+    }
+    return vs_kq_acc_result(t, &acc);
 }
 
 static bool is_quant(vs_type t) { return t == VS_TYPE_Q8_0 || t == VS_TYPE_Q4_0 || vs_type_is_kquant(t); }
@@ -314,26 +329,18 @@ void vs_matmul_ref(vs_type wtype, const void *w, int64_t n_out, int64_t n_in, co
             }
         return;
     }
-    /* Block-outer loop: each activation block is quantised once and needs no scratch; every y element
-     * still accumulates its blocks in order 0, 1, 2, ... */
-    if (vs_type_is_kquant(wtype)) {
+    if (vs_type_is_kquant(wtype)) { /* each row quantised once into a scratch row */
+        uint8_t *xq = vs_malloc(vs_xk_row_bytes(n_in));
+        assert(xq);
         for (int64_t r = 0; r < n_rows; r++) {
-            float *yr = y + r * n_out;
-            for (int64_t o = 0; o < n_out; o++) yr[o] = 0.0f;
-            for (int64_t b = 0; b < n_in / 256; b++) {
-                int8_t q[256];
-                int16_t bs[16];
-                float dx, d, dmin;
-                xk_block_ref(x + r * n_in + b * 256, q, &dx, bs);
-                for (int64_t o = 0; o < n_out; o++) {
-                    int32_t a, m;
-                    kblock_idot(wtype, wb + o * rb, b, q, bs, &a, &m, &d, &dmin);
-                    yr[o] += vs_kq_block_value(d, dmin, dx, a, m);
-                }
-            }
+            vs_xk_quantize_row_ref(x + r * n_in, n_in, xq);
+            for (int64_t o = 0; o < n_out; o++) y[r * n_out + o] = kq_dot_ref(wtype, wb + o * rb, xq, n_in);
         }
+        vs_free(xq);
         return;
     }
+    /* Block-outer loop: each activation block is quantised once and needs no scratch; every y element
+     * still accumulates its blocks in order 0, 1, 2, ... */
     for (int64_t r = 0; r < n_rows; r++) {
         float *yr = y + r * n_out;
         for (int64_t o = 0; o < n_out; o++) yr[o] = 0.0f;
@@ -358,15 +365,7 @@ static void mm_scalar(const vs_mm_job *jb, int64_t o0, int64_t o1) {
             const uint8_t *wr = jb->w + o * jb->w_row_bytes;
             float s = 0.0f;
             if (vs_type_is_kquant(jb->wtype)) {
-                const uint8_t *row = jb->xq + r * jb->xq_row_bytes;
-                const float *dx = (const float *)(row + vs_xk_d_offset(jb->n_in));
-                const int16_t *bs = (const int16_t *)(row + vs_xk_bsum_offset(jb->n_in));
-                for (int64_t b = 0; b < jb->n_in / 256; b++) {
-                    int32_t a, m;
-                    float d, dmin;
-                    kblock_idot(jb->wtype, wr, b, (const int8_t *)row + b * 256, bs + b * 16, &a, &m, &d, &dmin);
-                    s += vs_kq_block_value(d, dmin, dx[b], a, m);
-                }
+                s = kq_dot_ref(jb->wtype, wr, jb->xq + r * jb->xq_row_bytes, jb->n_in);
             } else if (is_quant(jb->wtype)) {
                 const uint8_t *row = jb->xq + r * jb->xq_row_bytes;
                 const int8_t *q = (const int8_t *)row;
@@ -830,10 +829,16 @@ double vs_measure_read_bandwidth(vs_threadpool *tp, size_t bytes) {
 
 /* ---- vector ops ---- */
 
+/* ggml's statistics: the f32 squares summed in double, the mean rounded to f32, eps added in f32; then
+ * (x * scale) * weight. Matching them matters for the K-quants: their activations are quantised to
+ * 8-bit blocks, and 6-bit weights (token embeddings) make exact ties x * 127 / amax = k + 0.5 common,
+ * so one ulp of the scale decides which way a code rounds. Other summation orders of the same double
+ * sum agree unless it lands within ~1e-13 relative of an f32 rounding boundary. */
 static void rmsnorm_ref(float *out, const float *x, const float *weight, int64_t n, float eps) {
-    float ss = 0.0f;
-    for (int64_t i = 0; i < n; i++) ss += x[i] * x[i];
-    float scale = 1.0f / sqrtf(ss / (float)n + eps);
+    double ss = 0.0;
+    for (int64_t i = 0; i < n; i++) ss += (double)(x[i] * x[i]);
+    const float mean = (float)(ss / (double)n);
+    const float scale = 1.0f / sqrtf(mean + eps);
     for (int64_t i = 0; i < n; i++) out[i] = x[i] * scale * (weight ? weight[i] : 1.0f);
 }
 

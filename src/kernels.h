@@ -35,8 +35,8 @@ vs_isa vs_isa_active(void); /* the ISA vs_matmul and the vector ops use now: min
  * vs_matmul on row r of x alone, whatever n_rows, the row's position in the batch, the other rows and
  * the pool's thread count, for
  *   - Q4_K / Q5_K / Q6_K: every n_rows, and the scalar and AVX2 paths agree BITWISE too (exact integer
- *     super-block parts, one shared float epilogue per super-block in block order; on AVX-512 / AMX CPUs
- *     these types run the AVX2 kernel for now);
+ *     lanes per super-block, then llama.cpp's AVX2 float steps, vs_kq_acc_block in arch/kernels_arch.h;
+ *     on AVX-512 / AMX CPUs these types run the AVX2 kernel for now);
  *   - Q8_0 / Q4_0: every n_rows (one activation quantiser; per output and row, the exact integer block
  *     dots scaled and added in block order by the same float operations on every path of an ISA);
  *   - F32 / F16 / BF16: n_rows < 128 always, and every n_rows when BLAS is off (vs_matmul_set_blas,
@@ -115,7 +115,8 @@ void vs_row_to_f32(vs_type t, const void *src, float *dst, int64_t n);
 double vs_measure_read_bandwidth(vs_threadpool *tp, size_t bytes);
 
 /* Vector ops (single row; callers parallelise across rows if needed). Any n >= 0.
- * rmsnorm: out = x / sqrt(mean(x^2) + eps) * weight (weight may be NULL: all ones); out may equal x.
+ * rmsnorm: out = (x * scale) * weight, scale = 1 / sqrtf(mean + eps), mean = the f32 squares summed in
+ * double, rounded to f32 (ggml's steps; weight may be NULL: all ones); out may equal x.
  * softmax: -INFINITY entries give exactly 0. */
 void vs_rmsnorm(float *out, const float *x, const float *weight, int64_t n, float eps);
 void vs_softmax_inplace(float *x, int64_t n);

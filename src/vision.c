@@ -245,6 +245,17 @@ static vs_status read_config(vs_mmproj *m, vs_error *err) {
         return vs_error_set(err, VS_ERR_UNSUPPORTED,
                             "%s: projector type '%.*s' is not supported (only 'mlp')", path,
                             (int)VS_MIN(s.len, 64), s.ptr);
+    /* LLaVA-1.6's "anyres" (the image cut into a grid of tiles, each encoded, then merged): not implemented,
+     * and encoding only the base view would silently give other answers than the model was trained for. */
+    r = vs_gguf_get_str(g, "clip.vision.mm_patch_merge_type", &s);
+    if (r == 1 && !vs_gguf_str_eq(s, "flat"))
+        return vs_error_set(err, VS_ERR_UNSUPPORTED,
+                            "%s: patch merge type '%.*s' (LLaVA-1.6 anyres tiling) is not supported (only 'flat', "
+                            "LLaVA-1.5)", path, (int)VS_MIN(s.len, 64), s.ptr);
+    if (vs_gguf_find_key(g, "clip.vision.image_grid_pinpoints") >= 0)
+        return vs_error_set(err, VS_ERR_UNSUPPORTED,
+                            "%s: clip.vision.image_grid_pinpoints is set: LLaVA-1.6 anyres tiling is not supported "
+                            "(only LLaVA-1.5 projectors)", path);
     bool b = true;
     r = vs_gguf_get_bool(g, "clip.has_vision_encoder", &b);
     if (r == -1) return vs_error_set(err, VS_ERR_FORMAT, "%s: clip.has_vision_encoder is not a bool", path);

@@ -522,6 +522,15 @@ static void test_bad_files(const fx *pix) {
     expect_open_fail(p, VS_ERR_FORMAT, "v.blk.0.attn_k.weight", "wrong matrix shape");
     rewrite(src, p, &(rewrite_opts){.str_key = "clip.projector_type", .str_val = "ldp"});
     expect_open_fail(p, VS_ERR_UNSUPPORTED, "ldp", "projector type");
+    rewrite(src, p, &(rewrite_opts){.str_key = "clip.vision.mm_patch_merge_type", .str_val = "spatial_unpad"});
+    expect_open_fail(p, VS_ERR_UNSUPPORTED, "spatial_unpad", "LLaVA-1.6 patch merge");
+    rewrite(src, p, &(rewrite_opts){.str_key = "clip.vision.mm_patch_merge_type", .str_val = "flat"});
+    vs_error ok_err = {0};
+    vs_mmproj *flat = vs_mmproj_open(p, &ok_err);
+    VT_CHECK(flat != NULL, "mm_patch_merge_type 'flat' is LLaVA-1.5's: accepted (%s)", ok_err.msg);
+    vs_mmproj_free(flat);
+    rewrite(src, p, &(rewrite_opts){.u32_key = "clip.vision.image_grid_pinpoints", .u32_val = 336});
+    expect_open_fail(p, VS_ERR_UNSUPPORTED, "image_grid_pinpoints", "LLaVA-1.6 grid");
     rewrite(src, p, &(rewrite_opts){.str_key = "general.architecture", .str_val = "llama"});
     expect_open_fail(p, VS_ERR_FORMAT, "clip", "architecture");
     rewrite(src, p, &(rewrite_opts){.u32_key = "clip.vision.attention.head_count", .u32_val = 5});

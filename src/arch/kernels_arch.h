@@ -20,6 +20,8 @@
 #ifndef VS_KERNELS_ARCH_H
 #define VS_KERNELS_ARCH_H
 
+#include <math.h>
+
 #include "kernels.h"
 
 /* K-quant activations ("xk", Q4_K / Q5_K / Q6_K weights, the same layout on every ISA): every row of n_in
@@ -37,15 +39,30 @@ static inline size_t vs_xk_row_bytes(int64_t n_in) {
 }
 void vs_xk_quantize_row_ref(const float *x, int64_t n_in, uint8_t *row);
 void vs_xk_quantize_row_avx2(const float *x, int64_t n_in, uint8_t *row);
-/* A K-quant super-block's contribution to an output, from its exact integer parts: a = sum over the
- * sub-blocks of scale * (integer dot of the codes (Q6_K: code - 32) with q), m = sum of min * (sum of the
- * sub-block's q) (Q4_K/Q5_K; 0 for Q6_K, whose dmin is 0). Every path calls this one function, in block
- * order, so scalar and AVX2 results agree bitwise; the two products are separate statements so that no
- * compiler setting contracts them into an FMA in one file and not in another. */
-static inline float vs_kq_block_value(float d, float dmin, float dx, int32_t a, int32_t m) {
-    const float ta = (d * dx) * (float)a;
-    const float tm = (dmin * dx) * (float)m;
-    return ta - tm;
+/* The float steps of a K-quant dot: those of llama.cpp's x86 (AVX2) kernels, which it runs for Q5_K and
+ * Q6_K on every x86 CPU (Q4_K it repacks), so that the logits agree with llama.cpp's bit for bit where
+ * the rest of the model does. Per super-block the exact integer dot is split into 8 lanes: lane k holds
+ * the terms of the values whose position in their 32-value chunk is 4k..4k+3 (each times its sub-block
+ * scale; Q6_K: minus 32 * (scale_2k * bsum_2k + scale_2k+1 * bsum_2k+1), its codes being q + 32), and
+ * m = sum_j min_j * (bsum_2j + bsum_2j+1) (Q4_K/Q5_K). Then, block by block,
+ *   lane[k] = fma(dx * d, (float)sumi[k], lane[k]);   mins = fma(-dx * dmin, (float)m, mins)
+ * and the result is ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)) (+ mins for Q4_K/Q5_K). Every path
+ * (scalar twins, AVX2 tiles) calls these, so all agree bitwise. */
+typedef struct vs_kq_acc {
+    float lane[8];
+    float mins;
+} vs_kq_acc;
+
+static inline void vs_kq_acc_block(vs_kq_acc *acc, float d, float dmin, float dx, const int32_t sumi[8], int32_t m) {
+    const float dd = dx * d, dm = -dx * dmin;
+    for (int k = 0; k < 8; k++) acc->lane[k] = fmaf(dd, (float)sumi[k], acc->lane[k]);
+    acc->mins = acc->mins + dm * (float)m;
+}
+
+static inline float vs_kq_acc_result(vs_type t, const vs_kq_acc *acc) {
+    const float *l = acc->lane;
+    const float s = ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
+    return t == VS_TYPE_Q6_K ? s : s + acc->mins;
 }
 
 typedef struct vs_mm_job {

@@ -137,95 +137,195 @@ VS_INLINE void mm_quant_tile(const vs_mm_job *jb, int64_t o, int64_t r0, const i
     for (int r = 0; r < R; r++) jb->y[(r0 + r) * jb->n_out + o] = hsum8(acc[r]);
 }
 
-/* One K-quant super-block unpacked: the codes of values 32 c .. 32 c + 31 in w[c] (unsigned bytes), the
- * int16 sub-block scale of each of their 16 pair sums in sc[c], and the block's float scales. */
-typedef struct kq_unpacked {
-    __m256i w[8], sc[8];
-    float d, dmin;
-    int16_t mins[8]; /* Q4_K / Q5_K: the 6-bit mins of the 8 sub-blocks */
-    int8_t sc6[16];  /* Q6_K: the 16 scales (for the offset 32 * sum_j sc_j * bsum_j) */
-} kq_unpacked;
+/* K-quant weights: a tile of O outputs x R activation rows (O * R <= 8) per call. Per super-block the
+ * O * R integer lane vectors sumi (vs_kq_acc_block's lanes: maddubs and madd keep each 4-byte group of a
+ * chunk in its int32 lane) are accumulated, then each goes into its pair's 8-lane float accumulator by
+ * one FMA; the mins m of all pairs are reduced into one vector (lane k: output k / R, row k % R) and
+ * accumulated lane-wise. Exact integers and the float steps of vs_kq_acc_block / vs_kq_acc_result, so
+ * every tile shape gives the scalar twin's result bitwise (batch invariance whatever the tiling). The
+ * codes of a 32-value chunk are unpacked once per output and used for all R rows. */
 
-VS_INLINE void kq_unpack(vs_type t, const uint8_t *blk, kq_unpacked *u) {
-    const __m256i m4 = _mm256_set1_epi8(0x0f);
+/* Per output and super-block: the float scales and the int16 sub-block scales in vectors. */
+typedef struct kq_head {
+    __m256i sc0, sc1; /* Q4_K / Q5_K: the 8 scales (int16) in both halves of sc0; Q6_K: scales 0..7 in both
+                       * halves of sc0, 8..15 in both halves of sc1 */
+    __m256i mins;     /* Q4_K / Q5_K: the 8 mins at int16 lanes 2j and 2j + 1; Q6_K: the 16 scales */
+    float d, dmin;
+} kq_head;
+
+VS_INLINE void kq_head_load(vs_type t, const uint8_t *blk, kq_head *h) {
     if (t == VS_TYPE_Q6_K) {
         const vs_block_q6_k *b = (const vs_block_q6_k *)blk;
-        const __m256i m2 = _mm256_set1_epi8(0x30);
-        u->d = _cvtsh_ss(b->d);
-        u->dmin = 0.0f;
-        for (int h = 0; h < 2; h++) {
-            __m256i l0 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h));
-            __m256i l1 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h + 32));
-            __m256i hb = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * h));
-            /* bits 2k..2k+1 of qh moved to bits 4..5 (16-bit shifts: what crosses a byte is masked off) */
-            u->w[4 * h + 0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), m2));
-            u->w[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), m2));
-            u->w[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(hb, m2));
-            u->w[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                                              _mm256_and_si256(_mm256_srli_epi16(hb, 2), m2));
-        }
-        for (int c = 0; c < 8; c++)
-            u->sc[c] = _mm256_set_m128i(_mm_set1_epi16(b->scales[2 * c + 1]), _mm_set1_epi16(b->scales[2 * c]));
-        memcpy(u->sc6, b->scales, 16);
+        h->d = _cvtsh_ss(b->d);
+        h->dmin = 0.0f;
+        __m256i s = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales));
+        h->sc0 = _mm256_permute2x128_si256(s, s, 0x00);
+        h->sc1 = _mm256_permute2x128_si256(s, s, 0x11);
+        h->mins = s;
         return;
     }
     const vs_block_q4_k *k4 = (const vs_block_q4_k *)blk; /* d, dmin, scales: the same in Q5_K */
-    const uint8_t *qs = t == VS_TYPE_Q4_K ? k4->qs : ((const vs_block_q5_k *)blk)->qs;
-    u->d = _cvtsh_ss(k4->d);
-    u->dmin = _cvtsh_ss(k4->dmin);
-    for (int g = 0; g < 4; g++) {
-        __m256i raw = _mm256_loadu_si256((const __m256i *)(qs + 32 * g));
-        u->w[2 * g] = _mm256_and_si256(raw, m4);
-        u->w[2 * g + 1] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
-    }
-    if (t == VS_TYPE_Q5_K) {
-        const __m256i hb = _mm256_loadu_si256((const __m256i *)((const vs_block_q5_k *)blk)->qh), b16 = _mm256_set1_epi8(16);
-        for (int j = 0; j < 8; j++) {
-            const __m256i bit = _mm256_set1_epi8((char)(1 << j));
-            __m256i on = _mm256_cmpeq_epi8(_mm256_and_si256(hb, bit), bit);
-            u->w[j] = _mm256_or_si256(u->w[j], _mm256_and_si256(on, b16));
-        }
-    }
-    for (int j = 0; j < 8; j++) {
-        int sc, mn;
-        vs_kq_scale_min(j, k4->scales, &sc, &mn);
-        u->sc[j] = _mm256_set1_epi16((int16_t)sc);
-        u->mins[j] = (int16_t)mn;
-    }
+    h->d = _cvtsh_ss(k4->d);
+    h->dmin = _cvtsh_ss(k4->dmin);
+    /* vs_kq_scale_min for all 8 sub-blocks at once, on 32-bit words: scales 0..3 and mins 0..3 are the
+     * low 6 bits of bytes 0..3 and 4..7; scales 4..7 and mins 4..7 take their low 4 bits from the nibbles
+     * of bytes 8..11 and their top 2 bits from the top bits of bytes 0..3 and 4..7. */
+    uint32_t u[3];
+    memcpy(u, k4->scales, 12);
+    const uint32_t lo6 = 0x3f3f3f3fu, lo4 = 0x0f0f0f0fu, lo2 = 0x03030303u;
+    const uint64_t sc = (uint64_t)(u[0] & lo6) | (uint64_t)((u[2] & lo4) | (((u[0] >> 6) & lo2) << 4)) << 32;
+    const uint64_t mn = (uint64_t)(u[1] & lo6) | (uint64_t)(((u[2] >> 4) & lo4) | (((u[1] >> 6) & lo2) << 4)) << 32;
+    __m128i sc16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc));
+    __m128i mn16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)mn));
+    h->sc0 = _mm256_broadcastsi128_si256(sc16);
+    h->sc1 = h->sc0;
+    h->mins = _mm256_set_m128i(_mm_unpackhi_epi16(mn16, mn16), _mm_unpacklo_epi16(mn16, mn16));
 }
 
-/* Output o for rows r0 .. r0 + R - 1 (R <= 8): super-blocks in order, each added through vs_kq_block_value
- * exactly as the scalar twin does. */
-static void mm_kquant_rows(const vs_mm_job *jb, int64_t o, int64_t r0, int R) {
-    const vs_type t = jb->wtype;
+/* The unsigned codes of values 32 c .. 32 c + 31 of a super-block (c a constant after unrolling). */
+VS_INLINE __m256i kq_chunk(vs_type t, const uint8_t *blk, int c) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    if (t == VS_TYPE_Q6_K) {
+        const vs_block_q6_k *b = (const vs_block_q6_k *)blk;
+        const int h = c / 4, k = c % 4;
+        __m256i l = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h + 32 * (k & 1)));
+        __m256i hb = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * h));
+        if (k >= 2) l = _mm256_srli_epi16(l, 4);
+        /* bits 2k..2k+1 of each qh byte to bits 4..5 (16-bit shifts: what crosses a byte is masked off) */
+        __m256i hi = k == 0 ? _mm256_slli_epi16(hb, 4) : k == 1 ? _mm256_slli_epi16(hb, 2) : k == 2 ? hb
+                                                                                        : _mm256_srli_epi16(hb, 2);
+        return _mm256_or_si256(_mm256_and_si256(l, m4), _mm256_and_si256(hi, _mm256_set1_epi8(0x30)));
+    }
+    const uint8_t *qs = t == VS_TYPE_Q4_K ? ((const vs_block_q4_k *)blk)->qs : ((const vs_block_q5_k *)blk)->qs;
+    __m256i raw = _mm256_loadu_si256((const __m256i *)(qs + 32 * (c / 2)));
+    __m256i w = _mm256_and_si256(c & 1 ? _mm256_srli_epi16(raw, 4) : raw, m4);
+    if (t == VS_TYPE_Q5_K) {
+        const __m256i hb = _mm256_loadu_si256((const __m256i *)((const vs_block_q5_k *)blk)->qh);
+        const __m256i bit = _mm256_set1_epi8((char)(1 << c));
+        __m256i on = _mm256_cmpeq_epi8(_mm256_and_si256(hb, bit), bit);
+        w = _mm256_or_si256(w, _mm256_and_si256(on, _mm256_set1_epi8(16)));
+    }
+    return w;
+}
+
+/* The int16 scale of each of the 16 pair sums of chunk c (c a constant after unrolling). */
+VS_INLINE __m256i kq_chunk_scale(vs_type t, const kq_head *h, int c) {
+    if (t == VS_TYPE_Q6_K) { /* scale 2c on the low half, 2c + 1 on the high half */
+        const char j0 = (char)(4 * (c % 4)), j1 = (char)(4 * (c % 4) + 2);
+        const __m256i pat = _mm256_setr_epi8(j0, j0 + 1, j0, j0 + 1, j0, j0 + 1, j0, j0 + 1, j0, j0 + 1, j0, j0 + 1, j0,
+                                             j0 + 1, j0, j0 + 1, j1, j1 + 1, j1, j1 + 1, j1, j1 + 1, j1, j1 + 1, j1,
+                                             j1 + 1, j1, j1 + 1, j1, j1 + 1, j1, j1 + 1);
+        return _mm256_shuffle_epi8(c < 4 ? h->sc0 : h->sc1, pat);
+    }
+    const char j = (char)(2 * c);
+    return _mm256_shuffle_epi8(h->sc0, _mm256_setr_epi8(j, j + 1, j, j + 1, j, j + 1, j, j + 1, j, j + 1, j, j + 1, j,
+                                                        j + 1, j, j + 1, j, j + 1, j, j + 1, j, j + 1, j, j + 1, j,
+                                                        j + 1, j, j + 1, j, j + 1, j, j + 1));
+}
+
+/* Lane k of the result: the sum of the 8 int32 lanes of v[k]. */
+VS_INLINE __m256i hsum8x8_epi32(const __m256i v[8]) {
+    __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+    __m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+    return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
+}
+
+VS_INLINE void kq_tile(const vs_mm_job *jb, const vs_type t, int64_t o, int64_t r0, const int O, const int R) {
     const int64_t nb = jb->n_in / 256;
     const size_t bb = vs_type_block_bytes(t), doff = vs_xk_d_offset(jb->n_in), soff = vs_xk_bsum_offset(jb->n_in);
-    const uint8_t *wr = jb->w + o * jb->w_row_bytes;
-    float s[8] = {0};
-    kq_unpacked u;
+    const uint8_t *wr[8], *xr[8];
+    for (int i = 0; i < O; i++) wr[i] = jb->w + (o + i) * jb->w_row_bytes;
+    for (int r = 0; r < R; r++) xr[r] = jb->xq + (r0 + r) * jb->xq_row_bytes;
+    /* The tile reads O contiguous rows block by block, a stride the prefetchers do not follow from DRAM
+     * (one row: 2 of 14 GB/s): each block prefetches its share of the O rows that follow. */
+    const size_t pf_step = (size_t)O * bb;
+    const uint8_t *pf = wr[0] + (size_t)O * jb->w_row_bytes;
+    /* the pairs' float lanes live in memory: 8 of the 16 registers would otherwise hold them through the
+     * integer loop, which then spills its accumulators */
+    float facc[8][8] = {{0}};
+    __m256 mins = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        kq_unpack(t, wr + (size_t)b * bb, &u);
+        for (size_t k = 0; k < pf_step; k += 64) _mm_prefetch((const char *)pf + b * pf_step + k, _MM_HINT_T0);
+        kq_head h[8];
+        __m256i acc[8], mv[8];
+        float dm[8] = {0};
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; i++) acc[i] = mv[i] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+        for (int i = 0; i < O; i++) kq_head_load(t, wr[i] + b * bb, &h[i]);
+#pragma GCC unroll 8
+        for (int c = 0; c < 8; c++) {
+#pragma GCC unroll 8
+            for (int i = 0; i < O; i++) {
+                const __m256i w = kq_chunk(t, wr[i] + b * bb, c), sc = kq_chunk_scale(t, &h[i], c);
+#pragma GCC unroll 8
+                for (int r = 0; r < R; r++) {
+                    __m256i qv = _mm256_loadu_si256((const __m256i *)(xr[r] + b * 256 + 32 * c));
+                    acc[i * R + r] = _mm256_add_epi32(acc[i * R + r], _mm256_madd_epi16(_mm256_maddubs_epi16(w, qv), sc));
+                    /* keeps GCC from reassociating the unrolled sums into a tree of spilled products */
+                    __asm__("" : "+x"(acc[i * R + r]));
+                }
+            }
+        }
+#pragma GCC unroll 8
+        for (int i = 0; i < O; i++)
+#pragma GCC unroll 8
+            for (int r = 0; r < R; r++) {
+                const int k = i * R + r;
+                const float dxr = ((const float *)(xr[r] + doff))[b];
+                __m256i bs = _mm256_loadu_si256((const __m256i *)((const int16_t *)(xr[r] + soff) + b * 16));
+                __m256i p = _mm256_madd_epi16(h[i].mins, bs);
+                if (t == VS_TYPE_Q6_K) acc[k] = _mm256_sub_epi32(acc[k], _mm256_slli_epi32(p, 5)); /* codes = q + 32 */
+                else mv[k] = p;
+                /* vs_kq_acc_block: lane = fma(dx * d, sumi, lane) */
+                _mm256_storeu_ps(facc[k], _mm256_fmadd_ps(_mm256_set1_ps(dxr * h[i].d), _mm256_cvtepi32_ps(acc[k]),
+                                                          _mm256_loadu_ps(facc[k])));
+                dm[k] = -dxr * h[i].dmin;
+            }
+        if (t != VS_TYPE_Q6_K) /* mins = fma(-dx * dmin, m, mins), lane k for pair k */
+            mins = _mm256_add_ps(mins, _mm256_mul_ps(_mm256_loadu_ps(dm), _mm256_cvtepi32_ps(hsum8x8_epi32(mv))));
+    }
+    float mn[8];
+    _mm256_storeu_ps(mn, mins);
+    for (int i = 0; i < O; i++)
         for (int r = 0; r < R; r++) {
-            const uint8_t *row = jb->xq + (r0 + r) * jb->xq_row_bytes;
-            const int8_t *q = (const int8_t *)row + b * 256;
-            const int16_t *bs = (const int16_t *)(row + soff) + b * 16;
-            __m256i acc = _mm256_setzero_si256();
-            for (int c = 0; c < 8; c++) {
-                __m256i p = _mm256_maddubs_epi16(u.w[c], _mm256_loadu_si256((const __m256i *)(q + 32 * c)));
-                acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, u.sc[c]));
-            }
-            int32_t a = hsum_epi32(acc), m = 0;
-            if (t == VS_TYPE_Q6_K) {
-                for (int j = 0; j < 16; j++) m += u.sc6[j] * bs[j];
-                a -= 32 * m; /* the codes are q + 32 */
-                m = 0;
-            } else {
-                for (int j = 0; j < 8; j++) m += u.mins[j] * (bs[2 * j] + bs[2 * j + 1]);
-            }
-            s[r] += vs_kq_block_value(u.d, u.dmin, ((const float *)(row + doff))[b], a, m);
+            const int k = i * R + r;
+            const float s = hsum8(_mm256_loadu_ps(facc[k])); /* ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)) */
+            jb->y[(r0 + r) * jb->n_out + o + i] = t == VS_TYPE_Q6_K ? s : s + mn[k];
+        }
+}
+
+#define VS_KQ_TILES(T, tn)                                                                                     \
+    static void kq_##tn##_8x1(const vs_mm_job *jb, int64_t o, int64_t r0) { kq_tile(jb, T, o, r0, 8, 1); }     \
+    static void kq_##tn##_4x2(const vs_mm_job *jb, int64_t o, int64_t r0) { kq_tile(jb, T, o, r0, 4, 2); }     \
+    static void kq_##tn##_2x3(const vs_mm_job *jb, int64_t o, int64_t r0) { kq_tile(jb, T, o, r0, 2, 3); }     \
+    static void kq_##tn##_2x4(const vs_mm_job *jb, int64_t o, int64_t r0) { kq_tile(jb, T, o, r0, 2, 4); }     \
+    static void kq_##tn##_1x1(const vs_mm_job *jb, int64_t o, int64_t r0) { kq_tile(jb, T, o, r0, 1, 1); }     \
+    static void kq_##tn##_1x2(const vs_mm_job *jb, int64_t o, int64_t r0) { kq_tile(jb, T, o, r0, 1, 2); }     \
+    static void kq_##tn##_1x3(const vs_mm_job *jb, int64_t o, int64_t r0) { kq_tile(jb, T, o, r0, 1, 3); }     \
+    static void kq_##tn##_1x4(const vs_mm_job *jb, int64_t o, int64_t r0) { kq_tile(jb, T, o, r0, 1, 4); }     \
+    static const kq_tile_fn kq_##tn##_wide[5] = {NULL, kq_##tn##_8x1, kq_##tn##_4x2, kq_##tn##_2x3, kq_##tn##_2x4}; \
+    static const kq_tile_fn kq_##tn##_one[5] = {NULL, kq_##tn##_1x1, kq_##tn##_1x2, kq_##tn##_1x3, kq_##tn##_1x4};
+
+typedef void (*kq_tile_fn)(const vs_mm_job *jb, int64_t o, int64_t r0);
+VS_KQ_TILES(VS_TYPE_Q4_K, q4k)
+VS_KQ_TILES(VS_TYPE_Q5_K, q5k)
+VS_KQ_TILES(VS_TYPE_Q6_K, q6k)
+
+/* Outputs in groups of 8 (their weights stay in L1 while every row group passes over them); rows in groups
+ * of up to 4, each group covering the 8 outputs with tiles of 8 / R outputs (single outputs at the edge). */
+static void mm_kquant(const vs_mm_job *jb, int64_t o0, int64_t o1) {
+    const kq_tile_fn *wide = jb->wtype == VS_TYPE_Q4_K ? kq_q4k_wide : jb->wtype == VS_TYPE_Q5_K ? kq_q5k_wide : kq_q6k_wide;
+    const kq_tile_fn *one = jb->wtype == VS_TYPE_Q4_K ? kq_q4k_one : jb->wtype == VS_TYPE_Q5_K ? kq_q5k_one : kq_q6k_one;
+    for (int64_t og = o0; og < o1; og += 8) {
+        const int64_t oe = VS_MIN(o1, og + 8);
+        for (int64_t r0 = 0; r0 < jb->n_rows; r0 += 4) {
+            const int R = (int)VS_MIN(4, jb->n_rows - r0), O = R == 1 ? 8 : R == 2 ? 4 : 2;
+            int64_t o = og;
+            for (; o + O <= oe; o += O) wide[R](jb, o, r0);
+            for (; o < oe; o++) one[R](jb, o, r0);
         }
     }
-    for (int r = 0; r < R; r++) jb->y[(r0 + r) * jb->n_out + o] = s[r];
 }
 
 VS_INLINE __m256 load_w8(vs_type t, const uint8_t *wr, int64_t i) {
@@ -273,8 +373,7 @@ VS_INLINE void mm_float_tile(const vs_mm_job *jb, int64_t o, int64_t r0, const i
 
 void vs_mm_avx2(const vs_mm_job *jb, int64_t o0, int64_t o1) {
     if (vs_type_is_kquant(jb->wtype)) {
-        for (int64_t o = o0; o < o1; o++)
-            for (int64_t r0 = 0; r0 < jb->n_rows; r0 += 8) mm_kquant_rows(jb, o, r0, (int)VS_MIN(8, jb->n_rows - r0));
+        mm_kquant(jb, o0, o1);
         return;
     }
     bool quant = jb->wtype == VS_TYPE_Q8_0 || jb->wtype == VS_TYPE_Q4_0;
@@ -330,8 +429,20 @@ void vs_axpy_f32_avx2(float *y, float a, const float *x, int64_t n) {
 }
 
 void vs_rmsnorm_avx2(float *out, const float *x, const float *weight, int64_t n, float eps) {
-    float ss = vs_dot_f32_avx2(x, x, n);
-    float scale = 1.0f / sqrtf(ss / (float)n + eps);
+    /* the statistics as the scalar twin (and ggml): f32 squares summed in double */
+    __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        __m256 v = _mm256_loadu_ps(x + j), sq = _mm256_mul_ps(v, v);
+        s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(_mm256_castps256_ps128(sq)));
+        s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm256_extractf128_ps(sq, 1)));
+    }
+    double ss4[4];
+    _mm256_storeu_pd(ss4, _mm256_add_pd(s0, s1));
+    double ss = (ss4[0] + ss4[1]) + (ss4[2] + ss4[3]);
+    for (; j < n; j++) ss += (double)(x[j] * x[j]);
+    const float mean = (float)(ss / (double)n);
+    const float scale = 1.0f / sqrtf(mean + eps);
     __m256 vs = _mm256_set1_ps(scale);
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {

@@ -290,8 +290,16 @@ void vs_axpy_f32_avx512(float *y, float a, const float *x, int64_t n) {
 }
 
 void vs_rmsnorm_avx512(float *out, const float *x, const float *weight, int64_t n, float eps) {
-    float ss = vs_dot_f32_avx512(x, x, n);
-    __m512 vs = _mm512_set1_ps(1.0f / sqrtf(ss / (float)n + eps));
+    /* the statistics as the scalar twin (and ggml): f32 squares summed in double */
+    __m512d s0 = _mm512_setzero_pd(), s1 = _mm512_setzero_pd();
+    for (int64_t i = 0; i < n; i += 16) {
+        __mmask16 m = tail_mask(n - i);
+        __m512 v = _mm512_maskz_loadu_ps(m, x + i), sq = _mm512_mul_ps(v, v);
+        s0 = _mm512_add_pd(s0, _mm512_cvtps_pd(_mm512_castps512_ps256(sq)));
+        s1 = _mm512_add_pd(s1, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(sq), 1))));
+    }
+    const float mean = (float)(_mm512_reduce_add_pd(_mm512_add_pd(s0, s1)) / (double)n);
+    __m512 vs = _mm512_set1_ps(1.0f / sqrtf(mean + eps));
     for (int64_t i = 0; i < n; i += 16) {
         __mmask16 m = tail_mask(n - i);
         __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), vs);
