@@ -16,7 +16,9 @@
  * tried often); the broken residual is rejected in the tree walk too. Checked by hand: skipping the tree
  * walk's residual update fails every tree configuration (p < 1e-138), and skipping the sibling update of
  * q (q(x) = 0, renormalised) fails the unrelated-draft one (p = 3e-45; the related draft accepts its first
- * sibling ~90% of the time, so it cannot see that bug). */
+ * sibling ~90% of the time, so it cannot see that bug).
+ * K-quant weights: a Q4_K target and a Q6_K draft of width 256 (20k samples each, a chain and a width-3
+ * tree, and the broken residual rejected on them too). */
 #include <string.h>
 
 #include "draft_lm.h"
@@ -29,16 +31,20 @@
 #define NCAT ST_NCAT
 #define EOS ST_EOS
 
-static vs_lm *make_model(int E, int F, float std, uint64_t seed, const char *name) {
+static vs_lm *make_model_t(int E, int F, float std, uint64_t seed, const char *name, vs_type type) {
     vs_lm_random_opts o;
     memset(&o, 0, sizeof(o));
     o.n_embd = E, o.n_layer = 1, o.n_head = 2, o.n_head_kv = 2, o.n_ff = F, o.n_ctx = 64, o.n_vocab = V;
-    o.type = VS_TYPE_F32, o.init_std = std, o.tied = true, o.seed = seed;
+    o.type = type, o.init_std = std, o.tied = true, o.seed = seed;
     vs_error err = {0};
     VT_REQUIRE(vs_lm_write_random(&o, st_tmp_path(name), &err) == VS_OK, "%s", err.msg);
     vs_lm *lm = vs_lm_load(st_tmp_path(name), &err);
     VT_REQUIRE(lm, "%s", err.msg);
     return lm;
+}
+
+static vs_lm *make_model(int E, int F, float std, uint64_t seed, const char *name) {
+    return make_model_t(E, F, std, seed, name, VS_TYPE_F32);
 }
 
 /* --- speculative sampling counts and the test --- */
@@ -162,6 +168,31 @@ int main(int argc, char **argv) {
         /* trees accept more (a rejected first sibling leaves the others) */
         VT_CHECK(acc > 0.05 && acc < (tree ? 0.99 : 0.95),
                  "%s: acceptance %g does not exercise both branches", cfgs[i].name, acc);
+    }
+    /* K-quant weights (the types of the GGUFs people download): a Q4_K target and a Q6_K draft of width 256
+     * (the K-quant block size), the same seeds as above and the weights scaled by sqrt(32 / 256) so that
+     * the logits keep the scale of the width-32 pair */
+    {
+        const float k = sqrtf(32.0f / 256.0f);
+        vs_lm *kt = make_model_t(256, 256, 0.6f * k, 101, "target16-q4k.gguf", VS_TYPE_Q4_K);
+        vs_lm *kd = make_model_t(256, 256, 0.45f * k, 101, "draft16-q6k.gguf", VS_TYPE_Q6_K);
+        VT_REQUIRE(vs_lm_cfg(kt)->wtype == VS_TYPE_Q4_K && vs_lm_cfg(kd)->wtype == VS_TYPE_Q6_K, "K-quant pair");
+        const config kc[] = {
+            {"Q4_K target, Q6_K draft, T 1.0, gamma 2", 1.0f, 1.0f, 0, 2, false, false, 1, false},
+            {"Q4_K / Q6_K, tree width 3, T 1.0, gamma 2", 1.0f, 1.0f, 0, 2, false, false, 3, false},
+        };
+        for (size_t i = 0; i < VS_ARRAY_LEN(kc); i++) {
+            double acc;
+            double p = run_config(kt, kd, &kc[i], N / 10, prompt, 4, &acc);
+            VT_CHECK(p > 0.001, "%s: speculative sampling differs from target-only sampling (p = %g)", kc[i].name, p);
+            VT_CHECK(acc > 0.05 && acc < 0.99, "%s: acceptance %g does not exercise both branches", kc[i].name, acc);
+        }
+        const config kb = {"BROKEN residual (must fail), Q4_K / Q6_K", 1.0f, 1.0f, 0, 2, false, true, 1, false};
+        double acc;
+        double p = run_config(kt, kd, &kb, N / 10, prompt, 4, &acc);
+        VT_CHECK(p < 1e-6, "the test did not detect the broken residual on the K-quant pair (p = %g)", p);
+        vs_lm_free(kd);
+        vs_lm_free(kt);
     }
     /* the deliberately broken residual must be caught */
     const config broken = {"BROKEN residual (must fail), T 1.0", 1.0f, 1.0f, 0, 2, false, true, 1, false};
