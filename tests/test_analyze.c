@@ -1,4 +1,4 @@
-/* analyze: the TVD analysis (src/analyze.h) on tiny random-weight models over the tiny world.
+/* analyze: the TVD analysis (src/measure/analyze.h) on tiny random-weight models over the tiny world.
  *   1. the target against itself (M view) gives TVD 0 at every position; the positions are exactly
  *      the target's answer tokens (+ end-of-generation), first turns only unless second_turns;
  *   2. against a different random drafter every TVD lies in (0, 1], and on text samples it equals an

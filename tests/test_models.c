@@ -1,7 +1,7 @@
 /* test_models: the shipped model family in models/ (models/README.md), when present.
  *
  * - The files load; both drafters have the target's vocabulary; each drafter mmproj carries a tower
- *   byte-identical to the target's (vs_vision_tower_same), as issue 8 requires.
+ *   byte-identical to the target's (vs_vision_tower_same).
  * - Lossless on the real models: through the benchmark runner, greedy speculative output equals
  *   target-only output for one test sample of every suite (first and second turns) with the LLaVA-recipe
  *   drafter (M, T, C, P rows; TABED over M+T and M+T+C+P) and the MASSV drafter (M, T).

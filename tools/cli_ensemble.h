@@ -1,5 +1,5 @@
 /* cli_ensemble: the run of `vlmspec generate` with a drafter or with images, through the ensemble
- * drafter (src/draft_ensemble.h; a single drafting input t or m is its m = 1 case, which is what
+ * drafter (src/spec/draft_ensemble.h; a single drafting input t or m is its m = 1 case, which is what
  * draft_lm is): drafting inputs M, T, C, P alone or as an ensemble, weight policies, captions, the
  * weight trace, and the debug `--draft-mode reject` drafter. cmd_generate.c hands every flag to
  * vs_cli_ens_parse_flag before vs_cli_spec_parse_flag, then calls vs_cli_ens_run. Images (--mmproj,

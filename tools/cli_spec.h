@@ -4,7 +4,7 @@
  * vs_cli_ens_run (cli_ensemble.h) with its own parsed options copied into vs_cli_spec_opts.
  * vs_cli_spec_parse_flag also takes --mmproj and --image (repeatable) unless generate parses them itself
  * (then it must copy them into vs_cli_spec_opts). Images: each "<image>" marker of the prompt text
- * (src/mmprompt.h layout) gets the next --image; its ViT features are computed ONCE with the target's
+ * (src/engine/mmprompt.h layout) gets the next --image; its ViT features are computed ONCE with the target's
  * tower and fed to the target's projector and, in m mode, to the drafter's (--mmproj-draft).
  * The run (cli_ensemble.c) loads the target and the drafter, runs the speculative request (streaming the
  * text), optionally a target-only run of the same request (--compare), and prints the statistics after

@@ -2,7 +2,7 @@
  *   analyze tvd   per-token total variation distance between the target's and each drafter's
  *                 next-token distributions along the target's greedy answers on the world's test split
  *                 (MASSV fig. 4): table, text histogram, SVG with one histogram series per drafter,
- *                 optional JSON. The work is src/analyze.h. */
+ *                 optional JSON. The work is src/measure/analyze.h. */
 #include <stdio.h>
 #include <string.h>
 

@@ -2,8 +2,9 @@
  *   /image PATH  attaches an image to the next turn (encoded at once: ViT features + the target's rows)
  *   /reset       forgets the conversation (the cached system prompt stays reusable)
  *   /quit        ends (so does end of input); any other non-empty line is a user turn.
- * Each turn formats the whole history with the chat template (src/chat.h), builds the multimodal row
- * list (src/mmprompt.h: image rows at their markers) and evaluates ONLY the rows that are not cached yet.
+ * Each turn formats the whole history with the chat template (src/engine/chat.h), builds the multimodal
+ * row list (src/engine/mmprompt.h: image rows at their markers) and evaluates ONLY the rows that are not
+ * cached yet.
  *
  * KV cache persistence (docs/vision.md, "Chat"):
  *   target only (no -md): the command holds the cache itself together with the IDENTITY of every cached

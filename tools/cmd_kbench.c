@@ -32,8 +32,8 @@ static void usage(FILE *f) {
             "Columns: median wall time per call; weight bytes / time; 2*out*in*rows / time; ratio to rows=1;\n"
             "weight streaming as a share of the measured bandwidth; cpu_us: median process CPU time per call\n"
             "(with --threads 1 the kernel's own compute time, robust when other processes share the cores);\n"
-            "path: the kernel vs_matmul used (see vs_matmul_path in src/kernels.h); \"(q4x16)\": Q4_0 read from the\n"
-            "repacked copy the LM loader makes on AMX CPUs (VLMSPEC_Q4_REPACK=0: the GGUF rows, as before).\n");
+            "path: the kernel vs_matmul used (docs/kernels.md, \"vs_matmul paths\"); \"(q4x16)\": Q4_0 read from\n"
+            "the repacked copy the LM loader makes on AMX CPUs (VLMSPEC_Q4_REPACK=0: the GGUF rows, as before).\n");
 }
 
 static double cpu_now(void) {

@@ -3,7 +3,7 @@
  *                                   the share of one drafting input's weight (M by default) per decoding
  *                                   step as a step line, with the block's accepted drafts and its first
  *                                   rejected draft marked, like TABED fig. 3 / fig. 4.
- * Charts are drawn with src/plot.h. */
+ * Charts are drawn with src/measure/plot.h. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -13,7 +13,7 @@ tests/reference/fixtures/train/tiny_vlm.gguf with:
   - 10 AdamW steps (warmup + cosine schedule, clipping by global norm, decoupled weight decay on
     matrices and embeddings): the loss and gradient norm before each step and the final weights
     "f.<name>".
-Tensor names and layouts are the trainer's (src/train_model.c): per-layer tensors stacked on a
+Tensor names and layouts are the trainer's (src/train/train_model.c): per-layer tensors stacked on a
 leading layer axis, matrices (out, in) row-major.
 
 Run with Debian's python3-torch: /usr/bin/python3 tests/reference/train_ref.py
@@ -234,7 +234,7 @@ def lr_at(step):
 
 
 # ----------------------------------------------------------------------------------------------
-# minimal GGUF v3 writer (the format in ../shared/docs/FORMATS.md)
+# minimal GGUF v3 writer (the format in docs/formats.md, 'GGUF container')
 GT_U32, GT_I32, GT_F32, GT_STR, GT_ARR, GT_F64 = 4, 5, 6, 8, 9, 12
 
 

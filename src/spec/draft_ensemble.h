@@ -1,5 +1,6 @@
 /* draft_ensemble: in-batch ensemble drafting (IbED) with test-time adaptive weights (TABED); the single
- * drafting methods M, T, C and P are its m = 1 case. ALGORITHMS.md sections 2-4.
+ * drafting methods M, T, C and P are its m = 1 case. docs/algorithms.md, 'Drafting inputs',
+ * 'In-batch ensemble drafting' and 'TABED adaptive weights'.
  * Owns: one KV cache with one sequence per drafting input ("row"), each row's prompt (its own prefix:
  * the request's text with each image replaced as the input says), the rows' pending (fed-but-not-yet-
  * evaluated) tokens, the sampler (the request's transforms, its own seed), the per-block distributions of

@@ -1,4 +1,4 @@
-/* caption: image captions for caption drafting (C, ALGORITHMS.md section 2; TABED sec. 6.1, app. E).
+/* caption: image captions for caption drafting (C, docs/algorithms.md, 'Drafting inputs'; TABED sec. 6.1, app. E).
  * Owns: the captioner (a VLM - normally the drafter itself: its LM and its projector over the shared ViT
  * features - prompted for a short caption and decoded greedily), the caption source an ensemble drafter
  * reads (fixed texts from a file / the caller, or a captioner run once per image per request), the

@@ -1,5 +1,5 @@
 /* analyze: how closely drafters follow a target VLM, token by token (MASSV sec. 4, fig. 4;
- * ALGORITHMS.md sections 2 and 8).
+ * docs/algorithms.md, 'Drafting inputs' and 'MASSV drafter').
  * Owns: the TVD analysis - the target's greedy answers to the world's test prompts (eval.h's answerer,
  * the prompts of vs_eval_prompt), teacher forcing of prompt + answer through the target and through
  * every drafter (each with its own view of the images), the per-position total variation distance
@@ -12,7 +12,7 @@
  * distribution at a position is the one the model gives after the prompt and the answer tokens before
  * it, exactly what a speculative engine compares when it verifies that position.
  *
- * Drafter views (ALGORITHMS.md section 2):
+ * Drafter views (docs/algorithms.md, 'Drafting inputs'):
  *   M  each image -> the drafter's own projector over ViT features: its mmproj's own tower when the
  *      file has one (it may differ from the target's), else the target's tower (a projector-only
  *      file, checked with vs_vision_check_projector);

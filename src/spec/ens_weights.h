@@ -1,5 +1,5 @@
-/* ens_weights: how an ensemble drafter weighs its m drafting inputs (ALGORITHMS.md section 4, TABED
- * sec. 5 and app. B, IbED sec. 6.2).
+/* ens_weights: how an ensemble drafter weighs its m drafting inputs (docs/algorithms.md,
+ * 'TABED adaptive weights'; TABED sec. 5 and app. B, IbED sec. 6.2).
  * Owns: the weight-policy configuration and its parser ("static[:r1,r2,..]", "grid", "inv-kl",
  * "inv-tvd", "random", "adaboost"), the w-grid enumeration, the verified-position history (a bounded
  * record per position, see below), the pure choice of the weights for the next block from that history,

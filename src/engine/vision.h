@@ -33,7 +33,7 @@
 #include "quant.h"
 #include "threadpool.h"
 
-/* Hyperparameters of a tower + projector pair (the keys of FORMATS.md's mmproj section). */
+/* Hyperparameters of a tower + projector pair (docs/formats.md, 'mmproj keys'). */
 typedef struct vs_vision_config {
     int32_t image_size;     /* clip.vision.image_size: input side in pixels (336) */
     int32_t patch_size;     /* clip.vision.patch_size (14); image_size % patch_size == 0 */
@@ -206,7 +206,7 @@ typedef struct vs_mmproj_write_opts {
     const char *name;    /* general.name, optional */
 } vs_mmproj_write_opts;
 
-/* Writes an mmproj GGUF with FORMATS.md's keys and tensor names (MLP matrices in the legacy naming
+/* Writes an mmproj GGUF with docs/formats.md's keys and tensor names (MLP matrices in the legacy naming
  * ffn_down = first, ffn_up = second, as LLaVA's released files and llama.cpp expect). */
 vs_status vs_mmproj_write(const char *path, const vs_vision_config *cfg, const vs_vision_weights *w,
                           const vs_mmproj_write_opts *opts, vs_error *err);

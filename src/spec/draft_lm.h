@@ -7,7 +7,7 @@
  * keeps it from ever evaluating a token twice. The model itself, the target (only read for the
  * compatibility check) and the projector are borrowed.
  *
- * Drafting inputs (ALGORITHMS.md section 2):
+ * Drafting inputs (docs/algorithms.md, 'Drafting inputs'):
  *   VS_DRAFT_LM_TEXT  (T): each image segment is replaced by the tokens of "\n" (no image features);
  *   VS_DRAFT_LM_MM    (M): each image segment becomes the drafter's own projection of the SAME ViT
  *                          features the target's projector read (vs_spec_prompt.images, computed once).

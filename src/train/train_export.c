@@ -1,4 +1,4 @@
-/* train_export: writes a trained vs_train_vlm in llama.cpp's LLaVA layout (FORMATS.md): the LM as a
+/* train_export: writes a trained vs_train_vlm in llama.cpp's LLaVA layout (docs/formats.md): the LM as a
  * "llama" GGUF written here, the tower + projector as a "clip" mmproj GGUF through vision.h's writer
  * (which owns the mmproj naming, including the legacy ffn_down = first MLP matrix). */
 #include <stdio.h>

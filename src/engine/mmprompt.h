@@ -5,7 +5,8 @@
  * it, and a chunked prefill helper. It does not own the image rows (the caller's vs_vision_embed
  * output), which must outlive the prompt.
  *
- * Layout (llama.cpp's mtmd convention, FORMATS.md): the text is split at each marker ("<image>");
+ * Layout (llama.cpp's mtmd convention; docs/formats.md, 'Multimodal prompt layout'): the text is
+ * split at each marker ("<image>");
  * piece 0 is tokenised with the tokenizer's special tokens (BOS), every later piece without; image i's
  * rows go between piece i and piece i + 1, one position each, attended causally like text. With
  * the vicuna template "USER: <image>\n{question} ASSISTANT:" that is [BOS "USER:"] [576 image rows]

@@ -16,7 +16,7 @@
  *
  * Errors name the input exactly once, first: "PATH: reason" (vs_image_load) or "NAME: reason".
  *
- * Preprocessing recipes (facts: docs/vision.md, ../shared/docs/FORMATS.md):
+ * Preprocessing recipes (facts: docs/vision.md; docs/formats.md, 'Image preprocessing'):
  *   VS_PREPROC_LLAVA    LLaVA-1.5 + HF CLIPImageProcessor: pad to a square with the "mean colour"
  *                       (int(mean[c] * 255) per channel, image centred), resize to size x size with
  *                       Pillow's antialiased bicubic (two 8-bit passes, horizontal first), then

@@ -17,7 +17,7 @@
 #include <immintrin.h>
 #include <string.h>
 
-#include "amx_tiles.h"
+#include "arch/amx_tiles.h" /* src/engine/arch */
 #include "train.h"
 
 #define VS_INLINE static inline __attribute__((always_inline))

@@ -26,7 +26,7 @@
  * parent is i - 1. Rows are built with the tree mask when the proposal is not a chain (position = L +
  * depth; a node attends to the cache, the pending row, its ancestors and itself), the accepted path is
  * moved into place with vs_kv_seq_compact, and features are gathered along the path. The tree walk
- * (ALGORITHMS.md section 5) starts at the pending row and at each node looks at its children in index
+ * (docs/algorithms.md, 'Tree verification') starts at the pending row and at each node looks at its children in index
  * order (= drawing order):
  *   greedy: descend into the first child whose token is the target's argmax at the node; none: emit
  *           that argmax; a leaf reached: emit the bonus argmax there. (The longest matching path.)

@@ -580,8 +580,8 @@ static vs_status target_probs(vs_spec *s, int32_t r, vs_error *err) {
     return vs_sampler_probs(s->sampler, s->logits + (size_t)r * (size_t)s->n_vocab, s->p, err);
 }
 
-/* Chain walk (ALGORITHMS.md section 1). Row 0 of the verified batch is the pending row; row i + 1 is
- * node i; logits row r is the target's prediction after row r. */
+/* Chain walk (docs/algorithms.md, 'Chain speculative decoding'). Row 0 of the verified batch is the
+ * pending row; row i + 1 is node i; logits row r is the target's prediction after row r. */
 static vs_status walk_chain(vs_spec *s, const vs_spec_drafter *d, const vs_spec_params *pr, walk_result *w,
                             vs_error *err) {
     const vs_spec_proposal *prop = &s->prop;
@@ -665,7 +665,7 @@ static double normalise(float *x, size_t V) {
     return sum;
 }
 
-/* Tree walk (ALGORITHMS.md section 5, see spec.h "Trees"): from the pending row, at each node take the
+/* Tree walk (docs/algorithms.md, 'Tree verification'; spec.h "Trees"): from the pending row, at each node take the
  * children in index order (check_proposal built the lists). Logits row 0 is the prediction after the
  * pending row, row i + 1 the prediction after node i. */
 static vs_status walk_tree(vs_spec *s, const vs_spec_drafter *d, const vs_spec_params *pr, walk_result *w,

@@ -1,5 +1,5 @@
 /* train_drafter: what turns the trainer (train_model.h, train_data.h) into a drafter trainer for
- * the LLaVA recipe (TABED app. H) and MASSV (../shared/docs/ALGORITHMS.md section 8).
+ * the LLaVA recipe (TABED app. H) and MASSV (docs/algorithms.md, 'MASSV drafter').
  * Owns: the drafter's model configuration (the TARGET's vision tower, a new projector W -> C -> C, a
  * small LLaMA LM of width C with the target's tokenizer), loading the target's tower into a training
  * model, the selection rule of the instruction data (single-image and text-only conversations), and

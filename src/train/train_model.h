@@ -3,9 +3,9 @@
  * gradients and AdamW moments, viewed through vs_train_vlm_tensors), the activations of the last
  * forward (allocated once for the largest batch given at creation), the forward and backward passes,
  * checkpoints of the whole training state, and export to llama.cpp's LLaVA layout (an LM GGUF
- * "llama" + an mmproj GGUF "clip", FORMATS.md) that vlmspec's inference engine loads.
+ * "llama" + an mmproj GGUF "clip", docs/formats.md) that vlmspec's inference engine loads.
  *
- * The model (HF CLIPVisionModel + LLaVA projector + LLaMA semantics, as src/vision.h and src/lm.h run
+ * The model (HF CLIPVisionModel + LLaVA projector + LLaMA semantics, as src/engine/vision.h and src/engine/lm.h run
  * it):
  *   vision (per image): pixels (3, S, S) -> patch conv (stride P, no bias) -> [cls; patches] + pos
  *     -> pre-LayerNorm -> VL pre-LN blocks [x += o(MHA(ln1 x)); x += fc2(quickGELU(fc1(ln2 x)))]

@@ -1,4 +1,4 @@
-/* distill: self-distillation data for MASSV's SDViT (../shared/docs/ALGORITHMS.md section 8): the
+/* distill: self-distillation data for MASSV's SDViT (docs/algorithms.md, 'MASSV drafter'): the
  * TARGET answers the training prompts at several sampling settings, and the drafter is then tuned on
  * those answers (train_drafter.h).
  * Owns: the distill file (JSON Lines: a header line recording every setting, then one record per
