@@ -774,9 +774,9 @@ static void test_cli(void) {
              rc);
     write_file(CAP, "cli-img0.ppm\ta gradient\n");
     rc = vt_run(
-        "%s generate -m %s --mmproj %s -md %s --mmproj-draft %s --draft-mode t,c --captions %s --image %s "
+        "%s generate -m %s --mmproj %s -md %s --draft-mode t,c --captions %s --image %s " /* no projector read */
         "--image %s -p %s -n 4 > %s 2>&1",
-        vt_cli(), T, TM, D, DM, CAP, I0, I1, P, OUT);
+        vt_cli(), T, TM, D, CAP, I0, I1, P, OUT);
     VT_CHECK(rc == 1 && st_file_has(OUT, "no caption for image 1"), "CLI missing caption (rc %d)", rc);
     rc = vt_run(
         "%s generate -m %s --mmproj %s -md %s --draft-mode t,c --image %s -p '<image> x' -n 4 > %s 2>&1",

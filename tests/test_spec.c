@@ -1583,10 +1583,10 @@ static void test_cli(void) {
     /* images, m and t drafting */
     const char *modes[2] = {"m", "t"};
     for (int m = 0; m < 2; m++) {
-        rc = vt_run("%s generate -m %s --mmproj %s -md %s --mmproj-draft %s --draft 4 --draft-mode %s "
+        rc = vt_run("%s generate -m %s --mmproj %s -md %s %s %s --draft 4 --draft-mode %s "
                     "--image %s --image %s -p 'USER: <image>\nwhat <image> is it? ASSISTANT:' -n 16 --temp 0 "
-                    "--compare --json > %s 2>&1",
-                    vt_cli(), T, tm_path, D, dm_path, modes[m], i0, i1, out);
+                    "--compare --json > %s 2>&1", /* t drafting reads no drafter projector */
+                    vt_cli(), T, tm_path, D, m ? "" : "--mmproj-draft", m ? "" : dm_path, modes[m], i0, i1, out);
         VT_CHECK(rc == 0 && st_file_has(out, "\"identical\":true") && st_file_has(out, "\"images\":2"),
                  "CLI image run, %s mode (rc %d)", modes[m], rc);
     }
@@ -1612,6 +1612,20 @@ static void test_cli(void) {
         VT_CHECK(rc == 2 && st_file_has(out, "--tree-width"), "CLI --tree-width %s refused (rc %d)",
                  bad_widths[k], rc);
     }
+    /* no flag is silently ignored: drafter flags without -md, a projector m/p drafting would not read */
+    const char *drafter_only[5] = {"--tree-width 2", "--compare", "--draft 3", "--draft-greedy", "--draft-kv-type f16"};
+    for (int k = 0; k < 5; k++) {
+        rc = vt_run("%s generate -m %s %s -p x -n 2 > %s 2>&1", vt_cli(), T, drafter_only[k], out);
+        VT_CHECK(rc == 2 && st_file_has(out, "needs a draft model"), "CLI %s without -md refused (rc %d)",
+                 drafter_only[k], rc);
+    }
+    rc = vt_run("%s generate -m %s --mmproj %s -md %s --mmproj-draft %s --draft-mode t --image %s -p '<image> x' "
+                "-n 2 > %s 2>&1", vt_cli(), T, tm_path, D, dm_path, i0, out);
+    VT_CHECK(rc == 2 && st_file_has(out, "does not use it"), "CLI --mmproj-draft with t drafting refused (rc %d)", rc);
+    /* --json without a drafter: target-only decoding, as JSON */
+    rc = vt_run("%s generate -m %s -p 'abc' -n 3 --temp 0 --json > %s 2>&1", vt_cli(), T, out);
+    VT_CHECK(rc == 0 && st_file_has(out, "\"tokens\":[") && st_file_has(out, "\"gamma\":0"),
+             "CLI target-only --json (rc %d)", rc);
     /* sampling prints statistics after the text */
     rc = vt_run("%s generate -m %s -md %s --draft 2 -p 'abc' -n 8 --temp 0.8 --seed 5 > %s 2>&1", vt_cli(), T,
                 D, out);

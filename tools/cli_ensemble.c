@@ -313,6 +313,12 @@ int vs_cli_ens_run(const char *cmd, const vs_cli_spec_opts *s, const vs_cli_ens_
         has_c |= eo.inputs[r] == VS_ENS_IN_C;
         has_mm |= eo.inputs[r] == VS_ENS_IN_M || eo.inputs[r] == VS_ENS_IN_P;
     }
+    if (s->mmproj_draft && !has_mm && !(has_c && n_img > 0 && !o->captions_path)) {
+        cli_fail(cmd, "--mmproj-draft is read by m and p drafting and by the captioner (c with images); "
+                      "--draft-mode %s does not use it", inputs);
+        rc = 2;
+        goto done;
+    }
     if (draft) {
         const vs_vision_projector *dproj = NULL;
         if (s->mmproj_draft) {

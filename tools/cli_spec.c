@@ -19,6 +19,7 @@ void vs_cli_spec_opts_init(vs_cli_spec_opts *o) {
     o->json = false;
     o->mmproj = NULL;
     o->n_images = 0;
+    o->needs_draft = NULL;
 }
 
 void vs_cli_spec_usage(FILE *f) {
@@ -44,6 +45,10 @@ void vs_cli_spec_usage(FILE *f) {
 
 int vs_cli_spec_parse_flag(const char *cmd, int argc, char **argv, int *i, vs_cli_spec_opts *o) {
     const char *a = argv[*i], *v;
+    static const char *const drafter_only[] = {"--compare",    "--draft-greedy", "--mmproj-draft",
+                                               "--draft",      "--tree-width",   "--draft-kv-type"};
+    for (size_t k = 0; k < VS_ARRAY_LEN(drafter_only); k++)
+        if (!strcmp(a, drafter_only[k]) && !o->needs_draft) o->needs_draft = drafter_only[k];
     if (!strcmp(a, "--compare")) return o->compare = true, 1;
     if (!strcmp(a, "--json")) return o->json = true, 1;
     if (!strcmp(a, "--draft-greedy")) return o->greedy_draft = true, 1;

@@ -48,6 +48,7 @@ typedef struct vs_cli_spec_opts {
     vs_type draft_kv_type;    /* --draft-kv-type: the drafter's cache (default VS_TYPE_BF16) */
     bool compare;             /* --compare */
     bool json;                /* --json */
+    const char *needs_draft;  /* the first flag seen that only a run with a drafter uses (an error without -md) */
 } vs_cli_spec_opts;
 
 /* Defaults of the speculative flags (the rest is left to the caller). */

@@ -281,9 +281,11 @@ int vs_cmd_generate(int argc, char **argv) {
     int st = gen_parse(argc, argv, &o);
     if (st >= 0) return st;
     bool has_drafter = o.spec.draft_model || vs_cli_ens_active(&o.ens);
-    if (has_drafter || o.spec.mmproj || o.spec.n_images > 0) {
-        /* speculative decoding, or any request with images: tools/cli_ensemble.c runs it with the
-         * options parsed here (images without a drafter run as target-only decoding, gamma 0) */
+    if (!o.spec.draft_model && o.spec.needs_draft) /* no flag is silently ignored */
+        return cli_fail(CMD, "%s needs a draft model (-md FILE)", o.spec.needs_draft), 2;
+    if (has_drafter || o.spec.mmproj || o.spec.n_images > 0 || o.spec.json) {
+        /* speculative decoding, any request with images, or --json: tools/cli_ensemble.c runs it with the
+         * options parsed here (without a drafter as target-only decoding, gamma 0) */
         if (!has_drafter) o.spec.gamma = 0;
         vs_cli_spec_opts *s = &o.spec;
         int32_t *ids = NULL;
