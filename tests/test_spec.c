@@ -1613,8 +1613,9 @@ static void test_cli(void) {
                  bad_widths[k], rc);
     }
     /* no flag is silently ignored: drafter flags without -md, a projector m/p drafting would not read */
-    const char *drafter_only[5] = {"--tree-width 2", "--compare", "--draft 3", "--draft-greedy", "--draft-kv-type f16"};
-    for (int k = 0; k < 5; k++) {
+    const char *drafter_only[6] = {"--tree-width 2",     "--compare",      "--draft 3",
+                                   "--draft-greedy",     "--draft-kv-type f16", "--draft-mode t"};
+    for (int k = 0; k < 6; k++) {
         rc = vt_run("%s generate -m %s %s -p x -n 2 > %s 2>&1", vt_cli(), T, drafter_only[k], out);
         VT_CHECK(rc == 2 && st_file_has(out, "needs a draft model"), "CLI %s without -md refused (rc %d)",
                  drafter_only[k], rc);

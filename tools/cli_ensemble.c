@@ -231,6 +231,15 @@ int vs_cli_ens_run(const char *cmd, const vs_cli_spec_opts *s, const vs_cli_ens_
                2;
     if (!s->draft_model && (o->mode_given || o->ens_flag))
         return cli_fail(cmd, "--draft-mode and the ensemble flags need a draft model (-md FILE)"), 2;
+    bool has_c = false, has_mm = false;
+    for (int r = 0; r < eo.n_inputs; r++) {
+        has_c |= eo.inputs[r] == VS_ENS_IN_C;
+        has_mm |= eo.inputs[r] == VS_ENS_IN_M || eo.inputs[r] == VS_ENS_IN_P;
+    }
+    if (s->mmproj_draft && !has_mm && !(has_c && n_img > 0 && !o->captions_path)) /* nothing would read it */
+        return cli_fail(cmd, "--mmproj-draft is read by m and p drafting and by the captioner (c with images); "
+                             "--draft-mode %s does not use it", inputs),
+               2;
     if (n_img > 0 && !s->mmproj)
         return cli_fail(cmd, "--image needs the target's vision model (--mmproj FILE)"), 2;
     if (n_img > 0 && !s->prompt)
@@ -308,17 +317,6 @@ int vs_cli_ens_run(const char *cmd, const vs_cli_spec_opts *s, const vs_cli_ens_
     if (!(eng = vs_spec_new(target, &ec, &err))) goto fail;
 
     /* the drafter */
-    bool has_c = false, has_mm = false;
-    for (int r = 0; r < eo.n_inputs; r++) {
-        has_c |= eo.inputs[r] == VS_ENS_IN_C;
-        has_mm |= eo.inputs[r] == VS_ENS_IN_M || eo.inputs[r] == VS_ENS_IN_P;
-    }
-    if (s->mmproj_draft && !has_mm && !(has_c && n_img > 0 && !o->captions_path)) {
-        cli_fail(cmd, "--mmproj-draft is read by m and p drafting and by the captioner (c with images); "
-                      "--draft-mode %s does not use it", inputs);
-        rc = 2;
-        goto done;
-    }
     if (draft) {
         const vs_vision_projector *dproj = NULL;
         if (s->mmproj_draft) {

@@ -45,9 +45,9 @@ void vs_xk_quantize_row_avx2(const float *x, int64_t n_in, uint8_t *row);
  * the terms of the values whose position in their 32-value chunk is 4k..4k+3 (each times its sub-block
  * scale; Q6_K: minus 32 * (scale_2k * bsum_2k + scale_2k+1 * bsum_2k+1), its codes being q + 32), and
  * m = sum_j min_j * (bsum_2j + bsum_2j+1) (Q4_K/Q5_K). Then, block by block,
- *   lane[k] = fma(dx * d, (float)sumi[k], lane[k]);   mins = fma(-dx * dmin, (float)m, mins)
+ *   lane[k] = fma(dx * d, (float)sumi[k], lane[k]);   mins = mins + (-dx * dmin) * (float)m (not fused)
  * and the result is ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)) (+ mins for Q4_K/Q5_K). Every path
- * (scalar twins, AVX2 tiles) calls these, so all agree bitwise. */
+ * (scalar twins; the AVX2 tiles do the same steps lane-wise) follows them, so all agree bitwise. */
 typedef struct vs_kq_acc {
     float lane[8];
     float mins;
@@ -56,7 +56,8 @@ typedef struct vs_kq_acc {
 static inline void vs_kq_acc_block(vs_kq_acc *acc, float d, float dmin, float dx, const int32_t sumi[8], int32_t m) {
     const float dd = dx * d, dm = -dx * dmin;
     for (int k = 0; k < 8; k++) acc->lane[k] = fmaf(dd, (float)sumi[k], acc->lane[k]);
-    acc->mins = acc->mins + dm * (float)m;
+    const float tm = dm * (float)m; /* its own statement: no compiler setting may fuse it into the add */
+    acc->mins += tm;
 }
 
 static inline float vs_kq_acc_result(vs_type t, const vs_kq_acc *acc) {

@@ -239,13 +239,14 @@ VS_INLINE void kq_tile(const vs_mm_job *jb, const vs_type t, int64_t o, int64_t 
     /* The tile reads O contiguous rows block by block, a stride the prefetchers do not follow from DRAM
      * (one row: 2 of 14 GB/s): each block prefetches its share of the O rows that follow. */
     const size_t pf_step = (size_t)O * bb;
-    const uint8_t *pf = wr[0] + (size_t)O * jb->w_row_bytes;
+    /* an integer, not a pointer: it may point past the matrix (a prefetch never faults) */
+    const uintptr_t pf = (uintptr_t)wr[0] + (uintptr_t)O * jb->w_row_bytes;
     /* the pairs' float lanes live in memory: 8 of the 16 registers would otherwise hold them through the
      * integer loop, which then spills its accumulators */
     float facc[8][8] = {{0}};
     __m256 mins = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        for (size_t k = 0; k < pf_step; k += 64) _mm_prefetch((const char *)pf + b * pf_step + k, _MM_HINT_T0);
+        for (size_t k = 0; k < pf_step; k += 64) _mm_prefetch((const char *)(pf + b * pf_step + k), _MM_HINT_T0);
         kq_head h[8];
         __m256i acc[8], mv[8];
         float dm[8] = {0};
@@ -282,7 +283,7 @@ VS_INLINE void kq_tile(const vs_mm_job *jb, const vs_type t, int64_t o, int64_t 
                                                           _mm256_loadu_ps(facc[k])));
                 dm[k] = -dxr * h[i].dmin;
             }
-        if (t != VS_TYPE_Q6_K) /* mins = fma(-dx * dmin, m, mins), lane k for pair k */
+        if (t != VS_TYPE_Q6_K) /* mins = mins + (-dx * dmin) * m, not fused; lane k for pair k */
             mins = _mm256_add_ps(mins, _mm256_mul_ps(_mm256_loadu_ps(dm), _mm256_cvtepi32_ps(hsum8x8_epi32(mv))));
     }
     float mn[8];
