@@ -282,7 +282,8 @@ int vs_cmd_generate(int argc, char **argv) {
     if (st >= 0) return st;
     bool has_drafter = o.spec.draft_model || vs_cli_ens_active(&o.ens);
     if (!o.spec.draft_model && (o.spec.needs_draft || o.ens.mode_given)) /* no flag is silently ignored */
-        return cli_fail(CMD, "%s needs a draft model (-md FILE)", o.spec.needs_draft ? o.spec.needs_draft : "--draft-mode"),
+        return cli_fail(CMD, "%s needs a draft model (-md FILE)",
+                        o.spec.needs_draft ? o.spec.needs_draft : "--draft-mode"),
                2;
     if (has_drafter || o.spec.mmproj || o.spec.n_images > 0 || o.spec.json) {
         /* speculative decoding, any request with images, or --json: tools/cli_ensemble.c runs it with the

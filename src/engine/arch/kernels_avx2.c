@@ -262,7 +262,8 @@ VS_INLINE void kq_tile(const vs_mm_job *jb, const vs_type t, int64_t o, int64_t 
 #pragma GCC unroll 8
                 for (int r = 0; r < R; r++) {
                     __m256i qv = _mm256_loadu_si256((const __m256i *)(xr[r] + b * 256 + 32 * c));
-                    acc[i * R + r] = _mm256_add_epi32(acc[i * R + r], _mm256_madd_epi16(_mm256_maddubs_epi16(w, qv), sc));
+                    const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(w, qv), sc);
+                    acc[i * R + r] = _mm256_add_epi32(acc[i * R + r], p);
                     /* keeps GCC from reassociating the unrolled sums into a tree of spilled products */
                     __asm__("" : "+x"(acc[i * R + r]));
                 }
@@ -316,8 +317,9 @@ VS_KQ_TILES(VS_TYPE_Q6_K, q6k)
 /* Outputs in groups of 8 (their weights stay in L1 while every row group passes over them); rows in groups
  * of up to 4, each group covering the 8 outputs with tiles of 8 / R outputs (single outputs at the edge). */
 static void mm_kquant(const vs_mm_job *jb, int64_t o0, int64_t o1) {
-    const kq_tile_fn *wide = jb->wtype == VS_TYPE_Q4_K ? kq_q4k_wide : jb->wtype == VS_TYPE_Q5_K ? kq_q5k_wide : kq_q6k_wide;
-    const kq_tile_fn *one = jb->wtype == VS_TYPE_Q4_K ? kq_q4k_one : jb->wtype == VS_TYPE_Q5_K ? kq_q5k_one : kq_q6k_one;
+    const vs_type t = jb->wtype;
+    const kq_tile_fn *wide = t == VS_TYPE_Q4_K ? kq_q4k_wide : t == VS_TYPE_Q5_K ? kq_q5k_wide : kq_q6k_wide;
+    const kq_tile_fn *one = t == VS_TYPE_Q4_K ? kq_q4k_one : t == VS_TYPE_Q5_K ? kq_q5k_one : kq_q6k_one;
     for (int64_t og = o0; og < o1; og += 8) {
         const int64_t oe = VS_MIN(o1, og + 8);
         for (int64_t r0 = 0; r0 < jb->n_rows; r0 += 4) {
