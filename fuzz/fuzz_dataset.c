@@ -20,6 +20,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "tokenizer.h"
 #include "train_data.h"
 #include "world.h"
 
@@ -56,14 +57,8 @@ static void setup_once(void) {
     int32_t types[4 + 256];
     static const char *special[4] = {"<unk>", "<s>", "</s>", "<image>"};
     for (int k = 0; k < 4; k++) toks[k] = special[k], types[k] = 3;
-    int next = 256;
+    vs_gpt2_byte_texts(bc);
     for (int b = 0; b < 256; b++) {
-        int keep = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
-        int cp = keep ? b : next++;
-        if (cp < 0x80)
-            bc[b][0] = (char)cp;
-        else
-            bc[b][0] = (char)(0xC0 | (cp >> 6)), bc[b][1] = (char)(0x80 | (cp & 0x3F));
         toks[4 + b] = bc[b];
         types[4 + b] = 1;
     }

@@ -53,14 +53,8 @@ static void build_once(void) {
     static char bc[256][4];
     const char *btoks[256 + 4];
     int32_t btypes[256 + 4];
-    int next = 256;
+    vs_gpt2_byte_texts(bc);
     for (int b = 0; b < 256; b++) {
-        int keep = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
-        int cp = keep ? b : next++;
-        if (cp < 0x80)
-            bc[b][0] = (char)cp;
-        else
-            bc[b][0] = (char)(0xC0 | (cp >> 6)), bc[b][1] = (char)(0x80 | (cp & 0x3F));
         btoks[b] = bc[b];
         btypes[b] = 1;
     }

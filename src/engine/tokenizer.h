@@ -142,4 +142,10 @@ char *vs_detokenize(const vs_tokenizer *t, const int32_t *ids, int64_t n, int fl
  * (e.g. "token 1234 differs: 'abc' vs 'abd'"). */
 vs_status vs_tokenizer_compatible(const vs_tokenizer *a, const vs_tokenizer *b, vs_error *err);
 
+/* GPT-2's byte-to-unicode mapping of byte-level BPE: byte b is written in token texts as code point cp[b]
+ * (the printable Latin-1 bytes as themselves, the others as 256, 257, ... in byte order). texts[b]: that
+ * code point as NUL-terminated UTF-8, the token text of the single byte b. */
+void vs_gpt2_byte_map(uint32_t cp[256]);
+void vs_gpt2_byte_texts(char texts[256][4]);
+
 #endif

@@ -63,11 +63,8 @@ vs_status vs_tok_bpe_init(vs_tokenizer *t, const char *pre, const vs_tokenizer_s
         return st;
     }
 
-    /* GPT-2's byte-to-unicode: printable Latin-1 bytes map to themselves, the others to 256, 257, ... */
-    uint32_t next = 256;
+    vs_gpt2_byte_map(t->byte_cp);
     for (int b = 0; b < 256; b++) {
-        bool keep = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
-        t->byte_cp[b] = keep ? (uint32_t)b : next++;
         char u[4];
         int l = vs_utf8_put(t->byte_cp[b], u);
         t->byte_tok[b] = vs_tok_map_find(t, u, (size_t)l);
@@ -274,4 +271,18 @@ vs_status vs_tok_bpe_fragment(const vs_tokenizer *t, const char *text, size_t le
     bp_heap_free(&h);
     vs_free(pieces.v);
     return st;
+}
+
+void vs_gpt2_byte_map(uint32_t cp[256]) {
+    uint32_t next = 256;
+    for (int b = 0; b < 256; b++) {
+        bool keep = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+        cp[b] = keep ? (uint32_t)b : next++;
+    }
+}
+
+void vs_gpt2_byte_texts(char texts[256][4]) {
+    uint32_t cp[256];
+    vs_gpt2_byte_map(cp);
+    for (int b = 0; b < 256; b++) texts[b][vs_utf8_put(cp[b], texts[b])] = 0; /* at most 2 bytes (U+0143) */
 }

@@ -245,8 +245,8 @@ static vs_status read_config(vs_mmproj *m, vs_error *err) {
         return vs_error_set(err, VS_ERR_UNSUPPORTED,
                             "%s: projector type '%.*s' is not supported (only 'mlp')", path,
                             (int)VS_MIN(s.len, 64), s.ptr);
-    /* LLaVA-1.6's "anyres" (the image cut into a grid of tiles, each encoded, then merged): not implemented,
-     * and encoding only the base view would silently give other answers than the model was trained for. */
+    /* LLaVA-1.6's "anyres" projectors (the image cut into a grid of tiles, each encoded, then merged) are
+     * refused: vlmspec encodes one view per image, which would silently answer differently. */
     r = vs_gguf_get_str(g, "clip.vision.mm_patch_merge_type", &s);
     if (r == 1 && !vs_gguf_str_eq(s, "flat"))
         return vs_error_set(err, VS_ERR_UNSUPPORTED,

@@ -14,30 +14,9 @@
 #include "gguf.h"
 #include "heap.h"
 #include "pretok.h"
+#include "tokenizer.h"
 
 static const char *const SPECIAL[VS_BPE_N_SPECIAL] = {"<unk>", "<s>", "</s>", "<image>"};
-
-/* ---------------------------------------------------------------------------------------------- */
-/* GPT-2's byte <-> printable code point mapping */
-
-static void byte_map(uint32_t cp[256]) {
-    bool direct[256] = {0};
-    for (int b = '!'; b <= '~'; b++) direct[b] = true;
-    for (int b = 0xA1; b <= 0xAC; b++) direct[b] = true;
-    for (int b = 0xAE; b <= 0xFF; b++) direct[b] = true;
-    uint32_t n = 0;
-    for (int b = 0; b < 256; b++) cp[b] = direct[b] ? (uint32_t)b : 256 + n++;
-}
-
-static int put_utf8(uint32_t cp, char *o) {
-    if (cp < 0x80) {
-        o[0] = (char)cp;
-        return 1;
-    }
-    o[0] = (char)(0xC0 | (cp >> 6));
-    o[1] = (char)(0x80 | (cp & 0x3F));
-    return 2; /* the mapping never exceeds U+0143 */
-}
 
 /* ---------------------------------------------------------------------------------------------- */
 /* pre-tokenisation */
@@ -412,16 +391,14 @@ vs_status vs_bpe_train(vs_bpe_trainer *t, int64_t vocab_size, int64_t min_pair_c
     }
     for (uint64_t i = 0; i <= s.pmask; i++) s.pairs[i].key = UINT64_MAX;
     /* base vocabulary */
-    uint32_t cp[256];
-    byte_map(cp);
+    char bytes[256][4];
+    vs_gpt2_byte_texts(bytes);
     for (int k = 0; k < VS_BPE_N_SPECIAL; k++) {
         out->tokens[k] = vs_strdup(SPECIAL[k]);
         out->types[k] = 3; /* CONTROL */
     }
     for (int b = 0; b < 256; b++) {
-        char buf[4] = {0};
-        put_utf8(cp[b], buf);
-        out->tokens[VS_BPE_FIRST_BYTE + b] = vs_strdup(buf);
+        out->tokens[VS_BPE_FIRST_BYTE + b] = vs_strdup(bytes[b]);
         out->types[VS_BPE_FIRST_BYTE + b] = 1;
     }
     out->n_vocab = base;
