@@ -385,7 +385,7 @@ int main(void) {
         char script[2048];
         snprintf(script, sizeof(script), "/image %s\nhi\n/image %s\n", path_of("bad.png"), path_of("a.ppm"));
         write_bytes(path_of("script2.txt"), script, strlen(script));
-        rc = vt_run("%s chat -m %s --mmproj %s -c 100 --temp 0 -n 4 < %s > /dev/null 2> %s", B,
+        rc = vt_run("%s chat -m %s --mmproj %s -c 12 --temp 0 -n 4 < %s > /dev/null 2> %s", B,
                     path_of("lm.gguf"), path_of("mm.gguf"), path_of("script2.txt"), path_of("e.txt"));
         VT_CHECK(rc == 1 && file_contains(path_of("e.txt"), "bad.png") &&
                      file_contains(path_of("e.txt"), "/reset") &&

@@ -389,6 +389,23 @@ static void test_answerer(const vs_world_dataset *train, const vs_world_dataset 
         VT_REQUIRE(vs_eval_lm_answer(ck.e, s, prompt, s->turns[0].n_images, &a2, &n2, &eos, &err) == VS_OK,
                    "%s", err.msg);
         VT_CHECK(n1 == n2 && !strcmp(a1, a2), "%s: the same seed gives another answer", s->id);
+        /* the next answer before another set_sampling draws from its own stream: seed + golden ratio */
+        char *a4 = NULL;
+        int64_t n4 = 0;
+        VT_REQUIRE(vs_eval_lm_answer(ck.e, s, prompt, s->turns[0].n_images, &a4, &n4, &eos, &err) == VS_OK,
+                   "%s", err.msg);
+        const int32_t *g4 = vs_eval_lm_last_tokens(ck.e, &ng);
+        VT_REQUIRE(ng <= 64, "answer of %lld tokens", (long long)ng);
+        memcpy(got, g4, sizeof(int32_t) * (size_t)ng);
+        sp.seed += 0x9e3779b97f4a7c15ull;
+        ck.smp = vs_sampler_new(vs_tokenizer_n_vocab(tok), &sp, &err);
+        VT_REQUIRE(ck.smp, "%s", err.msg);
+        nw = reference_greedy(&ck, s, prompt, s->turns[0].n_images, want);
+        vs_sampler_free(ck.smp);
+        ck.smp = NULL;
+        VT_CHECK(ng == nw && !memcmp(got, want, sizeof(int32_t) * (size_t)ng),
+                 "%s: the second answer after set_sampling is not seed + k * golden", s->id);
+        vs_free(a4);
         VT_REQUIRE(vs_eval_lm_set_sampling(ck.e, 1.0f, 1e-7f, 1, &err) == VS_OK, "%s", err.msg);
         VT_REQUIRE(vs_eval_lm_answer(ck.e, s, prompt, s->turns[0].n_images, &a3, &n3, &eos, &err) == VS_OK,
                    "%s", err.msg);

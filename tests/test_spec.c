@@ -1672,7 +1672,8 @@ static void test_cli(void) {
     rc =
         vt_run("%s generate -m %s --mmproj %s -md %s --draft-mode m --image %s -p '<image> x' -n 4 > %s 2>&1",
                vt_cli(), T, tm_path, D, i0, out);
-    VT_CHECK(rc == 1 && st_file_has(out, "mmproj-draft"), "CLI m mode without a projector (rc %d)", rc);
+    VT_CHECK(rc == 2 && st_file_has(out, "mmproj-draft"), "CLI m mode without a projector: usage error (rc %d)",
+             rc);
     rc = vt_run("%s generate -m %s --mmproj %s -md %s --image %s -p 'no marker' -n 4 > %s 2>&1", vt_cli(), T,
                 tm_path, D, i0, out);
     VT_CHECK(rc == 1, "CLI image without a marker (rc %d)", rc);

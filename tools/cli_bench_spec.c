@@ -41,7 +41,7 @@ static void usage(FILE *f) {
            "  --turns LIST          1, 2 or 1,2 (default 1,2); second turns carry the dataset's reference\n"
            "                        answer of the first turn\n"
            "  --limit N             samples per suite (default all)\n"
-           "  -n, --max-tokens N    tokens per turn (default 128)\n"
+           "  -n, --max-tokens N    tokens per turn (default 128; also --n-predict)\n"
            "  --repeat N            time every cell N times, interleaved, and record the fastest run\n"
            "                        (default 1; 3-5 steadies speed-ups on a noisy machine)\n"
            "  --ctx N               target cache rows (default the model's context)\n"
@@ -206,8 +206,9 @@ int vs_cli_bench_spec(int argc, char **argv) {
             done_flag = true;
         }
         if (done_flag) continue;
-        static const char *const num_flags[] = {"--limit", "-n", "--max-tokens", "--ctx", "--kv-type",
-                                                "--draft-kv-type", "--seed", "-t", "--threads", "--tolerance", "--repeat"};
+        static const char *const num_flags[] = {"--limit",   "-n",     "--n-predict", "--max-tokens",
+                                                "--ctx",     "--kv-type", "--draft-kv-type", "--seed",
+                                                "-t",        "--threads", "--tolerance", "--repeat"};
         bool num = false;
         for (size_t k = 0; k < VS_ARRAY_LEN(num_flags); k++) num |= !strcmp(a, num_flags[k]);
         if (!num) {
@@ -219,7 +220,7 @@ int vs_cli_bench_spec(int argc, char **argv) {
         bool ok = true;
         if (!strcmp(a, "--limit")) {
             ok = cli_parse_i64(CMD, a, v, 0, INT64_MAX, &c.limit);
-        } else if (!strcmp(a, "-n") || !strcmp(a, "--max-tokens")) {
+        } else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict") || !strcmp(a, "--max-tokens")) {
             ok = cli_parse_int(CMD, a, v, 1, 1 << 20, &c.n_predict);
         } else if (!strcmp(a, "--repeat")) {
             ok = cli_parse_int(CMD, a, v, 1, 100, &c.repeat);
@@ -241,7 +242,7 @@ int vs_cli_bench_spec(int argc, char **argv) {
     }
     if (list_methods) {
         int n;
-        const vs_bench_method *m = vs_bench_methods(&n);
+        const vs_method *m = vs_methods(&n);
         for (int i = 0; i < n; i++) printf("  %-12s %-12s %s\n", m[i].name, m[i].label, m[i].what);
         return 0;
     }

@@ -8,14 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "caption.h"
 #include "cli.h"
 #include "json.h"
-#include "lm.h"
 #include "mmprompt.h"
-#include "spec.h"
-#include "tokenizer.h"
-#include "vision.h"
+#include "session.h"
 
 /* ------------------------------------------------------------------------------------------------
  * Flags */
@@ -118,48 +114,28 @@ bool vs_cli_ens_active(const vs_cli_ens_opts *o) {
 }
 
 /* ------------------------------------------------------------------------------------------------
- * The run */
+ * The run: the request goes through the library's session (src/spec/session.h); here are only the
+ * usage checks, the streaming to stdout and the report. */
 
 typedef struct stream {
-    vs_detok *dt;
     bool ids, silent;
     int n;
-    vs_error err;
-    bool failed;
 } stream;
 
 static bool on_tokens(void *ctx, const int32_t *t, int32_t n) {
     stream *s = ctx;
-    if (s->silent) return true;
-    for (int32_t i = 0; i < n; i++) {
-        if (s->ids) {
-            printf("%s%d", s->n++ ? " " : "", t[i]);
-            continue;
-        }
-        size_t len = 0;
-        const char *txt = vs_detok_feed(s->dt, t + i, 1, &len, &s->err);
-        if (!txt) {
-            s->failed = true;
-            return false;
-        }
-        fwrite(txt, 1, len, stdout);
-    }
+    if (s->silent || !s->ids) return true;
+    for (int32_t i = 0; i < n; i++) printf("%s%d", s->n++ ? " " : "", t[i]);
     fflush(stdout);
     return true;
 }
 
-/* One forward on a scratch cache so the first timed run does not pay the mapping's page faults. */
-static vs_status warm_up(vs_lm *lm, vs_threadpool *tp, vs_error *err) {
-    vs_kv *kv = vs_lm_kv_new(lm, 1, 2, VS_TYPE_F32, err);
-    if (!kv) return err->code;
-    float *lg = vs_malloc(sizeof(float) * (size_t)vs_lm_cfg(lm)->n_vocab);
-    vs_lm_row r = {.token = 0, .want_logits = true};
-    vs_lm_out out = {.logits = lg, .attn_layer = -1};
-    vs_status st =
-        lg ? vs_lm_forward(lm, kv, tp, &r, 1, &out, err) : vs_error_set(err, VS_ERR_NOMEM, "out of memory");
-    vs_free(lg);
-    vs_kv_free(kv);
-    return st;
+static bool on_text(void *ctx, const char *text, size_t len) {
+    const stream *s = ctx;
+    if (s->silent || s->ids) return true;
+    fwrite(text, 1, len, stdout);
+    fflush(stdout);
+    return true;
 }
 
 static void inputs_str(const vs_cli_ens_opts *o, char *buf, size_t n) {
@@ -170,384 +146,319 @@ static void inputs_str(const vs_cli_ens_opts *o, char *buf, size_t n) {
     }
 }
 
-/* Splits the prompt rows of mp into segments: runs of text rows, and each image's rows. seg has room for
- * 2 * n_images + 1 entries. */
-static int32_t make_segments(const vs_mm_prompt *mp, float *const *trows, const int64_t *n_trows,
-                             vs_spec_segment *seg) {
-    int32_t ns = 0;
-    int64_t at = 0;
-    for (int32_t i = 0; i <= mp->n_images; i++) {
-        const int64_t end = i < mp->n_images ? mp->image_first[i] : mp->n_rows;
-        if (end > at)
-            seg[ns++] = (vs_spec_segment){
-                .kind = VS_SPEC_SEG_TEXT, .n = (int32_t)(end - at), .tokens = mp->tokens + at, .image = -1};
-        if (i == mp->n_images) break;
-        seg[ns++] = (vs_spec_segment){
-            .kind = VS_SPEC_SEG_IMAGE, .n = (int32_t)n_trows[i], .embd = trows[i], .image = i};
-        at = end + n_trows[i];
+/* Usage errors (exit status 2) before anything loads; -1 when the options are fine. */
+static int check_usage(const char *cmd, const vs_cli_spec_opts *s, const vs_cli_ens_opts *o,
+                       const vs_cli_ens_opts *eo, const char *inputs) {
+    const bool reject = s->mode == VS_CLI_DRAFT_REJECT;
+    if (reject && (o->ens_flag || o->n_inputs > 1))
+        return cli_fail(cmd, "--draft-mode reject is a debug drafter: it does not combine with ensemble flags"), 2;
+    if (!s->draft_model && (o->mode_given || o->ens_flag))
+        return cli_fail(cmd, "--draft-mode and the ensemble flags need a draft model (-md FILE)"), 2;
+    if (s->method) {
+        const vs_method *m = vs_method_find(s->method);
+        char names[512];
+        vs_method_names(names, sizeof(names));
+        if (!m) return cli_fail(cmd, "--method %s: unknown (known: %s)", s->method, names), 2;
+        if (o->mode_given || o->ens_flag)
+            return cli_fail(cmd, "--method names the drafting: it does not combine with --draft-mode or the "
+                                 "ensemble flags"), 2;
+        if (m->captions && o->captions_path == NULL && s->n_images > 0 && !s->mmproj_draft)
+            return cli_fail(cmd, "--method %s captions the images: give --mmproj-draft FILE or --captions FILE",
+                            s->method), 2;
+        return -1;
     }
-    return ns;
+    bool has_c = false, has_mm = false;
+    for (int r = 0; r < eo->n_inputs; r++) {
+        has_c |= eo->inputs[r] == VS_ENS_IN_C;
+        has_mm |= eo->inputs[r] == VS_ENS_IN_M || eo->inputs[r] == VS_ENS_IN_P;
+    }
+    if (s->mmproj_draft && !has_mm && !(has_c && s->n_images > 0 && !o->captions_path)) /* nothing would read it */
+        return cli_fail(cmd, "--mmproj-draft is read by m and p drafting and by the captioner (c with images); "
+                             "--draft-mode %s does not use it", inputs), 2;
+    if (s->draft_model && has_mm && !s->mmproj_draft)
+        return cli_fail(cmd, "--draft-mode %s needs the drafter's projector (--mmproj-draft FILE)", inputs), 2;
+    if (s->draft_model && has_c && s->n_images > 0 && !o->captions_path && !s->mmproj_draft)
+        return cli_fail(cmd, "caption drafting needs --captions FILE, or the drafter's projector (--mmproj-draft "
+                             "FILE) to caption the images itself"), 2;
+    if (s->n_images > 0 && !s->mmproj)
+        return cli_fail(cmd, "--image needs the target's vision model (--mmproj FILE)"), 2;
+    if (s->n_images > 0 && !s->prompt)
+        return cli_fail(cmd, "images need a text prompt with <image> markers (-p), not --tokens"), 2;
+    return -1;
+}
+
+/* The request of the command line (images point into s; the chat message into msg). */
+static void make_request(const vs_cli_spec_opts *s, const vs_cli_ens_opts *eo, bool drafter, vs_req_image *imgs,
+                         vs_chat_msg *msg, stream *st, vs_request *rq) {
+    vs_request_default(rq);
+    for (int i = 0; i < s->n_images; i++) imgs[i] = (vs_req_image){.path = s->images[i]};
+    if (s->chat_template && s->prompt) {
+        const int32_t markers = vs_mm_count_markers(s->prompt, strlen(s->prompt), NULL);
+        *msg = (vs_chat_msg){.role = VS_CHAT_USER, .content = s->prompt,
+                             .n_images = VS_MAX(0, s->n_images - markers)};
+        rq->msgs = msg, rq->n_msgs = 1;
+    } else if (s->prompt) {
+        rq->prompt = s->prompt;
+    } else {
+        rq->ids = s->ids, rq->n_ids = s->n_ids;
+    }
+    rq->images = imgs, rq->n_images = s->n_images;
+    rq->no_bos = s->no_bos, rq->no_parse_special = !s->special;
+    rq->n_predict = s->n_predict, rq->sampling = s->sp, rq->ignore_eos = s->ignore_eos;
+    if (drafter) {
+        rq->draft.gamma = s->gamma;
+        rq->draft.opts.tree_width = s->tree_width;
+        rq->draft.opts.greedy = s->greedy_draft;
+        if (s->method) {
+            rq->draft.method = s->method;
+        } else {
+            rq->draft.n_inputs = eo->n_inputs;
+            memcpy(rq->draft.inputs, eo->inputs, sizeof(rq->draft.inputs));
+            rq->draft.weights = eo->weights;
+            rq->draft.pool_k = eo->pool_k;
+            rq->draft.trace = eo->trace_path != NULL;
+            rq->draft.debug_reject = s->mode == VS_CLI_DRAFT_REJECT;
+        }
+    }
+    rq->on_tokens = on_tokens, rq->on_text = on_text, rq->cb_ctx = st;
+    rq->want_text = !s->show_ids;
+}
+
+typedef struct run_out {
+    const vs_cli_spec_opts *s;
+    const vs_cli_ens_opts *eo;
+    const char *inputs;
+    const vs_result *res, *base; /* base: --compare */
+    const vs_spec_stats *stats;
+    bool identical;
+    bool captioner; /* the images were captioned by the drafter (no --captions file) */
+    bool has_c;     /* caption drafting */
+} run_out;
+
+static void json_ensemble(const run_out *ro, vs_json_writer *w) {
+    const vs_draft_ens_stats *es = ro->res->drafter ? vs_draft_ens_get_stats(ro->res->drafter) : NULL;
+    if (!es) return;
+    const float *wl = vs_draft_ens_weights(ro->res->drafter);
+    const int m = vs_draft_ens_rows(ro->res->drafter);
+    vs_json_key(w, "ensemble");
+    vs_json_obj_begin(w);
+    vs_json_key(w, "prefix_rows");
+    vs_json_arr_begin(w);
+    for (int r = 0; r < m; r++) vs_json_int(w, es->prefix_rows[r]);
+    vs_json_arr_end(w);
+    vs_json_key(w, "last_weights");
+    vs_json_arr_begin(w);
+    for (int r = 0; r < m; r++) vs_json_num(w, wl[r]);
+    vs_json_arr_end(w);
+    vs_json_kv_num(w, "t_caption", es->t_caption);
+    vs_json_kv_num(w, "t_caption_wait", es->t_caption_wait);
+    vs_json_kv_num(w, "t_c_prefill", es->t_c_prefill);
+    vs_json_kv_num(w, "t_weights", es->t_weights);
+    vs_json_kv_int(w, "empty_captions", es->n_empty_captions);
+    vs_json_obj_end(w);
+}
+
+static bool print_json(const run_out *ro) {
+    const vs_cli_spec_opts *s = ro->s;
+    const vs_result *res = ro->res;
+    vs_json_writer w;
+    vs_json_writer_init(&w);
+    vs_json_obj_begin(&w);
+    vs_json_kv_str(&w, "model", s->model);
+    vs_json_kv_str(&w, "draft_model", s->draft_model ? s->draft_model : "");
+    vs_json_kv_str(&w, "draft_mode", res->drafter ? ro->inputs : "");
+    if (s->method) vs_json_kv_str(&w, "method", s->method);
+    vs_json_kv_str(&w, "weights", res->drafter && !s->method ? vs_ens_policy_name(ro->eo->weights.policy) : "");
+    vs_json_kv_num(&w, "temperature", s->sp.temperature);
+    vs_json_kv_int(&w, "prompt_rows", res->n_prompt_rows);
+    vs_json_kv_int(&w, "images", s->n_images);
+    vs_json_kv_str(&w, "text", res->text ? res->text : "");
+    vs_json_key(&w, "tokens");
+    vs_json_arr_begin(&w);
+    for (int i = 0; i < res->log.n_tokens; i++) vs_json_int(&w, res->log.tokens[i]);
+    vs_json_arr_end(&w);
+    vs_json_kv_str(&w, "stop", vs_spec_stop_name(res->log.stop));
+    vs_json_key(&w, "stats");
+    vs_spec_stats_json(ro->stats, &w);
+    json_ensemble(ro, &w);
+    if (ro->base) {
+        vs_json_key(&w, "target_only");
+        vs_json_obj_begin(&w);
+        vs_json_kv_int(&w, "tokens", ro->base->log.n_tokens);
+        vs_json_kv_bool(&w, "identical", ro->identical);
+        vs_json_kv_num(&w, "t_decode", ro->base->log.t_decode);
+        vs_json_kv_num(&w, "t_total", ro->base->log.t_total);
+        vs_json_obj_end(&w);
+    }
+    vs_json_obj_end(&w);
+    const bool ok = !w.oom;
+    if (ok) printf("%s\n", w.buf);
+    vs_json_writer_free(&w);
+    return ok;
+}
+
+static void print_target_only(const run_out *ro) {
+    const vs_spec_log *l = &ro->res->log;
+    const double tp = l->t_prefill > 0 ? l->t_prefill : 1e-9, td = l->t_decode > 0 ? l->t_decode : 1e-9;
+    fprintf(stderr,
+            "[generate] prompt %d rows in %.3f s (%.1f rows/s); %d image(s) (vision %.3f s); generated %d tokens "
+            "in %.3f s (%.2f t/s); stop: %s; seed %llu; %d threads\n",
+            l->n_prompt, l->t_prefill, l->n_prompt / tp, ro->res->n_images, ro->res->t_vision, l->n_tokens,
+            l->t_decode, l->n_tokens / td, vs_spec_stop_name(l->stop), (unsigned long long)ro->s->sp.seed,
+            ro->s->threads);
+}
+
+static void print_report(const run_out *ro) {
+    const vs_cli_spec_opts *s = ro->s;
+    const vs_result *res = ro->res;
+    if (!res->drafter) return print_target_only(ro);
+    const char *policy = s->method ? "-" : vs_ens_policy_name(ro->eo->weights.policy);
+    fprintf(stderr,
+            "[speculative] target %s, %d image(s) (vision %.3f s), draft %s (%s %s, weights %s), stop: %s, "
+            "seed %llu, %d threads\n",
+            s->model, res->n_images, res->t_vision, s->draft_model, s->method ? "method" : "inputs",
+            s->method ? s->method : ro->inputs, policy, vs_spec_stop_name(res->log.stop),
+            (unsigned long long)s->sp.seed, s->threads);
+    const vs_draft_ens_stats *es = vs_draft_ens_get_stats(res->drafter);
+    if (es) {
+        const float *wl = vs_draft_ens_weights(res->drafter);
+        const int m = vs_draft_ens_rows(res->drafter);
+        fprintf(stderr, "[draft] prompt rows per input:");
+        for (int r = 0; r < m; r++)
+            if (s->method)
+                fprintf(stderr, " %d", es->prefix_rows[r]);
+            else
+                fprintf(stderr, " %s %d", vs_ens_input_name(ro->eo->inputs[r]), es->prefix_rows[r]);
+        fprintf(stderr, "; last weights:");
+        for (int r = 0; r < m; r++) fprintf(stderr, " %.3f", wl[r]);
+        fprintf(stderr, "; weight policy time %.4f s\n", es->t_weights);
+        if (ro->has_c)
+            fprintf(stderr,
+                    "[draft] captions: %.3f s captioning (%s), %.3f s waited after the prefill, %.3f s C-row "
+                    "prefill, %d empty\n",
+                    es->t_caption, ro->captioner ? "on its own thread during the target prefill" : "given",
+                    es->t_caption_wait, es->t_c_prefill, es->n_empty_captions);
+    }
+    vs_spec_stats_print(ro->stats, stderr);
+    if (ro->base)
+        fprintf(stderr, "target-only output %s the speculative output%s\n",
+                ro->identical ? "is identical to" : "differs from",
+                s->sp.temperature == 0 ? "" : " (expected when sampling: the same distribution, other draws)");
+}
+
+/* The target's step and verify costs on the final cache (TABED eq. 1), the weight trace. */
+static vs_status after_run(vs_session *sess, const vs_cli_spec_opts *s, const vs_cli_ens_opts *o, vs_result *res,
+                           vs_error *err) {
+    vs_spec *eng = vs_session_engine(sess);
+    const int room = vs_spec_n_ctx(eng) - vs_kv_seq_len(vs_spec_kv(eng), 0);
+    const int gamma = res->drafter ? s->gamma : 0;
+    const int verify_rows = VS_MAX(s->tree_width, 1) * gamma + 1; /* a width-D tree verifies D gamma + 1 */
+    double tv = 0, t1 = 0;
+    if (gamma > 0 && room >= verify_rows && !vs_spec_time_target(eng, verify_rows, 5, &tv, err))
+        res->log.tp_verify = tv;
+    if (!s->compare && room >= 1 && !vs_spec_time_target(eng, 1, 5, &t1, err)) res->log.tp_step = t1;
+    if (!o->trace_path || !res->drafter) return VS_OK;
+    vs_outfile tf;
+    vs_status st = vs_outfile_open(&tf, o->trace_path, err);
+    if (st) return st;
+    if ((st = vs_ens_trace_write(vs_draft_ens_trace(res->drafter), tf.f, err))) {
+        vs_outfile_abort(&tf);
+        return st;
+    }
+    return vs_outfile_commit(&tf, err);
+}
+
+static bool same_tokens(const vs_spec_log *a, const vs_spec_log *b) {
+    return a->n_tokens == b->n_tokens &&
+           (a->n_tokens == 0 || !memcmp(a->tokens, b->tokens, sizeof(int32_t) * (size_t)a->n_tokens));
+}
+
+/* Loads the model set and the session (fixed captions from --captions). */
+static vs_status open_session(const vs_cli_spec_opts *s, const vs_cli_ens_opts *o, bool drafter,
+                              vs_models **models, vs_session **sess, vs_caption_src **caps, vs_error *err) {
+    vs_models_opts mo = {.model = s->model, .mmproj = s->mmproj, .threads = s->threads, .warm_up = true,
+                         .chat_template = s->chat_template};
+    if (drafter) {
+        const vs_method *m = s->method ? vs_method_find(s->method) : NULL;
+        const vs_method_role role = m && m->role != VS_ROLE_NONE ? m->role : VS_ROLE_LLAVA;
+        mo.draft[role] = s->draft_model, mo.draft_mmproj[role] = s->mmproj_draft;
+    }
+    if (!(*models = vs_models_load(&mo, err))) return err->code;
+    if (o->captions_path && drafter &&
+        !(*caps = vs_caption_src_from_file(o->captions_path, s->images, s->n_images, err)))
+        return err->code;
+    vs_session_opts so = {.n_ctx = s->n_ctx, .kv_type = s->kv_type, .draft_kv_type = s->draft_kv_type,
+                          .caption_tokens = o->caption_tokens, .captions = *caps};
+    return (*sess = vs_session_new(*models, &so, err)) ? VS_OK : err->code;
 }
 
 int vs_cli_ens_run(const char *cmd, const vs_cli_spec_opts *s, const vs_cli_ens_opts *o) {
-    int rc = 1;
     vs_error err = {0};
-    vs_lm *target = NULL, *draft = NULL;
-    vs_tokenizer *tok = NULL;
-    vs_threadpool *tp = NULL;
-    vs_spec *eng = NULL;
-    vs_spec_drafter *drafter = NULL;
-    vs_mmproj *mp_target = NULL, *mp_draft = NULL;
-    vs_captioner *captioner = NULL;
-    vs_caption_src *caps = NULL;
-    vs_vision_features feat[VS_CLI_SPEC_MAX_IMAGES];
-    const vs_vision_features *featp[VS_CLI_SPEC_MAX_IMAGES];
-    float *trows[VS_CLI_SPEC_MAX_IMAGES];
-    int64_t n_trows[VS_CLI_SPEC_MAX_IMAGES];
-    vs_mm_image mimg[VS_CLI_SPEC_MAX_IMAGES];
-    vs_spec_segment *seg = NULL;
-    vs_mm_prompt mp;
-    memset(&mp, 0, sizeof(mp));
-    memset(feat, 0, sizeof(feat));
-    memset(trows, 0, sizeof(trows));
-    int32_t *ids = NULL;
-    stream st = {0};
-    vs_spec_log log, base;
-    vs_spec_log_init(&log);
-    vs_spec_log_init(&base);
-    char *text = NULL;
-    char inputs[64];
-    const int n_img = s->n_images;
     vs_cli_ens_opts eo = *o;
-    if (eo.n_inputs == 0)
-        eo.n_inputs = 1, eo.inputs[0] = s->mode == VS_CLI_DRAFT_M ? VS_ENS_IN_M : VS_ENS_IN_T;
+    if (eo.n_inputs == 0) eo.n_inputs = 1, eo.inputs[0] = s->mode == VS_CLI_DRAFT_M ? VS_ENS_IN_M : VS_ENS_IN_T;
+    char inputs[64];
     inputs_str(&eo, inputs, sizeof(inputs));
     if (s->mode == VS_CLI_DRAFT_REJECT) snprintf(inputs, sizeof(inputs), "reject (debug)");
-
-    /* usage checks first */
-    const bool reject = s->mode == VS_CLI_DRAFT_REJECT;
-    if (reject && (o->ens_flag || o->n_inputs > 1))
-        return cli_fail(cmd, "--draft-mode reject is a debug drafter: it does not combine with ensemble flags"),
-               2;
-    if (!s->draft_model && (o->mode_given || o->ens_flag))
-        return cli_fail(cmd, "--draft-mode and the ensemble flags need a draft model (-md FILE)"), 2;
-    bool has_c = false, has_mm = false;
-    for (int r = 0; r < eo.n_inputs; r++) {
-        has_c |= eo.inputs[r] == VS_ENS_IN_C;
-        has_mm |= eo.inputs[r] == VS_ENS_IN_M || eo.inputs[r] == VS_ENS_IN_P;
-    }
-    if (s->mmproj_draft && !has_mm && !(has_c && n_img > 0 && !o->captions_path)) /* nothing would read it */
-        return cli_fail(cmd, "--mmproj-draft is read by m and p drafting and by the captioner (c with images); "
-                             "--draft-mode %s does not use it", inputs),
-               2;
-    if (n_img > 0 && !s->mmproj)
-        return cli_fail(cmd, "--image needs the target's vision model (--mmproj FILE)"), 2;
-    if (n_img > 0 && !s->prompt)
-        return cli_fail(cmd, "images need a text prompt with <image> markers (-p), not --tokens"), 2;
-
-    if (!(target = vs_lm_load(s->model, &err))) goto fail;
-    if (!(tok = vs_tokenizer_from_gguf(vs_lm_gguf(target), &err))) goto fail;
-    if (s->draft_model && !(draft = vs_lm_load(s->draft_model, &err))) goto fail;
-    const vs_lm_config *c = vs_lm_cfg(target);
-    const int gamma = draft ? s->gamma : 0;
-    if (s->threads > 1 && !(tp = vs_threadpool_new(s->threads, &err))) goto fail;
-
-    /* images: ViT features once per image, the target's rows from its projector */
-    double t_vision = 0;
-    const vs_vision_tower *tower = NULL;
-    if (s->mmproj) {
-        if (!(mp_target = vs_mmproj_open(s->mmproj, &err))) goto fail;
-        tower = vs_mmproj_tower(mp_target);
-        if (!tower) {
-            cli_fail(cmd, "%s has no vision tower (a projector-only file cannot encode images)", s->mmproj);
-            goto done;
-        }
-        if (vs_vision_projector_config(vs_mmproj_projector(mp_target))->proj_out != c->n_embd) {
-            cli_fail(cmd, "projector width %d of %s differs from the LM width %d of %s",
-                     vs_vision_projector_config(vs_mmproj_projector(mp_target))->proj_out, s->mmproj,
-                     c->n_embd, s->model);
-            goto done;
-        }
-    }
-    const double tv0 = vs_time_now();
-    for (int i = 0; i < n_img; i++) {
-        if (vs_vision_encode_file(tower, tp, s->images[i], VS_PREPROC_LLAVA, NULL, &feat[i], &err))
-            goto fail; /* the message starts with the path */
-        featp[i] = &feat[i];
-        if (vs_vision_embed(vs_mmproj_projector(mp_target), tp, &feat[i], 1, &trows[i], &n_trows[i], &err))
-            goto fail;
-        mimg[i] = (vs_mm_image){.rows = trows[i], .n_rows = n_trows[i], .width = c->n_embd};
-    }
-    t_vision = vs_time_now() - tv0;
-
-    /* the prompt */
-    vs_spec_prompt prompt;
-    memset(&prompt, 0, sizeof(prompt));
-    if (s->prompt) {
-        vs_mm_prompt_opts po = {
-            .no_special = s->no_bos, .no_parse_special = !s->special, .lm_width = c->n_embd};
-        if (vs_mm_prompt_build(&mp, tok, s->prompt, strlen(s->prompt), mimg, n_img, &po, &err)) goto fail;
-        seg = vs_calloc((size_t)(2 * n_img + 1), sizeof(*seg));
-        if (!seg) goto oom;
-        prompt.n_seg = make_segments(&mp, trows, n_trows, seg);
-    } else {
-        ids = vs_malloc(sizeof(int32_t) * (size_t)VS_MAX(s->n_ids, 1));
-        seg = vs_calloc(1, sizeof(*seg));
-        if (!ids || !seg) goto oom;
-        if (s->n_ids > 0) memcpy(ids, s->ids, sizeof(int32_t) * (size_t)s->n_ids);
-        seg[0] = (vs_spec_segment){.kind = VS_SPEC_SEG_TEXT, .n = s->n_ids, .tokens = ids, .image = -1};
-        prompt.n_seg = 1;
-    }
-    prompt.seg = seg;
-    prompt.images = n_img ? featp : NULL;
-    prompt.n_images = n_img;
-    const int64_t np = vs_spec_prompt_rows(&prompt);
-    if (np < 1) {
-        cli_fail(cmd, "the prompt is empty");
-        goto done;
-    }
-    const int n_ctx =
-        s->n_ctx > 0 ? s->n_ctx : (int)VS_MIN(np + s->n_predict + gamma + 1, (int64_t)c->n_ctx_train);
-    if (np > n_ctx) {
-        cli_fail(cmd, "the prompt has %lld rows (text and image) but the context holds %d", (long long)np,
-                 n_ctx);
-        goto done;
-    }
-    vs_spec_config ec = {.n_ctx = n_ctx, .kv_type = s->kv_type, .tp = tp, .tok = tok};
-    if (!(eng = vs_spec_new(target, &ec, &err))) goto fail;
-
-    /* the drafter */
-    if (draft) {
-        const vs_vision_projector *dproj = NULL;
-        if (s->mmproj_draft) {
-            if (!(mp_draft = vs_mmproj_open(s->mmproj_draft, &err))) goto fail;
-            dproj = vs_mmproj_projector(mp_draft);
-        } else if (has_mm) {
-            cli_fail(cmd, "--draft-mode %s needs the drafter's projector (--mmproj-draft FILE)", inputs);
-            goto done;
-        }
-        if (has_c) {
-            if (o->captions_path) {
-                if (!(caps = vs_caption_src_from_file(o->captions_path, s->images, n_img, &err))) goto fail;
-            } else if (n_img > 0) {
-                if (!dproj) {
-                    cli_fail(
-                        cmd,
-                        "caption drafting needs --captions FILE, or the drafter's projector (--mmproj-draft "
-                        "FILE) to caption the images itself");
-                    goto done;
-                }
-                /* its own thread, no pool: the target's pool is busy with the prefill meanwhile */
-                vs_captioner_opts co = {.max_tokens = o->caption_tokens};
-                if (!(captioner = vs_captioner_new(draft, dproj, &co, &err))) goto fail;
-                if (!(caps = vs_caption_src_new_captioner(captioner, &err))) goto fail;
-            } else if (!(caps = vs_caption_src_new_texts(NULL, 0, &err))) {
-                goto fail;
-            }
-        }
-        vs_draft_ens_opts dopt;
-        vs_draft_ens_opts_default(&dopt);
-        dopt.n_inputs = eo.n_inputs;
-        memcpy(dopt.inputs, eo.inputs, sizeof(dopt.inputs));
-        dopt.weights = eo.weights;
-        dopt.pool_k = eo.pool_k;
-        dopt.n_ctx = 0; /* the draft model's context: a C row may be longer than the target's prompt */
-        dopt.kv_type = s->draft_kv_type;
-        dopt.tp = tp;
-        dopt.proj = dproj;
-        dopt.tower = dproj && tower ? tower : NULL;
-        dopt.captions = caps;
-        dopt.greedy = s->greedy_draft;
-        dopt.tree_width = s->tree_width;
-        dopt.trace = o->trace_path != NULL;
-        dopt.debug_reject = reject;
-        if (!(drafter = vs_draft_ens_new(draft, target, &dopt, &err))) goto fail;
-        if (warm_up(draft, tp, &err)) goto fail;
-    }
-    if (warm_up(target, tp, &err)) goto fail;
-
-    vs_spec_params par = vs_spec_params_default();
-    par.gamma = gamma;
-    par.n_predict = s->n_predict;
-    par.sampling = s->sp;
-    par.ignore_eos = s->ignore_eos;
-
-    st.ids = s->show_ids;
-    st.silent = s->json;
-    if (!s->show_ids && !(st.dt = vs_detok_new(tok, 0, &err))) goto fail;
+    int rc = check_usage(cmd, s, o, &eo, inputs);
+    if (rc >= 0) return rc;
+    rc = 1;
+    const bool drafter = s->draft_model && s->gamma > 0;
+    vs_models *models = NULL;
+    vs_session *sess = NULL;
+    vs_caption_src *caps = NULL;
+    vs_result res, base;
+    vs_result_init(&res);
+    vs_result_init(&base);
+    vs_req_image imgs[VS_CLI_SPEC_MAX_IMAGES];
+    vs_chat_msg msg;
+    stream st = {.ids = s->show_ids, .silent = s->json};
+    vs_request rq;
+    make_request(s, &eo, drafter, imgs, &msg, &st, &rq);
+    if (open_session(s, o, drafter, &models, &sess, &caps, &err)) goto fail;
     if (s->prompt && !s->show_ids && !s->json) {
         fputs(s->prompt, stdout);
         fflush(stdout);
     }
-    vs_status rs = vs_spec_generate(eng, drafter, &prompt, &par, on_tokens, &st, &log, &err);
-    log.t_vision = t_vision;
-    log.t_total += t_vision;
-    if (st.failed) {
-        err = st.err;
-        goto fail;
-    }
-    if (rs) goto fail;
-    if (st.dt && !s->json) {
-        size_t len = 0;
-        const char *tail = vs_detok_flush(st.dt, &len);
-        fwrite(tail, 1, len, stdout);
-    }
+    if (vs_session_run(sess, &rq, &res, &err)) goto fail;
+    res.log.t_vision = res.t_vision;
+    res.log.t_total += res.t_vision;
     if (!s->json) printf("\n");
     fflush(stdout);
-
-    /* the target's step and verify costs on the final cache (TABED eq. 1) */
-    int room = n_ctx - vs_kv_seq_len(vs_spec_kv(eng), 0);
-    double tv = 0, t1 = 0;
-    /* a width-D tree verifies D gamma + 1 rows */
-    const int verify_rows = VS_MAX(s->tree_width, 1) * gamma + 1;
-    if (gamma > 0 && room >= verify_rows && !vs_spec_time_target(eng, verify_rows, 5, &tv, &err))
-        log.tp_verify = tv;
-    if (!s->compare && room >= 1 && !vs_spec_time_target(eng, 1, 5, &t1, &err)) log.tp_step = t1;
-
-    bool identical = false;
+    if (after_run(sess, s, o, &res, &err)) goto fail;
+    run_out ro = {.s = s, .eo = &eo, .inputs = inputs, .res = &res, .captioner = caps == NULL};
+    for (int r = 0; r < eo.n_inputs && !s->method; r++) ro.has_c |= eo.inputs[r] == VS_ENS_IN_C;
     if (s->compare) {
-        vs_spec_params bp = par;
-        bp.gamma = 0;
-        if (vs_spec_generate(eng, NULL, &prompt, &bp, NULL, NULL, &base, &err)) goto fail;
-        base.t_vision = t_vision;
-        base.t_total += t_vision;
-        identical = base.n_tokens == log.n_tokens &&
-                    (log.n_tokens == 0 || /* no tokens: the arrays may be NULL, which memcmp may not see */
-                     memcmp(base.tokens, log.tokens, sizeof(int32_t) * (size_t)log.n_tokens) == 0);
+        vs_request bq = rq;
+        bq.draft.method = NULL, bq.draft.n_inputs = 0;
+        bq.on_tokens = NULL, bq.on_text = NULL;
+        if (vs_session_run(sess, &bq, &base, &err)) goto fail;
+        base.log.t_vision = base.t_vision;
+        base.log.t_total += base.t_vision;
+        ro.base = &base;
+        ro.identical = same_tokens(&base.log, &res.log);
     }
     vs_spec_stats stats;
-    vs_spec_stats_compute(&log, s->compare ? &base : NULL, &stats);
-    const vs_draft_ens_stats *es = drafter ? vs_draft_ens_get_stats(drafter) : NULL;
-    const float *wlast = drafter ? vs_draft_ens_weights(drafter) : NULL;
-
-    if (o->trace_path && drafter) {
-        vs_outfile tf;
-        if (vs_outfile_open(&tf, o->trace_path, &err) != VS_OK) goto fail;
-        if (vs_ens_trace_write(vs_draft_ens_trace(drafter), tf.f, &err) != VS_OK) {
-            vs_outfile_abort(&tf);
-            goto fail;
-        }
-        if (vs_outfile_commit(&tf, &err) != VS_OK) goto fail;
+    vs_spec_stats_compute(&res.log, ro.base ? &base.log : NULL, &stats);
+    ro.stats = &stats;
+    if (s->json && !print_json(&ro)) {
+        cli_fail(cmd, "out of memory");
+        goto done;
     }
-
-    if (s->json) {
-        vs_json_writer w;
-        vs_json_writer_init(&w);
-        vs_json_obj_begin(&w);
-        vs_json_kv_str(&w, "model", s->model);
-        vs_json_kv_str(&w, "draft_model", s->draft_model ? s->draft_model : "");
-        vs_json_kv_str(&w, "draft_mode", drafter ? inputs : "");
-        vs_json_kv_str(&w, "weights", drafter ? vs_ens_policy_name(eo.weights.policy) : "");
-        vs_json_kv_num(&w, "temperature", s->sp.temperature);
-        vs_json_kv_int(&w, "prompt_rows", np);
-        vs_json_kv_int(&w, "images", n_img);
-        if (!(text = vs_detokenize(tok, log.tokens, log.n_tokens, 0, NULL, &err))) {
-            vs_json_writer_free(&w);
-            goto fail;
-        }
-        vs_json_kv_str(&w, "text", text);
-        vs_json_key(&w, "tokens");
-        vs_json_arr_begin(&w);
-        for (int i = 0; i < log.n_tokens; i++) vs_json_int(&w, log.tokens[i]);
-        vs_json_arr_end(&w);
-        vs_json_kv_str(&w, "stop", vs_spec_stop_name(log.stop));
-        vs_json_key(&w, "stats");
-        vs_spec_stats_json(&stats, &w);
-        if (es) {
-            vs_json_key(&w, "ensemble");
-            vs_json_obj_begin(&w);
-            vs_json_key(&w, "prefix_rows");
-            vs_json_arr_begin(&w);
-            for (int r = 0; r < eo.n_inputs; r++) vs_json_int(&w, es->prefix_rows[r]);
-            vs_json_arr_end(&w);
-            vs_json_key(&w, "last_weights");
-            vs_json_arr_begin(&w);
-            for (int r = 0; r < eo.n_inputs; r++) vs_json_num(&w, wlast[r]);
-            vs_json_arr_end(&w);
-            vs_json_kv_num(&w, "t_caption", es->t_caption);
-            vs_json_kv_num(&w, "t_caption_wait", es->t_caption_wait);
-            vs_json_kv_num(&w, "t_c_prefill", es->t_c_prefill);
-            vs_json_kv_num(&w, "t_weights", es->t_weights);
-            vs_json_kv_int(&w, "empty_captions", es->n_empty_captions);
-            vs_json_obj_end(&w);
-        }
-        if (s->compare) {
-            vs_json_key(&w, "target_only");
-            vs_json_obj_begin(&w);
-            vs_json_kv_int(&w, "tokens", base.n_tokens);
-            vs_json_kv_bool(&w, "identical", identical);
-            vs_json_kv_num(&w, "t_decode", base.t_decode);
-            vs_json_kv_num(&w, "t_total", base.t_total);
-            vs_json_obj_end(&w);
-        }
-        vs_json_obj_end(&w);
-        if (w.oom) {
-            vs_json_writer_free(&w);
-            goto oom;
-        }
-        printf("%s\n", w.buf);
-        vs_json_writer_free(&w);
-    } else if (!s->quiet) {
-        fprintf(stderr,
-                "[speculative] target %s, %d image(s) (vision %.3f s), draft %s (inputs %s, weights %s), stop: "
-                "%s, seed %llu, %d threads\n",
-                s->model, n_img, t_vision, s->draft_model ? s->draft_model : "-", drafter ? inputs : "-",
-                drafter ? vs_ens_policy_name(eo.weights.policy) : "-", vs_spec_stop_name(log.stop),
-                (unsigned long long)s->sp.seed, s->threads);
-        if (es) {
-            fprintf(stderr, "[draft] prompt rows per input:");
-            for (int r = 0; r < eo.n_inputs; r++)
-                fprintf(stderr, " %s %d", vs_ens_input_name(eo.inputs[r]), es->prefix_rows[r]);
-            fprintf(stderr, "; last weights:");
-            for (int r = 0; r < eo.n_inputs; r++) fprintf(stderr, " %.3f", wlast[r]);
-            fprintf(stderr, "; weight policy time %.4f s\n", es->t_weights);
-            if (has_c)
-                fprintf(stderr,
-                        "[draft] captions: %.3f s captioning (%s), %.3f s waited after the prefill, "
-                        "%.3f s C-row prefill, %d empty\n",
-                        es->t_caption, captioner ? "on its own thread during the target prefill" : "given",
-                        es->t_caption_wait, es->t_c_prefill, es->n_empty_captions);
-        }
-        vs_spec_stats_print(&stats, stderr);
-        if (s->compare)
-            fprintf(stderr, "target-only output %s the speculative output%s\n",
-                    identical ? "is identical to" : "differs from",
-                    s->sp.temperature == 0 ? ""
-                                           : " (expected when sampling: the same distribution, other draws)");
-    }
-    if (s->compare && s->sp.temperature == 0 && !identical) {
+    if (!s->json && !s->quiet) print_report(&ro);
+    if (s->compare && s->sp.temperature == 0 && !ro.identical) {
         cli_fail(cmd, "greedy speculative output differs from target-only output (a bug: please report)");
         goto done;
     }
     rc = 0;
     goto done;
-oom:
-    cli_fail(cmd, "out of memory");
-    goto done;
 fail:
     fflush(stdout);
     cli_fail_err(cmd, &err);
 done:
-    vs_free(text);
-    vs_detok_free(st.dt);
-    vs_spec_log_free(&log);
-    vs_spec_log_free(&base);
-    vs_spec_drafter_free(drafter);
+    vs_result_free(&res);
+    vs_result_free(&base);
+    vs_session_free(sess);
     vs_caption_src_free(caps);
-    vs_captioner_free(captioner);
-    vs_spec_free(eng);
-    vs_free(seg);
-    vs_free(ids);
-    vs_mm_prompt_free(&mp);
-    for (int i = 0; i < n_img; i++) {
-        vs_free(trows[i]);
-        vs_vision_features_free(&feat[i]);
-    }
-    vs_mmproj_free(mp_draft);
-    vs_mmproj_free(mp_target);
-    vs_threadpool_free(tp);
-    vs_tokenizer_free(tok);
-    vs_lm_free(draft);
-    vs_lm_free(target);
+    vs_models_free(models);
     return rc;
 }

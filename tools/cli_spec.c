@@ -27,7 +27,9 @@ void vs_cli_spec_usage(FILE *f) {
             "speculative decoding (with -md):\n"
             "  -md, --model-draft FILE  draft LM (same tokenizer as the target)\n"
             "  --mmproj-draft FILE      the drafter's projector over the target's vision features (m mode)\n"
-            "  --draft GAMMA            drafted tokens per block (default 5; 0 = plain decoding)\n"
+            "  --method NAME            a named drafting method (vlmspec bench spec --help lists them:\n"
+            "                           m, t, c, p, mt, tabed-mt, massv ...) instead of --draft-mode\n"
+            "  --draft, --draft-max N   drafted tokens per block (default 5; 0 = plain decoding)\n"
             "  --draft-mode MODE        t: text-only drafting (default), m: multimodal drafting,\n"
             "                           reject: DEBUG drafter proposing its least likely token (measures\n"
             "                           the cost of speculation when every draft is rejected)\n"
@@ -40,21 +42,24 @@ void vs_cli_spec_usage(FILE *f) {
             "  --compare                also run target-only decoding of the same request: speedups\n"
             "  --json                   print one JSON object (text, tokens, statistics) instead\n"
             "  --mmproj FILE            the target's mmproj (vision tower + projector), with images\n"
-            "  --image FILE             an image for the next <image> marker of the prompt (repeatable)\n");
+            "  --image FILE             an image for the next <image> marker of the prompt (repeatable)\n"
+            "  --template NAME          format -p as a user turn with this chat template (vicuna-short,\n"
+            "                           vicuna, plain); an <image> marker is added per image it lacks\n");
 }
 
 int vs_cli_spec_parse_flag(const char *cmd, int argc, char **argv, int *i, vs_cli_spec_opts *o) {
     const char *a = argv[*i], *v;
-    static const char *const drafter_only[] = {"--compare",    "--draft-greedy", "--mmproj-draft",
-                                               "--draft",      "--tree-width",   "--draft-kv-type"};
+    static const char *const drafter_only[] = {"--compare",    "--draft-greedy", "--mmproj-draft", "--draft",
+                                               "--draft-max",  "--tree-width",   "--draft-kv-type", "--method"};
     for (size_t k = 0; k < VS_ARRAY_LEN(drafter_only); k++)
         if (!strcmp(a, drafter_only[k]) && !o->needs_draft) o->needs_draft = drafter_only[k];
     if (!strcmp(a, "--compare")) return o->compare = true, 1;
     if (!strcmp(a, "--json")) return o->json = true, 1;
     if (!strcmp(a, "--draft-greedy")) return o->greedy_draft = true, 1;
     if (strcmp(a, "-md") && strcmp(a, "--model-draft") && strcmp(a, "--mmproj-draft") &&
-        strcmp(a, "--draft") && strcmp(a, "--draft-mode") && strcmp(a, "--mmproj") && strcmp(a, "--image") &&
-        strcmp(a, "--tree-width") && strcmp(a, "--draft-kv-type"))
+        strcmp(a, "--draft") && strcmp(a, "--draft-max") && strcmp(a, "--draft-mode") && strcmp(a, "--mmproj") &&
+        strcmp(a, "--image") && strcmp(a, "--tree-width") && strcmp(a, "--draft-kv-type") &&
+        strcmp(a, "--method") && strcmp(a, "--template"))
         return 0;
     if (!(v = cli_value(cmd, argc, argv, i))) return -1;
     if (!strcmp(a, "-md") || !strcmp(a, "--model-draft"))
@@ -69,7 +74,11 @@ int vs_cli_spec_parse_flag(const char *cmd, int argc, char **argv, int *i, vs_cl
         o->images[o->n_images++] = v;
     } else if (!strcmp(a, "--mmproj-draft"))
         o->mmproj_draft = v;
-    else if (!strcmp(a, "--draft")) {
+    else if (!strcmp(a, "--method"))
+        o->method = v;
+    else if (!strcmp(a, "--template"))
+        o->chat_template = v;
+    else if (!strcmp(a, "--draft") || !strcmp(a, "--draft-max")) {
         if (!cli_parse_int(cmd, a, v, 0, VS_SPEC_MAX_GAMMA, &o->gamma)) return -1;
     } else if (!strcmp(a, "--tree-width")) {
         if (!cli_parse_int(cmd, a, v, 1, VS_DRAFT_ENS_MAX_WIDTH, &o->tree_width)) return -1;

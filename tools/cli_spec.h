@@ -41,13 +41,15 @@ typedef struct vs_cli_spec_opts {
     /* speculative decoding (vs_cli_spec_parse_flag) */
     const char *draft_model;  /* -md / --model-draft */
     const char *mmproj_draft; /* --mmproj-draft */
-    int gamma;                /* --draft (default 5) */
+    int gamma;                /* --draft / --draft-max (default 5) */
     vs_cli_draft_mode mode;   /* --draft-mode m|t|reject (default t) */
     bool greedy_draft;        /* --draft-greedy */
     int tree_width;           /* --tree-width D: width-D token trees (default 1 = chains) */
     vs_type draft_kv_type;    /* --draft-kv-type: the drafter's cache (default VS_TYPE_BF16) */
     bool compare;             /* --compare */
     bool json;                /* --json */
+    const char *method;       /* --method NAME (src/spec/methods.h) */
+    const char *chat_template; /* --template NAME: -p is a user turn formatted with it */
     const char *needs_draft;  /* the first flag seen that only a run with a drafter uses (an error without -md) */
 } vs_cli_spec_opts;
 

@@ -16,8 +16,8 @@
 static void usage(FILE *f) {
     fprintf(
         f,
-        "usage: vlmspec analyze tvd --model T.gguf --mmproj T-mm.gguf --draft NAME=D.gguf[,D-mm.gguf]\n"
-        "                           [--draft ...] --data DIR [options]\n"
+        "usage: vlmspec analyze tvd --model T.gguf --mmproj T-mm.gguf --drafter NAME=D.gguf[,D-mm.gguf]\n"
+        "                           [--drafter ...] --data DIR [options]\n"
         "For each selected test sample the target answers greedily (as `vlmspec eval` does); then the\n"
         "prompt + answer is teacher-forced through the target and through every drafter, and at every\n"
         "answer token (and the end-of-generation token) TVD(p, q) = 1/2 sum |p - q| between the target's\n"
@@ -31,16 +31,16 @@ static void usage(FILE *f) {
         "options:\n"
         "  -m, --model FILE       target LM GGUF (with tokenizer); --target is the same\n"
         "  --mmproj FILE          the target's mmproj (vision tower + projector)\n"
-        "  --draft SPEC           NAME=LM.gguf[,MMPROJ.gguf], or LM.gguf[,MMPROJ.gguf] (name: the file\n"
+        "  --drafter SPEC         NAME=LM.gguf[,MMPROJ.gguf], or LM.gguf[,MMPROJ.gguf] (name: the file\n"
         "                         name); repeat for several drafters (at most %d)\n"
         "  --data DIR             dataset directory ('vlmspec data gen')\n"
         "  --split S              test (default), train or captions\n"
-        "  --suite LIST           comma-separated suites or 'all' (default all); --suites is the same\n"
+        "  --suites LIST          comma-separated suites or 'all' (default all)\n"
         "  --limit N              first N samples of each suite (default all)\n"
         "  --mode M               m (default): drafters with an mmproj see the images; t: text-only\n"
         "  --second-turns         analyse second turns too (prompted with the target's own first\n"
         "                         answer); default first turns only\n"
-        "  --max-tokens N         tokens per target answer (default 256)\n"
+        "  -n, --max-tokens N     tokens per target answer (default 256; also --n-predict)\n"
         "  --bins N               histogram bins over [0, 1] (default 20)\n"
         "  -o, --output FILE      write the SVG histogram\n"
         "  --title TEXT           SVG title\n"
@@ -165,20 +165,20 @@ static int cmd_tvd(int argc, char **argv) {
             title = v;
         else if (!strcmp(a, "--mode"))
             mode = v;
-        else if (!strcmp(a, "--draft")) {
+        else if (!strcmp(a, "--drafter") || !strcmp(a, "--draft")) { /* --draft: the older spelling */
             if (n_ds == MAX_DRAFTERS) {
                 cli_fail(CMD, "at most %d drafters", MAX_DRAFTERS);
                 goto out;
             }
             if (!parse_draft(v, &ds[n_ds])) {
                 vs_free(ds[n_ds].buf);
-                cli_fail(CMD, "--draft %s: expected NAME=LM.gguf[,MMPROJ.gguf]", v);
+                cli_fail(CMD, "%s %s: expected NAME=LM.gguf[,MMPROJ.gguf]", a, v);
                 goto out;
             }
             n_ds++;
         } else if (!strcmp(a, "--limit")) {
             if (!cli_parse_i64(CMD, a, v, 1, INT64_MAX, &o.limit)) goto out;
-        } else if (!strcmp(a, "--max-tokens")) {
+        } else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict") || !strcmp(a, "--max-tokens")) {
             if (!cli_parse_int(CMD, a, v, 1, 1 << 20, &o.max_tokens)) goto out;
         } else if (!strcmp(a, "--bins")) {
             if (!cli_parse_int(CMD, a, v, 1, 1000, &bins)) goto out;
@@ -203,7 +203,7 @@ static int cmd_tvd(int argc, char **argv) {
         goto out;
     }
     if (n_ds == 0) {
-        cli_fail(CMD, "tvd: at least one --draft is required");
+        cli_fail(CMD, "tvd: at least one --drafter is required");
         goto out;
     }
     for (int i = 0; i < n_ds; i++)

@@ -20,25 +20,18 @@
  * Statistics go to stderr, one line per turn: prompt rows, rows reused, rows evaluated, tokens and
  * tokens/s (+ tau when speculative). Exit status: 0, or 1 when any command or turn failed (the chat
  * goes on after an error and says why), 2 for bad flags. */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "chat.h"
-#include "outfile.h"
 #include "cli.h"
-#include "draft_ensemble.h"
 #include "draft_lm.h"
-#include "lm.h"
-#include "mmprompt.h"
-#include "sample.h"
-#include "spec.h"
-#include "tokenizer.h"
-#include "vision.h"
+#include "outfile.h"
+#include "session.h"
 
 #define CMD "chat"
-#define N_BATCH 256
 
 typedef struct chat_opts {
     const char *model, *mmproj, *draft_model, *mmproj_draft, *tpl_name, *system, *dump;
@@ -49,37 +42,17 @@ typedef struct chat_opts {
     vs_sampler_params sp;
 } chat_opts;
 
-typedef struct chat_image {
-    vs_vision_features feat; /* ViT output, shared by every projector */
-    vs_mm_image rows;        /* the target's projected rows (owned) */
-    int64_t serial;          /* identity in the cache (never reused, not even after /reset) */
-} chat_image;
-
 typedef struct chat {
     const chat_opts *o;
-    vs_lm *lm, *draft;
-    vs_tokenizer *tok;
-    vs_threadpool *tp;
-    vs_mmproj *mp, *mp_draft;
-    const vs_vision_tower *tower;
-    const vs_chat_template *tpl;
+    vs_models *models;
+    vs_session *sess;
     int n_ctx;
     /* history */
     vs_chat_msg *msgs;
     int n_msgs, cap_msgs;
-    chat_image *imgs; /* every image of the conversation, in order */
+    vs_req_image *imgs; /* every image of the conversation, in order (paths owned) */
     int n_imgs, cap_imgs;
     int n_pending; /* the last n_pending images are attached to the next turn */
-    int64_t next_serial;
-    /* target only: the cache and its rows' identities */
-    vs_kv *kv;
-    int64_t *cache_id; /* (n_ctx) >= 0 token id, < 0: -(1 + serial * 2^32 + row) */
-    int n_cached;
-    float *logits;
-    vs_sampler *smp;
-    /* speculative */
-    vs_spec *eng;
-    vs_spec_drafter *drafter;
     int turn;
     bool dump_failed; /* a --dump file could not be written: the exit status says so */
 } chat;
@@ -99,7 +72,7 @@ static void usage(FILE *f) {
             "options:\n"
             "  -m, --model FILE        LLaMA-architecture GGUF (with a tokenizer)\n"
             "  --mmproj FILE           the model's mmproj (vision tower + projector)\n"
-            "  --template NAME         chat template (default vicuna):");
+            "  --template NAME         chat template (default vicuna-short, the shipped models' format):");
     for (int i = 0; i < vs_chat_template_count(); i++)
         fprintf(f, " %s", vs_chat_template_name(vs_chat_template_at(i)));
     fprintf(
@@ -136,7 +109,8 @@ static void usage(FILE *f) {
 static int parse(int argc, char **argv, chat_opts *o) {
     memset(o, 0, sizeof(*o));
     o->preproc = VS_PREPROC_LLAVA;
-    o->gamma = 5, o->tree_width = 1, o->n_predict = 256, o->threads = 2, o->kv_type = VS_TYPE_F16, o->tpl_name = "vicuna";
+    o->gamma = 5, o->tree_width = 1, o->n_predict = 256, o->threads = 2, o->kv_type = VS_TYPE_F16;
+    o->tpl_name = "vicuna-short";
     o->draft_kv_type = VS_TYPE_BF16;
     o->sp = vs_sampler_params_default();
     o->sp.temperature = 0.8f, o->sp.top_k = 40, o->sp.top_p = 0.95f, o->sp.min_p = 0.05f;
@@ -249,119 +223,75 @@ static int parse(int argc, char **argv, chat_opts *o) {
 
 /* ------------------------------------------------------------------------------------------------ */
 
-static void images_drop_from(chat *c, int first) {
-    for (int i = first; i < c->n_imgs; i++) {
-        vs_vision_features_free(&c->imgs[i].feat);
-        vs_mm_images_free(&c->imgs[i].rows, 1);
+/* Ctrl-C: during a reply it stops the reply (the session's cancel), at the prompt it ends the program. */
+static vs_session *volatile g_replying;
+
+static void on_sigint(int sig) {
+    vs_session *s = g_replying;
+    if (s) {
+        vs_session_cancel(s);
+        return;
     }
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+static void images_drop_from(chat *c, int first) {
+    for (int i = first; i < c->n_imgs; i++) vs_free((char *)c->imgs[i].path);
     c->n_imgs = first;
 }
 
 /* Forgets the conversation; keep_system keeps a leading system message (--system). */
 static void history_clear(chat *c, bool keep_system) {
     int first = keep_system && c->n_msgs > 0 && c->msgs[0].role == VS_CHAT_SYSTEM ? 1 : 0;
-    for (int i = first; i < c->n_msgs; i++)
-        vs_free((char *)c->msgs[i].content);
+    for (int i = first; i < c->n_msgs; i++) vs_free((char *)c->msgs[i].content);
     c->n_msgs = first;
     images_drop_from(c, 0);
     c->n_pending = 0;
 }
 
-static vs_status push_msg(chat *c, vs_chat_role role, const char *text, size_t len, int n_images,
-                          vs_error *err) {
+static vs_status push_msg(chat *c, vs_chat_role role, const char *text, size_t len, int n_images, vs_error *err) {
     if (c->n_msgs == c->cap_msgs) {
         int cap = c->cap_msgs ? 2 * c->cap_msgs : 16;
         vs_chat_msg *m = vs_realloc(c->msgs, sizeof(*m) * (size_t)cap);
-        if (!m)
-            return vs_error_set(err, VS_ERR_NOMEM, "chat: out of memory");
+        if (!m) return vs_error_set(err, VS_ERR_NOMEM, "chat: out of memory");
         c->msgs = m, c->cap_msgs = cap;
     }
-    char *s = vs_malloc(len + 1);
-    if (!s)
-        return vs_error_set(err, VS_ERR_NOMEM, "chat: out of memory");
-    memcpy(s, text, len);
-    s[len] = 0;
+    char *s = vs_strndup(text, len);
+    if (!s) return vs_error_set(err, VS_ERR_NOMEM, "chat: out of memory");
     c->msgs[c->n_msgs++] = (vs_chat_msg){.role = role, .content = s, .n_images = n_images};
     return VS_OK;
 }
 
 static void pop_msg(chat *c) { vs_free((char *)c->msgs[--c->n_msgs].content); }
 
-/* /image PATH: encode once (features for every projector) and project with the target's projector. */
-static vs_status attach_image(chat *c, const char *path, vs_error *err) {
-    if (!c->tower)
-        return vs_error_set(err, VS_ERR_INVALID, "/image %s: no --mmproj was given", path);
+/* /image PATH: encoded at once into the session's image cache (a broken file is refused here). */
+static vs_status attach_image(chat *c, const char *path, int64_t *n_rows, vs_error *err) {
+    if (!c->o->mmproj) return vs_error_set(err, VS_ERR_INVALID, "/image %s: no --mmproj was given", path);
     if (c->n_imgs == c->cap_imgs) {
         int cap = c->cap_imgs ? 2 * c->cap_imgs : 8;
-        chat_image *m = vs_realloc(c->imgs, sizeof(*m) * (size_t)cap);
-        if (!m)
-            return vs_error_set(err, VS_ERR_NOMEM, "chat: out of memory");
+        vs_req_image *m = vs_realloc(c->imgs, sizeof(*m) * (size_t)cap);
+        if (!m) return vs_error_set(err, VS_ERR_NOMEM, "chat: out of memory");
         c->imgs = m, c->cap_imgs = cap;
     }
-    chat_image *im = &c->imgs[c->n_imgs];
-    memset(im, 0, sizeof(*im));
-    vs_status st = vs_vision_encode_file(c->tower, c->tp, path, c->o->preproc, NULL, &im->feat, err);
-    if (st)
-        return st;
-    float *rows = NULL;
-    int64_t nr = 0;
-    const vs_vision_projector *p = vs_mmproj_projector(c->mp);
-    if ((st = vs_vision_embed(p, c->tp, &im->feat, 1, &rows, &nr, err))) {
-        vs_vision_features_free(&im->feat);
+    vs_req_image im = {.path = vs_strdup(path)};
+    if (!im.path) return vs_error_set(err, VS_ERR_NOMEM, "chat: out of memory");
+    vs_status st = vs_session_add_image(c->sess, &im, n_rows, err);
+    if (st) {
+        vs_free((char *)im.path);
         return st;
     }
-    im->rows = (vs_mm_image){rows, nr, vs_vision_projector_config(p)->proj_out};
-    im->serial = c->next_serial++;
-    c->n_imgs++;
+    c->imgs[c->n_imgs++] = im;
     c->n_pending++;
     return VS_OK;
 }
 
-/* Streams the reply: prints it and keeps a copy. */
-typedef struct reply {
-    vs_detok *dt;
-    char *buf;
-    size_t len, cap;
-    bool failed, oom;
-    vs_error err;
-} reply;
-
-static bool reply_put(reply *r, const char *s, size_t n) {
-    fwrite(s, 1, n, stdout);
+/* Streams the reply to stdout (the session keeps the text). */
+static bool print_text(void *ctx, const char *text, size_t len) {
+    (void)ctx;
+    fwrite(text, 1, len, stdout);
     fflush(stdout);
-    if (r->len + n + 1 > r->cap) {
-        size_t cap = VS_MAX(2 * r->cap, r->len + n + 64);
-        char *b = vs_realloc(r->buf, cap);
-        if (!b)
-            return r->oom = true, false;
-        r->buf = b, r->cap = cap;
-    }
-    memcpy(r->buf + r->len, s, n);
-    r->len += n;
-    r->buf[r->len] = 0;
     return true;
-}
-
-static bool reply_tokens(void *ctx, const int32_t *t, int32_t n) {
-    reply *r = ctx;
-    for (int32_t i = 0; i < n; i++) {
-        size_t len = 0;
-        const char *s = vs_detok_feed(r->dt, t + i, 1, &len, &r->err);
-        if (!s)
-            return r->failed = true, false;
-        if (!reply_put(r, s, len))
-            return false;
-    }
-    return true;
-}
-
-static int64_t row_id(const chat *c, const vs_mm_prompt *p, int64_t r) {
-    if (!p->embd[r])
-        return p->tokens[r];
-    int im = 0;
-    while (im + 1 < p->n_images && p->image_first[im + 1] <= r)
-        im++;
-    return -(1 + c->imgs[im].serial * ((int64_t)1 << 32) + (r - p->image_first[im]));
 }
 
 /* --dump: one file per turn and part; a failure is reported now and in the exit status at the end. */
@@ -375,235 +305,128 @@ static void write_file(chat *c, const char *what, const char *s, size_t n) {
     }
 }
 
-typedef struct turn_stats {
-    int64_t rows, reused;
-    int n_gen;
-    double t_prefill, t_decode;
-    const char *stop;
-    double tau;
-    int32_t draft_prefilled; /* speculative: prompt rows the drafter evaluated (its begin) */
-    bool spec;
-} turn_stats;
-
-/* Target only: evaluate the uncached rows, then decode. */
-static vs_status run_target(chat *c, const vs_mm_prompt *p, reply *r, turn_stats *ts, vs_error *err) {
-    const chat_opts *o = c->o;
-    const int32_t n_vocab = vs_lm_cfg(c->lm)->n_vocab;
-    int64_t keep = 0;
-    while (keep < c->n_cached && keep < p->n_rows - 1 && c->cache_id[keep] == row_id(c, p, keep))
-        keep++;
-    vs_status st = vs_kv_seq_truncate(c->kv, 0, (int)keep, err);
-    if (st)
-        return st;
-    c->n_cached = (int)keep;
-    ts->rows = p->n_rows, ts->reused = keep;
-    vs_lm_row rows[N_BATCH];
-    double t0 = vs_time_now();
-    for (int64_t r0 = keep; r0 < p->n_rows; r0 += N_BATCH) {
-        int64_t n = VS_MIN((int64_t)N_BATCH, p->n_rows - r0);
-        vs_mm_prompt_rows(p, r0, n, 0, 0, rows);
-        const bool last = r0 + n == p->n_rows;
-        rows[n - 1].want_logits = last;
-        vs_lm_out out = {.logits = last ? c->logits : NULL, .attn_layer = -1};
-        if ((st = vs_lm_forward(c->lm, c->kv, c->tp, rows, (int)n, &out, err)))
-            return st;
-        for (int64_t i = 0; i < n; i++)
-            c->cache_id[c->n_cached++] = row_id(c, p, r0 + i);
+static void dump_prompt(chat *c) {
+    char *text = NULL;
+    size_t len = 0;
+    vs_error err = {0};
+    if (vs_chat_format(vs_models_template(c->models), c->msgs, c->n_msgs, true, &text, &len, &err)) {
+        cli_fail_err(CMD, &err);
+        c->dump_failed = true;
+        return;
     }
-    double t1 = vs_time_now();
-    ts->t_prefill = t1 - t0;
-    ts->stop = "token limit";
-    while (ts->n_gen < o->n_predict) {
-        int32_t t;
-        if ((st = vs_sampler_sample(c->smp, c->logits, NULL, &t, err)))
-            return st;
-        ts->n_gen++;
-        if (!reply_tokens(r, &t, 1))
-            break;
-        if (!o->ignore_eos && vs_tokenizer_is_eog(c->tok, t)) {
-            ts->stop = "end of generation";
-            break;
-        }
-        if (ts->n_gen == o->n_predict)
-            break;
-        if (c->n_cached >= c->n_ctx) {
-            ts->stop = "context full";
-            break;
-        }
-        vs_lm_row row = {.token = t, .pos = c->n_cached, .want_logits = true};
-        vs_lm_out out = {.logits = c->logits, .attn_layer = -1};
-        if ((st = vs_lm_forward(c->lm, c->kv, c->tp, &row, 1, &out, err)))
-            return st;
-        c->cache_id[c->n_cached++] = t;
-    }
-    (void)n_vocab;
-    ts->t_decode = vs_time_now() - t1;
-    return VS_OK;
+    write_file(c, "prompt", text, len);
+    vs_free(text);
 }
 
-/* Speculative: the engine with reuse_prefix; images identified by serial + 1 (spec.h image_id). */
-static vs_status run_spec(chat *c, const vs_mm_prompt *p, reply *r, turn_stats *ts, vs_error *err) {
+static void print_turn_stats(const chat *c, const vs_result *res) {
+    const vs_spec_log *l = &res->log;
+    const int64_t reused = VS_MAX(0, l->n_prompt - 1 - l->n_prefilled); /* the last row is never cached */
+    const double tps = l->n_tokens > 0 && l->t_decode > 0 ? l->n_tokens / l->t_decode : 0;
+    fprintf(stderr,
+            "[chat] turn %d: prompt %d rows (%d images), reused %lld, evaluated %lld in %.3f s; %d tokens in %.3f s "
+            "(%.2f t/s)",
+            c->turn, l->n_prompt, c->n_imgs, (long long)reused, (long long)(l->n_prompt - reused),
+            l->t_prefill + l->t_draft_prefill, l->n_tokens, l->t_decode, tps);
+    if (res->drafter) {
+        vs_spec_stats st;
+        vs_spec_stats_compute(l, NULL, &st);
+        fprintf(stderr, "; tau %.3f (gamma %d), draft prefill %d rows", st.tau, c->o->gamma,
+                vs_draft_lm_prefilled(res->drafter));
+    }
+    fprintf(stderr, "; stop: %s\n", vs_finish_name(res->finish));
+}
+
+static void make_request(const chat *c, vs_request *rq) {
     const chat_opts *o = c->o;
-    vs_spec_segment *segs = vs_calloc((size_t)p->n_rows, sizeof(*segs));
-    const vs_vision_features **featp = vs_calloc((size_t)VS_MAX(c->n_imgs, 1), sizeof(*featp));
-    vs_spec_log log;
-    vs_spec_log_init(&log);
-    vs_status st = VS_OK;
-    if (!segs || !featp) {
-        st = vs_error_set(err, VS_ERR_NOMEM, "chat: out of memory");
-        goto done;
+    vs_request_default(rq);
+    rq->msgs = c->msgs, rq->n_msgs = c->n_msgs;
+    rq->images = c->imgs, rq->n_images = c->n_imgs;
+    rq->n_predict = o->n_predict;
+    rq->sampling = o->sp;
+    rq->sampling.seed = o->sp.seed + (uint64_t)c->turn; /* each turn its own draws */
+    rq->ignore_eos = o->ignore_eos;
+    rq->reuse_prefix = true;
+    rq->on_text = print_text;
+    if (o->draft_model) {
+        rq->draft.method = o->mode_m ? "m" : "t";
+        rq->draft.gamma = o->gamma;
+        rq->draft.opts.tree_width = o->tree_width;
+        rq->draft.opts.greedy = o->greedy_draft;
     }
-    for (int i = 0; i < c->n_imgs; i++)
-        featp[i] = &c->imgs[i].feat;
-    int ns = 0;
-    for (int64_t row = 0; row < p->n_rows;) {
-        if (p->embd[row]) {
-            int im = 0;
-            while (im + 1 < p->n_images && p->image_first[im + 1] <= row)
-                im++;
-            segs[ns++] = (vs_spec_segment){.kind = VS_SPEC_SEG_IMAGE,
-                                           .n = (int32_t)c->imgs[im].rows.n_rows,
-                                           .embd = c->imgs[im].rows.rows,
-                                           .image = im,
-                                           .image_id = c->imgs[im].serial < INT32_MAX - 1
-                                                           ? (int32_t)(c->imgs[im].serial + 1)
-                                                           : 0};
-            row += c->imgs[im].rows.n_rows;
-        } else {
-            int64_t e = row;
-            while (e < p->n_rows && !p->embd[e])
-                e++;
-            segs[ns++] = (vs_spec_segment){
-                .kind = VS_SPEC_SEG_TEXT, .n = (int32_t)(e - row), .tokens = p->tokens + row};
-            row = e;
-        }
-    }
-    vs_spec_prompt prompt = {.seg = segs, .n_seg = ns, .images = featp, .n_images = c->n_imgs};
-    vs_spec_params par = vs_spec_params_default();
-    par.gamma = o->gamma;
-    par.n_predict = o->n_predict;
-    par.sampling = o->sp;
-    par.sampling.seed = o->sp.seed + (uint64_t)c->turn;
-    par.ignore_eos = o->ignore_eos;
-    par.reuse_prefix = true;
-    st = vs_spec_generate(c->eng, c->drafter, &prompt, &par, reply_tokens, r, &log, err);
-    if (!st || log.n_tokens > 0) {
-        vs_spec_stats stats;
-        vs_spec_stats_compute(&log, NULL, &stats);
-        ts->spec = true;
-        ts->tau = stats.tau;
-        ts->draft_prefilled = vs_draft_lm_prefilled(c->drafter);
-        ts->n_gen = log.n_tokens;
-        ts->rows = log.n_prompt;
-        ts->reused = log.n_prompt - 1 - log.n_prefilled;
-        ts->t_prefill = log.t_prefill + log.t_draft_prefill;
-        ts->t_decode = log.t_decode;
-        ts->stop = log.stop == VS_SPEC_STOP_CONTEXT ? "context full" : vs_spec_stop_name(log.stop);
-    }
-done:
-    vs_spec_log_free(&log);
-    vs_free(segs);
-    vs_free(featp);
-    return st;
 }
 
 /* Trimmed copy bounds of s (spaces and newlines at both ends). */
 static void trim(const char *s, size_t n, size_t *b, size_t *e) {
     *b = 0, *e = n;
-    while (*b < *e && (s[*b] == ' ' || s[*b] == '\n' || s[*b] == '\t' || s[*b] == '\r'))
-        (*b)++;
-    while (*e > *b && (s[*e - 1] == ' ' || s[*e - 1] == '\n' || s[*e - 1] == '\t' || s[*e - 1] == '\r'))
-        (*e)--;
+    while (*b < *e && (s[*b] == ' ' || s[*b] == '\n' || s[*b] == '\t' || s[*b] == '\r')) (*b)++;
+    while (*e > *b && (s[*e - 1] == ' ' || s[*e - 1] == '\n' || s[*e - 1] == '\t' || s[*e - 1] == '\r')) (*e)--;
 }
 
 /* One user turn. Returns VS_OK or an error (the history is then as before the turn). */
-static vs_status user_turn(chat *c, const char *text, size_t len, vs_error *err) {
-    const chat_opts *o = c->o;
+static vs_status user_turn(chat *c, const char *text, size_t len, vs_result *res, vs_error *err) {
     const int n_att = c->n_pending;
     vs_status st = push_msg(c, VS_CHAT_USER, text, len, n_att, err);
-    if (st)
-        return st;
+    if (st) return st;
     c->n_pending = 0;
-    char *ptext = NULL;
-    size_t plen = 0;
-    vs_mm_prompt mp;
-    memset(&mp, 0, sizeof(mp));
-    vs_mm_image *ims = vs_calloc((size_t)VS_MAX(c->n_imgs, 1), sizeof(*ims));
-    reply r;
-    memset(&r, 0, sizeof(r));
-    turn_stats ts = {0};
-    if (!ims) {
-        st = vs_error_set(err, VS_ERR_NOMEM, "chat: out of memory");
-        goto undo;
-    }
-    for (int i = 0; i < c->n_imgs; i++)
-        ims[i] = c->imgs[i].rows;
-    if ((st = vs_chat_format(c->tpl, c->msgs, c->n_msgs, true, &ptext, &plen, err)))
-        goto undo;
-    vs_mm_prompt_opts po = {.lm_width = vs_lm_cfg(c->lm)->n_embd, .n_ctx = c->n_ctx};
-    if ((st = vs_mm_prompt_build(&mp, c->tok, ptext, plen, ims, c->n_imgs, &po, err))) {
-        if (st == VS_ERR_RANGE)
-            vs_error_wrap(err, "the conversation does not fit the context of %d rows (/reset starts over)",
-                          c->n_ctx);
-        goto undo;
-    }
     c->turn++;
-    if (o->dump)
-        write_file(c, "prompt", ptext, plen);
-    if (!(r.dt = vs_detok_new(c->tok, 0, err))) {
-        st = err->code;
-        goto undo;
-    }
-    st = c->eng ? run_spec(c, &mp, &r, &ts, err) : run_target(c, &mp, &r, &ts, err);
-    if (!st && r.failed)
-        *err = r.err, st = err->code;
-    if (!st && r.oom)
-        st = vs_error_set(err, VS_ERR_NOMEM, "chat: out of memory");
-    if (st) {
-        printf("\n");
-        fflush(stdout);
-        goto undo;
-    }
-    size_t tl = 0;
-    const char *tail = vs_detok_flush(r.dt, &tl);
-    reply_put(&r, tail, tl);
+    if (c->o->dump) dump_prompt(c);
+    vs_request rq;
+    make_request(c, &rq);
+    g_replying = c->sess;
+    st = vs_session_run(c->sess, &rq, res, err);
+    g_replying = NULL;
     printf("\n");
     fflush(stdout);
-    if (o->dump)
-        write_file(c, "reply", r.buf ? r.buf : "", r.len);
-    size_t b, e;
-    trim(r.buf ? r.buf : "", r.len, &b, &e);
-    if ((st = push_msg(c, VS_CHAT_ASSISTANT, r.buf ? r.buf + b : "", e - b, 0, err)))
-        goto undo;
-    if (!o->quiet) {
-        double tps = ts.n_gen > 0 && ts.t_decode > 0 ? ts.n_gen / ts.t_decode : 0;
-        fprintf(stderr,
-                "[chat] turn %d: prompt %lld rows (%d images), reused %lld, evaluated %lld in %.3f s; "
-                "%d tokens in %.3f s (%.2f t/s)",
-                c->turn, (long long)ts.rows, c->n_imgs, (long long)ts.reused,
-                (long long)(ts.rows - ts.reused), ts.t_prefill, ts.n_gen, ts.t_decode, tps);
-        if (ts.spec)
-            fprintf(stderr, "; tau %.3f (gamma %d), draft prefill %d rows", ts.tau, o->gamma,
-                    ts.draft_prefilled);
-        fprintf(stderr, "; stop: %s\n", ts.stop);
+    if (st) {
+        if (st == VS_ERR_RANGE)
+            vs_error_wrap(err, "the conversation does not fit the context of %d rows (/reset starts over)", c->n_ctx);
+        c->turn--;
+        pop_msg(c); /* the turn did not happen: its images become pending again */
+        c->n_pending = n_att;
+        return st;
     }
-    if (!strcmp(ts.stop, "context full"))
-        fprintf(stderr,
-                "vlmspec chat: the context (%d rows) is full: the reply was cut; /reset starts over\n",
+    if (c->o->dump) write_file(c, "reply", res->text, res->text_len);
+    size_t b, e;
+    trim(res->text, res->text_len, &b, &e);
+    if ((st = push_msg(c, VS_CHAT_ASSISTANT, res->text + b, e - b, 0, err))) return st;
+    if (!c->o->quiet) print_turn_stats(c, res);
+    if (res->finish == VS_FINISH_CONTEXT)
+        fprintf(stderr, "vlmspec chat: the context (%d rows) is full: the reply was cut; /reset starts over\n",
                 c->n_ctx);
-    goto done;
-undo:
-    /* the turn did not happen: drop its message, its images become pending again */
-    if (c->n_msgs > 0 && c->msgs[c->n_msgs - 1].role == VS_CHAT_USER)
-        pop_msg(c);
-    c->n_pending = n_att;
-done:
-    vs_free(r.buf);
-    vs_detok_free(r.dt);
-    vs_mm_prompt_free(&mp);
-    vs_free(ims);
-    vs_free(ptext);
-    return st;
+    if (res->finish == VS_FINISH_CANCEL) fprintf(stderr, "[chat] reply stopped (Ctrl-C)\n");
+    return VS_OK;
+}
+
+static void help(void) {
+    fprintf(stderr, "  /image PATH   attach an image to the next turn\n"
+                    "  /reset        clear the conversation\n"
+                    "  /help         this list\n"
+                    "  /quit         end (also Ctrl-D; Ctrl-C stops a reply, at the prompt it ends)\n");
+}
+
+/* A line starting with '/': returns 0 when handled, 1 when it failed, -1 for /quit. */
+static int command(chat *c, const char *s) {
+    vs_error err = {0};
+    if (!strcmp(s, "/quit") || !strcmp(s, "/exit")) return -1;
+    if (!strcmp(s, "/help")) return help(), 0;
+    if (!strcmp(s, "/reset")) {
+        history_clear(c, true);
+        if (!c->o->quiet) fprintf(stderr, "[chat] conversation cleared\n");
+        return 0;
+    }
+    if (!strncmp(s, "/image", 6) && (s[6] == ' ' || s[6] == '\t' || !s[6])) {
+        const char *path = s + 6;
+        while (*path == ' ' || *path == '\t') path++;
+        if (!*path) return fprintf(stderr, "vlmspec chat: /image needs a PATH\n"), 1;
+        int64_t rows = 0;
+        if (attach_image(c, path, &rows, &err))
+            return fprintf(stderr, "vlmspec chat: %s; the image is not attached, the chat goes on\n", err.msg), 1;
+        if (!c->o->quiet)
+            fprintf(stderr, "[chat] image %s attached to the next turn (%lld rows)\n", path, (long long)rows);
+        return 0;
+    }
+    fprintf(stderr, "vlmspec chat: unknown command '%s' (/help lists them)\n", s);
+    return 1;
 }
 
 static int chat_loop(chat *c) {
@@ -613,159 +436,86 @@ static int chat_loop(chat *c) {
     size_t cap = 0;
     ssize_t n;
     vs_error err = {0};
+    vs_result res;
+    vs_result_init(&res);
     for (;;) {
-        if (tty)
-            fputs("> ", stderr), fflush(stderr);
-        if ((n = getline(&line, &cap, stdin)) < 0)
-            break;
-        while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
-            line[--n] = 0;
-        size_t b = 0;
-        while (line[b] == ' ' || line[b] == '\t')
-            b++;
-        const char *s = line + b;
-        if (!*s)
-            continue;
-        if (!strcmp(s, "/quit") || !strcmp(s, "/exit"))
-            break;
-        if (!strcmp(s, "/reset")) {
-            history_clear(c, true);
-            if (!c->o->quiet)
-                fprintf(stderr, "[chat] conversation cleared\n");
-            continue;
-        }
-        if (!strncmp(s, "/image", 6) && (s[6] == ' ' || s[6] == '\t' || !s[6])) {
-            const char *path = s + 6;
-            while (*path == ' ' || *path == '\t')
-                path++;
-            if (!*path) {
-                fprintf(stderr, "vlmspec chat: /image needs a PATH\n");
-                n_fail++;
-                continue;
-            }
-            if (attach_image(c, path, &err)) {
-                fprintf(stderr, "vlmspec chat: %s; the image is not attached, the chat goes on\n", err.msg);
-                n_fail++;
-            } else if (!c->o->quiet) {
-                fprintf(stderr, "[chat] image %s attached to the next turn (%lld rows)\n", path,
-                        (long long)c->imgs[c->n_imgs - 1].rows.n_rows);
-            }
-            continue;
-        }
+        if (tty) fputs("> ", stderr), fflush(stderr);
+        if ((n = getline(&line, &cap, stdin)) < 0) break;
+        while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r')) line[--n] = 0;
+        const char *s = line;
+        while (*s == ' ' || *s == '\t') s++;
+        if (!*s) continue;
         if (s[0] == '/' && s[1] != '/' && s[1] != ' ') {
-            fprintf(stderr, "vlmspec chat: unknown command '%s' (/image PATH, /reset, /quit)\n", s);
-            n_fail++;
+            const int r = command(c, s);
+            if (r < 0) break;
+            n_fail += r;
             continue;
         }
-        if (user_turn(c, s, strlen(s), &err)) {
+        if (user_turn(c, s, strlen(s), &res, &err)) {
             fprintf(stderr, "vlmspec chat: %s; the turn was dropped, the chat goes on\n", err.msg);
             n_fail++;
         }
     }
     free(line);
+    vs_result_free(&res);
     if (c->n_pending > 0)
-        fprintf(stderr, "vlmspec chat: %d attached image(s) were never sent (no turn followed)\n",
-                c->n_pending);
+        fprintf(stderr, "vlmspec chat: %d attached image(s) were never sent (no turn followed)\n", c->n_pending);
     return n_fail ? 1 : 0;
+}
+
+/* The model set and the session. */
+static vs_status chat_open(chat *c, vs_error *err) {
+    const chat_opts *o = c->o;
+    vs_models_opts mo = {.model = o->model, .mmproj = o->mmproj, .threads = o->threads, .warm_up = false,
+                         .chat_template = o->tpl_name, .preproc = o->preproc};
+    mo.draft[VS_ROLE_LLAVA] = o->draft_model, mo.draft_mmproj[VS_ROLE_LLAVA] = o->mmproj_draft;
+    if (!(c->models = vs_models_load(&mo, err))) return err->code;
+    c->n_ctx = o->n_ctx > 0 ? o->n_ctx : vs_lm_cfg(vs_models_target(c->models))->n_ctx_train;
+    vs_session_opts so = {.n_ctx = c->n_ctx, .kv_type = o->kv_type, .draft_n_ctx = c->n_ctx,
+                          .draft_kv_type = o->draft_kv_type};
+    if (!(c->sess = vs_session_new(c->models, &so, err))) return err->code;
+    if (o->draft_model) { /* a drafter that cannot be made is reported before the first turn */
+        vs_draft_cfg dc;
+        vs_draft_cfg_default(&dc);
+        dc.method = o->mode_m ? "m" : "t";
+        dc.opts.tree_width = o->tree_width, dc.opts.greedy = o->greedy_draft;
+        vs_status st = vs_session_prepare(c->sess, &dc, err);
+        if (st) return st;
+    }
+    if (o->system) return push_msg(c, VS_CHAT_SYSTEM, o->system, strlen(o->system), 0, err);
+    return VS_OK;
 }
 
 int vs_cmd_chat(int argc, char **argv) {
     chat_opts o;
     int st = parse(argc, argv, &o);
-    if (st >= 0)
-        return st;
+    if (st >= 0) return st;
+    if (!vs_chat_template_find(o.tpl_name)) {
+        cli_fail(CMD, "unknown template '%s' (see vlmspec chat --help)", o.tpl_name);
+        return 2;
+    }
     int rc = 1;
     vs_error err = {0};
     chat c;
     memset(&c, 0, sizeof(c));
     c.o = &o;
-    if (!(c.tpl = vs_chat_template_find(o.tpl_name))) {
-        cli_fail(CMD, "unknown template '%s' (see vlmspec chat --help)", o.tpl_name);
-        return 2;
-    }
-    if (!(c.lm = vs_lm_load(o.model, &err)))
-        goto fail;
-    if (!(c.tok = vs_tokenizer_from_gguf(vs_lm_gguf(c.lm), &err)))
-        goto fail;
-    const vs_lm_config *lc = vs_lm_cfg(c.lm);
-    c.n_ctx = o.n_ctx > 0 ? o.n_ctx : lc->n_ctx_train;
-    if (o.threads > 1 && !(c.tp = vs_threadpool_new(o.threads, &err)))
-        goto fail;
-    if (o.mmproj) {
-        if (!(c.mp = vs_mmproj_open(o.mmproj, &err)))
-            goto fail;
-        if (!(c.tower = vs_mmproj_tower(c.mp))) {
-            cli_fail(CMD, "%s has no vision tower (a projector-only file cannot encode images)", o.mmproj);
-            goto done;
-        }
-        if (vs_vision_check_projector(c.tower, vs_mmproj_projector(c.mp), &err))
-            goto fail;
-        int32_t pw = vs_vision_projector_config(vs_mmproj_projector(c.mp))->proj_out;
-        if (pw != lc->n_embd) {
-            cli_fail(CMD, "the projector of %s writes rows of %d values but %s has width %d", o.mmproj, pw,
-                     o.model, lc->n_embd);
-            goto done;
-        }
-    }
-    if (o.system && push_msg(&c, VS_CHAT_SYSTEM, o.system, strlen(o.system), 0, &err))
-        goto fail;
-    if (o.draft_model) {
-        if (!(c.draft = vs_lm_load(o.draft_model, &err)))
-            goto fail;
-        vs_spec_config ec = {.n_ctx = c.n_ctx, .kv_type = o.kv_type, .tp = c.tp, .tok = c.tok};
-        if (!(c.eng = vs_spec_new(c.lm, &ec, &err)))
-            goto fail;
-        vs_draft_lm_opts dopt = {.mode = o.mode_m ? VS_DRAFT_LM_MM : VS_DRAFT_LM_TEXT,
-                                 .n_ctx = c.n_ctx,
-                                 .kv_type = o.draft_kv_type,
-                                 .tp = c.tp,
-                                 .greedy = o.greedy_draft,
-                                 .tree_width = o.tree_width};
-        if (o.mode_m) {
-            if (!(c.mp_draft = vs_mmproj_open(o.mmproj_draft, &err)))
-                goto fail;
-            dopt.proj = vs_mmproj_projector(c.mp_draft);
-            dopt.tower = c.tower;
-        }
-        if (!(c.drafter = vs_draft_lm_new(c.draft, c.lm, &dopt, &err)))
-            goto fail;
+    if (chat_open(&c, &err)) {
+        cli_fail_err(CMD, &err);
     } else {
-        if (!(c.kv = vs_lm_kv_new(c.lm, 1, c.n_ctx, o.kv_type, &err)))
-            goto fail;
-        if (!(c.smp = vs_sampler_new(lc->n_vocab, &o.sp, &err)))
-            goto fail;
-        c.cache_id = vs_malloc(sizeof(int64_t) * (size_t)c.n_ctx);
-        c.logits = vs_malloc(sizeof(float) * (size_t)lc->n_vocab);
-        if (!c.cache_id || !c.logits) {
-            cli_fail(CMD, "out of memory");
-            goto done;
-        }
+        if (!o.quiet)
+            fprintf(stderr, "[chat] %s%s%s, template %s, context %d rows, %s, seed %llu, %d threads%s\n", o.model,
+                    o.mmproj ? " + " : "", o.mmproj ? o.mmproj : "", o.tpl_name, c.n_ctx,
+                    o.draft_model ? "speculative" : "target only", (unsigned long long)o.sp.seed, o.threads,
+                    isatty(0) ? "; /help lists the commands" : "");
+        signal(SIGINT, on_sigint);
+        rc = chat_loop(&c);
+        signal(SIGINT, SIG_DFL);
+        if (rc == 0 && c.dump_failed) rc = 1;
     }
-    if (!o.quiet)
-        fprintf(stderr, "[chat] %s%s%s, template %s, context %d rows, %s, seed %llu, %d threads%s\n", o.model,
-                o.mmproj ? " + " : "", o.mmproj ? o.mmproj : "", o.tpl_name, c.n_ctx,
-                o.draft_model ? "speculative" : "target only", (unsigned long long)o.sp.seed, o.threads,
-                isatty(0) ? "; /image PATH, /reset, /quit" : "");
-    rc = chat_loop(&c);
-    if (rc == 0 && c.dump_failed) rc = 1;
-    goto done;
-fail:
-    cli_fail_err(CMD, &err);
-done:
     history_clear(&c, false);
     vs_free(c.msgs);
     vs_free(c.imgs);
-    vs_free(c.cache_id);
-    vs_free(c.logits);
-    vs_sampler_free(c.smp);
-    vs_kv_free(c.kv);
-    vs_spec_drafter_free(c.drafter);
-    vs_spec_free(c.eng);
-    vs_mmproj_free(c.mp_draft);
-    vs_mmproj_free(c.mp);
-    vs_threadpool_free(c.tp);
-    vs_tokenizer_free(c.tok);
-    vs_lm_free(c.draft);
-    vs_lm_free(c.lm);
+    vs_session_free(c.sess);
+    vs_models_free(c.models);
     return rc;
 }

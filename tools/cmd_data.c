@@ -431,9 +431,9 @@ static void distill_usage(FILE *f) {
         "  --limit N          conversations per suite, the first in file order (default 0: all)\n"
         "  --temps LIST       sampling temperatures (default 0,0.7,1.0; 0 = greedy)\n"
         "  --top-p P          top-p of every setting (default 0.9)\n"
-        "  --max-tokens N     per answer (default 192)\n"
+        "  -n, --max-tokens N per answer (default 192; also --n-predict)\n"
         "  --seed S           answer k is sampled with seed S + k (default 1)\n"
-        "  --threads N        threads (default 2)\n"
+        "  -t, --threads N    threads (default 2)\n"
         "  --max-jobs N       stop after N new records (default 0: no limit)\n"
         "  --time-limit SEC   stop after SEC seconds (default 0: no limit)\n"
         "  -q, --quiet        no progress line\n");
@@ -477,11 +477,11 @@ static int cmd_distill(int argc, char **argv) {
             ok = cli_parse_f64(cmd, a, v, 1e-6, 1, &top_p);
         else if (!strcmp(a, "--limit"))
             ok = cli_parse_i64(cmd, a, v, 0, INT64_MAX, &limit);
-        else if (!strcmp(a, "--max-tokens"))
+        else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict") || !strcmp(a, "--max-tokens"))
             ok = cli_parse_int(cmd, a, v, 1, 1 << 16, &max_tokens);
         else if (!strcmp(a, "--seed"))
             ok = cli_parse_i64(cmd, a, v, 0, INT64_MAX, &seed);
-        else if (!strcmp(a, "--threads"))
+        else if (!strcmp(a, "-t") || !strcmp(a, "--threads"))
             ok = cli_parse_int(cmd, a, v, 1, 256, &threads);
         else if (!strcmp(a, "--max-jobs"))
             ok = cli_parse_i64(cmd, a, v, 0, INT64_MAX, &max_jobs);

@@ -35,7 +35,7 @@ static void usage(FILE *f) {
                "  --pool K             average-pool the patch grid K x K before the projector (default 1)\n"
                "  --preproc MODE       llava (default: pad with the mean colour, Pillow bicubic) or\n"
                "                       llamacpp (llama.cpp's fit-and-pad with its own bicubic)\n"
-               "  --threads N          worker threads (default: online CPUs, at most 8)\n"
+               "  -t, --threads N      worker threads (default: online CPUs, at most 8)\n"
                "  -h, --help           this help\n");
 }
 
@@ -73,7 +73,7 @@ int vs_cmd_embed_image(int argc, char **argv) {
             want_imp = true;
         } else if (!strcmp(a, "--pool")) {
             if (!(v = cli_value(CMD, argc, argv, &i)) || !cli_parse_int(CMD, a, v, 1, 4096, &pool)) return 2;
-        } else if (!strcmp(a, "--threads")) {
+        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
             if (!(v = cli_value(CMD, argc, argv, &i)) || !cli_parse_int(CMD, a, v, 1, 512, &n_threads))
                 return 2;
         } else if (!strcmp(a, "--preproc")) {

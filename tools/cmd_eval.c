@@ -24,7 +24,7 @@ static void usage(FILE *f) {
             "  --split S            test (default), train or captions\n"
             "  --suites LIST        comma-separated suites or 'all' (default all)\n"
             "  --limit N            first N samples of each suite (default all)\n"
-            "  --max-tokens N       tokens per answer (default 256)\n"
+            "  -n, --max-tokens N   tokens per answer (default 256; also --n-predict)\n"
             "  --history H          own (default) or reference: the first answer second turns see\n"
             "  --ablate-images A    swap: each sample gets the images of the next sample of its suite\n"
             "                       with as many images; none: the prompt's image markers are removed.\n"
@@ -108,7 +108,7 @@ int vs_cmd_eval(int argc, char **argv) {
             details = v;
         else if (!strcmp(a, "--limit")) {
             if (!cli_parse_i64(CMD, a, v, 1, INT64_MAX, &limit)) return 2;
-        } else if (!strcmp(a, "--max-tokens")) {
+        } else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict") || !strcmp(a, "--max-tokens")) {
             if (!cli_parse_int(CMD, a, v, 1, 1 << 20, &lo.max_tokens)) return 2;
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
             if (!cli_parse_int(CMD, a, v, 1, 1024, &threads)) return 2;

@@ -1,7 +1,7 @@
-/* vlmspec generate: plain autoregressive generation with the target model, streaming text.
- * Structure (kept for the issues that extend it: images, speculative decoding): the command line is
- * parsed into a gen_opts, then gen_run loads the model and runs prefill (one batched forward over the
- * prompt) and the decode loop (one row per step, sampled with vs_sampler). Statistics go to stderr. */
+/* vlmspec generate: one request (text, images, optional speculative decoding), streaming text.
+ * The command line is parsed into a gen_opts (the speculative and ensemble flags by cli_spec.c and
+ * cli_ensemble.c); cli_ensemble.c runs it through the library's session (src/spec/session.h), the same
+ * path with or without a drafter. Statistics go to stderr. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,7 +35,8 @@ typedef struct gen_opts {
 static void usage(FILE *f) {
     fprintf(f,
             "usage: vlmspec generate -m MODEL (-p PROMPT | --tokens IDS) [options]\n"
-            "Generates text after a prompt with the model alone and streams it to stdout.\n\n"
+            "Generates text after a prompt (with images and speculative decoding when asked) and streams it\n"
+            "to stdout.\n\n"
             "options:\n"
             "  -m, --model FILE     LLaMA-architecture GGUF\n"
             "  -p, --prompt TEXT    prompt text (BOS added as the file says)\n"
@@ -48,7 +49,7 @@ static void usage(FILE *f) {
             "  --min-p P            drop tokens below P x the top probability (default 0.05; 0 = off)\n"
             "  --seed S             sampling seed (default: from the clock, printed)\n"
             "  -t, --threads N      threads (default 2)\n"
-            "  -c, --ctx N          KV cache rows (default prompt + N, at most the model's context)\n"
+            "  -c, --ctx N          KV cache rows (default: the model's context)\n"
             "  --kv-type T          the target's KV cache storage: f16 (default) or f32\n"
             "  --no-bos             do not add BOS to the prompt\n"
             "  --special            parse special-token text (<s>, </s>) in the prompt\n"
@@ -153,153 +154,25 @@ static int gen_parse(int argc, char **argv, gen_opts *o) {
     return -1;
 }
 
-static int gen_run(const gen_opts *o) {
-    int rc = 1;
-    vs_error err = {0};
-    vs_tokenizer *tok = NULL;
-    vs_detok *dt = NULL;
-    vs_threadpool *tp = NULL;
-    vs_kv *kv = NULL;
-    vs_sampler *smp = NULL;
-    int32_t *ptok = NULL;
-    vs_lm_row *rows = NULL;
-    float *logits = NULL;
-    int np = 0;
-    vs_lm *lm = vs_lm_load(o->model, &err);
-    if (!lm) goto fail;
-    const vs_lm_config *c = vs_lm_cfg(lm);
-    /* The tokenizer is needed for text in or out; a file without one can still run on ids. */
-    if (vs_gguf_find_key(vs_lm_gguf(lm), "tokenizer.ggml.tokens") >= 0) {
-        if (!(tok = vs_tokenizer_from_gguf(vs_lm_gguf(lm), &err))) goto fail;
-    } else if (o->prompt || !o->show_ids) {
-        cli_fail(CMD, "%s has no tokenizer: use --tokens IDS and --ids", o->model);
-        goto done;
-    }
-    if (o->prompt) {
-        int64_t n64 = 0;
-        if (vs_tokenize_alloc(tok, o->prompt, strlen(o->prompt), !o->no_bos, o->special, &ptok, &n64, &err))
-            goto fail;
-        np = (int)n64;
-    } else if (!parse_ids(o->tokens, &ptok, &np)) {
-        cli_fail(CMD, "--tokens '%s': expected comma-separated token ids", o->tokens);
-        goto done;
-    }
-    if (np < 1) {
-        cli_fail(CMD, "the prompt is empty");
-        goto done;
-    }
-    int n_ctx = o->n_ctx > 0 ? o->n_ctx : VS_MIN(np + o->n_predict, c->n_ctx_train);
-    /* the prompt must fit; the first token comes from the prefill's logits, so a full cache still
-     * yields one (then "context full"), as in the speculative path (tools/cli_ensemble.c) */
-    if (np > n_ctx) {
-        cli_fail(CMD, "the prompt has %d tokens but the context holds %d", np, n_ctx);
-        goto done;
-    }
-    if (o->threads > 1 && !(tp = vs_threadpool_new(o->threads, &err))) goto fail;
-    if (!(kv = vs_lm_kv_new(lm, 1, n_ctx, o->kv_type, &err))) goto fail;
-    if (!(smp = vs_sampler_new(c->n_vocab, &o->sp, &err))) goto fail;
-    if (tok && !(dt = vs_detok_new(tok, 0, &err))) goto fail;
-    rows = vs_calloc((size_t)np, sizeof(vs_lm_row));
-    logits = vs_malloc(sizeof(float) * (size_t)c->n_vocab);
-    if (!rows || !logits) {
-        cli_fail(CMD, "out of memory");
-        goto done;
-    }
-    /* prefill: the whole prompt in one batch, logits of the last row only */
-    for (int i = 0; i < np; i++) rows[i] = (vs_lm_row){.token = ptok[i], .pos = i, .want_logits = i == np - 1};
-    vs_lm_out out = {.logits = logits};
-    double t0 = vs_time_now();
-    if (vs_lm_forward(lm, kv, tp, rows, np, &out, &err)) goto fail;
-    double t_prefill = vs_time_now() - t0;
-    if (o->prompt && !o->show_ids) {
-        fputs(o->prompt, stdout);
-        fflush(stdout);
-    }
-    int n_gen = 0;
-    const char *stop = "length";
-    double t1 = vs_time_now();
-    for (int pos = np; n_gen < o->n_predict; pos++) {
-        int32_t t;
-        if (vs_sampler_sample(smp, logits, NULL, &t, &err)) goto fail;
-        n_gen++;
-        if (o->show_ids) {
-            printf("%s%d", n_gen > 1 ? " " : "", t);
-        } else {
-            size_t len = 0;
-            const char *s = vs_detok_feed(dt, &t, 1, &len, &err);
-            if (!s) goto fail;
-            fwrite(s, 1, len, stdout);
-        }
-        fflush(stdout);
-        if (!o->ignore_eos && tok && vs_tokenizer_is_eog(tok, t)) {
-            stop = "end of generation";
-            break;
-        }
-        if (n_gen == o->n_predict) break;
-        if (pos >= n_ctx) {
-            stop = "context full";
-            break;
-        }
-        vs_lm_row r = {.token = t, .pos = pos, .want_logits = true};
-        if (vs_lm_forward(lm, kv, tp, &r, 1, &out, &err)) goto fail;
-    }
-    double t_decode = vs_time_now() - t1;
-    if (dt && !o->show_ids) {
-        size_t len = 0;
-        const char *s = vs_detok_flush(dt, &len);
-        fwrite(s, 1, len, stdout);
-    }
-    printf("\n");
-    fflush(stdout);
-    if (!o->quiet)
-        fprintf(stderr,
-                "[generate] prompt %d tokens in %.3f s (%.1f t/s); generated %d tokens in %.3f s (%.2f t/s); "
-                "stop: %s; seed %llu; %d threads\n",
-                np, t_prefill, np / (t_prefill > 0 ? t_prefill : 1e-9), n_gen, t_decode,
-                n_gen > 1 ? (n_gen - 1) / (t_decode > 0 ? t_decode : 1e-9) : 0.0, stop,
-                (unsigned long long)o->sp.seed, o->threads);
-    rc = 0;
-    goto done;
-fail:
-    fflush(stdout);
-    cli_fail_err(CMD, &err);
-done:
-    vs_free(logits);
-    vs_free(rows);
-    vs_free(ptok);
-    vs_sampler_free(smp);
-    vs_detok_free(dt);
-    vs_kv_free(kv);
-    vs_threadpool_free(tp);
-    vs_tokenizer_free(tok);
-    vs_lm_free(lm);
-    return rc;
-}
-
 int vs_cmd_generate(int argc, char **argv) {
     gen_opts o;
     int st = gen_parse(argc, argv, &o);
     if (st >= 0) return st;
-    bool has_drafter = o.spec.draft_model || vs_cli_ens_active(&o.ens);
-    if (!o.spec.draft_model && (o.spec.needs_draft || o.ens.mode_given)) /* no flag is silently ignored */
-        return cli_fail(CMD, "%s needs a draft model (-md FILE)",
+    if (!o.spec.draft_model && (o.spec.needs_draft || o.ens.mode_given || vs_cli_ens_active(&o.ens)))
+        return cli_fail(CMD, "%s needs a draft model (-md FILE)", /* no flag is silently ignored */
                         o.spec.needs_draft ? o.spec.needs_draft : "--draft-mode"),
                2;
-    if (has_drafter || o.spec.mmproj || o.spec.n_images > 0 || o.spec.json) {
-        /* speculative decoding, any request with images, or --json: tools/cli_ensemble.c runs it with the
-         * options parsed here (without a drafter as target-only decoding, gamma 0) */
-        if (!has_drafter) o.spec.gamma = 0;
-        vs_cli_spec_opts *s = &o.spec;
-        int32_t *ids = NULL;
-        s->model = o.model, s->prompt = o.prompt, s->n_predict = o.n_predict, s->n_ctx = o.n_ctx;
-        s->threads = o.threads, s->kv_type = o.kv_type, s->no_bos = o.no_bos, s->special = o.special;
-        s->ignore_eos = o.ignore_eos, s->show_ids = o.show_ids, s->quiet = o.quiet, s->sp = o.sp;
-        if (o.tokens && !parse_ids(o.tokens, &ids, &s->n_ids))
-            return cli_fail(CMD, "--tokens '%s': expected comma-separated token ids", o.tokens);
-        s->ids = ids;
-        st = vs_cli_ens_run(CMD, s, &o.ens);
-        vs_free(ids);
-        return st;
-    }
-    return gen_run(&o);
+    /* one path for every run, with or without a drafter or images: tools/cli_ensemble.c hands the request
+     * to the library's session (src/spec/session.h) */
+    vs_cli_spec_opts *s = &o.spec;
+    int32_t *ids = NULL;
+    s->model = o.model, s->prompt = o.prompt, s->n_predict = o.n_predict, s->n_ctx = o.n_ctx;
+    s->threads = o.threads, s->kv_type = o.kv_type, s->no_bos = o.no_bos, s->special = o.special;
+    s->ignore_eos = o.ignore_eos, s->show_ids = o.show_ids, s->quiet = o.quiet, s->sp = o.sp;
+    if (o.tokens && !parse_ids(o.tokens, &ids, &s->n_ids))
+        return cli_fail(CMD, "--tokens '%s': expected comma-separated token ids", o.tokens);
+    s->ids = ids;
+    st = vs_cli_ens_run(CMD, s, &o.ens);
+    vs_free(ids);
+    return st;
 }

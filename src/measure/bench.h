@@ -3,9 +3,10 @@
  * form and the append-only results file (re-read on start so an interrupted run resumes), the pure
  * aggregation of records into table cells (tau, n-alpha, accepted-length histogram, times, Tq/Tp,
  * measured walltime speedups as mean and median over samples, TABED eq. 1 estimates), the report
- * writers (markdown tables shaped like TABED Tables 1/3/4 and MSD Table 3, CSV, JSON, SVG plots), the
- * drafting-method table, and the runner that loads the models and the world dataset and measures every
- * cell, each sample's methods interleaved with its target-only run.
+ * writers (markdown tables shaped like TABED Tables 1/3/4 and MSD Table 3, CSV, JSON, SVG plots), and
+ * the runner that loads the models (a vs_models + vs_session, src/spec/session.h) and the world dataset
+ * and measures every cell, each sample's methods (src/spec/methods.h) interleaved with its target-only
+ * run.
  *
  * Definitions (docs/bench.md has the full text):
  *   tau       = generated tokens / target verify passes, pooled over the group's records;
@@ -25,6 +26,8 @@
 #include "caption.h"
 #include "common.h"
 #include "json.h"
+#include "methods.h"
+#include "session.h"
 #include "quant.h"
 #include "spec.h"
 #include "sysinfo.h"
@@ -179,59 +182,6 @@ vs_status vs_bench_aggregate(const vs_bench_record *recs, int64_t n, const vs_be
                              vs_bench_group *g, vs_error *err);
 /* Median of v[0..n) (v is reordered); 0 for n = 0. */
 double vs_bench_median(double *v, int64_t n);
-
-/* ------------------------------------------------------------------------------------------------
- * Methods */
-
-typedef enum vs_bench_method_kind {
-    VS_BENCH_BASELINE = 0, /* target only */
-    VS_BENCH_SINGLE = 1,   /* one drafting input */
-    VS_BENCH_ENSEMBLE = 2, /* several inputs, weighted */
-} vs_bench_method_kind;
-
-/* Which draft files a method uses. */
-typedef enum vs_bench_drafter_file {
-    VS_BENCH_DRAFT_NONE = 0,
-    VS_BENCH_DRAFT_LLAVA = 1, /* draft-llava.gguf + draft-llava-mmproj.gguf (LLaVA-recipe drafter) */
-    VS_BENCH_DRAFT_MASSV = 2, /* draft-massv.gguf + draft-massv-mmproj.gguf (MASSV drafter) */
-} vs_bench_drafter_file;
-
-/* The loaded models a method's drafter is built from (borrowed by the drafters, freed after them). */
-typedef struct vs_bench_models {
-    vs_lm *target;
-    const vs_tokenizer *tok;  /* the target's */
-    vs_mmproj *target_mmproj; /* tower + the target's projector; NULL for text-only datasets */
-    vs_lm *draft;             /* LLaVA-recipe drafter, NULL when no method needs it */
-    vs_mmproj *draft_mmproj;  /* its projector (projector-only files are fine) */
-    vs_lm *massv;             /* MASSV drafter */
-    vs_mmproj *massv_mmproj;
-    vs_threadpool *tp;
-    vs_captioner *captioner;  /* caption drafting: the LLaVA drafter prompted for a caption (its LM and
-                               * projector), on its own thread during the target's prefill */
-    vs_caption_src *captions; /* its caption source, shared by the C methods (one request at a time) */
-    int32_t n_ctx;            /* drafter cache rows (0 = the draft model's n_ctx_train) */
-    vs_type kv_type;          /* drafter caches (vs_bench_config.draft_kv_type) */
-} vs_bench_models;
-
-/* Builds a method's drafter (arg: the entry's arg). NULL + err when a model it needs is missing. */
-typedef vs_spec_drafter *(*vs_bench_make_fn)(const vs_bench_models *m, int arg, vs_error *err);
-
-typedef struct vs_bench_method {
-    const char *name;  /* --methods name */
-    const char *label; /* in tables: "M", "TABED^MT" */
-    vs_bench_method_kind kind;
-    vs_bench_drafter_file drafter;
-    const char *what;      /* one line for --help and docs */
-    vs_bench_make_fn make; /* NULL for the baseline */
-    int arg;
-    bool captions; /* needs the captioner (vs_bench_models.captions) */
-} vs_bench_method;
-
-/* The method table (n entries). */
-const vs_bench_method *vs_bench_methods(int *n);
-const vs_bench_method *vs_bench_method_find(const char *name); /* NULL if unknown */
-/* The label of a method name (the name itself when unknown). */
-const char *vs_bench_method_label(const char *name);
 
 /* ------------------------------------------------------------------------------------------------
  * Reports */

@@ -49,7 +49,7 @@ static int cmp_dbl(const void *a, const void *b) {
 static void find_dims(const vs_bench_record *recs, int64_t n, dims *d) {
     memset(d, 0, sizeof(*d));
     int nm = 0;
-    const vs_bench_method *mt = vs_bench_methods(&nm);
+    const vs_method *mt = vs_methods(&nm);
     for (int k = 0; k < nm; k++)
         for (int64_t i = 0; i < n; i++)
             if (!strcmp(recs[i].method, mt[k].name)) {
@@ -84,13 +84,13 @@ static void find_dims(const vs_bench_record *recs, int64_t n, dims *d) {
 }
 
 static bool is_baseline(const char *method) {
-    const vs_bench_method *m = vs_bench_method_find(method);
-    return m ? m->kind == VS_BENCH_BASELINE : !strcmp(method, "ar");
+    const vs_method *m = vs_method_find(method);
+    return m ? m->kind == VS_METHOD_TARGET : !strcmp(method, "ar");
 }
 
 static bool is_ensemble(const char *method) {
-    const vs_bench_method *m = vs_bench_method_find(method);
-    return m && m->kind == VS_BENCH_ENSEMBLE;
+    const vs_method *m = vs_method_find(method);
+    return m && m->kind == VS_METHOD_ENSEMBLE;
 }
 
 /* The group of (method, gamma, temp, suite, turn, kind); the baseline ignores gamma (it has none). */
@@ -189,7 +189,7 @@ static const char *type_of(const char *method) {
 /* Labels as markdown ("TABED^MT" -> "TABED<sup>MT</sup>"), kept in a small ring of buffers. */
 static const char *md_label(const char *method, char (*ring)[64], int *next) {
     char *b = ring[(*next)++ % MAX_ROWS];
-    const char *l = vs_bench_method_label(method);
+    const char *l = vs_method_label(method);
     const char *hat = strchr(l, '^');
     if (hat)
         snprintf(b, 64, "%.*s<sup>%s</sup>", (int)(hat - l), l, hat + 1);
@@ -709,7 +709,7 @@ static vs_status plot_set(const vs_bench_record *recs, int64_t n, const dims *d,
         }
         double a = avg_tau(recs, n, d->methods[m], G, T, d, NULL, 0);
         v[d->n_suites] = a > 0 ? a : NAN;
-        st = vs_plot_bars(p, vs_bench_method_label(d->methods[m]), v, nc, err);
+        st = vs_plot_bars(p, vs_method_label(d->methods[m]), v, nc, err);
         ns++;
     }
     snprintf(files[*n_files], 128, "tau_g%d_t%s.svg", G, ts);
@@ -729,7 +729,7 @@ static vs_status plot_set(const vs_bench_record *recs, int64_t n, const dims *d,
         vs_bench_group g;
         group(recs, n, d->methods[m], G, T, NULL, 0, NULL, &g);
         if (!g.n) continue;
-        mcats[nm] = vs_bench_method_label(d->methods[m]);
+        mcats[nm] = vs_method_label(d->methods[m]);
         dec[nm] = g.speedup_decode_median, tot[nm] = g.speedup_total_median;
         e1[nm] = g.est_eq1 > 0 ? g.est_eq1 : NAN, e1c[nm] = g.est_eq1_cpu > 0 ? g.est_eq1_cpu : NAN;
         nm++;
@@ -778,7 +778,7 @@ static vs_status plot_set(const vs_bench_record *recs, int64_t n, const dims *d,
         if (!g.n) continue;
         double x[VS_SPEC_MAX_GAMMA], y[VS_SPEC_MAX_GAMMA];
         for (int k = 0; k < G; k++) x[k] = k + 1, y[k] = g.n_alpha[k] >= 0 ? g.n_alpha[k] : NAN;
-        st = vs_plot_line(p, vs_bench_method_label(d->methods[m]), x, y, G,
+        st = vs_plot_line(p, vs_method_label(d->methods[m]), x, y, G,
                           VS_PLOT_STYLE_LINE | VS_PLOT_STYLE_MARKERS, err);
         n_lines++;
         int64_t k = 0;
@@ -786,7 +786,7 @@ static vs_status plot_set(const vs_bench_record *recs, int64_t n, const dims *d,
             if (!strcmp(recs[i].method, d->methods[m]) && recs[i].gamma == G &&
                 fabs(recs[i].temp - T) < 5e-4 && vs_bench_record_speedup_decode(&recs[i]) > 0)
                 sp[k++] = vs_bench_record_speedup_decode(&recs[i]);
-        if (!st && k > 0) st = vs_plot_hist(h, vs_bench_method_label(d->methods[m]), sp, k, err), n_hist++;
+        if (!st && k > 0) st = vs_plot_hist(h, vs_method_label(d->methods[m]), sp, k, err), n_hist++;
     }
     vs_free(sp);
     if (!st && n_lines > 0) {

@@ -16,122 +16,7 @@
 
 #include "bench.h"
 #include "draft_ensemble.h"
-#include "draft_lm.h"
 #include "mmprompt.h"
-
-/* ------------------------------------------------------------------------------------------------
- * Methods: adding one is one entry here. */
-
-static vs_spec_drafter *make_lm(const vs_bench_models *m, vs_lm *draft, vs_mmproj *mp, vs_draft_lm_mode mode,
-                                vs_error *err) {
-    if (!draft) {
-        vs_error_set(err, VS_ERR_INVALID, "the drafter model is missing");
-        return NULL;
-    }
-    vs_draft_lm_opts o = {.mode = mode, .n_ctx = m->n_ctx, .kv_type = m->kv_type, .tp = m->tp};
-    if (mode == VS_DRAFT_LM_MM) {
-        if (!mp) {
-            vs_error_set(err, VS_ERR_INVALID,
-                         "multimodal drafting needs the drafter's projector (mmproj file)");
-            return NULL;
-        }
-        o.proj = vs_mmproj_projector(mp);
-        o.tower = m->target_mmproj ? vs_mmproj_tower(m->target_mmproj) : NULL;
-    }
-    return vs_draft_lm_new(draft, m->target, &o, err);
-}
-
-static vs_spec_drafter *make_llava(const vs_bench_models *m, int arg, vs_error *err) {
-    return make_lm(m, m->draft, m->draft_mmproj, (vs_draft_lm_mode)arg, err);
-}
-
-static vs_spec_drafter *make_massv(const vs_bench_models *m, int arg, vs_error *err) {
-    return make_lm(m, m->massv, m->massv_mmproj, (vs_draft_lm_mode)arg, err);
-}
-
-/* Ensemble drafters (draft_ensemble.h) over the LLaVA-recipe drafter: drafting inputs and weight policy.
- * The single C and P methods are its one-row case. TABED's defaults: w-grid for two inputs ("MT*"),
- * inverse KL distance for four ("MTCP*", app. B). */
-typedef struct ens_spec {
-    const char *inputs;
-    vs_ens_policy policy;
-} ens_spec;
-
-static const ens_spec ens_specs[] = {
-    {"c", VS_ENS_STATIC},    {"p", VS_ENS_STATIC},    {"mt", VS_ENS_STATIC},
-    {"mtcp", VS_ENS_STATIC}, {"mt", VS_ENS_GRID},     {"mtcp", VS_ENS_INV_KL},
-    {"mt", VS_ENS_RANDOM},   {"mtcp", VS_ENS_RANDOM}, {"mtcp", VS_ENS_INV_TVD},
-    {"mtcp", VS_ENS_ADABOOST}};
-
-static vs_spec_drafter *make_ens(const vs_bench_models *m, int arg, vs_error *err) {
-    const ens_spec *es = &ens_specs[arg];
-    if (!m->draft) {
-        vs_error_set(err, VS_ERR_INVALID, "the drafter model is missing");
-        return NULL;
-    }
-    vs_draft_ens_opts o;
-    vs_draft_ens_opts_default(&o);
-    if (vs_ens_inputs_parse(es->inputs, o.inputs, &o.n_inputs, err)) return NULL;
-    o.weights.policy = es->policy;
-    o.n_ctx = m->n_ctx;
-    o.kv_type = m->kv_type;
-    o.tp = m->tp;
-    o.proj = m->draft_mmproj ? vs_mmproj_projector(m->draft_mmproj) : NULL;
-    o.tower = m->target_mmproj ? vs_mmproj_tower(m->target_mmproj) : NULL;
-    o.captions = m->captions;
-    return vs_draft_ens_new(m->draft, m->target, &o, err);
-}
-
-static const vs_bench_method method_table[] = {
-    {"ar", "AR", VS_BENCH_BASELINE, VS_BENCH_DRAFT_NONE, "target-only decoding (the baseline, always run)",
-     NULL, 0, false},
-    {"m", "M", VS_BENCH_SINGLE, VS_BENCH_DRAFT_LLAVA,
-     "multimodal drafting: the drafter's projector over the shared image features", make_llava,
-     VS_DRAFT_LM_MM, false},
-    {"t", "T", VS_BENCH_SINGLE, VS_BENCH_DRAFT_LLAVA, "text-only drafting: each image replaced by \"\\n\"",
-     make_llava, VS_DRAFT_LM_TEXT, false},
-    {"c", "C", VS_BENCH_SINGLE, VS_BENCH_DRAFT_LLAVA,
-     "caption drafting: each image replaced by \"image: \" + a caption by the drafter (captioner thread)",
-     make_ens, 0, true},
-    {"p", "P", VS_BENCH_SINGLE, VS_BENCH_DRAFT_LLAVA, "pooled multimodal drafting: features pooled 2 x 2",
-     make_ens, 1, false},
-    {"mt", "Static^MT", VS_BENCH_ENSEMBLE, VS_BENCH_DRAFT_LLAVA,
-     "in-batch ensemble of M and T, uniform weights (IbED)", make_ens, 2, false},
-    {"mtcp", "Static^MTCP", VS_BENCH_ENSEMBLE, VS_BENCH_DRAFT_LLAVA,
-     "in-batch ensemble of M, T, C, P, uniform weights", make_ens, 3, true},
-    {"tabed-mt", "TABED^MT", VS_BENCH_ENSEMBLE, VS_BENCH_DRAFT_LLAVA, "TABED over M and T, w-grid weights",
-     make_ens, 4, false},
-    {"tabed-mtcp", "TABED^MTCP", VS_BENCH_ENSEMBLE, VS_BENCH_DRAFT_LLAVA,
-     "TABED over M, T, C, P, inverse-KL weights", make_ens, 5, true},
-    {"random-mt", "Random^MT", VS_BENCH_ENSEMBLE, VS_BENCH_DRAFT_LLAVA,
-     "M and T with random weights per block (TABED Table 4 ablation)", make_ens, 6, false},
-    {"random-mtcp", "Random^MTCP", VS_BENCH_ENSEMBLE, VS_BENCH_DRAFT_LLAVA,
-     "M, T, C, P with random weights per block (ablation)", make_ens, 7, true},
-    {"tabed-mtcp-tvd", "TABED^MTCP-TVD", VS_BENCH_ENSEMBLE, VS_BENCH_DRAFT_LLAVA,
-     "TABED over M, T, C, P, inverse-TVD weights (ablation)", make_ens, 8, true},
-    {"tabed-mtcp-ada", "TABED^MTCP-Ada", VS_BENCH_ENSEMBLE, VS_BENCH_DRAFT_LLAVA,
-     "TABED over M, T, C, P, AdaBoost-style weights (ablation)", make_ens, 9, true},
-    {"massv", "MASSV", VS_BENCH_SINGLE, VS_BENCH_DRAFT_MASSV, "the MASSV drafter, multimodal", make_massv,
-     VS_DRAFT_LM_MM, false},
-    {"massv-t", "MASSV-T", VS_BENCH_SINGLE, VS_BENCH_DRAFT_MASSV, "the MASSV drafter, text-only (ablation)",
-     make_massv, VS_DRAFT_LM_TEXT, false},
-};
-
-const vs_bench_method *vs_bench_methods(int *n) {
-    *n = (int)VS_ARRAY_LEN(method_table);
-    return method_table;
-}
-
-const vs_bench_method *vs_bench_method_find(const char *name) {
-    for (size_t i = 0; i < VS_ARRAY_LEN(method_table); i++)
-        if (!strcmp(method_table[i].name, name)) return &method_table[i];
-    return NULL;
-}
-
-const char *vs_bench_method_label(const char *name) {
-    const vs_bench_method *m = vs_bench_method_find(name);
-    return m ? m->label : name;
-}
 
 /* ------------------------------------------------------------------------------------------------
  * Configuration */
@@ -237,65 +122,7 @@ static char *make_header(const vs_bench_config *c, const char *const paths[6], c
 }
 
 /* ------------------------------------------------------------------------------------------------
- * One sample's images and one turn's prompt */
-
-typedef struct sample_images {
-    int n;                                        /* images encoded so far (a prefix of the sample's) */
-    vs_vision_features feat[VS_WORLD_MAX_IMAGES]; /* shared ViT output */
-    const vs_vision_features *fp[VS_WORLD_MAX_IMAGES];
-    float *rows[VS_WORLD_MAX_IMAGES]; /* (n_rows, target n_embd): the target's projection */
-    int64_t n_rows[VS_WORLD_MAX_IMAGES];
-    double secs[VS_WORLD_MAX_IMAGES]; /* encode + project */
-} sample_images;
-
-static void sample_images_free(sample_images *si) {
-    for (int i = 0; i < si->n; i++) {
-        vs_vision_features_free(&si->feat[i]);
-        vs_free(si->rows[i]);
-    }
-    memset(si, 0, sizeof(*si));
-}
-
-/* Encodes images [si->n, n) of s. */
-static vs_status encode_images(sample_images *si, const vs_world_sample *s, int n, const vs_bench_models *m,
-                               vs_error *err) {
-    if (n > si->n && !m->target_mmproj)
-        return vs_error_set(err, VS_ERR_INVALID, "sample %s has images but no target mmproj was given",
-                            s->id);
-    const vs_vision_tower *tower = m->target_mmproj ? vs_mmproj_tower(m->target_mmproj) : NULL;
-    if (n > si->n && !tower)
-        return vs_error_set(err, VS_ERR_INVALID, "%s: the target mmproj has no vision tower",
-                            vs_mmproj_path(m->target_mmproj));
-    while (si->n < n) {
-        int i = si->n;
-        double t0 = vs_time_now();
-        vs_status st =
-            vs_vision_encode_file(tower, m->tp, s->images[i], VS_PREPROC_LLAVA, NULL, &si->feat[i], err);
-        if (st) return st;
-        si->n++; /* owns feat[i] from here */
-        if ((st = vs_vision_embed(vs_mmproj_projector(m->target_mmproj), m->tp, &si->feat[i], 1, &si->rows[i],
-                                  &si->n_rows[i], err)))
-            return st;
-        si->secs[i] = vs_time_now() - t0;
-        si->fp[i] = &si->feat[i];
-    }
-    return VS_OK;
-}
-
-typedef struct turn_prompt {
-    vs_mm_prompt mp;
-    vs_spec_segment *seg;
-    int32_t n_seg;
-    vs_spec_prompt p;
-    int n_images;
-    double t_vision;
-} turn_prompt;
-
-static void turn_prompt_free(turn_prompt *tp) {
-    vs_mm_prompt_free(&tp->mp);
-    vs_free(tp->seg);
-    memset(tp, 0, sizeof(*tp));
-}
+ * One turn's request */
 
 /* Images the prompt of turn t (0-based) shows: those of turns 0..t. */
 static int turn_images(const vs_world_sample *s, int t) {
@@ -304,79 +131,38 @@ static int turn_images(const vs_world_sample *s, int t) {
     return n;
 }
 
-/* Builds the prompt of turn t: the conversation text (earlier turns with the dataset's reference
- * answers) with each image's target rows at its marker. VS_ERR_RANGE when it does not fit n_ctx. */
-static vs_status build_prompt(turn_prompt *tp, const vs_world_sample *s, int t, sample_images *si,
-                              const vs_bench_models *m, int32_t n_ctx, vs_error *err) {
-    memset(tp, 0, sizeof(*tp));
-    int ni = turn_images(s, t);
-    vs_status st = encode_images(si, s, ni, m, err);
-    if (st) return st;
-    vs_mm_image imgs[VS_WORLD_MAX_IMAGES];
-    const vs_lm_config *c = vs_lm_cfg(m->target);
-    for (int i = 0; i < ni; i++) {
-        imgs[i] = (vs_mm_image){.rows = si->rows[i], .n_rows = si->n_rows[i], .width = c->n_embd};
-        tp->t_vision += si->secs[i];
-    }
-    tp->n_images = ni;
-    char *text = vs_world_prompt(s, t, false);
-    if (!text) return vs_error_set(err, VS_ERR_NOMEM, "out of memory");
-    vs_mm_prompt_opts po = {.lm_width = c->n_embd, .n_ctx = n_ctx};
-    st = vs_mm_prompt_build(&tp->mp, m->tok, text, strlen(text), imgs, ni, &po, err);
-    vs_free(text);
-    if (st) return st;
-    /* rows -> segments: runs of text tokens, and one segment per image */
-    tp->seg = vs_calloc((size_t)(2 * ni + 1), sizeof(vs_spec_segment));
-    if (!tp->seg) return vs_error_set(err, VS_ERR_NOMEM, "out of memory");
-    const vs_mm_prompt *mp = &tp->mp;
-    int64_t r = 0;
-    int img = 0;
-    while (r < mp->n_rows) {
-        if (img < mp->n_images && r == mp->image_first[img]) {
-            tp->seg[tp->n_seg++] = (vs_spec_segment){.kind = VS_SPEC_SEG_IMAGE,
-                                                     .n = (int32_t)si->n_rows[img],
-                                                     .embd = si->rows[img],
-                                                     .image = img};
-            r += si->n_rows[img];
-            img++;
-            continue;
-        }
-        int64_t e = r;
-        while (e < mp->n_rows && (img >= mp->n_images || e < mp->image_first[img])) e++;
-        tp->seg[tp->n_seg++] =
-            (vs_spec_segment){.kind = VS_SPEC_SEG_TEXT, .n = (int32_t)(e - r), .tokens = mp->tokens + r};
-        r = e;
-    }
-    tp->p =
-        (vs_spec_prompt){.seg = tp->seg, .n_seg = tp->n_seg, .images = ni ? si->fp : NULL, .n_images = ni};
+typedef struct turn_req {
+    vs_request rq;
+    vs_req_image img[VS_WORLD_MAX_IMAGES];
+    char *text; /* the conversation text (earlier turns with the dataset's reference answers) */
+} turn_req;
+
+static vs_status turn_req_build(turn_req *tr, const vs_world_sample *s, int t, const vs_bench_config *c,
+                                int64_t max_rows, vs_error *err) {
+    memset(tr, 0, sizeof(*tr));
+    vs_request_default(&tr->rq);
+    if (!(tr->text = vs_world_prompt(s, t, false))) return vs_error_set(err, VS_ERR_NOMEM, "out of memory");
+    const int ni = turn_images(s, t);
+    for (int i = 0; i < ni; i++) tr->img[i] = (vs_req_image){.path = s->images[i]};
+    tr->rq.prompt = tr->text;
+    tr->rq.images = tr->img;
+    tr->rq.n_images = ni;
+    tr->rq.max_prompt_rows = max_rows;
+    tr->rq.n_predict = c->n_predict;
+    tr->rq.ignore_eos = c->ignore_eos;
     return VS_OK;
 }
 
 /* ------------------------------------------------------------------------------------------------
  * The run */
 
-/* One forward over one row on a scratch cache, so the first timed run does not pay the page faults of
- * the weights' mapping. */
-static vs_status warm_up(vs_lm *lm, vs_threadpool *tp, vs_error *err) {
-    vs_kv *kv = vs_lm_kv_new(lm, 1, 2, VS_TYPE_F32, err);
-    if (!kv) return err ? err->code : VS_ERR_NOMEM;
-    float *lg = vs_malloc(sizeof(float) * (size_t)vs_lm_cfg(lm)->n_vocab);
-    vs_lm_row r = {.token = 0, .want_logits = true};
-    vs_lm_out o = {.logits = lg, .attn_layer = -1};
-    vs_status st =
-        lg ? vs_lm_forward(lm, kv, tp, &r, 1, &o, err) : vs_error_set(err, VS_ERR_NOMEM, "out of memory");
-    vs_free(lg);
-    vs_kv_free(kv);
-    return st;
-}
-
 typedef struct cell {
-    const vs_bench_method *m;
+    const vs_method *m;
     int mi; /* index into the configured methods (drafters[]) */
     int32_t gamma;
     bool missing; /* not in the results file yet */
-    vs_spec_log log;  /* the latest run */
-    vs_spec_log best; /* the fastest run so far (config repeat); its records are written */
+    vs_result run;  /* the latest run */
+    vs_result best; /* the fastest run so far (config repeat); its records are written */
     double t_caption, best_t_caption;
 } cell;
 
@@ -422,10 +208,10 @@ static vs_status check_config(const vs_bench_config *c, vs_error *err) {
         return vs_error_set(err, VS_ERR_INVALID, "bench: %d methods (1..%d)", c->n_methods,
                             VS_BENCH_MAX_LIST);
     for (int i = 0; i < c->n_methods; i++) {
-        if (!vs_bench_method_find(c->methods[i])) {
+        if (!vs_method_find(c->methods[i])) {
             char names[512] = "";
             int n;
-            const vs_bench_method *t = vs_bench_methods(&n);
+            const vs_method *t = vs_methods(&n);
             for (int k = 0; k < n; k++)
                 snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s%s", k ? ", " : "",
                          t[k].name);
@@ -462,11 +248,9 @@ static vs_status check_config(const vs_bench_config *c, vs_error *err) {
 
 typedef struct runner {
     const vs_bench_config *c;
-    vs_bench_models m;
-    vs_tokenizer *tok;
-    vs_spec *eng;
-    vs_spec_drafter *drafters[VS_BENCH_MAX_LIST]; /* per configured method (NULL for ar) */
-    const vs_bench_method *meth[VS_BENCH_MAX_LIST];
+    vs_models *models;
+    vs_session *sess;
+    const vs_method *meth[VS_BENCH_MAX_LIST];
     int n_meth;
     vs_world_dataset *d;
     vs_bench_results res;
@@ -474,76 +258,46 @@ typedef struct runner {
     int32_t n_ctx;
 } runner;
 
-static bool uses(const runner *r, vs_bench_drafter_file f) {
+static bool uses(const runner *r, vs_method_role f) {
     for (int i = 0; i < r->n_meth; i++)
-        if (r->meth[i]->drafter == f) return true;
+        if (r->meth[i]->role == f) return true;
     return false;
 }
 
+/* The model set (drafters only when a method uses them; the projectors when their files exist) and the
+ * session whose engine and drafters every cell runs on. Every method's drafter is made here, so a missing
+ * file is reported before the first run. */
 static vs_status load_models(runner *r, const char *const paths[6], vs_error *err) {
     const vs_bench_config *c = r->c;
-    vs_status st;
-    if (!(r->m.target = vs_lm_load(paths[0], err))) return err->code;
-    if (!(r->tok = vs_tokenizer_from_gguf(vs_lm_gguf(r->m.target), err))) return err->code;
-    r->m.tok = r->tok;
-    /* the target's mmproj: optional (text-only datasets); an image sample without it is an error */
-    if (file_exists(paths[1], NULL) && !(r->m.target_mmproj = vs_mmproj_open(paths[1], err)))
-        return err->code;
-    if (uses(r, VS_BENCH_DRAFT_LLAVA)) {
-        if (!(r->m.draft = vs_lm_load(paths[2], err))) return vs_error_wrap(err, "drafter for methods m/t");
-        if (file_exists(paths[3], NULL) && !(r->m.draft_mmproj = vs_mmproj_open(paths[3], err)))
-            return err->code;
+    vs_models_opts mo = {.model = paths[0], .threads = c->threads, .warm_up = true};
+    if (file_exists(paths[1], NULL)) mo.mmproj = paths[1];
+    const vs_method_role roles[2] = {VS_ROLE_LLAVA, VS_ROLE_MASSV};
+    for (int k = 0; k < 2; k++) {
+        if (!uses(r, roles[k])) continue;
+        mo.draft[roles[k]] = paths[2 + 2 * k];
+        if (file_exists(paths[3 + 2 * k], NULL)) mo.draft_mmproj[roles[k]] = paths[3 + 2 * k];
     }
-    if (uses(r, VS_BENCH_DRAFT_MASSV)) {
-        if (!(r->m.massv = vs_lm_load(paths[4], err))) return vs_error_wrap(err, "MASSV drafter");
-        if (file_exists(paths[5], NULL) && !(r->m.massv_mmproj = vs_mmproj_open(paths[5], err)))
-            return err->code;
-    }
-    if (c->threads > 1 && !(r->m.tp = vs_threadpool_new(c->threads, err))) return err->code;
     bool captions = false;
     for (int i = 0; i < r->n_meth; i++) captions |= r->meth[i]->captions;
-    if (captions) {
-        /* the captioner: the drafter's LM and projector, on its own thread (no pool: it must not share the
-         * target's, which runs the prefill at the same time) */
-        if (!r->m.draft_mmproj)
-            return vs_error_set(err, VS_ERR_INVALID, "caption drafting needs the drafter's projector (%s)",
-                                paths[3]);
-        vs_captioner_opts co = {.prompt = NULL, .max_tokens = 0, .pool_k = 1, .tp = NULL};
-        if (!(r->m.captioner =
-                  vs_captioner_new(r->m.draft, vs_mmproj_projector(r->m.draft_mmproj), &co, err)))
-            return vs_error_wrap(err, "captioner");
-        if (!(r->m.captions = vs_caption_src_new_captioner(r->m.captioner, err))) return err->code;
-    }
-    r->m.kv_type = c->draft_kv_type;
-    r->m.n_ctx = c->n_ctx;
-    r->n_ctx = c->n_ctx > 0 ? c->n_ctx : vs_lm_cfg(r->m.target)->n_ctx_train;
-    vs_spec_config ec = {
-        .n_ctx = r->n_ctx, .kv_type = c->kv_type, .tp = r->m.tp, .tok = c->ignore_eos ? NULL : r->tok};
-    if (!(r->eng = vs_spec_new(r->m.target, &ec, err))) return err->code;
+    if (captions && !mo.draft_mmproj[VS_ROLE_LLAVA])
+        return vs_error_set(err, VS_ERR_INVALID, "caption drafting needs the drafter's projector (%s)", paths[3]);
+    if (!(r->models = vs_models_load(&mo, err))) return err->code;
+    vs_session_opts so = {
+        .n_ctx = c->n_ctx, .kv_type = c->kv_type, .draft_n_ctx = c->n_ctx, .draft_kv_type = c->draft_kv_type};
+    if (!(r->sess = vs_session_new(r->models, &so, err))) return err->code;
+    r->n_ctx = vs_session_n_ctx(r->sess);
     for (int i = 0; i < r->n_meth; i++) {
-        if (!r->meth[i]->make) continue;
-        if (!(r->drafters[i] = r->meth[i]->make(&r->m, r->meth[i]->arg, err)))
-            return vs_error_wrap(err, "method %s", r->meth[i]->name);
+        vs_draft_cfg dc;
+        vs_draft_cfg_default(&dc);
+        dc.method = r->meth[i]->name;
+        if (vs_session_prepare(r->sess, &dc, err)) return vs_error_wrap(err, "method %s", r->meth[i]->name);
     }
-    if ((st = warm_up(r->m.target, r->m.tp, err))) return st;
-    if (r->m.draft && (st = warm_up(r->m.draft, r->m.tp, err))) return st;
-    if (r->m.massv && (st = warm_up(r->m.massv, r->m.tp, err))) return st;
     return VS_OK;
 }
 
 static void runner_free(runner *r) {
-    for (int i = 0; i < r->n_meth; i++) vs_spec_drafter_free(r->drafters[i]);
-    vs_spec_free(r->eng);
-    vs_caption_src_free(r->m.captions);
-    vs_captioner_free(r->m.captioner);
-    vs_mmproj_free(r->m.massv_mmproj);
-    vs_lm_free(r->m.massv);
-    vs_mmproj_free(r->m.draft_mmproj);
-    vs_lm_free(r->m.draft);
-    vs_mmproj_free(r->m.target_mmproj);
-    vs_tokenizer_free(r->tok);
-    vs_lm_free(r->m.target);
-    vs_threadpool_free(r->m.tp);
+    vs_session_free(r->sess);
+    vs_models_free(r->models);
     vs_bench_results_close(&r->rf);
     vs_bench_results_free(&r->res);
     vs_world_dataset_free(r->d);
@@ -555,13 +309,13 @@ static int unit_cells(const runner *r, const vs_world_sample *s, int turn, doubl
     int n = 0;
     *n_missing = 0;
     for (int i = 0; i < r->n_meth; i++) {
-        const vs_bench_method *m = r->meth[i];
-        int ng = m->kind == VS_BENCH_BASELINE ? 1 : r->c->n_gammas;
+        const vs_method *m = r->meth[i];
+        int ng = m->kind == VS_METHOD_TARGET ? 1 : r->c->n_gammas;
         for (int g = 0; g < ng; g++) {
-            cell *x = &cells[n++]; /* x->log keeps its allocations from unit to unit */
+            cell *x = &cells[n++]; /* x->run keeps its allocations from unit to unit */
             x->m = m, x->mi = i;
             x->t_caption = 0;
-            x->gamma = m->kind == VS_BENCH_BASELINE ? 0 : r->c->gammas[g];
+            x->gamma = m->kind == VS_METHOD_TARGET ? 0 : r->c->gammas[g];
             x->missing = vs_bench_results_find(&r->res, s->id, turn, m->name, x->gamma, temp) < 0;
             *n_missing += x->missing;
         }
@@ -570,43 +324,41 @@ static int unit_cells(const runner *r, const vs_world_sample *s, int turn, doubl
 }
 
 /* Runs one unit: the target-only run and every missing cell, in a rotated order; appends the records. */
-static vs_status run_unit(runner *r, const vs_world_sample *s, int turn, double temp, const turn_prompt *tp,
+static vs_status run_unit(runner *r, const vs_world_sample *s, int turn, double temp, turn_req *tr,
                           cell *cells, int nc, vs_bench_run_info *info, vs_progress *pg, int64_t *done,
                           vs_error *err) {
     const vs_bench_config *c = r->c;
-    vs_spec_params par = vs_spec_params_default();
-    par.n_predict = c->n_predict;
-    par.ignore_eos = c->ignore_eos;
-    par.sampling = vs_sampler_params_default();
-    par.sampling.temperature = (float)temp;
+    vs_request *rq = &tr->rq;
+    rq->sampling = vs_sampler_params_default();
+    rq->sampling.temperature = (float)temp;
     /* the unit's seed and run order depend on the unit only (the same after a resume) */
     uint64_t h = 1469598103934665603ull;
     for (const char *p = s->id; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
     const uint64_t unit = mix64(h ^ mix64((uint64_t)turn * 1000003u + (uint64_t)llround(temp * 1000)));
-    par.sampling.seed = mix64(c->seed ^ unit);
+    rq->sampling.seed = mix64(c->seed ^ unit);
     const int rot = (int)(unit % (uint64_t)nc);
     int base = -1;
     for (int i = 0; i < nc; i++)
-        if (cells[i].m->kind == VS_BENCH_BASELINE) base = i;
+        if (cells[i].m->kind == VS_METHOD_TARGET) base = i;
     vs_status st = VS_OK;
     /* repeat: the whole rotated order again (drift hits every cell alike); each cell keeps its fastest
      * run. Greedy runs repeat token for token; sampled ones too (the seed depends on the unit only). */
     for (int rep = 0; rep < c->repeat && !st; rep++) {
         for (int k = 0; k < nc && !st; k++) {
             cell *x = &cells[(k + rot) % nc];
-            if (!x->missing && x->m->kind != VS_BENCH_BASELINE) continue;
-            vs_spec_drafter *d = r->drafters[x->mi];
-            par.gamma = x->gamma;
-            st = vs_spec_generate(r->eng, d, &tp->p, &par, NULL, NULL, &x->log, err);
-            const vs_draft_ens_stats *es = d ? vs_draft_ens_get_stats(d) : NULL;
+            if (!x->missing && x->m->kind != VS_METHOD_TARGET) continue;
+            rq->draft.method = x->m->name;
+            rq->draft.gamma = x->gamma;
+            st = vs_session_run(r->sess, rq, &x->run, err);
+            const vs_draft_ens_stats *es = x->run.drafter ? vs_draft_ens_get_stats(x->run.drafter) : NULL;
             x->t_caption = es ? es->t_caption : 0;
             if (st) {
                 vs_error_wrap(err, "sample %s turn %d method %s gamma %d", s->id, turn, x->m->name, x->gamma);
                 break;
             }
-            if (rep == 0 || x->log.t_total < x->best.t_total) {
-                vs_spec_log tmp = x->best; /* swap: both keep their allocations */
-                x->best = x->log, x->log = tmp;
+            if (rep == 0 || x->run.log.t_total < x->best.log.t_total) {
+                vs_result tmp = x->best; /* swap: both keep their allocations */
+                x->best = x->run, x->run = tmp;
                 x->best_t_caption = x->t_caption;
             }
             (*done)++;
@@ -631,19 +383,20 @@ static vs_status run_unit(runner *r, const vs_world_sample *s, int turn, double 
                  vs_world_turn_kind_name(s->turns[turn - 1].kind));
         snprintf(rec->method, sizeof(rec->method), "%s", x->m->name);
         rec->temp = temp;
-        rec->n_images = tp->n_images;
-        rec->t_vision = tp->t_vision;
+        rec->n_images = x->best.n_images;
+        rec->t_vision = x->best.t_vision;
         rec->t_caption = x->best_t_caption;
         rec->identical = -1;
-        vs_bench_record_fill(rec, &x->best, &cells[base].best);
-        if (temp > 0 || x->m->kind == VS_BENCH_BASELINE)
+        vs_bench_record_fill(rec, &x->best.log, &cells[base].best.log);
+        if (temp > 0 || x->m->kind == VS_METHOD_TARGET)
             rec->identical = -1; /* sampling: differs by design */
-        else if (!rec->identical && x->m->kind != VS_BENCH_BASELINE) {
+        else if (!rec->identical && x->m->kind != VS_METHOD_TARGET) {
             info->n_mismatch++;
             vs_log("bench: WARNING: greedy output of %s (gamma %d) differs from target-only on %s turn %d\n",
                    x->m->name, x->gamma, s->id, turn);
         }
-        char *text = vs_detokenize(r->tok, x->best.tokens, x->best.n_tokens, 0, NULL, NULL);
+        const vs_spec_log *bl = &x->best.log;
+        char *text = vs_detokenize(vs_models_tokenizer(r->models), bl->tokens, bl->n_tokens, 0, NULL, NULL);
         rec->correct = text ? (int8_t)vs_world_check(s, turn - 1, text, NULL) : -1;
         vs_free(text);
     }
@@ -663,9 +416,9 @@ vs_status vs_bench_run(const vs_bench_config *c, vs_bench_run_info *info, vs_err
     runner r = {.c = c};
     vs_bench_results_init(&r.res);
     /* "ar" first, always */
-    r.meth[r.n_meth++] = vs_bench_method_find("ar");
+    r.meth[r.n_meth++] = vs_method_find("ar");
     for (int i = 0; i < c->n_methods; i++)
-        if (strcmp(c->methods[i], "ar")) r.meth[r.n_meth++] = vs_bench_method_find(c->methods[i]);
+        if (strcmp(c->methods[i], "ar")) r.meth[r.n_meth++] = vs_method_find(c->methods[i]);
     if (r.n_meth > VS_BENCH_MAX_LIST) return vs_error_set(err, VS_ERR_INVALID, "bench: too many methods");
 
     char paths[6][4096];
@@ -683,8 +436,7 @@ vs_status vs_bench_run(const vs_bench_config *c, vs_bench_run_info *info, vs_err
     int64_t *order = NULL;
     char *header = NULL;
     cell *cells = NULL;
-    sample_images si = {0};
-    turn_prompt tp = {0};
+    turn_req tr = {0};
     char res_path[4200];
     snprintf(res_path, sizeof(res_path), "%s/results.jsonl", c->out_dir);
 
@@ -756,32 +508,32 @@ vs_status vs_bench_run(const vs_bench_config *c, vs_bench_run_info *info, vs_err
                 int nc = unit_cells(&r, s, turn, c->temps[k], cells, &miss);
                 if (!miss) continue;
                 if (!built) {
-                    st = build_prompt(&tp, s, turn - 1, &si, &r.m, VS_MAX(prompt_room, 1), err);
+                    int64_t rows = 0;
+                    st = turn_req_build(&tr, s, turn - 1, c, VS_MAX(prompt_room, 1), err);
+                    if (!st) st = vs_session_prompt_rows(r.sess, &tr.rq, &rows, err);
                     if (st == VS_ERR_RANGE) { /* longer than the context: skip the unit */
                         if (!c->quiet) vs_log("bench: skipping %s turn %d: %s\n", s->id, turn, err->msg);
                         info->n_skipped_units++;
-                        turn_prompt_free(&tp);
                         st = VS_OK;
                         break;
                     }
                     if (st) break;
                     built = true;
                 }
-                st = run_unit(&r, s, turn, c->temps[k], &tp, cells, nc, info, c->progress ? &pg : NULL,
+                st = run_unit(&r, s, turn, c->temps[k], &tr, cells, nc, info, c->progress ? &pg : NULL,
                               &done_runs, err);
             }
-            turn_prompt_free(&tp);
+            vs_free(tr.text);
+            tr.text = NULL;
         }
-        sample_images_free(&si);
     }
     if (c->progress) vs_progress_end(&pg, done_runs);
 done:
     for (int i = 0; cells && i < 1 + (r.n_meth - 1) * c->n_gammas; i++) {
-        vs_spec_log_free(&cells[i].log);
-        vs_spec_log_free(&cells[i].best);
+        vs_result_free(&cells[i].run);
+        vs_result_free(&cells[i].best);
     }
-    turn_prompt_free(&tp);
-    sample_images_free(&si);
+    vs_free(tr.text);
     vs_free(cells);
     vs_free(order);
     vs_free(header);

@@ -6,7 +6,6 @@
 #include <string.h>
 
 #include "mmprompt.h"
-#include "sample.h"
 
 /* ---------------------------------------------------------------------------------------------- */
 /* Prompts */
@@ -224,30 +223,15 @@ void vs_eval_json(const vs_eval_result *r, vs_json_writer *w) {
 /* Greedy answerer */
 
 struct vs_eval_lm {
-    vs_lm *lm;
-    const vs_mmproj *mm;
-    const vs_tokenizer *tok;
-    vs_threadpool *tp;
+    vs_models *models; /* over the caller's LM, mmproj, tokenizer and pool */
+    vs_session *sess;
+    vs_result res;
     vs_eval_lm_opts o;
-    int n_ctx, n_vocab, width;
-    vs_kv *kv;
-    float *logits;   /* (n_vocab) */
-    vs_lm_row *rows; /* (n_batch) */
-    int32_t *gen;    /* (max_tokens) the last answer */
+    int32_t *gen; /* (max_tokens) the last answer, without its end-of-generation token */
     int64_t n_gen;
-    /* what the KV cache holds, row by row: a token or an image row */
-    int32_t *c_tok;       /* (n_ctx) */
-    const float **c_embd; /* (n_ctx) */
-    int64_t c_n;
-    /* the current sample's images, all encoded on its first turn */
-    const vs_world_sample *img_sample;
-    vs_mm_image imgs[VS_WORLD_MAX_IMAGES];
-    int n_imgs;
     int64_t n_prefilled, n_reused, n_decoded;
-    vs_sampler *sampler; /* when temperature > 0 */
+    uint64_t n_since_seed; /* answers sampled since vs_eval_lm_set_sampling */
 };
-
-enum { EVAL_BATCH = 256 };
 
 vs_eval_lm *vs_eval_lm_new(vs_lm *lm, const vs_mmproj *mm, const vs_tokenizer *tok, vs_threadpool *tp,
                            const vs_eval_lm_opts *o, vs_error *err) {
@@ -276,23 +260,15 @@ vs_eval_lm *vs_eval_lm_new(vs_lm *lm, const vs_mmproj *mm, const vs_tokenizer *t
         vs_error_set(err, VS_ERR_NOMEM, "eval: out of memory");
         return NULL;
     }
-    e->lm = lm, e->mm = mm, e->tok = tok, e->tp = tp;
     if (o) e->o = *o;
     if (e->o.max_tokens <= 0) e->o.max_tokens = 256;
-    e->n_ctx = e->o.n_ctx > 0 ? e->o.n_ctx : c->n_ctx_train;
-    e->n_vocab = c->n_vocab, e->width = c->n_embd;
-    e->kv = vs_lm_kv_new(lm, 1, e->n_ctx, e->o.kv_f32 ? VS_TYPE_F32 : VS_TYPE_F16, err);
-    e->logits = vs_malloc(sizeof(float) * (size_t)e->n_vocab);
-    e->rows = vs_calloc(EVAL_BATCH, sizeof(vs_lm_row));
+    vs_result_init(&e->res);
+    vs_session_opts so = {.n_ctx = e->o.n_ctx, .kv_type = e->o.kv_f32 ? VS_TYPE_F32 : VS_TYPE_F16};
     e->gen = vs_malloc(sizeof(int32_t) * (size_t)e->o.max_tokens);
-    e->c_tok = vs_malloc(sizeof(int32_t) * (size_t)e->n_ctx);
-    e->c_embd = vs_calloc((size_t)e->n_ctx, sizeof(float *));
-    if (!e->kv || !e->logits || !e->rows || !e->gen || !e->c_tok || !e->c_embd) {
-        if (e->kv) vs_error_set(err, VS_ERR_NOMEM, "eval: out of memory");
-        vs_eval_lm_free(e);
-        return NULL;
-    }
-    if (e->o.temperature != 0 && vs_eval_lm_set_sampling(e, e->o.temperature, e->o.top_p, e->o.seed, err)) {
+    if (!e->gen) vs_error_set(err, VS_ERR_NOMEM, "eval: out of memory");
+    if (!e->gen || !(e->models = vs_models_borrow(lm, tok, mm, tp, NULL, err)) ||
+        !(e->sess = vs_session_new(e->models, &so, err)) ||
+        (e->o.temperature != 0 && vs_eval_lm_set_sampling(e, e->o.temperature, e->o.top_p, e->o.seed, err))) {
         vs_eval_lm_free(e);
         return NULL;
     }
@@ -301,10 +277,10 @@ vs_eval_lm *vs_eval_lm_new(vs_lm *lm, const vs_mmproj *mm, const vs_tokenizer *t
 
 void vs_eval_lm_free(vs_eval_lm *e) {
     if (!e) return;
-    vs_mm_images_free(e->imgs, e->n_imgs);
-    vs_kv_free(e->kv);
-    vs_free(e->logits), vs_free(e->rows), vs_free(e->gen), vs_free(e->c_tok), vs_free(e->c_embd);
-    vs_sampler_free(e->sampler);
+    vs_result_free(&e->res);
+    vs_session_free(e->sess);
+    vs_models_free(e->models);
+    vs_free(e->gen);
     vs_free(e);
 }
 
@@ -313,17 +289,8 @@ vs_status vs_eval_lm_set_sampling(vs_eval_lm *e, float temperature, float top_p,
     if (!(temperature >= 0) || !(top_p >= 0 && top_p <= 1))
         return vs_error_set(err, VS_ERR_INVALID, "eval: temperature %g / top-p %g out of range",
                             (double)temperature, (double)top_p);
-    vs_sampler_params sp = vs_sampler_params_default();
-    sp.temperature = temperature, sp.top_p = top_p > 0 ? top_p : 1.0f, sp.seed = seed;
-    if (!e->sampler) {
-        if (!(e->sampler = vs_sampler_new(e->n_vocab, &sp, err)))
-            return err && err->code ? err->code : VS_ERR_NOMEM;
-    } else {
-        vs_status s = vs_sampler_set_params(e->sampler, &sp, err);
-        if (s != VS_OK) return s;
-        vs_sampler_seed(e->sampler, seed);
-    }
-    e->o.temperature = temperature, e->o.top_p = sp.top_p, e->o.seed = seed;
+    e->o.temperature = temperature, e->o.top_p = top_p > 0 ? top_p : 1.0f, e->o.seed = seed;
+    e->n_since_seed = 0;
     return VS_OK;
 }
 
@@ -338,42 +305,6 @@ void vs_eval_lm_counters(const vs_eval_lm *e, int64_t *prefilled, int64_t *reuse
     if (decoded) *decoded = e->n_decoded;
 }
 
-/* Encodes the images of s once; a new sample drops the cache (its rows may reuse old addresses). */
-static vs_status ensure_images(vs_eval_lm *e, const vs_world_sample *s, vs_error *err) {
-    if (e->img_sample == s) return VS_OK;
-    vs_mm_images_free(e->imgs, e->n_imgs);
-    e->n_imgs = 0, e->img_sample = NULL;
-    e->c_n = 0;
-    vs_kv_clear(e->kv);
-    if (s->n_images > 0) {
-        vs_status st = vs_mm_images_from_files(vs_mmproj_tower(e->mm), vs_mmproj_projector(e->mm), e->tp,
-                                               (const char *const *)s->images, s->n_images, VS_PREPROC_LLAVA,
-                                               1, e->imgs, err);
-        if (st != VS_OK) return st;
-    }
-    e->n_imgs = s->n_images;
-    e->img_sample = s;
-    return VS_OK;
-}
-
-/* Appends prompt rows [first, n) to the cache in batches, logits after the last one. */
-static vs_status prefill(vs_eval_lm *e, const vs_mm_prompt *p, int64_t first, vs_error *err) {
-    for (int64_t r0 = first; r0 < p->n_rows; r0 += EVAL_BATCH) {
-        const int64_t n = VS_MIN(EVAL_BATCH, p->n_rows - r0);
-        vs_mm_prompt_rows(p, r0, n, 0, 0, e->rows);
-        const bool last = r0 + n == p->n_rows;
-        if (last) e->rows[n - 1].want_logits = true;
-        vs_lm_out out = {.logits = last ? e->logits : NULL};
-        vs_status st = vs_lm_forward(e->lm, e->kv, e->tp, e->rows, (int)n, &out, err);
-        if (st != VS_OK) return st;
-        for (int64_t i = 0; i < n; i++)
-            e->c_tok[r0 + i] = p->tokens[r0 + i], e->c_embd[r0 + i] = p->embd[r0 + i];
-        e->c_n = r0 + n;
-    }
-    e->n_prefilled += p->n_rows - first;
-    return VS_OK;
-}
-
 vs_status vs_eval_lm_answer(void *ctx, const vs_world_sample *s, const char *prompt, int n_images,
                             char **answer, int64_t *n_tokens, bool *eos, vs_error *err) {
     vs_eval_lm *e = ctx;
@@ -382,58 +313,31 @@ vs_status vs_eval_lm_answer(void *ctx, const vs_world_sample *s, const char *pro
     if (n_images < 0 || n_images > s->n_images)
         return vs_error_set(err, VS_ERR_INVALID, "eval: %d images asked, the sample has %d", n_images,
                             s->n_images);
-    vs_status st = ensure_images(e, s, err);
+    vs_req_image imgs[VS_WORLD_MAX_IMAGES];
+    for (int i = 0; i < n_images; i++) imgs[i] = (vs_req_image){.path = s->images[i]};
+    vs_request rq;
+    vs_request_default(&rq);
+    rq.prompt = prompt;
+    rq.images = imgs, rq.n_images = n_images;
+    rq.n_predict = e->o.max_tokens;
+    rq.reuse_prefix = !e->o.no_reuse;
+    if (e->o.temperature > 0) {
+        rq.sampling = vs_sampler_params_default();
+        rq.sampling.temperature = e->o.temperature, rq.sampling.top_p = e->o.top_p;
+        /* the k-th answer after vs_eval_lm_set_sampling draws from its own stream (k = 0: the seed itself) */
+        rq.sampling.seed = e->o.seed + e->n_since_seed++ * 0x9e3779b97f4a7c15ull;
+    }
+    vs_status st = vs_session_run(e->sess, &rq, &e->res, err);
     if (st != VS_OK) return st;
-    vs_mm_prompt p;
-    vs_mm_prompt_opts po = {.lm_width = e->width, .n_ctx = e->n_ctx};
-    st = vs_mm_prompt_build(&p, e->tok, prompt, strlen(prompt), e->imgs, n_images, &po, err);
-    if (st != VS_OK) return st;
-    /* rows shared with the cache are kept; at least the last prompt row is evaluated (its logits) */
-    int64_t keep = 0;
-    if (!e->o.no_reuse)
-        while (keep < e->c_n && keep < p.n_rows && e->c_tok[keep] == p.tokens[keep] &&
-               e->c_embd[keep] == p.embd[keep])
-            keep++;
-    keep = VS_MIN(keep, p.n_rows - 1);
-    st = vs_kv_seq_truncate(e->kv, 0, (int)keep, err);
-    if (st == VS_OK) {
-        e->c_n = keep;
-        e->n_reused += keep;
-        st = prefill(e, &p, keep, err);
-    }
-    vs_mm_prompt_free(&p);
-    if (st != VS_OK) {
-        e->c_n = 0;
-        vs_kv_clear(e->kv);
-        return st;
-    }
-    while (e->n_gen < e->o.max_tokens) {
-        int32_t t = -1;
-        if (e->o.temperature > 0 && e->sampler) {
-            st = vs_sampler_sample(e->sampler, e->logits, NULL, &t, err);
-            if (st != VS_OK) return st;
-        } else {
-            t = vs_argmax(e->logits, e->n_vocab);
-        }
-        if (vs_tokenizer_is_eog(e->tok, t)) {
-            *eos = true;
-            break;
-        }
-        e->gen[e->n_gen++] = t;
-        if (e->n_gen == e->o.max_tokens || e->c_n >= e->n_ctx) break;
-        vs_lm_row r = {.token = t, .pos = (int32_t)e->c_n, .want_logits = true};
-        vs_lm_out out = {.logits = e->logits};
-        st = vs_lm_forward(e->lm, e->kv, e->tp, &r, 1, &out, err);
-        if (st != VS_OK) {
-            e->c_n = 0;
-            vs_kv_clear(e->kv);
-            return st;
-        }
-        e->c_tok[e->c_n] = t, e->c_embd[e->c_n] = NULL;
-        e->c_n++;
-        e->n_decoded++;
-    }
+    const vs_spec_log *l = &e->res.log;
+    *eos = e->res.finish == VS_FINISH_EOS;
+    e->n_gen = l->n_tokens - (*eos ? 1 : 0); /* the end-of-generation token is not part of the answer */
+    if (e->n_gen > 0) memcpy(e->gen, l->tokens, sizeof(int32_t) * (size_t)e->n_gen);
+    const int64_t reused = VS_MAX(0, l->n_prompt - 1 - l->n_prefilled); /* the last row is never cached */
+    e->n_reused += reused;
+    e->n_prefilled += l->n_prompt - reused;
+    e->n_decoded += VS_MAX(0, l->n_tokens - 1); /* the first token comes from the prefill */
     *n_tokens = e->n_gen;
-    *answer = vs_detokenize(e->tok, e->gen, e->n_gen, 0, NULL, err);
+    *answer = vs_detokenize(vs_models_tokenizer(e->models), e->gen, e->n_gen, 0, NULL, err);
     return *answer ? VS_OK : (err && err->code ? err->code : VS_ERR_NOMEM);
 }

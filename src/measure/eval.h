@@ -20,6 +20,7 @@
 #define VS_EVAL_H
 
 #include "json.h"
+#include "session.h"
 #include "lm.h"
 #include "tokenizer.h"
 #include "vision.h"
@@ -100,11 +101,11 @@ char *vs_eval_table(const vs_eval_result *r);
 void vs_eval_json(const vs_eval_result *r, vs_json_writer *w);
 
 /* ---------------------------------------------------------------------------------------------- */
-/* Greedy answerer over vs_lm + mmproj. Images of a sample are encoded once (all of them, on its
- * first turn); a later turn reuses the KV rows its prompt shares with what the cache holds (the
- * first turn's prompt and answer), so it prefills only the new rows. Generation is greedy
- * (vs_argmax: the lowest id among equal maxima; or sampled, see vs_eval_lm_opts), stops at end-of-generation,
- * after max_tokens tokens, or when the context is full. */
+/* Greedy answerer over vs_lm + mmproj: target-only requests through a session (src/spec/session.h) over
+ * the caller's models. Images are encoded once (the session's image cache); a later turn reuses the KV rows
+ * its prompt shares with what the cache holds (the first turn's prompt and answer), so it prefills only the
+ * new rows. Generation is greedy (the lowest id among equal maxima; or sampled, see vs_eval_lm_opts), stops
+ * at end-of-generation, after max_tokens tokens, or when the context is full. */
 typedef struct vs_eval_lm vs_eval_lm;
 
 typedef struct vs_eval_lm_opts {
@@ -126,8 +127,9 @@ void vs_eval_lm_free(vs_eval_lm *e);
 /* A vs_eval_answer_fn; ctx is the vs_eval_lm. */
 vs_status vs_eval_lm_answer(void *ctx, const vs_world_sample *s, const char *prompt, int n_images,
                             char **answer, int64_t *n_tokens, bool *eos, vs_error *err);
-/* Changes the sampling settings (see vs_eval_lm_opts) and restarts the sampler's RNG from seed, so an
- * answer depends only on (prompt, settings, seed). VS_ERR_INVALID for bad values. */
+/* Changes the sampling settings (see vs_eval_lm_opts) and restarts the answers' random streams: the k-th
+ * answer after this call draws with seed + k * 0x9e3779b97f4a7c15 (the first with seed itself), so an answer
+ * depends only on (prompt, settings, seed, k). VS_ERR_INVALID for bad values. */
 vs_status vs_eval_lm_set_sampling(vs_eval_lm *e, float temperature, float top_p, uint64_t seed,
                                   vs_error *err);
 /* The tokens of the last answer (end-of-generation excluded), valid until the next call. */

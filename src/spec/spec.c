@@ -211,10 +211,15 @@ void vs_spec_stats_compute(const vs_spec_log *log, const vs_spec_log *baseline, 
 }
 
 void vs_spec_stats_print(const vs_spec_stats *s, FILE *f) {
-    fprintf(f,
-            "tokens %d in %d blocks, gamma %d: tau %.3f, acceptance %.3f (%lld of %lld drafted accepted)\n",
-            s->n_tokens, s->n_blocks, s->gamma, s->tau, s->accept_rate, (long long)s->n_accepted,
-            (long long)s->n_drafted);
+    if (s->has_baseline)
+        fprintf(f,
+                "measured speedup %.3fx decode-only, %.3fx end-to-end (target-only %.2f tokens/s decode, %.2f "
+                "end-to-end)\n",
+                s->speedup_decode, s->speedup_total, s->base_tok_s_decode, s->base_tok_s_total);
+    fprintf(f, "tokens %d in %d target passes, gamma %d: tau %.3f; %lld of %lld drafted tokens accepted (%.3f), "
+               "%.3f of the positions the target checked\n",
+            s->n_tokens, s->n_blocks, s->gamma, s->tau, (long long)s->n_accepted, (long long)s->n_drafted,
+            s->draft_accept_rate, s->accept_rate);
     if (s->gamma > 0 && s->nodes_per_block > s->max_depth)
         fprintf(f, "tree: %.2f nodes drafted per block, deepest path %d\n", s->nodes_per_block, s->max_depth);
     if (s->gamma > 0) {
@@ -241,11 +246,6 @@ void vs_spec_stats_print(const vs_spec_stats *s, FILE *f) {
     if (s->gamma > 0 && s->est_tabed > 0)
         fprintf(f, "estimated speedup (TABED eq. 1): %.3f; with verification cost: %.3f\n", s->est_tabed,
                 s->est_tabed_cpu);
-    if (s->has_baseline)
-        fprintf(f,
-                "target-only: %.2f tokens/s decode, %.2f end-to-end; measured speedup %.3f decode-only, "
-                "%.3f end-to-end\n",
-                s->base_tok_s_decode, s->base_tok_s_total, s->speedup_decode, s->speedup_total);
 }
 
 void vs_spec_stats_json(const vs_spec_stats *s, vs_json_writer *w) {

@@ -1,0 +1,77 @@
+/* methods: the named drafting methods, one table for every front end (`generate --method`, `bench spec
+ * --methods`, chat, the server and the public API all accept these names).
+ * Owns: the method table (name, table label, kind, which drafter file it drafts with, one line of
+ * help) and building a method's drafter from loaded models (draft_lm.h for the single small-LM
+ * methods, draft_ensemble.h for C, P and the ensembles). Models are borrowed.
+ *
+ * A method drafts with one of two drafter files (vs_method_role): the LLaVA-recipe drafter
+ * (models/draft-llava*.gguf, any small LM sharing the target's vocabulary given with -md) or the MASSV
+ * drafter (models/draft-massv*.gguf). The method "ar" is target-only decoding (no drafter). */
+#ifndef VS_METHODS_H
+#define VS_METHODS_H
+
+#include "caption.h"
+#include "draft_ensemble.h"
+#include "lm.h"
+#include "spec.h"
+#include "vision.h"
+
+typedef enum vs_method_kind {
+    VS_METHOD_TARGET = 0,   /* target only */
+    VS_METHOD_SINGLE = 1,   /* one drafting input */
+    VS_METHOD_ENSEMBLE = 2, /* several inputs, weighted */
+} vs_method_kind;
+
+typedef enum vs_method_role {
+    VS_ROLE_NONE = 0,
+    VS_ROLE_LLAVA = 1, /* the LLaVA-recipe drafter (-md) and its projector (--mmproj-draft) */
+    VS_ROLE_MASSV = 2, /* the MASSV drafter and its projector */
+} vs_method_role;
+#define VS_N_ROLES 3
+
+/* The models a drafter is built from (borrowed by the drafter: free them after it). */
+typedef struct vs_method_models {
+    vs_lm *target;
+    const vs_vision_tower *tower;                  /* the target's tower, NULL for text-only use */
+    vs_lm *draft[VS_N_ROLES];                      /* by role; NULL when not loaded */
+    const vs_vision_projector *proj[VS_N_ROLES];   /* each drafter's projector, NULL when not loaded */
+    vs_threadpool *tp;                             /* borrowed; NULL = caller's thread */
+    vs_caption_src *captions;                      /* caption methods: their source (one request at a time) */
+} vs_method_models;
+
+/* Options every method takes. */
+typedef struct vs_method_opts {
+    int32_t n_ctx;      /* drafter cache rows; <= 0: the draft model's n_ctx_train */
+    vs_type kv_type;    /* drafter cache type (VS_TYPE_F32 = 0, F16, BF16) */
+    int32_t tree_width; /* width-D token trees; 0 or 1 = chains */
+    bool greedy;        /* draft greedily even when the request samples */
+} vs_method_opts;
+
+typedef struct vs_method vs_method;
+typedef vs_spec_drafter *(*vs_method_make_fn)(const vs_method *m, const vs_method_models *mm,
+                                              const vs_method_opts *o, vs_error *err);
+
+struct vs_method {
+    const char *name;  /* what users type: "m", "tabed-mt" ... */
+    const char *label; /* in tables and plots: "M", "TABED^MT" */
+    vs_method_kind kind;
+    vs_method_role role;   /* the drafter file it drafts with (VS_ROLE_NONE: target only) */
+    const char *what;      /* one line for --help and docs */
+    vs_method_make_fn make; /* NULL for the target-only method */
+    int arg;               /* the builder's argument (draft_lm mode, ensemble entry) */
+    bool captions;         /* needs a caption source (vs_method_models.captions) */
+};
+
+/* The table (n entries); the first entry is "ar". */
+const vs_method *vs_methods(int *n);
+const vs_method *vs_method_find(const char *name); /* NULL if unknown */
+/* The label of a method name (the name itself when unknown). */
+const char *vs_method_label(const char *name);
+/* "ar, m, t, ..." into buf (for error messages). */
+void vs_method_names(char *buf, size_t cap);
+/* The method's drafter. NULL + err when a model it needs is missing (message names the method and the
+ * file it lacks) or an option is invalid. The target-only method has no drafter: VS_ERR_INVALID. */
+vs_spec_drafter *vs_method_drafter_new(const vs_method *m, const vs_method_models *mm, const vs_method_opts *o,
+                                       vs_error *err);
+
+#endif
