@@ -135,7 +135,7 @@ typedef struct vlmspec_request {
     float top_p;        /* 1 = off (default 1) */
     float min_p;        /* 0 = off (default 0) */
     uint64_t seed;      /* sampling seed (default 0) */
-    const char *stop[VLMSPEC_MAX_STOP]; /* stop strings (NULL entries end the list) */
+    const char *stop[VLMSPEC_MAX_STOP]; /* stop strings (a NULL or empty entry ends the list) */
     int reuse;          /* keep the cached rows the prompt shares with the previous request (default 1) */
     vlmspec_text_fn on_text;
     void *user;
@@ -145,10 +145,11 @@ void vlmspec_request_init(vlmspec_request *r);
 
 typedef struct vlmspec_result {
     char *text;           /* the reply (a stop string and what followed it cut); owned */
-    int n_tokens;         /* tokens generated */
+    int n_tokens;         /* tokens the target generated (a stop string may cut the text before the last) */
     int n_prompt_rows;    /* prompt rows (text tokens + image rows) */
     int n_prompt_reused;  /* of them, taken from the cache of the previous request */
-    const char *finish;   /* "eos", "length", "context", "stop", "cancel" or "callback" */
+    const char *finish;   /* "eos", "length", "context", "stop", "cancel", "callback", or "none" when the
+                           * request failed before it generated */
     int target_passes;    /* target forward passes that verified drafts (one per token without a drafter) */
     int drafted;          /* drafted tokens */
     int accepted;         /* of them, accepted */

@@ -3,9 +3,11 @@
  * Without models: status names, the method table, bad parameters and files give a status and a message.
  * On the shipped models (models/, skipped with a message when absent), with an image:
  *   - greedy speculative output ("m", "tabed-mt", a width-2 tree) equals target-only output ("ar");
- *   - the streamed pieces add up to the result's text; an image given as bytes equals the same file;
- *   - a stop string cuts the text before it (finish "stop"); a callback returning 0 stops ("callback");
- *     vlmspec_session_cancel from the callback stops ("cancel");
+ *   - the streamed pieces add up to the result's text; an image given as bytes (to a session that never saw
+ *     the file) equals the file; undecodable bytes and a refused request report nothing generated;
+ *   - a stop string cuts the text before it (finish "stop"), also at the very end of the reply; a callback
+ *     returning 0 stops ("callback") and is not called again; vlmspec_session_cancel from the callback
+ *     stops ("cancel");
  *   - a second turn reuses the first turn's cached rows (image rows included) and gives the same reply
  *     as the same conversation on a fresh session;
  *   - bad requests: a prompt and messages together, an unknown method, a prompt longer than the context,
@@ -118,23 +120,39 @@ static void test_lossless(vlmspec_session *s) {
                      methods[i]);
             free(t);
         }
-    /* the same image given as bytes */
+    free(ref);
+}
+
+/* The image given as bytes, decoded from memory by a session that has never seen the file. */
+static void test_bytes(vlmspec_models *m, const char *ref) {
+    vlmspec_session *s = NULL;
+    VT_REQUIRE(vlmspec_session_new(m, 0, &s) == VLMSPEC_OK, "%s", vlmspec_last_error());
+    vlmspec_request rq;
+    vlmspec_result res;
     size_t n = 0;
     unsigned char *bytes = read_all(IMAGE, &n);
     VT_REQUIRE(bytes && n, "read %s", IMAGE);
     vlmspec_image img_mem = {.data = bytes, .size = n};
     base_request(&rq, "m");
     rq.images = &img_mem;
-    char *t = run(s, &rq, VLMSPEC_OK, &res);
-    VT_CHECK(!strcmp(t, ref), "image bytes: '%s'", t);
-    free(t);
-    /* undecodable bytes */
+    /* undecodable bytes first: nothing of them may stay in the image cache */
     img_mem.size = n / 3;
-    t = run(s, &rq, VLMSPEC_ERR_FORMAT, &res);
+    char *t = run(s, &rq, VLMSPEC_ERR_FORMAT, &res);
     VT_CHECK(strstr(vlmspec_last_error(), "image 1"), "names the image: %s", vlmspec_last_error());
+    VT_CHECK(!t[0] && res.n_tokens == 0 && !strcmp(res.finish, "none"), "nothing generated: %s", res.finish);
+    free(t);
+    img_mem.size = n;
+    t = run(s, &rq, VLMSPEC_OK, &res);
+    VT_CHECK(!strcmp(t, ref), "image bytes: '%s' vs the file's '%s'", t, ref);
+    free(t);
+    /* a request refused before it runs reports nothing of the request before it */
+    rq.n_messages = -1;
+    t = run(s, &rq, VLMSPEC_ERR_INVALID, &res);
+    VT_CHECK(!t[0] && res.n_tokens == 0 && !strcmp(res.finish, "none"), "refused: '%s' %d %s", t, res.n_tokens,
+             res.finish);
     free(t);
     free(bytes);
-    free(ref);
+    vlmspec_session_free(s);
 }
 
 static void test_stops(vlmspec_session *s) {
@@ -157,13 +175,27 @@ static void test_stops(vlmspec_session *s) {
              "stop '%s': '%s' (%s) of '%s'", stop, res.text, res.finish, ref);
     VT_CHECK(!strcmp(c.buf, res.text), "nothing past the stop string was streamed: '%s'", c.buf);
     vlmspec_result_free(&res);
+    /* a stop string at the very end of the reply: found in the block that also ends the request */
+    const size_t rl = strlen(ref);
+    char tail[8] = {0};
+    memcpy(tail, ref + rl - 3, 3);
+    if (strstr(ref, tail) == ref + rl - 3) {
+        base_request(&rq, "m");
+        rq.stop[0] = tail;
+        collect c4 = {0};
+        rq.on_text = on_text, rq.user = &c4;
+        VT_CHECK(vlmspec_generate(s, &rq, &res) == VLMSPEC_OK && !strcmp(res.finish, "stop") &&
+                     strlen(res.text) == rl - 3 && !strcmp(c4.buf, res.text),
+                 "stop '%s' at the end: %s '%s' (streamed '%s')", tail, res.finish, res.text, c4.buf);
+        vlmspec_result_free(&res);
+    }
     /* the callback stops */
     base_request(&rq, "m");
     collect c2 = {.stop_after = 1};
     rq.on_text = on_text, rq.user = &c2;
     VT_CHECK(vlmspec_generate(s, &rq, &res) == VLMSPEC_OK && !strcmp(res.finish, "callback") &&
-                 strlen(res.text) < strlen(ref),
-             "callback: %s '%s'", res.finish, res.text);
+                 strlen(res.text) < strlen(ref) && c2.calls == 1,
+             "callback: %s '%s', %d calls (1: none after it said stop)", res.finish, res.text, c2.calls);
     vlmspec_result_free(&res);
     /* cancel from the callback */
     base_request(&rq, "m");
@@ -240,6 +272,14 @@ int main(void) {
     VT_REQUIRE(vlmspec_models_load(&mp, &m) == VLMSPEC_OK, "%s", vlmspec_last_error());
     VT_REQUIRE(vlmspec_session_new(m, 0, &s) == VLMSPEC_OK, "%s", vlmspec_last_error());
     test_lossless(s);
+    {
+        vlmspec_request rq;
+        vlmspec_result res;
+        base_request(&rq, NULL);
+        char *ref = run(s, &rq, VLMSPEC_OK, &res);
+        test_bytes(m, ref);
+        free(ref);
+    }
     test_stops(s);
     test_turns(m, s);
     test_bad_requests(m, s);

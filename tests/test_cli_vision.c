@@ -395,6 +395,36 @@ int main(void) {
         VT_CHECK(rc == 2, "chat: unknown flag is a usage error (%d)", rc);
         rc = vt_run("%s chat -m %s --template nope < /dev/null 2> /dev/null", B, path_of("lm.gguf"));
         VT_CHECK(rc == 2, "chat: unknown template (%d)", rc);
+        /* generate: --method, --template and flags without effect are usage errors before anything loads */
+        static const struct {
+            const char *args, *says;
+        } usage[] = {{"-md D --method nope -p x", "unknown"},
+                     {"-md D --method m -p x", "--mmproj-draft"},
+                     {"--method t -p x", "-md"},
+                     {"-md D --method t --weights grid -p x", "--method"},
+                     {"-md D --mmproj-draft MD --method t -p x", "--mmproj-draft"},
+                     {"--template vicuna-short --tokens 1,2", "--template"},
+                     {"--template nope -p x", "nope"},
+                     {"--tokens 1,x", "--tokens"},
+                     {"--draft 3 -p x", "-md"}};
+        for (size_t k = 0; k < sizeof(usage) / sizeof(usage[0]); k++) {
+            char args[512];
+            snprintf(args, sizeof(args), "%s", usage[k].args);
+            char *at;
+            while ((at = strstr(args, "MD ")) || (at = strstr(args, "D "))) { /* file names, after the check */
+                const bool md = at[0] == 'M';
+                char rest[512];
+                snprintf(rest, sizeof(rest), "%s", at + (md ? 3 : 2));
+                snprintf(at, sizeof(args) - (size_t)(at - args), "%s %s", path_of(md ? "mmd.gguf" : "draft.gguf"),
+                         rest);
+            }
+            rc = vt_run("%s generate -m %s %s -n 2 > /dev/null 2> %s", B, path_of("lm.gguf"), args, path_of("e.txt"));
+            VT_CHECK(rc == 2 && file_contains(path_of("e.txt"), usage[k].says), "generate %s: exit %d (want 2, '%s')",
+                     usage[k].args, rc, usage[k].says);
+        }
+        rc = vt_run("%s generate -m %s --method ar -p x -n 2 --temp 0 -q > /dev/null 2> %s", B, path_of("lm.gguf"),
+                    path_of("e.txt"));
+        VT_CHECK(rc == 0, "generate --method ar runs without a drafter (exit %d)", rc);
         rc = vt_run("echo '/image %s' | %s chat -m %s 2> %s", path_of("a.ppm"), B, path_of("lm.gguf"),
                     path_of("e.txt"));
         VT_CHECK(rc == 1 && file_contains(path_of("e.txt"), "--mmproj"), "chat: /image without --mmproj (%d)",

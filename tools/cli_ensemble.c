@@ -47,65 +47,54 @@ void vs_cli_ens_usage(FILE *f) {
         "  --trace-weights FILE     write the weights of every block (vlmspec plot weights FILE)\n");
 }
 
-static bool is(const char *a, const char *b) { return !strcmp(a, b); }
-
-int vs_cli_ens_parse_flag(const char *cmd, int argc, char **argv, int *i, vs_cli_ens_opts *o,
-                          vs_cli_spec_opts *spec) {
-    const char *a = argv[*i], *v;
-    static const char *const with_value[] = {
-        "--draft-mode",   "--weights", "--weights-tau",   "--history",  "--grid-n",
-        "--history-topk", "--pool",    "--trace-weights", "--captions", "--caption-tokens"};
-    bool ours = false;
-    for (size_t k = 0; k < VS_ARRAY_LEN(with_value); k++) ours |= is(a, with_value[k]);
-    if (!ours) return 0;
-    if (!(v = cli_value(cmd, argc, argv, i))) return -1;
+static bool parse_draft_mode(const char *cmd, const char *flag, const char *v, void *dst) {
+    vs_cli_ens_opts *o = dst;
     vs_error err = {0};
-    double d;
-    if (is(a, "--draft-mode")) {
-        o->mode_given = true;
-        if (is(v, "reject")) {
-            spec->mode = VS_CLI_DRAFT_REJECT;
-            o->n_inputs = 0;
-            return 1;
-        }
-        if (vs_ens_inputs_parse(v, o->inputs, &o->n_inputs, &err)) {
-            cli_fail(cmd, "--draft-mode %s: %s; or reject (debug)", v, err.msg);
-            return -1;
-        }
-        spec->mode = o->inputs[0] == VS_ENS_IN_M ? VS_CLI_DRAFT_M : VS_CLI_DRAFT_T;
-    } else if (is(a, "--weights")) {
-        if (vs_ens_weights_parse(v, &o->weights, &err)) {
-            cli_fail(cmd, "--weights: %s", err.msg);
-            return -1;
-        }
-        o->weights_given = o->ens_flag = true;
-    } else if (is(a, "--weights-tau")) {
-        if (!cli_parse_f64(cmd, a, v, 0, 1e6, &d)) return -1;
-        o->weights.tau = (float)d;
-        o->ens_flag = true;
-    } else if (is(a, "--history")) {
-        if (!cli_parse_int(cmd, a, v, 0, 1 << 24, &o->weights.window)) return -1;
-        o->ens_flag = true;
-    } else if (is(a, "--grid-n")) {
-        if (!cli_parse_int(cmd, a, v, 1, 1000, &o->weights.grid_n)) return -1;
-        o->ens_flag = true;
-    } else if (is(a, "--history-topk")) {
-        if (!cli_parse_int(cmd, a, v, 0, 1 << 24, &o->weights.topk)) return -1;
-        o->ens_flag = true;
-    } else if (is(a, "--pool")) {
-        if (!cli_parse_int(cmd, a, v, 1, 1 << 16, &o->pool_k)) return -1;
-        o->ens_flag = true;
-    } else if (is(a, "--trace-weights")) {
-        o->trace_path = v;
-        o->ens_flag = true;
-    } else if (is(a, "--captions")) {
-        o->captions_path = v;
-        o->ens_flag = true;
-    } else { /* --caption-tokens */
-        if (!cli_parse_int(cmd, a, v, 1, 4096, &o->caption_tokens)) return -1;
-        o->ens_flag = true;
+    o->reject = !strcmp(v, "reject");
+    if (o->reject) {
+        o->n_inputs = 0;
+        return true;
     }
-    return 1;
+    if (vs_ens_inputs_parse(v, o->inputs, &o->n_inputs, &err)) {
+        cli_fail(cmd, "%s %s: %s; or reject (debug)", flag, v, err.msg);
+        return false;
+    }
+    return true;
+}
+
+static bool parse_weights(const char *cmd, const char *flag, const char *v, void *dst) {
+    vs_error err = {0};
+    if (vs_ens_weights_parse(v, dst, &err)) {
+        cli_fail(cmd, "%s: %s", flag, err.msg);
+        return false;
+    }
+    return true;
+}
+
+void vs_cli_ens_flags(cli_flags *fs, vs_cli_ens_opts *o) {
+    cli_flag_fn_add(fs, "--draft-mode", parse_draft_mode, o);
+    cli_flag_fn_add(fs, "--weights", parse_weights, &o->weights);
+    cli_flag_add(fs, "--weights-tau", CLI_F32, &o->weights.tau, 0, 1e6);
+    cli_flag_add(fs, "--history", CLI_INT, &o->weights.window, 0, 1 << 24);
+    cli_flag_add(fs, "--grid-n", CLI_INT, &o->weights.grid_n, 1, 1000);
+    cli_flag_add(fs, "--history-topk", CLI_INT, &o->weights.topk, 0, 1 << 24);
+    cli_flag_add(fs, "--pool", CLI_INT, &o->pool_k, 1, 1 << 16);
+    cli_flag_add(fs, "--trace-weights", CLI_STR, &o->trace_path, 0, 0);
+    cli_flag_add(fs, "--captions", CLI_STR, &o->captions_path, 0, 0);
+    cli_flag_add(fs, "--caption-tokens", CLI_INT, &o->caption_tokens, 1, 4096);
+}
+
+void vs_cli_ens_finish(const cli_flags *fs, vs_cli_ens_opts *o, vs_cli_spec_opts *spec) {
+    o->mode_given = cli_flag_given(fs, o);
+    o->weights_given = cli_flag_given(fs, &o->weights);
+    const void *mix[] = {&o->weights,      &o->weights.tau, &o->weights.window, &o->weights.grid_n,
+                         &o->weights.topk, &o->pool_k,      &o->trace_path};
+    for (size_t k = 0; k < VS_ARRAY_LEN(mix); k++) o->mix_flag |= cli_flag_given(fs, mix[k]);
+    o->ens_flag = o->mix_flag || cli_flag_given(fs, &o->captions_path) || cli_flag_given(fs, &o->caption_tokens);
+    if (o->reject)
+        spec->mode = VS_CLI_DRAFT_REJECT;
+    else if (o->n_inputs > 0)
+        spec->mode = o->inputs[0] == VS_ENS_IN_M ? VS_CLI_DRAFT_M : VS_CLI_DRAFT_T;
 }
 
 bool vs_cli_ens_active(const vs_cli_ens_opts *o) {
@@ -146,27 +135,37 @@ static void inputs_str(const vs_cli_ens_opts *o, char *buf, size_t n) {
     }
 }
 
-/* Usage errors (exit status 2) before anything loads; -1 when the options are fine. */
-static int check_usage(const char *cmd, const vs_cli_spec_opts *s, const vs_cli_ens_opts *o,
-                       const vs_cli_ens_opts *eo, const char *inputs) {
-    const bool reject = s->mode == VS_CLI_DRAFT_REJECT;
-    if (reject && (o->ens_flag || o->n_inputs > 1))
+/* Usage errors of --method (exit status 2); -1 when fine. */
+static int check_method(const char *cmd, const vs_cli_spec_opts *s, const vs_cli_ens_opts *o) {
+    const vs_method *m = vs_method_find(s->method);
+    char names[512];
+    vs_method_names(names, sizeof(names));
+    if (!m) return cli_fail(cmd, "--method %s: unknown (known: %s)", s->method, names), 2;
+    if (o->mode_given || o->mix_flag)
+        return cli_fail(cmd, "--method names the drafting: it does not combine with --draft-mode, --weights, "
+                             "--pool or --trace-weights"), 2;
+    if (m->kind != VS_METHOD_TARGET && !s->draft_model)
+        return cli_fail(cmd, "--method %s needs a draft model (-md FILE)", s->method), 2;
+    const bool captioner = m->captions && s->n_images > 0 && !o->captions_path;
+    if (m->projector && !s->mmproj_draft)
+        return cli_fail(cmd, "--method %s drafts with the drafter's projector (--mmproj-draft FILE)", s->method), 2;
+    if (captioner && !s->mmproj_draft)
+        return cli_fail(cmd, "--method %s captions the images: give --mmproj-draft FILE or --captions FILE",
+                        s->method), 2;
+    if (s->mmproj_draft && !m->projector && !captioner)
+        return cli_fail(cmd, "--mmproj-draft is not read by --method %s", s->method), 2;
+    if (!m->captions && o->ens_flag)
+        return cli_fail(cmd, "--captions and --caption-tokens are read by the caption methods only"), 2;
+    return -1;
+}
+
+/* Usage errors of --draft-mode and the ensemble flags (exit status 2); -1 when fine. */
+static int check_draft_mode(const char *cmd, const vs_cli_spec_opts *s, const vs_cli_ens_opts *o,
+                            const vs_cli_ens_opts *eo, const char *inputs) {
+    if (s->mode == VS_CLI_DRAFT_REJECT && (o->ens_flag || o->n_inputs > 1))
         return cli_fail(cmd, "--draft-mode reject is a debug drafter: it does not combine with ensemble flags"), 2;
     if (!s->draft_model && (o->mode_given || o->ens_flag))
         return cli_fail(cmd, "--draft-mode and the ensemble flags need a draft model (-md FILE)"), 2;
-    if (s->method) {
-        const vs_method *m = vs_method_find(s->method);
-        char names[512];
-        vs_method_names(names, sizeof(names));
-        if (!m) return cli_fail(cmd, "--method %s: unknown (known: %s)", s->method, names), 2;
-        if (o->mode_given || o->ens_flag)
-            return cli_fail(cmd, "--method names the drafting: it does not combine with --draft-mode or the "
-                                 "ensemble flags"), 2;
-        if (m->captions && o->captions_path == NULL && s->n_images > 0 && !s->mmproj_draft)
-            return cli_fail(cmd, "--method %s captions the images: give --mmproj-draft FILE or --captions FILE",
-                            s->method), 2;
-        return -1;
-    }
     bool has_c = false, has_mm = false;
     for (int r = 0; r < eo->n_inputs; r++) {
         has_c |= eo->inputs[r] == VS_ENS_IN_C;
@@ -180,11 +179,21 @@ static int check_usage(const char *cmd, const vs_cli_spec_opts *s, const vs_cli_
     if (s->draft_model && has_c && s->n_images > 0 && !o->captions_path && !s->mmproj_draft)
         return cli_fail(cmd, "caption drafting needs --captions FILE, or the drafter's projector (--mmproj-draft "
                              "FILE) to caption the images itself"), 2;
+    return -1;
+}
+
+/* Usage errors (exit status 2) before anything loads; -1 when the options are fine. */
+static int check_usage(const char *cmd, const vs_cli_spec_opts *s, const vs_cli_ens_opts *o,
+                       const vs_cli_ens_opts *eo, const char *inputs) {
     if (s->n_images > 0 && !s->mmproj)
         return cli_fail(cmd, "--image needs the target's vision model (--mmproj FILE)"), 2;
     if (s->n_images > 0 && !s->prompt)
         return cli_fail(cmd, "images need a text prompt with <image> markers (-p), not --tokens"), 2;
-    return -1;
+    if (s->chat_template && !s->prompt)
+        return cli_fail(cmd, "--template formats -p as a user turn: it does not apply to --tokens"), 2;
+    if (s->chat_template && !vs_chat_template_find(s->chat_template))
+        return cli_fail(cmd, "--template %s: unknown (vicuna-short, vicuna or plain)", s->chat_template), 2;
+    return s->method ? check_method(cmd, s, o) : check_draft_mode(cmd, s, o, eo, inputs);
 }
 
 /* The request of the command line (images point into s; the chat message into msg). */
@@ -220,8 +229,9 @@ static void make_request(const vs_cli_spec_opts *s, const vs_cli_ens_opts *eo, b
             rq->draft.debug_reject = s->mode == VS_CLI_DRAFT_REJECT;
         }
     }
-    rq->on_tokens = on_tokens, rq->on_text = on_text, rq->cb_ctx = st;
-    rq->want_text = !s->show_ids;
+    /* --ids prints token ids and reads no text (a model without a tokenizer runs on ids alone) */
+    rq->on_tokens = on_tokens, rq->on_text = s->show_ids ? NULL : on_text, rq->cb_ctx = st;
+    rq->want_text = !s->show_ids || s->json;
 }
 
 typedef struct run_out {
@@ -266,7 +276,7 @@ static bool print_json(const run_out *ro) {
     vs_json_obj_begin(&w);
     vs_json_kv_str(&w, "model", s->model);
     vs_json_kv_str(&w, "draft_model", s->draft_model ? s->draft_model : "");
-    vs_json_kv_str(&w, "draft_mode", res->drafter ? ro->inputs : "");
+    vs_json_kv_str(&w, "draft_mode", res->drafter && !s->method ? ro->inputs : "");
     if (s->method) vs_json_kv_str(&w, "method", s->method);
     vs_json_kv_str(&w, "weights", res->drafter && !s->method ? vs_ens_policy_name(ro->eo->weights.policy) : "");
     vs_json_kv_num(&w, "temperature", s->sp.temperature);
@@ -387,7 +397,7 @@ static vs_status open_session(const vs_cli_spec_opts *s, const vs_cli_ens_opts *
     if (o->captions_path && drafter &&
         !(*caps = vs_caption_src_from_file(o->captions_path, s->images, s->n_images, err)))
         return err->code;
-    vs_session_opts so = {.n_ctx = s->n_ctx, .kv_type = s->kv_type, .draft_kv_type = s->draft_kv_type,
+    vs_session_opts so = {.n_ctx = s->n_ctx, .fit_ctx = true, .kv_type = s->kv_type, .draft_kv_type = s->draft_kv_type,
                           .caption_tokens = o->caption_tokens, .captions = *caps};
     return (*sess = vs_session_new(*models, &so, err)) ? VS_OK : err->code;
 }

@@ -1,9 +1,9 @@
 /* cli_ensemble: the run of `vlmspec generate` with a drafter or with images, through the ensemble
  * drafter (src/spec/draft_ensemble.h; a single drafting input t or m is its m = 1 case, which is what
  * draft_lm is): drafting inputs M, T, C, P alone or as an ensemble, weight policies, captions, the
- * weight trace, and the debug `--draft-mode reject` drafter. cmd_generate.c hands every flag to
- * vs_cli_ens_parse_flag before vs_cli_spec_parse_flag, then calls vs_cli_ens_run. Images (--mmproj,
- * --image) and the other speculative flags are parsed by cli_spec into vs_cli_spec_opts.
+ * weight trace, and the debug `--draft-mode reject` drafter. cmd_generate.c adds these flags to its table
+ * (vs_cli_ens_flags), then calls vs_cli_ens_run, which hands the request to the library's session.
+ * Images (--mmproj, --image) and the other speculative flags are cli_spec's.
  *
  * Flags: --draft-mode m,t,c,p (any non-empty subset, order = row order), --weights POLICY
  * (static[:r1,r2,..] | grid | inv-kl | inv-tvd | random | adaboost), --weights-tau T, --history H,
@@ -27,14 +27,16 @@ typedef struct vs_cli_ens_opts {
     const char *captions_path; /* --captions */
     int caption_tokens;        /* --caption-tokens (captioner; default 24) */
     bool ens_flag;             /* any flag that only the ensemble path understands */
+    bool mix_flag;             /* of them, the mixing ones (weights, pool, trace): not with --method */
+    bool reject;               /* --draft-mode reject (debug) */
 } vs_cli_ens_opts;
 
 void vs_cli_ens_opts_init(vs_cli_ens_opts *o);
-/* If argv[*i] is one of our flags, consumes it (and its value) and returns 1; 0 when it is not ours;
- * -1 after printing an error (exit status 2). A single --draft-mode t, m or reject is also recorded in
- * spec->mode for the text-only path. */
-int vs_cli_ens_parse_flag(const char *cmd, int argc, char **argv, int *i, vs_cli_ens_opts *o,
-                          vs_cli_spec_opts *spec);
+/* Adds the ensemble flags (writing into o) to a command's flag table. */
+void vs_cli_ens_flags(cli_flags *fs, vs_cli_ens_opts *o);
+/* After parsing: which flags were given (mode_given, weights_given, ens_flag), and the single --draft-mode
+ * t, m or reject recorded in spec->mode. */
+void vs_cli_ens_finish(const cli_flags *fs, vs_cli_ens_opts *o, vs_cli_spec_opts *spec);
 void vs_cli_ens_usage(FILE *f);
 /* True when an ensemble-only flag or input (several inputs, c or p) was given. */
 bool vs_cli_ens_active(const vs_cli_ens_opts *o);

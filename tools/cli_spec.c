@@ -19,7 +19,14 @@ void vs_cli_spec_opts_init(vs_cli_spec_opts *o) {
     o->json = false;
     o->mmproj = NULL;
     o->n_images = 0;
-    o->needs_draft = NULL;
+}
+
+void vs_cli_sampling_flags(cli_flags *fs, vs_sampler_params *sp) {
+    cli_flag_add(fs, "--temp", CLI_F32, &sp->temperature, 0, 100);
+    cli_flag_add(fs, "--top-k", CLI_INT, &sp->top_k, 0, INT32_MAX);
+    cli_flag_add(fs, "--top-p", CLI_F32, &sp->top_p, 0, 1);
+    cli_flag_add(fs, "--min-p", CLI_F32, &sp->min_p, 0, 1);
+    cli_flag_add(fs, "--seed", CLI_U64, &sp->seed, 0, 9.3e18);
 }
 
 void vs_cli_spec_usage(FILE *f) {
@@ -47,54 +54,26 @@ void vs_cli_spec_usage(FILE *f) {
             "                           vicuna, plain); an <image> marker is added per image it lacks\n");
 }
 
-int vs_cli_spec_parse_flag(const char *cmd, int argc, char **argv, int *i, vs_cli_spec_opts *o) {
-    const char *a = argv[*i], *v;
-    static const char *const drafter_only[] = {"--compare",    "--draft-greedy", "--mmproj-draft", "--draft",
-                                               "--draft-max",  "--tree-width",   "--draft-kv-type", "--method"};
-    for (size_t k = 0; k < VS_ARRAY_LEN(drafter_only); k++)
-        if (!strcmp(a, drafter_only[k]) && !o->needs_draft) o->needs_draft = drafter_only[k];
-    if (!strcmp(a, "--compare")) return o->compare = true, 1;
-    if (!strcmp(a, "--json")) return o->json = true, 1;
-    if (!strcmp(a, "--draft-greedy")) return o->greedy_draft = true, 1;
-    if (strcmp(a, "-md") && strcmp(a, "--model-draft") && strcmp(a, "--mmproj-draft") &&
-        strcmp(a, "--draft") && strcmp(a, "--draft-max") && strcmp(a, "--draft-mode") && strcmp(a, "--mmproj") &&
-        strcmp(a, "--image") && strcmp(a, "--tree-width") && strcmp(a, "--draft-kv-type") &&
-        strcmp(a, "--method") && strcmp(a, "--template"))
-        return 0;
-    if (!(v = cli_value(cmd, argc, argv, i))) return -1;
-    if (!strcmp(a, "-md") || !strcmp(a, "--model-draft"))
-        o->draft_model = v;
-    else if (!strcmp(a, "--mmproj"))
-        o->mmproj = v;
-    else if (!strcmp(a, "--image")) {
-        if (o->n_images == VS_CLI_SPEC_MAX_IMAGES) {
-            cli_fail(cmd, "more than %d images", VS_CLI_SPEC_MAX_IMAGES);
-            return -1;
-        }
-        o->images[o->n_images++] = v;
-    } else if (!strcmp(a, "--mmproj-draft"))
-        o->mmproj_draft = v;
-    else if (!strcmp(a, "--method"))
-        o->method = v;
-    else if (!strcmp(a, "--template"))
-        o->chat_template = v;
-    else if (!strcmp(a, "--draft") || !strcmp(a, "--draft-max")) {
-        if (!cli_parse_int(cmd, a, v, 0, VS_SPEC_MAX_GAMMA, &o->gamma)) return -1;
-    } else if (!strcmp(a, "--tree-width")) {
-        if (!cli_parse_int(cmd, a, v, 1, VS_DRAFT_ENS_MAX_WIDTH, &o->tree_width)) return -1;
-    } else if (!strcmp(a, "--draft-kv-type")) {
-        if (!cli_parse_kv_type(cmd, a, v, true, &o->draft_kv_type)) return -1;
-    } else {
-        if (!strcmp(v, "t"))
-            o->mode = VS_CLI_DRAFT_T;
-        else if (!strcmp(v, "m"))
-            o->mode = VS_CLI_DRAFT_M;
-        else if (!strcmp(v, "reject"))
-            o->mode = VS_CLI_DRAFT_REJECT;
-        else {
-            cli_fail(cmd, "--draft-mode %s: expected m, t or reject", v);
-            return -1;
-        }
-    }
-    return 1;
+void vs_cli_spec_flags(cli_flags *fs, vs_cli_spec_opts *o) {
+    cli_flag_add(fs, "--mmproj", CLI_STR, &o->mmproj, 0, 0);
+    cli_flag_list(fs, "--image", o->images, &o->n_images, VS_CLI_SPEC_MAX_IMAGES);
+    cli_flag_add(fs, "--template", CLI_STR, &o->chat_template, 0, 0);
+    cli_flag_add(fs, "--json", CLI_BOOL, &o->json, 0, 0);
+    cli_flag_add(fs, "-md|--model-draft", CLI_STR, &o->draft_model, 0, 0);
+    cli_flag_add(fs, "--mmproj-draft", CLI_STR, &o->mmproj_draft, 0, 0);
+    cli_flag_add(fs, "--method", CLI_STR, &o->method, 0, 0);
+    cli_flag_add(fs, "--draft|--draft-max", CLI_INT, &o->gamma, 0, VS_SPEC_MAX_GAMMA);
+    cli_flag_add(fs, "--tree-width", CLI_INT, &o->tree_width, 1, VS_DRAFT_ENS_MAX_WIDTH);
+    cli_flag_add(fs, "--draft-kv-type", CLI_KV_DRAFT, &o->draft_kv_type, 0, 0);
+    cli_flag_add(fs, "--draft-greedy", CLI_BOOL, &o->greedy_draft, 0, 0);
+    cli_flag_add(fs, "--compare", CLI_BOOL, &o->compare, 0, 0);
+}
+
+const char *vs_cli_spec_needs_draft(const cli_flags *fs, const vs_cli_spec_opts *o) {
+    const void *only[] = {&o->mmproj_draft, &o->method,        &o->gamma,  &o->tree_width,
+                          &o->draft_kv_type, &o->greedy_draft, &o->compare};
+    for (size_t k = 0; k < VS_ARRAY_LEN(only); k++)
+        if (cli_flag_given(fs, only[k]) && !(only[k] == &o->method && !strcmp(o->method, "ar")))
+            return cli_flag_seen(fs, only[k]);
+    return NULL;
 }

@@ -1,9 +1,7 @@
-/* cli_spec: the speculative-decoding flags of `vlmspec generate` (the command's own flags stay in
- * cmd_generate.c). cmd_generate.c hands every flag it does not know to vs_cli_spec_parse_flag (then to
- * the ensemble flags of cli_ensemble.h), and when a draft model or images were given calls
- * vs_cli_ens_run (cli_ensemble.h) with its own parsed options copied into vs_cli_spec_opts.
- * vs_cli_spec_parse_flag also takes --mmproj and --image (repeatable) unless generate parses them itself
- * (then it must copy them into vs_cli_spec_opts). Images: each "<image>" marker of the prompt text
+/* cli_spec: the speculative-decoding and image flags of `vlmspec generate` (the command's own flags stay
+ * in cmd_generate.c; all go into one flag table, cli.h), and the sampling flags every generating command
+ * shares. cmd_generate.c then calls vs_cli_ens_run (cli_ensemble.h) with its own parsed options copied
+ * into vs_cli_spec_opts. Images: each "<image>" marker of the prompt text
  * (src/engine/mmprompt.h layout) gets the next --image; its ViT features are computed ONCE with the target's
  * tower and fed to the target's projector and, in m mode, to the drafter's (--mmproj-draft).
  * The run (cli_ensemble.c) loads the target and the drafter, runs the speculative request (streaming the
@@ -14,6 +12,7 @@
 
 #include <stdio.h>
 
+#include "cli.h"
 #include "quant.h"
 #include "sample.h"
 
@@ -38,7 +37,7 @@ typedef struct vs_cli_spec_opts {
     vs_type kv_type;
     bool no_bos, special, ignore_eos, show_ids, quiet;
     vs_sampler_params sp;
-    /* speculative decoding (vs_cli_spec_parse_flag) */
+    /* speculative decoding (vs_cli_spec_flags) */
     const char *draft_model;  /* -md / --model-draft */
     const char *mmproj_draft; /* --mmproj-draft */
     int gamma;                /* --draft / --draft-max (default 5) */
@@ -50,14 +49,17 @@ typedef struct vs_cli_spec_opts {
     bool json;                /* --json */
     const char *method;       /* --method NAME (src/spec/methods.h) */
     const char *chat_template; /* --template NAME: -p is a user turn formatted with it */
-    const char *needs_draft;  /* the first flag seen that only a run with a drafter uses (an error without -md) */
+    const char *needs_draft;  /* a flag given that only a run with a drafter uses (an error without -md) */
 } vs_cli_spec_opts;
 
 /* Defaults of the speculative flags (the rest is left to the caller). */
 void vs_cli_spec_opts_init(vs_cli_spec_opts *o);
-/* If argv[*i] is a speculative-decoding flag, consumes it (and its value, advancing *i) into o and
- * returns 1; returns 0 when the flag is not one of ours; -1 after printing an error (exit status 2). */
-int vs_cli_spec_parse_flag(const char *cmd, int argc, char **argv, int *i, vs_cli_spec_opts *o);
+/* Adds the speculative-decoding and image flags (writing into o) to a command's flag table. */
+void vs_cli_spec_flags(cli_flags *fs, vs_cli_spec_opts *o);
+/* After parsing: the first flag given that only a run with a drafter uses (NULL: none). */
+const char *vs_cli_spec_needs_draft(const cli_flags *fs, const vs_cli_spec_opts *o);
+/* The sampling flags every generating command shares: --temp, --top-k, --top-p, --min-p, --seed. */
+void vs_cli_sampling_flags(cli_flags *fs, vs_sampler_params *sp);
 /* The flags' help lines. */
 void vs_cli_spec_usage(FILE *f);
 

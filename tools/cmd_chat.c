@@ -21,12 +21,14 @@
  * tokens/s (+ tau when speculative). Exit status: 0, or 1 when any command or turn failed (the chat
  * goes on after an error and says why), 2 for bad flags. */
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "cli.h"
+#include "cli_spec.h"
 #include "draft_lm.h"
 #include "outfile.h"
 #include "session.h"
@@ -105,6 +107,24 @@ static void usage(FILE *f) {
            "                          layout, cheaper attention), f16 or f32\n");
 }
 
+static bool parse_preproc(const char *cmd, const char *flag, const char *v, void *dst) {
+    if (!strcmp(v, "llava") || !strcmp(v, "llamacpp")) {
+        *(vs_preproc_mode *)dst = !strcmp(v, "llava") ? VS_PREPROC_LLAVA : VS_PREPROC_LLAMACPP;
+        return true;
+    }
+    cli_fail(cmd, "%s %s: expected llava or llamacpp", flag, v);
+    return false;
+}
+
+static bool parse_mode(const char *cmd, const char *flag, const char *v, void *dst) {
+    if (!strcmp(v, "m") || !strcmp(v, "t")) {
+        *(bool *)dst = !strcmp(v, "m");
+        return true;
+    }
+    cli_fail(cmd, "%s %s: expected m or t", flag, v);
+    return false;
+}
+
 /* Returns -1 when the options are fine, else the exit status. */
 static int parse(int argc, char **argv, chat_opts *o) {
     memset(o, 0, sizeof(*o));
@@ -114,104 +134,40 @@ static int parse(int argc, char **argv, chat_opts *o) {
     o->draft_kv_type = VS_TYPE_BF16;
     o->sp = vs_sampler_params_default();
     o->sp.temperature = 0.8f, o->sp.top_k = 40, o->sp.top_p = 0.95f, o->sp.min_p = 0.05f;
-    bool seed_given = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        double d;
-        int64_t s64;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        }
-        if (!strcmp(a, "--ignore-eos"))
-            o->ignore_eos = true;
-        else if (!strcmp(a, "--draft-greedy"))
-            o->greedy_draft = true;
-        else if (!strcmp(a, "-q") || !strcmp(a, "--quiet"))
-            o->quiet = true;
-        else {
-            if (!(v = cli_value(CMD, argc, argv, &i)))
-                return 2;
-            if (!strcmp(a, "-m") || !strcmp(a, "--model"))
-                o->model = v;
-            else if (!strcmp(a, "--mmproj"))
-                o->mmproj = v;
-            else if (!strcmp(a, "-md") || !strcmp(a, "--model-draft"))
-                o->draft_model = v;
-            else if (!strcmp(a, "--mmproj-draft"))
-                o->mmproj_draft = v;
-            else if (!strcmp(a, "--template"))
-                o->tpl_name = v;
-            else if (!strcmp(a, "--system"))
-                o->system = v;
-            else if (!strcmp(a, "--preproc")) {
-                if (!strcmp(v, "llava"))
-                    o->preproc = VS_PREPROC_LLAVA;
-                else if (!strcmp(v, "llamacpp"))
-                    o->preproc = VS_PREPROC_LLAMACPP;
-                else
-                    return cli_fail(CMD, "--preproc %s: expected llava or llamacpp", v), 2;
-            } else if (!strcmp(a, "--dump"))
-                o->dump = v;
-            else if (!strcmp(a, "--draft")) {
-                if (!cli_parse_int(CMD, a, v, 0, VS_SPEC_MAX_GAMMA, &o->gamma))
-                    return 2;
-            } else if (!strcmp(a, "--tree-width")) {
-                if (!cli_parse_int(CMD, a, v, 1, VS_DRAFT_ENS_MAX_WIDTH, &o->tree_width))
-                    return 2;
-            } else if (!strcmp(a, "--draft-mode")) {
-                if (!strcmp(v, "m"))
-                    o->mode_m = true;
-                else if (!strcmp(v, "t"))
-                    o->mode_m = false;
-                else
-                    return cli_fail(CMD, "--draft-mode %s: expected m or t", v), 2;
-            } else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
-                if (!cli_parse_int(CMD, a, v, 1, 1 << 24, &o->n_predict))
-                    return 2;
-            } else if (!strcmp(a, "--temp")) {
-                if (!cli_parse_f64(CMD, a, v, 0, 100, &d))
-                    return 2;
-                o->sp.temperature = (float)d;
-            } else if (!strcmp(a, "--top-k")) {
-                if (!cli_parse_int(CMD, a, v, 0, INT32_MAX, &o->sp.top_k))
-                    return 2;
-            } else if (!strcmp(a, "--top-p")) {
-                if (!cli_parse_f64(CMD, a, v, 0, 1, &d))
-                    return 2;
-                o->sp.top_p = (float)d;
-            } else if (!strcmp(a, "--min-p")) {
-                if (!cli_parse_f64(CMD, a, v, 0, 1, &d))
-                    return 2;
-                o->sp.min_p = (float)d;
-            } else if (!strcmp(a, "--seed")) {
-                if (!cli_parse_i64(CMD, a, v, 0, INT64_MAX, &s64))
-                    return 2;
-                o->sp.seed = (uint64_t)s64;
-                seed_given = true;
-            } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
-                if (!cli_parse_int(CMD, a, v, 1, 1024, &o->threads))
-                    return 2;
-            } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx")) {
-                if (!cli_parse_int(CMD, a, v, 1, 1 << 24, &o->n_ctx))
-                    return 2;
-            } else if (!strcmp(a, "--kv-type")) {
-                if (!cli_parse_kv_type(CMD, a, v, false, &o->kv_type))
-                    return 2;
-            } else if (!strcmp(a, "--draft-kv-type")) {
-                if (!cli_parse_kv_type(CMD, a, v, true, &o->draft_kv_type))
-                    return 2;
-            } else {
-                return cli_fail(CMD, "unknown option '%s' (see vlmspec chat --help)", a), 2;
-            }
-        }
-    }
+    cli_flags fs = {0};
+    cli_flag_add(&fs, "-m|--model", CLI_STR, &o->model, 0, 0);
+    cli_flag_add(&fs, "--mmproj", CLI_STR, &o->mmproj, 0, 0);
+    cli_flag_add(&fs, "--template", CLI_STR, &o->tpl_name, 0, 0);
+    cli_flag_add(&fs, "--system", CLI_STR, &o->system, 0, 0);
+    cli_flag_fn_add(&fs, "--preproc", parse_preproc, &o->preproc);
+    cli_flag_add(&fs, "--dump", CLI_STR, &o->dump, 0, 0);
+    cli_flag_add(&fs, "-n|--n-predict", CLI_INT, &o->n_predict, 1, 1 << 24);
+    vs_cli_sampling_flags(&fs, &o->sp);
+    cli_flag_add(&fs, "-t|--threads", CLI_INT, &o->threads, 1, 1024);
+    cli_flag_add(&fs, "-c|--ctx", CLI_INT, &o->n_ctx, 1, 1 << 24);
+    cli_flag_add(&fs, "--kv-type", CLI_KV, &o->kv_type, 0, 0);
+    cli_flag_add(&fs, "--ignore-eos", CLI_BOOL, &o->ignore_eos, 0, 0);
+    cli_flag_add(&fs, "-q|--quiet", CLI_BOOL, &o->quiet, 0, 0);
+    cli_flag_add(&fs, "-md|--model-draft", CLI_STR, &o->draft_model, 0, 0);
+    cli_flag_add(&fs, "--mmproj-draft", CLI_STR, &o->mmproj_draft, 0, 0);
+    cli_flag_add(&fs, "--draft|--draft-max", CLI_INT, &o->gamma, 0, VS_SPEC_MAX_GAMMA);
+    cli_flag_fn_add(&fs, "--draft-mode", parse_mode, &o->mode_m);
+    cli_flag_add(&fs, "--draft-greedy", CLI_BOOL, &o->greedy_draft, 0, 0);
+    cli_flag_add(&fs, "--tree-width", CLI_INT, &o->tree_width, 1, VS_DRAFT_ENS_MAX_WIDTH);
+    cli_flag_add(&fs, "--draft-kv-type", CLI_KV_DRAFT, &o->draft_kv_type, 0, 0);
+    const int r = cli_flags_parse(CMD, argc, argv, &fs, usage);
+    if (r >= 0) return r;
+    const bool seed_given = cli_flag_given(&fs, &o->sp.seed);
     if (!o->model)
         return cli_fail(CMD, "-m MODEL is required"), 2;
-    if (!o->draft_model && o->tree_width > 1)
-        return cli_fail(CMD, "--tree-width needs a draft model (-md FILE)"), 2;
-    if (!o->draft_model && (o->mmproj_draft || o->mode_m))
-        return cli_fail(CMD, "--mmproj-draft / --draft-mode m need a draft model (-md FILE)"), 2;
+    /* no flag is silently ignored */
+    const void *drafter_only[] = {&o->mmproj_draft, &o->gamma,      &o->mode_m,
+                                  &o->greedy_draft, &o->tree_width, &o->draft_kv_type};
+    for (size_t k = 0; k < VS_ARRAY_LEN(drafter_only); k++)
+        if (!o->draft_model && cli_flag_given(&fs, drafter_only[k]))
+            return cli_fail(CMD, "%s needs a draft model (-md FILE)", cli_flag_seen(&fs, drafter_only[k])), 2;
+    if (o->mmproj_draft && !o->mode_m)
+        return cli_fail(CMD, "--mmproj-draft is read by --draft-mode m only"), 2;
     if (o->draft_model && o->mode_m && !o->mmproj_draft)
         return cli_fail(CMD, "--draft-mode m needs the drafter's projector (--mmproj-draft FILE)"), 2;
     if (o->mode_m && !o->mmproj)
@@ -224,10 +180,10 @@ static int parse(int argc, char **argv, chat_opts *o) {
 /* ------------------------------------------------------------------------------------------------ */
 
 /* Ctrl-C: during a reply it stops the reply (the session's cancel), at the prompt it ends the program. */
-static vs_session *volatile g_replying;
+static _Atomic(vs_session *) g_replying; /* lock-free on the platforms we build for: safe in a handler */
 
 static void on_sigint(int sig) {
-    vs_session *s = g_replying;
+    vs_session *s = atomic_load(&g_replying);
     if (s) {
         vs_session_cancel(s);
         return;
@@ -347,7 +303,7 @@ static void make_request(const chat *c, vs_request *rq) {
     rq->ignore_eos = o->ignore_eos;
     rq->reuse_prefix = true;
     rq->on_text = print_text;
-    if (o->draft_model) {
+    if (o->draft_model && o->gamma > 0) { /* --draft 0: plain decoding */
         rq->draft.method = o->mode_m ? "m" : "t";
         rq->draft.gamma = o->gamma;
         rq->draft.opts.tree_width = o->tree_width;
@@ -372,9 +328,9 @@ static vs_status user_turn(chat *c, const char *text, size_t len, vs_result *res
     if (c->o->dump) dump_prompt(c);
     vs_request rq;
     make_request(c, &rq);
-    g_replying = c->sess;
+    atomic_store(&g_replying, c->sess);
     st = vs_session_run(c->sess, &rq, res, err);
-    g_replying = NULL;
+    atomic_store(&g_replying, NULL);
     printf("\n");
     fflush(stdout);
     if (st) {
@@ -388,7 +344,11 @@ static vs_status user_turn(chat *c, const char *text, size_t len, vs_result *res
     if (c->o->dump) write_file(c, "reply", res->text, res->text_len);
     size_t b, e;
     trim(res->text, res->text_len, &b, &e);
-    if ((st = push_msg(c, VS_CHAT_ASSISTANT, res->text + b, e - b, 0, err))) return st;
+    if ((st = push_msg(c, VS_CHAT_ASSISTANT, res->text + b, e - b, 0, err))) {
+        pop_msg(c); /* a user turn without its reply would shift every later turn */
+        c->turn--;
+        return st;
+    }
     if (!c->o->quiet) print_turn_stats(c, res);
     if (res->finish == VS_FINISH_CONTEXT)
         fprintf(stderr, "vlmspec chat: the context (%d rows) is full: the reply was cut; /reset starts over\n",
@@ -474,7 +434,7 @@ static vs_status chat_open(chat *c, vs_error *err) {
     vs_session_opts so = {.n_ctx = c->n_ctx, .kv_type = o->kv_type, .draft_n_ctx = c->n_ctx,
                           .draft_kv_type = o->draft_kv_type};
     if (!(c->sess = vs_session_new(c->models, &so, err))) return err->code;
-    if (o->draft_model) { /* a drafter that cannot be made is reported before the first turn */
+    if (o->draft_model && o->gamma > 0) { /* a drafter that cannot be made is reported before the first turn */
         vs_draft_cfg dc;
         vs_draft_cfg_default(&dc);
         dc.method = o->mode_m ? "m" : "t";
@@ -505,11 +465,12 @@ int vs_cmd_chat(int argc, char **argv) {
         if (!o.quiet)
             fprintf(stderr, "[chat] %s%s%s, template %s, context %d rows, %s, seed %llu, %d threads%s\n", o.model,
                     o.mmproj ? " + " : "", o.mmproj ? o.mmproj : "", o.tpl_name, c.n_ctx,
-                    o.draft_model ? "speculative" : "target only", (unsigned long long)o.sp.seed, o.threads,
-                    isatty(0) ? "; /help lists the commands" : "");
-        signal(SIGINT, on_sigint);
+                    o.draft_model && o.gamma > 0 ? "speculative" : "target only", (unsigned long long)o.sp.seed,
+                    o.threads, isatty(0) ? "; /help lists the commands" : "");
+        void (*prev)(int) = signal(SIGINT, on_sigint);
+        if (prev == SIG_IGN) signal(SIGINT, SIG_IGN); /* started in the background: leave it ignored */
         rc = chat_loop(&c);
-        signal(SIGINT, SIG_DFL);
+        signal(SIGINT, prev == SIG_ERR ? SIG_DFL : prev);
         if (rc == 0 && c.dump_failed) rc = 1;
     }
     history_clear(&c, false);

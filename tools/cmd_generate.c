@@ -27,7 +27,6 @@ typedef struct gen_opts {
     vs_type kv_type;
     bool no_bos, special, ignore_eos, show_ids, quiet;
     vs_sampler_params sp;
-    bool seed_given;
     vs_cli_spec_opts spec; /* speculative decoding flags (tools/cli_spec.c) */
     vs_cli_ens_opts ens;   /* ensemble drafting flags (tools/cli_ensemble.c) */
 } gen_opts;
@@ -96,61 +95,29 @@ static int gen_parse(int argc, char **argv, gen_opts *o) {
     o->sp.min_p = 0.05f;
     vs_cli_spec_opts_init(&o->spec);
     vs_cli_ens_opts_init(&o->ens);
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        double d;
-        int64_t s64;
-        int sr;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        }
-        if (!strcmp(a, "--no-bos")) o->no_bos = true;
-        else if (!strcmp(a, "--special")) o->special = true;
-        else if (!strcmp(a, "--ignore-eos")) o->ignore_eos = true;
-        else if (!strcmp(a, "--ids")) o->show_ids = true;
-        else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) o->quiet = true;
-        else if ((sr = vs_cli_ens_parse_flag(CMD, argc, argv, &i, &o->ens, &o->spec)) != 0) {
-            if (sr < 0) return 2;
-        } else if ((sr = vs_cli_spec_parse_flag(CMD, argc, argv, &i, &o->spec)) != 0) {
-            if (sr < 0) return 2;
-        } else {
-            if (!(v = cli_value(CMD, argc, argv, &i))) return 2;
-            if (!strcmp(a, "-m") || !strcmp(a, "--model")) o->model = v;
-            else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) o->prompt = v;
-            else if (!strcmp(a, "--tokens")) o->tokens = v;
-            else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
-                if (!cli_parse_int(CMD, a, v, 0, 1 << 24, &o->n_predict)) return 2;
-            } else if (!strcmp(a, "--temp")) {
-                if (!cli_parse_f64(CMD, a, v, 0, 100, &d)) return 2;
-                o->sp.temperature = (float)d;
-            } else if (!strcmp(a, "--top-k")) {
-                if (!cli_parse_int(CMD, a, v, 0, INT32_MAX, &o->sp.top_k)) return 2;
-            } else if (!strcmp(a, "--top-p")) {
-                if (!cli_parse_f64(CMD, a, v, 0, 1, &d)) return 2;
-                o->sp.top_p = (float)d;
-            } else if (!strcmp(a, "--min-p")) {
-                if (!cli_parse_f64(CMD, a, v, 0, 1, &d)) return 2;
-                o->sp.min_p = (float)d;
-            } else if (!strcmp(a, "--seed")) {
-                if (!cli_parse_i64(CMD, a, v, 0, INT64_MAX, &s64)) return 2;
-                o->sp.seed = (uint64_t)s64;
-                o->seed_given = true;
-            } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
-                if (!cli_parse_int(CMD, a, v, 1, 1024, &o->threads)) return 2;
-            } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx")) {
-                if (!cli_parse_int(CMD, a, v, 1, 1 << 24, &o->n_ctx)) return 2;
-            } else if (!strcmp(a, "--kv-type")) {
-                if (!cli_parse_kv_type(CMD, a, v, false, &o->kv_type)) return 2;
-            } else {
-                cli_fail(CMD, "unknown option '%s' (see vlmspec generate --help)", a);
-                return 2;
-            }
-        }
-    }
+    cli_flags fs = {0};
+    cli_flag_add(&fs, "-m|--model", CLI_STR, &o->model, 0, 0);
+    cli_flag_add(&fs, "-p|--prompt", CLI_STR, &o->prompt, 0, 0);
+    cli_flag_add(&fs, "--tokens", CLI_STR, &o->tokens, 0, 0);
+    cli_flag_add(&fs, "-n|--n-predict", CLI_INT, &o->n_predict, 0, 1 << 24);
+    vs_cli_sampling_flags(&fs, &o->sp);
+    cli_flag_add(&fs, "-t|--threads", CLI_INT, &o->threads, 1, 1024);
+    cli_flag_add(&fs, "-c|--ctx", CLI_INT, &o->n_ctx, 1, 1 << 24);
+    cli_flag_add(&fs, "--kv-type", CLI_KV, &o->kv_type, 0, 0);
+    cli_flag_add(&fs, "--no-bos", CLI_BOOL, &o->no_bos, 0, 0);
+    cli_flag_add(&fs, "--special", CLI_BOOL, &o->special, 0, 0);
+    cli_flag_add(&fs, "--ignore-eos", CLI_BOOL, &o->ignore_eos, 0, 0);
+    cli_flag_add(&fs, "--ids", CLI_BOOL, &o->show_ids, 0, 0);
+    cli_flag_add(&fs, "-q|--quiet", CLI_BOOL, &o->quiet, 0, 0);
+    vs_cli_spec_flags(&fs, &o->spec);
+    vs_cli_ens_flags(&fs, &o->ens);
+    const int r = cli_flags_parse(CMD, argc, argv, &fs, usage);
+    if (r >= 0) return r;
+    vs_cli_ens_finish(&fs, &o->ens, &o->spec);
+    o->spec.needs_draft = vs_cli_spec_needs_draft(&fs, &o->spec);
     if (!o->model) return cli_fail(CMD, "-m MODEL is required"), 2;
     if (!o->prompt == !o->tokens) return cli_fail(CMD, "give exactly one of -p PROMPT and --tokens IDS"), 2;
-    if (!o->seed_given) o->sp.seed = (uint64_t)(vs_time_now() * 1e6);
+    if (!cli_flag_given(&fs, &o->sp.seed)) o->sp.seed = (uint64_t)(vs_time_now() * 1e6);
     return -1;
 }
 
@@ -170,7 +137,7 @@ int vs_cmd_generate(int argc, char **argv) {
     s->threads = o.threads, s->kv_type = o.kv_type, s->no_bos = o.no_bos, s->special = o.special;
     s->ignore_eos = o.ignore_eos, s->show_ids = o.show_ids, s->quiet = o.quiet, s->sp = o.sp;
     if (o.tokens && !parse_ids(o.tokens, &ids, &s->n_ids))
-        return cli_fail(CMD, "--tokens '%s': expected comma-separated token ids", o.tokens);
+        return cli_fail(CMD, "--tokens '%s': expected comma-separated token ids", o.tokens), 2;
     s->ids = ids;
     st = vs_cli_ens_run(CMD, s, &o.ens);
     vs_free(ids);

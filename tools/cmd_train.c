@@ -7,7 +7,7 @@
  *   export   writes a checkpoint as LM + mmproj GGUF (evaluating a model in the middle of training).
  *   bench    times training steps of a VLM of the given size on synthetic data and compares the
  *            achieved FLOP rate with the F32 sgemm peak measured on this machine.
- * The commands share one flag parser (a table of typed flags) and one training loop (train_loop). */
+ * The commands share one flag parser (a table of typed flags) and one training loop (src/train/train_loop.h). */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -22,129 +22,43 @@
 #include "quant.h"
 #include "train_data.h"
 #include "train_drafter.h"
+#include "train_loop.h"
 #include "train_model.h"
 #include "world.h"
 
 /* ---------------------------------------------------------------------------------------------- */
-/* Flags: one table per command, parsed by fl_parse */
-
-typedef enum { FL_INT, FL_I64, FL_F64, FL_STR, FL_BOOL } fl_kind;
-
-typedef struct fl {
-    const char *name;
-    fl_kind kind;
-    void *dst;
-    double lo, hi;
-    bool given;
-} fl;
-
-typedef struct fl_set {
-    fl f[128];
-    int n;
-} fl_set;
-
-static fl *fl_add(fl_set *s, const char *name, fl_kind kind, void *dst, double lo, double hi) {
-    if (s->n == (int)VS_ARRAY_LEN(s->f)) return NULL; /* a programmer error: the table is fixed */
-    s->f[s->n] = (fl){name, kind, dst, lo, hi, false};
-    return &s->f[s->n++];
-}
-
-static bool fl_given(const fl_set *s, const void *dst) {
-    for (int i = 0; i < s->n; i++)
-        if (s->f[i].dst == dst && s->f[i].given) return true;
-    return false;
-}
-
-/* Returns -1 when every argument was a known flag with a valid value, 0 after --help, 2 on a usage
- * error (reported, with the usage on stderr). */
-static int fl_parse(const char *cmd, int argc, char **argv, fl_set *s, void (*usage)(FILE *)) {
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 0;
-        }
-        fl *f = NULL;
-        for (int k = 0; k < s->n && !f; k++)
-            if (!strcmp(a, s->f[k].name)) f = &s->f[k];
-        if (!f) {
-            fprintf(stderr, "vlmspec %s: unknown option '%s'\n", cmd, a);
-            usage(stderr);
-            return 2;
-        }
-        f->given = true;
-        if (f->kind == FL_BOOL) {
-            *(bool *)f->dst = true;
-            continue;
-        }
-        const char *v = cli_value(cmd, argc, argv, &i);
-        if (!v) return 2;
-        bool ok = true;
-        switch (f->kind) {
-        case FL_INT:
-            ok = cli_parse_int(cmd, a, v, (int)f->lo, (int)f->hi, (int *)f->dst);
-            break;
-        case FL_I64:
-            ok = cli_parse_i64(cmd, a, v, (int64_t)f->lo, (int64_t)f->hi, (int64_t *)f->dst);
-            break;
-        case FL_F64:
-            ok = cli_parse_f64(cmd, a, v, f->lo, f->hi, (double *)f->dst);
-            break;
-        case FL_STR:
-            *(const char **)f->dst = v;
-            break;
-        case FL_BOOL:
-            break;
-        }
-        if (!ok) return 2;
-    }
-    return -1;
-}
+/* Flags: one table per command (cli.h's cli_flags) */
 
 /* The ViT flags (bench, target); image_size_given may be NULL. */
-static void add_vision_flags(fl_set *s, vs_train_vlm_config *c, bool *image_size_given) {
+static void add_vision_flags(cli_flags *s, vs_train_vlm_config *c, bool *image_size_given) {
     (void)image_size_given;
-    fl_add(s, "--image-size", FL_INT, &c->image_size, 1, 4096);
-    fl_add(s, "--patch", FL_INT, &c->patch_size, 1, 4096);
-    fl_add(s, "--v-width", FL_INT, &c->v_width, 1, 1 << 14);
-    fl_add(s, "--v-blocks", FL_INT, &c->v_blocks, 0, 256);
-    fl_add(s, "--v-heads", FL_INT, &c->v_heads, 1, 256);
-    fl_add(s, "--v-ffn", FL_INT, &c->v_ffn, 1, 1 << 16);
+    cli_flag_add(s, "--image-size", CLI_INT, &c->image_size, 1, 4096);
+    cli_flag_add(s, "--patch", CLI_INT, &c->patch_size, 1, 4096);
+    cli_flag_add(s, "--v-width", CLI_INT, &c->v_width, 1, 1 << 14);
+    cli_flag_add(s, "--v-blocks", CLI_INT, &c->v_blocks, 0, 256);
+    cli_flag_add(s, "--v-heads", CLI_INT, &c->v_heads, 1, 256);
+    cli_flag_add(s, "--v-ffn", CLI_INT, &c->v_ffn, 1, 1 << 16);
 }
 
 /* The LM shape flags (bench, target, drafter). */
-static void add_lm_flags(fl_set *s, vs_train_vlm_config *c) {
-    fl_add(s, "--width", FL_INT, &c->width, 2, 1 << 14);
-    fl_add(s, "--layers", FL_INT, &c->n_layers, 1, 256);
-    fl_add(s, "--heads", FL_INT, &c->n_heads, 1, 256);
-    fl_add(s, "--kv-heads", FL_INT, &c->n_kv_heads, 1, 256);
-    fl_add(s, "--ffn", FL_INT, &c->ffn, 1, 1 << 16);
+static void add_lm_flags(cli_flags *s, vs_train_vlm_config *c) {
+    cli_flag_add(s, "--width", CLI_INT, &c->width, 2, 1 << 14);
+    cli_flag_add(s, "--layers", CLI_INT, &c->n_layers, 1, 256);
+    cli_flag_add(s, "--heads", CLI_INT, &c->n_heads, 1, 256);
+    cli_flag_add(s, "--kv-heads", CLI_INT, &c->n_kv_heads, 1, 256);
+    cli_flag_add(s, "--ffn", CLI_INT, &c->ffn, 1, 1 << 16);
 }
 
-/* What a training run is told besides its data and model (target, every drafter phase). */
-typedef struct sched_opts {
-    int64_t steps; /* 0: from epochs */
-    double epochs;
-    int batch, accum, seq, bucket, threads, ckpt_every, chunk_steps;
-    double lr, lr_min, warmup, wd, clip, beta2, time_limit;
-    int64_t seed;
-    int64_t freeze_vision; /* target: the vision tower is frozen for steps < this (0: never) */
-    int64_t vision_warmup; /* target: the unfrozen tower's lr ramps up linearly over this many steps */
-    double vision_lr;      /* target: the tower's lr as a multiple of the schedule's (1: the same) */
-    const char *gemm;      /* vs_train_set_gemm name, NULL = default */
-    const char *attention; /* vs_train_set_attention name, NULL = auto */
-    bool resume, quiet;
-} sched_opts;
 
 /* Optimiser and batching flags shared by target and drafter (per-phase ones are the drafter's). */
-static void add_optim_flags(fl_set *s, sched_opts *o) {
-    fl_add(s, "--accum", FL_INT, &o->accum, 1, 4096);
-    fl_add(s, "--seq", FL_INT, &o->seq, 2, 1 << 16);
-    fl_add(s, "--bucket", FL_INT, &o->bucket, 1, 1 << 20);
-    fl_add(s, "--wd", FL_F64, &o->wd, 0, 10);
-    fl_add(s, "--clip", FL_F64, &o->clip, 0, 1e9);
-    fl_add(s, "--beta2", FL_F64, &o->beta2, 0, 1);
-    fl_add(s, "--seed", FL_I64, &o->seed, 0, 9.2e18);
+static void add_optim_flags(cli_flags *s, vs_train_sched *o) {
+    cli_flag_add(s, "--accum", CLI_INT, &o->accum, 1, 4096);
+    cli_flag_add(s, "--seq", CLI_INT, &o->seq, 2, 1 << 16);
+    cli_flag_add(s, "--bucket", CLI_INT, &o->bucket, 1, 1 << 20);
+    cli_flag_add(s, "--wd", CLI_F64, &o->wd, 0, 10);
+    cli_flag_add(s, "--clip", CLI_F64, &o->clip, 0, 1e9);
+    cli_flag_add(s, "--beta2", CLI_F64, &o->beta2, 0, 1);
+    cli_flag_add(s, "--seed", CLI_I64, &o->seed, 0, 9.2e18);
 }
 
 /* --gemm and --attention: select the products and the attention path for the whole process; -1 when
@@ -159,23 +73,23 @@ static int apply_gemm_names(const char *cmd, const char *gemm, const char *atten
     return -1;
 }
 
-static int apply_gemm(const char *cmd, const sched_opts *o) {
+static int apply_gemm(const char *cmd, const vs_train_sched *o) {
     return apply_gemm_names(cmd, o->gemm, o->attention);
 }
 
 /* Running flags: they change the result at most in its last bits (--threads, --gemm and --attention
  * change the summation order or precision of the products: loop_check_threads warns when a resumed run
  * changes them). */
-static void add_run_flags(fl_set *s, sched_opts *o) {
-    fl_add(s, "--threads", FL_INT, &o->threads, 1, 256);
-    fl_add(s, "--gemm", FL_STR, &o->gemm, 0, 0);
-    fl_add(s, "--attention", FL_STR, &o->attention, 0, 0);
-    fl_add(s, "--resume", FL_BOOL, &o->resume, 0, 0);
-    fl_add(s, "--ckpt-every", FL_INT, &o->ckpt_every, 1, 1 << 30);
-    fl_add(s, "--chunk-steps", FL_INT, &o->chunk_steps, 0, 1 << 30);
-    fl_add(s, "--time-limit", FL_F64, &o->time_limit, 0, 1e9);
-    fl_add(s, "-q", FL_BOOL, &o->quiet, 0, 0);
-    fl_add(s, "--quiet", FL_BOOL, &o->quiet, 0, 0);
+static void add_run_flags(cli_flags *s, vs_train_sched *o) {
+    cli_flag_add(s, "--threads", CLI_INT, &o->threads, 1, 256);
+    cli_flag_add(s, "--gemm", CLI_STR, &o->gemm, 0, 0);
+    cli_flag_add(s, "--attention", CLI_STR, &o->attention, 0, 0);
+    cli_flag_add(s, "--resume", CLI_BOOL, &o->resume, 0, 0);
+    cli_flag_add(s, "--ckpt-every", CLI_INT, &o->ckpt_every, 1, 1 << 30);
+    cli_flag_add(s, "--chunk-steps", CLI_INT, &o->chunk_steps, 0, 1 << 30);
+    cli_flag_add(s, "--time-limit", CLI_F64, &o->time_limit, 0, 1e9);
+    cli_flag_add(s, "-q", CLI_BOOL, &o->quiet, 0, 0);
+    cli_flag_add(s, "--quiet", CLI_BOOL, &o->quiet, 0, 0);
 }
 
 static void bench_usage(FILE *f) {
@@ -245,20 +159,20 @@ static int cmd_bench(int argc, char **argv) {
                              .rms_eps = 1e-5f,
                              .rope_base = 10000.0f};
     for (int i = 0; i < 3; i++) c.image_mean[i] = 0.5f, c.image_std[i] = 0.25f;
-    fl_set fs = {0};
-    fl_add(&fs, "--threads", FL_INT, &threads, 1, 256);
-    fl_add(&fs, "--steps", FL_INT, &steps, 1, 1000);
-    fl_add(&fs, "--batch", FL_INT, &B, 1, 4096);
-    fl_add(&fs, "--seq", FL_INT, &T, 1, 1 << 16);
-    fl_add(&fs, "--images", FL_INT, &K, 0, 64);
+    cli_flags fs = {0};
+    cli_flag_add(&fs, "--threads", CLI_INT, &threads, 1, 256);
+    cli_flag_add(&fs, "--steps", CLI_INT, &steps, 1, 1000);
+    cli_flag_add(&fs, "--batch", CLI_INT, &B, 1, 4096);
+    cli_flag_add(&fs, "--seq", CLI_INT, &T, 1, 1 << 16);
+    cli_flag_add(&fs, "--images", CLI_INT, &K, 0, 64);
     add_vision_flags(&fs, &c, NULL);
     add_lm_flags(&fs, &c);
-    fl_add(&fs, "--vocab", FL_INT, &c.vocab, 2, 1 << 20);
-    fl_add(&fs, "--gemm-size", FL_INT, &gemm, 16, 16384);
+    cli_flag_add(&fs, "--vocab", CLI_INT, &c.vocab, 2, 1 << 20);
+    cli_flag_add(&fs, "--gemm-size", CLI_INT, &gemm, 16, 16384);
     const char *gemm_name = NULL, *att_name = NULL;
-    fl_add(&fs, "--gemm", FL_STR, &gemm_name, 0, 0);
-    fl_add(&fs, "--attention", FL_STR, &att_name, 0, 0);
-    int prc = fl_parse(cmd, argc, argv, &fs, bench_usage);
+    cli_flag_add(&fs, "--gemm", CLI_STR, &gemm_name, 0, 0);
+    cli_flag_add(&fs, "--attention", CLI_STR, &att_name, 0, 0);
+    int prc = cli_flags_parse(cmd, argc, argv, &fs, bench_usage);
     if (prc >= 0) return prc;
     if ((prc = apply_gemm_names(cmd, gemm_name, att_name)) >= 0) return prc;
     c.max_seq = T > 512 ? T : 512;
@@ -362,21 +276,6 @@ static int cmd_bench(int argc, char **argv) {
 /* ---------------------------------------------------------------------------------------------- */
 /* Shared pieces of a training run: directories, settings, checkpoints, the loop */
 
-static vs_status mkdir_one(const char *path, vs_error *err) {
-    if (mkdir(path, 0755) != 0 && errno != EEXIST)
-        return vs_error_set(err, VS_ERR_IO, "%s: cannot create directory: %s", path, strerror(errno));
-    return VS_OK;
-}
-
-static vs_status write_text(const char *path, const char *text, vs_error *err) {
-    vs_outfile o;
-    vs_status st = vs_outfile_open(&o, path, err);
-    if (st != VS_OK) return st;
-    fputs(text, o.f);
-    fputc('\n', o.f);
-    return vs_outfile_commit(&o, err); /* checks every write above */
-}
-
 static void print_data_stats(const vs_train_data_stats *s, const vs_world_dataset *const *sets, int n_sets,
                              int seq) {
     printf("data:");
@@ -396,278 +295,6 @@ static void print_data_stats(const vs_train_data_stats *s, const vs_world_datase
            (long long)s->longest);
 }
 
-/* One resumable training run in a directory: DIR/ckpt/ckpt.gguf (+ ckpt-prev.gguf), DIR/run.json,
- * DIR/loss.csv, DIR/loss.svg. The caller sets the model, the data, the schedule and the paths. */
-typedef struct train_loop {
-    const char *cmd;   /* for messages ("train target") */
-    const char *label; /* progress label */
-    const char *title; /* SVG title */
-    char dir[1100], ckpt[1200], prev[1200], csv[1200], svg[1200], runjson[1200];
-    vs_train_vlm *m;
-    vs_train_data *data;
-    vs_threadpool *tp;
-    vs_train_curve curve;
-    vs_train_state st;
-    int64_t total;
-    sched_opts o;
-    double deadline; /* vs_time_now() after which the run stops with a checkpoint (0: none) */
-    /* this run */
-    int64_t steps_run;
-    double rows_run, padded_run, run_s;
-} train_loop;
-
-static vs_status loop_dirs(train_loop *L, const char *dir, vs_error *err) {
-    snprintf(L->dir, sizeof(L->dir), "%s", dir);
-    char ck[1150];
-    snprintf(ck, sizeof(ck), "%s/ckpt", dir);
-    vs_status s;
-    if ((s = mkdir_one(dir, err)) || (s = mkdir_one(ck, err))) return s;
-    snprintf(L->ckpt, sizeof(L->ckpt), "%s/ckpt.gguf", ck);
-    snprintf(L->prev, sizeof(L->prev), "%s/ckpt-prev.gguf", ck);
-    snprintf(L->csv, sizeof(L->csv), "%s/loss.csv", dir);
-    snprintf(L->svg, sizeof(L->svg), "%s/loss.svg", dir);
-    snprintf(L->runjson, sizeof(L->runjson), "%s/run.json", dir);
-    return VS_OK;
-}
-
-static bool loop_has_ckpt(const train_loop *L) {
-    return access(L->ckpt, F_OK) == 0 || access(L->prev, F_OK) == 0;
-}
-
-/* run.json must hold exactly `settings` (a resumed or reused run repeats its settings). */
-static vs_status loop_check_settings(const train_loop *L, const char *settings, vs_error *err) {
-    uint8_t *old = NULL;
-    size_t n = 0;
-    vs_status s = vs_read_file(L->runjson, &old, &n, err);
-    if (s == VS_OK) {
-        while (n && (old[n - 1] == '\n' || old[n - 1] == '\r')) old[--n] = 0;
-        if (strcmp((const char *)old, settings))
-            s = vs_error_set(err, VS_ERR_INVALID,
-                             "--resume with other settings than %s holds:\n  stored:  %s\n  now:     %s\n"
-                             "(repeat the original flags; --threads, --ckpt-every, --chunk-steps, "
-                             "--time-limit and --f32 may differ)",
-                             L->runjson, (const char *)old, settings);
-    }
-    vs_free(old);
-    return s;
-}
-
-static vs_status loop_save(train_loop *L, vs_error *err) {
-    vs_train_data_state ds;
-    vs_train_data_get_state(L->data, &ds);
-    L->st.epoch = ds.epoch, L->st.data_pos = ds.pos, L->st.rng = ds.rng;
-    if (access(L->ckpt, F_OK) == 0 && rename(L->ckpt, L->prev) != 0)
-        return vs_error_set(err, VS_ERR_IO, "%s: cannot rename to %s: %s", L->ckpt, L->prev, strerror(errno));
-    vs_status s = vs_train_vlm_save(L->m, &L->st, L->ckpt, err);
-    if (s == VS_OK) s = vs_train_curve_write_csv(&L->curve, L->csv, err);
-    if (s == VS_OK) s = vs_train_curve_write_svg(&L->curve, L->svg, L->title, 25, true, err);
-    return s;
-}
-
-/* Loads checkpoint `path` for a run whose model is *want (want_what: who says so, for the message). A
- * readable file that holds another model is refused before anything is allocated (*other = true;
- * VS_ERR_INVALID naming the checkpoint, the field and both values); other failures are
- * vs_train_vlm_load's. */
-static vs_train_vlm *load_for_run(const char *path, const vs_train_vlm_config *want, const char *want_what,
-                                  int max_B, int max_T, int max_I, vs_train_state *st, bool *other,
-                                  vs_error *err) {
-    vs_train_vlm_config have;
-    *other = false;
-    if (vs_train_vlm_config_read(path, &have, err)) return NULL;
-    if (vs_train_vlm_config_match(want, want_what, &have, path, err)) {
-        *other = true;
-        return NULL;
-    }
-    return vs_train_vlm_load(path, max_B, max_T, max_I, st, err);
-}
-
-/* Loads the newest readable checkpoint (ckpt, else ckpt-prev) into L->m and L->st. It must hold the
- * run's model (*want): a checkpoint of another model is an error, not a reason to fall back to
- * ckpt-prev (only a damaged or unreadable one is). */
-static vs_status loop_load(train_loop *L, const vs_train_vlm_config *want, const char *want_what, int max_B,
-                           int max_T, int max_I, vs_error *err) {
-    vs_error e1 = {0};
-    bool other = false;
-    L->m = load_for_run(L->ckpt, want, want_what, max_B, max_T, max_I, &L->st, &other, &e1);
-    if (!L->m && !other && access(L->prev, F_OK) == 0) {
-        fprintf(stderr, "vlmspec %s: %s; trying %s\n", L->cmd, e1.msg, L->prev);
-        L->m = load_for_run(L->prev, want, want_what, max_B, max_T, max_I, &L->st, &other, err);
-    } else if (!L->m) {
-        *err = e1;
-    }
-    if (!L->m) vs_error_wrap(err, "--resume");
-    return L->m ? VS_OK : VS_ERR_INVALID;
-}
-
-/* After loop_load: the data position and the loss curve up to the checkpoint. */
-static vs_status loop_restore(train_loop *L, vs_error *err) {
-    vs_train_data_state dst = {.epoch = L->st.epoch, .pos = L->st.data_pos, .rng = L->st.rng};
-    vs_status s = vs_train_data_set_state(L->data, &dst, err);
-    if (s == VS_OK) s = vs_train_curve_read_csv(&L->curve, L->csv, true, err);
-    if (s == VS_OK) {
-        /* points written after the checkpoint belong to steps that will be redone */
-        while (L->curve.n > 0 && L->curve.pt[L->curve.n - 1].step >= L->st.step) L->curve.n--;
-        printf("resumed from step %lld (epoch %llu, batch %llu, %.0f s trained)\n", (long long)L->st.step,
-               (unsigned long long)L->st.epoch, (unsigned long long)L->st.data_pos, L->st.elapsed_s);
-    }
-    return s;
-}
-
-/* A fresh run's state: step 0, the data reader's initial RNG. */
-static void loop_fresh_state(train_loop *L) {
-    memset(&L->st, 0, sizeof(L->st));
-    vs_train_data_state dst;
-    vs_train_data_get_state(L->data, &dst);
-    L->st.rng = dst.rng;
-}
-
-/* Mean loss of the last n curve points. */
-static double recent_loss(const vs_train_curve *c, int64_t n) {
-    double s = 0;
-    int64_t k = 0;
-    for (int64_t i = c->n - 1; i >= 0 && k < n; i--, k++) s += c->pt[i].loss;
-    return k ? s / (double)k : 0;
-}
-
-/* DIR/threads and DIR/gemm record the thread count and the product a run started with (a run started
- * before DIR/gemm existed used the default). OpenBLAS's products depend on its thread count, and
- * amx-bf16x3 rounds differently from F32, so a run continued with another setting is correct but no
- * longer bit-identical to an uninterrupted one: say so (a warning, not an error: it is a legitimate
- * choice, e.g. switching to the faster product mid-run). */
-static void loop_check_setting(const train_loop *L, const char *file, const char *now, const char *what,
-                               const char *assumed) {
-    char path[1150], first[64] = "";
-    snprintf(path, sizeof(path), "%s/%s", L->dir, file);
-    FILE *f = fopen(path, "r");
-    if (f) {
-        if (fscanf(f, "%63s", first) != 1) first[0] = 0;
-        fclose(f);
-    } else if (assumed) {
-        snprintf(first, sizeof(first), "%s", assumed);
-    }
-    if (first[0] && strcmp(first, now))
-        fprintf(stderr,
-                "vlmspec %s: warning: this run started with %s %s, now %s: the products sum in another "
-                "order or precision, so the result will not be bit-identical to an uninterrupted run\n",
-                L->cmd, what, first, now);
-    vs_error err = {0};
-    if (!f && write_text(path, first[0] ? first : now, &err) != VS_OK)
-        fprintf(stderr, "vlmspec %s: warning: %s\n", L->cmd, err.msg);
-}
-
-static void loop_check_threads(const train_loop *L, int threads) {
-    char now[32], threads_path[1150];
-    snprintf(now, sizeof(now), "%d", threads);
-    snprintf(threads_path, sizeof(threads_path), "%s/threads", L->dir);
-    /* an older run directory has threads, not gemm (it ran OpenBLAS) nor attention (it ran direct) */
-    bool existed = access(threads_path, F_OK) == 0;
-    char att_path[1150];
-    snprintf(att_path, sizeof(att_path), "%s/attention", L->dir);
-    bool att_existed = access(att_path, F_OK) == 0;
-    loop_check_setting(L, "threads", now, "--threads", NULL);
-    loop_check_setting(L, "gemm", vs_train_sgemm_backend(), "--gemm", existed ? "openblas" : NULL);
-    loop_check_setting(L, "attention", vs_train_attention_backend(), "--attention",
-                       existed && !att_existed ? "direct" : NULL);
-}
-
-/* Trains from L->st.step to L->total (or until a chunk/time limit, with a checkpoint). */
-static vs_status loop_run(train_loop *L, vs_error *err) {
-    const sched_opts *o = &L->o;
-    vs_status s;
-    loop_check_threads(L, o->threads);
-    if (!L->tp && !(L->tp = vs_threadpool_new(o->threads, err))) return VS_ERR_NOMEM;
-    vs_train_set_blas_threads(o->threads);
-    vs_train_params *p = vs_train_vlm_params(L->m);
-    vs_adamw opt;
-    vs_adamw_default(&opt);
-    opt.beta2 = (float)o->beta2, opt.weight_decay = (float)o->wd;
-    vs_lr_schedule sched = {(float)o->lr, (float)o->lr_min, (int64_t)o->warmup, L->total};
-    vs_progress pr;
-    vs_progress_begin(&pr, L->label, L->total);
-    pr.t_start -= L->st.elapsed_s;       /* elapsed over the whole training */
-    pr.rate_done0 = L->st.step;          /* the ETA at this run's speed */
-    const double run_t0 = vs_time_now(), elapsed0 = L->st.elapsed_s;
-    L->rows_run = L->padded_run = 0;
-    L->steps_run = 0;
-    bool stop = false;
-    while (L->st.step < L->total && !stop) {
-        const float lr = vs_train_lr(&sched, L->st.step);
-        if (o->freeze_vision > 0) p->frozen[VS_TRAIN_GROUP_VISION] = L->st.step < o->freeze_vision;
-        const int64_t norm = vs_train_data_counted_ahead(L->data, o->accum);
-        vs_train_params_zero_grad(p);
-        double loss = 0, rows = 0;
-        for (int k = 0; k < o->accum; k++) {
-            vs_train_batch b;
-            vs_train_batch_info info;
-            float l;
-            if ((s = vs_train_data_next(L->data, &b, &info, err))) return s;
-            b.loss_norm = (double)norm;
-            if ((s = vs_train_vlm_forward(L->m, L->tp, &b, &l, err))) return s;
-            if ((s = vs_train_vlm_backward(L->m, L->tp, err))) return s;
-            loss += l, rows += (double)info.rows;
-            L->padded_run += (double)b.B * b.T;
-        }
-        if (o->clip > 0) vs_train_clip_grad(p, (float)o->clip);
-        float mul[VS_TRAIN_MAX_GROUPS];
-        for (int g = 0; g < VS_TRAIN_MAX_GROUPS; g++) mul[g] = 1.0f;
-        const int64_t since = L->st.step - o->freeze_vision; /* steps the tower has been trained before this */
-        if (o->vision_warmup > 0 && since >= 0 && since < o->vision_warmup)
-            mul[VS_TRAIN_GROUP_VISION] = (float)((double)(since + 1) / (double)o->vision_warmup);
-        mul[VS_TRAIN_GROUP_VISION] *= (float)o->vision_lr;
-        vs_train_adamw_step_groups(p, L->tp, &opt, lr, mul);
-        const double now = vs_time_now();
-        L->st.tokens += (uint64_t)rows;
-        L->st.elapsed_s = elapsed0 + (now - run_t0);
-        L->rows_run += rows;
-        L->steps_run++;
-        vs_train_curve_point pt = {L->st.step, (float)loss, lr, (double)L->st.tokens, L->st.elapsed_s};
-        if ((s = vs_train_curve_add(&L->curve, pt, err))) return s;
-        L->st.step++;
-        if (!isfinite(loss))
-            return vs_error_set(err, VS_ERR_INVALID, "loss is %f at step %lld", loss, (long long)pt.step);
-        if (!o->quiet)
-            vs_train_progress(&pr, L->st.step, recent_loss(&L->curve, 20), L->rows_run / (now - run_t0), lr);
-        stop =
-            (o->chunk_steps > 0 && L->steps_run >= o->chunk_steps) || (L->deadline > 0 && now >= L->deadline);
-        if (L->st.step % o->ckpt_every == 0 || L->st.step == L->total || stop)
-            if ((s = loop_save(L, err))) return s;
-        if (o->freeze_vision > 0 && L->st.step == o->freeze_vision) {
-            /* the last frozen-tower state, kept: if training the tower goes wrong, a run can restart
-             * from here (docs/target.md) */
-            char keep[1300];
-            snprintf(keep, sizeof(keep), "%s/ckpt-vision-frozen.gguf", L->dir);
-            vs_train_data_state ds;
-            vs_train_data_get_state(L->data, &ds);
-            L->st.epoch = ds.epoch, L->st.data_pos = ds.pos, L->st.rng = ds.rng;
-            if ((s = vs_train_vlm_save(L->m, &L->st, keep, err))) return s;
-            if (!o->quiet) fprintf(stderr, "vision tower unfrozen at step %lld (kept %s)\n", (long long)L->st.step, keep);
-        }
-    }
-    if (!o->quiet) vs_progress_end(&pr, L->st.step);
-    L->run_s = vs_time_now() - run_t0;
-    printf(
-        "this run: %lld steps, %.0f rows (+%.1f%% padding) in %.1f s (%.0f rows/s); total %lld/%lld steps, "
-        "%llu rows, %.0f s\n",
-        (long long)L->steps_run, L->rows_run,
-        L->padded_run > 0 && L->rows_run > 0 ? 100.0 * (L->padded_run - L->rows_run) / L->rows_run : 0.0,
-        L->run_s, L->run_s > 0 ? L->rows_run / L->run_s : 0.0, (long long)L->st.step, (long long)L->total,
-        (unsigned long long)L->st.tokens, L->st.elapsed_s);
-    if (L->curve.n)
-        printf("loss: first step %.4f, last 20 steps %.4f\n", L->curve.pt[0].loss,
-               recent_loss(&L->curve, 20));
-    if (L->st.step < L->total)
-        printf("stopped at step %lld of %lld: continue with the same flags and --resume\n",
-               (long long)L->st.step, (long long)L->total);
-    return VS_OK;
-}
-
-static void loop_free(train_loop *L) {
-    vs_train_curve_free(&L->curve);
-    vs_train_vlm_free(L->m);
-    vs_train_data_free(L->data);
-    L->m = NULL, L->data = NULL;
-    memset(&L->curve, 0, sizeof(L->curve));
-}
 
 /* ---------------------------------------------------------------------------------------------- */
 /* train target: the target VLM on the generated world */
@@ -675,7 +302,7 @@ static void loop_free(train_loop *L) {
 typedef struct target_opts {
     const char *data, *tokenizer, *out, *name;
     const char *init; /* a checkpoint whose weights start a fresh run (new schedule, zero moments) */
-    sched_opts s;
+    vs_train_sched s;
     int ctx;
     bool captions, f32;
     vs_train_vlm_config cfg;
@@ -750,7 +377,7 @@ static const char *const k_target_cmd = "train target";
 static int target_parse(int argc, char **argv, target_opts *o) {
     const char *cmd = k_target_cmd;
     memset(o, 0, sizeof(*o));
-    sched_opts *s = &o->s;
+    vs_train_sched *s = &o->s;
     s->epochs = 10, s->batch = 8, s->accum = 2, s->seq = 768, s->bucket = 16, s->threads = 2;
     s->ckpt_every = 200, s->lr = 1e-3, s->lr_min = -1, s->warmup = 100, s->wd = 0.1, s->clip = 1.0;
     s->beta2 = 0.95, s->seed = 1, s->vision_lr = 1, o->name = "vlmspec-world-target";
@@ -774,36 +401,36 @@ static int target_parse(int argc, char **argv, target_opts *o) {
     const float mean[3] = {0.48145466f, 0.4578275f, 0.40821073f};
     const float stdv[3] = {0.26862954f, 0.26130258f, 0.27577711f};
     for (int i = 0; i < 3; i++) c->image_mean[i] = mean[i], c->image_std[i] = stdv[i];
-    fl_set fs = {0};
-    fl_add(&fs, "--data", FL_STR, &o->data, 0, 0);
-    fl_add(&fs, "--tokenizer", FL_STR, &o->tokenizer, 0, 0);
-    fl_add(&fs, "--out", FL_STR, &o->out, 0, 0);
-    fl_add(&fs, "--name", FL_STR, &o->name, 0, 0);
-    fl_add(&fs, "--captions", FL_BOOL, &o->captions, 0, 0);
-    fl_add(&fs, "--freeze-vision", FL_I64, &s->freeze_vision, 0, (double)(INT64_C(1) << 40));
-    fl_add(&fs, "--vision-warmup", FL_I64, &s->vision_warmup, 0, (double)(INT64_C(1) << 40));
-    fl_add(&fs, "--vision-lr", FL_F64, &s->vision_lr, 0, 100);
-    fl_add(&fs, "--init", FL_STR, &o->init, 0, 0);
-    fl_add(&fs, "--f32", FL_BOOL, &o->f32, 0, 0);
-    fl_add(&fs, "--epochs", FL_F64, &s->epochs, 1e-6, 1e6);
-    fl_add(&fs, "--steps", FL_I64, &s->steps, 1, (double)(INT64_C(1) << 40));
-    fl_add(&fs, "--batch", FL_INT, &s->batch, 1, 4096);
-    fl_add(&fs, "--lr", FL_F64, &s->lr, 0, 10);
-    fl_add(&fs, "--lr-min", FL_F64, &s->lr_min, 0, 10);
-    fl_add(&fs, "--warmup", FL_F64, &s->warmup, 0, 1e9);
-    fl_add(&fs, "--ctx", FL_INT, &o->ctx, 2, 1 << 20);
+    cli_flags fs = {0};
+    cli_flag_add(&fs, "--data", CLI_STR, &o->data, 0, 0);
+    cli_flag_add(&fs, "--tokenizer", CLI_STR, &o->tokenizer, 0, 0);
+    cli_flag_add(&fs, "--out", CLI_STR, &o->out, 0, 0);
+    cli_flag_add(&fs, "--name", CLI_STR, &o->name, 0, 0);
+    cli_flag_add(&fs, "--captions", CLI_BOOL, &o->captions, 0, 0);
+    cli_flag_add(&fs, "--freeze-vision", CLI_I64, &s->freeze_vision, 0, (double)(INT64_C(1) << 40));
+    cli_flag_add(&fs, "--vision-warmup", CLI_I64, &s->vision_warmup, 0, (double)(INT64_C(1) << 40));
+    cli_flag_add(&fs, "--vision-lr", CLI_F64, &s->vision_lr, 0, 100);
+    cli_flag_add(&fs, "--init", CLI_STR, &o->init, 0, 0);
+    cli_flag_add(&fs, "--f32", CLI_BOOL, &o->f32, 0, 0);
+    cli_flag_add(&fs, "--epochs", CLI_F64, &s->epochs, 1e-6, 1e6);
+    cli_flag_add(&fs, "--steps", CLI_I64, &s->steps, 1, (double)(INT64_C(1) << 40));
+    cli_flag_add(&fs, "--batch", CLI_INT, &s->batch, 1, 4096);
+    cli_flag_add(&fs, "--lr", CLI_F64, &s->lr, 0, 10);
+    cli_flag_add(&fs, "--lr-min", CLI_F64, &s->lr_min, 0, 10);
+    cli_flag_add(&fs, "--warmup", CLI_F64, &s->warmup, 0, 1e9);
+    cli_flag_add(&fs, "--ctx", CLI_INT, &o->ctx, 2, 1 << 20);
     add_optim_flags(&fs, s);
     add_run_flags(&fs, s);
     add_vision_flags(&fs, c, NULL);
     add_lm_flags(&fs, c);
-    int rc = fl_parse(cmd, argc, argv, &fs, target_usage);
+    int rc = cli_flags_parse(cmd, argc, argv, &fs, target_usage);
     if (rc >= 0) return rc;
     if ((rc = apply_gemm(cmd, s)) >= 0) return rc;
     if (!o->data || !o->tokenizer || !o->out)
         return cli_fail(cmd, "--data DIR, --tokenizer FILE and --out DIR are required"), 2;
-    if (s->steps && fl_given(&fs, &s->epochs)) return cli_fail(cmd, "give --steps or --epochs, not both"), 2;
+    if (s->steps && cli_flag_given(&fs, &s->epochs)) return cli_fail(cmd, "give --steps or --epochs, not both"), 2;
     if (s->lr_min < 0) s->lr_min = s->lr / 10;
-    o->image_size_given = fl_given(&fs, &c->image_size);
+    o->image_size_given = cli_flag_given(&fs, &c->image_size);
     return -1;
 }
 
@@ -857,7 +484,7 @@ static char *target_settings(const target_opts *o, int64_t total, int vocab) {
 
 typedef struct target_run {
     target_opts o;
-    train_loop L;
+    vs_train_loop L;
     char lm[1200], mm[1200];
     vs_world_dataset *sets[2];
     int n_sets;
@@ -896,7 +523,7 @@ static vs_status write_summary(target_run *r, double final_loss, vs_error *err) 
     char *s = vs_json_writer_take(&w, NULL);
     vs_json_writer_free(&w);
     if (!s) return vs_error_set(err, VS_ERR_NOMEM, "out of memory");
-    vs_status st = write_text(path, s, err);
+    vs_status st = vs_train_write_text(path, s, err);
     vs_free(s);
     return st;
 }
@@ -921,11 +548,11 @@ static vs_status export_models(target_run *r, double final_loss, vs_error *err) 
  * count start at zero (this run's warm-up starts from them), every group starts unfrozen (this run's
  * --freeze-vision decides), and the data order and schedule are this run's. The flags must describe the
  * checkpoint's model. */
-static vs_status target_init_from(train_loop *L, const char *path, const vs_train_vlm_config *c, int max_B,
+static vs_status target_init_from(vs_train_loop *L, const char *path, const vs_train_vlm_config *c, int max_B,
                                   int max_T, int max_I, vs_error *err) {
     vs_train_state st;
     bool other;
-    if (!(L->m = load_for_run(path, c, "the flags say", max_B, max_T, max_I, &st, &other, err)))
+    if (!(L->m = vs_train_load_for_run(path, c, "the flags say", max_B, max_T, max_I, &st, &other, err)))
         return vs_error_wrap(err, "--init");
     vs_train_params *p = vs_train_vlm_params(L->m);
     memset(p->m, 0, sizeof(float) * p->n);
@@ -938,7 +565,7 @@ static vs_status target_init_from(train_loop *L, const char *path, const vs_trai
 
 static vs_status target_train(target_run *r, vs_error *err) {
     target_opts *o = &r->o;
-    train_loop *L = &r->L;
+    vs_train_loop *L = &r->L;
     vs_status s;
     /* inputs */
     if (!(r->tok = vs_tokenizer_load(o->tokenizer, err))) return VS_ERR_INVALID;
@@ -976,28 +603,28 @@ static vs_status target_train(target_run *r, vs_error *err) {
     /* outputs, settings, model */
     L->cmd = k_target_cmd, L->label = "train", L->title = "target VLM: training loss";
     L->o = o->s;
-    if ((s = loop_dirs(L, o->out, err))) return s;
+    if ((s = vs_train_loop_dirs(L, o->out, err))) return s;
     snprintf(r->lm, sizeof(r->lm), "%s/target.gguf", o->out);
     snprintf(r->mm, sizeof(r->mm), "%s/target-mmproj.gguf", o->out);
     char *settings = target_settings(o, L->total, c->vocab);
     if (!settings) return vs_error_set(err, VS_ERR_NOMEM, "out of memory");
     int max_B, max_T, max_I;
     vs_train_data_capacity(L->data, &max_B, &max_T, &max_I);
-    bool resumed = o->s.resume && loop_has_ckpt(L);
+    bool resumed = o->s.resume && vs_train_loop_has_ckpt(L);
     if (resumed) {
-        s = loop_check_settings(L, settings, err);
-        if (s == VS_OK) s = loop_load(L, c, "the flags say", max_B, max_T, max_I, err);
-        if (s == VS_OK) s = loop_restore(L, err);
+        s = vs_train_loop_check_settings(L, settings, err);
+        if (s == VS_OK) s = vs_train_loop_load(L, c, "the flags say", max_B, max_T, max_I, err);
+        if (s == VS_OK) s = vs_train_loop_restore(L, err);
     } else {
         if (o->s.resume) printf("no checkpoint in %s/ckpt: starting fresh\n", o->out);
-        s = write_text(L->runjson, settings, err);
+        s = vs_train_write_text(L->runjson, settings, err);
         if (s == VS_OK && o->init) {
             s = target_init_from(L, o->init, c, max_B, max_T, max_I, err);
         } else if (s == VS_OK) {
             if (!(L->m = vs_train_vlm_new(c, max_B, max_T, max_I, err))) s = VS_ERR_INVALID;
             else vs_train_vlm_init(L->m, (uint64_t)o->s.seed);
         }
-        if (s == VS_OK) loop_fresh_state(L);
+        if (s == VS_OK) vs_train_loop_fresh_state(L);
     }
     vs_free(settings);
     if (s != VS_OK) return s;
@@ -1018,9 +645,9 @@ static vs_status target_train(target_run *r, vs_error *err) {
            o->s.threads);
     fflush(stdout);
     L->deadline = o->s.time_limit > 0 ? vs_time_now() + o->s.time_limit : 0;
-    if ((s = loop_run(L, err))) return s;
+    if ((s = vs_train_loop_run(L, err))) return s;
     if (L->st.step < L->total) return VS_OK;
-    return export_models(r, recent_loss(&L->curve, 20), err);
+    return export_models(r, vs_train_curve_recent(&L->curve, 20), err);
 }
 
 static int cmd_target(int argc, char **argv) {
@@ -1031,7 +658,7 @@ static int cmd_target(int argc, char **argv) {
     vs_error err = {0};
     vs_status s = target_train(&r, &err);
     rc = s == VS_OK ? 0 : cli_fail_err(k_target_cmd, &err);
-    loop_free(&r.L);
+    vs_train_loop_free(&r.L);
     vs_threadpool_free(r.L.tp);
     for (int k = 0; k < r.n_sets; k++) vs_world_dataset_free(r.sets[k]);
     vs_gguf_close(r.tok_gguf);
@@ -1050,7 +677,7 @@ static const char *const k_drafter_expects = "this run (flags, target mmproj, to
 
 typedef struct drafter_opts {
     const char *recipe, *data, *tokenizer, *target, *target_mm, *out, *distill, *phase;
-    sched_opts s; /* shared settings; steps, batch, lr and warm-up are per phase */
+    vs_train_sched s; /* shared settings; steps, batch, lr and warm-up are per phase */
     int64_t steps[N_PHASES];
     int batch[N_PHASES];
     double lr[N_PHASES], warmup[N_PHASES];
@@ -1107,7 +734,7 @@ static void drafter_usage(FILE *f) {
 static int drafter_parse(int argc, char **argv, drafter_opts *o) {
     const char *cmd = k_drafter_cmd;
     memset(o, 0, sizeof(*o));
-    sched_opts *s = &o->s;
+    vs_train_sched *s = &o->s;
     s->accum = 1, s->seq = 768, s->bucket = 16, s->threads = 2, s->ckpt_every = 100, s->wd = 0.1;
     s->clip = 1.0, s->beta2 = 0.95, s->seed = 1, s->vision_lr = 1;
     const int64_t steps[N_PHASES] = {2000, 500, 800};
@@ -1121,15 +748,15 @@ static int drafter_parse(int argc, char **argv, drafter_opts *o) {
                                  .n_heads = o->lm.n_heads,
                                  .n_kv_heads = o->lm.n_kv_heads,
                                  .ffn = o->lm.ffn};
-    fl_set fs = {0};
-    fl_add(&fs, "--recipe", FL_STR, &o->recipe, 0, 0);
-    fl_add(&fs, "--data", FL_STR, &o->data, 0, 0);
-    fl_add(&fs, "--tokenizer", FL_STR, &o->tokenizer, 0, 0);
-    fl_add(&fs, "--target", FL_STR, &o->target, 0, 0);
-    fl_add(&fs, "--target-mmproj", FL_STR, &o->target_mm, 0, 0);
-    fl_add(&fs, "--distill", FL_STR, &o->distill, 0, 0);
-    fl_add(&fs, "--out", FL_STR, &o->out, 0, 0);
-    fl_add(&fs, "--phase", FL_STR, &o->phase, 0, 0);
+    cli_flags fs = {0};
+    cli_flag_add(&fs, "--recipe", CLI_STR, &o->recipe, 0, 0);
+    cli_flag_add(&fs, "--data", CLI_STR, &o->data, 0, 0);
+    cli_flag_add(&fs, "--tokenizer", CLI_STR, &o->tokenizer, 0, 0);
+    cli_flag_add(&fs, "--target", CLI_STR, &o->target, 0, 0);
+    cli_flag_add(&fs, "--target-mmproj", CLI_STR, &o->target_mm, 0, 0);
+    cli_flag_add(&fs, "--distill", CLI_STR, &o->distill, 0, 0);
+    cli_flag_add(&fs, "--out", CLI_STR, &o->out, 0, 0);
+    cli_flag_add(&fs, "--phase", CLI_STR, &o->phase, 0, 0);
     static const char *const names[N_PHASES] = {"a", "b", "c"};
     static char flag_names[N_PHASES][4][16];
     for (int p = 0; p < N_PHASES; p++) {
@@ -1137,16 +764,16 @@ static int drafter_parse(int argc, char **argv, drafter_opts *o) {
         snprintf(flag_names[p][1], 16, "--batch-%s", names[p]);
         snprintf(flag_names[p][2], 16, "--lr-%s", names[p]);
         snprintf(flag_names[p][3], 16, "--warmup-%s", names[p]);
-        fl_add(&fs, flag_names[p][0], FL_I64, &o->steps[p], 1, (double)(INT64_C(1) << 40));
-        fl_add(&fs, flag_names[p][1], FL_INT, &o->batch[p], 1, 4096);
-        fl_add(&fs, flag_names[p][2], FL_F64, &o->lr[p], 0, 10);
-        fl_add(&fs, flag_names[p][3], FL_F64, &o->warmup[p], 0, 1e9);
+        cli_flag_add(&fs, flag_names[p][0], CLI_I64, &o->steps[p], 1, (double)(INT64_C(1) << 40));
+        cli_flag_add(&fs, flag_names[p][1], CLI_INT, &o->batch[p], 1, 4096);
+        cli_flag_add(&fs, flag_names[p][2], CLI_F64, &o->lr[p], 0, 10);
+        cli_flag_add(&fs, flag_names[p][3], CLI_F64, &o->warmup[p], 0, 1e9);
     }
-    fl_add(&fs, "--ctx", FL_INT, &o->lm.max_seq, 2, 1 << 20);
+    cli_flag_add(&fs, "--ctx", CLI_INT, &o->lm.max_seq, 2, 1 << 20);
     add_optim_flags(&fs, s);
     add_run_flags(&fs, s);
     add_lm_flags(&fs, &shape);
-    int rc = fl_parse(cmd, argc, argv, &fs, drafter_usage);
+    int rc = cli_flags_parse(cmd, argc, argv, &fs, drafter_usage);
     if (rc >= 0) return rc;
     if ((rc = apply_gemm(cmd, &o->s)) >= 0) return rc;
     o->lm.width = shape.width, o->lm.n_layers = shape.n_layers, o->lm.n_heads = shape.n_heads;
@@ -1297,7 +924,7 @@ static void phase_freeze(vs_train_vlm *m, int ph) {
     p->frozen[VS_TRAIN_GROUP_LM] = ph == PH_PROJ;
 }
 
-static vs_status phase_export(drafter_run *r, train_loop *L, int ph, vs_error *err) {
+static vs_status phase_export(drafter_run *r, vs_train_loop *L, int ph, vs_error *err) {
     char lm[1300], mm[1300], name[64];
     snprintf(name, sizeof(name), "vlmspec-world-draft-%s", ph < PH_TUNE ? k_phase_dir[ph] : r->o.recipe);
     vs_train_export_opts eo = {.type = VS_TYPE_F16, .tokenizer = r->tok_gguf, .name = name};
@@ -1330,14 +957,14 @@ static vs_status phase_export(drafter_run *r, train_loop *L, int ph, vs_error *e
     vs_json_kv_int(&w, "skipped", ds->n_skipped);
     vs_json_kv_num(&w, "train_seconds", L->st.elapsed_s);
     vs_json_kv_num(&w, "first_loss", L->curve.n ? L->curve.pt[0].loss : 0.0);
-    vs_json_kv_num(&w, "final_loss", recent_loss(&L->curve, 20));
+    vs_json_kv_num(&w, "final_loss", vs_train_curve_recent(&L->curve, 20));
     vs_json_obj_end(&w);
     char *js = vs_json_writer_take(&w, NULL);
     vs_json_writer_free(&w);
     if (!js) return vs_error_set(err, VS_ERR_NOMEM, "out of memory");
     char path[1300];
     snprintf(path, sizeof(path), "%s/done.json", L->dir);
-    s = write_text(path, js, err);
+    s = vs_train_write_text(path, js, err);
     vs_free(js);
     return s;
 }
@@ -1351,15 +978,15 @@ static bool phase_done(const drafter_run *r, int ph) {
 /* Runs phase ph to its end or to the run's limits. *finished tells which. */
 static vs_status drafter_phase(drafter_run *r, int ph, bool *finished, vs_error *err) {
     drafter_opts *o = &r->o;
-    train_loop L;
+    vs_train_loop L;
     memset(&L, 0, sizeof(L));
     *finished = false;
-    vs_status s = loop_dirs(&L, r->phase_dir[ph], err);
+    vs_status s = vs_train_loop_dirs(&L, r->phase_dir[ph], err);
     char *settings = s == VS_OK ? phase_settings(r, ph) : NULL;
     if (s == VS_OK && !settings) s = vs_error_set(err, VS_ERR_NOMEM, "out of memory");
     if (s == VS_OK && phase_done(r, ph)) {
         /* a finished phase is reused only with the same settings */
-        s = loop_check_settings(&L, settings, err);
+        s = vs_train_loop_check_settings(&L, settings, err);
         if (s == VS_OK) printf("phase %s: done (%s/done.json)\n", r->phase_dir[ph], r->phase_dir[ph]);
         vs_free(settings);
         *finished = s == VS_OK;
@@ -1371,7 +998,7 @@ static vs_status drafter_phase(drafter_run *r, int ph, bool *finished, vs_error 
     if (s == VS_OK) s = phase_data(r, ph, &L.data, err);
     if (s != VS_OK) {
         vs_free(settings);
-        loop_free(&L);
+        vs_train_loop_free(&L);
         return s;
     }
     char title[128];
@@ -1388,13 +1015,13 @@ static vs_status drafter_phase(drafter_run *r, int ph, bool *finished, vs_error 
     L.total = o->steps[ph];
     int max_B, max_T, max_I;
     vs_train_data_capacity(L.data, &max_B, &max_T, &max_I);
-    if (o->s.resume && loop_has_ckpt(&L)) {
-        s = loop_check_settings(&L, settings, err);
-        if (s == VS_OK) s = loop_load(&L, &r->cfg, k_drafter_expects, max_B, max_T, max_I, err);
-        if (s == VS_OK) s = loop_restore(&L, err);
+    if (o->s.resume && vs_train_loop_has_ckpt(&L)) {
+        s = vs_train_loop_check_settings(&L, settings, err);
+        if (s == VS_OK) s = vs_train_loop_load(&L, &r->cfg, k_drafter_expects, max_B, max_T, max_I, err);
+        if (s == VS_OK) s = vs_train_loop_restore(&L, err);
     } else {
         if (o->s.resume) printf("no checkpoint in %s/ckpt: starting phase %s fresh\n", L.dir, L.dir);
-        s = write_text(L.runjson, settings, err);
+        s = vs_train_write_text(L.runjson, settings, err);
         if (s == VS_OK && ph == PH_TEXT) {
             if (!(L.m = vs_train_vlm_new(&r->cfg, max_B, max_T, max_I, err))) s = VS_ERR_INVALID;
             if (s == VS_OK) {
@@ -1407,7 +1034,7 @@ static vs_status drafter_phase(drafter_run *r, int ph, bool *finished, vs_error 
             vs_train_state pst;
             bool other;
             snprintf(prev, sizeof(prev), "%s/ckpt/ckpt.gguf", r->phase_dir[ph - 1]);
-            if (!(L.m = load_for_run(prev, &r->cfg, k_drafter_expects, max_B, max_T, max_I, &pst, &other,
+            if (!(L.m = vs_train_load_for_run(prev, &r->cfg, k_drafter_expects, max_B, max_T, max_I, &pst, &other,
                                      err))) {
                 vs_error_wrap(err, "phase %s", L.dir);
                 s = VS_ERR_INVALID;
@@ -1420,7 +1047,7 @@ static vs_status drafter_phase(drafter_run *r, int ph, bool *finished, vs_error 
                 printf("phase %s starts from %s (step %lld)\n", L.dir, prev, (long long)pst.step);
             }
         }
-        if (s == VS_OK) loop_fresh_state(&L);
+        if (s == VS_OK) vs_train_loop_fresh_state(&L);
     }
     vs_free(settings);
     if (s == VS_OK) {
@@ -1435,7 +1062,7 @@ static vs_status drafter_phase(drafter_run *r, int ph, bool *finished, vs_error 
                                : "projector + LM");
         fflush(stdout);
         L.tp = NULL;
-        s = loop_run(&L, err);
+        s = vs_train_loop_run(&L, err);
     }
     if (s == VS_OK && r->chunk_left > 0) r->chunk_left = VS_MAX(0, r->chunk_left - L.steps_run);
     if (s == VS_OK && L.st.step >= L.total) {
@@ -1443,7 +1070,7 @@ static vs_status drafter_phase(drafter_run *r, int ph, bool *finished, vs_error 
         *finished = s == VS_OK;
     }
     vs_threadpool_free(L.tp);
-    loop_free(&L);
+    vs_train_loop_free(&L);
     vs_train_seqs_free(&r->seqs);
     return s;
 }
@@ -1474,7 +1101,7 @@ static vs_status drafter_train(drafter_run *r, vs_error *err) {
                 "has %d",
                 o->distill, r->dist.h.vocab, o->tokenizer, r->cfg.vocab);
     }
-    if ((s = mkdir_one(o->out, err))) return s;
+    if ((s = vs_train_mkdir(o->out, err))) return s;
     for (int p = 0; p < N_PHASES; p++)
         snprintf(r->phase_dir[p], sizeof(r->phase_dir[p]), "%s/%s", o->out,
                  p < PH_TUNE ? k_phase_dir[p]
@@ -1539,14 +1166,14 @@ static void export_usage(FILE *f) {
 static int cmd_export(int argc, char **argv) {
     const char *cmd = "train export", *ckpt = NULL, *tok = NULL, *lm = NULL, *mm = NULL, *type_s = "f16";
     const char *name = "vlmspec-world-target";
-    fl_set fs = {0};
-    fl_add(&fs, "--ckpt", FL_STR, &ckpt, 0, 0);
-    fl_add(&fs, "--tokenizer", FL_STR, &tok, 0, 0);
-    fl_add(&fs, "--lm", FL_STR, &lm, 0, 0);
-    fl_add(&fs, "--mmproj", FL_STR, &mm, 0, 0);
-    fl_add(&fs, "--name", FL_STR, &name, 0, 0);
-    fl_add(&fs, "--type", FL_STR, &type_s, 0, 0);
-    int rc = fl_parse(cmd, argc, argv, &fs, export_usage);
+    cli_flags fs = {0};
+    cli_flag_add(&fs, "--ckpt", CLI_STR, &ckpt, 0, 0);
+    cli_flag_add(&fs, "--tokenizer", CLI_STR, &tok, 0, 0);
+    cli_flag_add(&fs, "--lm", CLI_STR, &lm, 0, 0);
+    cli_flag_add(&fs, "--mmproj", CLI_STR, &mm, 0, 0);
+    cli_flag_add(&fs, "--name", CLI_STR, &name, 0, 0);
+    cli_flag_add(&fs, "--type", CLI_STR, &type_s, 0, 0);
+    int rc = cli_flags_parse(cmd, argc, argv, &fs, export_usage);
     if (rc >= 0) return rc;
     int type;
     if (!strcmp(type_s, "f16") || !strcmp(type_s, "F16"))

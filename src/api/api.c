@@ -33,6 +33,7 @@ struct vlmspec_session {
 
 vlmspec_status vlmspec_models_load(const vlmspec_model_params *p, vlmspec_models **out) {
     vs_error err = {0};
+    if (!out) return fail(&(vs_error){VS_ERR_INVALID, "no place for the model set (out is NULL)"});
     *out = NULL;
     if (!p) return fail(&(vs_error){VS_ERR_INVALID, "no model parameters"});
     vs_models_opts o = {.model = p->model, .mmproj = p->mmproj, .threads = p->threads,
@@ -75,6 +76,7 @@ const char *vlmspec_method_help(int i) {
 
 vlmspec_status vlmspec_session_new(vlmspec_models *m, int n_ctx, vlmspec_session **out) {
     vs_error err = {0};
+    if (!out) return fail(&(vs_error){VS_ERR_INVALID, "no place for the session (out is NULL)"});
     *out = NULL;
     if (!m) return fail(&(vs_error){VS_ERR_INVALID, "no model set"});
     if (n_ctx < 0) return fail(&(vs_error){VS_ERR_INVALID, "negative context size"});
@@ -122,15 +124,17 @@ static bool on_text(void *ctx, const char *text, size_t len) {
 }
 
 #define MAX_MESSAGES 256
-#define MAX_IMAGES 32
+#define MAX_IMAGES 64
 
 static vs_status to_request(const vlmspec_request *r, vs_chat_msg *msgs, vs_req_image *imgs, text_cb *cb,
                             vs_request *rq, vs_error *err) {
     vs_request_default(rq);
-    if (r->n_messages < 0 || r->n_messages > MAX_MESSAGES || (r->n_messages > 0 && !r->messages))
-        return vs_error_set(err, VS_ERR_INVALID, "%d messages (at most %d)", r->n_messages, MAX_MESSAGES);
-    if (r->n_images < 0 || r->n_images > MAX_IMAGES || (r->n_images > 0 && !r->images))
-        return vs_error_set(err, VS_ERR_INVALID, "%d images (at most %d)", r->n_images, MAX_IMAGES);
+    if (r->n_messages > 0 && !r->messages) return vs_error_set(err, VS_ERR_INVALID, "n_messages without messages");
+    if (r->n_images > 0 && !r->images) return vs_error_set(err, VS_ERR_INVALID, "n_images without images");
+    if (r->n_messages < 0 || r->n_messages > MAX_MESSAGES)
+        return vs_error_set(err, VS_ERR_INVALID, "%d messages (0 to %d)", r->n_messages, MAX_MESSAGES);
+    if (r->n_images < 0 || r->n_images > MAX_IMAGES)
+        return vs_error_set(err, VS_ERR_INVALID, "%d images (0 to %d)", r->n_images, MAX_IMAGES);
     for (int i = 0; i < r->n_messages; i++) {
         const vlmspec_role role = r->messages[i].role;
         if (role != VLMSPEC_SYSTEM && role != VLMSPEC_USER && role != VLMSPEC_ASSISTANT)
@@ -155,7 +159,7 @@ static vs_status to_request(const vlmspec_request *r, vs_chat_msg *msgs, vs_req_
     rq->sampling.min_p = r->min_p;
     rq->sampling.seed = r->seed;
     rq->reuse_prefix = r->reuse != 0;
-    while (rq->n_stop < VLMSPEC_MAX_STOP && r->stop[rq->n_stop]) {
+    while (rq->n_stop < VLMSPEC_MAX_STOP && r->stop[rq->n_stop] && r->stop[rq->n_stop][0]) {
         rq->stop[rq->n_stop] = r->stop[rq->n_stop];
         rq->n_stop++;
     }
@@ -196,7 +200,11 @@ vlmspec_status vlmspec_generate(vlmspec_session *s, const vlmspec_request *r, vl
     text_cb cb;
     vs_request rq;
     vs_status st = to_request(r, msgs, imgs, &cb, &rq, &err);
-    if (!st) st = vs_session_run(s->s, &rq, &s->res, &err);
+    if (st) { /* refused before it ran: nothing was generated */
+        out->text = vs_strndup("", 0);
+        return fail(&err);
+    }
+    st = vs_session_run(s->s, &rq, &s->res, &err);
     to_result(&s->res, out);
     out->text = vs_strndup(s->res.text ? s->res.text : "", s->res.text_len);
     if (!out->text && !st) st = vs_error_set(&err, VS_ERR_NOMEM, "out of memory");

@@ -511,6 +511,7 @@ vs_status vs_bench_run(const vs_bench_config *c, vs_bench_run_info *info, vs_err
                     int64_t rows = 0;
                     st = turn_req_build(&tr, s, turn - 1, c, VS_MAX(prompt_room, 1), err);
                     if (!st) st = vs_session_prompt_rows(r.sess, &tr.rq, &rows, err);
+                    if (st && st != VS_ERR_RANGE) vs_error_wrap(err, "sample %s turn %d", s->id, turn);
                     if (st == VS_ERR_RANGE) { /* longer than the context: skip the unit */
                         if (!c->quiet) vs_log("bench: skipping %s turn %d: %s\n", s->id, turn, err->msg);
                         info->n_skipped_units++;

@@ -60,6 +60,7 @@ struct vs_method {
     vs_method_make_fn make; /* NULL for the target-only method */
     int arg;               /* the builder's argument (draft_lm mode, ensemble entry) */
     bool captions;         /* needs a caption source (vs_method_models.captions) */
+    bool projector;        /* drafts through its drafter's projector (M or P inputs): needs that mmproj */
 };
 
 /* The table (n entries); the first entry is "ar". */

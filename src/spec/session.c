@@ -9,9 +9,8 @@
 
 #include "mmprompt.h"
 
-#define MAX_CACHED_IMAGES 32
+#define MAX_CACHED_IMAGES 64
 #define MAX_DRAFTERS 16
-#define MAX_REQ_IMAGES 256
 
 /* ------------------------------------------------------------------------------------------------
  * The model set */
@@ -93,6 +92,8 @@ static vs_status models_load(vs_models *m, const vs_models_opts *o, vs_error *er
 }
 
 vs_models *vs_models_load(const vs_models_opts *o, vs_error *err) {
+    vs_error local;
+    if (!err) err = &local; /* the messages are read below */
     vs_models *m = vs_calloc(1, sizeof(*m));
     if (!m) {
         vs_error_set(err, VS_ERR_NOMEM, "out of memory");
@@ -107,6 +108,8 @@ vs_models *vs_models_load(const vs_models_opts *o, vs_error *err) {
 
 vs_models *vs_models_borrow(vs_lm *target, const vs_tokenizer *tok, const vs_mmproj *mmproj, vs_threadpool *tp,
                             const char *chat_template, vs_error *err) {
+    vs_error local;
+    if (!err) err = &local; /* the messages are read below */
     const char *tn = chat_template ? chat_template : "vicuna-short";
     const vs_chat_template *tpl = vs_chat_template_find(tn);
     if (!target || !tpl) {
@@ -158,7 +161,8 @@ const vs_chat_template *vs_models_template(const vs_models *m) { return m->tpl; 
  * Sessions */
 
 typedef struct cached_image {
-    uint64_t hash; /* of the encoded bytes (and their length) */
+    uint64_t hash; /* of the encoded bytes */
+    uint8_t *bytes; /* the encoded bytes themselves: a hash match is confirmed byte for byte */
     size_t size;
     int32_t id;    /* image_id of its segments (> 0) */
     uint64_t used; /* request serial of its last use (LRU) */
@@ -189,7 +193,19 @@ struct vs_session {
     atomic_bool cancel;
 };
 
+/* The engine and its cache of n_ctx rows (opts.n_ctx when set, else `rows` when > 0, else the target's
+ * n_ctx_train). */
+static vs_spec *engine_make(vs_session *s, int64_t rows, vs_error *err) {
+    const int32_t train = vs_lm_cfg(s->m->target)->n_ctx_train;
+    const int32_t n_ctx = s->o.n_ctx > 0 ? s->o.n_ctx : rows > 0 ? (int32_t)VS_MIN(rows, (int64_t)train) : train;
+    vs_spec_config ec = {.n_ctx = n_ctx, .kv_type = s->o.kv_type, .n_batch = s->o.n_batch, .tp = s->m->tp,
+                         .tok = s->m->tok};
+    return s->eng = vs_spec_new(s->m->target, &ec, err);
+}
+
 vs_session *vs_session_new(vs_models *m, const vs_session_opts *o, vs_error *err) {
+    vs_error local;
+    if (!err) err = &local; /* the messages are read below */
     if (!m) {
         vs_error_set(err, VS_ERR_INVALID, "session: no model set");
         return NULL;
@@ -203,10 +219,7 @@ vs_session *vs_session_new(vs_models *m, const vs_session_opts *o, vs_error *err
     if (o) s->o = *o;
     s->next_image_id = 1;
     atomic_init(&s->cancel, false);
-    const int32_t n_ctx = s->o.n_ctx > 0 ? s->o.n_ctx : vs_lm_cfg(m->target)->n_ctx_train;
-    vs_spec_config ec = {.n_ctx = n_ctx, .kv_type = s->o.kv_type, .n_batch = s->o.n_batch, .tp = m->tp,
-                         .tok = m->tok};
-    if (!(s->eng = vs_spec_new(m->target, &ec, err))) {
+    if (!s->o.fit_ctx && !engine_make(s, 0, err)) {
         vs_free(s);
         return NULL;
     }
@@ -214,6 +227,7 @@ vs_session *vs_session_new(vs_models *m, const vs_session_opts *o, vs_error *err
 }
 
 static void image_free(cached_image *c) {
+    vs_free(c->bytes);
     vs_vision_features_free(&c->feat);
     vs_free(c->rows);
     memset(c, 0, sizeof(*c));
@@ -232,7 +246,9 @@ void vs_session_free(vs_session *s) {
 void vs_session_cancel(vs_session *s) { atomic_store(&s->cancel, true); }
 vs_models *vs_session_models(vs_session *s) { return s->m; }
 vs_spec *vs_session_engine(vs_session *s) { return s->eng; }
-int32_t vs_session_n_ctx(const vs_session *s) { return vs_spec_n_ctx(s->eng); }
+int32_t vs_session_n_ctx(const vs_session *s) {
+    return s->eng ? vs_spec_n_ctx(s->eng) : s->o.n_ctx > 0 ? s->o.n_ctx : vs_lm_cfg(s->m->target)->n_ctx_train;
+}
 
 /* ------------------------------------------------------------------------------------------------
  * The image cache */
@@ -274,7 +290,7 @@ static vs_status image_get(vs_session *s, const vs_req_image *ri, int32_t index,
     }
     const uint64_t h = fnv1a(data, size);
     for (int32_t i = 0; i < s->n_img; i++)
-        if (s->img[i].hash == h && s->img[i].size == size) {
+        if (s->img[i].hash == h && s->img[i].size == size && !memcmp(s->img[i].bytes, data, size)) {
             vs_free(owned);
             s->img[i].used = s->serial;
             *out = &s->img[i];
@@ -288,14 +304,23 @@ static vs_status image_get(vs_session *s, const vs_req_image *ri, int32_t index,
     vs_image img;
     st = vs_image_decode_max(&img, data, size, what, vs_image_max_side(vs_vision_tower_config(tower)->image_size),
                              err);
+    if (!st && owned) {
+        c->bytes = owned, owned = NULL;
+    } else if (!st && !(c->bytes = vs_malloc(size))) {
+        vs_image_free(&img);
+        st = vs_error_set(err, VS_ERR_NOMEM, "%s: out of memory", what);
+    } else if (!st) {
+        memcpy(c->bytes, data, size);
+    }
     vs_free(owned);
     if (!st) {
         st = vs_vision_encode_image(tower, s->m->tp, &img, s->m->preproc, NULL, &c->feat, err);
         if (st) vs_error_wrap(err, "%s", what);
         vs_image_free(&img);
     }
-    if (!st)
-        st = vs_vision_embed(vs_mmproj_projector(s->m->mmproj), s->m->tp, &c->feat, 1, &c->rows, &c->n_rows, err);
+    if (!st && (st = vs_vision_embed(vs_mmproj_projector(s->m->mmproj), s->m->tp, &c->feat, 1, &c->rows,
+                                     &c->n_rows, err)))
+        vs_error_wrap(err, "%s", what);
     if (st) {
         image_free(c);
         if (c == &s->img[s->n_img - 1]) s->n_img--;
@@ -347,7 +372,10 @@ static vs_caption_src *captions(vs_session *s, vs_error *err) {
         /* its own thread, no pool: the target's pool is busy with the prefill meanwhile */
         vs_captioner_opts co = {.max_tokens = s->o.caption_tokens};
         if (!(s->captioner = vs_captioner_new(s->m->draft[VS_ROLE_LLAVA], p, &co, err))) return NULL;
-        s->captions = vs_caption_src_new_captioner(s->captioner, err);
+        if (!(s->captions = vs_caption_src_new_captioner(s->captioner, err))) {
+            vs_captioner_free(s->captioner);
+            s->captioner = NULL;
+        }
     } else {
         s->captions = vs_caption_src_new_texts(NULL, 0, err);
     }
@@ -419,9 +447,11 @@ static cached_drafter *drafter_get(vs_session *s, const vs_draft_cfg *c, vs_erro
 }
 
 vs_status vs_session_add_image(vs_session *s, const vs_req_image *img, int64_t *n_rows, vs_error *err) {
+    vs_error local;
+    if (!err) err = &local; /* the messages are read below */
     *n_rows = 0;
     if (!vs_models_tower(s->m))
-        return vs_error_set(err, VS_ERR_INVALID, "images need the target's vision model (--mmproj FILE)");
+        return vs_error_set(err, VS_ERR_INVALID, "images need the target's vision tower (its mmproj file)");
     s->serial++;
     cached_image *c;
     bool fresh;
@@ -431,6 +461,8 @@ vs_status vs_session_add_image(vs_session *s, const vs_req_image *img, int64_t *
 }
 
 vs_status vs_session_prepare(vs_session *s, const vs_draft_cfg *c, vs_error *err) {
+    vs_error local;
+    if (!err) err = &local; /* the messages are read below */
     if (is_target_only(c)) return VS_OK;
     return drafter_get(s, c, err) ? VS_OK : err->code;
 }
@@ -444,7 +476,6 @@ typedef struct stream {
     vs_detok *dt; /* NULL when no text is wanted */
     char *text;
     size_t len, cap, emitted;
-    size_t max_stop; /* longest stop string */
     vs_finish why;   /* set when a callback, a stop string or a cancel ends the request */
     bool failed;
     vs_error err;
@@ -474,9 +505,9 @@ static bool emit(stream *st, size_t upto) {
     return ok;
 }
 
-/* Looks for a stop string in the text not yet emitted (and the max_stop - 1 bytes before it); cuts the
- * text there. Returns the end of the text that can be emitted: all of it but a tail that may begin a stop
- * string. */
+/* Looks for a stop string in the text not yet emitted (a stop string cannot begin before it: the held-back
+ * tail below keeps every possible beginning); cuts the text there. Returns the end of the text that can be
+ * emitted: all of it but a tail that may begin a stop string. */
 static size_t stop_scan(stream *st, bool *hit) {
     const vs_request *rq = st->rq;
     *hit = false;
@@ -583,7 +614,7 @@ static vs_status check_request(const vs_session *s, const vs_request *rq, vs_err
     if (rq->n_images > 0 && rq->ids)
         return vs_error_set(err, VS_ERR_INVALID, "images need a text prompt with <image> markers, not token ids");
     if (rq->n_images > 0 && !vs_models_tower(s->m))
-        return vs_error_set(err, VS_ERR_INVALID, "images need the target's vision model (--mmproj FILE)");
+        return vs_error_set(err, VS_ERR_INVALID, "images need the target's vision tower (its mmproj file)");
     if (rq->n_predict < 0) return vs_error_set(err, VS_ERR_INVALID, "token limit %d < 0", (int)rq->n_predict);
     if (!s->m->tok && (!rq->ids || rq->want_text || rq->on_text || rq->n_stop))
         return vs_error_set(err, VS_ERR_INVALID, "%s has no tokenizer: give token ids and read token ids",
@@ -635,6 +666,9 @@ static vs_status build_prompt(vs_session *s, const vs_request *rq, run_state *rs
     const int32_t width = vs_lm_cfg(s->m->target)->n_embd;
     if (rq->ids) {
         if (!(rs->seg = vs_calloc(1, sizeof(*rs->seg)))) return vs_error_set(err, VS_ERR_NOMEM, "out of memory");
+        if (rq->max_prompt_rows > 0 && rq->n_ids > rq->max_prompt_rows)
+            return vs_error_set(err, VS_ERR_RANGE, "the prompt has %d tokens, more than %lld", (int)rq->n_ids,
+                                (long long)rq->max_prompt_rows);
         rs->seg[0] = (vs_spec_segment){.kind = VS_SPEC_SEG_TEXT, .n = rq->n_ids, .tokens = rq->ids, .image = -1};
         *p = (vs_spec_prompt){.seg = rs->seg, .n_seg = 1};
         return VS_OK;
@@ -684,8 +718,10 @@ static vs_status run(vs_session *s, const vs_request *rq, run_state *rs, vs_resu
     vs_spec_prompt prompt;
     if ((st = build_prompt(s, rq, rs, &prompt, res, err))) return st;
     res->n_prompt_rows = vs_spec_prompt_rows(&prompt);
-    const int32_t n_ctx = vs_spec_n_ctx(s->eng);
     if (res->n_prompt_rows < 1) return vs_error_set(err, VS_ERR_INVALID, "the prompt is empty");
+    const int32_t gamma = is_target_only(&rq->draft) ? 0 : rq->draft.gamma;
+    if (!s->eng && !engine_make(s, res->n_prompt_rows + rq->n_predict + gamma + 1, err)) return err->code;
+    const int32_t n_ctx = vs_spec_n_ctx(s->eng);
     if (res->n_prompt_rows > n_ctx)
         return vs_error_set(err, VS_ERR_RANGE, "the prompt has %lld rows (text and image) but the context holds %d",
                             (long long)res->n_prompt_rows, (int)n_ctx);
@@ -702,16 +738,20 @@ static vs_status run(vs_session *s, const vs_request *rq, run_state *rs, vs_resu
     }
     stream *sm = &rs->st;
     sm->s = s, sm->rq = rq;
-    for (int32_t k = 0; k < rq->n_stop; k++) sm->max_stop = VS_MAX(sm->max_stop, strlen(rq->stop[k]));
     if ((rq->want_text || rq->on_text || rq->n_stop) && !(sm->dt = vs_detok_new(s->m->tok, 0, err))) return err->code;
-    atomic_store(&s->cancel, false);
+    if (atomic_load(&s->cancel)) { /* cancelled while the prompt was being built */
+        res->finish = VS_FINISH_CANCEL;
+        return VS_OK;
+    }
     st = vs_spec_generate(s->eng, res->drafter, &prompt, &par, on_block, sm, &res->log, err);
     if (sm->failed) {
         *err = sm->err;
         st = err->code;
     }
-    res->finish = finish_of(res->log.stop, sm->why);
-    if (!st && sm->dt && res->finish != VS_FINISH_STOP) { /* the held-back tail */
+    /* a stop string, a cancel or a callback ends the request even in a block that also reached the limit or
+     * an end-of-generation token: then nothing more is emitted */
+    res->finish = sm->why ? sm->why : finish_of(res->log.stop, VS_FINISH_NONE);
+    if (!st && sm->dt && !sm->why) { /* the held-back tail */
         size_t len = 0;
         const char *tail = vs_detok_flush(sm->dt, &len);
         if (!text_append(sm, tail, len)) {
@@ -731,6 +771,8 @@ static void run_state_free(run_state *rs) {
 }
 
 vs_status vs_session_prompt_rows(vs_session *s, const vs_request *rq, int64_t *n_rows, vs_error *err) {
+    vs_error local;
+    if (!err) err = &local; /* the messages are read below */
     run_state rs;
     memset(&rs, 0, sizeof(rs));
     vs_result res;
@@ -742,16 +784,20 @@ vs_status vs_session_prompt_rows(vs_session *s, const vs_request *rq, int64_t *n
     if (!st) st = build_prompt(s, rq, &rs, &prompt, &res, err);
     if (!st) {
         *n_rows = vs_spec_prompt_rows(&prompt);
-        if (*n_rows > vs_spec_n_ctx(s->eng))
+        if (*n_rows < 1) st = vs_error_set(err, VS_ERR_INVALID, "the prompt is empty");
+        else if (*n_rows > vs_session_n_ctx(s))
             st = vs_error_set(err, VS_ERR_RANGE, "the prompt has %lld rows (text and image) but the context holds %d",
-                              (long long)*n_rows, (int)vs_spec_n_ctx(s->eng));
+                              (long long)*n_rows, (int)vs_session_n_ctx(s));
     }
     run_state_free(&rs);
     return st;
 }
 
 vs_status vs_session_run(vs_session *s, const vs_request *rq, vs_result *res, vs_error *err) {
+    vs_error local;
+    if (!err) err = &local; /* the messages are read below */
     result_reset(res);
+    atomic_store(&s->cancel, false); /* a cancel from before this request is not for it */
     s->serial++;
     run_state rs;
     memset(&rs, 0, sizeof(rs));

@@ -7,8 +7,8 @@
  *   vs_session  one conversation over a model set: the speculative engine (spec.h: the target's KV
  *               cache), the drafter of every drafting configuration it has run (kept with its caches, so
  *               a later turn reuses their prefixes), the captioner of the caption methods, the image cache
- *               (ViT features and the target's projected rows of the images seen, keyed by the bytes of
- *               the encoded image), the cancel flag.
+ *               (ViT features and the target's projected rows of up to 64 images, keyed by the bytes of
+ *               the encoded image: a hash, confirmed byte for byte), the cancel flag.
  *
  * A request (vs_request) is a prompt - chat messages formatted with the chat template, raw text with
  * "<image>" markers used as it is, or token ids - its images (files or encoded bytes, one per marker, in
@@ -24,8 +24,10 @@
  *
  * Threads: one thread uses a session at a time; the sessions of one vs_models share its thread pool, so
  * they run one at a time. vs_session_cancel may be called from any thread and from a signal handler: the
- * running request stops after the verify block in progress (finish VS_FINISH_CANCEL); a cancel that
- * arrives between requests is dropped when the next one starts. */
+ * running request stops after the verify block in progress, or before its prefill when it arrives while
+ * the prompt and images are prepared (finish VS_FINISH_CANCEL); a cancel that arrives between requests is
+ * dropped when the next one starts.
+ * Errors: every function takes `vs_error *err` last (NULL allowed). */
 #ifndef VS_SESSION_H
 #define VS_SESSION_H
 
@@ -74,7 +76,10 @@ const vs_chat_template *vs_models_template(const vs_models *m);
  * Sessions */
 
 typedef struct vs_session_opts {
-    int32_t n_ctx;          /* target cache rows; <= 0: the target's n_ctx_train */
+    int32_t n_ctx;          /* target cache rows; <= 0: the target's n_ctx_train (or see fit_ctx) */
+    bool fit_ctx;           /* with n_ctx <= 0: size the cache at the first request to its prompt + token limit
+                             * + draft length + 1 (at most n_ctx_train): one-shot runs of large-context
+                             * models do not reserve their whole context */
     vs_type kv_type;        /* the target's cache: VS_TYPE_F32 (0) or VS_TYPE_F16 */
     int32_t n_batch;        /* prefill rows per forward; <= 0: 512 */
     int32_t draft_n_ctx;    /* drafter cache rows; <= 0: the draft model's n_ctx_train */
@@ -91,7 +96,8 @@ vs_session *vs_session_new(vs_models *m, const vs_session_opts *o, vs_error *err
 void vs_session_free(vs_session *s); /* NULL ok */
 void vs_session_cancel(vs_session *s);
 vs_models *vs_session_models(vs_session *s);
-vs_spec *vs_session_engine(vs_session *s); /* the engine (vs_spec_time_target, the cache) */
+vs_spec *vs_session_engine(vs_session *s); /* the engine (vs_spec_time_target, the cache); NULL before the first
+                                            * request with fit_ctx */
 int32_t vs_session_n_ctx(const vs_session *s);
 
 /* ------------------------------------------------------------------------------------------------
@@ -155,7 +161,7 @@ typedef struct vs_request {
 void vs_request_default(vs_request *r);
 
 typedef enum vs_finish {
-    VS_FINISH_NONE = 0,
+    VS_FINISH_NONE = 0, /* the request failed before it generated */
     VS_FINISH_EOS,      /* an end-of-generation token */
     VS_FINISH_LIMIT,    /* n_predict tokens */
     VS_FINISH_CONTEXT,  /* the target cache is full */

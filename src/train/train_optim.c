@@ -319,7 +319,8 @@ vs_status vs_train_curve_write_csv(const vs_train_curve *c, const char *path, vs
     fprintf(f, "step,loss,lr,tokens,time_s\n");
     for (int64_t i = 0; i < c->n; i++) {
         const vs_train_curve_point *p = &c->pt[i];
-        fprintf(f, "%lld,%.7g,%.7g,%.0f,%.3f\n", (long long)p->step, (double)p->loss, (double)p->lr,
+        /* %.9g: a float loss and lr read back exactly (a resumed run continues the same curve) */
+        fprintf(f, "%lld,%.9g,%.9g,%.0f,%.3f\n", (long long)p->step, (double)p->loss, (double)p->lr,
                 p->tokens, p->time_s);
     }
     return vs_outfile_commit(&o, err);

@@ -1,0 +1,281 @@
+/* train_loop: one resumable training run. See train_loop.h. */
+#include "train_loop.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "outfile.h"
+
+vs_status vs_train_mkdir(const char *path, vs_error *err) {
+    if (mkdir(path, 0755) != 0 && errno != EEXIST)
+        return vs_error_set(err, VS_ERR_IO, "%s: cannot create directory: %s", path, strerror(errno));
+    return VS_OK;
+}
+
+vs_status vs_train_write_text(const char *path, const char *text, vs_error *err) {
+    vs_outfile o;
+    vs_status st = vs_outfile_open(&o, path, err);
+    if (st != VS_OK) return st;
+    fputs(text, o.f);
+    fputc('\n', o.f);
+    return vs_outfile_commit(&o, err); /* checks every write above */
+}
+
+
+vs_status vs_train_loop_dirs(vs_train_loop *L, const char *dir, vs_error *err) {
+    snprintf(L->dir, sizeof(L->dir), "%s", dir);
+    char ck[1150];
+    snprintf(ck, sizeof(ck), "%s/ckpt", dir);
+    vs_status s;
+    if ((s = vs_train_mkdir(dir, err)) || (s = vs_train_mkdir(ck, err))) return s;
+    snprintf(L->ckpt, sizeof(L->ckpt), "%s/ckpt.gguf", ck);
+    snprintf(L->prev, sizeof(L->prev), "%s/ckpt-prev.gguf", ck);
+    snprintf(L->csv, sizeof(L->csv), "%s/loss.csv", dir);
+    snprintf(L->svg, sizeof(L->svg), "%s/loss.svg", dir);
+    snprintf(L->runjson, sizeof(L->runjson), "%s/run.json", dir);
+    return VS_OK;
+}
+
+bool vs_train_loop_has_ckpt(const vs_train_loop *L) {
+    return access(L->ckpt, F_OK) == 0 || access(L->prev, F_OK) == 0;
+}
+
+/* run.json must hold exactly `settings` (a resumed or reused run repeats its settings). */
+vs_status vs_train_loop_check_settings(const vs_train_loop *L, const char *settings, vs_error *err) {
+    uint8_t *old = NULL;
+    size_t n = 0;
+    vs_status s = vs_read_file(L->runjson, &old, &n, err);
+    if (s == VS_OK) {
+        while (n && (old[n - 1] == '\n' || old[n - 1] == '\r')) old[--n] = 0;
+        if (strcmp((const char *)old, settings))
+            s = vs_error_set(err, VS_ERR_INVALID,
+                             "--resume with other settings than %s holds:\n  stored:  %s\n  now:     %s\n"
+                             "(repeat the original flags; --threads, --ckpt-every, --chunk-steps, "
+                             "--time-limit and --f32 may differ)",
+                             L->runjson, (const char *)old, settings);
+    }
+    vs_free(old);
+    return s;
+}
+
+static vs_status loop_save(vs_train_loop *L, vs_error *err) {
+    vs_train_data_state ds;
+    vs_train_data_get_state(L->data, &ds);
+    L->st.epoch = ds.epoch, L->st.data_pos = ds.pos, L->st.rng = ds.rng;
+    if (access(L->ckpt, F_OK) == 0 && rename(L->ckpt, L->prev) != 0)
+        return vs_error_set(err, VS_ERR_IO, "%s: cannot rename to %s: %s", L->ckpt, L->prev, strerror(errno));
+    vs_status s = vs_train_vlm_save(L->m, &L->st, L->ckpt, err);
+    if (s == VS_OK) s = vs_train_curve_write_csv(&L->curve, L->csv, err);
+    if (s == VS_OK) s = vs_train_curve_write_svg(&L->curve, L->svg, L->title, 25, true, err);
+    return s;
+}
+
+/* Loads checkpoint `path` for a run whose model is *want (want_what: who says so, for the message). A
+ * readable file that holds another model is refused before anything is allocated (*other = true;
+ * VS_ERR_INVALID naming the checkpoint, the field and both values); other failures are
+ * vs_train_vlm_load's. */
+vs_train_vlm *vs_train_load_for_run(const char *path, const vs_train_vlm_config *want, const char *want_what,
+                                  int max_B, int max_T, int max_I, vs_train_state *st, bool *other,
+                                  vs_error *err) {
+    vs_train_vlm_config have;
+    *other = false;
+    if (vs_train_vlm_config_read(path, &have, err)) return NULL;
+    if (vs_train_vlm_config_match(want, want_what, &have, path, err)) {
+        *other = true;
+        return NULL;
+    }
+    return vs_train_vlm_load(path, max_B, max_T, max_I, st, err);
+}
+
+/* Loads the newest readable checkpoint (ckpt, else ckpt-prev) into L->m and L->st. It must hold the
+ * run's model (*want): a checkpoint of another model is an error, not a reason to fall back to
+ * ckpt-prev (only a damaged or unreadable one is). */
+vs_status vs_train_loop_load(vs_train_loop *L, const vs_train_vlm_config *want, const char *want_what, int max_B,
+                           int max_T, int max_I, vs_error *err) {
+    vs_error e1 = {0};
+    bool other = false;
+    L->m = vs_train_load_for_run(L->ckpt, want, want_what, max_B, max_T, max_I, &L->st, &other, &e1);
+    if (!L->m && !other && access(L->prev, F_OK) == 0) {
+        fprintf(stderr, "vlmspec %s: %s; trying %s\n", L->cmd, e1.msg, L->prev);
+        L->m = vs_train_load_for_run(L->prev, want, want_what, max_B, max_T, max_I, &L->st, &other, err);
+    } else if (!L->m) {
+        *err = e1;
+    }
+    if (!L->m) vs_error_wrap(err, "--resume");
+    return L->m ? VS_OK : VS_ERR_INVALID;
+}
+
+/* After vs_train_loop_load: the data position and the loss curve up to the checkpoint. */
+vs_status vs_train_loop_restore(vs_train_loop *L, vs_error *err) {
+    vs_train_data_state dst = {.epoch = L->st.epoch, .pos = L->st.data_pos, .rng = L->st.rng};
+    vs_status s = vs_train_data_set_state(L->data, &dst, err);
+    if (s == VS_OK) s = vs_train_curve_read_csv(&L->curve, L->csv, true, err);
+    if (s == VS_OK) {
+        /* points written after the checkpoint belong to steps that will be redone */
+        while (L->curve.n > 0 && L->curve.pt[L->curve.n - 1].step >= L->st.step) L->curve.n--;
+        printf("resumed from step %lld (epoch %llu, batch %llu, %.0f s trained)\n", (long long)L->st.step,
+               (unsigned long long)L->st.epoch, (unsigned long long)L->st.data_pos, L->st.elapsed_s);
+    }
+    return s;
+}
+
+/* A fresh run's state: step 0, the data reader's initial RNG. */
+void vs_train_loop_fresh_state(vs_train_loop *L) {
+    memset(&L->st, 0, sizeof(L->st));
+    vs_train_data_state dst;
+    vs_train_data_get_state(L->data, &dst);
+    L->st.rng = dst.rng;
+}
+
+/* Mean loss of the last n curve points. */
+double vs_train_curve_recent(const vs_train_curve *c, int64_t n) {
+    double s = 0;
+    int64_t k = 0;
+    for (int64_t i = c->n - 1; i >= 0 && k < n; i--, k++) s += c->pt[i].loss;
+    return k ? s / (double)k : 0;
+}
+
+/* DIR/threads and DIR/gemm record the thread count and the product a run started with (a run started
+ * before DIR/gemm existed used the default). OpenBLAS's products depend on its thread count, and
+ * amx-bf16x3 rounds differently from F32, so a run continued with another setting is correct but no
+ * longer bit-identical to an uninterrupted one: say so (a warning, not an error: it is a legitimate
+ * choice, e.g. switching to the faster product mid-run). */
+static void loop_check_setting(const vs_train_loop *L, const char *file, const char *now, const char *what,
+                               const char *assumed) {
+    char path[1150], first[64] = "";
+    snprintf(path, sizeof(path), "%s/%s", L->dir, file);
+    FILE *f = fopen(path, "r");
+    if (f) {
+        if (fscanf(f, "%63s", first) != 1) first[0] = 0;
+        fclose(f);
+    } else if (assumed) {
+        snprintf(first, sizeof(first), "%s", assumed);
+    }
+    if (first[0] && strcmp(first, now))
+        fprintf(stderr,
+                "vlmspec %s: warning: this run started with %s %s, now %s: the products sum in another "
+                "order or precision, so the result will not be bit-identical to an uninterrupted run\n",
+                L->cmd, what, first, now);
+    vs_error err = {0};
+    if (!f && vs_train_write_text(path, first[0] ? first : now, &err) != VS_OK)
+        fprintf(stderr, "vlmspec %s: warning: %s\n", L->cmd, err.msg);
+}
+
+static void loop_check_threads(const vs_train_loop *L, int threads) {
+    char now[32], threads_path[1150];
+    snprintf(now, sizeof(now), "%d", threads);
+    snprintf(threads_path, sizeof(threads_path), "%s/threads", L->dir);
+    /* an older run directory has threads, not gemm (it ran OpenBLAS) nor attention (it ran direct) */
+    bool existed = access(threads_path, F_OK) == 0;
+    char att_path[1150];
+    snprintf(att_path, sizeof(att_path), "%s/attention", L->dir);
+    bool att_existed = access(att_path, F_OK) == 0;
+    loop_check_setting(L, "threads", now, "--threads", NULL);
+    loop_check_setting(L, "gemm", vs_train_sgemm_backend(), "--gemm", existed ? "openblas" : NULL);
+    loop_check_setting(L, "attention", vs_train_attention_backend(), "--attention",
+                       existed && !att_existed ? "direct" : NULL);
+}
+
+/* Trains from L->st.step to L->total (or until a chunk/time limit, with a checkpoint). */
+vs_status vs_train_loop_run(vs_train_loop *L, vs_error *err) {
+    const vs_train_sched *o = &L->o;
+    vs_status s;
+    loop_check_threads(L, o->threads);
+    if (!L->tp && !(L->tp = vs_threadpool_new(o->threads, err))) return VS_ERR_NOMEM;
+    vs_train_set_blas_threads(o->threads);
+    vs_train_params *p = vs_train_vlm_params(L->m);
+    vs_adamw opt;
+    vs_adamw_default(&opt);
+    opt.beta2 = (float)o->beta2, opt.weight_decay = (float)o->wd;
+    vs_lr_schedule sched = {(float)o->lr, (float)o->lr_min, (int64_t)o->warmup, L->total};
+    vs_progress pr;
+    vs_progress_begin(&pr, L->label, L->total);
+    pr.t_start -= L->st.elapsed_s;       /* elapsed over the whole training */
+    pr.rate_done0 = L->st.step;          /* the ETA at this run's speed */
+    const double run_t0 = vs_time_now(), elapsed0 = L->st.elapsed_s;
+    L->rows_run = L->padded_run = 0;
+    L->steps_run = 0;
+    bool stop = false;
+    while (L->st.step < L->total && !stop) {
+        const float lr = vs_train_lr(&sched, L->st.step);
+        if (o->freeze_vision > 0) p->frozen[VS_TRAIN_GROUP_VISION] = L->st.step < o->freeze_vision;
+        const int64_t norm = vs_train_data_counted_ahead(L->data, o->accum);
+        vs_train_params_zero_grad(p);
+        double loss = 0, rows = 0;
+        for (int k = 0; k < o->accum; k++) {
+            vs_train_batch b;
+            vs_train_batch_info info;
+            float l;
+            if ((s = vs_train_data_next(L->data, &b, &info, err))) return s;
+            b.loss_norm = (double)norm;
+            if ((s = vs_train_vlm_forward(L->m, L->tp, &b, &l, err))) return s;
+            if ((s = vs_train_vlm_backward(L->m, L->tp, err))) return s;
+            loss += l, rows += (double)info.rows;
+            L->padded_run += (double)b.B * b.T;
+        }
+        if (o->clip > 0) vs_train_clip_grad(p, (float)o->clip);
+        float mul[VS_TRAIN_MAX_GROUPS];
+        for (int g = 0; g < VS_TRAIN_MAX_GROUPS; g++) mul[g] = 1.0f;
+        const int64_t since = L->st.step - o->freeze_vision; /* steps the tower has been trained before this */
+        if (o->vision_warmup > 0 && since >= 0 && since < o->vision_warmup)
+            mul[VS_TRAIN_GROUP_VISION] = (float)((double)(since + 1) / (double)o->vision_warmup);
+        mul[VS_TRAIN_GROUP_VISION] *= (float)o->vision_lr;
+        vs_train_adamw_step_groups(p, L->tp, &opt, lr, mul);
+        const double now = vs_time_now();
+        L->st.tokens += (uint64_t)rows;
+        L->st.elapsed_s = elapsed0 + (now - run_t0);
+        L->rows_run += rows;
+        L->steps_run++;
+        vs_train_curve_point pt = {L->st.step, (float)loss, lr, (double)L->st.tokens, L->st.elapsed_s};
+        if ((s = vs_train_curve_add(&L->curve, pt, err))) return s;
+        L->st.step++;
+        if (!isfinite(loss))
+            return vs_error_set(err, VS_ERR_INVALID, "loss is %f at step %lld", loss, (long long)pt.step);
+        if (!o->quiet)
+            vs_train_progress(&pr, L->st.step, vs_train_curve_recent(&L->curve, 20), L->rows_run / (now - run_t0), lr);
+        stop =
+            (o->chunk_steps > 0 && L->steps_run >= o->chunk_steps) || (L->deadline > 0 && now >= L->deadline);
+        if (L->st.step % o->ckpt_every == 0 || L->st.step == L->total || stop)
+            if ((s = loop_save(L, err))) return s;
+        if (o->freeze_vision > 0 && L->st.step == o->freeze_vision) {
+            /* the last frozen-tower state, kept: if training the tower goes wrong, a run can restart
+             * from here (docs/target.md) */
+            char keep[1300];
+            snprintf(keep, sizeof(keep), "%s/ckpt-vision-frozen.gguf", L->dir);
+            vs_train_data_state ds;
+            vs_train_data_get_state(L->data, &ds);
+            L->st.epoch = ds.epoch, L->st.data_pos = ds.pos, L->st.rng = ds.rng;
+            if ((s = vs_train_vlm_save(L->m, &L->st, keep, err))) return s;
+            if (!o->quiet)
+                fprintf(stderr, "vision tower unfrozen at step %lld (kept %s)\n", (long long)L->st.step, keep);
+        }
+    }
+    if (!o->quiet) vs_progress_end(&pr, L->st.step);
+    L->run_s = vs_time_now() - run_t0;
+    printf(
+        "this run: %lld steps, %.0f rows (+%.1f%% padding) in %.1f s (%.0f rows/s); total %lld/%lld steps, "
+        "%llu rows, %.0f s\n",
+        (long long)L->steps_run, L->rows_run,
+        L->padded_run > 0 && L->rows_run > 0 ? 100.0 * (L->padded_run - L->rows_run) / L->rows_run : 0.0,
+        L->run_s, L->run_s > 0 ? L->rows_run / L->run_s : 0.0, (long long)L->st.step, (long long)L->total,
+        (unsigned long long)L->st.tokens, L->st.elapsed_s);
+    if (L->curve.n)
+        printf("loss: first step %.4f, last 20 steps %.4f\n", L->curve.pt[0].loss,
+               vs_train_curve_recent(&L->curve, 20));
+    if (L->st.step < L->total)
+        printf("stopped at step %lld of %lld: continue with the same flags and --resume\n",
+               (long long)L->st.step, (long long)L->total);
+    return VS_OK;
+}
+
+void vs_train_loop_free(vs_train_loop *L) {
+    vs_train_curve_free(&L->curve);
+    vs_train_vlm_free(L->m);
+    vs_train_data_free(L->data);
+    L->m = NULL, L->data = NULL;
+    memset(&L->curve, 0, sizeof(L->curve));
+}
