@@ -42,7 +42,7 @@ EOF
 for img in describe-00000-0 describe-00001-0 ocr-00000-0 chart-00000-0; do
     printf '%s: ' "$img"
     "$VLMSPEC" generate -m "$TMP/t.gguf" --mmproj "$TMP/t-mm.gguf" --image "$WORLD/img/test/$img.png" \
-        -p "USER: <image> Describe the image briefly. ASSISTANT:" --temp 0 -n 32 -t 1 2> /dev/null |
+        -p "<image> Describe the image briefly." --temp 0 -n 32 -t 1 2> /dev/null |
         tr '\n' ' ' | sed 's/.*ASSISTANT://'
     echo
 done

@@ -27,7 +27,7 @@ fi
 sample=$(head -n 1 "$WORK/world/test.jsonl")
 image=$WORK/world/$(printf '%s' "$sample" | sed -n 's/.*"images":\["\([^"]*\)".*/\1/p')
 user=$(printf '%s' "$sample" | sed -n 's/.*"turns":\[{[^}]*"user":"\([^"]*\)".*/\1/p')
-prompt="USER: ${user} ASSISTANT:"
+prompt=$user # generate formats it as a user turn (chat template vicuna-short: "USER: ... ASSISTANT:")
 echo "demo: image $image" >&2
 echo "demo: prompt $prompt" >&2
 

@@ -125,7 +125,7 @@ static void check_turn_matches_generate(const char *prefix, int turn, const char
         return;
     }
     /* generate -md TARGET (the target as its own drafter; greedy speculative = target-only output) */
-    int rc = vt_run("%s generate -m %s -md %s --draft 2 --mmproj %s %s --special --temp 0 -n 12 -t 1 -q "
+    int rc = vt_run("%s generate --raw -m %s -md %s --draft 2 --mmproj %s %s --special --temp 0 -n 12 -t 1 -q "
                     "-p \"$(cat %s)\" > %s 2> %s.err",
                     B, g_lm, g_lm, g_mm, images, pf, gf, gf);
     VT_CHECK(rc == 0, "%s: generate of turn %d's prompt exits %d", tag, turn, rc);
@@ -249,10 +249,10 @@ int main(void) {
         if (!spec)
             md[0] = 0;
         int ra =
-            vt_run("%s generate -m %s %s --mmproj %s --image %s -p %s --temp 0 -n 16 --ids -q -t 1 > %s 2>&1",
+            vt_run("%s generate --raw -m %s %s --mmproj %s --image %s -p %s --temp 0 -n 16 --ids -q -t 1 > %s 2>&1",
                    B, path_of("lm.gguf"), md, path_of("mm.gguf"), path_of("a.ppm"), q, path_of("ga.out"));
         int rb =
-            vt_run("%s generate -m %s %s --mmproj %s --image %s -p %s --temp 0 -n 16 --ids -q -t 1 > %s 2>&1",
+            vt_run("%s generate --raw -m %s %s --mmproj %s --image %s -p %s --temp 0 -n 16 --ids -q -t 1 > %s 2>&1",
                    B, path_of("lm.gguf"), md, path_of("mm.gguf"), path_of("b.ppm"), q, path_of("gb.out"));
         VT_CHECK(ra == 0 && rb == 0, "generate with an image (%s): exit %d, %d", spec ? "-md" : "target only",
                  ra, rb);
@@ -352,7 +352,7 @@ int main(void) {
 
     /* --- bad input --- */
     {
-        const char *base = "generate -m";
+        const char *base = "generate --raw -m";
         /* corrupt image */
         int rc = vt_run("%s %s %s -md %s --draft 2 --mmproj %s --image %s -p %s -n 4 -q 2> %s > /dev/null", B,
                         base, path_of("lm.gguf"), path_of("draft.gguf"), path_of("mm.gguf"),
@@ -425,6 +425,18 @@ int main(void) {
         rc = vt_run("%s generate -m %s --method ar -p x -n 2 --temp 0 -q > /dev/null 2> %s", B, path_of("lm.gguf"),
                     path_of("e.txt"));
         VT_CHECK(rc == 0, "generate --method ar runs without a drafter (exit %d)", rc);
+        /* the chat template is applied to -p by default: the same tokens as the formatted prompt given raw */
+        rc = vt_run("%s generate -m %s -p 'hello there' -n 6 --temp 0 --ids -q > %s 2>&1", B, path_of("lm.gguf"),
+                    path_of("t1.txt"));
+        int rc2 = vt_run("%s generate --raw -m %s -p 'USER: hello there ASSISTANT:' -n 6 --temp 0 --ids -q > %s 2>&1",
+                         B, path_of("lm.gguf"), path_of("t2.txt"));
+        char *t1 = slurp(path_of("t1.txt"), NULL), *t2 = slurp(path_of("t2.txt"), NULL);
+        VT_CHECK(rc == 0 && rc2 == 0 && t1 && t2 && !strcmp(t1, t2), "template by default: '%s' vs raw '%s'",
+                 t1 ? t1 : "?", t2 ? t2 : "?");
+        free(t1), free(t2);
+        rc = vt_run("%s generate -m %s --raw --template vicuna -p x -n 2 > /dev/null 2> %s", B, path_of("lm.gguf"),
+                    path_of("e.txt"));
+        VT_CHECK(rc == 2 && file_contains(path_of("e.txt"), "--raw"), "--raw with --template: exit %d", rc);
         rc = vt_run("echo '/image %s' | %s chat -m %s 2> %s", path_of("a.ppm"), B, path_of("lm.gguf"),
                     path_of("e.txt"));
         VT_CHECK(rc == 1 && file_contains(path_of("e.txt"), "--mmproj"), "chat: /image without --mmproj (%d)",

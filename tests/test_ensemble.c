@@ -731,7 +731,7 @@ static void test_cli(void) {
     const char *P = "'USER: <image>\nwhat <image> is it? ASSISTANT:'";
     /* MTCP, inverse KL, captions from a file, trace */
     int rc =
-        vt_run("%s generate -m %s --mmproj %s -md %s --mmproj-draft %s --draft 4 --draft-mode m,t,c,p "
+        vt_run("%s generate --raw -m %s --mmproj %s -md %s --mmproj-draft %s --draft 4 --draft-mode m,t,c,p "
                "--weights inv-kl --weights-tau 0.5 --history 8 --pool 2 --captions %s --trace-weights %s "
                "--image %s --image %s -p %s -n 24 --temp 0 --compare --json > %s 2>&1",
                vt_cli(), T, TM, D, DM, CAP, TR, I0, I1, P, OUT);
@@ -747,7 +747,7 @@ static void test_cli(void) {
     VT_CHECK(rc == 0 && st_file_has(SVG, "w_c"), "plot weights --all-inputs (rc %d)", rc);
     /* MTC with the drafter captioning on its own thread, grid weights, text statistics */
     rc = vt_run(
-        "%s generate -m %s --mmproj %s -md %s --mmproj-draft %s --draft 3 --draft-mode mtc --weights grid "
+        "%s generate --raw -m %s --mmproj %s -md %s --mmproj-draft %s --draft 3 --draft-mode mtc --weights grid "
         "--image %s --image %s -p %s -n 16 --temp 0 --compare > %s 2>&1",
         vt_cli(), T, TM, D, DM, I0, I1, P, OUT);
     VT_CHECK(rc == 0 && st_file_has(OUT, "is identical to") && st_file_has(OUT, "captions:") &&
@@ -755,31 +755,31 @@ static void test_cli(void) {
              "CLI MTC captioner run (rc %d)", rc);
     /* sampling with an ensemble */
     rc =
-        vt_run("%s generate -m %s --mmproj %s -md %s --mmproj-draft %s --draft-mode m,t --weights static:2,1 "
+        vt_run("%s generate --raw -m %s --mmproj %s -md %s --mmproj-draft %s --draft-mode m,t --weights static:2,1 "
                "--image %s --image %s -p %s -n 12 --temp 0.8 --seed 3 > %s 2>&1",
                vt_cli(), T, TM, D, DM, I0, I1, P, OUT);
     VT_CHECK(rc == 0 && st_file_has(OUT, "tau"), "CLI sampling ensemble run (rc %d)", rc);
     /* bad input */
-    rc = vt_run("%s generate -m %s -md %s --draft-mode m,t --weights tabed -p x > %s 2>&1", vt_cli(), T, D,
+    rc = vt_run("%s generate --raw -m %s -md %s --draft-mode m,t --weights tabed -p x > %s 2>&1", vt_cli(), T, D,
                 OUT);
     VT_CHECK(rc == 2 && st_file_has(OUT, "unknown weight policy 'tabed'"), "CLI unknown policy (rc %d)", rc);
-    rc = vt_run("%s generate -m %s --draft-mode m,t,x -md %s -p x > %s 2>&1", vt_cli(), T, D, OUT);
+    rc = vt_run("%s generate --raw -m %s --draft-mode m,t,x -md %s -p x > %s 2>&1", vt_cli(), T, D, OUT);
     VT_CHECK(rc == 2 && st_file_has(OUT, "unknown input 'x'"), "CLI unknown input (rc %d)", rc);
-    rc = vt_run("%s generate -m %s --draft-mode m,t -p x > %s 2>&1", vt_cli(), T, OUT);
+    rc = vt_run("%s generate --raw -m %s --draft-mode m,t -p x > %s 2>&1", vt_cli(), T, OUT);
     VT_CHECK(rc == 2 && st_file_has(OUT, "draft model"), "CLI ensemble without a draft model (rc %d)", rc);
-    rc = vt_run("%s generate -m %s --mmproj %s -md %s --mmproj-draft %s --draft-mode t,p --pool 9 --image %s "
+    rc = vt_run("%s generate --raw -m %s --mmproj %s -md %s --mmproj-draft %s --draft-mode t,p --pool 9 --image %s "
                 "-p '<image> x' -n 4 > %s 2>&1",
                 vt_cli(), T, TM, D, DM, I0, OUT);
     VT_CHECK(rc == 1 && st_file_has(OUT, "pool size 9 is larger"), "CLI pool larger than the grid (rc %d)",
              rc);
     write_file(CAP, "cli-img0.ppm\ta gradient\n");
     rc = vt_run(
-        "%s generate -m %s --mmproj %s -md %s --draft-mode t,c --captions %s --image %s " /* no projector read */
+        "%s generate --raw -m %s --mmproj %s -md %s --draft-mode t,c --captions %s --image %s " /* no projector read */
         "--image %s -p %s -n 4 > %s 2>&1",
         vt_cli(), T, TM, D, CAP, I0, I1, P, OUT);
     VT_CHECK(rc == 1 && st_file_has(OUT, "no caption for image 1"), "CLI missing caption (rc %d)", rc);
     rc = vt_run(
-        "%s generate -m %s --mmproj %s -md %s --draft-mode t,c --image %s -p '<image> x' -n 4 > %s 2>&1",
+        "%s generate --raw -m %s --mmproj %s -md %s --draft-mode t,c --image %s -p '<image> x' -n 4 > %s 2>&1",
         vt_cli(), T, TM, D, I0, OUT);
     /* a flag combination that cannot work: a usage error before anything loads */
     VT_CHECK(rc == 2 && st_file_has(OUT, "--captions"), "CLI captions without a source (rc %d)", rc);

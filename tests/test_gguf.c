@@ -877,7 +877,7 @@ static void test_nonfinite(void) {
     FILE *f = fopen(bad, "wb");
     VT_REQUIRE(f && fwrite(d, 1, n, f) == n && fclose(f) == 0, "write %s", bad);
     vs_free(d);
-    int rc = vt_run("%s generate -m '%s' -p hi -n 2 > /dev/null 2> '%s'", cli, bad, log);
+    int rc = vt_run("%s generate --raw -m '%s' -p hi -n 2 > /dev/null 2> '%s'", cli, bad, log);
     VT_CHECK(rc == 1 && vt_file_has(log, "nan.gguf: tensor blk.0.attn_q.weight holds a non-finite value") &&
                  vt_file_has(log, "element 5"),
              "generate with a NaN weight: rc %d", rc);

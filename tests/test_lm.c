@@ -935,7 +935,7 @@ static void test_cli(vs_threadpool *tp) {
              "bad token list accepted");
     VT_CHECK(vt_run("%s logits -m %s/cli.gguf --tokens 1,99 -o %s/x 2> /dev/null", cli, dir, dir) == 1,
              "token outside the vocabulary accepted");
-    VT_CHECK(vt_run("%s generate -m %s/cli.gguf 2> /dev/null", cli, dir) == 2, "generate without prompt");
+    VT_CHECK(vt_run("%s generate --raw -m %s/cli.gguf 2> /dev/null", cli, dir) == 2, "generate without prompt");
 
     /* logits: rows equal an in-process forward; greedy tokens are their argmax */
     rc = vt_run("%s logits -m %s/cli.gguf --tokens 1,5,9,13,17,21 --gen 5 -o %s/lg > /dev/null", cli, dir, dir);
@@ -975,7 +975,7 @@ static void test_cli(vs_threadpool *tp) {
     VT_CHECK(d <= 1e-5, "vlmspec logits differs from the library by %g", d);
     /* generate --temp 0 gives the same greedy ids */
     snprintf(path, sizeof(path), "%s/gen.txt", dir);
-    rc = vt_run("%s generate -m %s/cli.gguf --tokens 1,5,9,13,17,21 -n 5 --temp 0 --ids --ignore-eos -q > %s", cli,
+    rc = vt_run("%s generate --raw -m %s/cli.gguf --tokens 1,5,9,13,17,21 -n 5 --temp 0 --ids --ignore-eos -q > %s", cli,
                 dir, path);
     VT_CHECK(rc == 0, "generate exit %d", rc);
     uint8_t *gt = NULL;

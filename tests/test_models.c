@@ -125,7 +125,7 @@ static void test_tree_cli(const char *data) {
         if (*p == '"' || *p == '\\' || *p == '$' || *p == '`') *p = ' ';
     const char *modes[] = {"m", "m,t --weights inv-kl", "m,t,c,p --weights inv-kl"};
     for (int i = 0; i < 3; i++) {
-        int rc = vt_run("%s generate -m %s/target.gguf --mmproj %s/target-mmproj.gguf -md %s/draft-llava.gguf "
+        int rc = vt_run("%s generate --raw -m %s/target.gguf --mmproj %s/target-mmproj.gguf -md %s/draft-llava.gguf "
                         "--mmproj-draft %s/draft-llava-mmproj.gguf --image %s -p \"%s\" -n 48 --temp 0 --draft 4 "
                         "--tree-width 2 --draft-mode %s --compare --threads 2 > /dev/null 2>&1",
                         vt_cli(), MODELS, MODELS, MODELS, MODELS, s->images[0], prompt, modes[i]);

@@ -245,7 +245,7 @@ static void test_cli(void) {
 
     /* standard output lost to /dev/full: non-zero exit */
     if (access("/dev/full", W_OK) == 0) {
-        rc = vt_run("%s generate -m models/target.gguf -p hi -n 2 --json > /dev/full 2>/dev/null", cli);
+        rc = vt_run("%s generate --raw -m models/target.gguf -p hi -n 2 --json > /dev/full 2>/dev/null", cli);
         VT_CHECK(rc == 1, "generate --json > /dev/full: rc %d", rc);
         rc = vt_run("%s gguf models/target.gguf > /dev/full 2>/dev/null", cli);
         VT_CHECK(rc == 1, "gguf > /dev/full: rc %d", rc);

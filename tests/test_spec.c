@@ -1576,14 +1576,14 @@ static void test_cli(void) {
     snprintf(i1, sizeof(i1), "%s", st_tmp_path("cli-img1.ppm"));
     /* text */
     int rc =
-        vt_run("%s generate -m %s -md %s --draft 3 -p 'abc def' -n 20 --temp 0 --compare --json > %s 2>&1",
+        vt_run("%s generate --raw -m %s -md %s --draft 3 -p 'abc def' -n 20 --temp 0 --compare --json > %s 2>&1",
                vt_cli(), T, D, out);
     VT_CHECK(rc == 0 && st_file_has(out, "\"identical\":true") && st_file_has(out, "\"tau\""),
              "CLI text run (rc %d)", rc);
     /* images, m and t drafting */
     const char *modes[2] = {"m", "t"};
     for (int m = 0; m < 2; m++) {
-        rc = vt_run("%s generate -m %s --mmproj %s -md %s %s %s --draft 4 --draft-mode %s "
+        rc = vt_run("%s generate --raw -m %s --mmproj %s -md %s %s %s --draft 4 --draft-mode %s "
                     "--image %s --image %s -p 'USER: <image>\nwhat <image> is it? ASSISTANT:' -n 16 --temp 0 "
                     "--compare --json > %s 2>&1", /* t drafting reads no drafter projector */
                     vt_cli(), T, tm_path, D, m ? "" : "--mmproj-draft", m ? "" : dm_path, modes[m], i0, i1, out);
@@ -1591,23 +1591,23 @@ static void test_cli(void) {
                  "CLI image run, %s mode (rc %d)", modes[m], rc);
     }
     /* token trees: --tree-width, text and images, greedy identical; sampling reports the tree */
-    rc = vt_run("%s generate -m %s -md %s --draft 3 --tree-width 3 -p 'abc def' -n 20 --temp 0 --compare "
+    rc = vt_run("%s generate --raw -m %s -md %s --draft 3 --tree-width 3 -p 'abc def' -n 20 --temp 0 --compare "
                 "--json > %s 2>&1",
                 vt_cli(), T, D, out);
     VT_CHECK(rc == 0 && st_file_has(out, "\"identical\":true") && st_file_has(out, "\"nodes_per_block\""),
              "CLI tree run (rc %d)", rc);
     rc = vt_run(
-        "%s generate -m %s --mmproj %s -md %s --mmproj-draft %s --draft 4 --draft-mode m --tree-width 2 "
+        "%s generate --raw -m %s --mmproj %s -md %s --mmproj-draft %s --draft 4 --draft-mode m --tree-width 2 "
         "--image %s -p 'USER: <image>\nwhat is it? ASSISTANT:' -n 16 --temp 0 --compare --json > %s 2>&1",
         vt_cli(), T, tm_path, D, dm_path, i0, out);
     VT_CHECK(rc == 0 && st_file_has(out, "\"identical\":true"), "CLI tree image run (rc %d)", rc);
     rc = vt_run(
-        "%s generate -m %s -md %s --draft 2 --tree-width 2 -p 'abc' -n 8 --temp 0.8 --seed 5 > %s 2>&1",
+        "%s generate --raw -m %s -md %s --draft 2 --tree-width 2 -p 'abc' -n 8 --temp 0.8 --seed 5 > %s 2>&1",
         vt_cli(), T, D, out);
     VT_CHECK(rc == 0 && st_file_has(out, "nodes drafted per block"), "CLI tree sampling run (rc %d)", rc);
     const char *bad_widths[4] = {"0", "9", "-1", "two"};
     for (int k = 0; k < 4; k++) {
-        rc = vt_run("%s generate -m %s -md %s --tree-width %s -p x > %s 2>&1", vt_cli(), T, D, bad_widths[k],
+        rc = vt_run("%s generate --raw -m %s -md %s --tree-width %s -p x > %s 2>&1", vt_cli(), T, D, bad_widths[k],
                     out);
         VT_CHECK(rc == 2 && st_file_has(out, "--tree-width"), "CLI --tree-width %s refused (rc %d)",
                  bad_widths[k], rc);
@@ -1616,19 +1616,19 @@ static void test_cli(void) {
     const char *drafter_only[6] = {"--tree-width 2",     "--compare",      "--draft 3",
                                    "--draft-greedy",     "--draft-kv-type f16", "--draft-mode t"};
     for (int k = 0; k < 6; k++) {
-        rc = vt_run("%s generate -m %s %s -p x -n 2 > %s 2>&1", vt_cli(), T, drafter_only[k], out);
+        rc = vt_run("%s generate --raw -m %s %s -p x -n 2 > %s 2>&1", vt_cli(), T, drafter_only[k], out);
         VT_CHECK(rc == 2 && st_file_has(out, "needs a draft model"), "CLI %s without -md refused (rc %d)",
                  drafter_only[k], rc);
     }
-    rc = vt_run("%s generate -m %s --mmproj %s -md %s --mmproj-draft %s --draft-mode t --image %s -p '<image> x' "
+    rc = vt_run("%s generate --raw -m %s --mmproj %s -md %s --mmproj-draft %s --draft-mode t --image %s -p '<image> x' "
                 "-n 2 > %s 2>&1", vt_cli(), T, tm_path, D, dm_path, i0, out);
     VT_CHECK(rc == 2 && st_file_has(out, "does not use it"), "CLI --mmproj-draft with t drafting refused (rc %d)", rc);
     /* --json without a drafter: target-only decoding, as JSON */
-    rc = vt_run("%s generate -m %s -p 'abc' -n 3 --temp 0 --json > %s 2>&1", vt_cli(), T, out);
+    rc = vt_run("%s generate --raw -m %s -p 'abc' -n 3 --temp 0 --json > %s 2>&1", vt_cli(), T, out);
     VT_CHECK(rc == 0 && st_file_has(out, "\"tokens\":[") && st_file_has(out, "\"gamma\":0"),
              "CLI target-only --json (rc %d)", rc);
     /* sampling prints statistics after the text */
-    rc = vt_run("%s generate -m %s -md %s --draft 2 -p 'abc' -n 8 --temp 0.8 --seed 5 > %s 2>&1", vt_cli(), T,
+    rc = vt_run("%s generate --raw -m %s -md %s --draft 2 -p 'abc' -n 8 --temp 0.8 --seed 5 > %s 2>&1", vt_cli(), T,
                 D, out);
     VT_CHECK(rc == 0 && st_file_has(out, "tau") && st_file_has(out, "TABED"), "CLI sampling run (rc %d)", rc);
     /* -n 0 evaluates the prompt and generates nothing (as llama.cpp), target-only and speculative alike
@@ -1636,17 +1636,17 @@ static void test_cli(void) {
     const char *err_out = st_tmp_path("cli-err.txt");
     const char *zero_runs[3] = {"", "--draft 3", "--draft 3 --tree-width 2"};
     for (int k = 0; k < 3; k++) {
-        rc = vt_run("%s generate -m %s %s%s %s -p 'abc def' -n 0 --temp 0 > %s 2> %s", vt_cli(), T,
+        rc = vt_run("%s generate --raw -m %s %s%s %s -p 'abc def' -n 0 --temp 0 > %s 2> %s", vt_cli(), T,
                     k ? "-md " : "", k ? D : "", zero_runs[k], out, err_out);
         VT_CHECK(rc == 0 && file_is(out, "abc def\n"), "CLI -n 0 (%s): rc %d, stdout/stderr in %s / %s",
                  k ? zero_runs[k] : "target only", rc, out, err_out);
     }
-    rc = vt_run("%s generate -m %s -md %s --draft 3 -p 'abc def' -n 0 --temp 0 --compare --json > %s 2>&1",
+    rc = vt_run("%s generate --raw -m %s -md %s --draft 3 -p 'abc def' -n 0 --temp 0 --compare --json > %s 2>&1",
                 vt_cli(), T, D, out);
     VT_CHECK(rc == 0 && st_file_has(out, "\"tokens\":[]") && st_file_has(out, "\"identical\":true"),
              "CLI -n 0 --compare --json (rc %d)", rc);
     for (int k = 0; k < 2; k++) {
-        rc = vt_run("%s generate -m %s %s%s -p 'abc def' -n -1 > %s 2>&1", vt_cli(), T, k ? "-md " : "",
+        rc = vt_run("%s generate --raw -m %s %s%s -p 'abc def' -n -1 > %s 2>&1", vt_cli(), T, k ? "-md " : "",
                     k ? D : "", out);
         VT_CHECK(rc == 2 && st_file_has(out, "-n expects an integer in [0,"), "CLI -n -1%s: rc %d",
                  k ? " with a drafter" : "", rc);
@@ -1654,7 +1654,7 @@ static void test_cli(void) {
     /* a context of exactly the prompt: both paths make the one token the prefill's logits give */
     char got[2][64];
     for (int k = 0; k < 2; k++) {
-        rc = vt_run("%s generate -m %s %s%s --tokens 1,5,7 -c 3 -n 4 --ids --temp 0 > %s 2> %s", vt_cli(), T,
+        rc = vt_run("%s generate --raw -m %s %s%s --tokens 1,5,7 -c 3 -n 4 --ids --temp 0 > %s 2> %s", vt_cli(), T,
                     k ? "-md " : "", k ? D : "", out, err_out);
         FILE *f = fopen(out, "r");
         got[k][0] = 0;
@@ -1667,17 +1667,17 @@ static void test_cli(void) {
     }
     VT_CHECK(!strcmp(got[0], got[1]), "CLI -c = prompt: target-only '%s', speculative '%s'", got[0], got[1]);
     /* bad input: another vocabulary, missing projector, markers without images, bad mode */
-    rc = vt_run("%s generate -m %s -md %s -p x -n 4 > %s 2>&1", vt_cli(), T, st_tmp_path("cli-v.gguf"), out);
+    rc = vt_run("%s generate --raw -m %s -md %s -p x -n 4 > %s 2>&1", vt_cli(), T, st_tmp_path("cli-v.gguf"), out);
     VT_CHECK(rc == 1 && st_file_has(out, "vocabulary"), "CLI other vocabulary (rc %d)", rc);
     rc =
-        vt_run("%s generate -m %s --mmproj %s -md %s --draft-mode m --image %s -p '<image> x' -n 4 > %s 2>&1",
+        vt_run("%s generate --raw -m %s --mmproj %s -md %s --draft-mode m --image %s -p '<image> x' -n 4 > %s 2>&1",
                vt_cli(), T, tm_path, D, i0, out);
     VT_CHECK(rc == 2 && st_file_has(out, "mmproj-draft"), "CLI m mode without a projector: usage error (rc %d)",
              rc);
-    rc = vt_run("%s generate -m %s --mmproj %s -md %s --image %s -p 'no marker' -n 4 > %s 2>&1", vt_cli(), T,
+    rc = vt_run("%s generate --raw -m %s --mmproj %s -md %s --image %s -p 'no marker' -n 4 > %s 2>&1", vt_cli(), T,
                 tm_path, D, i0, out);
     VT_CHECK(rc == 1, "CLI image without a marker (rc %d)", rc);
-    rc = vt_run("%s generate -m %s -md %s --draft-mode q -p x > %s 2>&1", vt_cli(), T, D, out);
+    rc = vt_run("%s generate --raw -m %s -md %s --draft-mode q -p x > %s 2>&1", vt_cli(), T, D, out);
     VT_CHECK(rc == 2, "CLI bad draft mode (rc %d)", rc);
     rc = vt_run("%s generate --help > %s 2>&1", vt_cli(), out);
     VT_CHECK(rc == 0 && st_file_has(out, "--draft-mode") && st_file_has(out, "--compare") &&

@@ -48,6 +48,8 @@ typedef enum cli_kind {
 
 /* CLI_FN: parses value into dst; reports its own error and returns false. */
 typedef bool (*cli_flag_fn)(const char *cmd, const char *flag, const char *value, void *dst);
+/* A CLI_FN for a weight type name this build supports (F32 ... Q6_K), stored in an int. */
+bool cli_flag_weight_type(const char *cmd, const char *flag, const char *value, void *dst);
 
 typedef struct cli_flag {
     const char *names; /* spellings separated by '|': "-n|--n-predict" */
@@ -65,6 +67,8 @@ typedef struct cli_flag {
 typedef struct cli_flags {
     cli_flag f[CLI_MAX_FLAGS];
     int n;
+    const char **pos; /* positional arguments (cli_flags_positional), NULL: none accepted */
+    int *n_pos, max_pos;
 } cli_flags;
 
 /* Adds a flag (lo / hi: the range of numbers, ignored otherwise); returns it for further settings. */
@@ -73,6 +77,9 @@ cli_flag *cli_flag_add(cli_flags *s, const char *names, cli_kind kind, void *dst
 cli_flag *cli_flag_list(cli_flags *s, const char *names, const char **dst, int *count, int max);
 /* A flag whose value fn parses into dst. */
 cli_flag *cli_flag_fn_add(cli_flags *s, const char *names, cli_flag_fn fn, void *dst);
+/* Accepts up to max positional arguments (those not starting with '-', and "-"), appended to dst[*count]
+ * in order; without this call a positional argument is a usage error. */
+void cli_flags_positional(cli_flags *s, const char **dst, int *count, int max);
 /* Whether the flag writing to dst was given (NULL when none was); its spelling as given. */
 bool cli_flag_given(const cli_flags *s, const void *dst);
 const char *cli_flag_seen(const cli_flags *s, const void *dst);

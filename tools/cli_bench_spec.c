@@ -55,6 +55,9 @@ static void usage(FILE *f) {
            "                        configuration\n"
            "  --fresh               discard the results already in --out\n"
            "  --report-only         only rewrite the report from --out's results\n"
+           "  --compare-with DIR    compare the median speedups with another run's folder (of the same\n"
+           "                        command); exit 1 when one differs by more than the tolerance\n"
+           "  --tolerance X         relative tolerance of --compare-with (default 0.05)\n"
            "  --with-model-bench    also run `vlmspec bench -m` on the target and drafters "
            "(model-bench-*.json)\n"
            "  --no-bandwidth        do not measure the memory bandwidth for the machine description\n"
@@ -67,7 +70,8 @@ static void usage(FILE *f) {
            "  -h, --help            this help\n");
 }
 
-/* Splits a comma list into out[] (pointers into a copy kept in *store). */
+/* Splits s in place at its commas into out[] (empty items are skipped); the count, or -1 when there are
+ * more than cap. */
 static int split_list(char *s, const char **out, int cap) {
     int n = 0;
     for (char *tok = strtok(s, ","); tok; tok = strtok(NULL, ",")) {
@@ -152,209 +156,217 @@ static int compare(const char *out_dir, const char *ref_dir, double tol) {
     return rc;
 }
 
-int vs_cli_bench_spec(int argc, char **argv) {
+/* The command line: the benchmark's configuration and what else to do. */
+typedef struct spec_opts {
     vs_bench_config c;
-    vs_bench_config_default(&c);
-    char *lists[4] = {0}; /* copies of the --methods / --gamma / --temp / --turns values */
-    bool report_only = false, with_model_bench = false, measure_bw = true, list_methods = false;
-    const char *random_dir = NULL, *compare_dir = NULL, *suites_arg = NULL;
-    const char *methods_arg = NULL, *gamma_arg = NULL, *temp_arg = NULL, *turns_arg = NULL;
-    double tolerance = 0.05;
-    /* flags whose value is kept as a string */
-    struct {
-        const char *flag;
-        const char **dst;
-    } str_flags[] = {{"--models", &c.models_dir},
-                     {"--data", &c.data_dir},
-                     {"--out", &c.out_dir},
-                     {"--split", &c.split},
-                     {"--suites", &suites_arg},
-                     {"--methods", &methods_arg},
-                     {"--gamma", &gamma_arg},
-                     {"--temp", &temp_arg},
-                     {"--turns", &turns_arg},
-                     {"--target", &c.target},
-                     {"--target-mmproj", &c.target_mmproj},
-                     {"--draft", &c.draft},
-                     {"--draft-mmproj", &c.draft_mmproj},
-                     {"--massv", &c.massv},
-                     {"--massv-mmproj", &c.massv_mmproj},
-                     {"--make-random-models", &random_dir},
-                     {"--compare-with", &compare_dir}};
-    int rc = 2;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        }
-        bool done_flag = true;
-        if (!strcmp(a, "--ignore-eos")) c.ignore_eos = true;
-        else if (!strcmp(a, "--fresh")) c.fresh = true;
-        else if (!strcmp(a, "--report-only")) report_only = true;
-        else if (!strcmp(a, "--with-model-bench")) with_model_bench = true;
-        else if (!strcmp(a, "--no-bandwidth")) measure_bw = false;
-        else if (!strcmp(a, "--no-progress")) c.progress = false;
-        else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) c.quiet = true, c.progress = false;
-        else if (!strcmp(a, "--list-methods")) list_methods = true;
-        else done_flag = false;
-        if (done_flag) continue;
-        for (size_t k = 0; k < VS_ARRAY_LEN(str_flags) && !done_flag; k++) {
-            if (strcmp(a, str_flags[k].flag)) continue;
-            if (!(v = cli_value(CMD, argc, argv, &i))) goto done;
-            *str_flags[k].dst = v;
-            done_flag = true;
-        }
-        if (done_flag) continue;
-        static const char *const num_flags[] = {"--limit",   "-n",     "--n-predict", "--max-tokens",
-                                                "--ctx",     "--kv-type", "--draft-kv-type", "--seed",
-                                                "-t",        "--threads", "--tolerance", "--repeat"};
-        bool num = false;
-        for (size_t k = 0; k < VS_ARRAY_LEN(num_flags); k++) num |= !strcmp(a, num_flags[k]);
-        if (!num) {
-            cli_fail(CMD, "unknown option '%s' (see vlmspec bench spec --help)", a);
-            goto done;
-        }
-        if (!(v = cli_value(CMD, argc, argv, &i))) goto done;
-        int64_t x = 0;
-        bool ok = true;
-        if (!strcmp(a, "--limit")) {
-            ok = cli_parse_i64(CMD, a, v, 0, INT64_MAX, &c.limit);
-        } else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict") || !strcmp(a, "--max-tokens")) {
-            ok = cli_parse_int(CMD, a, v, 1, 1 << 20, &c.n_predict);
-        } else if (!strcmp(a, "--repeat")) {
-            ok = cli_parse_int(CMD, a, v, 1, 100, &c.repeat);
-        } else if (!strcmp(a, "--ctx")) {
-            ok = cli_parse_int(CMD, a, v, 0, 1 << 24, &c.n_ctx);
-        } else if (!strcmp(a, "--seed")) {
-            ok = cli_parse_i64(CMD, a, v, 0, INT64_MAX, &x);
-            c.seed = (uint64_t)x;
-        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
-            ok = cli_parse_int(CMD, a, v, 1, 1024, &c.threads);
-        } else if (!strcmp(a, "--tolerance")) {
-            ok = cli_parse_f64(CMD, a, v, 0, 100, &tolerance);
-        } else if (!strcmp(a, "--draft-kv-type")) {
-            ok = cli_parse_kv_type(CMD, a, v, true, &c.draft_kv_type);
-        } else {
-            ok = cli_parse_kv_type(CMD, a, v, false, &c.kv_type);
-        }
-        if (!ok) goto done;
+    char *methods_store; /* the copy of the --methods value that c.methods point into */
+    bool report_only, with_model_bench, no_bandwidth, no_progress, list_methods;
+    const char *random_dir, *compare_dir;
+    double tolerance;
+} spec_opts;
+
+/* Splits a copy of the comma list v into items[] (at most cap); the count, or -1. *copy is to be freed. */
+static int split_copy(const char *v, const char **items, int cap, char **copy) {
+    *copy = vs_strdup(v);
+    return *copy ? split_list(*copy, items, cap) : -1;
+}
+
+/* --methods: dst is the spec_opts. */
+static bool parse_methods(const char *cmd, const char *flag, const char *v, void *dst) {
+    spec_opts *o = dst;
+    vs_free(o->methods_store);
+    const int n = split_copy(v, o->c.methods, VS_BENCH_MAX_LIST, &o->methods_store);
+    if (n < 1) {
+        cli_fail(cmd, "%s '%s': expected a comma list of at most %d names", flag, v, VS_BENCH_MAX_LIST);
+        return false;
     }
-    if (list_methods) {
+    o->c.n_methods = n;
+    return true;
+}
+
+/* --gamma: dst is the vs_bench_config. */
+static bool parse_gammas(const char *cmd, const char *flag, const char *v, void *dst) {
+    vs_bench_config *c = dst;
+    const char *items[VS_BENCH_MAX_LIST];
+    char *copy;
+    const int n = split_copy(v, items, VS_BENCH_MAX_LIST, &copy);
+    bool ok = n >= 1;
+    if (!ok) cli_fail(cmd, "%s '%s': expected a comma list like 3,5,7", flag, v);
+    for (int k = 0; ok && k < n; k++) ok = cli_parse_int(cmd, flag, items[k], 1, VS_SPEC_MAX_GAMMA, &c->gammas[k]);
+    if (ok) c->n_gammas = n;
+    vs_free(copy);
+    return ok;
+}
+
+/* --temp: dst is the vs_bench_config. */
+static bool parse_temps(const char *cmd, const char *flag, const char *v, void *dst) {
+    vs_bench_config *c = dst;
+    const char *items[VS_BENCH_MAX_LIST];
+    char *copy;
+    const int n = split_copy(v, items, VS_BENCH_MAX_LIST, &copy);
+    bool ok = n >= 1;
+    if (!ok) cli_fail(cmd, "%s '%s': expected a comma list like 0,1", flag, v);
+    for (int k = 0; ok && k < n; k++) ok = cli_parse_f64(cmd, flag, items[k], 0, 100, &c->temps[k]);
+    if (ok) c->n_temps = n;
+    vs_free(copy);
+    return ok;
+}
+
+/* --turns: dst is the vs_bench_config. */
+static bool parse_turns(const char *cmd, const char *flag, const char *v, void *dst) {
+    vs_bench_config *c = dst;
+    const char *items[2];
+    char *copy;
+    const int n = split_copy(v, items, 2, &copy);
+    bool ok = n >= 1;
+    if (!ok) cli_fail(cmd, "%s '%s': expected 1, 2 or 1,2", flag, v);
+    for (int k = 0; ok && k < n; k++) ok = cli_parse_int(cmd, flag, items[k], 1, 2, &c->turns[k]);
+    if (ok) c->n_turns = n;
+    vs_free(copy);
+    return ok;
+}
+
+/* --suites: a list of suite names; "all" keeps the default (all but caption, mask 0). */
+static bool parse_suites(const char *cmd, const char *flag, const char *v, void *dst) {
+    (void)flag;
+    uint32_t *mask = dst;
+    vs_error err = {0};
+    if (!strcmp(v, "all")) {
+        *mask = 0;
+        return true;
+    }
+    if (vs_world_parse_suites(v, mask, &err)) {
+        cli_fail_err(cmd, &err);
+        return false;
+    }
+    return true;
+}
+
+/* --limit: a sample count in [0, INT64_MAX]. */
+static bool parse_limit(const char *cmd, const char *flag, const char *v, void *dst) {
+    return cli_parse_i64(cmd, flag, v, 0, INT64_MAX, dst);
+}
+
+/* Parses the flags into o (freeing o->methods_store is the caller's): -1 to go on, else the exit status
+ * (0 after --help, 2 on a usage error). */
+static int spec_parse(int argc, char **argv, spec_opts *o) {
+    *o = (spec_opts){.tolerance = 0.05};
+    vs_bench_config *c = &o->c;
+    vs_bench_config_default(c);
+    cli_flags fs = {0};
+    cli_flag_add(&fs, "--models", CLI_STR, &c->models_dir, 0, 0);
+    cli_flag_add(&fs, "--target", CLI_STR, &c->target, 0, 0);
+    cli_flag_add(&fs, "--target-mmproj", CLI_STR, &c->target_mmproj, 0, 0);
+    cli_flag_add(&fs, "--draft", CLI_STR, &c->draft, 0, 0);
+    cli_flag_add(&fs, "--draft-mmproj", CLI_STR, &c->draft_mmproj, 0, 0);
+    cli_flag_add(&fs, "--massv", CLI_STR, &c->massv, 0, 0);
+    cli_flag_add(&fs, "--massv-mmproj", CLI_STR, &c->massv_mmproj, 0, 0);
+    cli_flag_add(&fs, "--data", CLI_STR, &c->data_dir, 0, 0);
+    cli_flag_add(&fs, "--split", CLI_STR, &c->split, 0, 0);
+    cli_flag_fn_add(&fs, "--suites", parse_suites, &c->suites);
+    cli_flag_fn_add(&fs, "--methods", parse_methods, o);
+    cli_flag_fn_add(&fs, "--gamma", parse_gammas, c);
+    cli_flag_fn_add(&fs, "--temp", parse_temps, c);
+    cli_flag_fn_add(&fs, "--turns", parse_turns, c);
+    cli_flag_fn_add(&fs, "--limit", parse_limit, &c->limit);
+    cli_flag_add(&fs, "-n|--max-tokens|--n-predict", CLI_INT, &c->n_predict, 1, 1 << 20);
+    cli_flag_add(&fs, "--repeat", CLI_INT, &c->repeat, 1, 100);
+    cli_flag_add(&fs, "--ctx", CLI_INT, &c->n_ctx, 0, 1 << 24);
+    cli_flag_add(&fs, "--kv-type", CLI_KV, &c->kv_type, 0, 0);
+    cli_flag_add(&fs, "--draft-kv-type", CLI_KV_DRAFT, &c->draft_kv_type, 0, 0);
+    cli_flag_add(&fs, "--ignore-eos", CLI_BOOL, &c->ignore_eos, 0, 0);
+    cli_flag_add(&fs, "--seed", CLI_U64, &c->seed, 0, 9.3e18);
+    cli_flag_add(&fs, "-t|--threads", CLI_INT, &c->threads, 1, 1024);
+    cli_flag_add(&fs, "--out", CLI_STR, &c->out_dir, 0, 0);
+    cli_flag_add(&fs, "--fresh", CLI_BOOL, &c->fresh, 0, 0);
+    cli_flag_add(&fs, "--report-only", CLI_BOOL, &o->report_only, 0, 0);
+    cli_flag_add(&fs, "--with-model-bench", CLI_BOOL, &o->with_model_bench, 0, 0);
+    cli_flag_add(&fs, "--no-bandwidth", CLI_BOOL, &o->no_bandwidth, 0, 0);
+    cli_flag_add(&fs, "--no-progress", CLI_BOOL, &o->no_progress, 0, 0);
+    cli_flag_add(&fs, "-q|--quiet", CLI_BOOL, &c->quiet, 0, 0);
+    cli_flag_add(&fs, "--compare-with", CLI_STR, &o->compare_dir, 0, 0);
+    cli_flag_add(&fs, "--tolerance", CLI_F64, &o->tolerance, 0, 100);
+    cli_flag_add(&fs, "--make-random-models", CLI_STR, &o->random_dir, 0, 0);
+    cli_flag_add(&fs, "--list-methods", CLI_BOOL, &o->list_methods, 0, 0);
+    const int r = cli_flags_parse(CMD, argc, argv, &fs, usage);
+    if (r >= 0) return r;
+    if (o->no_progress || c->quiet) c->progress = false;
+    return -1;
+}
+
+/* --with-model-bench: `vlmspec bench -m` on each model file present; the exit status. */
+static int model_benches(const vs_bench_config *c) {
+    char path[4200], mp[4200];
+    const char *roles[3][2] = {{"target", c->target ? c->target : VS_BENCH_FILE_TARGET},
+                               {"draft-llava", c->draft ? c->draft : VS_BENCH_FILE_DRAFT},
+                               {"draft-massv", c->massv ? c->massv : VS_BENCH_FILE_MASSV}};
+    for (int k = 0; k < 3; k++) {
+        if (roles[k][1][0] == '/')
+            snprintf(mp, sizeof(mp), "%s", roles[k][1]);
+        else
+            snprintf(mp, sizeof(mp), "%s/%s", c->models_dir, roles[k][1]);
+        if (access(mp, R_OK) != 0) continue;
+        snprintf(path, sizeof(path), "%s/model-bench-%s.json", c->out_dir, roles[k][0]);
+        if (!c->quiet) fprintf(stderr, "bench spec: vlmspec bench -m %s\n", mp);
+        if (model_bench(mp, path, c->threads)) return 1;
+    }
+    return 0;
+}
+
+/* Measures the missing cells (and the models with --with-model-bench); the exit status. */
+static int measure(const spec_opts *o) {
+    const vs_bench_config *c = &o->c;
+    vs_error err = {0};
+    vs_bench_run_info info;
+    if (vs_bench_run(c, &info, &err)) return cli_fail_err(CMD, &err);
+    if (!c->quiet)
+        fprintf(stderr, "bench spec: %lld cells measured in %.1f s (%lld found done, %lld units skipped)%s\n",
+                (long long)info.n_run, info.seconds, (long long)info.n_done_before, (long long)info.n_skipped_units,
+                info.n_mismatch ? "; GREEDY OUTPUTS DIFFERED FROM TARGET-ONLY (a bug)" : "");
+    if (o->with_model_bench && model_benches(c)) return 1;
+    if (info.n_mismatch) {
+        /* the report is still written: it shows which cells */
+        vs_bench_report_dir(c->out_dir, c->threads, !o->no_bandwidth, &err);
+        return cli_fail(CMD, "%lld greedy outputs differed from target-only decoding", (long long)info.n_mismatch);
+    }
+    return 0;
+}
+
+/* Does what the parsed command line asks; the exit status. */
+static int spec_run(const spec_opts *o) {
+    const vs_bench_config *c = &o->c;
+    vs_error err = {0};
+    if (o->list_methods) {
         int n;
         const vs_method *m = vs_methods(&n);
         for (int i = 0; i < n; i++) printf("  %-12s %-12s %s\n", m[i].name, m[i].label, m[i].what);
         return 0;
     }
-    vs_error err = {0};
-    if (random_dir) {
+    if (o->random_dir) {
         vs_bench_random_opts ro;
         vs_bench_random_opts_default(&ro);
-        if (vs_bench_make_random_models(random_dir, &ro, &err)) return cli_fail_err(CMD, &err);
-        printf("random models written to %s (target %s, drafters %s / %s)\n", random_dir,
-               VS_BENCH_FILE_TARGET, VS_BENCH_FILE_DRAFT, VS_BENCH_FILE_MASSV);
+        if (vs_bench_make_random_models(o->random_dir, &ro, &err)) return cli_fail_err(CMD, &err);
+        printf("random models written to %s (target %s, drafters %s / %s)\n", o->random_dir, VS_BENCH_FILE_TARGET,
+               VS_BENCH_FILE_DRAFT, VS_BENCH_FILE_MASSV);
         return 0;
     }
-    if (!c.out_dir) {
-        cli_fail(CMD, "--out DIR is required");
-        goto done;
+    if (!c->out_dir) return cli_fail(CMD, "--out DIR is required"), 2;
+    if (!o->report_only && (!c->models_dir || !c->data_dir))
+        return cli_fail(CMD, "--models DIR and --data DIR are required (or --report-only)"), 2;
+    if (!o->report_only) {
+        const int rc = measure(o);
+        if (rc) return rc;
     }
-    if (!report_only && (!c.models_dir || !c.data_dir)) {
-        cli_fail(CMD, "--models DIR and --data DIR are required (or --report-only)");
-        goto done;
-    }
-    /* lists */
-    if (methods_arg) {
-        if (!(lists[0] = vs_strdup(methods_arg)) ||
-            (c.n_methods = split_list(lists[0], c.methods, VS_BENCH_MAX_LIST)) < 1) {
-            cli_fail(CMD, "--methods '%s': expected a comma list of at most %d names", methods_arg,
-                     VS_BENCH_MAX_LIST);
-            goto done;
-        }
-    }
-    const char *items[VS_BENCH_MAX_LIST];
-    if (gamma_arg) {
-        int n = (lists[1] = vs_strdup(gamma_arg)) ? split_list(lists[1], items, VS_BENCH_MAX_LIST) : -1;
-        if (n < 1) {
-            cli_fail(CMD, "--gamma '%s': expected a comma list like 3,5,7", gamma_arg);
-            goto done;
-        }
-        for (int k = 0; k < n; k++)
-            if (!cli_parse_int(CMD, "--gamma", items[k], 1, VS_SPEC_MAX_GAMMA, &c.gammas[k])) goto done;
-        c.n_gammas = n;
-    }
-    if (temp_arg) {
-        int n = (lists[2] = vs_strdup(temp_arg)) ? split_list(lists[2], items, VS_BENCH_MAX_LIST) : -1;
-        if (n < 1) {
-            cli_fail(CMD, "--temp '%s': expected a comma list like 0,1", temp_arg);
-            goto done;
-        }
-        for (int k = 0; k < n; k++)
-            if (!cli_parse_f64(CMD, "--temp", items[k], 0, 100, &c.temps[k])) goto done;
-        c.n_temps = n;
-    }
-    if (turns_arg) {
-        int n = (lists[3] = vs_strdup(turns_arg)) ? split_list(lists[3], items, 2) : -1;
-        if (n < 1) {
-            cli_fail(CMD, "--turns '%s': expected 1, 2 or 1,2", turns_arg);
-            goto done;
-        }
-        for (int k = 0; k < n; k++)
-            if (!cli_parse_int(CMD, "--turns", items[k], 1, 2, &c.turns[k])) goto done;
-        c.n_turns = n;
-    }
-    if (suites_arg && strcmp(suites_arg, "all") && vs_world_parse_suites(suites_arg, &c.suites, &err)) {
-        cli_fail_err(CMD, &err);
-        goto done;
-    }
-    rc = 1;
-    if (!report_only) {
-        vs_bench_run_info info;
-        if (vs_bench_run(&c, &info, &err)) {
-            cli_fail_err(CMD, &err);
-            goto done;
-        }
-        if (!c.quiet)
-            fprintf(stderr,
-                    "bench spec: %lld cells measured in %.1f s (%lld found done, %lld units skipped)%s\n",
-                    (long long)info.n_run, info.seconds, (long long)info.n_done_before,
-                    (long long)info.n_skipped_units,
-                    info.n_mismatch ? "; GREEDY OUTPUTS DIFFERED FROM TARGET-ONLY (a bug)" : "");
-        if (with_model_bench) {
-            char path[4200], mp[4200];
-            const char *roles[3][2] = {{"target", c.target ? c.target : VS_BENCH_FILE_TARGET},
-                                       {"draft-llava", c.draft ? c.draft : VS_BENCH_FILE_DRAFT},
-                                       {"draft-massv", c.massv ? c.massv : VS_BENCH_FILE_MASSV}};
-            for (int k = 0; k < 3; k++) {
-                if (roles[k][1][0] == '/')
-                    snprintf(mp, sizeof(mp), "%s", roles[k][1]);
-                else
-                    snprintf(mp, sizeof(mp), "%s/%s", c.models_dir, roles[k][1]);
-                if (access(mp, R_OK) != 0) continue;
-                snprintf(path, sizeof(path), "%s/model-bench-%s.json", c.out_dir, roles[k][0]);
-                if (!c.quiet) fprintf(stderr, "bench spec: vlmspec bench -m %s\n", mp);
-                if (model_bench(mp, path, c.threads)) goto done;
-            }
-        }
-        if (info.n_mismatch) {
-            /* the report is still written: it shows which cells */
-            vs_bench_report_dir(c.out_dir, c.threads, measure_bw, &err);
-            cli_fail(CMD, "%lld greedy outputs differed from target-only decoding",
-                     (long long)info.n_mismatch);
-            goto done;
-        }
-    }
-    if (vs_bench_report_dir(c.out_dir, c.threads, measure_bw, &err)) {
-        cli_fail_err(CMD, &err);
-        goto done;
-    }
-    if (!c.quiet) print_headline(c.out_dir);
-    if (compare_dir && compare(c.out_dir, compare_dir, tolerance)) {
-        rc = 1;
-        goto done;
-    }
-    rc = 0;
-done:
-    for (int k = 0; k < 4; k++) vs_free(lists[k]);
+    if (vs_bench_report_dir(c->out_dir, c->threads, !o->no_bandwidth, &err)) return cli_fail_err(CMD, &err);
+    if (!c->quiet) print_headline(c->out_dir);
+    if (o->compare_dir && compare(c->out_dir, o->compare_dir, o->tolerance)) return 1;
+    return 0;
+}
+
+int vs_cli_bench_spec(int argc, char **argv) {
+    spec_opts o;
+    int rc = spec_parse(argc, argv, &o);
+    if (rc < 0) rc = spec_run(&o);
+    vs_free(o.methods_store);
     return rc;
 }

@@ -191,6 +191,8 @@ static int check_usage(const char *cmd, const vs_cli_spec_opts *s, const vs_cli_
         return cli_fail(cmd, "images need a text prompt with <image> markers (-p), not --tokens"), 2;
     if (s->chat_template && !s->prompt)
         return cli_fail(cmd, "--template formats -p as a user turn: it does not apply to --tokens"), 2;
+    if (s->chat_template && s->raw)
+        return cli_fail(cmd, "--raw uses -p without a template: it does not combine with --template"), 2;
     if (s->chat_template && !vs_chat_template_find(s->chat_template))
         return cli_fail(cmd, "--template %s: unknown (vicuna-short, vicuna or plain)", s->chat_template), 2;
     return s->method ? check_method(cmd, s, o) : check_draft_mode(cmd, s, o, eo, inputs);
@@ -201,7 +203,7 @@ static void make_request(const vs_cli_spec_opts *s, const vs_cli_ens_opts *eo, b
                          vs_chat_msg *msg, stream *st, vs_request *rq) {
     vs_request_default(rq);
     for (int i = 0; i < s->n_images; i++) imgs[i] = (vs_req_image){.path = s->images[i]};
-    if (s->chat_template && s->prompt) {
+    if (s->prompt && !s->raw) { /* a user turn in the chat template */
         const int32_t markers = vs_mm_count_markers(s->prompt, strlen(s->prompt), NULL);
         *msg = (vs_chat_msg){.role = VS_CHAT_USER, .content = s->prompt,
                              .n_images = VS_MAX(0, s->n_images - markers)};

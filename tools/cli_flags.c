@@ -32,6 +32,20 @@ cli_flag *cli_flag_fn_add(cli_flags *s, const char *names, cli_flag_fn fn, void 
     return f;
 }
 
+bool cli_flag_weight_type(const char *cmd, const char *flag, const char *v, void *dst) {
+    const int t = vs_type_from_name(v);
+    if (t < 0 || !vs_type_supported(t)) {
+        cli_fail(cmd, "%s %s: expected F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K or Q6_K", flag, v);
+        return false;
+    }
+    *(int *)dst = t;
+    return true;
+}
+
+void cli_flags_positional(cli_flags *s, const char **dst, int *count, int max) {
+    s->pos = dst, s->n_pos = count, s->max_pos = max;
+}
+
 static const cli_flag *by_dst(const cli_flags *s, const void *dst) {
     for (int i = 0; i < s->n; i++)
         if (s->f[i].dst == dst && s->f[i].given) return &s->f[i];
@@ -62,7 +76,10 @@ static bool set_value(const char *cmd, cli_flag *f, const char *a, const char *v
     int64_t i64;
     switch (f->kind) {
     case CLI_INT: return cli_parse_int(cmd, a, v, (int)f->lo, (int)f->hi, (int *)f->dst);
-    case CLI_I64: return cli_parse_i64(cmd, a, v, (int64_t)f->lo, (int64_t)f->hi, (int64_t *)f->dst);
+    /* a bound at or past 2^63 (INT64_MAX as a double) means INT64_MAX: the conversion itself would overflow */
+    case CLI_I64:
+        return cli_parse_i64(cmd, a, v, (int64_t)f->lo, f->hi >= 9.2e18 ? INT64_MAX : (int64_t)f->hi,
+                             (int64_t *)f->dst);
     case CLI_U64:
         if (!cli_parse_i64(cmd, a, v, (int64_t)f->lo, f->hi >= 9.2e18 ? INT64_MAX : (int64_t)f->hi, &i64))
             return false;
@@ -95,6 +112,14 @@ int cli_flags_parse(const char *cmd, int argc, char **argv, cli_flags *s, void (
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             return 0;
+        }
+        if (a[0] != '-' || !strcmp(a, "-")) { /* a positional argument */
+            if (!s->pos || *s->n_pos == s->max_pos) {
+                fprintf(stderr, "vlmspec %s: unexpected argument '%s' (see vlmspec %s --help)\n", cmd, a, cmd);
+                return 2;
+            }
+            s->pos[(*s->n_pos)++] = a;
+            continue;
         }
         cli_flag *f = NULL;
         for (int k = 0; k < s->n && !f; k++)

@@ -50,14 +50,19 @@ void vs_cli_spec_usage(FILE *f) {
             "  --json                   print one JSON object (text, tokens, statistics) instead\n"
             "  --mmproj FILE            the target's mmproj (vision tower + projector), with images\n"
             "  --image FILE             an image for the next <image> marker of the prompt (repeatable)\n"
-            "  --template NAME          format -p as a user turn with this chat template (vicuna-short,\n"
-            "                           vicuna, plain); an <image> marker is added per image it lacks\n");
+            "  --template NAME          the chat template -p is formatted with as a user turn: vicuna-short\n"
+            "                           (default: the shipped models' format; LLaVA-1.5's llama.cpp examples),\n"
+            "                           vicuna (with LLaVA's system prompt) or plain; an <image> marker is\n"
+            "                           added for each image the text lacks (also --chat-template)\n"
+            "  --raw                    use -p as the whole prompt, as it is: no template; <image> markers\n"
+            "                           mark where the images go\n");
 }
 
 void vs_cli_spec_flags(cli_flags *fs, vs_cli_spec_opts *o) {
     cli_flag_add(fs, "--mmproj", CLI_STR, &o->mmproj, 0, 0);
     cli_flag_list(fs, "--image", o->images, &o->n_images, VS_CLI_SPEC_MAX_IMAGES);
-    cli_flag_add(fs, "--template", CLI_STR, &o->chat_template, 0, 0);
+    cli_flag_add(fs, "--template|--chat-template", CLI_STR, &o->chat_template, 0, 0);
+    cli_flag_add(fs, "--raw", CLI_BOOL, &o->raw, 0, 0);
     cli_flag_add(fs, "--json", CLI_BOOL, &o->json, 0, 0);
     cli_flag_add(fs, "-md|--model-draft", CLI_STR, &o->draft_model, 0, 0);
     cli_flag_add(fs, "--mmproj-draft", CLI_STR, &o->mmproj_draft, 0, 0);

@@ -48,7 +48,8 @@ typedef struct vs_cli_spec_opts {
     bool compare;             /* --compare */
     bool json;                /* --json */
     const char *method;       /* --method NAME (src/spec/methods.h) */
-    const char *chat_template; /* --template NAME: -p is a user turn formatted with it */
+    const char *chat_template; /* --template NAME: the template -p is formatted with (NULL: the default) */
+    bool raw;                  /* --raw: -p is the whole prompt, no template */
     const char *needs_draft;  /* a flag given that only a run with a drafter uses (an error without -md) */
 } vs_cli_spec_opts;
 

@@ -32,10 +32,10 @@ static void usage(FILE *f) {
         "  -m, --model FILE       target LM GGUF (with tokenizer); --target is the same\n"
         "  --mmproj FILE          the target's mmproj (vision tower + projector)\n"
         "  --drafter SPEC         NAME=LM.gguf[,MMPROJ.gguf], or LM.gguf[,MMPROJ.gguf] (name: the file\n"
-        "                         name); repeat for several drafters (at most %d)\n"
+        "                         name); repeat for several drafters (at most %d); also --draft\n"
         "  --data DIR             dataset directory ('vlmspec data gen')\n"
         "  --split S              test (default), train or captions\n"
-        "  --suites LIST          comma-separated suites or 'all' (default all)\n"
+        "  --suites LIST          comma-separated suites or 'all' (default all; also --suite)\n"
         "  --limit N              first N samples of each suite (default all)\n"
         "  --mode M               m (default): drafters with an mmproj see the images; t: text-only\n"
         "  --second-turns         analyse second turns too (prompted with the target's own first\n"
@@ -45,6 +45,8 @@ static void usage(FILE *f) {
         "  -o, --output FILE      write the SVG histogram\n"
         "  --title TEXT           SVG title\n"
         "  --json FILE            write the summary as JSON ('-' = stdout)\n"
+        "  --tokens FILE          write a CSV line per analysed position (sample, suite, turn, index,\n"
+        "                         token, eog, one TVD column per drafter)\n"
         "  -t, --threads N        threads (default 2)\n"
         "  -q, --quiet            no progress line\n"
         "  -h, --help             this help\n",
@@ -121,214 +123,245 @@ static vs_status write_tokens(const char *path, const vs_tvd_result *r, const vs
     return vs_outfile_commit(&o, err);
 }
 
-static int cmd_tvd(int argc, char **argv) {
-    const char *model = NULL, *mmproj = NULL, *data = NULL, *split = "test", *suites = "all", *json = NULL;
-    const char *svg = NULL, *title = NULL, *mode = "m", *tokens = NULL;
-    int threads = 2, bins = 20;
-    vs_tvd_opts o = {.max_tokens = 256};
-    draft_spec ds[MAX_DRAFTERS];
-    int n_ds = 0, rc = 2;
-    tvd_cli_ctx cx = {0};
-    for (int i = 2; i < argc; i++) {
-        const char *a = argv[i], *v;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            rc = 0;
-            goto out;
-        }
-        if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
-            cx.quiet = true;
-            continue;
-        }
-        if (!strcmp(a, "--second-turns")) {
-            o.second_turns = true;
-            continue;
-        }
-        if (!(v = cli_value(CMD, argc, argv, &i))) goto out;
-        if (!strcmp(a, "-m") || !strcmp(a, "--model") || !strcmp(a, "--target"))
-            model = v;
-        else if (!strcmp(a, "--mmproj"))
-            mmproj = v;
-        else if (!strcmp(a, "--data"))
-            data = v;
-        else if (!strcmp(a, "--split"))
-            split = v;
-        else if (!strcmp(a, "--suite") || !strcmp(a, "--suites"))
-            suites = v;
-        else if (!strcmp(a, "--json"))
-            json = v;
-        else if (!strcmp(a, "--tokens"))
-            tokens = v;
-        else if (!strcmp(a, "-o") || !strcmp(a, "--output"))
-            svg = v;
-        else if (!strcmp(a, "--title"))
-            title = v;
-        else if (!strcmp(a, "--mode"))
-            mode = v;
-        else if (!strcmp(a, "--drafter") || !strcmp(a, "--draft")) { /* --draft: the older spelling */
-            if (n_ds == MAX_DRAFTERS) {
-                cli_fail(CMD, "at most %d drafters", MAX_DRAFTERS);
-                goto out;
-            }
-            if (!parse_draft(v, &ds[n_ds])) {
-                vs_free(ds[n_ds].buf);
-                cli_fail(CMD, "%s %s: expected NAME=LM.gguf[,MMPROJ.gguf]", a, v);
-                goto out;
-            }
-            n_ds++;
-        } else if (!strcmp(a, "--limit")) {
-            if (!cli_parse_i64(CMD, a, v, 1, INT64_MAX, &o.limit)) goto out;
-        } else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict") || !strcmp(a, "--max-tokens")) {
-            if (!cli_parse_int(CMD, a, v, 1, 1 << 20, &o.max_tokens)) goto out;
-        } else if (!strcmp(a, "--bins")) {
-            if (!cli_parse_int(CMD, a, v, 1, 1000, &bins)) goto out;
-        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
-            if (!cli_parse_int(CMD, a, v, 1, 1024, &threads)) goto out;
-        } else {
-            fprintf(stderr, "vlmspec %s: unknown option '%s'\n", CMD, a);
-            usage(stderr);
-            goto out;
-        }
-    }
-    if (!strcmp(mode, "m") || !strcmp(mode, "M"))
-        o.text_only = false;
-    else if (!strcmp(mode, "t") || !strcmp(mode, "T"))
-        o.text_only = true;
-    else {
-        cli_fail(CMD, "--mode %s: expected m or t", mode);
-        goto out;
-    }
-    if (!model || !mmproj || !data) {
-        cli_fail(CMD, "tvd: --model, --mmproj and --data are required");
-        goto out;
-    }
-    if (n_ds == 0) {
-        cli_fail(CMD, "tvd: at least one --drafter is required");
-        goto out;
-    }
-    for (int i = 0; i < n_ds; i++)
-        for (int j = 0; j < i; j++)
-            if (!strcmp(ds[i].name, ds[j].name)) {
-                cli_fail(CMD, "tvd: two drafters named '%s' (use NAME=...)", ds[i].name);
-                goto out;
-            }
-    vs_error err = {0};
-    if (vs_world_parse_suites(suites, &o.suites, &err)) {
-        cli_fail_err(CMD, &err);
-        goto out;
-    }
+/* ------------------------------------------------------------------------------------------------
+ * flags */
 
-    rc = 1;
-    vs_lm *lm = NULL, *dlm[MAX_DRAFTERS] = {0};
-    vs_mmproj *mm = NULL, *dmm[MAX_DRAFTERS] = {0};
-    vs_tokenizer *tok = NULL;
-    vs_threadpool *tp = NULL;
-    vs_world_dataset *d = NULL;
-    vs_tvd_result res = {0};
-    vs_tvd_drafter dr[MAX_DRAFTERS];
-    if (!(lm = vs_lm_load(model, &err)) || !(mm = vs_mmproj_open(mmproj, &err))) goto fail;
-    if (!(tok = vs_tokenizer_from_gguf(vs_lm_gguf(lm), &err))) goto fail;
-    for (int i = 0; i < n_ds; i++) {
-        if (!(dlm[i] = vs_lm_load(ds[i].lm_path, &err))) goto fail;
-        if (ds[i].mm_path && !(dmm[i] = vs_mmproj_open(ds[i].mm_path, &err))) goto fail;
-        dr[i] = (vs_tvd_drafter){.name = ds[i].name, .lm = dlm[i], .mm = dmm[i]};
+typedef struct draft_list {
+    draft_spec ds[MAX_DRAFTERS];
+    int n;
+} draft_list;
+
+typedef struct tvd_args {
+    const char *model, *mmproj, *data, *split, *suites, *json, *svg, *title, *tokens;
+    int threads, bins;
+    bool quiet;
+    vs_tvd_opts o;
+    draft_list dl; /* the --drafter specs (their buffers: draft_list_free) */
+} tvd_args;
+
+static void draft_list_free(draft_list *l) {
+    for (int i = 0; i < l->n; i++) vs_free(l->ds[i].buf);
+    l->n = 0;
+}
+
+/* --drafter / --draft SPEC: appends to the draft_list at dst. */
+static bool parse_drafter(const char *cmd, const char *flag, const char *v, void *dst) {
+    draft_list *l = dst;
+    if (l->n == MAX_DRAFTERS) {
+        cli_fail(cmd, "at most %d drafters", MAX_DRAFTERS);
+        return false;
     }
-    if (!(tp = vs_threadpool_new(threads, &err))) goto fail;
-    if (!(d = vs_world_load(data, split, o.suites, &err))) goto fail;
+    if (!parse_draft(v, &l->ds[l->n])) {
+        vs_free(l->ds[l->n].buf);
+        cli_fail(cmd, "%s %s: expected NAME=LM.gguf[,MMPROJ.gguf]", flag, v);
+        return false;
+    }
+    l->n++;
+    return true;
+}
+
+/* --mode m|t (or M|T): sets the bool text_only at dst. */
+static bool parse_mode(const char *cmd, const char *flag, const char *v, void *dst) {
+    if (!strcmp(v, "m") || !strcmp(v, "M") || !strcmp(v, "t") || !strcmp(v, "T")) {
+        *(bool *)dst = v[0] == 't' || v[0] == 'T';
+        return true;
+    }
+    cli_fail(cmd, "%s %s: expected m or t", flag, v);
+    return false;
+}
+
+/* --limit N: int64_t in [1, INT64_MAX] (a double range cannot hold INT64_MAX). */
+static bool parse_limit(const char *cmd, const char *flag, const char *v, void *dst) {
+    return cli_parse_i64(cmd, flag, v, 1, INT64_MAX, (int64_t *)dst);
+}
+
+/* argv[0] is "tvd". Returns -1 when the options are fine, else the exit status; a->dl holds the drafters
+ * parsed so far either way. */
+static int tvd_parse(int argc, char **argv, tvd_args *a) {
+    memset(a, 0, sizeof(*a));
+    a->split = "test", a->suites = "all";
+    a->threads = 2, a->bins = 20;
+    a->o.max_tokens = 256;
+    cli_flags fs = {0};
+    cli_flag_add(&fs, "-m|--model|--target", CLI_STR, &a->model, 0, 0);
+    cli_flag_add(&fs, "--mmproj", CLI_STR, &a->mmproj, 0, 0);
+    cli_flag_fn_add(&fs, "--drafter|--draft", parse_drafter, &a->dl); /* --draft: the older spelling */
+    cli_flag_add(&fs, "--data", CLI_STR, &a->data, 0, 0);
+    cli_flag_add(&fs, "--split", CLI_STR, &a->split, 0, 0);
+    cli_flag_add(&fs, "--suites|--suite", CLI_STR, &a->suites, 0, 0);
+    cli_flag_fn_add(&fs, "--limit", parse_limit, &a->o.limit);
+    cli_flag_fn_add(&fs, "--mode", parse_mode, &a->o.text_only);
+    cli_flag_add(&fs, "--second-turns", CLI_BOOL, &a->o.second_turns, 0, 0);
+    cli_flag_add(&fs, "-n|--max-tokens|--n-predict", CLI_INT, &a->o.max_tokens, 1, 1 << 20);
+    cli_flag_add(&fs, "--bins", CLI_INT, &a->bins, 1, 1000);
+    cli_flag_add(&fs, "-o|--output", CLI_STR, &a->svg, 0, 0);
+    cli_flag_add(&fs, "--title", CLI_STR, &a->title, 0, 0);
+    cli_flag_add(&fs, "--json", CLI_STR, &a->json, 0, 0);
+    cli_flag_add(&fs, "--tokens", CLI_STR, &a->tokens, 0, 0);
+    cli_flag_add(&fs, "-t|--threads", CLI_INT, &a->threads, 1, 1024);
+    cli_flag_add(&fs, "-q|--quiet", CLI_BOOL, &a->quiet, 0, 0);
+    const int r = cli_flags_parse(CMD, argc, argv, &fs, usage);
+    if (r >= 0) return r;
+    if (!a->model || !a->mmproj || !a->data) return cli_fail(CMD, "tvd: --model, --mmproj and --data are required"), 2;
+    if (a->dl.n == 0) return cli_fail(CMD, "tvd: at least one --drafter is required"), 2;
+    for (int i = 0; i < a->dl.n; i++)
+        for (int j = 0; j < i; j++)
+            if (!strcmp(a->dl.ds[i].name, a->dl.ds[j].name))
+                return cli_fail(CMD, "tvd: two drafters named '%s' (use NAME=...)", a->dl.ds[i].name), 2;
+    vs_error err = {0};
+    if (vs_world_parse_suites(a->suites, &a->o.suites, &err)) return cli_fail_err(CMD, &err), 2;
+    return -1;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * the run */
+
+typedef struct tvd_models {
+    vs_lm *lm, *dlm[MAX_DRAFTERS];
+    vs_mmproj *mm, *dmm[MAX_DRAFTERS];
+    vs_tokenizer *tok;
+    vs_threadpool *tp;
+    vs_world_dataset *d;
+    vs_tvd_drafter dr[MAX_DRAFTERS];
+} tvd_models;
+
+/* Loads the target, the drafters, the thread pool and the dataset; false with err set on failure (what was
+ * loaded: tvd_models_free). */
+static bool tvd_load(const tvd_args *a, tvd_models *m, vs_error *err) {
+    if (!(m->lm = vs_lm_load(a->model, err)) || !(m->mm = vs_mmproj_open(a->mmproj, err))) return false;
+    if (!(m->tok = vs_tokenizer_from_gguf(vs_lm_gguf(m->lm), err))) return false;
+    for (int i = 0; i < a->dl.n; i++) {
+        const draft_spec *ds = &a->dl.ds[i];
+        if (!(m->dlm[i] = vs_lm_load(ds->lm_path, err))) return false;
+        if (ds->mm_path && !(m->dmm[i] = vs_mmproj_open(ds->mm_path, err))) return false;
+        m->dr[i] = (vs_tvd_drafter){.name = ds->name, .lm = m->dlm[i], .mm = m->dmm[i]};
+    }
+    if (!(m->tp = vs_threadpool_new(a->threads, err))) return false;
+    return (m->d = vs_world_load(a->data, a->split, a->o.suites, err)) != NULL;
+}
+
+static void tvd_models_free(tvd_models *m, int n_drafters) {
+    vs_world_dataset_free(m->d);
+    vs_threadpool_free(m->tp);
+    for (int i = 0; i < n_drafters; i++) vs_mmproj_free(m->dmm[i]), vs_lm_free(m->dlm[i]);
+    vs_tokenizer_free(m->tok);
+    vs_mmproj_free(m->mm);
+    vs_lm_free(m->lm);
+}
+
+/* The turns the run will analyse (for the progress line). */
+static int64_t count_turns(const vs_world_dataset *d, const vs_tvd_opts *o) {
     int64_t n_turns = 0, per[VS_WORLD_N_SUITES] = {0};
     for (int64_t i = 0; i < d->n; i++)
-        if (o.limit <= 0 || per[d->samples[i].suite]++ < o.limit)
-            n_turns += o.second_turns ? d->samples[i].n_turns : 1;
-    fprintf(stderr, "[tvd] target %s + %s, %d drafter(s), mode %s, %s/%s.jsonl: %lld turns (%s)\n", model,
-            mmproj, n_ds, o.text_only ? "T" : "M", data, split, (long long)n_turns,
-            o.second_turns ? "all turns" : "first turns");
-    vs_progress_begin(&cx.pr, "tvd", n_turns);
-    o.on_turn = on_turn, o.on_turn_ctx = &cx;
-    double t0 = vs_time_now();
-    vs_status st = vs_tvd_run(lm, mm, tok, tp, dr, n_ds, d, &o, &res, &err);
-    if (!cx.quiet && st == VS_OK) vs_progress_end(&cx.pr, res.turns);
-    if (st != VS_OK) goto fail;
-    const double sec = vs_time_now() - t0;
-    char *rep = vs_tvd_report(&res, bins);
-    if (!rep) {
-        cli_fail(CMD, "out of memory");
-        goto done;
-    }
-    fputs(rep, stdout);
-    vs_free(rep);
-    const vs_eval_counts *tc = &res.eval.total;
+        if (o->limit <= 0 || per[d->samples[i].suite]++ < o->limit)
+            n_turns += o->second_turns ? d->samples[i].n_turns : 1;
+    return n_turns;
+}
+
+/* The target's accuracy line on stdout. */
+static void print_target(const vs_tvd_result *res, bool second_turns, double sec) {
+    const vs_eval_counts *tc = &res->eval.total;
     printf("\ntarget: %lld turns answered in %.1f s; first-turn accuracy %.1f%% (%lld/%lld)",
-           (long long)res.turns, sec, tc->first_turns ? 100.0 * tc->first_correct / tc->first_turns : 0.0,
+           (long long)res->turns, sec, tc->first_turns ? 100.0 * tc->first_correct / tc->first_turns : 0.0,
            (long long)tc->first_correct, (long long)tc->first_turns);
-    if (o.second_turns && tc->second_turns)
+    if (second_turns && tc->second_turns)
         printf(", second-turn %.1f%% (%lld/%lld)", 100.0 * tc->second_correct / tc->second_turns,
                (long long)tc->second_correct, (long long)tc->second_turns);
     printf("\n");
-    if (svg) {
-        vs_plot *p = vs_tvd_plot(&res, bins, title, &err);
-        if (!p || vs_plot_write(p, svg, &err) != VS_OK) {
-            vs_plot_free(p);
-            goto fail;
-        }
+}
+
+/* --json: the inputs, the TVD summary and the target's accuracy. */
+static vs_status write_json(const tvd_args *a, const vs_tvd_result *res, vs_error *err) {
+    const vs_tvd_opts *o = &a->o;
+    const vs_eval_counts *tc = &res->eval.total;
+    vs_json_writer w;
+    vs_json_writer_init(&w);
+    vs_json_obj_begin(&w);
+    vs_json_kv_str(&w, "target", a->model);
+    vs_json_kv_str(&w, "mmproj", a->mmproj);
+    vs_json_kv_str(&w, "data", a->data);
+    vs_json_kv_str(&w, "split", a->split);
+    vs_json_kv_str(&w, "mode", o->text_only ? "t" : "m");
+    vs_json_kv_int(&w, "limit", o->limit);
+    vs_json_kv_int(&w, "max_tokens", o->max_tokens);
+    vs_json_kv_bool(&w, "second_turns", o->second_turns);
+    vs_json_key(&w, "files");
+    vs_json_arr_begin(&w);
+    for (int i = 0; i < a->dl.n; i++) {
+        vs_json_obj_begin(&w);
+        vs_json_kv_str(&w, "name", a->dl.ds[i].name);
+        vs_json_kv_str(&w, "lm", a->dl.ds[i].lm_path);
+        if (a->dl.ds[i].mm_path) vs_json_kv_str(&w, "mmproj", a->dl.ds[i].mm_path);
+        vs_json_obj_end(&w);
+    }
+    vs_json_arr_end(&w);
+    vs_json_key(&w, "tvd");
+    vs_tvd_json(res, a->bins, &w);
+    vs_json_key(&w, "target_accuracy"); /* the checker's verdicts on the analysed turns */
+    vs_json_obj_begin(&w);
+    vs_json_kv_int(&w, "first_turns", tc->first_turns);
+    vs_json_kv_int(&w, "first_correct", tc->first_correct);
+    if (o->second_turns) {
+        vs_json_kv_int(&w, "second_turns", tc->second_turns);
+        vs_json_kv_int(&w, "second_correct", tc->second_correct);
+    }
+    vs_json_obj_end(&w);
+    vs_json_obj_end(&w);
+    char *s = vs_json_writer_take(&w, NULL);
+    vs_json_writer_free(&w);
+    vs_status st = write_text(a->json, s, err);
+    vs_free(s);
+    return st;
+}
+
+/* The report on stdout, then the files asked for. Returns the exit status (errors printed). */
+static int tvd_report(const tvd_args *a, const vs_tvd_result *res, const vs_world_dataset *d, double sec,
+                      vs_error *err) {
+    char *rep = vs_tvd_report(res, a->bins);
+    if (!rep) return cli_fail(CMD, "out of memory");
+    fputs(rep, stdout);
+    vs_free(rep);
+    print_target(res, a->o.second_turns, sec);
+    if (a->svg) {
+        vs_plot *p = vs_tvd_plot(res, a->bins, a->title, err);
+        const bool ok = p && vs_plot_write(p, a->svg, err) == VS_OK;
         vs_plot_free(p);
-        fprintf(stderr, "[tvd] wrote %s\n", svg);
+        if (!ok) return cli_fail_err(CMD, err);
+        fprintf(stderr, "[tvd] wrote %s\n", a->svg);
     }
-    if (json) {
-        vs_json_writer w;
-        vs_json_writer_init(&w);
-        vs_json_obj_begin(&w);
-        vs_json_kv_str(&w, "target", model);
-        vs_json_kv_str(&w, "mmproj", mmproj);
-        vs_json_kv_str(&w, "data", data);
-        vs_json_kv_str(&w, "split", split);
-        vs_json_kv_str(&w, "mode", o.text_only ? "t" : "m");
-        vs_json_kv_int(&w, "limit", o.limit);
-        vs_json_kv_int(&w, "max_tokens", o.max_tokens);
-        vs_json_kv_bool(&w, "second_turns", o.second_turns);
-        vs_json_key(&w, "files");
-        vs_json_arr_begin(&w);
-        for (int i = 0; i < n_ds; i++) {
-            vs_json_obj_begin(&w);
-            vs_json_kv_str(&w, "name", ds[i].name);
-            vs_json_kv_str(&w, "lm", ds[i].lm_path);
-            if (ds[i].mm_path) vs_json_kv_str(&w, "mmproj", ds[i].mm_path);
-            vs_json_obj_end(&w);
-        }
-        vs_json_arr_end(&w);
-        vs_json_key(&w, "tvd");
-        vs_tvd_json(&res, bins, &w);
-        vs_json_key(&w, "target_accuracy"); /* the checker's verdicts on the analysed turns */
-        vs_json_obj_begin(&w);
-        vs_json_kv_int(&w, "first_turns", tc->first_turns);
-        vs_json_kv_int(&w, "first_correct", tc->first_correct);
-        if (o.second_turns) {
-            vs_json_kv_int(&w, "second_turns", tc->second_turns);
-            vs_json_kv_int(&w, "second_correct", tc->second_correct);
-        }
-        vs_json_obj_end(&w);
-        vs_json_obj_end(&w);
-        char *s = vs_json_writer_take(&w, NULL);
-        vs_json_writer_free(&w);
-        vs_status ws = write_text(json, s, &err);
-        vs_free(s);
-        if (ws != VS_OK) goto fail;
+    if (a->json && write_json(a, res, err) != VS_OK) return cli_fail_err(CMD, err);
+    if (a->tokens && write_tokens(a->tokens, res, d, err) != VS_OK) return cli_fail_err(CMD, err);
+    return 0;
+}
+
+/* Loads everything, runs the analysis and reports. Returns the exit status (errors printed). */
+static int tvd_run(tvd_args *a) {
+    vs_error err = {0};
+    tvd_models m = {0};
+    vs_tvd_result res = {0};
+    tvd_cli_ctx cx = {.quiet = a->quiet};
+    int rc = 1;
+    if (!tvd_load(a, &m, &err)) {
+        cli_fail_err(CMD, &err);
+        goto done;
     }
-    if (tokens && write_tokens(tokens, &res, d, &err) != VS_OK) goto fail;
-    rc = 0;
-    goto done;
-fail:
-    if (!cx.quiet && res.turns) fprintf(stderr, "\n");
-    cli_fail_err(CMD, &err);
+    const int64_t n_turns = count_turns(m.d, &a->o);
+    fprintf(stderr, "[tvd] target %s + %s, %d drafter(s), mode %s, %s/%s.jsonl: %lld turns (%s)\n", a->model,
+            a->mmproj, a->dl.n, a->o.text_only ? "T" : "M", a->data, a->split, (long long)n_turns,
+            a->o.second_turns ? "all turns" : "first turns");
+    vs_progress_begin(&cx.pr, "tvd", n_turns);
+    a->o.on_turn = on_turn, a->o.on_turn_ctx = &cx;
+    const double t0 = vs_time_now();
+    if (vs_tvd_run(m.lm, m.mm, m.tok, m.tp, m.dr, a->dl.n, m.d, &a->o, &res, &err) != VS_OK) {
+        if (!cx.quiet && res.turns) fprintf(stderr, "\n");
+        cli_fail_err(CMD, &err);
+        goto done;
+    }
+    if (!cx.quiet) vs_progress_end(&cx.pr, res.turns);
+    rc = tvd_report(a, &res, m.d, vs_time_now() - t0, &err);
 done:
     vs_tvd_result_free(&res);
-    vs_world_dataset_free(d);
-    vs_threadpool_free(tp);
-    for (int i = 0; i < n_ds; i++) vs_mmproj_free(dmm[i]), vs_lm_free(dlm[i]);
-    vs_tokenizer_free(tok);
-    vs_mmproj_free(mm);
-    vs_lm_free(lm);
-out:
-    for (int i = 0; i < n_ds; i++) vs_free(ds[i].buf);
+    tvd_models_free(&m, a->dl.n);
     return rc;
 }
 
@@ -337,7 +370,13 @@ int vs_cmd_analyze(int argc, char **argv) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
     }
-    if (!strcmp(argv[1], "tvd")) return cmd_tvd(argc, argv);
-    cli_fail(CMD, "unknown analysis '%s' (available: tvd)", argv[1]);
-    return 2;
+    if (strcmp(argv[1], "tvd")) {
+        cli_fail(CMD, "unknown analysis '%s' (available: tvd)", argv[1]);
+        return 2;
+    }
+    tvd_args a;
+    int rc = tvd_parse(argc - 1, argv + 1, &a);
+    if (rc < 0) rc = tvd_run(&a);
+    draft_list_free(&a.dl);
+    return rc;
 }

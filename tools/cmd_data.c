@@ -2,7 +2,9 @@
  *   data gen --out DIR [--seed S] [--train N] [--test N] [--size PX] [--suites LIST] [--quiet]
  *   data stats DIR [--split S] [--tokenizer TOK.gguf]
  *   data preview DIR -o SHEET.png [--split S] [--per-suite N]
- *   data check DIR [--split S]      (re-derives every answer and scores the reference texts) */
+ *   data check DIR [--split S]      (re-derives every answer and scores the reference texts)
+ *   data distill --model T.gguf --mmproj T-mm.gguf --data DIR --out FILE [options]
+ *                                   (the target's answers for self-distillation, distill.h) */
 #include <ctype.h>
 #include <math.h>
 #include <stdio.h>
@@ -19,7 +21,8 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: vlmspec data gen --out DIR [--seed S] [--train N] [--test N] [--size PX] [--suites LIST] [--quiet]\n"
+            "usage: vlmspec data gen --out DIR [--seed S] [--train N] [--test N] [--size PX] [--suites LIST] "
+            "[--quiet]\n"
             "       vlmspec data stats DIR [--split train|test|captions] [--tokenizer TOK.gguf]\n"
             "       vlmspec data preview DIR -o SHEET.png [--split test|train] [--per-suite N]\n"
             "       vlmspec data check DIR [--split test|train|captions]\n"
@@ -28,13 +31,13 @@ static void usage(FILE *f) {
             "\n"
             "gen      writes the generated world (docs/world.md): PNG images, train.jsonl, test.jsonl,\n"
             "         captions.jsonl and world.json. Deterministic for a seed.\n"
-            "  --out DIR        output directory (created)\n"
+            "  -o, --out DIR    output directory (created)\n"
             "  --seed S         random seed (default 1)\n"
             "  --train N        training samples per suite (default 1000)\n"
             "  --test N         test samples per suite (default 100)\n"
             "  --size PX        image side in pixels (default 64, 32..1024)\n"
             "  --suites LIST    comma-separated suites or 'all' (describe,vqa,pope,ocr,chart,diff,story,text)\n"
-            "  --quiet          no progress output\n"
+            "  -q, --quiet      no progress output\n"
             "stats    per suite: samples, turns, images per sample, answer length in words (and tokens with\n"
             "         --tokenizer), vocabulary size. --split defaults to train.\n"
             "preview  a contact sheet PNG tiling samples of every suite (--split test, --per-suite 4).\n"
@@ -43,46 +46,34 @@ static void usage(FILE *f) {
 
 /* ---------------------------------------------------------------------------------------------- */
 
+/* --suites LIST (data gen): the suite mask (uint32_t) at dst. */
+static bool parse_suites(const char *cmd, const char *flag, const char *v, void *dst) {
+    (void)flag;
+    vs_error err;
+    if (vs_world_parse_suites(v, (uint32_t *)dst, &err) != VS_OK) {
+        cli_fail_err(cmd, &err);
+        return false;
+    }
+    return true;
+}
+
 static int cmd_gen(int argc, char **argv) {
     vs_world_config cfg;
     vs_world_config_default(&cfg);
-    cfg.progress = 1;
     const char *out = NULL;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        if (!strcmp(a, "--out") || !strcmp(a, "-o")) {
-            if (!(out = cli_value("data gen", argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--seed")) {
-            int64_t s;
-            if (!(v = cli_value("data gen", argc, argv, &i)) || !cli_parse_i64("data gen", a, v, 0, INT64_MAX, &s)) return 2;
-            cfg.seed = (uint64_t)s;
-        } else if (!strcmp(a, "--train")) {
-            if (!(v = cli_value("data gen", argc, argv, &i)) || !cli_parse_i64("data gen", a, v, 0, 10000000, &cfg.n_train)) return 2;
-        } else if (!strcmp(a, "--test")) {
-            if (!(v = cli_value("data gen", argc, argv, &i)) || !cli_parse_i64("data gen", a, v, 0, 1000000, &cfg.n_test)) return 2;
-        } else if (!strcmp(a, "--size")) {
-            if (!(v = cli_value("data gen", argc, argv, &i)) || !cli_parse_int("data gen", a, v, 32, 1024, &cfg.image_size)) return 2;
-        } else if (!strcmp(a, "--suites")) {
-            vs_error err;
-            if (!(v = cli_value("data gen", argc, argv, &i))) return 2;
-            if (vs_world_parse_suites(v, &cfg.suites, &err) != VS_OK) {
-                cli_fail_err("data gen", &err);
-                return 2;
-            }
-        } else if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) {
-            cfg.progress = 0;
-        } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 0;
-        } else {
-            fprintf(stderr, "vlmspec data gen: unknown option '%s'\n", a);
-            return 2;
-        }
-    }
-    if (!out) {
-        fprintf(stderr, "vlmspec data gen: --out DIR is required\n");
-        return 2;
-    }
+    bool quiet = false;
+    cli_flags fs = {0};
+    cli_flag_add(&fs, "--out|-o", CLI_STR, &out, 0, 0);
+    cli_flag_add(&fs, "--seed", CLI_U64, &cfg.seed, 0, (double)INT64_MAX);
+    cli_flag_add(&fs, "--train", CLI_I64, &cfg.n_train, 0, 10000000);
+    cli_flag_add(&fs, "--test", CLI_I64, &cfg.n_test, 0, 1000000);
+    cli_flag_add(&fs, "--size", CLI_INT, &cfg.image_size, 32, 1024);
+    cli_flag_fn_add(&fs, "--suites", parse_suites, &cfg.suites);
+    cli_flag_add(&fs, "--quiet|-q", CLI_BOOL, &quiet, 0, 0);
+    const int r = cli_flags_parse("data gen", argc, argv, &fs, usage);
+    if (r >= 0) return r;
+    cfg.progress = quiet ? 0 : 1;
+    if (!out) return cli_fail("data gen", "--out DIR is required"), 2;
     vs_error err;
     double t0 = vs_time_now();
     if (vs_world_generate(&cfg, out, &err) != VS_OK) return cli_fail_err("data gen", &err);
@@ -186,27 +177,75 @@ static void add_words(strset *s, const char *text) {
     }
 }
 
-static int cmd_stats(int argc, char **argv) {
-    const char *dir = NULL, *split = "train", *tokp = NULL;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--split")) {
-            if (!(split = cli_value("data stats", argc, argv, &i))) return 2;
-        } else if (!strcmp(argv[i], "--tokenizer")) {
-            if (!(tokp = cli_value("data stats", argc, argv, &i))) return 2;
-        } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            usage(stdout);
-            return 0;
-        } else if (argv[i][0] == '-') {
-            fprintf(stderr, "vlmspec data stats: unknown option '%s'\n", argv[i]);
-            return 2;
-        } else {
-            dir = argv[i];
+/* stats, preview and check take one positional argument, DIR; parses their flags and it. */
+static int parse_with_dir(const char *cmd, int argc, char **argv, cli_flags *fs, const char **dir) {
+    int n_pos = 0;
+    cli_flags_positional(fs, dir, &n_pos, 1);
+    return cli_flags_parse(cmd, argc, argv, fs, usage);
+}
+
+/* Words separated by white space. */
+static int count_words(const char *s) {
+    int w = 0;
+    bool in = false;
+    for (const char *p = s; *p; p++) {
+        bool sp = isspace((unsigned char)*p);
+        if (!sp && !in) w++;
+        in = !sp;
+    }
+    return w;
+}
+
+/* One suite's block of `data stats` (nothing when the split has no sample of it); adds its words to
+ * all_vocab. */
+static void stats_suite(const vs_world_dataset *d, int su, vs_tokenizer *tok, strset *all_vocab) {
+    int64_t n = 0, n_img = 0, kinds[4] = {0}, turns = 0;
+    ivec words = {0}, toks = {0};
+    strset vocab = {0};
+    vs_error err;
+    for (int64_t i = 0; i < d->n; i++) {
+        const vs_world_sample *s = &d->samples[i];
+        if ((int)s->suite != su) continue;
+        n++;
+        n_img += s->n_images;
+        for (int t = 0; t < s->n_turns; t++) {
+            const char *a = s->turns[t].assistant;
+            turns++;
+            kinds[s->turns[t].kind]++;
+            ivec_push(&words, count_words(a));
+            add_words(&vocab, a);
+            add_words(all_vocab, a);
+            add_words(all_vocab, s->turns[t].user);
+            if (tok) {
+                int64_t nt = 0;
+                int32_t *ids = NULL;
+                if (vs_tokenize_alloc(tok, a, strlen(a), false, true, &ids, &nt, &err) == VS_OK)
+                    ivec_push(&toks, (int)nt);
+                vs_free(ids);
+            }
         }
     }
-    if (!dir) {
-        fprintf(stderr, "vlmspec data stats: DIR is required\n");
-        return 2;
+    if (n) {
+        printf("\n%s: %lld samples, %.2f images/sample, %lld turns (first %lld, followup %lld, unrelated %lld, "
+               "new image %lld), answer vocabulary %zu words\n",
+               vs_world_suite_name((vs_world_suite)su), (long long)n, (double)n_img / (double)n, (long long)turns,
+               (long long)kinds[0], (long long)kinds[1], (long long)kinds[2], (long long)kinds[3], vocab.n);
+        print_dist("answer words", &words);
+        if (tok) print_dist("answer tokens", &toks);
     }
+    free(words.v);
+    free(toks.v);
+    strset_free(&vocab);
+}
+
+static int cmd_stats(int argc, char **argv) {
+    const char *dir = NULL, *split = "train", *tokp = NULL;
+    cli_flags fs = {0};
+    cli_flag_add(&fs, "--split", CLI_STR, &split, 0, 0);
+    cli_flag_add(&fs, "--tokenizer", CLI_STR, &tokp, 0, 0);
+    const int r = parse_with_dir("data stats", argc, argv, &fs, &dir);
+    if (r >= 0) return r;
+    if (!dir) return cli_fail("data stats", "DIR is required"), 2;
     vs_error err;
     vs_tokenizer *tok = NULL;
     if (tokp && !(tok = vs_tokenizer_load(tokp, &err))) return cli_fail_err("data stats", &err);
@@ -218,52 +257,7 @@ static int cmd_stats(int argc, char **argv) {
     printf("%s split '%s': %lld samples, seed %llu, %dx%d images\n", dir, split, (long long)d->n,
            (unsigned long long)d->seed, d->image_size, d->image_size);
     strset all_vocab = {0};
-    for (int su = 0; su < VS_WORLD_N_SUITES; su++) {
-        int64_t n = 0, n_img = 0, kinds[4] = {0}, turns = 0;
-        ivec words = {0}, toks = {0};
-        strset vocab = {0};
-        for (int64_t i = 0; i < d->n; i++) {
-            const vs_world_sample *s = &d->samples[i];
-            if ((int)s->suite != su) continue;
-            n++;
-            n_img += s->n_images;
-            for (int t = 0; t < s->n_turns; t++) {
-                const char *a = s->turns[t].assistant;
-                turns++;
-                kinds[s->turns[t].kind]++;
-                int w = 0;
-                bool in = false;
-                for (const char *p = a; *p; p++) {
-                    bool sp = isspace((unsigned char)*p);
-                    if (!sp && !in) w++;
-                    in = !sp;
-                }
-                ivec_push(&words, w);
-                add_words(&vocab, a);
-                add_words(&all_vocab, a);
-                add_words(&all_vocab, s->turns[t].user);
-                if (tok) {
-                    int64_t nt = 0;
-                    int32_t *ids = NULL;
-                    if (vs_tokenize_alloc(tok, a, strlen(a), false, true, &ids, &nt, &err) == VS_OK) ivec_push(&toks, (int)nt);
-                    vs_free(ids);
-                }
-            }
-        }
-        if (!n) {
-            strset_free(&vocab);
-            continue;
-        }
-        printf("\n%s: %lld samples, %.2f images/sample, %lld turns (first %lld, followup %lld, unrelated %lld, new image %lld), "
-               "answer vocabulary %zu words\n",
-               vs_world_suite_name((vs_world_suite)su), (long long)n, (double)n_img / (double)n, (long long)turns,
-               (long long)kinds[0], (long long)kinds[1], (long long)kinds[2], (long long)kinds[3], vocab.n);
-        print_dist("answer words", &words);
-        if (tok) print_dist("answer tokens", &toks);
-        free(words.v);
-        free(toks.v);
-        strset_free(&vocab);
-    }
+    for (int su = 0; su < VS_WORLD_N_SUITES; su++) stats_suite(d, su, tok, &all_vocab);
     printf("\nvocabulary of all prompts and answers: %zu distinct words\n", all_vocab.n);
     strset_free(&all_vocab);
     vs_world_dataset_free(d);
@@ -278,64 +272,43 @@ static void blit(uint8_t *dst, int dw, int dh, int x, int y, const vs_image *im)
         if (y + r < 0 || y + r >= dh) continue;
         for (int c = 0; c < im->w; c++) {
             if (x + c < 0 || x + c >= dw) continue;
-            memcpy(dst + ((size_t)(y + r) * (size_t)dw + (size_t)(x + c)) * 3, im->rgb + ((size_t)r * (size_t)im->w + (size_t)c) * 3, 3);
+            memcpy(dst + ((size_t)(y + r) * (size_t)dw + (size_t)(x + c)) * 3,
+                   im->rgb + ((size_t)r * (size_t)im->w + (size_t)c) * 3, 3);
         }
     }
 }
 
-static int cmd_preview(int argc, char **argv) {
-    const char *dir = NULL, *out = NULL, *split = "test";
-    int per = 4;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-o") || !strcmp(argv[i], "--out")) {
-            if (!(out = cli_value("data preview", argc, argv, &i))) return 2;
-        } else if (!strcmp(argv[i], "--split")) {
-            if (!(split = cli_value("data preview", argc, argv, &i))) return 2;
-        } else if (!strcmp(argv[i], "--per-suite")) {
-            const char *v = cli_value("data preview", argc, argv, &i);
-            if (!v || !cli_parse_int("data preview", "--per-suite", v, 1, 50, &per)) return 2;
-        } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            usage(stdout);
-            return 0;
-        } else if (argv[i][0] == '-') {
-            fprintf(stderr, "vlmspec data preview: unknown option '%s'\n", argv[i]);
-            return 2;
-        } else {
-            dir = argv[i];
-        }
-    }
-    if (!dir || !out) {
-        fprintf(stderr, "vlmspec data preview: DIR and -o SHEET.png are required\n");
-        return 2;
-    }
-    vs_error err;
-    vs_world_dataset *d = vs_world_load(dir, split, VS_WORLD_ALL_SUITES, &err);
-    if (!d) return cli_fail_err("data preview", &err);
-    int S = d->image_size, gap = 2, sgap = 8, label_w = 8 * VS_FONT_ADVANCE * 2 + 8;
-    /* one row per suite with images; each row holds `per` samples side by side */
-    int rows = 0, max_w = 0;
+/* The contact sheet's geometry: one row per suite with images; each row holds `per` samples side by side. */
+typedef struct sheet {
+    int per, S, gap, sgap, label_w; /* samples per row, image side, gaps, label column */
+    int rows, W, H;
+    uint8_t *rgb;
+} sheet;
+
+/* Counts the rows and sizes the sheet. */
+static void sheet_layout(sheet *sh, const vs_world_dataset *d) {
+    int max_w = 0;
     for (int su = 0; su < VS_WORLD_N_SUITES; su++) {
-        int k = 0, w = label_w;
-        for (int64_t i = 0; i < d->n && k < per; i++) {
+        int k = 0, w = sh->label_w;
+        for (int64_t i = 0; i < d->n && k < sh->per; i++) {
             const vs_world_sample *s = &d->samples[i];
             if ((int)s->suite != su || s->n_images == 0) continue;
-            w += s->n_images * (S + gap) + sgap;
+            w += s->n_images * (sh->S + sh->gap) + sh->sgap;
             k++;
         }
-        if (k) rows++, max_w = w > max_w ? w : max_w;
+        if (k) sh->rows++, max_w = w > max_w ? w : max_w;
     }
-    if (!rows) {
-        vs_world_dataset_free(d);
-        return cli_fail("data preview", "%s: no samples with images in split '%s'", dir, split);
-    }
-    int W = max_w, H = rows * (S + 10) + 10;
-    uint8_t *sheet = malloc((size_t)W * (size_t)H * 3);
-    memset(sheet, 40, (size_t)W * (size_t)H * 3);
+    sh->W = max_w, sh->H = sh->rows * (sh->S + 10) + 10;
+}
+
+/* Draws every row of the sheet; returns the exit status (errors printed). */
+static int sheet_draw(sheet *sh, const vs_world_dataset *d) {
     static const uint8_t white[3] = {235, 235, 235};
+    vs_error err;
     int y = 10, status = 0;
     for (int su = 0; su < VS_WORLD_N_SUITES && !status; su++) {
-        int k = 0, x = label_w;
-        for (int64_t i = 0; i < d->n && k < per && !status; i++) {
+        int k = 0, x = sh->label_w;
+        for (int64_t i = 0; i < d->n && k < sh->per && !status; i++) {
             const vs_world_sample *s = &d->samples[i];
             if ((int)s->suite != su || s->n_images == 0) continue;
             for (int m = 0; m < s->n_images; m++) {
@@ -344,23 +317,51 @@ static int cmd_preview(int argc, char **argv) {
                     status = cli_fail_err("data preview", &err);
                     break;
                 }
-                blit(sheet, W, H, x, y, &im);
+                blit(sh->rgb, sh->W, sh->H, x, y, &im);
                 vs_image_free(&im);
-                x += S + gap;
+                x += sh->S + sh->gap;
             }
-            x += sgap;
+            x += sh->sgap;
             k++;
         }
         if (!k) continue;
         char name[16];
         snprintf(name, sizeof(name), "%s", vs_world_suite_name((vs_world_suite)su));
         for (char *p = name; *p; p++) *p = (char)toupper((unsigned char)*p);
-        vs_font_draw(sheet, W, H, 4, y + S / 2 - VS_FONT_H, name, 2, white);
-        y += S + 10;
+        vs_font_draw(sh->rgb, sh->W, sh->H, 4, y + sh->S / 2 - VS_FONT_H, name, 2, white);
+        y += sh->S + 10;
     }
-    if (!status && vs_png_write(out, sheet, W, H, 3, &err) != VS_OK) status = cli_fail_err("data preview", &err);
-    if (!status) printf("wrote %s (%dx%d, %d suites, up to %d samples each, split %s)\n", out, W, H, rows, per, split);
-    free(sheet);
+    return status;
+}
+
+static int cmd_preview(int argc, char **argv) {
+    const char *dir = NULL, *out = NULL, *split = "test";
+    int per = 4;
+    cli_flags fs = {0};
+    cli_flag_add(&fs, "-o|--out", CLI_STR, &out, 0, 0);
+    cli_flag_add(&fs, "--split", CLI_STR, &split, 0, 0);
+    cli_flag_add(&fs, "--per-suite", CLI_INT, &per, 1, 50);
+    const int r = parse_with_dir("data preview", argc, argv, &fs, &dir);
+    if (r >= 0) return r;
+    if (!dir || !out) return cli_fail("data preview", "DIR and -o SHEET.png are required"), 2;
+    vs_error err;
+    vs_world_dataset *d = vs_world_load(dir, split, VS_WORLD_ALL_SUITES, &err);
+    if (!d) return cli_fail_err("data preview", &err);
+    sheet sh = {.per = per, .S = d->image_size, .gap = 2, .sgap = 8, .label_w = 8 * VS_FONT_ADVANCE * 2 + 8};
+    sheet_layout(&sh, d);
+    if (!sh.rows) {
+        vs_world_dataset_free(d);
+        return cli_fail("data preview", "%s: no samples with images in split '%s'", dir, split);
+    }
+    sh.rgb = malloc((size_t)sh.W * (size_t)sh.H * 3);
+    memset(sh.rgb, 40, (size_t)sh.W * (size_t)sh.H * 3);
+    int status = sheet_draw(&sh, d);
+    if (!status && vs_png_write(out, sh.rgb, sh.W, sh.H, 3, &err) != VS_OK)
+        status = cli_fail_err("data preview", &err);
+    if (!status)
+        printf("wrote %s (%dx%d, %d suites, up to %d samples each, split %s)\n", out, sh.W, sh.H, sh.rows, per,
+               split);
+    free(sh.rgb);
     vs_world_dataset_free(d);
     return status;
 }
@@ -369,23 +370,11 @@ static int cmd_preview(int argc, char **argv) {
 
 static int cmd_check(int argc, char **argv) {
     const char *dir = NULL, *split = "test";
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--split")) {
-            if (!(split = cli_value("data check", argc, argv, &i))) return 2;
-        } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            usage(stdout);
-            return 0;
-        } else if (argv[i][0] == '-') {
-            fprintf(stderr, "vlmspec data check: unknown option '%s'\n", argv[i]);
-            return 2;
-        } else {
-            dir = argv[i];
-        }
-    }
-    if (!dir) {
-        fprintf(stderr, "vlmspec data check: DIR is required\n");
-        return 2;
-    }
+    cli_flags fs = {0};
+    cli_flag_add(&fs, "--split", CLI_STR, &split, 0, 0);
+    const int r = parse_with_dir("data check", argc, argv, &fs, &dir);
+    if (r >= 0) return r;
+    if (!dir) return cli_fail("data check", "DIR is required"), 2;
     vs_error err;
     vs_world_dataset *d = vs_world_load(dir, split, VS_WORLD_ALL_SUITES, &err);
     if (!d) return cli_fail_err("data check", &err);
@@ -398,8 +387,8 @@ static int cmd_check(int argc, char **argv) {
             bool ok = vs_world_check(s, t, s->turns[t].assistant, &v) && strcmp(v.expected, s->turns[t].answer) == 0;
             if (!ok) {
                 if (bad < 10)
-                    fprintf(stderr, "%s turn %d: stored '%s', checker expects '%s', read '%s'\n", s->id, t, s->turns[t].answer,
-                            v.expected, v.found);
+                    fprintf(stderr, "%s turn %d: stored '%s', checker expects '%s', read '%s'\n", s->id, t,
+                            s->turns[t].answer, v.expected, v.found);
                 bad++;
             }
         }
@@ -439,85 +428,75 @@ static void distill_usage(FILE *f) {
         "  -q, --quiet        no progress line\n");
 }
 
+typedef struct distill_args {
+    const char *model, *mmproj, *data, *out, *split, *suites, *temps;
+    double top_p, time_limit;
+    int64_t limit, max_jobs;
+    uint64_t seed;
+    int max_tokens, threads;
+    bool quiet;
+} distill_args;
+
+/* --limit / --max-jobs N: int64_t in [0, INT64_MAX] (a double range cannot hold INT64_MAX). */
+static bool parse_count(const char *cmd, const char *flag, const char *v, void *dst) {
+    return cli_parse_i64(cmd, flag, v, 0, INT64_MAX, (int64_t *)dst);
+}
+
+/* Returns -1 when the options are fine, else the exit status. */
+static int distill_parse(int argc, char **argv, distill_args *a) {
+    memset(a, 0, sizeof(*a));
+    a->split = "train", a->suites = "all", a->temps = "0,0.7,1.0";
+    a->top_p = 0.9, a->seed = 1, a->max_tokens = 192, a->threads = 2;
+    cli_flags fs = {0};
+    cli_flag_add(&fs, "--model", CLI_STR, &a->model, 0, 0);
+    cli_flag_add(&fs, "--mmproj", CLI_STR, &a->mmproj, 0, 0);
+    cli_flag_add(&fs, "--data", CLI_STR, &a->data, 0, 0);
+    cli_flag_add(&fs, "--out", CLI_STR, &a->out, 0, 0);
+    cli_flag_add(&fs, "--split", CLI_STR, &a->split, 0, 0);
+    cli_flag_add(&fs, "--suites", CLI_STR, &a->suites, 0, 0);
+    cli_flag_fn_add(&fs, "--limit", parse_count, &a->limit);
+    cli_flag_add(&fs, "--temps", CLI_STR, &a->temps, 0, 0);
+    cli_flag_add(&fs, "--top-p", CLI_F64, &a->top_p, 1e-6, 1);
+    cli_flag_add(&fs, "-n|--max-tokens|--n-predict", CLI_INT, &a->max_tokens, 1, 1 << 16);
+    cli_flag_add(&fs, "--seed", CLI_U64, &a->seed, 0, (double)INT64_MAX);
+    cli_flag_add(&fs, "-t|--threads", CLI_INT, &a->threads, 1, 256);
+    cli_flag_fn_add(&fs, "--max-jobs", parse_count, &a->max_jobs);
+    cli_flag_add(&fs, "--time-limit", CLI_F64, &a->time_limit, 0, 1e9);
+    cli_flag_add(&fs, "-q|--quiet", CLI_BOOL, &a->quiet, 0, 0);
+    const int r = cli_flags_parse("data distill", argc, argv, &fs, distill_usage);
+    if (r >= 0) return r;
+    if (!a->model || !a->mmproj || !a->data || !a->out)
+        return cli_fail("data distill", "--model, --mmproj, --data and --out are required"), 2;
+    return -1;
+}
+
 static int cmd_distill(int argc, char **argv) {
     const char *cmd = "data distill";
-    const char *model = NULL, *mmproj = NULL, *data = NULL, *out = NULL, *split = "train", *suites = "all";
-    const char *temps = "0,0.7,1.0";
-    double top_p = 0.9, time_limit = 0;
-    int64_t limit = 0, seed = 1, max_jobs = 0;
-    int max_tokens = 192, threads = 2;
-    bool quiet = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            distill_usage(stdout);
-            return 0;
-        }
-        if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
-            quiet = true;
-            continue;
-        }
-        if (!(v = cli_value(cmd, argc, argv, &i))) return 2;
-        bool ok = true;
-        if (!strcmp(a, "--model"))
-            model = v;
-        else if (!strcmp(a, "--mmproj"))
-            mmproj = v;
-        else if (!strcmp(a, "--data"))
-            data = v;
-        else if (!strcmp(a, "--out"))
-            out = v;
-        else if (!strcmp(a, "--split"))
-            split = v;
-        else if (!strcmp(a, "--suites"))
-            suites = v;
-        else if (!strcmp(a, "--temps"))
-            temps = v;
-        else if (!strcmp(a, "--top-p"))
-            ok = cli_parse_f64(cmd, a, v, 1e-6, 1, &top_p);
-        else if (!strcmp(a, "--limit"))
-            ok = cli_parse_i64(cmd, a, v, 0, INT64_MAX, &limit);
-        else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict") || !strcmp(a, "--max-tokens"))
-            ok = cli_parse_int(cmd, a, v, 1, 1 << 16, &max_tokens);
-        else if (!strcmp(a, "--seed"))
-            ok = cli_parse_i64(cmd, a, v, 0, INT64_MAX, &seed);
-        else if (!strcmp(a, "-t") || !strcmp(a, "--threads"))
-            ok = cli_parse_int(cmd, a, v, 1, 256, &threads);
-        else if (!strcmp(a, "--max-jobs"))
-            ok = cli_parse_i64(cmd, a, v, 0, INT64_MAX, &max_jobs);
-        else if (!strcmp(a, "--time-limit"))
-            ok = cli_parse_f64(cmd, a, v, 0, 1e9, &time_limit);
-        else {
-            fprintf(stderr, "vlmspec %s: unknown option '%s'\n", cmd, a);
-            distill_usage(stderr);
-            return 2;
-        }
-        if (!ok) return 2;
-    }
-    if (!model || !mmproj || !data || !out)
-        return cli_fail(cmd, "--model, --mmproj, --data and --out are required"), 2;
+    distill_args a;
+    const int r = distill_parse(argc, argv, &a);
+    if (r >= 0) return r;
     vs_distill_opts o;
     memset(&o, 0, sizeof(o));
     vs_distill_header *h = &o.h;
-    if (strlen(model) >= sizeof(h->target) || strlen(mmproj) >= sizeof(h->mmproj) ||
-        strlen(data) >= sizeof(h->data) || strlen(split) >= sizeof(h->split) ||
-        strlen(suites) >= sizeof(h->suites))
+    if (strlen(a.model) >= sizeof(h->target) || strlen(a.mmproj) >= sizeof(h->mmproj) ||
+        strlen(a.data) >= sizeof(h->data) || strlen(a.split) >= sizeof(h->split) ||
+        strlen(a.suites) >= sizeof(h->suites))
         return cli_fail(cmd, "a path or list is too long"), 2;
-    snprintf(h->target, sizeof(h->target), "%s", model);
-    snprintf(h->mmproj, sizeof(h->mmproj), "%s", mmproj);
-    snprintf(h->data, sizeof(h->data), "%s", data);
-    snprintf(h->split, sizeof(h->split), "%s", split);
-    snprintf(h->suites, sizeof(h->suites), "%s", suites);
-    h->limit = limit, h->max_tokens = max_tokens, h->seed = (uint64_t)seed;
+    snprintf(h->target, sizeof(h->target), "%s", a.model);
+    snprintf(h->mmproj, sizeof(h->mmproj), "%s", a.mmproj);
+    snprintf(h->data, sizeof(h->data), "%s", a.data);
+    snprintf(h->split, sizeof(h->split), "%s", a.split);
+    snprintf(h->suites, sizeof(h->suites), "%s", a.suites);
+    h->limit = a.limit, h->max_tokens = a.max_tokens, h->seed = a.seed;
     vs_error err = {0};
-    if (vs_distill_parse_temps(temps, (float)top_p, h, &err)) return cli_fail_err(cmd, &err), 2;
-    o.out = out, o.threads = threads, o.max_jobs = max_jobs, o.time_limit = time_limit, o.quiet = quiet;
+    if (vs_distill_parse_temps(a.temps, (float)a.top_p, h, &err)) return cli_fail_err(cmd, &err), 2;
+    o.out = a.out, o.threads = a.threads, o.max_jobs = a.max_jobs, o.time_limit = a.time_limit, o.quiet = a.quiet;
     vs_distill_stats st;
     if (vs_distill_run(&o, &st, &err) != VS_OK) return cli_fail_err(cmd, &err);
     printf(
         "distill: %s: %lld of %lld records (%lld were there, %lld written now: %lld tokens in %.1f s, %.1f "
         "tokens/s; %lld answers cut by --max-tokens)\n",
-        out, (long long)(st.done + st.written), (long long)st.jobs, (long long)st.done, (long long)st.written,
+        a.out, (long long)(st.done + st.written), (long long)st.jobs, (long long)st.done, (long long)st.written,
         (long long)st.tokens, st.seconds, st.seconds > 0 ? st.tokens / st.seconds : 0.0,
         (long long)st.no_eos);
     if (st.done + st.written < st.jobs)

@@ -48,163 +48,195 @@ static int default_threads(void) {
     return n < 1 ? 1 : n > 8 ? 8 : (int)n;
 }
 
-int vs_cmd_embed_image(int argc, char **argv) {
-    const char *mmproj = NULL, *proj_path = NULL, *image = NULL, *out = NULL;
-    bool want_features = false, want_imp = false;
-    int pool = 1, n_threads = default_threads();
-    vs_preproc_mode mode = VS_PREPROC_LLAVA;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "--mmproj")) {
-            if (!(mmproj = cli_value(CMD, argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--projector")) {
-            if (!(proj_path = cli_value(CMD, argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--image")) {
-            if (!(image = cli_value(CMD, argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "-o") || !strcmp(a, "--out")) {
-            if (!(out = cli_value(CMD, argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--features")) {
-            want_features = true;
-        } else if (!strcmp(a, "--importance")) {
-            want_imp = true;
-        } else if (!strcmp(a, "--pool")) {
-            if (!(v = cli_value(CMD, argc, argv, &i)) || !cli_parse_int(CMD, a, v, 1, 4096, &pool)) return 2;
-        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
-            if (!(v = cli_value(CMD, argc, argv, &i)) || !cli_parse_int(CMD, a, v, 1, 512, &n_threads))
-                return 2;
-        } else if (!strcmp(a, "--preproc")) {
-            if (!(v = cli_value(CMD, argc, argv, &i))) return 2;
-            if (!strcmp(v, "llava"))
-                mode = VS_PREPROC_LLAVA;
-            else if (!strcmp(v, "llamacpp"))
-                mode = VS_PREPROC_LLAMACPP;
-            else {
-                fprintf(stderr, "vlmspec %s: --preproc expects llava or llamacpp, got '%s'\n", CMD, v);
-                return 2;
-            }
-        } else {
-            fprintf(stderr, "vlmspec %s: unknown option '%s' (see --help)\n", CMD, a);
-            return 2;
-        }
-    }
-    if (!mmproj || !image || !out) {
-        fprintf(stderr, "vlmspec %s: --mmproj, --image and -o are required (see --help)\n", CMD);
-        return 2;
-    }
+/* ------------------------------------------------------------------------------------------------
+ * flags */
 
-    vs_error err = {0};
-    int rc = 1;
-    vs_mmproj *m = NULL, *pm = NULL;
-    vs_threadpool *tp = NULL;
-    vs_vision_features f = {0};
-    float *rows = NULL;
-    int64_t n_rows = 0;
-    char *json = NULL;
-    char path[4096];
-    double t_enc = 0, t_proj = 0;
+typedef struct embed_args {
+    const char *mmproj, *proj_path, *image, *out;
+    bool want_features, want_imp;
+    int pool, n_threads;
+    vs_preproc_mode mode;
+} embed_args;
 
-    if (!(m = vs_mmproj_open(mmproj, &err))) goto done;
-    if (!vs_mmproj_tower(m)) {
-        vs_error_set(&err, VS_ERR_INVALID,
+/* --preproc llava|llamacpp: sets the vs_preproc_mode at dst. */
+static bool parse_preproc(const char *cmd, const char *flag, const char *v, void *dst) {
+    if (!strcmp(v, "llava") || !strcmp(v, "llamacpp")) {
+        *(vs_preproc_mode *)dst = !strcmp(v, "llava") ? VS_PREPROC_LLAVA : VS_PREPROC_LLAMACPP;
+        return true;
+    }
+    cli_fail(cmd, "%s expects llava or llamacpp, got '%s'", flag, v);
+    return false;
+}
+
+/* Returns -1 when the options are fine, else the exit status. */
+static int embed_parse(int argc, char **argv, embed_args *a) {
+    memset(a, 0, sizeof(*a));
+    a->pool = 1, a->n_threads = default_threads();
+    a->mode = VS_PREPROC_LLAVA;
+    cli_flags fs = {0};
+    cli_flag_add(&fs, "--mmproj", CLI_STR, &a->mmproj, 0, 0);
+    cli_flag_add(&fs, "--projector", CLI_STR, &a->proj_path, 0, 0);
+    cli_flag_add(&fs, "--image", CLI_STR, &a->image, 0, 0);
+    cli_flag_add(&fs, "-o|--out", CLI_STR, &a->out, 0, 0);
+    cli_flag_add(&fs, "--features", CLI_BOOL, &a->want_features, 0, 0);
+    cli_flag_add(&fs, "--importance", CLI_BOOL, &a->want_imp, 0, 0);
+    cli_flag_add(&fs, "--pool", CLI_INT, &a->pool, 1, 4096);
+    cli_flag_fn_add(&fs, "--preproc", parse_preproc, &a->mode);
+    cli_flag_add(&fs, "-t|--threads", CLI_INT, &a->n_threads, 1, 512);
+    const int r = cli_flags_parse(CMD, argc, argv, &fs, usage);
+    if (r >= 0) return r;
+    if (!a->mmproj || !a->image || !a->out)
+        return cli_fail(CMD, "--mmproj, --image and -o are required (see --help)"), 2;
+    return -1;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * the run */
+
+typedef struct embed_result {
+    vs_mmproj *m, *pm; /* --mmproj, --projector (or NULL) */
+    vs_vision_features f;
+    float *rows;
+    int64_t n_rows, width, n_patch;
+    double t_enc, t_proj;
+} embed_result;
+
+/* Opens the files, encodes the image and projects it; false with err set on failure (what was made:
+ * embed_result_free). */
+static bool embed(const embed_args *a, embed_result *r, vs_error *err) {
+    if (!(r->m = vs_mmproj_open(a->mmproj, err))) return false;
+    if (!vs_mmproj_tower(r->m)) {
+        vs_error_set(err, VS_ERR_INVALID,
                      "%s has no vision tower (projector-only file): pass a full mmproj "
                      "with --mmproj and this one with --projector",
-                     mmproj);
-        goto done;
+                     a->mmproj);
+        return false;
     }
-    const vs_vision_projector *pj = vs_mmproj_projector(m);
-    if (proj_path) {
-        if (!(pm = vs_mmproj_open(proj_path, &err))) goto done;
-        pj = vs_mmproj_projector(pm);
-        if (vs_vision_check_projector(vs_mmproj_tower(m), pj, &err) != VS_OK) goto done;
+    const vs_vision_projector *pj = vs_mmproj_projector(r->m);
+    if (a->proj_path) {
+        if (!(r->pm = vs_mmproj_open(a->proj_path, err))) return false;
+        pj = vs_mmproj_projector(r->pm);
+        if (vs_vision_check_projector(vs_mmproj_tower(r->m), pj, err) != VS_OK) return false;
     }
-    if (!(tp = vs_threadpool_new(n_threads, &err))) goto done;
-    vs_vision_encode_opts o = {.importance = want_imp};
-    double t0 = vs_time_now();
-    if (vs_vision_encode_file(vs_mmproj_tower(m), tp, image, mode, &o, &f, &err) != VS_OK) goto done;
-    double t1 = vs_time_now();
-    if (vs_vision_embed(pj, tp, &f, pool, &rows, &n_rows, &err) != VS_OK) goto done;
-    t_enc = t1 - t0;
-    t_proj = vs_time_now() - t1;
-    const int64_t width = vs_vision_projector_config(pj)->proj_out;
-    const int64_t n_patch = vs_vision_features_rows(&f);
+    vs_threadpool *tp = vs_threadpool_new(a->n_threads, err);
+    if (!tp) return false;
+    vs_vision_encode_opts o = {.importance = a->want_imp};
+    bool ok = false;
+    const double t0 = vs_time_now();
+    if (vs_vision_encode_file(vs_mmproj_tower(r->m), tp, a->image, a->mode, &o, &r->f, err) != VS_OK) goto done;
+    const double t1 = vs_time_now();
+    if (vs_vision_embed(pj, tp, &r->f, a->pool, &r->rows, &r->n_rows, err) != VS_OK) goto done;
+    r->t_enc = t1 - t0;
+    r->t_proj = vs_time_now() - t1;
+    r->width = vs_vision_projector_config(pj)->proj_out;
+    r->n_patch = vs_vision_features_rows(&r->f);
+    ok = true;
+done:
+    vs_threadpool_free(tp);
+    return ok;
+}
 
-    snprintf(path, sizeof(path), "%s.f32", out);
-    if (write_f32(path, rows, n_rows * width, &err) != VS_OK) goto done;
-    if (want_features) {
-        snprintf(path, sizeof(path), "%s.features.f32", out);
-        if (write_f32(path, f.data, n_patch * f.width, &err) != VS_OK) goto done;
-    }
-    if (want_imp && f.importance) {
-        snprintf(path, sizeof(path), "%s.importance.f32", out);
-        if (write_f32(path, f.importance, n_patch, &err) != VS_OK) goto done;
-    }
+static void embed_result_free(embed_result *r) {
+    vs_free(r->rows);
+    vs_vision_features_free(&r->f);
+    vs_mmproj_free(r->pm);
+    vs_mmproj_free(r->m);
+}
 
+/* PREFIX.f32 and, when asked for, PREFIX.features.f32 and PREFIX.importance.f32. */
+static vs_status write_arrays(const embed_args *a, const embed_result *r, vs_error *err) {
+    char path[4096];
+    snprintf(path, sizeof(path), "%s.f32", a->out);
+    vs_status st = write_f32(path, r->rows, r->n_rows * r->width, err);
+    if (st == VS_OK && a->want_features) {
+        snprintf(path, sizeof(path), "%s.features.f32", a->out);
+        st = write_f32(path, r->f.data, r->n_patch * r->f.width, err);
+    }
+    if (st == VS_OK && a->want_imp && r->f.importance) {
+        snprintf(path, sizeof(path), "%s.importance.f32", a->out);
+        st = write_f32(path, r->f.importance, r->n_patch, err);
+    }
+    return st;
+}
+
+/* The description of the outputs, its text (NULL when out of memory). */
+static char *describe(const embed_args *a, const embed_result *r, size_t *len) {
+    char path[4096];
     vs_json_writer w;
     vs_json_writer_init(&w);
     vs_json_obj_begin(&w);
-    vs_json_kv_str(&w, "mmproj", mmproj);
-    vs_json_kv_str(&w, "projector", proj_path ? proj_path : mmproj);
-    vs_json_kv_str(&w, "image", image);
-    vs_json_kv_str(&w, "preproc", mode == VS_PREPROC_LLAVA ? "llava" : "llamacpp");
-    vs_json_kv_int(&w, "image_size", vs_mmproj_config(m)->image_size);
+    vs_json_kv_str(&w, "mmproj", a->mmproj);
+    vs_json_kv_str(&w, "projector", a->proj_path ? a->proj_path : a->mmproj);
+    vs_json_kv_str(&w, "image", a->image);
+    vs_json_kv_str(&w, "preproc", a->mode == VS_PREPROC_LLAVA ? "llava" : "llamacpp");
+    vs_json_kv_int(&w, "image_size", vs_mmproj_config(r->m)->image_size);
     vs_json_key(&w, "grid");
     vs_json_arr_begin(&w);
-    vs_json_int(&w, f.grid_h);
-    vs_json_int(&w, f.grid_w);
+    vs_json_int(&w, r->f.grid_h);
+    vs_json_int(&w, r->f.grid_w);
     vs_json_arr_end(&w);
-    vs_json_kv_int(&w, "pool", pool);
-    snprintf(path, sizeof(path), "%s.f32", out);
+    vs_json_kv_int(&w, "pool", a->pool);
+    snprintf(path, sizeof(path), "%s.f32", a->out);
     vs_json_kv_str(&w, "file", path);
-    vs_json_kv_int(&w, "rows", n_rows);
-    vs_json_kv_int(&w, "width", width);
-    if (want_features) {
+    vs_json_kv_int(&w, "rows", r->n_rows);
+    vs_json_kv_int(&w, "width", r->width);
+    if (a->want_features) {
         vs_json_key(&w, "features");
         vs_json_obj_begin(&w);
-        snprintf(path, sizeof(path), "%s.features.f32", out);
+        snprintf(path, sizeof(path), "%s.features.f32", a->out);
         vs_json_kv_str(&w, "file", path);
-        vs_json_kv_int(&w, "rows", n_patch);
-        vs_json_kv_int(&w, "width", f.width);
+        vs_json_kv_int(&w, "rows", r->n_patch);
+        vs_json_kv_int(&w, "width", r->f.width);
         vs_json_obj_end(&w);
     }
-    if (want_imp && f.importance) {
+    if (a->want_imp && r->f.importance) {
         vs_json_key(&w, "importance");
         vs_json_obj_begin(&w);
-        snprintf(path, sizeof(path), "%s.importance.f32", out);
+        snprintf(path, sizeof(path), "%s.importance.f32", a->out);
         vs_json_kv_str(&w, "file", path);
-        vs_json_kv_int(&w, "rows", n_patch);
+        vs_json_kv_int(&w, "rows", r->n_patch);
         vs_json_obj_end(&w);
     }
     vs_json_kv_str(&w, "layout",
                    "float32 little-endian, row-major [rows][width]; row r*grid_w+c = patch (r, c) "
                    "of the (pooled) grid");
-    vs_json_kv_int(&w, "threads", n_threads);
-    vs_json_kv_num(&w, "encode_s", t_enc);
-    vs_json_kv_num(&w, "project_s", t_proj);
+    vs_json_kv_int(&w, "threads", a->n_threads);
+    vs_json_kv_num(&w, "encode_s", r->t_enc);
+    vs_json_kv_num(&w, "project_s", r->t_proj);
     vs_json_obj_end(&w);
-    size_t jlen = 0;
-    json = vs_json_writer_take(&w, &jlen);
+    char *json = vs_json_writer_take(&w, len);
     vs_json_writer_free(&w);
-    snprintf(path, sizeof(path), "%s.json", out);
-    if (!json) {
-        vs_error_set(&err, VS_ERR_NOMEM, "%s: out of memory", path);
-        goto done;
-    }
+    return json;
+}
+
+/* PREFIX.json. */
+static vs_status write_description(const embed_args *a, const embed_result *r, vs_error *err) {
+    char path[4096];
+    size_t jlen = 0;
+    char *json = describe(a, r, &jlen);
+    snprintf(path, sizeof(path), "%s.json", a->out);
+    if (!json) return vs_error_set(err, VS_ERR_NOMEM, "%s: out of memory", path);
     json[jlen] = '\n'; /* the writer's buffer keeps room for a terminator */
-    if (vs_write_file(path, json, jlen + 1, &err) != VS_OK) goto done;
-    fprintf(stderr, "%s: %lld rows x %lld (grid %dx%d, pool %d); encode %.3f s, project %.3f s, %d threads\n",
-            image, (long long)n_rows, (long long)width, f.grid_h, f.grid_w, pool, t_enc, t_proj, n_threads);
-    rc = 0;
-done:
-    if (rc) cli_fail_err(CMD, &err);
+    vs_status st = vs_write_file(path, json, jlen + 1, err);
     vs_free(json);
-    vs_free(rows);
-    vs_vision_features_free(&f);
-    vs_threadpool_free(tp);
-    vs_mmproj_free(pm);
-    vs_mmproj_free(m);
+    return st;
+}
+
+int vs_cmd_embed_image(int argc, char **argv) {
+    embed_args a;
+    const int st = embed_parse(argc, argv, &a);
+    if (st >= 0) return st;
+    vs_error err = {0};
+    embed_result r = {0};
+    int rc = 1;
+    if (embed(&a, &r, &err) && write_arrays(&a, &r, &err) == VS_OK && write_description(&a, &r, &err) == VS_OK) {
+        fprintf(stderr, "%s: %lld rows x %lld (grid %dx%d, pool %d); encode %.3f s, project %.3f s, %d threads\n",
+                a.image, (long long)r.n_rows, (long long)r.width, r.f.grid_h, r.f.grid_w, a.pool, r.t_enc,
+                r.t_proj, a.n_threads);
+        rc = 0;
+    } else {
+        cli_fail_err(CMD, &err);
+    }
+    embed_result_free(&r);
     return rc;
 }

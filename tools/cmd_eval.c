@@ -72,146 +72,186 @@ static void on_turn(void *ctx, const vs_eval_turn *t) {
                            100.0 * (double)c->correct / (double)c->done);
 }
 
-int vs_cmd_eval(int argc, char **argv) {
-    const char *model = NULL, *mmproj = NULL, *data = NULL, *split = "test", *suites = "all", *json = NULL;
-    const char *details = NULL;
-    int64_t limit = 0;
-    int threads = 2;
-    vs_eval_lm_opts lo = {.max_tokens = 256};
-    vs_eval_opts eo = {0};
-    eval_cli_ctx cx;
-    memset(&cx, 0, sizeof(cx));
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        }
-        if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
-            cx.quiet = true;
-            continue;
-        }
-        if (!(v = cli_value(CMD, argc, argv, &i))) return 2;
-        if (!strcmp(a, "-m") || !strcmp(a, "--model"))
-            model = v;
-        else if (!strcmp(a, "--mmproj"))
-            mmproj = v;
-        else if (!strcmp(a, "--data"))
-            data = v;
-        else if (!strcmp(a, "--split"))
-            split = v;
-        else if (!strcmp(a, "--suites"))
-            suites = v;
-        else if (!strcmp(a, "--json"))
-            json = v;
-        else if (!strcmp(a, "--details"))
-            details = v;
-        else if (!strcmp(a, "--limit")) {
-            if (!cli_parse_i64(CMD, a, v, 1, INT64_MAX, &limit)) return 2;
-        } else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict") || !strcmp(a, "--max-tokens")) {
-            if (!cli_parse_int(CMD, a, v, 1, 1 << 20, &lo.max_tokens)) return 2;
-        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
-            if (!cli_parse_int(CMD, a, v, 1, 1024, &threads)) return 2;
-        } else if (!strcmp(a, "--history")) {
-            if (!strcmp(v, "own"))
-                eo.reference_history = false;
-            else if (!strcmp(v, "reference"))
-                eo.reference_history = true;
-            else
-                return cli_fail(CMD, "--history %s: expected own or reference", v), 2;
-        } else if (!strcmp(a, "--ablate-images")) {
-            if (!strcmp(v, "swap"))
-                eo.ablate = VS_EVAL_IMAGES_SWAP;
-            else if (!strcmp(v, "none"))
-                eo.ablate = VS_EVAL_IMAGES_NONE;
-            else
-                return cli_fail(CMD, "--ablate-images %s: expected swap or none", v), 2;
-        } else if (!strcmp(a, "--kv-type")) {
-            vs_type kt;
-            if (!cli_parse_kv_type(CMD, a, v, false, &kt)) return 2;
-            lo.kv_f32 = kt == VS_TYPE_F32;
-        } else {
-            fprintf(stderr, "vlmspec %s: unknown option '%s'\n", CMD, a);
-            usage(stderr);
-            return 2;
-        }
-    }
-    if (!model || !mmproj || !data) return cli_fail(CMD, "--model, --mmproj and --data are required"), 2;
-    vs_error err = {0};
-    if (vs_world_parse_suites(suites, &eo.suites, &err)) return cli_fail_err(CMD, &err), 2;
-    eo.limit = limit;
+/* ------------------------------------------------------------------------------------------------
+ * flags */
 
-    int rc = 1;
-    vs_lm *lm = NULL;
-    vs_mmproj *mm = NULL;
-    vs_tokenizer *tok = NULL;
-    vs_threadpool *tp = NULL;
-    vs_world_dataset *d = NULL;
-    vs_eval_lm *e = NULL;
-    vs_json_writer_init(&cx.w);
-    if (!(lm = vs_lm_load(model, &err)) || !(mm = vs_mmproj_open(mmproj, &err))) goto fail;
-    if (!(tok = vs_tokenizer_from_gguf(vs_lm_gguf(lm), &err))) goto fail;
-    if (!(tp = vs_threadpool_new(threads, &err))) goto fail;
-    if (!(d = vs_world_load(data, split, eo.suites, &err))) goto fail;
-    if (eo.ablate != VS_EVAL_IMAGES) {
-        int64_t with_images = 0;
-        for (int64_t i = 0; i < d->n; i++) with_images += d->samples[i].n_images > 0;
-        if (!with_images) {
-            cli_fail(CMD, "--ablate-images: no sample of %s/%s.jsonl (suites %s) has images", data, split, suites);
-            goto done;
-        }
+typedef struct eval_args {
+    const char *model, *mmproj, *data, *split, *suites, *json, *details;
+    int threads;
+    bool quiet;
+    vs_eval_lm_opts lo;
+    vs_eval_opts eo; /* eo.limit: --limit */
+} eval_args;
+
+static const char *const ablate_names[] = {"own", "swapped", "none"}; /* by vs_eval_ablate */
+
+/* --limit N: int64_t in [1, INT64_MAX] (a double range cannot hold INT64_MAX). */
+static bool parse_limit(const char *cmd, const char *flag, const char *v, void *dst) {
+    return cli_parse_i64(cmd, flag, v, 1, INT64_MAX, (int64_t *)dst);
+}
+
+/* --history own|reference: sets the bool reference_history at dst. */
+static bool parse_history(const char *cmd, const char *flag, const char *v, void *dst) {
+    if (!strcmp(v, "own") || !strcmp(v, "reference")) {
+        *(bool *)dst = !strcmp(v, "reference");
+        return true;
     }
-    if (!(e = vs_eval_lm_new(lm, mm, tok, tp, &lo, &err))) goto fail;
-    if (details && vs_outfile_open(&cx.details, details, &err) != VS_OK) goto fail;
+    cli_fail(cmd, "%s %s: expected own or reference", flag, v);
+    return false;
+}
+
+/* --ablate-images swap|none: sets the vs_eval_ablate at dst. */
+static bool parse_ablate(const char *cmd, const char *flag, const char *v, void *dst) {
+    if (!strcmp(v, "swap") || !strcmp(v, "none")) {
+        *(vs_eval_ablate *)dst = !strcmp(v, "swap") ? VS_EVAL_IMAGES_SWAP : VS_EVAL_IMAGES_NONE;
+        return true;
+    }
+    cli_fail(cmd, "%s %s: expected swap or none", flag, v);
+    return false;
+}
+
+/* Returns -1 when the options are fine, else the exit status. */
+static int eval_parse(int argc, char **argv, eval_args *a) {
+    memset(a, 0, sizeof(*a));
+    a->split = "test", a->suites = "all";
+    a->threads = 2;
+    a->lo.max_tokens = 256;
+    vs_type kv_type = VS_TYPE_F16;
+    cli_flags fs = {0};
+    cli_flag_add(&fs, "-m|--model", CLI_STR, &a->model, 0, 0);
+    cli_flag_add(&fs, "--mmproj", CLI_STR, &a->mmproj, 0, 0);
+    cli_flag_add(&fs, "--data", CLI_STR, &a->data, 0, 0);
+    cli_flag_add(&fs, "--split", CLI_STR, &a->split, 0, 0);
+    cli_flag_add(&fs, "--suites", CLI_STR, &a->suites, 0, 0);
+    cli_flag_fn_add(&fs, "--limit", parse_limit, &a->eo.limit);
+    cli_flag_add(&fs, "-n|--max-tokens|--n-predict", CLI_INT, &a->lo.max_tokens, 1, 1 << 20);
+    cli_flag_fn_add(&fs, "--history", parse_history, &a->eo.reference_history);
+    cli_flag_fn_add(&fs, "--ablate-images", parse_ablate, &a->eo.ablate);
+    cli_flag_add(&fs, "--kv-type", CLI_KV, &kv_type, 0, 0);
+    cli_flag_add(&fs, "-t|--threads", CLI_INT, &a->threads, 1, 1024);
+    cli_flag_add(&fs, "--json", CLI_STR, &a->json, 0, 0);
+    cli_flag_add(&fs, "--details", CLI_STR, &a->details, 0, 0);
+    cli_flag_add(&fs, "-q|--quiet", CLI_BOOL, &a->quiet, 0, 0);
+    const int r = cli_flags_parse(CMD, argc, argv, &fs, usage);
+    if (r >= 0) return r;
+    a->lo.kv_f32 = kv_type == VS_TYPE_F32;
+    if (!a->model || !a->mmproj || !a->data) return cli_fail(CMD, "--model, --mmproj and --data are required"), 2;
+    vs_error err = {0};
+    if (vs_world_parse_suites(a->suites, &a->eo.suites, &err)) return cli_fail_err(CMD, &err), 2;
+    return -1;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * the run */
+
+typedef struct eval_models {
+    vs_lm *lm;
+    vs_mmproj *mm;
+    vs_tokenizer *tok;
+    vs_threadpool *tp;
+    vs_world_dataset *d;
+} eval_models;
+
+/* Loads the model, the thread pool and the dataset; false with err set on failure (what was loaded:
+ * eval_models_free). */
+static bool eval_load(const eval_args *a, eval_models *m, vs_error *err) {
+    if (!(m->lm = vs_lm_load(a->model, err)) || !(m->mm = vs_mmproj_open(a->mmproj, err))) return false;
+    if (!(m->tok = vs_tokenizer_from_gguf(vs_lm_gguf(m->lm), err))) return false;
+    if (!(m->tp = vs_threadpool_new(a->threads, err))) return false;
+    return (m->d = vs_world_load(a->data, a->split, a->eo.suites, err)) != NULL;
+}
+
+static void eval_models_free(eval_models *m) {
+    vs_world_dataset_free(m->d);
+    vs_threadpool_free(m->tp);
+    vs_tokenizer_free(m->tok);
+    vs_mmproj_free(m->mm);
+    vs_lm_free(m->lm);
+}
+
+/* The turns the run will answer (for the progress line). */
+static int64_t count_turns(const vs_world_dataset *d, int64_t limit) {
     int64_t n_turns = 0, per[VS_WORLD_N_SUITES] = {0};
     for (int64_t i = 0; i < d->n; i++)
         if (limit <= 0 || per[d->samples[i].suite]++ < limit) n_turns += d->samples[i].n_turns;
-    static const char *const ablate_names[] = {"own", "swapped", "none"};
+    return n_turns;
+}
+
+/* --json: the inputs and the results. */
+static vs_status write_json(const eval_args *a, const vs_eval_result *res, vs_error *err) {
+    vs_json_writer w;
+    vs_json_writer_init(&w);
+    vs_json_obj_begin(&w);
+    vs_json_key(&w, "model"), vs_json_str(&w, a->model);
+    vs_json_key(&w, "mmproj"), vs_json_str(&w, a->mmproj);
+    vs_json_key(&w, "data"), vs_json_str(&w, a->data);
+    vs_json_key(&w, "split"), vs_json_str(&w, a->split);
+    vs_json_key(&w, "limit"), vs_json_int(&w, a->eo.limit);
+    vs_json_key(&w, "max_tokens"), vs_json_int(&w, a->lo.max_tokens);
+    vs_json_key(&w, "history"), vs_json_str(&w, a->eo.reference_history ? "reference" : "own");
+    vs_json_key(&w, "images"), vs_json_str(&w, ablate_names[a->eo.ablate]);
+    vs_json_key(&w, "results");
+    vs_eval_json(res, &w);
+    vs_json_obj_end(&w);
+    size_t n = 0;
+    char *s = vs_json_writer_take(&w, &n);
+    vs_json_writer_free(&w);
+    if (!s) return vs_error_set(err, VS_ERR_NOMEM, "%s: out of memory", a->json);
+    s[n] = '\n'; /* the writer's buffer keeps room for a terminator */
+    vs_status st = vs_write_file(a->json, s, n + 1, err);
+    vs_free(s);
+    return st;
+}
+
+/* Answers every selected turn and prints the table; false with err set on failure. */
+static bool eval_answer(eval_args *a, eval_models *m, vs_eval_lm *e, eval_cli_ctx *cx, vs_eval_result *res,
+                        vs_error *err) {
+    const int64_t n_turns = count_turns(m->d, a->eo.limit);
     fprintf(stderr, "[eval] %s + %s on %s/%s.jsonl: %lld turns, greedy, at most %d tokens each, %s history, %s "
-            "images\n", model, mmproj, data, split, (long long)n_turns, lo.max_tokens,
-            eo.reference_history ? "reference" : "own", ablate_names[eo.ablate]);
-    vs_progress_begin(&cx.pr, "eval", n_turns);
-    eo.on_turn = on_turn, eo.on_turn_ctx = &cx;
-    vs_eval_result res;
-    double t0 = vs_time_now();
-    if (vs_eval_run(d, &eo, vs_eval_lm_answer, e, &res, &err)) goto fail;
-    double sec = vs_time_now() - t0;
-    if (!cx.quiet) vs_progress_end(&cx.pr, cx.done);
-    char *table = vs_eval_table(&res);
+            "images\n", a->model, a->mmproj, a->data, a->split, (long long)n_turns, a->lo.max_tokens,
+            a->eo.reference_history ? "reference" : "own", ablate_names[a->eo.ablate]);
+    vs_progress_begin(&cx->pr, "eval", n_turns);
+    a->eo.on_turn = on_turn, a->eo.on_turn_ctx = cx;
+    const double t0 = vs_time_now();
+    if (vs_eval_run(m->d, &a->eo, vs_eval_lm_answer, e, res, err)) return false;
+    const double sec = vs_time_now() - t0;
+    if (!cx->quiet) vs_progress_end(&cx->pr, cx->done);
+    char *table = vs_eval_table(res);
     if (table) fputs(table, stdout);
     vs_free(table);
     int64_t pre, reu, dec;
     vs_eval_lm_counters(e, &pre, &reu, &dec);
     printf("%.1f s: %lld answer tokens (%.1f tokens/s including prefill); prefilled %lld rows, reused %lld\n",
-           sec, (long long)res.total.answer_tokens, sec > 0 ? (double)res.total.answer_tokens / sec : 0.0,
+           sec, (long long)res->total.answer_tokens, sec > 0 ? (double)res->total.answer_tokens / sec : 0.0,
            (long long)pre, (long long)reu);
-    if (json) {
-        vs_json_writer w;
-        vs_json_writer_init(&w);
-        vs_json_obj_begin(&w);
-        vs_json_key(&w, "model"), vs_json_str(&w, model);
-        vs_json_key(&w, "mmproj"), vs_json_str(&w, mmproj);
-        vs_json_key(&w, "data"), vs_json_str(&w, data);
-        vs_json_key(&w, "split"), vs_json_str(&w, split);
-        vs_json_key(&w, "limit"), vs_json_int(&w, limit);
-        vs_json_key(&w, "max_tokens"), vs_json_int(&w, lo.max_tokens);
-        vs_json_key(&w, "history"), vs_json_str(&w, eo.reference_history ? "reference" : "own");
-        vs_json_key(&w, "images"), vs_json_str(&w, ablate_names[eo.ablate]);
-        vs_json_key(&w, "results");
-        vs_eval_json(&res, &w);
-        vs_json_obj_end(&w);
-        size_t n = 0;
-        char *s = vs_json_writer_take(&w, &n);
-        vs_json_writer_free(&w);
-        if (!s) {
-            vs_error_set(&err, VS_ERR_NOMEM, "%s: out of memory", json);
-            goto fail;
+    return true;
+}
+
+/* Loads everything, evaluates and writes the files asked for. Returns the exit status (errors printed). */
+static int eval_run(eval_args *a) {
+    vs_error err = {0};
+    eval_models m = {0};
+    vs_eval_lm *e = NULL;
+    eval_cli_ctx cx;
+    memset(&cx, 0, sizeof(cx));
+    cx.quiet = a->quiet;
+    vs_json_writer_init(&cx.w);
+    int rc = 1;
+    if (!eval_load(a, &m, &err)) goto fail;
+    if (a->eo.ablate != VS_EVAL_IMAGES) {
+        int64_t with_images = 0;
+        for (int64_t i = 0; i < m.d->n; i++) with_images += m.d->samples[i].n_images > 0;
+        if (!with_images) {
+            cli_fail(CMD, "--ablate-images: no sample of %s/%s.jsonl (suites %s) has images", a->data, a->split,
+                     a->suites);
+            goto done;
         }
-        s[n] = '\n'; /* the writer's buffer keeps room for a terminator */
-        vs_status ws = vs_write_file(json, s, n + 1, &err);
-        vs_free(s);
-        if (ws != VS_OK) goto fail;
     }
+    if (!(e = vs_eval_lm_new(m.lm, m.mm, m.tok, m.tp, &a->lo, &err))) goto fail;
+    if (a->details && vs_outfile_open(&cx.details, a->details, &err) != VS_OK) goto fail;
+    vs_eval_result res;
+    if (!eval_answer(a, &m, e, &cx, &res, &err)) goto fail;
+    if (a->json && write_json(a, &res, &err) != VS_OK) goto fail;
     if (cx.details.f && vs_outfile_commit(&cx.details, &err) != VS_OK) goto fail;
     rc = 0;
     goto done;
@@ -221,10 +261,12 @@ done:
     vs_outfile_abort(&cx.details);
     vs_json_writer_free(&cx.w);
     vs_eval_lm_free(e);
-    vs_world_dataset_free(d);
-    vs_threadpool_free(tp);
-    vs_tokenizer_free(tok);
-    vs_mmproj_free(mm);
-    vs_lm_free(lm);
+    eval_models_free(&m);
     return rc;
+}
+
+int vs_cmd_eval(int argc, char **argv) {
+    eval_args a;
+    const int st = eval_parse(argc, argv, &a);
+    return st >= 0 ? st : eval_run(&a);
 }

@@ -123,34 +123,20 @@ static void print_tensors(const vs_gguf *g) {
 int vs_cmd_gguf(int argc, char **argv) {
     const char *path = NULL;
     int64_t n_values = 6;
-    bool tensors = true, metadata = true;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "-n") || !strcmp(a, "--values")) {
-            const char *v = cli_value(CMD, argc, argv, &i);
-            if (!v || !cli_parse_i64(CMD, a, v, 0, 1000000, &n_values)) return 2;
-        } else if (!strcmp(a, "--no-tensors")) {
-            tensors = false;
-        } else if (!strcmp(a, "--no-metadata")) {
-            metadata = false;
-        } else if (a[0] == '-' && a[1]) {
-            fprintf(stderr, "vlmspec gguf: unknown option '%s'\n", a);
-            usage(stderr);
-            return 2;
-        } else if (path) {
-            fprintf(stderr, "vlmspec gguf: only one FILE (got '%s' and '%s')\n", path, a);
-            return 2;
-        } else {
-            path = a;
-        }
-    }
+    bool no_tensors = false, no_metadata = false;
+    int n_pos = 0;
+    cli_flags fs = {0};
+    cli_flag_add(&fs, "-n|--values", CLI_I64, &n_values, 0, 1000000);
+    cli_flag_add(&fs, "--no-tensors", CLI_BOOL, &no_tensors, 0, 0);
+    cli_flag_add(&fs, "--no-metadata", CLI_BOOL, &no_metadata, 0, 0);
+    cli_flags_positional(&fs, &path, &n_pos, 1);
+    const int r = cli_flags_parse(CMD, argc, argv, &fs, usage);
+    if (r >= 0) return r;
     if (!path) {
         usage(stderr);
         return 2;
     }
+    const bool tensors = !no_tensors, metadata = !no_metadata;
     vs_error err = {0};
     vs_gguf *g = vs_gguf_open(path, &err);
     if (!g) return cli_fail_err(CMD, &err);

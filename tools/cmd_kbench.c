@@ -20,7 +20,7 @@ static void usage(FILE *f) {
             "usage: vlmspec kbench [--threads N] [--type T[,T...]] [--out N] [--in N] [--rows 1,2,4,...]\n"
             "                      [--mem MB] [--reps N] [--isa scalar|avx2|avx512|amx]\n"
             "Times W (out x in) times n activation rows with vs_matmul.\n"
-            "  --threads N   worker threads (default: online CPUs)\n"
+            "  -t, --threads N  worker threads (default: online CPUs)\n"
             "  --type T      F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, or a comma list (default\n"
             "                Q8_0,Q4_0,F16,BF16,F32)\n"
             "  --out N       output features (default 5632)\n"
@@ -144,6 +144,35 @@ static int bench_type(vs_threadpool *tp, vs_type t, int64_t n_out, int64_t n_in,
     return 0;
 }
 
+typedef struct kb_rows {
+    int64_t *rows;
+    int *n;
+} kb_rows;
+
+static bool parse_rows(const char *cmd, const char *flag, const char *v, void *dst) {
+    kb_rows *r = dst;
+    *r->n = parse_list(v, r->rows, KB_MAX_ROWS, 1, 4096);
+    if (*r->n > 0) return true;
+    cli_fail(cmd, "%s expects a comma list of 1..4096, got '%s'", flag, v);
+    return false;
+}
+
+/* --isa caps the kernels' instruction set for the whole process (as VLMSPEC_ISA does). */
+static bool parse_isa(const char *cmd, const char *flag, const char *v, void *dst) {
+    (void)dst;
+    static const struct {
+        const char *name;
+        vs_isa isa;
+    } isas[] = {{"scalar", VS_ISA_SCALAR}, {"avx2", VS_ISA_AVX2}, {"avx512", VS_ISA_AVX512}, {"amx", VS_ISA_AMX}};
+    for (size_t k = 0; k < VS_ARRAY_LEN(isas); k++)
+        if (!strcmp(v, isas[k].name)) {
+            vs_isa_set_max(isas[k].isa);
+            return true;
+        }
+    cli_fail(cmd, "%s expects scalar, avx2, avx512 or amx, got '%s'", flag, v);
+    return false;
+}
+
 int vs_cmd_kbench(int argc, char **argv) {
     const char *cmd = "kbench";
     int threads = (int)sysconf(_SC_NPROCESSORS_ONLN), reps = 30;
@@ -153,48 +182,18 @@ int vs_cmd_kbench(int argc, char **argv) {
     int n_rows_list = 8;
     double mem_mb = 256;
     const char *types = "Q8_0,Q4_0,F16,BF16,F32";
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "--threads")) {
-            if (!(v = cli_value(cmd, argc, argv, &i)) || !cli_parse_int(cmd, a, v, 1, 256, &threads)) return 2;
-        } else if (!strcmp(a, "--reps")) {
-            if (!(v = cli_value(cmd, argc, argv, &i)) || !cli_parse_int(cmd, a, v, 1, 100000, &reps)) return 2;
-        } else if (!strcmp(a, "--out")) {
-            if (!(v = cli_value(cmd, argc, argv, &i)) || !cli_parse_i64(cmd, a, v, 1, 1 << 20, &n_out)) return 2;
-        } else if (!strcmp(a, "--in")) {
-            if (!(v = cli_value(cmd, argc, argv, &i)) || !cli_parse_i64(cmd, a, v, 1, 1 << 20, &n_in)) return 2;
-        } else if (!strcmp(a, "--mem")) {
-            if (!(v = cli_value(cmd, argc, argv, &i)) || !cli_parse_f64(cmd, a, v, 0, 16384, &mem_mb)) return 2;
-        } else if (!strcmp(a, "--type")) {
-            if (!(types = cli_value(cmd, argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--rows")) {
-            if (!(v = cli_value(cmd, argc, argv, &i))) return 2;
-            n_rows_list = parse_list(v, rows, KB_MAX_ROWS, 1, 4096);
-            if (n_rows_list <= 0) {
-                fprintf(stderr, "vlmspec kbench: --rows expects a comma list of 1..4096, got '%s'\n", v);
-                return 2;
-            }
-        } else if (!strcmp(a, "--isa")) {
-            if (!(v = cli_value(cmd, argc, argv, &i))) return 2;
-            vs_isa isa;
-            if (!strcmp(v, "scalar")) isa = VS_ISA_SCALAR;
-            else if (!strcmp(v, "avx2")) isa = VS_ISA_AVX2;
-            else if (!strcmp(v, "avx512")) isa = VS_ISA_AVX512;
-            else if (!strcmp(v, "amx")) isa = VS_ISA_AMX;
-            else {
-                fprintf(stderr, "vlmspec kbench: --isa expects scalar, avx2, avx512 or amx, got '%s'\n", v);
-                return 2;
-            }
-            vs_isa_set_max(isa);
-        } else {
-            fprintf(stderr, "vlmspec kbench: unknown option '%s'\n", a);
-            usage(stderr);
-            return 2;
-        }
-    }
+    kb_rows rl = {.rows = rows, .n = &n_rows_list};
+    cli_flags fs = {0};
+    cli_flag_add(&fs, "-t|--threads", CLI_INT, &threads, 1, 256);
+    cli_flag_add(&fs, "--reps", CLI_INT, &reps, 1, 100000);
+    cli_flag_add(&fs, "--out", CLI_I64, &n_out, 1, 1 << 20);
+    cli_flag_add(&fs, "--in", CLI_I64, &n_in, 1, 1 << 20);
+    cli_flag_add(&fs, "--mem", CLI_F64, &mem_mb, 0, 16384);
+    cli_flag_add(&fs, "--type", CLI_STR, &types, 0, 0);
+    cli_flag_fn_add(&fs, "--rows", parse_rows, &rl);
+    cli_flag_fn_add(&fs, "--isa", parse_isa, NULL);
+    const int r = cli_flags_parse(cmd, argc, argv, &fs, usage);
+    if (r >= 0) return r;
     vs_type tl[8];
     int nt = 0;
     char buf[256];

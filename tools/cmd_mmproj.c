@@ -129,217 +129,206 @@ static void remove_written(const char *path) {
     if (lstat(path, &st) == 0 && S_ISREG(st.st_mode)) unlink(path);
 }
 
-static int cmd_random(int argc, char **argv) {
-    vs_vision_config c;
-    vs_vision_config_llava15(&c);
-    int image_size = 0, patch = 0, width = 0, layers = 0, heads = 0, ffn = 0, proj_dim = 0, proj_hidden = 0;
-    bool gelu = false, proj_only = false;
-    int type = -1;
-    int64_t seed = 1;
-    const char *out = NULL, *tower_from = NULL;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        }
-        if (!strcmp(a, "--gelu")) {
-            gelu = true;
-            continue;
-        }
-        if (!strcmp(a, "--projector-only")) {
-            proj_only = true;
-            continue;
-        }
-        if (!(v = cli_value(CMD, argc, argv, &i)))
-            return 2;
-        struct {
-            const char *flag;
-            int *dst;
-        } ints[] = {{"--image-size", &image_size}, {"--patch", &patch},
-                    {"--width", &width},           {"--layers", &layers},
-                    {"--heads", &heads},           {"--ffn", &ffn},
-                    {"--proj-dim", &proj_dim},     {"--proj-hidden", &proj_hidden}};
-        bool done = false;
-        for (size_t k = 0; k < sizeof(ints) / sizeof(ints[0]); k++)
-            if (!strcmp(a, ints[k].flag)) {
-                if (!cli_parse_int(CMD, a, v, 1, 1 << 20, ints[k].dst))
-                    return 2;
-                done = true;
-            }
-        if (done)
-            continue;
-        if (!strcmp(a, "--type")) {
-            type = vs_type_from_name(v);
-            if (type < 0 || !vs_type_supported(type))
-                return cli_fail(CMD, "--type %s: expected F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K or Q6_K", v), 2;
-        } else if (!strcmp(a, "--seed")) {
-            if (!cli_parse_i64(CMD, a, v, 0, INT64_MAX, &seed))
-                return 2;
-        } else if (!strcmp(a, "--tower-from")) {
-            tower_from = v;
-        } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
-            out = v;
-        } else {
-            return cli_fail(CMD, "random: unknown option '%s' (see vlmspec mmproj --help)", a), 2;
-        }
-    }
-    if (!out)
+
+/* The options of `mmproj random`; the tower's sizes are 0 when not given. */
+typedef struct random_opts {
+    int image_size, patch, width, layers, heads, ffn, proj_dim, proj_hidden;
+    bool gelu, proj_only;
+    int type; /* -1: not given */
+    uint64_t seed;
+    const char *out, *tower_from;
+} random_opts;
+
+/* Returns -1 when the options are fine, else the exit status. */
+static int random_parse(int argc, char **argv, random_opts *o) {
+    memset(o, 0, sizeof(*o));
+    o->type = -1;
+    o->seed = 1;
+    cli_flags fs = {0};
+    cli_flag_add(&fs, "--image-size", CLI_INT, &o->image_size, 1, 1 << 20);
+    cli_flag_add(&fs, "--patch", CLI_INT, &o->patch, 1, 1 << 20);
+    cli_flag_add(&fs, "--width", CLI_INT, &o->width, 1, 1 << 20);
+    cli_flag_add(&fs, "--layers", CLI_INT, &o->layers, 1, 1 << 20);
+    cli_flag_add(&fs, "--heads", CLI_INT, &o->heads, 1, 1 << 20);
+    cli_flag_add(&fs, "--ffn", CLI_INT, &o->ffn, 1, 1 << 20);
+    cli_flag_add(&fs, "--proj-dim", CLI_INT, &o->proj_dim, 1, 1 << 20);
+    cli_flag_add(&fs, "--proj-hidden", CLI_INT, &o->proj_hidden, 1, 1 << 20);
+    cli_flag_add(&fs, "--gelu", CLI_BOOL, &o->gelu, 0, 0);
+    cli_flag_fn_add(&fs, "--type", cli_flag_weight_type, &o->type);
+    cli_flag_add(&fs, "--seed", CLI_U64, &o->seed, 0, 9.3e18);
+    cli_flag_add(&fs, "--tower-from", CLI_STR, &o->tower_from, 0, 0);
+    cli_flag_add(&fs, "--projector-only", CLI_BOOL, &o->proj_only, 0, 0);
+    cli_flag_add(&fs, "-o|--output", CLI_STR, &o->out, 0, 0);
+    const int r = cli_flags_parse(CMD, argc, argv, &fs, usage);
+    if (r >= 0)
+        return r;
+    if (!o->out)
         return cli_fail(CMD, "random: -o OUT is required"), 2;
-    if (!proj_dim)
+    if (!o->proj_dim)
         return cli_fail(CMD, "random: --proj-dim D (the LM's embedding width) is required"), 2;
-    if (proj_only && !tower_from)
+    if (o->proj_only && !o->tower_from)
         return cli_fail(CMD, "random: --projector-only needs --tower-from FILE"), 2;
+    return -1;
+}
 
+/* The tower config of --tower-from's file into *c (the tower flags given must agree with it), its matrix
+ * type into *type and its hash into *hash. Returns -1 when fine, else the exit status (reported). */
+static int config_from_tower(const random_opts *o, vs_mmproj *src, vs_vision_config *c, int *type,
+                             uint64_t *hash) {
+    if (!vs_mmproj_tower(src))
+        return cli_fail(CMD, "--tower-from %s: the file has no vision tower (projector-only)", o->tower_from);
+    const vs_vision_config *s = vs_mmproj_config(src);
+    struct {
+        const char *flag;
+        int given, have;
+    } chk[] = {{"--image-size", o->image_size, s->image_size},
+               {"--patch", o->patch, s->patch_size},
+               {"--width", o->width, s->width},
+               {"--layers", o->layers, s->n_blocks},
+               {"--heads", o->heads, s->n_heads},
+               {"--ffn", o->ffn, s->ffn}};
+    for (size_t k = 0; k < sizeof(chk) / sizeof(chk[0]); k++)
+        if (chk[k].given && chk[k].given != chk[k].have)
+            return cli_fail(CMD, "%s %d disagrees with the tower of %s (%d): omit it with --tower-from",
+                            chk[k].flag, chk[k].given, o->tower_from, chk[k].have),
+                   2;
+    if (o->gelu && !s->use_gelu)
+        return cli_fail(CMD, "--gelu disagrees with the tower of %s (quick-GELU)", o->tower_from), 2;
     vs_error err = {0};
-    vs_mmproj *src = NULL;
-    vs_vision_weights w;
-    memset(&w, 0, sizeof(w));
-    vs_vision_weights src_w;
-    memset(&src_w, 0, sizeof(src_w));
-    bool have_w = false, have_src_w = false;
-    int rc = 1;
-    uint64_t src_hash = 0;
-    if (tower_from) {
-        if (!(src = vs_mmproj_open(tower_from, &err)))
-            return cli_fail_err(CMD, &err);
-        if (!vs_mmproj_tower(src)) {
-            cli_fail(CMD, "--tower-from %s: the file has no vision tower (projector-only)", tower_from);
-            goto done;
-        }
-        const vs_vision_config *s = vs_mmproj_config(src);
-        struct {
-            const char *flag;
-            int given, have;
-        } chk[] = {{"--image-size", image_size, s->image_size},
-                   {"--patch", patch, s->patch_size},
-                   {"--width", width, s->width},
-                   {"--layers", layers, s->n_blocks},
-                   {"--heads", heads, s->n_heads},
-                   {"--ffn", ffn, s->ffn}};
-        for (size_t k = 0; k < sizeof(chk) / sizeof(chk[0]); k++)
-            if (chk[k].given && chk[k].given != chk[k].have) {
-                cli_fail(CMD, "%s %d disagrees with the tower of %s (%d): omit it with --tower-from",
-                         chk[k].flag, chk[k].given, tower_from, chk[k].have);
-                rc = 2;
-                goto done;
-            }
-        if (gelu && !s->use_gelu) {
-            cli_fail(CMD, "--gelu disagrees with the tower of %s (quick-GELU)", tower_from);
-            rc = 2;
-            goto done;
-        }
-        int st = tower_matrix_type(tower_from, &err);
-        if (st < 0) {
-            cli_fail_err(CMD, &err);
-            goto done;
-        }
-        if (type >= 0 && type != st) {
-            cli_fail(CMD,
-                     "--type %s: the tower of %s is %s; another type would change the tower (omit --type)",
-                     vs_type_name(type), tower_from, vs_type_name(st));
-            rc = 2;
-            goto done;
-        }
-        type = st;
-        c = *s;
-        src_hash = vs_vision_tower_hash(vs_mmproj_tower(src));
-    } else {
-        const char *missing = !image_size ? "--image-size"
-                              : !patch    ? "--patch"
-                              : !width    ? "--width"
-                              : !layers   ? "--layers"
-                              : !heads    ? "--heads"
-                              : !ffn      ? "--ffn"
-                                          : NULL;
-        if (missing)
-            return cli_fail(CMD, "random: %s is required (or --tower-from FILE)", missing), 2;
-        c.image_size = image_size, c.patch_size = patch, c.width = width, c.n_blocks = layers;
-        c.n_heads = heads, c.ffn = ffn, c.use_gelu = gelu, c.projection_dim = width;
-        c.has_tower = true;
-        if (type < 0)
-            type = VS_TYPE_F32;
-    }
-    c.proj_out = proj_dim;
-    c.proj_hidden = proj_hidden ? proj_hidden : proj_dim;
-    if (proj_only)
-        c.has_tower = false;
-    if (vs_vision_config_check(&c, out, &err)) {
-        cli_fail_err(CMD, &err);
-        rc = 2;
-        goto done;
-    }
-    if (vs_vision_weights_alloc(&w, &c, &err))
-        goto fail;
-    have_w = true;
-    vs_vision_weights_randomize(&w, &c, (uint64_t)seed);
-    if (src) {
-        /* the source's tower replaces the random one (the projector stays random) */
-        if (vs_mmproj_read_weights(src, &src_w, &err))
-            goto fail;
-        have_src_w = true;
-        if (!proj_only) {
-            const vs_vision_config *s = vs_mmproj_config(src);
-            const size_t W = (size_t)s->width, F = (size_t)s->ffn, P = (size_t)s->patch_size;
-            const size_t T = (size_t)vs_vision_n_patches(s) + 1;
-#define CP(dst, srcp, n) memcpy((dst), (srcp), sizeof(float) * (n))
-            CP(w.class_embd, src_w.class_embd, W);
-            CP(w.patch_w, src_w.patch_w, W * 3 * P * P);
-            CP(w.pos_embd, src_w.pos_embd, T * W);
-            CP(w.pre_ln_w, src_w.pre_ln_w, W);
-            CP(w.pre_ln_b, src_w.pre_ln_b, W);
-            for (int b = 0; b < s->n_blocks; b++) {
-                vs_vision_block_weights *d = &w.blocks[b], *e = &src_w.blocks[b];
-                CP(d->ln1_w, e->ln1_w, W), CP(d->ln1_b, e->ln1_b, W), CP(d->ln2_w, e->ln2_w, W);
-                CP(d->ln2_b, e->ln2_b, W), CP(d->q_w, e->q_w, W * W), CP(d->q_b, e->q_b, W);
-                CP(d->k_w, e->k_w, W * W), CP(d->k_b, e->k_b, W), CP(d->v_w, e->v_w, W * W);
-                CP(d->v_b, e->v_b, W), CP(d->o_w, e->o_w, W * W), CP(d->o_b, e->o_b, W);
-                CP(d->fc1_w, e->fc1_w, F * W), CP(d->fc1_b, e->fc1_b, F), CP(d->fc2_w, e->fc2_w, W * F);
-                CP(d->fc2_b, e->fc2_b, W);
-            }
-            if (s->post_ln) CP(w.post_ln_w, src_w.post_ln_w, W), CP(w.post_ln_b, src_w.post_ln_b, W);
-#undef CP
-        }
-    }
-    vs_mmproj_write_opts wo = {
-        .mat_type = (vs_type)type, .tower_hash = proj_only ? src_hash : 0, .name = "vlmspec random mmproj"};
-    if (vs_mmproj_write(out, &c, &w, &wo, &err))
-        goto fail;
+    const int st = tower_matrix_type(o->tower_from, &err);
+    if (st < 0)
+        return cli_fail_err(CMD, &err);
+    if (o->type >= 0 && o->type != st)
+        return cli_fail(CMD, "--type %s: the tower of %s is %s; another type would change the tower (omit --type)",
+                        vs_type_name(o->type), o->tower_from, vs_type_name(st)),
+               2;
+    *type = st;
+    *c = *s;
+    *hash = vs_vision_tower_hash(vs_mmproj_tower(src));
+    return -1;
+}
 
-    /* read it back: the tower must hash like the source's */
-    vs_mmproj *chk = vs_mmproj_open(out, &err);
+/* The tower config from the flags (all of them required) into *c; F32 unless --type. Returns -1 when
+ * fine, else the exit status (reported). */
+static int config_from_flags(const random_opts *o, vs_vision_config *c, int *type) {
+    const char *missing = !o->image_size ? "--image-size"
+                          : !o->patch    ? "--patch"
+                          : !o->width    ? "--width"
+                          : !o->layers   ? "--layers"
+                          : !o->heads    ? "--heads"
+                          : !o->ffn      ? "--ffn"
+                                         : NULL;
+    if (missing)
+        return cli_fail(CMD, "random: %s is required (or --tower-from FILE)", missing), 2;
+    c->image_size = o->image_size, c->patch_size = o->patch, c->width = o->width, c->n_blocks = o->layers;
+    c->n_heads = o->heads, c->ffn = o->ffn, c->use_gelu = o->gelu, c->projection_dim = o->width;
+    c->has_tower = true;
+    *type = o->type >= 0 ? o->type : VS_TYPE_F32;
+    return -1;
+}
+
+/* Copies the tower of src_w (config s) over the random one in w; the projector stays as it is. */
+static void copy_tower(vs_vision_weights *w, const vs_vision_weights *src_w, const vs_vision_config *s) {
+    const size_t W = (size_t)s->width, F = (size_t)s->ffn, P = (size_t)s->patch_size;
+    const size_t T = (size_t)vs_vision_n_patches(s) + 1;
+#define CP(dst, srcp, n) memcpy((dst), (srcp), sizeof(float) * (n))
+    CP(w->class_embd, src_w->class_embd, W);
+    CP(w->patch_w, src_w->patch_w, W * 3 * P * P);
+    CP(w->pos_embd, src_w->pos_embd, T * W);
+    CP(w->pre_ln_w, src_w->pre_ln_w, W);
+    CP(w->pre_ln_b, src_w->pre_ln_b, W);
+    for (int b = 0; b < s->n_blocks; b++) {
+        vs_vision_block_weights *d = &w->blocks[b];
+        const vs_vision_block_weights *e = &src_w->blocks[b];
+        CP(d->ln1_w, e->ln1_w, W), CP(d->ln1_b, e->ln1_b, W), CP(d->ln2_w, e->ln2_w, W);
+        CP(d->ln2_b, e->ln2_b, W), CP(d->q_w, e->q_w, W * W), CP(d->q_b, e->q_b, W);
+        CP(d->k_w, e->k_w, W * W), CP(d->k_b, e->k_b, W), CP(d->v_w, e->v_w, W * W);
+        CP(d->v_b, e->v_b, W), CP(d->o_w, e->o_w, W * W), CP(d->o_b, e->o_b, W);
+        CP(d->fc1_w, e->fc1_w, F * W), CP(d->fc1_b, e->fc1_b, F), CP(d->fc2_w, e->fc2_w, W * F);
+        CP(d->fc2_b, e->fc2_b, W);
+    }
+    if (s->post_ln) CP(w->post_ln_w, src_w->post_ln_w, W), CP(w->post_ln_b, src_w->post_ln_b, W);
+#undef CP
+}
+
+/* Writes the file, reads it back (the copied tower must hash like the source's, a projector-only file
+ * must fit the source's tower; otherwise the file is removed) and reports it. Returns the exit status. */
+static int write_checked(const random_opts *o, vs_mmproj *src, const vs_vision_config *c,
+                         const vs_vision_weights *w, int type, uint64_t src_hash) {
+    vs_error err = {0};
+    vs_mmproj_write_opts wo = {
+        .mat_type = (vs_type)type, .tower_hash = o->proj_only ? src_hash : 0, .name = "vlmspec random mmproj"};
+    if (vs_mmproj_write(o->out, c, w, &wo, &err))
+        return cli_fail_err(CMD, &err);
+    vs_mmproj *chk = vs_mmproj_open(o->out, &err);
     if (!chk)
-        goto fail;
-    if (src && !proj_only) {
+        return cli_fail_err(CMD, &err);
+    if (src && !o->proj_only) {
         uint64_t h = vs_vision_tower_hash(vs_mmproj_tower(chk));
         if (h != src_hash) {
             vs_mmproj_free(chk);
-            remove_written(out);
-            cli_fail(CMD,
-                     "%s: the written tower's hash %016llx differs from %s's %016llx (the tower did not "
-                     "survive the copy; file removed)",
-                     out, (unsigned long long)h, tower_from, (unsigned long long)src_hash);
-            goto done;
+            remove_written(o->out);
+            return cli_fail(CMD,
+                            "%s: the written tower's hash %016llx differs from %s's %016llx (the tower did not "
+                            "survive the copy; file removed)",
+                            o->out, (unsigned long long)h, o->tower_from, (unsigned long long)src_hash);
         }
-    } else if (src && proj_only &&
+    } else if (src && o->proj_only &&
                vs_vision_check_projector(vs_mmproj_tower(src), vs_mmproj_projector(chk), &err)) {
         vs_mmproj_free(chk);
-        remove_written(out);
-        goto fail;
+        remove_written(o->out);
+        return cli_fail_err(CMD, &err);
     }
     int64_t nt, np;
-    param_counts(&c, &nt, &np);
+    param_counts(c, &nt, &np);
     fprintf(stderr,
             "wrote %s: %s%s, %d x %d image, width %d, %d blocks, projector %d -> %d -> %d, %s, "
             "%lld parameters",
-            out, c.has_tower ? "tower + projector" : "projector-only", src ? " (tower of source)" : "",
-            c.image_size, c.image_size, c.width, c.n_blocks, c.width, c.proj_hidden, c.proj_out,
+            o->out, c->has_tower ? "tower + projector" : "projector-only", src ? " (tower of source)" : "",
+            c->image_size, c->image_size, c->width, c->n_blocks, c->width, c->proj_hidden, c->proj_out,
             vs_type_name(type), (long long)(nt + np));
     if (src)
         fprintf(stderr, ", tower hash %016llx", (unsigned long long)src_hash);
     fprintf(stderr, "\n");
     vs_mmproj_free(chk);
-    rc = 0;
+    return 0;
+}
+
+/* Builds the config and the random weights (the tower copied from src when given) and writes them.
+ * Returns the exit status. */
+static int random_build(const random_opts *o, vs_mmproj *src) {
+    vs_vision_config c;
+    vs_vision_config_llava15(&c);
+    int type = -1;
+    uint64_t src_hash = 0;
+    int rc = src ? config_from_tower(o, src, &c, &type, &src_hash) : config_from_flags(o, &c, &type);
+    if (rc >= 0)
+        return rc;
+    c.proj_out = o->proj_dim;
+    c.proj_hidden = o->proj_hidden ? o->proj_hidden : o->proj_dim;
+    if (o->proj_only)
+        c.has_tower = false;
+    vs_error err = {0};
+    if (vs_vision_config_check(&c, o->out, &err))
+        return cli_fail_err(CMD, &err), 2;
+    vs_vision_weights w, src_w;
+    memset(&w, 0, sizeof(w));
+    memset(&src_w, 0, sizeof(src_w));
+    bool have_w = false, have_src_w = false;
+    rc = 1;
+    if (vs_vision_weights_alloc(&w, &c, &err))
+        goto fail;
+    have_w = true;
+    vs_vision_weights_randomize(&w, &c, o->seed);
+    if (src) {
+        /* the source's tower replaces the random one (the projector stays random) */
+        if (vs_mmproj_read_weights(src, &src_w, &err))
+            goto fail;
+        have_src_w = true;
+        if (!o->proj_only)
+            copy_tower(&w, &src_w, vs_mmproj_config(src));
+    }
+    rc = write_checked(o, src, &c, &w, type, src_hash);
     goto done;
 fail:
     cli_fail_err(CMD, &err);
@@ -348,6 +337,19 @@ done:
         vs_vision_weights_free(&w, &c);
     if (have_src_w)
         vs_vision_weights_free(&src_w, vs_mmproj_config(src));
+    return rc;
+}
+
+static int cmd_random(int argc, char **argv) {
+    random_opts o;
+    const int st = random_parse(argc, argv, &o);
+    if (st >= 0)
+        return st;
+    vs_error err = {0};
+    vs_mmproj *src = NULL;
+    if (o.tower_from && !(src = vs_mmproj_open(o.tower_from, &err)))
+        return cli_fail_err(CMD, &err);
+    const int rc = random_build(&o, src);
     vs_mmproj_free(src);
     return rc;
 }

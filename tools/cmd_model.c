@@ -44,72 +44,60 @@ static void usage(FILE *f) {
             "  -h, --help             this help\n");
 }
 
-static int cmd_random(int argc, char **argv) {
-    vs_lm_random_opts o = {0};
-    o.seed = 1;
-    o.type = (vs_type)-1;
-    o.n_head_kv = -1;
-    const char *out = NULL, *tok_from = NULL;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        double d;
-        int64_t s64;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "--tied")) {
-            o.tied = true;
-            continue;
-        }
-        if (!(v = cli_value(CMD, argc, argv, &i))) return 2;
-        if (!strcmp(a, "--arch")) {
-            if (strcmp(v, "llama")) return cli_fail(CMD, "--arch %s: only 'llama' is supported", v), 2;
-        } else if (!strcmp(a, "--dim")) {
-            if (!cli_parse_int(CMD, a, v, 2, 1 << 16, &o.n_embd)) return 2;
-        } else if (!strcmp(a, "--layers")) {
-            if (!cli_parse_int(CMD, a, v, 1, 1024, &o.n_layer)) return 2;
-        } else if (!strcmp(a, "--heads")) {
-            if (!cli_parse_int(CMD, a, v, 1, 1024, &o.n_head)) return 2;
-        } else if (!strcmp(a, "--kv-heads")) {
-            if (!cli_parse_int(CMD, a, v, 1, 1024, &o.n_head_kv)) return 2;
-        } else if (!strcmp(a, "--ffn")) {
-            if (!cli_parse_int(CMD, a, v, 1, 1 << 18, &o.n_ff)) return 2;
-        } else if (!strcmp(a, "--ctx")) {
-            if (!cli_parse_int(CMD, a, v, 1, 1 << 24, &o.n_ctx)) return 2;
-        } else if (!strcmp(a, "--vocab")) {
-            if (!cli_parse_int(CMD, a, v, 8, 1 << 24, &o.n_vocab)) return 2;
-        } else if (!strcmp(a, "--type")) {
-            int t = vs_type_from_name(v);
-            if (t < 0 || !vs_type_supported(t))
-                return cli_fail(CMD, "--type %s: expected F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K or Q6_K", v), 2;
-            o.type = (vs_type)t;
-        } else if (!strcmp(a, "--tokenizer-from")) {
-            tok_from = v;
-        } else if (!strcmp(a, "--rope-base")) {
-            if (!cli_parse_f64(CMD, a, v, 1.0001, 1e12, &d)) return 2;
-            o.rope_base = (float)d;
-        } else if (!strcmp(a, "--rms-eps")) {
-            if (!cli_parse_f64(CMD, a, v, 1e-12, 0.5, &d)) return 2;
-            o.rms_eps = (float)d;
-        } else if (!strcmp(a, "--std")) {
-            if (!cli_parse_f64(CMD, a, v, 1e-6, 10, &d)) return 2;
-            o.init_std = (float)d;
-        } else if (!strcmp(a, "--seed")) {
-            if (!cli_parse_i64(CMD, a, v, 0, INT64_MAX, &s64)) return 2;
-            o.seed = (uint64_t)s64;
-        } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
-            out = v;
-        } else {
-            cli_fail(CMD, "unknown option '%s' (see vlmspec model --help)", a);
-            return 2;
-        }
+
+/* --arch's value: only "llama". */
+static bool parse_arch(const char *cmd, const char *flag, const char *v, void *dst) {
+    if (strcmp(v, "llama")) {
+        cli_fail(cmd, "%s %s: only 'llama' is supported", flag, v);
+        return false;
     }
-    const char *missing = !o.n_embd ? "--dim" : !o.n_layer ? "--layers" : !o.n_head ? "--heads" : !o.n_ff ? "--ffn"
-                          : !o.n_ctx ? "--ctx" : (int)o.type < 0 ? "--type" : !out ? "-o" : NULL;
+    *(const char **)dst = v;
+    return true;
+}
+
+/* Parses `model random`'s flags into o, *out and *tok_from. Returns -1 when they are fine, else the exit
+ * status. */
+static int random_parse(int argc, char **argv, vs_lm_random_opts *o, const char **out, const char **tok_from) {
+    memset(o, 0, sizeof(*o));
+    o->seed = 1;
+    o->n_head_kv = -1;
+    int type = -1;
+    const char *arch = "llama";
+    *out = *tok_from = NULL;
+    cli_flags fs = {0};
+    cli_flag_fn_add(&fs, "--arch", parse_arch, &arch);
+    cli_flag_add(&fs, "--dim", CLI_INT, &o->n_embd, 2, 1 << 16);
+    cli_flag_add(&fs, "--layers", CLI_INT, &o->n_layer, 1, 1024);
+    cli_flag_add(&fs, "--heads", CLI_INT, &o->n_head, 1, 1024);
+    cli_flag_add(&fs, "--kv-heads", CLI_INT, &o->n_head_kv, 1, 1024);
+    cli_flag_add(&fs, "--ffn", CLI_INT, &o->n_ff, 1, 1 << 18);
+    cli_flag_add(&fs, "--ctx", CLI_INT, &o->n_ctx, 1, 1 << 24);
+    cli_flag_fn_add(&fs, "--type", cli_flag_weight_type, &type);
+    cli_flag_add(&fs, "--tokenizer-from", CLI_STR, tok_from, 0, 0);
+    cli_flag_add(&fs, "--vocab", CLI_INT, &o->n_vocab, 8, 1 << 24);
+    cli_flag_add(&fs, "--rope-base", CLI_F32, &o->rope_base, 1.0001, 1e12);
+    cli_flag_add(&fs, "--rms-eps", CLI_F32, &o->rms_eps, 1e-12, 0.5);
+    cli_flag_add(&fs, "--std", CLI_F32, &o->init_std, 1e-6, 10);
+    cli_flag_add(&fs, "--tied", CLI_BOOL, &o->tied, 0, 0);
+    cli_flag_add(&fs, "--seed", CLI_U64, &o->seed, 0, 9.3e18);
+    cli_flag_add(&fs, "-o|--output", CLI_STR, out, 0, 0);
+    const int r = cli_flags_parse(CMD, argc, argv, &fs, usage);
+    if (r >= 0) return r;
+    o->type = (vs_type)type;
+    const char *missing = !o->n_embd ? "--dim" : !o->n_layer ? "--layers" : !o->n_head ? "--heads" : !o->n_ff ? "--ffn"
+                          : !o->n_ctx ? "--ctx" : type < 0 ? "--type" : !*out ? "-o" : NULL;
     if (missing) return cli_fail(CMD, "random: %s is required (see --help)", missing), 2;
-    if (!tok_from && !o.n_vocab) return cli_fail(CMD, "random: give --tokenizer-from FILE or --vocab V"), 2;
-    if (tok_from && o.n_vocab) return cli_fail(CMD, "random: --vocab and --tokenizer-from exclude each other"), 2;
-    if (o.n_head_kv < 0) o.n_head_kv = o.n_head;
+    if (!*tok_from && !o->n_vocab) return cli_fail(CMD, "random: give --tokenizer-from FILE or --vocab V"), 2;
+    if (*tok_from && o->n_vocab) return cli_fail(CMD, "random: --vocab and --tokenizer-from exclude each other"), 2;
+    if (o->n_head_kv < 0) o->n_head_kv = o->n_head;
+    return -1;
+}
+
+static int cmd_random(int argc, char **argv) {
+    vs_lm_random_opts o;
+    const char *out, *tok_from;
+    const int r = random_parse(argc, argv, &o, &out, &tok_from);
+    if (r >= 0) return r;
     vs_error err = {0};
     vs_gguf *tg = NULL;
     if (tok_from && !(tg = vs_gguf_open(tok_from, &err))) return cli_fail_err(CMD, &err);
@@ -133,16 +121,10 @@ static int cmd_random(int argc, char **argv) {
 
 static int cmd_info(int argc, char **argv) {
     const char *path = NULL;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(argv[i], "-m") || !strcmp(argv[i], "--model")) {
-            if (!(path = cli_value(CMD, argc, argv, &i))) return 2;
-        } else {
-            return cli_fail(CMD, "info: unknown option '%s'", argv[i]), 2;
-        }
-    }
+    cli_flags fs = {0};
+    cli_flag_add(&fs, "-m|--model", CLI_STR, &path, 0, 0);
+    const int r = cli_flags_parse(CMD, argc, argv, &fs, usage);
+    if (r >= 0) return r;
     if (!path) return cli_fail(CMD, "info: -m MODEL is required"), 2;
     vs_error err = {0};
     vs_lm *lm = vs_lm_load(path, &err);
@@ -165,25 +147,12 @@ static int cmd_info(int argc, char **argv) {
 static int cmd_convert(int argc, char **argv) {
     const char *in = NULL, *out = NULL;
     int type = -1;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        }
-        if (!(v = cli_value(CMD, argc, argv, &i))) return 2;
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            in = v;
-        } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
-            out = v;
-        } else if (!strcmp(a, "--type")) {
-            type = vs_type_from_name(v);
-            if (type < 0 || !vs_type_supported(type))
-                return cli_fail(CMD, "--type %s: expected F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K or Q6_K", v), 2;
-        } else {
-            return cli_fail(CMD, "convert: unknown option '%s'", a), 2;
-        }
-    }
+    cli_flags fs = {0};
+    cli_flag_add(&fs, "-m|--model", CLI_STR, &in, 0, 0);
+    cli_flag_add(&fs, "-o|--output", CLI_STR, &out, 0, 0);
+    cli_flag_fn_add(&fs, "--type", cli_flag_weight_type, &type);
+    const int r = cli_flags_parse(CMD, argc, argv, &fs, usage);
+    if (r >= 0) return r;
     const char *missing = !in ? "-m MODEL" : type < 0 ? "--type T" : !out ? "-o OUT" : NULL;
     if (missing) return cli_fail(CMD, "convert: %s is required (see --help)", missing), 2;
     vs_error err = {0};

@@ -31,139 +31,186 @@ static void usage(FILE *f) {
             "  -h, --help           this help\n");
 }
 
-static int plot_weights(int argc, char **argv) {
-    const char *trace_path = NULL, *out = NULL, *input = NULL, *title = NULL;
-    int request = 0, width = 720, height = 400;
-    bool all = false;
-    for (int i = 2; i < argc; i++) {
-        const char *a = argv[i], *v;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        }
-        if (!strcmp(a, "--all-inputs")) {
-            all = true;
-            continue;
-        }
-        if (a[0] != '-') {
-            if (trace_path) return cli_fail(CMD, "one trace file only ('%s' and '%s')", trace_path, a), 2;
-            trace_path = a;
-            continue;
-        }
-        if (!(v = cli_value(CMD, argc, argv, &i))) return 2;
-        if (!strcmp(a, "-o") || !strcmp(a, "--output"))
-            out = v;
-        else if (!strcmp(a, "--input"))
-            input = v;
-        else if (!strcmp(a, "--title"))
-            title = v;
-        else if (!strcmp(a, "--request")) {
-            if (!cli_parse_int(CMD, a, v, 0, INT32_MAX, &request)) return 2;
-        } else if (!strcmp(a, "--size")) {
-            if (sscanf(v, "%dx%d", &width, &height) != 2 || width < 160 || height < 120 || width > 20000 ||
-                height > 20000)
-                return cli_fail(CMD, "--size %s: expected WxH, at least 160x120", v), 2;
-        } else {
-            return cli_fail(CMD, "unknown option '%s' (see vlmspec plot --help)", a), 2;
-        }
-    }
-    if (!trace_path) return cli_fail(CMD, "plot weights needs a trace file"), 2;
-    if (!out) return cli_fail(CMD, "-o OUT.svg is required"), 2;
+typedef struct plot_size {
+    int w, h;
+} plot_size;
 
-    vs_error err = {0};
-    vs_ens_trace t;
-    if (vs_ens_trace_read(trace_path, &t, &err)) return cli_fail_err(CMD, &err);
-    int rc = 1;
-    vs_plot *p = NULL;
-    double *x = NULL, *y = NULL, *ax = NULL, *ay = NULL, *rx = NULL, *ry = NULL, *ly = NULL;
+typedef struct plot_opts {
+    const char *trace_path, *out, *input, *title;
+    int request;
+    plot_size size;
+    bool all;
+} plot_opts;
+
+/* --size WxH: dst is a plot_size. */
+static bool parse_size(const char *cmd, const char *flag, const char *v, void *dst) {
+    int w, h;
+    if (sscanf(v, "%dx%d", &w, &h) != 2 || w < 160 || h < 120 || w > 20000 || h > 20000) {
+        cli_fail(cmd, "%s %s: expected WxH, at least 160x120", flag, v);
+        return false;
+    }
+    *(plot_size *)dst = (plot_size){w, h};
+    return true;
+}
+
+/* Parses argv[2..argc) of `plot weights` into o: the flags and the trace file (the one positional
+ * argument). -1 to go on, else the exit status (0 after --help, 2 on a usage error). */
+static int weights_parse(int argc, char **argv, plot_opts *o) {
+    *o = (plot_opts){.size = {720, 400}};
+    cli_flags fs = {0};
+    cli_flag_add(&fs, "-o|--output", CLI_STR, &o->out, 0, 0);
+    cli_flag_add(&fs, "--request", CLI_INT, &o->request, 0, INT32_MAX);
+    cli_flag_add(&fs, "--input", CLI_STR, &o->input, 0, 0);
+    cli_flag_add(&fs, "--all-inputs", CLI_BOOL, &o->all, 0, 0);
+    cli_flag_add(&fs, "--title", CLI_STR, &o->title, 0, 0);
+    cli_flag_fn_add(&fs, "--size", parse_size, &o->size);
+    int n_pos = 0;
+    cli_flags_positional(&fs, &o->trace_path, &n_pos, 1);
+    const int r = cli_flags_parse(CMD, argc - 1, argv + 1, &fs, usage); /* argv[1] stands in for the name */
+    if (r >= 0) return r;
+    if (!o->trace_path) return cli_fail(CMD, "plot weights needs a trace file"), 2;
+    if (!o->out) return cli_fail(CMD, "-o OUT.svg is required"), 2;
+    return -1;
+}
+
+/* The input whose share is drawn: --input, else m if present, else the first; -1 after an error. */
+static int select_input(const vs_ens_trace *t, const plot_opts *o) {
     int sel = -1;
-    for (int r = 0; r < t.m; r++)
-        if (input ? !strcmp(t.names[r], input) : !strcmp(t.names[r], "m")) sel = r;
-    if (sel < 0 && input) {
-        cli_fail(CMD, "%s has no input '%s'", trace_path, input);
-        goto done;
+    for (int r = 0; r < t->m; r++)
+        if (o->input ? !strcmp(t->names[r], o->input) : !strcmp(t->names[r], "m")) sel = r;
+    if (sel < 0 && o->input) {
+        cli_fail(CMD, "%s has no input '%s'", o->trace_path, o->input);
+        return -1;
     }
-    if (sel < 0) sel = 0;
-    int first = -1, nb = 0;
-    int64_t n_acc = 0, n_rej = 0;
-    for (int i = 0; i < t.n; i++)
-        if (t.rec[i].request == request) {
-            if (first < 0) first = i;
-            nb++;
-            n_acc += t.rec[i].n_accept;
-            n_rej += t.rec[i].n_accept < t.rec[i].n_draft;
+    return sel < 0 ? 0 : sel;
+}
+
+/* The blocks of one request as chart series. */
+typedef struct weight_series {
+    int first, nb;               /* the request's first block (index in the trace), its blocks */
+    int64_t n_acc, n_rej;        /* accepted drafts; blocks with a rejected draft */
+    double *x, *y, *ly;          /* [2 nb]: the step line of the drawn input; ly: room for any input's */
+    double *ax, *ay, *rx, *ry;   /* accepted drafts [n_acc], first rejected drafts [n_rej] */
+    int n, na, nr;               /* points in x / y, ax / ay, rx / ry */
+    double wsum;                 /* the drawn input's weights summed over the blocks */
+    int64_t drafted;             /* decided drafts: accepted and first rejected */
+} weight_series;
+
+static void series_free(weight_series *s) {
+    free(s->x), free(s->y), free(s->ly), free(s->ax), free(s->ay), free(s->rx), free(s->ry);
+}
+
+/* Counts the blocks of the request and allocates the series; false after an error. */
+static bool series_alloc(const vs_ens_trace *t, const plot_opts *o, weight_series *s) {
+    s->first = -1;
+    for (int i = 0; i < t->n; i++)
+        if (t->rec[i].request == o->request) {
+            if (s->first < 0) s->first = i;
+            s->nb++;
+            s->n_acc += t->rec[i].n_accept;
+            s->n_rej += t->rec[i].n_accept < t->rec[i].n_draft;
         }
-    if (nb == 0) {
-        cli_fail(CMD, "%s has no block of request %d", trace_path, request);
-        goto done;
+    if (s->nb == 0) {
+        cli_fail(CMD, "%s has no block of request %d", o->trace_path, o->request);
+        return false;
     }
-    /* the step line: (step_b, w_b), (step_b + emitted_b, w_b) per block */
-    x = malloc(sizeof(double) * 2 * (size_t)nb);
-    y = malloc(sizeof(double) * 2 * (size_t)nb);
-    ly = malloc(sizeof(double) * 2 * (size_t)nb);
-    ax = malloc(sizeof(double) * (size_t)VS_MAX(n_acc, 1));
-    ay = malloc(sizeof(double) * (size_t)VS_MAX(n_acc, 1));
-    rx = malloc(sizeof(double) * (size_t)VS_MAX(n_rej, 1));
-    ry = malloc(sizeof(double) * (size_t)VS_MAX(n_rej, 1));
-    if (!x || !y || !ly || !ax || !ay || !rx || !ry) {
+    s->x = malloc(sizeof(double) * 2 * (size_t)s->nb);
+    s->y = malloc(sizeof(double) * 2 * (size_t)s->nb);
+    s->ly = malloc(sizeof(double) * 2 * (size_t)s->nb);
+    s->ax = malloc(sizeof(double) * (size_t)VS_MAX(s->n_acc, 1));
+    s->ay = malloc(sizeof(double) * (size_t)VS_MAX(s->n_acc, 1));
+    s->rx = malloc(sizeof(double) * (size_t)VS_MAX(s->n_rej, 1));
+    s->ry = malloc(sizeof(double) * (size_t)VS_MAX(s->n_rej, 1));
+    if (!s->x || !s->y || !s->ly || !s->ax || !s->ay || !s->rx || !s->ry) {
         cli_fail(CMD, "out of memory");
-        goto done;
+        return false;
     }
-    int n = 0, na = 0, nr = 0;
-    double wsum = 0;
-    int64_t drafted = 0;
-    for (int i = first; i < t.n; i++) {
-        const vs_ens_trace_rec *b = &t.rec[i];
+    return true;
+}
+
+/* Fills the series of input sel: the step line (step_b, w_b), (step_b + emitted_b, w_b) per block, its
+ * accepted drafts and first rejected draft. */
+static void series_fill(const vs_ens_trace *t, int request, int sel, weight_series *s) {
+    for (int i = s->first; i < t->n; i++) {
+        const vs_ens_trace_rec *b = &t->rec[i];
         if (b->request != request) continue;
         const double w = b->w[sel];
-        x[n] = b->step, y[n] = w, n++;
-        x[n] = b->step + b->n_accept + 1, y[n] = w, n++;
-        for (int k = 0; k < b->n_accept; k++) ax[na] = b->step + k, ay[na] = w, na++;
-        if (b->n_accept < b->n_draft) rx[nr] = b->step + b->n_accept, ry[nr] = w, nr++;
-        wsum += w;
-        drafted += b->n_accept + (b->n_accept < b->n_draft);
+        s->x[s->n] = b->step, s->y[s->n] = w, s->n++;
+        s->x[s->n] = b->step + b->n_accept + 1, s->y[s->n] = w, s->n++;
+        for (int k = 0; k < b->n_accept; k++) s->ax[s->na] = b->step + k, s->ay[s->na] = w, s->na++;
+        if (b->n_accept < b->n_draft) s->rx[s->nr] = b->step + b->n_accept, s->ry[s->nr] = w, s->nr++;
+        s->wsum += w;
+        s->drafted += b->n_accept + (b->n_accept < b->n_draft);
     }
-    if (!(p = vs_plot_new(VS_PLOT_LINES, &err))) goto fail;
-    char buf[256], names[128] = "";
-    for (int r = 0; r < t.m; r++) {
+}
+
+/* Sets the chart's title (--title, else the inputs, policy and request), labels, size and range. */
+static bool chart_setup(vs_plot *p, const vs_ens_trace *t, const plot_opts *o, int sel, vs_error *err) {
+    char buf[256], names[128] = "", ylabel[64];
+    for (int r = 0; r < t->m; r++) {
         size_t l = strlen(names);
-        snprintf(names + l, sizeof(names) - l, "%s%s", r ? "," : "", t.names[r]);
+        snprintf(names + l, sizeof(names) - l, "%s%s", r ? "," : "", t->names[r]);
     }
+    const char *title = o->title;
     if (!title) {
         snprintf(buf, sizeof(buf), "ensemble weights: inputs %s, policy %s, request %d", names,
-                 t.policy[0] ? t.policy : "?", request);
+                 t->policy[0] ? t->policy : "?", o->request);
         title = buf;
     }
-    char ylabel[64];
-    snprintf(ylabel, sizeof(ylabel), all ? "weight" : "share of %s's weight", t.names[sel]);
-    if (vs_plot_title(p, title, &err) || vs_plot_labels(p, "decoding step (tokens generated)", ylabel, &err))
-        goto fail;
-    vs_plot_size(p, width, height);
+    snprintf(ylabel, sizeof(ylabel), o->all ? "weight" : "share of %s's weight", t->names[sel]);
+    if (vs_plot_title(p, title, err) || vs_plot_labels(p, "decoding step (tokens generated)", ylabel, err))
+        return false;
+    vs_plot_size(p, o->size.w, o->size.h);
     vs_plot_yrange(p, 0, 1);
+    return true;
+}
+
+/* Draws the weight lines (input sel's, or every input's with --all-inputs) and the draft markers into
+ * o->out; false on error (in err). */
+static bool draw(const vs_ens_trace *t, const plot_opts *o, int sel, weight_series *s, vs_error *err) {
+    vs_plot *p = vs_plot_new(VS_PLOT_LINES, err);
+    bool ok = p && chart_setup(p, t, o, sel, err);
     char sname[64];
-    for (int r = 0; r < t.m; r++) {
-        if (!all && r != sel) continue;
+    for (int r = 0; r < t->m && ok; r++) {
+        if (!o->all && r != sel) continue;
         int k = 0;
-        for (int i = first; i < t.n; i++) {
-            const vs_ens_trace_rec *b = &t.rec[i];
-            if (b->request != request) continue;
-            ly[k++] = b->w[r], ly[k++] = b->w[r];
+        for (int i = s->first; i < t->n; i++) {
+            const vs_ens_trace_rec *b = &t->rec[i];
+            if (b->request != o->request) continue;
+            s->ly[k++] = b->w[r], s->ly[k++] = b->w[r];
         }
-        snprintf(sname, sizeof(sname), "w_%s", t.names[r]);
-        if (vs_plot_line(p, sname, x, ly, n, VS_PLOT_STYLE_LINE, &err)) goto fail;
+        snprintf(sname, sizeof(sname), "w_%s", t->names[r]);
+        ok = !vs_plot_line(p, sname, s->x, s->ly, s->n, VS_PLOT_STYLE_LINE, err);
     }
-    if (na && vs_plot_line(p, "accepted draft", ax, ay, na, VS_PLOT_STYLE_MARKERS, &err)) goto fail;
-    if (nr && vs_plot_line(p, "first rejected draft", rx, ry, nr, VS_PLOT_STYLE_MARKERS, &err)) goto fail;
-    if (vs_plot_write(p, out, &err)) goto fail;
-    printf("%s: request %d, %d blocks, %lld accepted of %lld decided drafts, mean share of %s %.3f -> %s\n",
-           trace_path, request, nb, (long long)n_acc, (long long)drafted, t.names[sel], wsum / nb, out);
-    rc = 0;
-    goto done;
-fail:
-    cli_fail_err(CMD, &err);
-done:
+    ok = ok && !(s->na && vs_plot_line(p, "accepted draft", s->ax, s->ay, s->na, VS_PLOT_STYLE_MARKERS, err));
+    ok = ok && !(s->nr && vs_plot_line(p, "first rejected draft", s->rx, s->ry, s->nr, VS_PLOT_STYLE_MARKERS, err));
+    ok = ok && !vs_plot_write(p, o->out, err);
     vs_plot_free(p);
-    free(x), free(y), free(ly), free(ax), free(ay), free(rx), free(ry);
+    return ok;
+}
+
+static int plot_weights(int argc, char **argv) {
+    plot_opts o;
+    int rc = weights_parse(argc, argv, &o);
+    if (rc >= 0) return rc;
+    vs_error err = {0};
+    vs_ens_trace t;
+    if (vs_ens_trace_read(o.trace_path, &t, &err)) return cli_fail_err(CMD, &err);
+    rc = 1;
+    weight_series s = {0};
+    const int sel = select_input(&t, &o);
+    if (sel >= 0 && series_alloc(&t, &o, &s)) {
+        series_fill(&t, o.request, sel, &s);
+        if (!draw(&t, &o, sel, &s, &err)) {
+            cli_fail_err(CMD, &err);
+        } else {
+            printf("%s: request %d, %d blocks, %lld accepted of %lld decided drafts, mean share of %s %.3f -> %s\n",
+                   o.trace_path, o.request, s.nb, (long long)s.n_acc, (long long)s.drafted, t.names[sel],
+                   s.wsum / s.nb, o.out);
+            rc = 0;
+        }
+    }
+    series_free(&s);
     vs_ens_trace_free(&t);
     return rc;
 }

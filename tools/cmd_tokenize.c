@@ -90,94 +90,106 @@ static void print_info(const vs_tokenizer *t) {
            vs_tokenizer_add_eos(t) ? "yes" : "no");
 }
 
-int vs_cmd_tokenize(int argc, char **argv) {
-    const char *model = NULL, *prompt = NULL, *file = NULL, *chat = NULL;
-    bool ids_only = false, no_bos = false, special = false, info = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            if (!(model = cli_value(CMD, argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) {
-            if (!(prompt = cli_value(CMD, argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "-f") || !strcmp(a, "--file")) {
-            if (!(file = cli_value(CMD, argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--chat")) {
-            if (!(chat = cli_value(CMD, argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--ids"))
-            ids_only = true;
-        else if (!strcmp(a, "--no-bos"))
-            no_bos = true;
-        else if (!strcmp(a, "--special"))
-            special = true;
-        else if (!strcmp(a, "--info"))
-            info = true;
-        else {
-            fprintf(stderr, "vlmspec %s: unknown option '%s'\n", CMD, a);
-            usage(stderr);
-            return 2;
-        }
+/* --chat's value: a chat template name (vs_chat_template_find). */
+static bool parse_chat(const char *cmd, const char *flag, const char *v, void *dst) {
+    (void)flag;
+    if (!(*(const vs_chat_template **)dst = vs_chat_template_find(v))) {
+        fprintf(stderr, "vlmspec %s: unknown chat template '%s'\n", cmd, v);
+        usage(stderr);
+        return false;
     }
-    if (!model || (!prompt == !file)) {
+    return true;
+}
+
+typedef struct tok_opts {
+    const char *model, *prompt, *file;
+    const vs_chat_template *tpl; /* --chat, or NULL */
+    bool ids_only, no_bos, special, info;
+} tok_opts;
+
+/* Returns -1 when the options are fine, else the exit status. */
+static int tok_parse(int argc, char **argv, tok_opts *o) {
+    memset(o, 0, sizeof(*o));
+    cli_flags fs = {0};
+    cli_flag_add(&fs, "-m|--model", CLI_STR, &o->model, 0, 0);
+    cli_flag_add(&fs, "-p|--prompt", CLI_STR, &o->prompt, 0, 0);
+    cli_flag_add(&fs, "-f|--file", CLI_STR, &o->file, 0, 0);
+    cli_flag_add(&fs, "--ids", CLI_BOOL, &o->ids_only, 0, 0);
+    cli_flag_add(&fs, "--no-bos", CLI_BOOL, &o->no_bos, 0, 0);
+    cli_flag_add(&fs, "--special", CLI_BOOL, &o->special, 0, 0);
+    cli_flag_fn_add(&fs, "--chat", parse_chat, &o->tpl);
+    cli_flag_add(&fs, "--info", CLI_BOOL, &o->info, 0, 0);
+    const int r = cli_flags_parse(CMD, argc, argv, &fs, usage);
+    if (r >= 0) return r;
+    if (!o->model || (!o->prompt == !o->file)) {
         fprintf(stderr, "vlmspec %s: need -m MODEL and exactly one of -p TEXT / -f FILE\n", CMD);
         usage(stderr);
         return 2;
     }
-    const vs_chat_template *tpl = NULL;
-    if (chat && !(tpl = vs_chat_template_find(chat))) {
-        fprintf(stderr, "vlmspec %s: unknown chat template '%s'\n", CMD, chat);
-        usage(stderr);
-        return 2;
-    }
+    return -1;
+}
 
+/* The text to tokenise into *text / *len: -p's, or -f's file read into *fdata; wrapped as a user turn
+ * into *wrapped with --chat. Returns -1 when fine, else the exit status (reported; *fdata and *wrapped
+ * are the caller's to free either way). */
+static int tok_text(const tok_opts *o, uint8_t **fdata, char **wrapped, const char **text, size_t *len) {
     vs_error err = {0};
-    uint8_t *fdata = NULL;
-    size_t len = 0;
-    const char *text = prompt;
-    if (file) {
-        if (vs_read_file(file, &fdata, &len, &err) != VS_OK) return cli_fail_err(CMD, &err);
-        text = (const char *)fdata;
+    *text = o->prompt;
+    if (o->file) {
+        if (vs_read_file(o->file, fdata, len, &err) != VS_OK) return cli_fail_err(CMD, &err);
+        *text = (const char *)*fdata;
     } else
-        len = strlen(prompt);
-
-    char *wrapped = NULL;
-    if (tpl) {
-        if (memchr(text, 0, len)) {
-            vs_free(fdata);
-            return cli_fail(CMD, "--chat needs a text without NUL bytes");
-        }
-        vs_chat_msg m = {VS_CHAT_USER, text, 0};
-        if (vs_chat_format(tpl, &m, 1, true, &wrapped, &len, &err) != VS_OK) {
-            vs_free(fdata);
-            return cli_fail_err(CMD, &err);
-        }
-        text = wrapped;
+        *len = strlen(o->prompt);
+    if (o->tpl) {
+        if (memchr(*text, 0, *len)) return cli_fail(CMD, "--chat needs a text without NUL bytes");
+        vs_chat_msg m = {VS_CHAT_USER, *text, 0};
+        if (vs_chat_format(o->tpl, &m, 1, true, wrapped, len, &err) != VS_OK) return cli_fail_err(CMD, &err);
+        *text = *wrapped;
     }
+    return -1;
+}
 
-    int rc = 0;
-    vs_tokenizer *t = vs_tokenizer_load(model, &err);
+/* Prints the tokens: [1, 2, 3] with --ids, else one "id -> 'piece'" line each and the count. */
+static void print_tokens(const tok_opts *o, const vs_tokenizer *t, const int32_t *ids, int64_t n) {
+    if (o->ids_only) {
+        printf("[");
+        for (int64_t i = 0; i < n; i++) printf("%s%d", i ? ", " : "", ids[i]);
+        printf("]\n");
+        return;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        size_t pl;
+        const char *p = vs_tokenizer_token_piece(t, ids[i], &pl);
+        printf("%7d -> '", ids[i]);
+        print_piece(p, pl);
+        printf("'\n");
+    }
+    printf("%lld tokens\n", (long long)n);
+}
+
+int vs_cmd_tokenize(int argc, char **argv) {
+    tok_opts o;
+    int rc = tok_parse(argc, argv, &o);
+    if (rc >= 0) return rc;
+    uint8_t *fdata = NULL;
+    char *wrapped = NULL;
+    const char *text = NULL;
+    size_t len = 0;
+    if ((rc = tok_text(&o, &fdata, &wrapped, &text, &len)) >= 0) {
+        vs_free(wrapped);
+        vs_free(fdata);
+        return rc;
+    }
+    rc = 0;
+    vs_error err = {0};
+    vs_tokenizer *t = vs_tokenizer_load(o.model, &err);
     int32_t *ids = NULL;
     int64_t n = 0;
-    if (!t || vs_tokenize_alloc(t, text, len, !no_bos, special, &ids, &n, &err) != VS_OK) {
+    if (!t || vs_tokenize_alloc(t, text, len, !o.no_bos, o.special, &ids, &n, &err) != VS_OK) {
         rc = cli_fail_err(CMD, &err);
     } else {
-        if (info) print_info(t);
-        if (ids_only) {
-            printf("[");
-            for (int64_t i = 0; i < n; i++) printf("%s%d", i ? ", " : "", ids[i]);
-            printf("]\n");
-        } else {
-            for (int64_t i = 0; i < n; i++) {
-                size_t pl;
-                const char *p = vs_tokenizer_token_piece(t, ids[i], &pl);
-                printf("%7d -> '", ids[i]);
-                print_piece(p, pl);
-                printf("'\n");
-            }
-            printf("%lld tokens\n", (long long)n);
-        }
+        if (o.info) print_info(t);
+        print_tokens(&o, t, ids, n);
     }
     vs_free(ids);
     vs_tokenizer_free(t);

@@ -45,38 +45,25 @@ static vs_status add_split(vs_bpe_trainer *t, const char *dir, const char *split
     return st;
 }
 
+static bool parse_pre(const char *cmd, const char *flag, const char *v, void *dst) {
+    if (vs_bpe_pre_parse(v, dst)) return true;
+    cli_fail(cmd, "%s '%s': expected gpt-2 or starcoder", flag, v);
+    return false;
+}
+
 static int cmd_train(int argc, char **argv) {
     const char *data = NULL, *out = NULL, *name = NULL;
     int64_t vocab = 2048, min_count = 2;
     vs_bpe_pre pre = VS_BPE_PRE_GPT2;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        if (!strcmp(a, "--data")) {
-            if (!(data = cli_value("tokenizer train", argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "-o") || !strcmp(a, "--out")) {
-            if (!(out = cli_value("tokenizer train", argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--name")) {
-            if (!(name = cli_value("tokenizer train", argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--vocab")) {
-            if (!(v = cli_value("tokenizer train", argc, argv, &i)) || !cli_parse_i64("tokenizer train", a, v, 260, 1 << 20, &vocab))
-                return 2;
-        } else if (!strcmp(a, "--min-count")) {
-            if (!(v = cli_value("tokenizer train", argc, argv, &i)) || !cli_parse_i64("tokenizer train", a, v, 2, 1 << 30, &min_count))
-                return 2;
-        } else if (!strcmp(a, "--pre")) {
-            if (!(v = cli_value("tokenizer train", argc, argv, &i))) return 2;
-            if (!vs_bpe_pre_parse(v, &pre)) {
-                fprintf(stderr, "vlmspec tokenizer train: --pre '%s': expected gpt-2 or starcoder\n", v);
-                return 2;
-            }
-        } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 0;
-        } else {
-            fprintf(stderr, "vlmspec tokenizer train: unknown option '%s'\n", a);
-            return 2;
-        }
-    }
+    cli_flags fs = {0};
+    cli_flag_add(&fs, "--data", CLI_STR, &data, 0, 0);
+    cli_flag_add(&fs, "-o|--out", CLI_STR, &out, 0, 0);
+    cli_flag_add(&fs, "--name", CLI_STR, &name, 0, 0);
+    cli_flag_add(&fs, "--vocab", CLI_I64, &vocab, 260, 1 << 20);
+    cli_flag_add(&fs, "--min-count", CLI_I64, &min_count, 2, 1 << 30);
+    cli_flag_fn_add(&fs, "--pre", parse_pre, &pre);
+    const int r = cli_flags_parse("tokenizer train", argc, argv, &fs, usage);
+    if (r >= 0) return r;
     if (!data || !out) {
         fprintf(stderr, "vlmspec tokenizer train: --data DIR and -o PATH are required\n");
         return 2;
@@ -86,7 +73,8 @@ static int cmd_train(int argc, char **argv) {
     vs_bpe_trainer *t = vs_bpe_trainer_new_pre(pre, &err);
     if (!t) return cli_fail_err("tokenizer train", &err);
     int64_t n_texts = 0;
-    if (add_split(t, data, "train", &n_texts, &err) != VS_OK || add_split(t, data, "captions", &n_texts, &err) != VS_OK) {
+    if (add_split(t, data, "train", &n_texts, &err) != VS_OK ||
+        add_split(t, data, "captions", &n_texts, &err) != VS_OK) {
         vs_bpe_trainer_free(t);
         return cli_fail_err("tokenizer train", &err);
     }

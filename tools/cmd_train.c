@@ -138,136 +138,174 @@ static double time_sgemm(vs_threadpool *tp, int m, int n, int k, int reps) {
     return best;
 }
 
-static int cmd_bench(int argc, char **argv) {
-    const char *cmd = "train bench";
-    int threads = 2, steps = 3, B = 8, T = 192, K = 1, gemm = 2048;
-    vs_train_vlm_config c = {.image_size = 64,
-                             .patch_size = 8,
-                             .v_width = 192,
-                             .v_ffn = 768,
-                             .v_heads = 3,
-                             .v_blocks = 6,
-                             .v_eps = 1e-5f,
-                             .v_post_ln = true,
-                             .vocab = 2048,
-                             .width = 512,
-                             .n_layers = 8,
-                             .n_heads = 8,
-                             .n_kv_heads = 4,
-                             .ffn = 1408,
-                             .max_seq = 512,
-                             .rms_eps = 1e-5f,
-                             .rope_base = 10000.0f};
-    for (int i = 0; i < 3; i++) c.image_mean[i] = 0.5f, c.image_std[i] = 0.25f;
+typedef struct bench_opts {
+    int threads, steps, B, T, K, gemm;
+    vs_train_vlm_config c;
+    const char *gemm_name, *att_name;
+} bench_opts;
+
+/* -1 when fine, else the exit status. */
+static int bench_parse(int argc, char **argv, bench_opts *o) {
+    *o = (bench_opts){.threads = 2, .steps = 3, .B = 8, .T = 192, .K = 1, .gemm = 2048};
+    o->c = (vs_train_vlm_config){.image_size = 64,
+                                 .patch_size = 8,
+                                 .v_width = 192,
+                                 .v_ffn = 768,
+                                 .v_heads = 3,
+                                 .v_blocks = 6,
+                                 .v_eps = 1e-5f,
+                                 .v_post_ln = true,
+                                 .vocab = 2048,
+                                 .width = 512,
+                                 .n_layers = 8,
+                                 .n_heads = 8,
+                                 .n_kv_heads = 4,
+                                 .ffn = 1408,
+                                 .max_seq = 512,
+                                 .rms_eps = 1e-5f,
+                                 .rope_base = 10000.0f};
+    for (int i = 0; i < 3; i++) o->c.image_mean[i] = 0.5f, o->c.image_std[i] = 0.25f;
     cli_flags fs = {0};
-    cli_flag_add(&fs, "--threads", CLI_INT, &threads, 1, 256);
-    cli_flag_add(&fs, "--steps", CLI_INT, &steps, 1, 1000);
-    cli_flag_add(&fs, "--batch", CLI_INT, &B, 1, 4096);
-    cli_flag_add(&fs, "--seq", CLI_INT, &T, 1, 1 << 16);
-    cli_flag_add(&fs, "--images", CLI_INT, &K, 0, 64);
-    add_vision_flags(&fs, &c, NULL);
-    add_lm_flags(&fs, &c);
-    cli_flag_add(&fs, "--vocab", CLI_INT, &c.vocab, 2, 1 << 20);
-    cli_flag_add(&fs, "--gemm-size", CLI_INT, &gemm, 16, 16384);
-    const char *gemm_name = NULL, *att_name = NULL;
-    cli_flag_add(&fs, "--gemm", CLI_STR, &gemm_name, 0, 0);
-    cli_flag_add(&fs, "--attention", CLI_STR, &att_name, 0, 0);
-    int prc = cli_flags_parse(cmd, argc, argv, &fs, bench_usage);
+    cli_flag_add(&fs, "--threads", CLI_INT, &o->threads, 1, 256);
+    cli_flag_add(&fs, "--steps", CLI_INT, &o->steps, 1, 1000);
+    cli_flag_add(&fs, "--batch", CLI_INT, &o->B, 1, 4096);
+    cli_flag_add(&fs, "--seq", CLI_INT, &o->T, 1, 1 << 16);
+    cli_flag_add(&fs, "--images", CLI_INT, &o->K, 0, 64);
+    add_vision_flags(&fs, &o->c, NULL);
+    add_lm_flags(&fs, &o->c);
+    cli_flag_add(&fs, "--vocab", CLI_INT, &o->c.vocab, 2, 1 << 20);
+    cli_flag_add(&fs, "--gemm-size", CLI_INT, &o->gemm, 16, 16384);
+    cli_flag_add(&fs, "--gemm", CLI_STR, &o->gemm_name, 0, 0);
+    cli_flag_add(&fs, "--attention", CLI_STR, &o->att_name, 0, 0);
+    int prc = cli_flags_parse("train bench", argc, argv, &fs, bench_usage);
     if (prc >= 0) return prc;
-    if ((prc = apply_gemm_names(cmd, gemm_name, att_name)) >= 0) return prc;
-    c.max_seq = T > 512 ? T : 512;
-    int NP = (c.image_size / c.patch_size) * (c.image_size / c.patch_size);
-    if (K * NP + 1 > T) return cli_fail(cmd, "%d images of %d rows do not fit in %d rows", K, NP, T);
-    vs_error err = {0};
-    vs_threadpool *tp = vs_threadpool_new(threads, &err);
-    if (!tp) return cli_fail_err(cmd, &err);
-    vs_train_set_blas_threads(threads);
-    int NI = B * K;
-    vs_train_vlm *m = vs_train_vlm_new(&c, B, T, NI, &err);
-    if (!m) {
-        vs_threadpool_free(tp);
-        return cli_fail_err(cmd, &err);
-    }
-    vs_train_vlm_init(m, 1);
-    /* synthetic batch: per sequence BOS, its K images, then text; loss on the text */
-    size_t npx = (size_t)NI * 3 * c.image_size * c.image_size, N = (size_t)B * T;
-    float *pixels = vs_malloc(sizeof(float) * npx), *mask = vs_malloc(sizeof(float) * N);
-    int32_t *tok = vs_malloc(sizeof(int32_t) * N), *img = vs_malloc(sizeof(int32_t) * N);
-    int32_t *tgt = vs_malloc(sizeof(int32_t) * N);
-    if (!pixels || !mask || !tok || !img || !tgt) return cli_fail(cmd, "out of memory");
+    if ((prc = apply_gemm_names("train bench", o->gemm_name, o->att_name)) >= 0) return prc;
+    o->c.max_seq = o->T > 512 ? o->T : 512;
+    return -1;
+}
+
+/* A synthetic batch: per sequence BOS, its K images (NP rows each), then text; loss on the text. */
+typedef struct synth_batch {
+    float *pixels, *mask;
+    int32_t *tok, *img, *tgt;
+    vs_train_batch b;
+} synth_batch;
+
+static void synth_free(synth_batch *sb) {
+    vs_free(sb->pixels), vs_free(sb->mask), vs_free(sb->tok), vs_free(sb->img), vs_free(sb->tgt);
+}
+
+static bool synth_make(const bench_opts *o, int NP, synth_batch *sb) {
+    const vs_train_vlm_config *c = &o->c;
+    const int B = o->B, T = o->T, K = o->K, NI = B * K;
+    const size_t npx = (size_t)NI * 3 * c->image_size * c->image_size, N = (size_t)B * T;
+    sb->pixels = vs_malloc(sizeof(float) * npx), sb->mask = vs_malloc(sizeof(float) * N);
+    sb->tok = vs_malloc(sizeof(int32_t) * N), sb->img = vs_malloc(sizeof(int32_t) * N);
+    sb->tgt = vs_malloc(sizeof(int32_t) * N);
+    if (!sb->pixels || !sb->mask || !sb->tok || !sb->img || !sb->tgt) return false;
     vs_rng r;
     vs_rng_seed(&r, 2);
-    for (size_t i = 0; i < npx; i++) pixels[i] = vs_rng_normal(&r);
+    for (size_t i = 0; i < npx; i++) sb->pixels[i] = vs_rng_normal(&r);
     for (int s = 0; s < B; s++)
         for (int t = 0; t < T; t++) {
             size_t i = (size_t)s * T + t;
             bool is_img = t >= 1 && t <= K * NP;
-            img[i] = is_img ? (s * K) * NP + (t - 1) : -1;
-            tok[i] = is_img ? -1 : (int32_t)vs_rng_below(&r, (uint32_t)c.vocab);
-            tgt[i] = (int32_t)vs_rng_below(&r, (uint32_t)c.vocab);
-            mask[i] = t >= K * NP ? 1.0f : 0.0f;
+            sb->img[i] = is_img ? (s * K) * NP + (t - 1) : -1;
+            sb->tok[i] = is_img ? -1 : (int32_t)vs_rng_below(&r, (uint32_t)c->vocab);
+            sb->tgt[i] = (int32_t)vs_rng_below(&r, (uint32_t)c->vocab);
+            sb->mask[i] = t >= K * NP ? 1.0f : 0.0f;
         }
-    vs_train_batch b = {.B = B,
-                        .T = T,
-                        .n_images = NI,
-                        .pixels = pixels,
-                        .tokens = tok,
-                        .img_row = img,
-                        .targets = tgt,
-                        .loss_mask = mask};
+    sb->b = (vs_train_batch){.B = B,
+                             .T = T,
+                             .n_images = NI,
+                             .pixels = sb->pixels,
+                             .tokens = sb->tok,
+                             .img_row = sb->img,
+                             .targets = sb->tgt,
+                             .loss_mask = sb->mask};
+    return true;
+}
+
+/* steps + 1 timed steps (the first a warm-up, not counted): the sums of forward, backward and optimiser
+ * seconds into t[0..2]. */
+static vs_status bench_steps(const bench_opts *o, vs_train_vlm *m, vs_threadpool *tp, const vs_train_batch *b,
+                             double t[3], vs_error *err) {
     vs_train_params *p = vs_train_vlm_params(m);
     vs_adamw opt;
     vs_adamw_default(&opt);
-    printf(
-        "model: ViT %dx%d/%d width %d x %d blocks, LM width %d x %d layers (%d/%d heads, ffn %d), vocab %d\n",
-        c.image_size, c.image_size, c.patch_size, c.v_width, c.v_blocks, c.width, c.n_layers, c.n_heads,
-        c.n_kv_heads, c.ffn, c.vocab);
-    printf("parameters: %.2fM (vision %.2fM, projector %.2fM, LM %.2fM); batch %d x %d rows, %d images; "
-           "sgemm: %s, attention: %s, %d threads\n",
-           vs_train_vlm_n_params(m, -1) / 1e6, vs_train_vlm_n_params(m, VS_TRAIN_GROUP_VISION) / 1e6,
-           vs_train_vlm_n_params(m, VS_TRAIN_GROUP_PROJECTOR) / 1e6,
-           vs_train_vlm_n_params(m, VS_TRAIN_GROUP_LM) / 1e6, B, T, NI, vs_train_sgemm_backend(),
-           vs_train_attention_backend(), threads);
-    double tf = 0, tb = 0, to = 0, loss_sum = 0;
-    int rc = 0;
-    for (int s = 0; s <= steps; s++) {
+    vs_status st;
+    for (int s = 0; s <= o->steps; s++) {
         float loss;
         double t0 = vs_time_now();
         vs_train_params_zero_grad(p);
-        if (vs_train_vlm_forward(m, tp, &b, &loss, &err)) {
-            rc = cli_fail_err(cmd, &err);
-            break;
-        }
+        if ((st = vs_train_vlm_forward(m, tp, b, &loss, err))) return st;
         double t1 = vs_time_now();
-        if (vs_train_vlm_backward(m, tp, &err)) {
-            rc = cli_fail_err(cmd, &err);
-            break;
-        }
+        if ((st = vs_train_vlm_backward(m, tp, err))) return st;
         double t2 = vs_time_now();
         vs_train_clip_grad(p, 1.0f);
         vs_train_adamw_step(p, tp, &opt, 1e-4f);
         double t3 = vs_time_now();
         printf("  step %d: forward %.3f s, backward %.3f s, clip+AdamW %.3f s, loss %.4f%s\n", s, t1 - t0,
                t2 - t1, t3 - t2, loss, s == 0 ? " (warm-up, not counted)" : "");
-        if (s == 0) continue;
-        tf += t1 - t0, tb += t2 - t1, to += t3 - t2, loss_sum += loss;
+        if (s > 0) t[0] += t1 - t0, t[1] += t2 - t1, t[2] += t3 - t2;
     }
-    if (!rc) {
-        double flops = vs_train_vlm_flops(m, B, T, NI), t = (tf + tb + to) / steps;
-        double peak_t = time_sgemm(tp, gemm, gemm, gemm, 3);
-        double peak = peak_t > 0 ? 2.0 * gemm * gemm * gemm / peak_t : 0;
-        double shape_t = time_sgemm(tp, B * T, c.ffn, c.width, 3);
-        double shape = shape_t > 0 ? 2.0 * B * T * (double)c.ffn * c.width / shape_t : 0;
-        printf("step: %.3f s (forward %.3f, backward %.3f, optimiser %.3f); %.0f tokens/s\n", t, tf / steps,
-               tb / steps, to / steps, N / t);
-        printf("FLOPs per step %.1f G -> %.1f GFLOP/s\n", flops / 1e9, flops / t / 1e9);
-        printf("sgemm peak (%d^3, %d threads): %.1f GFLOP/s; at the model's MLP shape (%dx%dx%d): %.1f "
-               "GFLOP/s\n",
-               gemm, threads, peak / 1e9, B * T, c.ffn, c.width, shape / 1e9);
-        printf("training step achieves %.1f%% of the sgemm peak\n",
-               peak > 0 ? 100.0 * flops / t / peak : 0.0);
+    return VS_OK;
+}
+
+static void bench_report(const bench_opts *o, vs_train_vlm *m, vs_threadpool *tp, const double tsum[3]) {
+    const int B = o->B, T = o->T, NI = B * o->K, steps = o->steps, gemm = o->gemm;
+    double flops = vs_train_vlm_flops(m, B, T, NI), t = (tsum[0] + tsum[1] + tsum[2]) / steps;
+    double peak_t = time_sgemm(tp, gemm, gemm, gemm, 3);
+    double peak = peak_t > 0 ? 2.0 * gemm * gemm * gemm / peak_t : 0;
+    double shape_t = time_sgemm(tp, B * T, o->c.ffn, o->c.width, 3);
+    double shape = shape_t > 0 ? 2.0 * B * T * (double)o->c.ffn * o->c.width / shape_t : 0;
+    printf("step: %.3f s (forward %.3f, backward %.3f, optimiser %.3f); %.0f tokens/s\n", t, tsum[0] / steps,
+           tsum[1] / steps, tsum[2] / steps, (double)B * T / t);
+    printf("FLOPs per step %.1f G -> %.1f GFLOP/s\n", flops / 1e9, flops / t / 1e9);
+    printf("sgemm peak (%d^3, %d threads): %.1f GFLOP/s; at the model's MLP shape (%dx%dx%d): %.1f "
+           "GFLOP/s\n",
+           gemm, o->threads, peak / 1e9, B * T, o->c.ffn, o->c.width, shape / 1e9);
+    printf("training step achieves %.1f%% of the sgemm peak\n", peak > 0 ? 100.0 * flops / t / peak : 0.0);
+}
+
+static int cmd_bench(int argc, char **argv) {
+    const char *cmd = "train bench";
+    bench_opts o;
+    int prc = bench_parse(argc, argv, &o);
+    if (prc >= 0) return prc;
+    const vs_train_vlm_config *c = &o.c;
+    const int NP = (c->image_size / c->patch_size) * (c->image_size / c->patch_size);
+    if (o.K * NP + 1 > o.T) return cli_fail(cmd, "%d images of %d rows do not fit in %d rows", o.K, NP, o.T);
+    vs_error err = {0};
+    vs_threadpool *tp = vs_threadpool_new(o.threads, &err);
+    if (!tp) return cli_fail_err(cmd, &err);
+    vs_train_set_blas_threads(o.threads);
+    vs_train_vlm *m = vs_train_vlm_new(c, o.B, o.T, o.B * o.K, &err);
+    synth_batch sb = {0};
+    int rc = 0;
+    if (!m) {
+        rc = cli_fail_err(cmd, &err);
+    } else if (!synth_make(&o, NP, &sb)) {
+        rc = cli_fail(cmd, "out of memory");
+    } else {
+        vs_train_vlm_init(m, 1);
+        printf("model: ViT %dx%d/%d width %d x %d blocks, LM width %d x %d layers (%d/%d heads, ffn %d), vocab "
+               "%d\n",
+               c->image_size, c->image_size, c->patch_size, c->v_width, c->v_blocks, c->width, c->n_layers,
+               c->n_heads, c->n_kv_heads, c->ffn, c->vocab);
+        printf("parameters: %.2fM (vision %.2fM, projector %.2fM, LM %.2fM); batch %d x %d rows, %d images; "
+               "sgemm: %s, attention: %s, %d threads\n",
+               vs_train_vlm_n_params(m, -1) / 1e6, vs_train_vlm_n_params(m, VS_TRAIN_GROUP_VISION) / 1e6,
+               vs_train_vlm_n_params(m, VS_TRAIN_GROUP_PROJECTOR) / 1e6,
+               vs_train_vlm_n_params(m, VS_TRAIN_GROUP_LM) / 1e6, o.B, o.T, o.B * o.K, vs_train_sgemm_backend(),
+               vs_train_attention_backend(), o.threads);
+        double t[3] = {0, 0, 0};
+        if (bench_steps(&o, m, tp, &sb.b, t, &err))
+            rc = cli_fail_err(cmd, &err);
+        else
+            bench_report(&o, m, tp, t);
     }
-    vs_free(pixels), vs_free(mask), vs_free(tok), vs_free(img), vs_free(tgt);
+    synth_free(&sb);
     vs_train_vlm_free(m);
     vs_threadpool_free(tp);
     return rc;
@@ -563,6 +601,27 @@ static vs_status target_init_from(vs_train_loop *L, const char *path, const vs_t
     return VS_OK;
 }
 
+/* The model, its parameters and the schedule of a target run (stdout). */
+static void print_target_run(const target_opts *o, const vs_train_loop *L, const vs_train_data_stats *ds) {
+    const vs_train_vlm_config *c = &o->cfg;
+    printf("model: ViT %dx%d/%d width %d x %d blocks (%d heads, MLP %d%s), projector %d -> %d, LM width %d x %d "
+           "layers (%d/%d heads, SwiGLU %d), vocab %d, context %d\n",
+           c->image_size, c->image_size, c->patch_size, c->v_width, c->v_blocks, c->v_heads, c->v_ffn,
+           c->v_post_ln ? ", post-LN" : "", c->v_width, c->width, c->width, c->n_layers, c->n_heads, c->n_kv_heads,
+           c->ffn, c->vocab, c->max_seq);
+    printf("parameters: %.2fM (vision %.2fM, projector %.2fM, LM %.2fM = %.1f MB in F16)\n",
+           vs_train_vlm_n_params(L->m, -1) / 1e6, vs_train_vlm_n_params(L->m, VS_TRAIN_GROUP_VISION) / 1e6,
+           vs_train_vlm_n_params(L->m, VS_TRAIN_GROUP_PROJECTOR) / 1e6,
+           vs_train_vlm_n_params(L->m, VS_TRAIN_GROUP_LM) / 1e6,
+           2.0 * vs_train_vlm_n_params(L->m, VS_TRAIN_GROUP_LM) / 1e6);
+    printf("schedule: %lld steps of %d x %d sequences (%.2f epochs), lr %.2e -> %.2e, warm-up %.0f, "
+           "sgemm %s, attention %s, %d threads\n",
+           (long long)L->total, o->s.accum, o->s.batch, (double)L->total * o->s.accum / (double)ds->n_batches,
+           o->s.lr, o->s.lr_min, o->s.warmup, vs_train_sgemm_backend(), vs_train_attention_backend(),
+           o->s.threads);
+    fflush(stdout);
+}
+
 static vs_status target_train(target_run *r, vs_error *err) {
     target_opts *o = &r->o;
     vs_train_loop *L = &r->L;
@@ -628,22 +687,7 @@ static vs_status target_train(target_run *r, vs_error *err) {
     }
     vs_free(settings);
     if (s != VS_OK) return s;
-    printf(
-        "model: ViT %dx%d/%d width %d x %d blocks (%d heads, MLP %d%s), projector %d -> %d, LM width %d x %d "
-        "layers (%d/%d heads, SwiGLU %d), vocab %d, context %d\n",
-        c->image_size, c->image_size, c->patch_size, c->v_width, c->v_blocks, c->v_heads, c->v_ffn,
-        c->v_post_ln ? ", post-LN" : "", c->v_width, c->width, c->width, c->n_layers, c->n_heads, c->n_kv_heads, c->ffn, c->vocab, c->max_seq);
-    printf("parameters: %.2fM (vision %.2fM, projector %.2fM, LM %.2fM = %.1f MB in F16)\n",
-           vs_train_vlm_n_params(L->m, -1) / 1e6, vs_train_vlm_n_params(L->m, VS_TRAIN_GROUP_VISION) / 1e6,
-           vs_train_vlm_n_params(L->m, VS_TRAIN_GROUP_PROJECTOR) / 1e6,
-           vs_train_vlm_n_params(L->m, VS_TRAIN_GROUP_LM) / 1e6,
-           2.0 * vs_train_vlm_n_params(L->m, VS_TRAIN_GROUP_LM) / 1e6);
-    printf("schedule: %lld steps of %d x %d sequences (%.2f epochs), lr %.2e -> %.2e, warm-up %.0f, "
-           "sgemm %s, attention %s, %d threads\n",
-           (long long)L->total, o->s.accum, o->s.batch, (double)L->total * o->s.accum / (double)ds->n_batches,
-           o->s.lr, o->s.lr_min, o->s.warmup, vs_train_sgemm_backend(), vs_train_attention_backend(),
-           o->s.threads);
-    fflush(stdout);
+    print_target_run(o, L, ds);
     L->deadline = o->s.time_limit > 0 ? vs_time_now() + o->s.time_limit : 0;
     if ((s = vs_train_loop_run(L, err))) return s;
     if (L->st.step < L->total) return VS_OK;
@@ -976,6 +1020,31 @@ static bool phase_done(const drafter_run *r, int ph) {
 }
 
 /* Runs phase ph to its end or to the run's limits. *finished tells which. */
+/* A phase's model when it starts: phase a a fresh drafter over the target's tower; later phases the previous
+ * phase's final weights with a fresh optimiser. */
+static vs_status phase_fresh_model(drafter_run *r, int ph, vs_train_loop *L, int max_B, int max_T, int max_I,
+                                   vs_error *err) {
+    if (ph == PH_TEXT) {
+        if (!(L->m = vs_train_vlm_new(&r->cfg, max_B, max_T, max_I, err))) return VS_ERR_INVALID;
+        vs_train_vlm_init(L->m, (uint64_t)r->o.s.seed);
+        return vs_train_vlm_set_vision(L->m, r->tmm, err);
+    }
+    char prev[1300];
+    vs_train_state pst;
+    bool other;
+    snprintf(prev, sizeof(prev), "%s/ckpt/ckpt.gguf", r->phase_dir[ph - 1]);
+    if (!(L->m = vs_train_load_for_run(prev, &r->cfg, k_drafter_expects, max_B, max_T, max_I, &pst, &other, err))) {
+        vs_error_wrap(err, "phase %s", L->dir);
+        return VS_ERR_INVALID;
+    }
+    vs_train_params *p = vs_train_vlm_params(L->m);
+    memset(p->m, 0, sizeof(float) * p->n);
+    memset(p->v, 0, sizeof(float) * p->n);
+    p->t = 0;
+    printf("phase %s starts from %s (step %lld)\n", L->dir, prev, (long long)pst.step);
+    return VS_OK;
+}
+
 static vs_status drafter_phase(drafter_run *r, int ph, bool *finished, vs_error *err) {
     drafter_opts *o = &r->o;
     vs_train_loop L;
@@ -1022,31 +1091,7 @@ static vs_status drafter_phase(drafter_run *r, int ph, bool *finished, vs_error 
     } else {
         if (o->s.resume) printf("no checkpoint in %s/ckpt: starting phase %s fresh\n", L.dir, L.dir);
         s = vs_train_write_text(L.runjson, settings, err);
-        if (s == VS_OK && ph == PH_TEXT) {
-            if (!(L.m = vs_train_vlm_new(&r->cfg, max_B, max_T, max_I, err))) s = VS_ERR_INVALID;
-            if (s == VS_OK) {
-                vs_train_vlm_init(L.m, (uint64_t)o->s.seed);
-                s = vs_train_vlm_set_vision(L.m, r->tmm, err);
-            }
-        } else if (s == VS_OK) {
-            /* the previous phase's final weights, a fresh optimiser */
-            char prev[1300];
-            vs_train_state pst;
-            bool other;
-            snprintf(prev, sizeof(prev), "%s/ckpt/ckpt.gguf", r->phase_dir[ph - 1]);
-            if (!(L.m = vs_train_load_for_run(prev, &r->cfg, k_drafter_expects, max_B, max_T, max_I, &pst, &other,
-                                     err))) {
-                vs_error_wrap(err, "phase %s", L.dir);
-                s = VS_ERR_INVALID;
-            }
-            if (s == VS_OK) {
-                vs_train_params *p = vs_train_vlm_params(L.m);
-                memset(p->m, 0, sizeof(float) * p->n);
-                memset(p->v, 0, sizeof(float) * p->n);
-                p->t = 0;
-                printf("phase %s starts from %s (step %lld)\n", L.dir, prev, (long long)pst.step);
-            }
-        }
+        if (s == VS_OK) s = phase_fresh_model(r, ph, &L, max_B, max_T, max_I, err);
         if (s == VS_OK) vs_train_loop_fresh_state(&L);
     }
     vs_free(settings);
