@@ -191,6 +191,7 @@ static int check_usage(const char *cmd, const vs_cli_spec_opts *s, const vs_cli_
         return cli_fail(cmd, "images need a text prompt with <image> markers (-p), not --tokens"), 2;
     if (s->chat_template && !s->prompt)
         return cli_fail(cmd, "--template formats -p as a user turn: it does not apply to --tokens"), 2;
+    /* --raw with --tokens is fine: token ids are always used as they are */
     if (s->chat_template && s->raw)
         return cli_fail(cmd, "--raw uses -p without a template: it does not combine with --template"), 2;
     if (s->chat_template && !vs_chat_template_find(s->chat_template))

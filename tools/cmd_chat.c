@@ -334,7 +334,7 @@ static vs_status user_turn(chat *c, const char *text, size_t len, vs_result *res
     printf("\n");
     fflush(stdout);
     if (st) {
-        if (st == VS_ERR_RANGE)
+        if (st == VS_ERR_RANGE && strstr(err->msg, "context"))
             vs_error_wrap(err, "the conversation does not fit the context of %d rows (/reset starts over)", c->n_ctx);
         c->turn--;
         pop_msg(c); /* the turn did not happen: its images become pending again */

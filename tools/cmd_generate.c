@@ -22,7 +22,7 @@ typedef struct gen_opts {
     int n_predict;         /* tokens to generate (stops earlier at end-of-generation); 0 = prefill only.
                             * Negative values are refused by the parser (no "infinite" meaning:
                             * -c and the model's context bound a run anyway) */
-    int n_ctx;             /* KV cache rows; 0 = prompt + n_predict, capped at the model's context */
+    int n_ctx;             /* KV cache rows; 0 = prompt + n_predict + the draft, capped at the model's context */
     int threads;
     vs_type kv_type;
     bool no_bos, special, ignore_eos, show_ids, quiet;
@@ -48,7 +48,7 @@ static void usage(FILE *f) {
             "  --min-p P            drop tokens below P x the top probability (default 0.05; 0 = off)\n"
             "  --seed S             sampling seed (default: from the clock, printed)\n"
             "  -t, --threads N      threads (default 2)\n"
-            "  -c, --ctx N          KV cache rows (default: the model's context)\n"
+            "  -c, --ctx N          KV cache rows (default: prompt + N + the draft, at most the model's context)\n"
             "  --kv-type T          the target's KV cache storage: f16 (default) or f32\n"
             "  --no-bos             do not add BOS to the prompt\n"
             "  --special            parse special-token text (<s>, </s>) in the prompt\n"

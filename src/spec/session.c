@@ -552,11 +552,9 @@ static bool on_block(void *ctx, const int32_t *t, int32_t n) {
         }
         bool hit = false;
         const size_t upto = rq->n_stop ? stop_scan(st, &hit) : st->len;
-        if (!emit(st, upto)) return false;
-        if (hit) {
-            st->why = VS_FINISH_STOP;
-            return false;
-        }
+        const bool more = emit(st, upto);
+        if (hit) st->why = VS_FINISH_STOP; /* the stop string ends it, whatever the callback said */
+        if (hit || !more) return false;
     }
     if (atomic_load(&st->s->cancel)) {
         st->why = VS_FINISH_CANCEL;
@@ -719,8 +717,16 @@ static vs_status run(vs_session *s, const vs_request *rq, run_state *rs, vs_resu
     if ((st = build_prompt(s, rq, rs, &prompt, res, err))) return st;
     res->n_prompt_rows = vs_spec_prompt_rows(&prompt);
     if (res->n_prompt_rows < 1) return vs_error_set(err, VS_ERR_INVALID, "the prompt is empty");
-    const int32_t gamma = is_target_only(&rq->draft) ? 0 : rq->draft.gamma;
-    if (!s->eng && !engine_make(s, res->n_prompt_rows + rq->n_predict + gamma + 1, err)) return err->code;
+    /* fit_ctx: the prompt, the reply and the widest verify batch (a width-D tree verifies D gamma + 1 rows);
+     * a later request that needs more gets a new, larger engine (its cache is not reused) */
+    const int32_t draft = is_target_only(&rq->draft) ? 0 : rq->draft.gamma * VS_MAX(rq->draft.opts.tree_width, 1);
+    const int64_t need = res->n_prompt_rows + rq->n_predict + draft + 1;
+    if (s->eng && s->o.fit_ctx && s->o.n_ctx <= 0 && need > vs_spec_n_ctx(s->eng) &&
+        vs_spec_n_ctx(s->eng) < vs_lm_cfg(s->m->target)->n_ctx_train) {
+        vs_spec_free(s->eng);
+        s->eng = NULL;
+    }
+    if (!s->eng && !engine_make(s, need, err)) return err->code;
     const int32_t n_ctx = vs_spec_n_ctx(s->eng);
     if (res->n_prompt_rows > n_ctx)
         return vs_error_set(err, VS_ERR_RANGE, "the prompt has %lld rows (text and image) but the context holds %d",
@@ -751,14 +757,18 @@ static vs_status run(vs_session *s, const vs_request *rq, run_state *rs, vs_resu
     /* a stop string, a cancel or a callback ends the request even in a block that also reached the limit or
      * an end-of-generation token: then nothing more is emitted */
     res->finish = sm->why ? sm->why : finish_of(res->log.stop, VS_FINISH_NONE);
-    if (!st && sm->dt && !sm->why) { /* the held-back tail */
+    if (!st && sm->dt && !sm->why) { /* the held-back tail: it may still complete a stop string */
         size_t len = 0;
         const char *tail = vs_detok_flush(sm->dt, &len);
         if (!text_append(sm, tail, len)) {
             *err = sm->err;
             return err->code;
         }
-        emit(sm, sm->len);
+        bool hit = false;
+        if (rq->n_stop) stop_scan(sm, &hit);
+        const bool more = emit(sm, sm->len);
+        if (hit) res->finish = VS_FINISH_STOP;
+        else if (!more) res->finish = VS_FINISH_CALLBACK;
     }
     return st;
 }

@@ -77,9 +77,10 @@ const vs_chat_template *vs_models_template(const vs_models *m);
 
 typedef struct vs_session_opts {
     int32_t n_ctx;          /* target cache rows; <= 0: the target's n_ctx_train (or see fit_ctx) */
-    bool fit_ctx;           /* with n_ctx <= 0: size the cache at the first request to its prompt + token limit
-                             * + draft length + 1 (at most n_ctx_train): one-shot runs of large-context
-                             * models do not reserve their whole context */
+    bool fit_ctx;           /* with n_ctx <= 0: size the cache to the request: prompt + token limit + the
+                             * widest verify batch + 1 (at most n_ctx_train); a later request that needs
+                             * more gets a new cache (nothing reused): for one-shot runs of large-context
+                             * models, which then do not reserve their whole context */
     vs_type kv_type;        /* the target's cache: VS_TYPE_F32 (0) or VS_TYPE_F16 */
     int32_t n_batch;        /* prefill rows per forward; <= 0: 512 */
     int32_t draft_n_ctx;    /* drafter cache rows; <= 0: the draft model's n_ctx_train */
