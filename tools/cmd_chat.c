@@ -1,6 +1,9 @@
 /* vlmspec chat: an interactive multi-turn chat with a (vision) LM, reading lines from stdin.
  *   /image PATH  attaches an image to the next turn (encoded at once: ViT features + the target's rows)
  *   /reset       forgets the conversation (the cached system prompt stays reusable)
+ *   /help        lists the commands
+ * On a terminal the line is edited with libedit (arrow keys, history) when the build found it; Ctrl-C
+ * stops a reply (the session's cancel) and at the prompt ends the program.
  *   /quit        ends (so does end of input); any other non-empty line is a user turn.
  * Each turn formats the whole history with the chat template (src/engine/chat.h), builds the multimodal
  * row list (src/engine/mmprompt.h: image rows at their markers) and evaluates ONLY the rows that are not
@@ -26,6 +29,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#ifdef VS_HAVE_LIBEDIT
+#include <editline/readline.h>
+#endif
 
 #include "cli.h"
 #include "cli_spec.h"
@@ -389,19 +396,36 @@ static int command(chat *c, const char *s) {
     return 1;
 }
 
+/* The next input line into *line (malloc'ed; *cap its size) without its newline; false at end of input. On
+ * a terminal it is edited (arrow keys, history) with libedit when the build found it. */
+static bool read_line(bool tty, char **line, size_t *cap) {
+#ifdef VS_HAVE_LIBEDIT
+    if (tty) {
+        char *l = readline("> ");
+        if (!l) return false;
+        if (*l) add_history(l);
+        free(*line);
+        *line = l, *cap = strlen(l) + 1;
+        return true;
+    }
+#endif
+    if (tty) fputs("> ", stderr), fflush(stderr);
+    ssize_t n = getline(line, cap, stdin);
+    if (n < 0) return false;
+    while (n > 0 && ((*line)[n - 1] == '\n' || (*line)[n - 1] == '\r')) (*line)[--n] = 0;
+    return true;
+}
+
 static int chat_loop(chat *c) {
     int n_fail = 0;
     const bool tty = isatty(0);
     char *line = NULL;
     size_t cap = 0;
-    ssize_t n;
     vs_error err = {0};
     vs_result res;
     vs_result_init(&res);
     for (;;) {
-        if (tty) fputs("> ", stderr), fflush(stderr);
-        if ((n = getline(&line, &cap, stdin)) < 0) break;
-        while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r')) line[--n] = 0;
+        if (!read_line(tty, &line, &cap)) break;
         const char *s = line;
         while (*s == ' ' || *s == '\t') s++;
         if (!*s) continue;
