@@ -434,6 +434,12 @@ int main(void) {
         VT_CHECK(rc == 0 && rc2 == 0 && t1 && t2 && !strcmp(t1, t2), "template by default: '%s' vs raw '%s'",
                  t1 ? t1 : "?", t2 ? t2 : "?");
         free(t1), free(t2);
+        /* --json FILE: the text on stdout, the JSON in the file ('-' would replace the text) */
+        rc = vt_run("%s generate -m %s -p x -n 3 --temp 0 -q --json %s > %s 2>&1", B, path_of("lm.gguf"),
+                    path_of("g.json"), path_of("g.txt"));
+        VT_CHECK(rc == 0 && file_contains(path_of("g.json"), "\"tokens\"") && file_contains(path_of("g.txt"), "x") &&
+                     !file_contains(path_of("g.txt"), "\"tokens\""),
+                 "generate --json FILE: exit %d", rc);
         rc = vt_run("%s generate -m %s --raw --template vicuna -p x -n 2 > /dev/null 2> %s", B, path_of("lm.gguf"),
                     path_of("e.txt"));
         VT_CHECK(rc == 2 && file_contains(path_of("e.txt"), "--raw"), "--raw with --template: exit %d", rc);

@@ -733,7 +733,7 @@ static void test_cli(void) {
     int rc =
         vt_run("%s generate --raw -m %s --mmproj %s -md %s --mmproj-draft %s --draft 4 --draft-mode m,t,c,p "
                "--weights inv-kl --weights-tau 0.5 --history 8 --pool 2 --captions %s --trace-weights %s "
-               "--image %s --image %s -p %s -n 24 --temp 0 --compare --json > %s 2>&1",
+               "--image %s --image %s -p %s -n 24 --temp 0 --compare --json - > %s 2>&1",
                vt_cli(), T, TM, D, DM, CAP, TR, I0, I1, P, OUT);
     VT_CHECK(rc == 0 && st_file_has(OUT, "\"identical\":true") &&
                  st_file_has(OUT, "\"draft_mode\":\"m,t,c,p\"") && st_file_has(OUT, "\"last_weights\"") &&

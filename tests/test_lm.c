@@ -984,7 +984,7 @@ static void test_cli(vs_threadpool *tp) {
     VT_CHECK(gn > 0 && !strncmp((const char *)gt, ids, strlen(ids)), "generate gave '%s', expected '%s'", gt, ids);
     /* bench runs and its JSON parses */
     snprintf(path, sizeof(path), "%s/bench.json", dir);
-    rc = vt_run("%s bench -m %s/cli.gguf --reps 1 --pp 8 --tg 2 --ks 1,2,4 --json > %s", cli, dir, path);
+    rc = vt_run("%s bench -m %s/cli.gguf --reps 1 --pp 8 --tg 2 --ks 1,2,4 --json - > %s", cli, dir, path);
     VT_CHECK(rc == 0, "bench exit %d", rc);
     uint8_t *bj = NULL;
     size_t bn = 0;

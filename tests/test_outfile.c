@@ -245,8 +245,8 @@ static void test_cli(void) {
 
     /* standard output lost to /dev/full: non-zero exit */
     if (access("/dev/full", W_OK) == 0) {
-        rc = vt_run("%s generate --raw -m models/target.gguf -p hi -n 2 --json > /dev/full 2>/dev/null", cli);
-        VT_CHECK(rc == 1, "generate --json > /dev/full: rc %d", rc);
+        rc = vt_run("%s generate --raw -m models/target.gguf -p hi -n 2 --json - > /dev/full 2>/dev/null", cli);
+        VT_CHECK(rc == 1, "generate --json - > /dev/full: rc %d", rc);
         rc = vt_run("%s gguf models/target.gguf > /dev/full 2>/dev/null", cli);
         VT_CHECK(rc == 1, "gguf > /dev/full: rc %d", rc);
         rc = vt_run("%s tokenize -m models/target.gguf -p hello > /dev/full 2>/dev/null", cli);

@@ -1576,7 +1576,7 @@ static void test_cli(void) {
     snprintf(i1, sizeof(i1), "%s", st_tmp_path("cli-img1.ppm"));
     /* text */
     int rc =
-        vt_run("%s generate --raw -m %s -md %s --draft 3 -p 'abc def' -n 20 --temp 0 --compare --json > %s 2>&1",
+        vt_run("%s generate --raw -m %s -md %s --draft 3 -p 'abc def' -n 20 --temp 0 --compare --json - > %s 2>&1",
                vt_cli(), T, D, out);
     VT_CHECK(rc == 0 && st_file_has(out, "\"identical\":true") && st_file_has(out, "\"tau\""),
              "CLI text run (rc %d)", rc);
@@ -1585,20 +1585,20 @@ static void test_cli(void) {
     for (int m = 0; m < 2; m++) {
         rc = vt_run("%s generate --raw -m %s --mmproj %s -md %s %s %s --draft 4 --draft-mode %s "
                     "--image %s --image %s -p 'USER: <image>\nwhat <image> is it? ASSISTANT:' -n 16 --temp 0 "
-                    "--compare --json > %s 2>&1", /* t drafting reads no drafter projector */
+                    "--compare --json - > %s 2>&1", /* t drafting reads no drafter projector */
                     vt_cli(), T, tm_path, D, m ? "" : "--mmproj-draft", m ? "" : dm_path, modes[m], i0, i1, out);
         VT_CHECK(rc == 0 && st_file_has(out, "\"identical\":true") && st_file_has(out, "\"images\":2"),
                  "CLI image run, %s mode (rc %d)", modes[m], rc);
     }
     /* token trees: --tree-width, text and images, greedy identical; sampling reports the tree */
     rc = vt_run("%s generate --raw -m %s -md %s --draft 3 --tree-width 3 -p 'abc def' -n 20 --temp 0 --compare "
-                "--json > %s 2>&1",
+                "--json - > %s 2>&1",
                 vt_cli(), T, D, out);
     VT_CHECK(rc == 0 && st_file_has(out, "\"identical\":true") && st_file_has(out, "\"nodes_per_block\""),
              "CLI tree run (rc %d)", rc);
     rc = vt_run(
         "%s generate --raw -m %s --mmproj %s -md %s --mmproj-draft %s --draft 4 --draft-mode m --tree-width 2 "
-        "--image %s -p 'USER: <image>\nwhat is it? ASSISTANT:' -n 16 --temp 0 --compare --json > %s 2>&1",
+        "--image %s -p 'USER: <image>\nwhat is it? ASSISTANT:' -n 16 --temp 0 --compare --json - > %s 2>&1",
         vt_cli(), T, tm_path, D, dm_path, i0, out);
     VT_CHECK(rc == 0 && st_file_has(out, "\"identical\":true"), "CLI tree image run (rc %d)", rc);
     rc = vt_run(
@@ -1624,7 +1624,7 @@ static void test_cli(void) {
                 "-n 2 > %s 2>&1", vt_cli(), T, tm_path, D, dm_path, i0, out);
     VT_CHECK(rc == 2 && st_file_has(out, "does not use it"), "CLI --mmproj-draft with t drafting refused (rc %d)", rc);
     /* --json without a drafter: target-only decoding, as JSON */
-    rc = vt_run("%s generate --raw -m %s -p 'abc' -n 3 --temp 0 --json > %s 2>&1", vt_cli(), T, out);
+    rc = vt_run("%s generate --raw -m %s -p 'abc' -n 3 --temp 0 --json - > %s 2>&1", vt_cli(), T, out);
     VT_CHECK(rc == 0 && st_file_has(out, "\"tokens\":[") && st_file_has(out, "\"gamma\":0"),
              "CLI target-only --json (rc %d)", rc);
     /* sampling prints statistics after the text */
@@ -1641,7 +1641,7 @@ static void test_cli(void) {
         VT_CHECK(rc == 0 && file_is(out, "abc def\n"), "CLI -n 0 (%s): rc %d, stdout/stderr in %s / %s",
                  k ? zero_runs[k] : "target only", rc, out, err_out);
     }
-    rc = vt_run("%s generate --raw -m %s -md %s --draft 3 -p 'abc def' -n 0 --temp 0 --compare --json > %s 2>&1",
+    rc = vt_run("%s generate --raw -m %s -md %s --draft 3 -p 'abc def' -n 0 --temp 0 --compare --json - > %s 2>&1",
                 vt_cli(), T, D, out);
     VT_CHECK(rc == 0 && st_file_has(out, "\"tokens\":[]") && st_file_has(out, "\"identical\":true"),
              "CLI -n 0 --compare --json (rc %d)", rc);

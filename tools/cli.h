@@ -24,6 +24,9 @@ bool cli_parse_f64(const char *cmd, const char *flag, const char *s, double lo, 
 /* A KV cache storage type: f16 or f32 (or F16, F32), and bf16 when drafter is set (the drafters' cache,
  * kv.h); on failure print an error naming the flag and return false. */
 bool cli_parse_kv_type(const char *cmd, const char *flag, const char *s, bool drafter, vs_type *out);
+/* Writes text + "\n" as the --json FILE of a command: '-' = standard output, else a file written safely
+ * (outfile.h). 0, or 1 after reporting the failure. */
+int cli_write_json(const char *cmd, const char *path, const char *text);
 /* Fetches the value after a flag: argv[++*i], or prints "flag needs a value" and returns NULL. */
 const char *cli_value(const char *cmd, int argc, char **argv, int *i);
 

@@ -81,11 +81,11 @@ static int split_list(char *s, const char **out, int cap) {
     return n;
 }
 
-/* Runs `vlmspec bench -m MODEL --json` with its stdout going to path. */
+/* Runs `vlmspec bench -m MODEL --json -` with its stdout going to path. */
 static int model_bench(const char *model, const char *path, int threads) {
     char th[16];
     snprintf(th, sizeof(th), "%d", threads);
-    char *args[] = {"bench", "-m", (char *)model, "--json", "-t", th, "--reps", "3", NULL};
+    char *args[] = {"bench", "-m", (char *)model, "--json", "-", "-t", th, "--reps", "3", NULL};
     vs_error err = {0};
     vs_outfile o;
     if (fflush(stdout) != 0) return cli_fail(CMD, "standard output: write failed: %s", strerror(errno));
@@ -97,7 +97,7 @@ static int model_bench(const char *model, const char *path, int threads) {
         vs_outfile_abort(&o);
         return cli_fail(CMD, "%s: cannot redirect standard output: %s", path, strerror(e));
     }
-    int rc = vs_cmd_bench(8, args);
+    int rc = vs_cmd_bench((int)VS_ARRAY_LEN(args) - 1, args);
     bool out_ok = fflush(stdout) == 0 && !ferror(stdout);
     dup2(saved, 1);
     close(saved);

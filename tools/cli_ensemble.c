@@ -234,7 +234,7 @@ static void make_request(const vs_cli_spec_opts *s, const vs_cli_ens_opts *eo, b
     }
     /* --ids prints token ids and reads no text (a model without a tokenizer runs on ids alone) */
     rq->on_tokens = on_tokens, rq->on_text = s->show_ids ? NULL : on_text, rq->cb_ctx = st;
-    rq->want_text = !s->show_ids || s->json;
+    rq->want_text = !s->show_ids || s->json_path;
 }
 
 typedef struct run_out {
@@ -271,7 +271,7 @@ static void json_ensemble(const run_out *ro, vs_json_writer *w) {
     vs_json_obj_end(w);
 }
 
-static bool print_json(const run_out *ro) {
+static bool print_json(const char *cmd, const run_out *ro) {
     const vs_cli_spec_opts *s = ro->s;
     const vs_result *res = ro->res;
     vs_json_writer w;
@@ -304,8 +304,9 @@ static bool print_json(const run_out *ro) {
         vs_json_obj_end(&w);
     }
     vs_json_obj_end(&w);
-    const bool ok = !w.oom;
-    if (ok) printf("%s\n", w.buf);
+    bool ok = !w.oom;
+    if (!ok) cli_fail(cmd, "out of memory");
+    if (ok) ok = cli_write_json(cmd, s->json_path, w.buf) == 0;
     vs_json_writer_free(&w);
     return ok;
 }
@@ -453,10 +454,7 @@ int vs_cli_ens_run(const char *cmd, const vs_cli_spec_opts *s, const vs_cli_ens_
     vs_spec_stats stats;
     vs_spec_stats_compute(&res.log, ro.base ? &base.log : NULL, &stats);
     ro.stats = &stats;
-    if (s->json && !print_json(&ro)) {
-        cli_fail(cmd, "out of memory");
-        goto done;
-    }
+    if (s->json_path && !print_json(cmd, &ro)) goto done;
     if (!s->json && !s->quiet) print_report(&ro);
     if (s->compare && s->sp.temperature == 0 && !ro.identical) {
         cli_fail(cmd, "greedy speculative output differs from target-only output (a bug: please report)");

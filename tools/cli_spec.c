@@ -47,7 +47,8 @@ void vs_cli_spec_usage(FILE *f) {
             "  --draft-kv-type T        the drafter's KV cache: bf16 (default; the drafters' interleaved\n"
             "                           layout, cheaper attention), f16 or f32\n"
             "  --compare                also run target-only decoding of the same request: speedups\n"
-            "  --json                   print one JSON object (text, tokens, statistics) instead\n"
+            "  --json FILE              write the run as one JSON object (text, tokens, statistics); '-':\n"
+            "                           on standard output instead of the text and the statistics\n"
             "  --mmproj FILE            the target's mmproj (vision tower + projector), with images\n"
             "  --image FILE             an image for the next <image> marker of the prompt (repeatable)\n"
             "  --template NAME          the chat template -p is formatted with as a user turn: vicuna-short\n"
@@ -63,7 +64,7 @@ void vs_cli_spec_flags(cli_flags *fs, vs_cli_spec_opts *o) {
     cli_flag_list(fs, "--image", o->images, &o->n_images, VS_CLI_SPEC_MAX_IMAGES);
     cli_flag_add(fs, "--template|--chat-template", CLI_STR, &o->chat_template, 0, 0);
     cli_flag_add(fs, "--raw", CLI_BOOL, &o->raw, 0, 0);
-    cli_flag_add(fs, "--json", CLI_BOOL, &o->json, 0, 0);
+    cli_flag_add(fs, "--json", CLI_STR, &o->json_path, 0, 0);
     cli_flag_add(fs, "-md|--model-draft", CLI_STR, &o->draft_model, 0, 0);
     cli_flag_add(fs, "--mmproj-draft", CLI_STR, &o->mmproj_draft, 0, 0);
     cli_flag_add(fs, "--method", CLI_STR, &o->method, 0, 0);

@@ -46,7 +46,8 @@ typedef struct vs_cli_spec_opts {
     int tree_width;           /* --tree-width D: width-D token trees (default 1 = chains) */
     vs_type draft_kv_type;    /* --draft-kv-type: the drafter's cache (default VS_TYPE_BF16) */
     bool compare;             /* --compare */
-    bool json;                /* --json */
+    const char *json_path;    /* --json FILE: the run as one JSON object ('-' = standard output) */
+    bool json;                /* --json -: the JSON replaces the text on standard output */
     const char *method;       /* --method NAME (src/spec/methods.h) */
     const char *chat_template; /* --template NAME: the template -p is formatted with (NULL: the default) */
     bool raw;                  /* --raw: -p is the whole prompt, no template */

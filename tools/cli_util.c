@@ -1,5 +1,6 @@
 /* cli: shared helpers for subcommands. See cli.h. */
 #include "cli.h"
+#include "outfile.h"
 
 #include <errno.h>
 #include <math.h>
@@ -72,4 +73,13 @@ const char *cli_value(const char *cmd, int argc, char **argv, int *i) {
         return NULL;
     }
     return argv[++*i];
+}
+
+int cli_write_json(const char *cmd, const char *path, const char *text) {
+    vs_error err = {0};
+    vs_outfile f;
+    if (vs_outfile_open(&f, path, &err)) return cli_fail_err(cmd, &err);
+    fputs(text, f.f);
+    fputc('\n', f.f);
+    return vs_outfile_commit(&f, &err) ? cli_fail_err(cmd, &err) : 0; /* checks every write above */
 }

@@ -28,7 +28,7 @@ typedef struct bench_opts {
     int threads, reps, tg, verify_prompt;
     size_list pp, ks;
     vs_type kv_type;
-    bool json;
+    const char *json; /* --json FILE ('-': standard output, instead of the tables) */
 } bench_opts;
 
 static void usage(FILE *f) {
@@ -46,7 +46,8 @@ static void usage(FILE *f) {
             "  --verify-prompt P     prompt rows before the verify batches (default 64)\n"
             "  --ks LIST             verify batch sizes (default 1,2,4,6,8,16,32; empty string skips)\n"
             "  --kv-type T           KV cache storage f16 (default), f32 or bf16 (the drafters' cache)\n"
-            "  --json                print one JSON object instead of the tables\n"
+            "  --json FILE           write the results as one JSON object; '-': on standard output instead\n"
+            "                        of the tables\n"
             "  -h, --help            this help\n");
 }
 
@@ -93,7 +94,7 @@ static int bench_parse(int argc, char **argv, bench_opts *o) {
     cli_flag_add(&fs, "--verify-prompt", CLI_INT, &o->verify_prompt, 1, 1 << 20);
     cli_flag_fn_add(&fs, "--ks", parse_ks, &o->ks);
     cli_flag_add(&fs, "--kv-type", CLI_KV_DRAFT, &o->kv_type, 0, 0);
-    cli_flag_add(&fs, "--json", CLI_BOOL, &o->json, 0, 0);
+    cli_flag_add(&fs, "--json", CLI_STR, &o->json, 0, 0);
     const int r = cli_flags_parse(CMD, argc, argv, &fs, usage);
     if (r >= 0) return r;
     if (!o->model) return cli_fail(CMD, "-m MODEL is required"), 2;
@@ -255,7 +256,7 @@ static int base_k(const bench_ctx *b) {
     return b->n_speed;
 }
 
-/* Prints the results as one JSON object; the exit status. */
+/* Writes the results as one JSON object to --json's FILE; the exit status. */
 static int print_json(const bench_ctx *b, const bench_opts *o, const char *base) {
     const vs_lm_config *c = vs_lm_cfg(b->lm);
     const result *res = b->res, *k1 = &b->res[base_k(b)];
@@ -309,9 +310,9 @@ static int print_json(const bench_ctx *b, const bench_opts *o, const char *base)
     char *s = vs_json_writer_take(&w, &len);
     vs_json_writer_free(&w);
     if (!s) return cli_fail(CMD, "out of memory");
-    printf("%s\n", s);
+    const int rc = cli_write_json(CMD, o->json, s);
     vs_free(s);
-    return 0;
+    return rc;
 }
 
 /* Prints the results as llama-bench's table, the verify table and a summary line. */
@@ -352,12 +353,9 @@ int vs_cmd_bench(int argc, char **argv) {
         } else {
             const char *base = strrchr(o.model, '/');
             base = base ? base + 1 : o.model;
-            if (o.json) {
-                rc = print_json(&b, &o, base);
-            } else {
-                print_tables(&b, &o, base);
-                rc = 0;
-            }
+            const bool to_stdout = o.json && !strcmp(o.json, "-");
+            if (!to_stdout) print_tables(&b, &o, base);
+            rc = o.json ? print_json(&b, &o, base) : 0;
         }
     }
     bench_close(&b);

@@ -114,6 +114,7 @@ static int gen_parse(int argc, char **argv, gen_opts *o) {
     const int r = cli_flags_parse(CMD, argc, argv, &fs, usage);
     if (r >= 0) return r;
     vs_cli_ens_finish(&fs, &o->ens, &o->spec);
+    o->spec.json = o->spec.json_path && !strcmp(o->spec.json_path, "-");
     o->spec.needs_draft = vs_cli_spec_needs_draft(&fs, &o->spec);
     if (!o->model) return cli_fail(CMD, "-m MODEL is required"), 2;
     if (!o->prompt == !o->tokens) return cli_fail(CMD, "give exactly one of -p PROMPT and --tokens IDS"), 2;
