@@ -419,8 +419,8 @@ static void test_cli(void) {
     snprintf(base, sizeof(base), "%s analyze tvd --model %s/target.gguf --mmproj %s/target-mm.gguf --data %s",
              cli, tmp, tmp, D);
     int rc = vt_run(
-        "%s --draft rand=%s/draft.gguf,%s/draft-mm.gguf --draft %s/target.gguf --limit 1 --max-tokens 4 "
-        "--suite vqa,text --bins 10 -o %s/tvd.svg --json %s/tvd.json --tokens %s/tvd.csv -t 1 > %s/cli.out "
+        "%s --drafter rand=%s/draft.gguf,%s/draft-mm.gguf --drafter %s/target.gguf --limit 1 --max-tokens 4 "
+        "--suites vqa,text --bins 10 -o %s/tvd.svg --json %s/tvd.json --tokens %s/tvd.csv -t 1 > %s/cli.out "
         "2> %s/cli.err",
         base, tmp, tmp, tmp, tmp, tmp, tmp, tmp, tmp);
     VT_CHECK(rc == 0, "analyze tvd exit %d", rc);
@@ -466,7 +466,7 @@ static void test_cli(void) {
              "stdout report");
     vs_free(sv);
     /* mismatched vocabulary: exit 1 with a message naming the drafter */
-    rc = vt_run("%s --draft small=%s/vocab_small.gguf --limit 1 --max-tokens 2 -q > /dev/null 2> %s/e1.txt",
+    rc = vt_run("%s --drafter small=%s/vocab_small.gguf --limit 1 --max-tokens 2 -q > /dev/null 2> %s/e1.txt",
                 base, tmp, tmp);
     snprintf(path, sizeof(path), "%s/e1.txt", tmp);
     sv = NULL;
@@ -475,29 +475,34 @@ static void test_cli(void) {
              "vocabulary mismatch: exit %d, %s", rc, sv ? (char *)sv : "");
     vs_free(sv);
     /* missing files */
-    rc = vt_run("%s --draft x=%s/nope.gguf --limit 1 -q > /dev/null 2> %s/e2.txt", base, tmp, tmp);
+    rc = vt_run("%s --drafter x=%s/nope.gguf --limit 1 -q > /dev/null 2> %s/e2.txt", base, tmp, tmp);
     snprintf(path, sizeof(path), "%s/e2.txt", tmp);
     sv = NULL;
     VT_CHECK(rc == 1 && vs_read_file(path, &sv, &n, &err) == VS_OK && strstr((char *)sv, "nope.gguf"),
              "missing drafter: exit %d, %s", rc, sv ? (char *)sv : "");
     vs_free(sv);
-    rc = vt_run("%s --draft %s/draft.gguf,%s/nope-mm.gguf --limit 1 -q > /dev/null 2>&1", base, tmp, tmp);
+    rc = vt_run("%s --drafter %s/draft.gguf,%s/nope-mm.gguf --limit 1 -q > /dev/null 2>&1", base, tmp, tmp);
     VT_CHECK(rc == 1, "missing drafter mmproj: exit %d", rc);
-    rc = vt_run("%s analyze tvd --model %s/target.gguf --mmproj %s/target-mm.gguf --data %s/nodata --draft "
+    rc = vt_run("%s analyze tvd --model %s/target.gguf --mmproj %s/target-mm.gguf --data %s/nodata --drafter "
                 "%s/draft.gguf -q > /dev/null 2>&1",
                 cli, tmp, tmp, tmp, tmp);
     VT_CHECK(rc == 1, "missing dataset: exit %d", rc);
     /* usage errors */
     rc = vt_run("%s --limit 1 > /dev/null 2>&1", base);
-    VT_CHECK(rc == 2, "no --draft: exit %d", rc);
-    rc = vt_run("%s --draft %s/draft.gguf --mode x > /dev/null 2>&1", base, tmp);
+    VT_CHECK(rc == 2, "no --drafter: exit %d", rc);
+    rc = vt_run("%s --drafter %s/draft.gguf --mode x > /dev/null 2>&1", base, tmp);
     VT_CHECK(rc == 2, "bad --mode: exit %d", rc);
-    rc = vt_run("%s --draft =%s/draft.gguf > /dev/null 2>&1", base, tmp);
+    rc = vt_run("%s --drafter =%s/draft.gguf > /dev/null 2>&1", base, tmp);
     VT_CHECK(rc == 2, "empty drafter name: exit %d", rc);
-    rc = vt_run("%s --draft a,b=%s/draft.gguf > /dev/null 2>&1", base, tmp);
+    rc = vt_run("%s --drafter a,b=%s/draft.gguf > /dev/null 2>&1", base, tmp);
     VT_CHECK(rc == 2, "comma in a drafter name: exit %d", rc);
-    rc = vt_run("%s --draft a=%s/draft.gguf --draft a=%s/draft.gguf > /dev/null 2>&1", base, tmp, tmp);
+    rc = vt_run("%s --drafter a=%s/draft.gguf --drafter a=%s/draft.gguf > /dev/null 2>&1", base, tmp, tmp);
     VT_CHECK(rc == 2, "two drafters with one name: exit %d", rc);
+    rc = vt_run("%s --draft a=%s/draft.gguf > /dev/null 2> %s/e3.txt", base, tmp, tmp);
+    char e3[600];
+    snprintf(e3, sizeof(e3), "%s/e3.txt", tmp);
+    VT_CHECK(rc == 2 && vt_file_has(e3, "--drafter"), "--draft (the draft length elsewhere) points to --drafter: %d",
+             rc);
     rc = vt_run("%s analyze frobnicate > /dev/null 2>&1", cli);
     VT_CHECK(rc == 2, "unknown analysis: exit %d", rc);
     rc = vt_run("%s analyze tvd --help > %s/help.txt", cli, tmp);

@@ -32,10 +32,10 @@ static void usage(FILE *f) {
         "  -m, --model FILE       target LM GGUF (with tokenizer); --target is the same\n"
         "  --mmproj FILE          the target's mmproj (vision tower + projector)\n"
         "  --drafter SPEC         NAME=LM.gguf[,MMPROJ.gguf], or LM.gguf[,MMPROJ.gguf] (name: the file\n"
-        "                         name); repeat for several drafters (at most %d); also --draft\n"
+        "                         name); repeat for several drafters (at most %d)\n"
         "  --data DIR             dataset directory ('vlmspec data gen')\n"
         "  --split S              test (default), train or captions\n"
-        "  --suites LIST          comma-separated suites or 'all' (default all; also --suite)\n"
+        "  --suites LIST          comma-separated suites or 'all' (default all)\n"
         "  --limit N              first N samples of each suite (default all)\n"
         "  --mode M               m (default): drafters with an mmproj see the images; t: text-only\n"
         "  --second-turns         analyse second turns too (prompted with the target's own first\n"
@@ -145,6 +145,14 @@ static void draft_list_free(draft_list *l) {
 }
 
 /* --drafter / --draft SPEC: appends to the draft_list at dst. */
+/* --draft is the draft length in generate and chat: analyze names its drafters with --drafter. */
+static bool refuse_draft(const char *cmd, const char *flag, const char *v, void *dst) {
+    (void)dst;
+    cli_fail(cmd, "%s %s: analyze takes drafters with --drafter NAME=LM.gguf[,MMPROJ.gguf] (--draft is the draft "
+                  "length in generate and chat)", flag, v);
+    return false;
+}
+
 static bool parse_drafter(const char *cmd, const char *flag, const char *v, void *dst) {
     draft_list *l = dst;
     if (l->n == MAX_DRAFTERS) {
@@ -185,10 +193,11 @@ static int tvd_parse(int argc, char **argv, tvd_args *a) {
     cli_flags fs = {0};
     cli_flag_add(&fs, "-m|--model|--target", CLI_STR, &a->model, 0, 0);
     cli_flag_add(&fs, "--mmproj", CLI_STR, &a->mmproj, 0, 0);
-    cli_flag_fn_add(&fs, "--drafter|--draft", parse_drafter, &a->dl); /* --draft: the older spelling */
+    cli_flag_fn_add(&fs, "--drafter", parse_drafter, &a->dl);
+    cli_flag_fn_add(&fs, "--draft", refuse_draft, NULL); /* the draft length elsewhere: say what to use */
     cli_flag_add(&fs, "--data", CLI_STR, &a->data, 0, 0);
     cli_flag_add(&fs, "--split", CLI_STR, &a->split, 0, 0);
-    cli_flag_add(&fs, "--suites|--suite", CLI_STR, &a->suites, 0, 0);
+    cli_flag_add(&fs, "--suites", CLI_STR, &a->suites, 0, 0);
     cli_flag_fn_add(&fs, "--limit", parse_limit, &a->o.limit);
     cli_flag_fn_add(&fs, "--mode", parse_mode, &a->o.text_only);
     cli_flag_add(&fs, "--second-turns", CLI_BOOL, &a->o.second_turns, 0, 0);
