@@ -240,16 +240,7 @@ vs_eval_lm *vs_eval_lm_new(vs_lm *lm, const vs_mmproj *mm, const vs_tokenizer *t
         return NULL;
     }
     const vs_lm_config *c = vs_lm_cfg(lm);
-    const vs_vision_projector *p = vs_mmproj_projector(mm);
-    if (!vs_mmproj_tower(mm)) {
-        vs_error_set(err, VS_ERR_INVALID, "eval: %s has no vision tower", vs_mmproj_path(mm));
-        return NULL;
-    }
-    if (vs_vision_projector_config(p)->proj_out != c->n_embd) {
-        vs_error_set(err, VS_ERR_INVALID, "eval: %s projects to width %d but the LM's width is %d",
-                     vs_mmproj_path(mm), vs_vision_projector_config(p)->proj_out, c->n_embd);
-        return NULL;
-    }
+    /* the tower and the projector's width are checked by vs_models_borrow below */
     if (vs_tokenizer_n_vocab(tok) != c->n_vocab) {
         vs_error_set(err, VS_ERR_INVALID, "eval: the tokenizer has %d tokens, the LM %d",
                      vs_tokenizer_n_vocab(tok), c->n_vocab);

@@ -52,12 +52,18 @@ static vs_status check_projector(const vs_mmproj *mp, const vs_lm *lm, const cha
     return VS_OK;
 }
 
+/* The chat template by name (NULL: vicuna-short, the shipped models' format). */
+static const vs_chat_template *find_template(const char *name, vs_error *err) {
+    const char *tn = name ? name : "vicuna-short";
+    const vs_chat_template *t = vs_chat_template_find(tn);
+    if (!t) vs_error_set(err, VS_ERR_INVALID, "unknown chat template '%s'", tn);
+    return t;
+}
+
 static vs_status models_load(vs_models *m, const vs_models_opts *o, vs_error *err) {
     vs_status st;
     if (!o->model) return vs_error_set(err, VS_ERR_INVALID, "no target model given");
-    const char *tn = o->chat_template ? o->chat_template : "vicuna-short";
-    if (!(m->tpl = vs_chat_template_find(tn)))
-        return vs_error_set(err, VS_ERR_INVALID, "unknown chat template '%s'", tn);
+    if (!(m->tpl = find_template(o->chat_template, err))) return err->code;
     m->preproc = o->preproc;
     if (!(m->target = vs_lm_load(o->model, err))) return err->code;
     /* a file without a tokenizer still runs on token ids */
@@ -110,12 +116,12 @@ vs_models *vs_models_borrow(vs_lm *target, const vs_tokenizer *tok, const vs_mmp
                             const char *chat_template, vs_error *err) {
     vs_error local;
     if (!err) err = &local; /* the messages are read below */
-    const char *tn = chat_template ? chat_template : "vicuna-short";
-    const vs_chat_template *tpl = vs_chat_template_find(tn);
-    if (!target || !tpl) {
-        vs_error_set(err, VS_ERR_INVALID, target ? "unknown chat template '%s'" : "no target model", tn);
+    if (!target) {
+        vs_error_set(err, VS_ERR_INVALID, "no target model");
         return NULL;
     }
+    const vs_chat_template *tpl = find_template(chat_template, err);
+    if (!tpl) return NULL;
     if (mmproj && !vs_mmproj_tower(mmproj)) {
         vs_error_set(err, VS_ERR_INVALID, "%s has no vision tower", vs_mmproj_path(mmproj));
         return NULL;
@@ -710,13 +716,24 @@ static vs_finish finish_of(vs_spec_stop stop, vs_finish why) {
     }
 }
 
+/* A request's prompt, checked: the request, its images encoded, its rows (res->n_prompt_rows, >= 1). */
+static vs_status prepare(vs_session *s, const vs_request *rq, run_state *rs, vs_spec_prompt *prompt, vs_result *res,
+                         vs_error *err) {
+    vs_status st;
+    if ((st = check_request(s, rq, err)) || (st = build_prompt(s, rq, rs, prompt, res, err))) return st;
+    res->n_prompt_rows = vs_spec_prompt_rows(prompt);
+    return res->n_prompt_rows < 1 ? vs_error_set(err, VS_ERR_INVALID, "the prompt is empty") : VS_OK;
+}
+
+static vs_status too_long(int64_t rows, int32_t n_ctx, vs_error *err) {
+    return vs_error_set(err, VS_ERR_RANGE, "the prompt has %lld rows (text and image) but the context holds %d",
+                        (long long)rows, (int)n_ctx);
+}
+
 static vs_status run(vs_session *s, const vs_request *rq, run_state *rs, vs_result *res, vs_error *err) {
     vs_status st;
-    if ((st = check_request(s, rq, err))) return st;
     vs_spec_prompt prompt;
-    if ((st = build_prompt(s, rq, rs, &prompt, res, err))) return st;
-    res->n_prompt_rows = vs_spec_prompt_rows(&prompt);
-    if (res->n_prompt_rows < 1) return vs_error_set(err, VS_ERR_INVALID, "the prompt is empty");
+    if ((st = prepare(s, rq, rs, &prompt, res, err))) return st;
     /* fit_ctx: the prompt, the reply and the widest verify batch (a width-D tree verifies D gamma + 1 rows);
      * a later request that needs more gets a new, larger engine (its cache is not reused) */
     const int32_t draft = is_target_only(&rq->draft) ? 0 : rq->draft.gamma * VS_MAX(rq->draft.opts.tree_width, 1);
@@ -727,10 +744,7 @@ static vs_status run(vs_session *s, const vs_request *rq, run_state *rs, vs_resu
         s->eng = NULL;
     }
     if (!s->eng && !engine_make(s, need, err)) return err->code;
-    const int32_t n_ctx = vs_spec_n_ctx(s->eng);
-    if (res->n_prompt_rows > n_ctx)
-        return vs_error_set(err, VS_ERR_RANGE, "the prompt has %lld rows (text and image) but the context holds %d",
-                            (long long)res->n_prompt_rows, (int)n_ctx);
+    if (res->n_prompt_rows > vs_spec_n_ctx(s->eng)) return too_long(res->n_prompt_rows, vs_spec_n_ctx(s->eng), err);
     vs_spec_params par = vs_spec_params_default();
     par.n_predict = rq->n_predict;
     par.sampling = rq->sampling;
@@ -788,17 +802,10 @@ vs_status vs_session_prompt_rows(vs_session *s, const vs_request *rq, int64_t *n
     vs_result res;
     memset(&res, 0, sizeof(res));
     s->serial++;
-    *n_rows = 0;
-    vs_status st = check_request(s, rq, err);
     vs_spec_prompt prompt;
-    if (!st) st = build_prompt(s, rq, &rs, &prompt, &res, err);
-    if (!st) {
-        *n_rows = vs_spec_prompt_rows(&prompt);
-        if (*n_rows < 1) st = vs_error_set(err, VS_ERR_INVALID, "the prompt is empty");
-        else if (*n_rows > vs_session_n_ctx(s))
-            st = vs_error_set(err, VS_ERR_RANGE, "the prompt has %lld rows (text and image) but the context holds %d",
-                              (long long)*n_rows, (int)vs_session_n_ctx(s));
-    }
+    vs_status st = prepare(s, rq, &rs, &prompt, &res, err);
+    *n_rows = res.n_prompt_rows;
+    if (!st && *n_rows > vs_session_n_ctx(s)) st = too_long(*n_rows, vs_session_n_ctx(s), err);
     run_state_free(&rs);
     return st;
 }
