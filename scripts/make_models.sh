@@ -3,6 +3,8 @@
 #
 #   1. data       vlmspec data gen        -> $WORK/world        (skipped when world.json exists)
 #   2. tokenizer  vlmspec tokenizer train -> $WORK/tok.gguf     (skipped when present)
+#   2b. vision    with VISION_STEPS > 0: vlmspec train vision -> $WORK/vision/vision-mmproj.gguf, in
+#                 resumable chunks; the target then starts from that tower (--vision-init)
 #   3. training   vlmspec train target --resume, in chunks of at most $CHUNK_SECONDS each (every chunk
 #                 ends with a checkpoint; the next one continues exactly) until $WORK/train/target.gguf
 #                 exists; with FINISH_AT, until step FINISH_AT, then a finishing run in $WORK/train-finish
@@ -32,6 +34,12 @@
 #   VISION_WARMUP    steps over which the unfrozen tower's learning rate ramps up (default 500)
 #   VISION_LR        the tower's learning rate as a multiple of the schedule's (default 0.1; at the full
 #                    rate the tower drifted away from OCR and charts, docs/target.md)
+#   VISION_STEPS     steps of vision pretraining (`train vision`, fresh labelled images every step) before
+#                    the target's training (default 0: none, as the shipped target)
+#   VISION_FLAGS     extra `vlmspec train vision` flags (--batch, --lr ...; the tower's shape flags must
+#                    match TRAIN_FLAGS', which --vision-init checks)
+#   NORM_CAP         keep the projector's image rows within this multiple of the token embeddings' mean
+#                    norm (`train target --norm-cap`; default 0: off, as the shipped target)
 #   TRAIN_FLAGS      extra `vlmspec train target` flags (sizes, --lr, --batch ...; default none: the
 #                    command's defaults, a 28.8M-parameter target)
 #   THREADS          threads (default 2)
@@ -69,6 +77,9 @@ CAPTIONS=${CAPTIONS:-1}
 FREEZE_VISION=${FREEZE_VISION:-4000}
 VISION_WARMUP=${VISION_WARMUP:-500}
 VISION_LR=${VISION_LR:-0.1}
+VISION_STEPS=${VISION_STEPS:-0}
+VISION_FLAGS=${VISION_FLAGS:-}
+NORM_CAP=${NORM_CAP:-0}
 TRAIN_FLAGS=${TRAIN_FLAGS:-}
 THREADS=${THREADS:-2}
 GEMM_SWITCH=${GEMM_SWITCH:-0}
@@ -111,6 +122,22 @@ else
     mv "$WORK/tok.gguf.tmp" "$WORK/tok.gguf"
 fi
 
+# 2b. vision pretraining, in resumable chunks (its mmproj is written last: its presence means done)
+VISION_INIT=""
+if [ "$VISION_STEPS" -gt 0 ]; then
+    while [ ! -f "$WORK/vision/vision-mmproj.gguf" ]; do
+        log "vision: chunk of at most $CHUNK_SECONDS s ($VISION_STEPS steps in all)"
+        # shellcheck disable=SC2086 # VISION_FLAGS is a list of flags
+        "$VLMSPEC" train vision --out "$WORK/vision" --steps "$VISION_STEPS" --threads "$THREADS" --resume \
+            --time-limit "$CHUNK_SECONDS" $VISION_FLAGS
+        if [ "$ONE_CHUNK" = 1 ] && [ ! -f "$WORK/vision/vision-mmproj.gguf" ]; then
+            log "vision: chunk done (ONE_CHUNK=1); run again to continue"
+            exit 0
+        fi
+    done
+    VISION_INIT="--vision-init $WORK/vision/vision-mmproj.gguf"
+fi
+
 # 3. training, in resumable chunks. With GEMM_SWITCH > 0 the first GEMM_SWITCH steps use OpenBLAS's F32
 #    products and the rest amx-bf16x3 (about twice the speed, docs/training.md); the attention runs the
 #    direct kernels before ATTENTION_SWITCH and per-head AMX products after it: a chunk that starts
@@ -127,6 +154,8 @@ CAPTION_FLAGS=""
 [ "$FREEZE_VISION" -gt 0 ] && CAPTION_FLAGS="$CAPTION_FLAGS --freeze-vision $FREEZE_VISION"
 [ "$FREEZE_VISION" -gt 0 ] && [ "$VISION_WARMUP" -gt 0 ] && CAPTION_FLAGS="$CAPTION_FLAGS --vision-warmup $VISION_WARMUP"
 [ "$VISION_LR" != 1 ] && CAPTION_FLAGS="$CAPTION_FLAGS --vision-lr $VISION_LR"
+NORM_FLAGS=""
+[ "$NORM_CAP" != 0 ] && NORM_FLAGS="--norm-cap $NORM_CAP"
 HAS_AMX=0
 "$VLMSPEC" version | grep -q "training products:.* amx-bf16x3" && HAS_AMX=1
 main_done() { # the schedule's run is complete, or has reached FINISH_AT
@@ -153,7 +182,7 @@ while ! main_done; do
     # shellcheck disable=SC2086 # the *_FLAGS are lists of flags
     "$VLMSPEC" train target --data "$WORK/world" --tokenizer "$WORK/tok.gguf" --out "$WORK/train" \
         --epochs "$EPOCHS" --threads "$THREADS" --resume --time-limit "$CHUNK_SECONDS" $CAPTION_FLAGS \
-        $GEMM_FLAGS $TRAIN_FLAGS
+        $VISION_INIT $NORM_FLAGS $GEMM_FLAGS $TRAIN_FLAGS
     if [ "$ONE_CHUNK" = 1 ] && ! main_done; then
         log "training: chunk done (ONE_CHUNK=1); run again to continue"
         exit 0
@@ -178,7 +207,7 @@ if [ "$FINISH_AT" -gt 0 ]; then
         log "finish: run of $FINISH_STEPS steps from step $FINISH_AT, a chunk of at most $CHUNK_SECONDS s"
         # shellcheck disable=SC2086
         "$VLMSPEC" train target --data "$WORK/world" --tokenizer "$WORK/tok.gguf" --out "$TRAINED" \
-            --threads "$THREADS" --resume --time-limit "$CHUNK_SECONDS" $FINISH_FLAGS $TRAIN_FLAGS
+            --threads "$THREADS" --resume --time-limit "$CHUNK_SECONDS" $FINISH_FLAGS $NORM_FLAGS $TRAIN_FLAGS
         if [ "$ONE_CHUNK" = 1 ] && [ ! -f "$TRAINED/target.gguf" ]; then
             log "finish: chunk done (ONE_CHUNK=1); run again to continue"
             exit 0

@@ -601,6 +601,37 @@ static void test_cli(const char *dir, const char *tok) {
         printf("train target --init: resumable (1 + 1 steps == 2), recorded in run.json, another model "
                "refused\n");
     }
+    /* --vision-init: a fresh run starts from another mmproj's tower (kept while frozen), recorded in
+     * run.json; a tower of another shape is refused naming both; --init and --vision-init together are a
+     * usage error */
+    {
+        rc = vt_run("%s train target --data %s --tokenizer %s --out %s/vinit --steps 1 --freeze-vision 1 --f32 "
+                    "--vision-init %s/straight/target-mmproj-f32.gguf %s > %s/vinit.log 2>&1",
+                    cli, dir, tok, tmp, tmp, tiny, tmp);
+        VT_CHECK(rc == 0, "train target --vision-init exit %d", rc);
+        uint64_t hv[3] = {0};
+        const char *mm[3] = {"vinit/target-mmproj-f32.gguf", "straight/target-mmproj-f32.gguf", "fz2km.gguf"};
+        for (int i = 0; i < 3; i++) {
+            snprintf(path, sizeof(path), "%s/%s", tmp, mm[i]);
+            vs_error e = {0};
+            vs_mmproj *m = vs_mmproj_open(path, &e);
+            VT_CHECK(m != NULL, "%s: %s", path, e.msg);
+            if (m) hv[i] = vs_vision_tower_hash(vs_mmproj_tower(m)), vs_mmproj_free(m);
+        }
+        VT_CHECK(hv[0] == hv[1] && hv[0] != hv[2], "--vision-init: the tower is not the given mmproj's");
+        snprintf(path, sizeof(path), "%s/vinit/run.json", tmp);
+        VT_CHECK(vt_file_has(path, "\"vision_init\":"), "--vision-init is not in %s", path);
+        rc = vt_run("%s train target --data %s --tokenizer %s --out %s/vinitbad --steps 1 --vision-init "
+                    "models/target-mmproj.gguf %s > %s/vinitbad.log 2>&1",
+                    cli, dir, tok, tmp, tiny, tmp);
+        snprintf(path, sizeof(path), "%s/vinitbad.log", tmp);
+        VT_CHECK(rc == 1 && vt_file_has(path, "differs from the model's"),
+                 "--vision-init with another tower: exit %d, or no clear message in %s", rc, path);
+        rc = vt_run("%s train target --data %s --tokenizer %s --out %s/vinitbad --steps 1 --vision-init x --init y "
+                    "%s > /dev/null 2>&1", cli, dir, tok, tmp, tiny);
+        VT_CHECK(rc == 2, "--vision-init with --init: exit %d", rc);
+        printf("train target --vision-init: the given tower, recorded in run.json, another shape refused\n");
+    }
     /* train export of the final checkpoint writes the same files as the end of training */
     rc = vt_run(
         "%s train export --ckpt %s/chunked/ckpt/ckpt.gguf --tokenizer %s --lm %s/x.gguf --mmproj %s/xm.gguf "

@@ -1,6 +1,7 @@
 /* test_scripts: the model-making scripts end to end, on a tiny world and tiny models, so the documented
  * commands that reproduce the shipped models keep working:
- *   - scripts/make_models.sh: world, tokenizer, target training in chunks, eval, results in OUT. On a CPU
+ *   - scripts/make_models.sh: world, tokenizer, vision pretraining (VISION_STEPS), target training in chunks
+ *     from that tower with the norm cap (NORM_CAP, both in run.json), eval, results in OUT. On a CPU
  *     with the AMX products the run switches attention at ATTENTION_SWITCH: the first chunk stops there
  *     with --attention direct, the next runs --attention gemm, and OUT/attention keeps "direct"; with
  *     FINISH_AT the run stops there and a short run from that checkpoint (train-finish/) makes the model;
@@ -59,7 +60,9 @@ int main(void) {
     /* 1. the target: 3 train + 1 test conversations per suite, a 300-token BPE, a 2-layer LM */
     static const char *const model_env =
         "TRAIN_PER_SUITE=3 TEST_PER_SUITE=1 VOCAB=300 EPOCHS=1 FREEZE_VISION=1 VISION_WARMUP=1 "
-        "ATTENTION_SWITCH=2 FINISH_AT=4 FINISH_STEPS=2 FINISH_WARMUP=1 THREADS=2 "
+        "ATTENTION_SWITCH=2 FINISH_AT=4 FINISH_STEPS=2 FINISH_WARMUP=1 THREADS=2 NORM_CAP=2 VISION_STEPS=2 "
+        "VISION_FLAGS='--batch 2 --eval-images 4 --eval-every 1 --v-width 32 --v-blocks 1 --v-heads 2 --v-ffn 64 "
+        "--width 32 -q' "
         "EVAL_FLAGS='--limit 1 --max-tokens 8' "
         "TRAIN_FLAGS='--batch 4 --width 32 --layers 2 --heads 2 --kv-heads 1 --ffn 64 --v-width 32 "
         "--v-blocks 1 --v-heads 2 --v-ffn 64 --ctx 1024 -q'";
@@ -87,6 +90,10 @@ int main(void) {
     snprintf(path, sizeof(path), "%s/train/run.json", work);
     VT_CHECK(vt_file_has(path, "\"vision_warmup\":1") && vt_file_has(path, "\"vision_lr\":0.1"),
              "run.json lacks the script's vision warm-up and rate");
+    VT_CHECK(vt_file_has(path, "vision/vision-mmproj.gguf") && vt_file_has(path, "\"norm_cap\":2"),
+             "run.json lacks the pretrained tower (VISION_STEPS) or the norm cap (NORM_CAP)");
+    snprintf(path, sizeof(path), "%s/vision/vision.json", work);
+    VT_CHECK(vt_file_has(path, "\"steps\":2"), "the vision stage did not run its 2 steps (%s)", path);
     /* FINISH_AT: the main run stops at step 4 and a 2-step run from that checkpoint makes the model */
     snprintf(path, sizeof(path), "%s/train/ckpt/ckpt.gguf", work);
     VT_CHECK(vt_run("%s gguf %s | grep -q 'train.step .* 4$'", abs_cli, path) == 0,

@@ -498,6 +498,39 @@ static void test_loss(int kind) {
     vs_free(c.logits), vs_free(c.probs), vs_free(c.p), vs_free(c.target), vs_free(dl), vs_free(dt);
 }
 
+/* norm cap: rows louder than tau (norms 0.5 tau .. 3 tau, none within the FD step of the kink) */
+typedef struct {
+    int N, C;
+    float tau, *x;
+} cap_ctx;
+
+static double cap_L(void *p) {
+    cap_ctx *c = p;
+    return vs_train_norm_cap_forward(c->x, c->N, c->C, c->tau);
+}
+
+static void test_norm_cap(void) {
+    cap_ctx c = {.N = 6, .C = 5, .tau = 2.0f};
+    c.x = randn((size_t)c.N * c.C, 1);
+    static const float want[6] = {1.0f, 3.0f, 6.0f, 2.6f, 4.4f, 0.5f}; /* target norms: 3 quiet, 3 loud */
+    double ref = 0;
+    for (int n = 0; n < c.N; n++) {
+        double q = 0;
+        for (int k = 0; k < c.C; k++) q += (double)c.x[n * c.C + k] * c.x[n * c.C + k];
+        for (int k = 0; k < c.C; k++) c.x[n * c.C + k] *= (float)(want[n] / sqrt(q));
+        double e = want[n] / c.tau - 1;
+        ref += e > 0 ? e * e : 0;
+    }
+    float *dx = zeros((size_t)c.N * c.C);
+    VT_CHECK_NEAR(cap_L(&c), ref / c.N, 1e-6, "norm cap value");
+    vs_train_norm_cap_backward(dx, c.x, 1.0f, c.N, c.C, c.tau);
+    check_grad("norm cap", "x", cap_L, &c, c.x, (size_t)c.N * c.C, dx);
+    bool quiet_free = true;
+    for (int k = 0; k < c.C; k++) quiet_free &= dx[0 * c.C + k] == 0.0f && dx[5 * c.C + k] == 0.0f;
+    VT_CHECK(quiet_free, "rows under the cap get no gradient");
+    vs_free(c.x), vs_free(dx);
+}
+
 /* ---------------------------------------------------------------------------------------------- */
 /* sgemm paths vs the reference */
 
@@ -870,6 +903,7 @@ int main(void) {
     test_vit_embed();
     test_drop_cls();
     for (int k = 0; k < 4; k++) test_loss(k);
+    test_norm_cap();
     printf("worst relative error over all ops: %.2e\n", g_worst);
     test_sgemm(tp);
     test_sgemm_amx(tp);

@@ -525,6 +525,64 @@ static void test_adamw_groups(vs_threadpool *tp) {
     for (int k = 0; k < 3; k++) vs_train_params_free(&p[k]);
 }
 
+/* The image-row norm cap inside the model: off (or a cap no row reaches) leaves loss and gradients as
+ * they were; a tight cap adds exactly weight * vs_train_norm_cap_forward(image rows, tau) with tau =
+ * ratio * the token embeddings' mean norm, and its gradient (a central difference of the total loss in
+ * a projector bias agrees with the backward). */
+static void test_norm_cap(vs_threadpool *tp) {
+    batch_buf bb;
+    make_batch(&bb, 2, 11);
+    vs_train_vlm *m = new_model(2, 3);
+    vs_train_params *p = vs_train_vlm_params(m);
+    vs_train_vlm_tensors w, g;
+    vs_train_vlm_views(m, &w, &g);
+    float l0, l1, l2;
+    vs_train_params_zero_grad(p);
+    fwd_bwd(m, tp, &bb.b, &l0);
+    float *g0 = vs_malloc(sizeof(float) * p->n);
+    VT_REQUIRE(g0, "alloc");
+    memcpy(g0, p->grad, sizeof(float) * p->n);
+    vs_train_vlm_set_norm_cap(m, 1e6f, 1.0f); /* a cap no row reaches */
+    vs_train_params_zero_grad(p);
+    fwd_bwd(m, tp, &bb.b, &l1);
+    VT_CHECK(l1 == l0 && !memcmp(g0, p->grad, sizeof(float) * p->n) && vs_train_vlm_norm_cap_loss(m) == 0,
+             "a cap no row reaches changes nothing");
+    const float ratio = 0.05f, weight = 0.7f;
+    vs_train_vlm_set_norm_cap(m, ratio, weight);
+    vs_train_params_zero_grad(p);
+    fwd_bwd(m, tp, &bb.b, &l2);
+    /* the image rows of this forward, recomputed: the term is weight * cap(rows) */
+    vs_train_vlm_set_norm_cap(m, 0, 0);
+    float lz;
+    vs_error err = {0};
+    VT_REQUIRE(vs_train_vlm_forward(m, tp, &bb.b, &lz, &err) == VS_OK, "%s", err.msg);
+    double cap = vs_train_vlm_norm_cap_loss(m);
+    VT_CHECK(cap == 0 && lz == l0, "off again: no term");
+    vs_train_vlm_set_norm_cap(m, ratio, weight);
+    VT_REQUIRE(vs_train_vlm_forward(m, tp, &bb.b, &lz, &err) == VS_OK, "%s", err.msg);
+    cap = vs_train_vlm_norm_cap_loss(m);
+    VT_CHECK(cap > 0.1, "a tight cap adds a term (%g)", cap);
+    VT_CHECK_NEAR(l2, l0 + cap, 1e-4 * (l0 + cap), "loss = LM loss + the cap term");
+    /* finite difference in mm.2's bias (the image rows' offset) */
+    double worst = 0;
+    for (int k = 0; k < 4; k++) {
+        float *x = w.mm2_b + k, x0 = *x, h = 1e-2f;
+        *x = x0 + h;
+        float lp, lm;
+        VT_REQUIRE(vs_train_vlm_forward(m, tp, &bb.b, &lp, &err) == VS_OK, "%s", err.msg);
+        *x = x0 - h;
+        VT_REQUIRE(vs_train_vlm_forward(m, tp, &bb.b, &lm, &err) == VS_OK, "%s", err.msg);
+        *x = x0;
+        double fd = ((double)lp - lm) / (2 * h), an = g.mm2_b[k];
+        double e = fabs(fd - an) / (fabs(fd) + 1e-3);
+        worst = e > worst ? e : worst;
+        VT_CHECK(e < 2e-2, "mm.2 bias %d: finite difference %g, backward %g", k, fd, an);
+    }
+    printf("norm cap in the model: term %.4g, worst relative gradient difference %.2e\n", cap, worst);
+    vs_free(g0);
+    vs_train_vlm_free(m);
+}
+
 int main(void) {
     vs_error err = {0};
     vs_threadpool *tp = vs_threadpool_new(2, &err);
@@ -539,6 +597,7 @@ int main(void) {
     test_checkpoint(tp);
     test_batch_validation(tp);
     test_curve();
+    test_norm_cap(tp);
     vs_threadpool_free(tp);
     return vt_finish("train_optim");
 }

@@ -11,8 +11,12 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <math.h>
+
 #include "cli.h"
+#include "gguf.h"
 #include "outfile.h"
+#include "quant.h"
 #include "json.h"
 #include "threadpool.h"
 #include "vision.h"
@@ -32,6 +36,9 @@ static void usage(FILE *f) {
                "  --features           also write the ViT patch features (PREFIX.features.f32)\n"
                "  --importance         also write the class token's attention to each patch in the last\n"
                "                       block, mean over heads (PREFIX.importance.f32)\n"
+               "  -m, --model LM       also print how loud the image rows are next to this LM's token\n"
+               "                       embeddings: mean L2 norm of each and their ratio (a projector\n"
+               "                       trained to the text scale gives about 1; PREFIX.json records it)\n"
                "  --pool K             average-pool the patch grid K x K before the projector (default 1)\n"
                "  --preproc MODE       llava (default: pad with the mean colour, Pillow bicubic) or\n"
                "                       llamacpp (llama.cpp's fit-and-pad with its own bicubic)\n"
@@ -52,7 +59,7 @@ static int default_threads(void) {
  * flags */
 
 typedef struct embed_args {
-    const char *mmproj, *proj_path, *image, *out;
+    const char *mmproj, *proj_path, *image, *out, *model;
     bool want_features, want_imp;
     int pool, n_threads;
     vs_preproc_mode mode;
@@ -77,6 +84,7 @@ static int embed_parse(int argc, char **argv, embed_args *a) {
     cli_flag_add(&fs, "--mmproj", CLI_STR, &a->mmproj, 0, 0);
     cli_flag_add(&fs, "--projector", CLI_STR, &a->proj_path, 0, 0);
     cli_flag_add(&fs, "--image", CLI_STR, &a->image, 0, 0);
+    cli_flag_add(&fs, "-m|--model", CLI_STR, &a->model, 0, 0);
     cli_flag_add(&fs, "-o|--out", CLI_STR, &a->out, 0, 0);
     cli_flag_add(&fs, "--features", CLI_BOOL, &a->want_features, 0, 0);
     cli_flag_add(&fs, "--importance", CLI_BOOL, &a->want_imp, 0, 0);
@@ -99,7 +107,48 @@ typedef struct embed_result {
     float *rows;
     int64_t n_rows, width, n_patch;
     double t_enc, t_proj;
+    double row_norm, text_norm; /* mean L2 norms: image rows, the LM's token embeddings (-m; else 0) */
 } embed_result;
+
+/* Mean L2 norm of n rows of width w. */
+static double mean_norm(const float *x, int64_t n, int64_t w) {
+    double sum = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double q = 0;
+        for (int64_t c = 0; c < w; c++) q += (double)x[i * w + c] * x[i * w + c];
+        sum += sqrt(q);
+    }
+    return n > 0 ? sum / (double)n : 0;
+}
+
+/* Mean L2 norm of the rows of path's token_embd.weight, which must be as wide as the image rows. */
+static bool text_norm(const char *path, int64_t width, double *out, vs_error *err) {
+    vs_gguf *g = vs_gguf_open(path, err);
+    if (!g) return false;
+    const vs_gguf_tensor *t = vs_gguf_find_tensor(g, "token_embd.weight");
+    bool ok = false;
+    float *row = NULL;
+    if (!t || t->n_dims != 2 || !vs_type_supported(t->type))
+        vs_error_set(err, VS_ERR_FORMAT, "%s: no token_embd.weight of a supported type", path);
+    else if (t->ne[0] != width)
+        vs_error_set(err, VS_ERR_INVALID, "%s: token embeddings of width %lld, image rows of %lld", path,
+                     (long long)t->ne[0], (long long)width);
+    else if (!(row = vs_malloc((size_t)width * sizeof(float))))
+        vs_error_set(err, VS_ERR_NOMEM, "out of memory");
+    else {
+        const size_t rb = vs_type_row_bytes((vs_type)t->type, width);
+        double sum = 0;
+        for (int64_t i = 0; i < t->ne[1]; i++) {
+            vs_dequantize_row((vs_type)t->type, (const uint8_t *)t->data + (size_t)i * rb, row, width);
+            sum += mean_norm(row, 1, width);
+        }
+        *out = sum / (double)t->ne[1];
+        ok = true;
+    }
+    vs_free(row);
+    vs_gguf_close(g);
+    return ok;
+}
 
 /* Opens the files, encodes the image and projects it; false with err set on failure (what was made:
  * embed_result_free). */
@@ -130,7 +179,8 @@ static bool embed(const embed_args *a, embed_result *r, vs_error *err) {
     r->t_proj = vs_time_now() - t1;
     r->width = vs_vision_projector_config(pj)->proj_out;
     r->n_patch = vs_vision_features_rows(&r->f);
-    ok = true;
+    r->row_norm = mean_norm(r->rows, r->n_rows, r->width);
+    ok = !a->model || text_norm(a->model, r->width, &r->text_norm, err);
 done:
     vs_threadpool_free(tp);
     return ok;
@@ -200,6 +250,12 @@ static char *describe(const embed_args *a, const embed_result *r, size_t *len) {
     vs_json_kv_str(&w, "layout",
                    "float32 little-endian, row-major [rows][width]; row r*grid_w+c = patch (r, c) "
                    "of the (pooled) grid");
+    vs_json_kv_num(&w, "row_norm", r->row_norm);
+    if (a->model) {
+        vs_json_kv_str(&w, "model", a->model);
+        vs_json_kv_num(&w, "text_norm", r->text_norm);
+        vs_json_kv_num(&w, "norm_ratio", r->text_norm > 0 ? r->row_norm / r->text_norm : 0);
+    }
     vs_json_kv_int(&w, "threads", a->n_threads);
     vs_json_kv_num(&w, "encode_s", r->t_enc);
     vs_json_kv_num(&w, "project_s", r->t_proj);
@@ -233,6 +289,12 @@ int vs_cmd_embed_image(int argc, char **argv) {
         fprintf(stderr, "%s: %lld rows x %lld (grid %dx%d, pool %d); encode %.3f s, project %.3f s, %d threads\n",
                 a.image, (long long)r.n_rows, (long long)r.width, r.f.grid_h, r.f.grid_w, a.pool, r.t_enc,
                 r.t_proj, a.n_threads);
+        if (a.model)
+            fprintf(stderr, "mean L2 norm: image rows %.4g, %s's token embeddings %.4g: ratio %.4g\n", r.row_norm,
+                    a.model, r.text_norm, r.text_norm > 0 ? r.row_norm / r.text_norm : 0.0);
+        else
+            fprintf(stderr, "mean L2 norm of the image rows: %.4g (-m LM compares with its token embeddings)\n",
+                    r.row_norm);
         rc = 0;
     } else {
         cli_fail_err(CMD, &err);

@@ -24,6 +24,7 @@
 #include "train_drafter.h"
 #include "train_loop.h"
 #include "train_model.h"
+#include "train_vision.h"
 #include "world.h"
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -344,6 +345,7 @@ static void print_data_stats(const vs_train_data_stats *s, const vs_world_datase
 typedef struct target_opts {
     const char *data, *tokenizer, *out, *name;
     const char *init; /* a checkpoint whose weights start a fresh run (new schedule, zero moments) */
+    const char *vision_init; /* an mmproj whose tower starts a fresh run ('train vision') */
     vs_train_sched s;
     int ctx;
     bool captions, f32;
@@ -373,6 +375,12 @@ static void target_usage(FILE *f) {
         "  --init CKPT         start from the weights of a training checkpoint (another run's ckpt.gguf),\n"
         "                      with this run's schedule, data order and zeroed AdamW moments; the model\n"
         "                      flags must describe the checkpoint's model (default: fresh weights)\n"
+        "  --norm-cap R        keep the projector's image rows within R times the token embeddings' mean\n"
+        "                      L2 norm: each step adds W * mean(max(0, |row| / tau - 1)^2), tau = R * that\n"
+        "                      norm (default 0: off)\n"
+        "  --norm-cap-weight W the cap's weight W in the loss (default 1)\n"
+        "  --vision-init FILE  start the vision tower from this mmproj's tower (e.g. 'vlmspec train vision''s\n"
+        "                      OUT/vision-mmproj.gguf; its shape must be the model's); not with --init\n"
         "  --epochs E          passes over the data (default 10; fractions allowed)\n"
         "  --steps N           optimiser steps instead of --epochs\n"
         "  --batch B           sequences per micro-batch (default 8)\n"
@@ -422,7 +430,7 @@ static int target_parse(int argc, char **argv, target_opts *o) {
     vs_train_sched *s = &o->s;
     s->epochs = 10, s->batch = 8, s->accum = 2, s->seq = 768, s->bucket = 16, s->threads = 2;
     s->ckpt_every = 200, s->lr = 1e-3, s->lr_min = -1, s->warmup = 100, s->wd = 0.1, s->clip = 1.0;
-    s->beta2 = 0.95, s->seed = 1, s->vision_lr = 1, o->name = "vlmspec-world-target";
+    s->beta2 = 0.95, s->seed = 1, s->vision_lr = 1, s->norm_cap_weight = 1, o->name = "vlmspec-world-target";
     vs_train_vlm_config *c = &o->cfg;
     *c = target_shape();
     /* CLIP's preprocessing constants, as LLaVA's image processor uses them */
@@ -438,7 +446,10 @@ static int target_parse(int argc, char **argv, target_opts *o) {
     cli_flag_add(&fs, "--freeze-vision", CLI_I64, &s->freeze_vision, 0, (double)(INT64_C(1) << 40));
     cli_flag_add(&fs, "--vision-warmup", CLI_I64, &s->vision_warmup, 0, (double)(INT64_C(1) << 40));
     cli_flag_add(&fs, "--vision-lr", CLI_F64, &s->vision_lr, 0, 100);
+    cli_flag_add(&fs, "--norm-cap", CLI_F64, &s->norm_cap, 0, 1e6);
+    cli_flag_add(&fs, "--norm-cap-weight", CLI_F64, &s->norm_cap_weight, 0, 1e6);
     cli_flag_add(&fs, "--init", CLI_STR, &o->init, 0, 0);
+    cli_flag_add(&fs, "--vision-init", CLI_STR, &o->vision_init, 0, 0);
     cli_flag_add(&fs, "--f32", CLI_BOOL, &o->f32, 0, 0);
     cli_flag_add(&fs, "--epochs", CLI_F64, &s->epochs, 1e-6, 1e6);
     cli_flag_add(&fs, "--steps", CLI_I64, &s->steps, 1, (double)(INT64_C(1) << 40));
@@ -457,6 +468,10 @@ static int target_parse(int argc, char **argv, target_opts *o) {
     if (!o->data || !o->tokenizer || !o->out)
         return cli_fail(cmd, "--data DIR, --tokenizer FILE and --out DIR are required"), 2;
     if (s->steps && cli_flag_given(&fs, &s->epochs)) return cli_fail(cmd, "give --steps or --epochs, not both"), 2;
+    if (cli_flag_given(&fs, &s->norm_cap_weight) && !(s->norm_cap > 0))
+        return cli_fail(cmd, "--norm-cap-weight without --norm-cap R (R > 0) has nothing to weigh"), 2;
+    if (o->init && o->vision_init)
+        return cli_fail(cmd, "--vision-init and --init both set the tower: give one"), 2;
     if (s->lr_min < 0) s->lr_min = s->lr / 10;
     o->image_size_given = cli_flag_given(&fs, &c->image_size);
     return -1;
@@ -474,7 +489,12 @@ static char *target_settings(const target_opts *o, int64_t total, int vocab) {
     if (o->s.freeze_vision) vs_json_key(&w, "freeze_vision"), vs_json_int(&w, o->s.freeze_vision);
     if (o->s.vision_warmup) vs_json_key(&w, "vision_warmup"), vs_json_int(&w, o->s.vision_warmup);
     if (o->s.vision_lr != 1) vs_json_key(&w, "vision_lr"), vs_json_num(&w, o->s.vision_lr);
+    if (o->s.norm_cap > 0) {
+        vs_json_key(&w, "norm_cap"), vs_json_num(&w, o->s.norm_cap);
+        vs_json_key(&w, "norm_cap_weight"), vs_json_num(&w, o->s.norm_cap_weight);
+    }
     if (o->init) vs_json_key(&w, "init"), vs_json_str(&w, o->init);
+    if (o->vision_init) vs_json_key(&w, "vision_init"), vs_json_str(&w, o->vision_init);
     vs_json_key(&w, "vocab"), vs_json_int(&w, vocab);
     vs_json_key(&w, "steps"), vs_json_int(&w, total);
     vs_json_key(&w, "batch"), vs_json_int(&w, o->s.batch);
@@ -592,6 +612,17 @@ static vs_status target_init_from(vs_train_loop *L, const char *path, const vs_t
 }
 
 /* The model, its parameters and the schedule of a target run (stdout). */
+/* --vision-init: the tower of an mmproj (a pretrained one from 'train vision') replaces the fresh one. */
+static vs_status target_vision_init(vs_train_vlm *m, const char *path, vs_error *err) {
+    vs_mmproj *mm = vs_mmproj_open(path, err);
+    if (!mm) return vs_error_wrap(err, "--vision-init");
+    vs_status s = vs_train_vlm_set_vision(m, mm, err);
+    vs_mmproj_free(mm);
+    if (s) return vs_error_wrap(err, "--vision-init");
+    printf("vision tower from %s\n", path);
+    return VS_OK;
+}
+
 static void print_target_run(const target_opts *o, const vs_train_loop *L, const vs_train_data_stats *ds) {
     const vs_train_vlm_config *c = &o->cfg;
     printf("model: ViT %dx%d/%d width %d x %d blocks (%d heads, MLP %d%s), projector %d -> %d, LM width %d x %d "
@@ -672,6 +703,7 @@ static vs_status target_train(target_run *r, vs_error *err) {
         } else if (s == VS_OK) {
             if (!(L->m = vs_train_vlm_new(c, max_B, max_T, max_I, err))) s = VS_ERR_INVALID;
             else vs_train_vlm_init(L->m, (uint64_t)o->s.seed);
+            if (s == VS_OK && o->vision_init) s = target_vision_init(L->m, o->vision_init, err);
         }
         if (s == VS_OK) vs_train_loop_fresh_state(L);
     }
@@ -1185,6 +1217,81 @@ static int cmd_drafter(int argc, char **argv) {
 }
 
 /* ---------------------------------------------------------------------------------------------- */
+/* train vision: pretraining (or a linear probe) of the ViT tower on the world's labels */
+
+static void vision_usage(FILE *f) {
+    fprintf(
+        f,
+        "usage: vlmspec train vision --out DIR [options]\n"
+        "Pretrains the ViT tower on labels the world generator knows, on images drawn fresh every step\n"
+        "(shapes scenes half the time, glyph text and bar charts a quarter each): per patch the object's\n"
+        "shape, colour and size, the character under it (text, chart labels and values) and the bar's\n"
+        "value; per image the scene kind, the counts of objects and of lines or bars, the background.\n"
+        "Small linear heads read the patch features (and their mean); they are discarded after training.\n"
+        "Writes OUT/ckpt/ckpt.gguf (tower + heads + optimiser state), OUT/run.json, OUT/loss.csv + .svg,\n"
+        "OUT/eval.csv (held-out accuracy per head), and at the end OUT/vision-mmproj.gguf (F32: the tower,\n"
+        "with a random projector; 'train target --vision-init' reads its tower) and OUT/vision.json.\n\n"
+        "  --out DIR            output directory (created)\n"
+        "  --init-mmproj FILE   start from this mmproj's tower (its shape; shape flags are refused)\n"
+        "  --probe              keep the tower frozen and train the heads only: a linear probe of what\n"
+        "                       the tower's features encode (nothing exported)\n"
+        "  --steps N            optimiser steps (default 3000)\n"
+        "  --batch B            fresh images per step (default 32)\n"
+        "  --lr LR              peak learning rate (default 1e-3)   --lr-min LR  final rate (default lr/10)\n"
+        "  --warmup W           warm-up steps (default 100)\n"
+        "  --wd X               AdamW weight decay (default 0.05)   --beta2 X    (default 0.95)\n"
+        "  --clip X             gradient clipping by global norm (default 1.0; 0: off)\n"
+        "  --seed S             initialisation, image and held-out seed (default 1)\n"
+        "  --eval-every N       held-out evaluation every N steps (default 250)\n"
+        "  --eval-images N      held-out images (default 512)\n"
+        "running: --threads N (default 2), --gemm NAME, --resume, --ckpt-every S (default 200),\n"
+        "  --chunk-steps N, --time-limit SEC, -q/--quiet: as 'vlmspec train target'\n"
+        "tower (defaults: the target's): --image-size 64, --patch 8, --v-width 192, --v-blocks 6,\n"
+        "  --v-heads 3, --v-ffn 768, --width 512 (the projector's output width)\n");
+}
+
+static int cmd_vision(int argc, char **argv) {
+    const char *cmd = "train vision";
+    vs_train_vision_opts o;
+    vs_train_vision_opts_default(&o);
+    o.lr_min = -1;
+    vs_train_sched run = {.threads = o.threads, .ckpt_every = o.ckpt_every};
+    cli_flags fs = {0};
+    cli_flag_add(&fs, "--out", CLI_STR, &o.out, 0, 0);
+    cli_flag_add(&fs, "--init-mmproj", CLI_STR, &o.init_mmproj, 0, 0);
+    cli_flag_add(&fs, "--probe", CLI_BOOL, &o.probe, 0, 0);
+    cli_flag_add(&fs, "--steps", CLI_I64, &o.steps, 1, (double)(INT64_C(1) << 40));
+    cli_flag_add(&fs, "--batch", CLI_INT, &o.batch, 1, 4096);
+    cli_flag_add(&fs, "--lr", CLI_F64, &o.lr, 0, 10);
+    cli_flag_add(&fs, "--lr-min", CLI_F64, &o.lr_min, 0, 10);
+    cli_flag_add(&fs, "--warmup", CLI_F64, &o.warmup, 0, 1e9);
+    cli_flag_add(&fs, "--wd", CLI_F64, &o.wd, 0, 10);
+    cli_flag_add(&fs, "--clip", CLI_F64, &o.clip, 0, 1e9);
+    cli_flag_add(&fs, "--beta2", CLI_F64, &o.beta2, 0, 1);
+    cli_flag_add(&fs, "--seed", CLI_I64, &o.seed, 0, 9.2e18);
+    cli_flag_add(&fs, "--eval-every", CLI_INT, &o.eval_every, 1, 1 << 30);
+    cli_flag_add(&fs, "--eval-images", CLI_INT, &o.eval_images, 1, 1 << 20);
+    add_run_flags(&fs, &run);
+    add_vision_flags(&fs, &o.cfg, NULL);
+    cli_flag_add(&fs, "--width", CLI_INT, &o.cfg.width, 2, 1 << 14);
+    int rc = cli_flags_parse(cmd, argc, argv, &fs, vision_usage);
+    if (rc >= 0) return rc;
+    if ((rc = apply_gemm(cmd, &run)) >= 0) return rc;
+    if (!o.out) return cli_fail(cmd, "--out DIR is required"), 2;
+    if (run.attention) return cli_fail(cmd, "--attention: the tower's attention has one path here"), 2;
+    const void *shape[] = {&o.cfg.image_size, &o.cfg.patch_size, &o.cfg.v_width, &o.cfg.v_blocks,
+                           &o.cfg.v_heads,    &o.cfg.v_ffn,      &o.cfg.width};
+    for (size_t i = 0; i < VS_ARRAY_LEN(shape) && o.init_mmproj; i++)
+        if (cli_flag_given(&fs, shape[i]))
+            return cli_fail(cmd, "--init-mmproj takes the tower's shape from the file: no shape flags"), 2;
+    if (o.lr_min < 0) o.lr_min = o.lr / 10;
+    o.threads = run.threads, o.ckpt_every = run.ckpt_every, o.chunk_steps = run.chunk_steps;
+    o.time_limit = run.time_limit, o.resume = run.resume, o.quiet = run.quiet;
+    vs_error err = {0};
+    return vs_train_vision_run(&o, NULL, &err) == VS_OK ? 0 : cli_fail_err(cmd, &err);
+}
+
+/* ---------------------------------------------------------------------------------------------- */
 /* train export: a checkpoint as GGUF files (e.g. to evaluate a model in the middle of training) */
 
 static void export_usage(FILE *f) {
@@ -1246,12 +1353,14 @@ int vs_cmd_train(int argc, char **argv) {
                "commands:\n"
                "  target   train the target VLM on the generated world (resumable; exports GGUF)\n"
                "  drafter  train a draft VLM by the LLaVA recipe or MASSV (phases, resumable; exports GGUF)\n"
+               "  vision   pretrain the ViT tower on the world's labels, or probe a tower (resumable)\n"
                "  export   export a training checkpoint as LM + mmproj GGUF\n"
                "  bench    time training steps of a VLM on synthetic data against the sgemm peak\n");
         return argc < 2 ? 2 : 0;
     }
     if (!strcmp(argv[1], "target")) return cmd_target(argc - 1, argv + 1);
     if (!strcmp(argv[1], "drafter")) return cmd_drafter(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "vision")) return cmd_vision(argc - 1, argv + 1);
     if (!strcmp(argv[1], "export")) return cmd_export(argc - 1, argv + 1);
     if (!strcmp(argv[1], "bench")) return cmd_bench(argc - 1, argv + 1);
     fprintf(stderr, "vlmspec train: unknown command '%s'\n", argv[1]);

@@ -194,6 +194,12 @@ double vs_train_smooth_l1_forward(const float *pred, const float *target, const 
 void vs_train_smooth_l1_backward(float *dpred, float *dtarget, const float *pred, const float *target,
                                  const float *w, float dloss, int N, int C, float beta);
 
+/* Norm cap: l = (1/N) sum_n max(0, |x_n| / tau - 1)^2 over the L2 norms of N rows of C (rows louder
+ * than tau are pulled back, quieter ones are free). Keeps a projector's image rows on the scale of
+ * the LM's token embeddings (docs/target.md). tau > 0. */
+double vs_train_norm_cap_forward(const float *x, int N, int C, float tau);
+void vs_train_norm_cap_backward(float *dx, const float *x, float dloss, int N, int C, float tau);
+
 /* ---------------------------------------------------------------------------------------------- */
 /* Threaded twins: the same results, bit for bit, as the plain functions above (each thread runs the
  * plain function on a slice of independent outputs; sums over rows keep their order), on tp's

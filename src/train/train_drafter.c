@@ -39,17 +39,16 @@ vs_status vs_train_vlm_set_vision(vs_train_vlm *m, const vs_mmproj *target_mm, v
     const vs_train_vlm_config *c = vs_train_vlm_cfg(m);
     const vs_vision_config *v = vs_mmproj_config(target_mm);
     if (!vs_mmproj_tower(target_mm))
-        return vs_error_set(err, VS_ERR_INVALID, "drafter: %s has no vision tower",
-                            vs_mmproj_path(target_mm));
+        return vs_error_set(err, VS_ERR_INVALID, "%s has no vision tower", vs_mmproj_path(target_mm));
     if (v->image_size != c->image_size || v->patch_size != c->patch_size || v->width != c->v_width ||
-        v->ffn != c->v_ffn || v->n_heads != c->v_heads || v->n_blocks != c->v_blocks)
+        v->ffn != c->v_ffn || v->n_heads != c->v_heads || v->n_blocks != c->v_blocks || v->post_ln != c->v_post_ln)
         return vs_error_set(
             err, VS_ERR_INVALID,
-            "drafter: %s's tower (%dx%d/%d, width %d, ffn %d, %d heads, %d blocks) differs from "
-            "the model's (%dx%d/%d, width %d, ffn %d, %d heads, %d blocks)",
+            "%s's tower (%dx%d/%d, width %d, ffn %d, %d heads, %d blocks%s) differs from "
+            "the model's (%dx%d/%d, width %d, ffn %d, %d heads, %d blocks%s)",
             vs_mmproj_path(target_mm), v->image_size, v->image_size, v->patch_size, v->width, v->ffn,
-            v->n_heads, v->n_blocks, c->image_size, c->image_size, c->patch_size, c->v_width, c->v_ffn,
-            c->v_heads, c->v_blocks);
+            v->n_heads, v->n_blocks, v->post_ln ? ", post-LN" : "", c->image_size, c->image_size, c->patch_size,
+            c->v_width, c->v_ffn, c->v_heads, c->v_blocks, c->v_post_ln ? ", post-LN" : "");
     vs_vision_weights vw;
     vs_status s = vs_mmproj_read_weights(target_mm, &vw, err);
     if (s != VS_OK) return s;

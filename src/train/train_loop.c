@@ -188,6 +188,7 @@ vs_status vs_train_loop_run(vs_train_loop *L, vs_error *err) {
     if (!L->tp && !(L->tp = vs_threadpool_new(o->threads, err))) return VS_ERR_NOMEM;
     vs_train_set_blas_threads(o->threads);
     vs_train_params *p = vs_train_vlm_params(L->m);
+    vs_train_vlm_set_norm_cap(L->m, (float)o->norm_cap, (float)(o->norm_cap_weight / o->accum));
     vs_adamw opt;
     vs_adamw_default(&opt);
     opt.beta2 = (float)o->beta2, opt.weight_decay = (float)o->wd;

@@ -177,3 +177,26 @@ void vs_train_xent_backward_tp(vs_threadpool *tp, float *dlogits, const float *p
                   .N = N, .V = V};
     vs_threadpool_run(tp, xent_bwd_task, &j);
 }
+
+double vs_train_norm_cap_forward(const float *x, int N, int C, float tau) {
+    double loss = 0;
+    for (int n = 0; n < N; n++) {
+        double q = 0;
+        for (int c = 0; c < C; c++) q += (double)x[(size_t)n * C + c] * x[(size_t)n * C + c];
+        double e = sqrt(q) / tau - 1;
+        if (e > 0) loss += e * e;
+    }
+    return N > 0 ? loss / N : 0;
+}
+
+void vs_train_norm_cap_backward(float *dx, const float *x, float dloss, int N, int C, float tau) {
+    for (int n = 0; n < N; n++) {
+        double q = 0;
+        for (int c = 0; c < C; c++) q += (double)x[(size_t)n * C + c] * x[(size_t)n * C + c];
+        double norm = sqrt(q), e = norm / tau - 1;
+        if (e <= 0) continue;
+        /* d/dx (norm / tau - 1)^2 = 2 e / tau * x / norm */
+        float g = (float)(dloss * 2 * e / (tau * norm) / N);
+        for (int c = 0; c < C; c++) dx[(size_t)n * C + c] += g * x[(size_t)n * C + c];
+    }
+}

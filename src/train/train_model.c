@@ -390,11 +390,12 @@ static vs_status check_batch(const vs_train_vlm *m, const vs_train_batch *b, vs_
     return VS_OK;
 }
 
-static void vision_forward(vs_train_vlm *m, vs_threadpool *tp, const float *pixels, int NI) {
+/* The tower: pixels -> a->v_feat (NI * NP, W), the projector's input. */
+static void tower_forward(vs_train_vlm *m, vs_threadpool *tp, const float *pixels, int NI) {
     const vs_train_vlm_config *c = &m->cfg;
     const vs_train_vlm_tensors *w = &m->w;
     vlm_acts *a = &m->a;
-    int W = c->v_width, VF = c->v_ffn, VH = c->v_heads, C = c->width, NP = m->NP, TV = m->TV;
+    int W = c->v_width, VF = c->v_ffn, VH = c->v_heads, NP = m->NP, TV = m->TV;
     int Nv = NI * TV, Np = NI * NP;
     size_t sNv = (size_t)m->max_images * TV; /* per-block stride in rows */
     vs_train_patch_embed_forward(tp, a->v_patch, a->v_col, pixels, w->v_patch, NI, 3, c->image_size,
@@ -431,6 +432,14 @@ static void vision_forward(vs_train_vlm *m, vs_threadpool *tp, const float *pixe
                                    w->v_post_ln_b, Np, W, c->v_eps);
     else
         memcpy(a->v_feat, a->v_feat_raw, sizeof(float) * (size_t)Np * W);
+}
+
+static void vision_forward(vs_train_vlm *m, vs_threadpool *tp, const float *pixels, int NI) {
+    const vs_train_vlm_config *c = &m->cfg;
+    const vs_train_vlm_tensors *w = &m->w;
+    vlm_acts *a = &m->a;
+    int W = c->v_width, C = c->width, Np = NI * m->NP;
+    tower_forward(m, tp, pixels, NI);
     vs_train_linear_forward(tp, a->mm_h, a->v_feat, w->mm0_w, w->mm0_b, Np, W, C);
     vs_train_gelu_erf_forward(a->mm_act, a->mm_h, (size_t)Np * C);
     vs_train_linear_forward(tp, a->mm_out, a->mm_act, w->mm2_w, w->mm2_b, Np, C, C);
@@ -482,6 +491,24 @@ static double lm_forward(vs_train_vlm *m, vs_threadpool *tp, int B, int T) {
     return vs_train_xent_forward_tp(tp, a->probs, a->logits, m->targets, a->lw, N, V);
 }
 
+/* Mean L2 norm of n rows of width C. */
+static double mean_row_norm(const float *x, int n, int C) {
+    double sum = 0;
+    for (int i = 0; i < n; i++) {
+        double q = 0;
+        for (int c = 0; c < C; c++) q += (double)x[(size_t)i * C + c] * x[(size_t)i * C + c];
+        sum += sqrt(q);
+    }
+    return n > 0 ? sum / n : 0;
+}
+
+void vs_train_vlm_set_norm_cap(vs_train_vlm *m, float ratio, float weight) {
+    m->cap_ratio = ratio > 0 ? ratio : 0;
+    m->cap_weight = ratio > 0 && weight > 0 ? weight : 0;
+}
+
+double vs_train_vlm_norm_cap_loss(const vs_train_vlm *m) { return m->cap_loss; }
+
 vs_status vs_train_vlm_forward(vs_train_vlm *m, vs_threadpool *tp, const vs_train_batch *b, float *loss,
                                vs_error *err) {
     m->have_forward = false;
@@ -503,6 +530,14 @@ vs_status vs_train_vlm_forward(vs_train_vlm *m, vs_threadpool *tp, const vs_trai
     for (int i = 0; i < N; i++) m->has_images |= m->img_row[i] >= 0;
     if (m->has_images) vision_forward(m, tp, b->pixels, b->n_images);
     double l = lm_forward(m, tp, b->B, b->T);
+    m->cap_loss = 0;
+    if (m->has_images && m->cap_weight > 0) {
+        const int C = m->cfg.width;
+        m->cap_tau = (float)(m->cap_ratio * mean_row_norm(m->w.wte, m->cfg.vocab, C));
+        if (m->cap_tau > 0)
+            m->cap_loss = m->cap_weight * vs_train_norm_cap_forward(m->a.mm_out, b->n_images * m->NP, C, m->cap_tau);
+        l += m->cap_loss;
+    }
     if (loss) *loss = (float)l;
     m->have_forward = true;
     return VS_OK;
@@ -588,14 +623,14 @@ static void lm_backward(vs_train_vlm *m, vs_threadpool *tp, bool train_lm, bool 
 #undef GL
 }
 
+static void tower_backward(vs_train_vlm *m, vs_threadpool *tp, const float *dfeat);
+
 static void vision_backward(vs_train_vlm *m, vs_threadpool *tp, bool train_proj, bool train_vis) {
     const vs_train_vlm_config *c = &m->cfg;
     const vs_train_vlm_tensors *w = &m->w;
     vlm_acts *a = &m->a;
     vlm_grads *d = &m->d;
-    int NI = m->NI, W = c->v_width, VF = c->v_ffn, VH = c->v_heads, C = c->width, NP = m->NP, TV = m->TV;
-    int Nv = NI * TV, Np = NI * NP;
-    size_t sNv = (size_t)m->max_images * TV;
+    int W = c->v_width, C = c->width, Np = m->NI * m->NP;
 #define GP(field) (train_proj ? m->g.field : NULL)
     zero(tp, d->dmm_act, (size_t)Np * C);
     vs_train_linear_backward(tp, d->dmm_act, GP(mm2_w), GP(mm2_b), d->dmm_out, a->mm_act, w->mm2_w, Np, C, C);
@@ -605,12 +640,22 @@ static void vision_backward(vs_train_vlm *m, vs_threadpool *tp, bool train_proj,
     vs_train_linear_backward(tp, train_vis ? d->dfeat : NULL, GP(mm0_w), GP(mm0_b), d->dmm_h, a->v_feat,
                              w->mm0_w, Np, W, C);
 #undef GP
-    if (!train_vis) return;
+    if (train_vis) tower_backward(m, tp, d->dfeat);
+}
+
+/* The tower's backward from dfeat = dL/d(v_feat) (NI * NP, W), accumulated into its gradients. */
+static void tower_backward(vs_train_vlm *m, vs_threadpool *tp, const float *dfeat) {
+    const vs_train_vlm_config *c = &m->cfg;
+    const vs_train_vlm_tensors *w = &m->w;
     const vs_train_vlm_tensors *g = &m->g;
-    const float *dfeat = d->dfeat;
+    vlm_acts *a = &m->a;
+    vlm_grads *d = &m->d;
+    int NI = m->NI, W = c->v_width, VF = c->v_ffn, VH = c->v_heads, NP = m->NP, TV = m->TV;
+    int Nv = NI * TV, Np = NI * NP;
+    size_t sNv = (size_t)m->max_images * TV;
     if (c->v_post_ln) {
         zero(tp, d->dfeat_raw, (size_t)Np * W);
-        vs_train_layernorm_backward(d->dfeat_raw, g->v_post_ln_w, g->v_post_ln_b, d->dfeat, a->v_feat_raw,
+        vs_train_layernorm_backward(d->dfeat_raw, g->v_post_ln_w, g->v_post_ln_b, dfeat, a->v_feat_raw,
                                     w->v_post_ln_w, a->v_post_mean, a->v_post_rstd, Np, W);
         dfeat = d->dfeat_raw;
     }
@@ -672,8 +717,27 @@ vs_status vs_train_vlm_backward(vs_train_vlm *m, vs_threadpool *tp, vs_error *er
     bool want_img = m->has_images && (train_proj || train_vis);
     if (!train_lm && !want_img) return VS_OK;
     lm_backward(m, tp, train_lm, want_img);
+    if (want_img && m->cap_weight > 0 && m->cap_tau > 0) /* the norm cap's pull on the image rows */
+        vs_train_norm_cap_backward(m->d.dmm_out, m->a.mm_out, m->cap_weight, m->NI * m->NP, m->cfg.width,
+                                   m->cap_tau);
     if (want_img) vision_backward(m, tp, train_proj, train_vis);
     return VS_OK;
+}
+
+vs_status vs_train_vlm_tower_forward(vs_train_vlm *m, vs_threadpool *tp, const float *pixels, int n_images,
+                                     vs_error *err) {
+    m->have_forward = false;
+    if (m->cfg.v_blocks < 0 || n_images < 1 || n_images > m->max_images)
+        return vs_error_set(err, VS_ERR_INVALID, "tower forward: %d images (1..%d)", n_images, m->max_images);
+    m->NI = n_images;
+    tower_forward(m, tp, pixels, n_images);
+    return VS_OK;
+}
+
+const float *vs_train_vlm_tower_features(const vs_train_vlm *m) { return m->a.v_feat; }
+
+void vs_train_vlm_tower_backward(vs_train_vlm *m, vs_threadpool *tp, const float *dfeat) {
+    if (!m->params.frozen[VS_TRAIN_GROUP_VISION]) tower_backward(m, tp, dfeat);
 }
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -702,6 +766,11 @@ double vs_train_vlm_flops(const vs_train_vlm *m, int B, int T, int n_images) {
 
 vs_status vs_train_vlm_save(const vs_train_vlm *m, const vs_train_state *st, const char *path,
                             vs_error *err) {
+    return vs_train_vlm_save_ex(m, st, NULL, NULL, path, err);
+}
+
+vs_status vs_train_vlm_save_ex(const vs_train_vlm *m, const vs_train_state *st, const vs_train_params *extra,
+                               const char *tag, const char *path, vs_error *err) {
     const vs_train_vlm_config *c = &m->cfg;
     vs_gguf_writer *w = vs_gguf_writer_new();
     if (!w) return vs_error_set(err, VS_ERR_NOMEM, "checkpoint %s: out of memory", path);
@@ -725,7 +794,9 @@ vs_status vs_train_vlm_save(const vs_train_vlm *m, const vs_train_state *st, con
     vs_gguf_set_u32(w, "vlm.max_seq", (uint32_t)c->max_seq);
     vs_gguf_set_f32(w, "vlm.rms_eps", c->rms_eps);
     vs_gguf_set_f32(w, "vlm.rope_base", c->rope_base);
-    vs_status s = vs_train_checkpoint_write(w, &m->params, st, path, err);
+    vs_status s = extra ? vs_train_checkpoint_add_set(w, extra, tag, err) : VS_OK;
+    if (s == VS_OK) s = vs_train_checkpoint_write(w, &m->params, st, path, err);
+    else vs_error_wrap(err, "checkpoint %s", path);
     vs_gguf_writer_free(w);
     return s;
 }

@@ -128,8 +128,26 @@ vs_status vs_train_vlm_forward(vs_train_vlm *m, vs_threadpool *tp, const vs_trai
 /* Backward of the last forward: ACCUMULATES d(loss)/d(parameter) into the gradient buffer for
  * every tensor whose group is not frozen (skipping the work frozen groups do not need). */
 vs_status vs_train_vlm_backward(vs_train_vlm *m, vs_threadpool *tp, vs_error *err);
+/* Image-row norm cap (off by default): with ratio > 0 and weight > 0, every forward with images adds
+ * weight * vs_train_norm_cap_forward(image rows, tau) to the loss, tau = ratio * the mean L2 norm of
+ * the token embeddings (read at that forward, no gradient through it), and the backward its gradient:
+ * projected rows louder than the text rows by more than `ratio` are pulled back (docs/target.md). The
+ * term is per forward (a micro-batch): divide the weight by the accumulation count for a per-step one.
+ * norm_cap_loss: the term the last forward added (0 when off). */
+void vs_train_vlm_set_norm_cap(vs_train_vlm *m, float ratio, float weight);
+double vs_train_vlm_norm_cap_loss(const vs_train_vlm *m);
 /* (B, T, V) logits of the last forward. */
 const float *vs_train_vlm_logits(const vs_train_vlm *m);
+
+/* The vision tower alone (vision pretraining): pixels (n_images, 3, S, S) preprocessed ->
+ * features (n_images * NP, v_width), the last block's patch rows after the post-LayerNorm (what the
+ * projector reads). tower_backward accumulates the tower's gradients from dfeat = dL/d(features) of
+ * the last tower forward (nothing when the vision group is frozen). A tower forward replaces the last
+ * full forward (vs_train_vlm_backward then refuses). */
+vs_status vs_train_vlm_tower_forward(vs_train_vlm *m, vs_threadpool *tp, const float *pixels, int n_images,
+                                     vs_error *err);
+const float *vs_train_vlm_tower_features(const vs_train_vlm *m);
+void vs_train_vlm_tower_backward(vs_train_vlm *m, vs_threadpool *tp, const float *dfeat);
 
 /* FLOPs of one forward+backward over a batch (matrix products and attention; 2 per multiply-add). */
 double vs_train_vlm_flops(const vs_train_vlm *m, int B, int T, int n_images);
@@ -138,6 +156,9 @@ double vs_train_vlm_flops(const vs_train_vlm *m, int B, int T, int n_images);
  * file's config (activations sized as given) and restores parameters, optimizer state and *st. */
 vs_status vs_train_vlm_save(const vs_train_vlm *m, const vs_train_state *st, const char *path,
                             vs_error *err);
+/* The same with a second parameter set stored under `tag` (vs_train_checkpoint_add_set). */
+vs_status vs_train_vlm_save_ex(const vs_train_vlm *m, const vs_train_state *st, const vs_train_params *extra,
+                               const char *tag, const char *path, vs_error *err);
 vs_train_vlm *vs_train_vlm_load(const char *path, int max_B, int max_T, int max_images,
                                 vs_train_state *st, vs_error *err);
 /* The model configuration stored in checkpoint `path`, without loading its tensors. */

@@ -70,6 +70,9 @@ struct vs_train_vlm {
     /* the last forward's batch (copied) */
     int B, T, NI;
     bool has_images, have_forward;
+    /* image-row norm cap (vs_train_vlm_set_norm_cap): weight 0 = off; tau and the term of the last forward */
+    float cap_ratio, cap_weight, cap_tau;
+    double cap_loss;
     int32_t *tokens;  /* (N) -1 at image rows */
     int32_t *img_row; /* (N) -1 at text rows */
     int32_t *targets; /* (N) 0 where not counted */

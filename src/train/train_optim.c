@@ -206,6 +206,66 @@ static void tensor_ne(const vs_train_tensor *t, int64_t *ne) {
     for (int d = 0; d < t->ndim; d++) ne[d] = t->shape[t->ndim - 1 - d];
 }
 
+/* Tensor name in a checkpoint: "<p|m|v>.<name>", or "<p|m|v>.<tag>.<name>" for a tagged set. */
+static void ckpt_name(char *buf, size_t n, char kind, const char *tag, const char *name) {
+    if (tag) snprintf(buf, n, "%c.%s.%s", kind, tag, name);
+    else snprintf(buf, n, "%c.%s", kind, name);
+}
+
+static vs_status add_set_tensors(vs_gguf_writer *w, const vs_train_params *p, const char *tag, vs_error *err) {
+    static const char prefix[3] = {'p', 'm', 'v'};
+    const float *bufs[3] = {p->data, p->m, p->v};
+    for (int b = 0; b < 3; b++)
+        for (int i = 0; i < p->n_tensors; i++) {
+            const vs_train_tensor *t = &p->tensors[i];
+            char name[128];
+            int64_t ne[VS_TRAIN_MAX_DIMS];
+            ckpt_name(name, sizeof(name), prefix[b], tag, t->name);
+            tensor_ne(t, ne);
+            vs_status s = vs_gguf_add_tensor_ref(w, name, 0 /* F32 */, t->ndim, ne, bufs[b] + t->offset, err);
+            if (s) return s;
+        }
+    return VS_OK;
+}
+
+static vs_status read_set_tensors(const vs_gguf *g, vs_train_params *p, const char *tag, vs_error *err) {
+    static const char prefix[3] = {'p', 'm', 'v'};
+    float *bufs[3] = {p->data, p->m, p->v};
+    for (int b = 0; b < 3; b++)
+        for (int i = 0; i < p->n_tensors; i++) {
+            const vs_train_tensor *t = &p->tensors[i];
+            char tname[128];
+            int64_t ne[VS_TRAIN_MAX_DIMS];
+            ckpt_name(tname, sizeof(tname), prefix[b], tag, t->name);
+            tensor_ne(t, ne);
+            const vs_gguf_tensor *gt;
+            vs_status s = vs_gguf_require_tensor(g, tname, t->ndim, ne, &gt, err);
+            if (s) return s;
+            if (gt->type != 0 || gt->nbytes != t->numel * sizeof(float))
+                return vs_error_set(err, VS_ERR_FORMAT, "%s: tensor %s must be F32 with %zu values",
+                                    vs_gguf_name(g), tname, t->numel);
+            memcpy(bufs[b] + t->offset, gt->data, gt->nbytes);
+        }
+    return VS_OK;
+}
+
+vs_status vs_train_checkpoint_add_set(vs_gguf_writer *w, const vs_train_params *p, const char *tag,
+                                      vs_error *err) {
+    char key[96];
+    snprintf(key, sizeof(key), "train.%s.adam_t", tag);
+    vs_gguf_set_i64(w, key, p->t);
+    return add_set_tensors(w, p, tag, err);
+}
+
+vs_status vs_train_checkpoint_read_set(const vs_gguf *g, vs_train_params *p, const char *tag, vs_error *err) {
+    char key[96];
+    snprintf(key, sizeof(key), "train.%s.adam_t", tag);
+    vs_status s = vs_gguf_require_int(g, key, &p->t, err);
+    if (s) return s;
+    if (p->t < 0) return vs_error_set(err, VS_ERR_FORMAT, "%s: negative %s", vs_gguf_name(g), key);
+    return read_set_tensors(g, p, tag, err);
+}
+
 vs_status vs_train_checkpoint_write(vs_gguf_writer *w, const vs_train_params *p, const vs_train_state *st,
                                     const char *path, vs_error *err) {
     vs_gguf_set_i64(w, "train.step", st->step);
@@ -218,19 +278,9 @@ vs_status vs_train_checkpoint_write(vs_gguf_writer *w, const vs_train_params *p,
     uint8_t frozen[VS_TRAIN_MAX_GROUPS];
     for (int g = 0; g < VS_TRAIN_MAX_GROUPS; g++) frozen[g] = p->frozen[g];
     vs_gguf_set_arr(w, "train.frozen", VS_GGUF_U8, frozen, VS_TRAIN_MAX_GROUPS);
-    static const char prefix[3] = {'p', 'm', 'v'};
-    const float *bufs[3] = {p->data, p->m, p->v};
-    for (int b = 0; b < 3; b++)
-        for (int i = 0; i < p->n_tensors; i++) {
-            const vs_train_tensor *t = &p->tensors[i];
-            char name[64];
-            int64_t ne[VS_TRAIN_MAX_DIMS];
-            snprintf(name, sizeof(name), "%c.%s", prefix[b], t->name);
-            tensor_ne(t, ne);
-            vs_status s = vs_gguf_add_tensor_ref(w, name, 0 /* F32 */, t->ndim, ne, bufs[b] + t->offset, err);
-            if (s) return vs_error_wrap(err, "checkpoint %s", path);
-        }
-    vs_status s = vs_gguf_write(w, path, err);
+    vs_status s = add_set_tensors(w, p, NULL, err);
+    if (s) return vs_error_wrap(err, "checkpoint %s", path);
+    s = vs_gguf_write(w, path, err);
     if (s) return vs_error_wrap(err, "checkpoint %s", path);
     return VS_OK;
 }
@@ -268,23 +318,7 @@ vs_status vs_train_checkpoint_read(const vs_gguf *g, vs_train_params *p, vs_trai
                             VS_TRAIN_MAX_GROUPS);
     const uint8_t *fz = vs_gguf_arr_data(g, ki);
     for (int gi = 0; gi < VS_TRAIN_MAX_GROUPS; gi++) p->frozen[gi] = fz[gi] != 0;
-    static const char prefix[3] = {'p', 'm', 'v'};
-    float *bufs[3] = {p->data, p->m, p->v};
-    for (int b = 0; b < 3; b++)
-        for (int i = 0; i < p->n_tensors; i++) {
-            const vs_train_tensor *t = &p->tensors[i];
-            char tname[64];
-            int64_t ne[VS_TRAIN_MAX_DIMS];
-            snprintf(tname, sizeof(tname), "%c.%s", prefix[b], t->name);
-            tensor_ne(t, ne);
-            const vs_gguf_tensor *gt;
-            if ((s = vs_gguf_require_tensor(g, tname, t->ndim, ne, &gt, err))) return s;
-            if (gt->type != 0 || gt->nbytes != t->numel * sizeof(float))
-                return vs_error_set(err, VS_ERR_FORMAT, "%s: tensor %s must be F32 with %zu values", name,
-                                    tname, t->numel);
-            memcpy(bufs[b] + t->offset, gt->data, gt->nbytes);
-        }
-    return VS_OK;
+    return read_set_tensors(g, p, NULL, err);
 }
 
 /* ---------------------------------------------------------------------------------------------- */

@@ -96,6 +96,12 @@ vs_status vs_train_checkpoint_write(vs_gguf_writer *w, const vs_train_params *p,
 /* Reads the state and the set's values (data, m, v, t, frozen groups) from an open checkpoint. */
 vs_status vs_train_checkpoint_read(const vs_gguf *g, vs_train_params *p, vs_train_state *st,
                                    vs_error *err);
+/* A second parameter set in the same checkpoint (e.g. training-only heads beside a model): tensors
+ * "p.<tag>.<name>", "m.<tag>.<name>", "v.<tag>.<name>" and its AdamW count "train.<tag>.adam_t". Add
+ * before vs_train_checkpoint_write; read after opening the file. */
+vs_status vs_train_checkpoint_add_set(vs_gguf_writer *w, const vs_train_params *p, const char *tag,
+                                      vs_error *err);
+vs_status vs_train_checkpoint_read_set(const vs_gguf *g, vs_train_params *p, const char *tag, vs_error *err);
 
 /* ---------------------------------------------------------------------------------------------- */
 /* Progress and loss curves */

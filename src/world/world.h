@@ -44,11 +44,15 @@ typedef enum vs_world_suite {
     VS_WORLD_DIFF,         /* Spot-the-Diff / IEdit / MagicBrush: two images */
     VS_WORLD_STORY,        /* PororoSV / VIST: five images, OOD for drafters */
     VS_WORLD_TEXT,         /* NQ / GSM8K: no image */
-    VS_WORLD_CAPTION,      /* caption-only pretraining pairs (split "captions") */
+    VS_WORLD_DRILL,        /* terse arithmetic and fact drills for LM pretraining (opt-in: not generated
+                            * unless asked for) */
+    VS_WORLD_CAPTION,      /* caption-only pretraining pairs (split "captions"); always last */
     VS_WORLD_N_SUITES
 } vs_world_suite;
 #define VS_WORLD_SUITE_BIT(s) (1u << (s))
 #define VS_WORLD_ALL_SUITES ((1u << VS_WORLD_N_SUITES) - 1u)
+/* What `data gen` makes unless told otherwise: the benchmark suites (no drills; captions follow train). */
+#define VS_WORLD_DEFAULT_SUITES (VS_WORLD_ALL_SUITES & ~VS_WORLD_SUITE_BIT(VS_WORLD_CAPTION) & ~VS_WORLD_SUITE_BIT(VS_WORLD_DRILL))
 const char *vs_world_suite_name(vs_world_suite s); /* "describe", "vqa", ... */
 int vs_world_suite_from_name(const char *name);     /* -1 if unknown */
 /* Parses "vqa,pope,chart" (or "all") into a suite mask; VS_ERR_INVALID naming the bad entry. */
@@ -103,6 +107,25 @@ typedef struct vs_world_scene {
 
 /* Renders a scene into rgb (size * size * 3 bytes, row-major RGB). size >= 32. */
 vs_status vs_world_render(const vs_world_scene *sc, int size, uint8_t *rgb, vs_error *err);
+
+/* A random scene of `kind` drawn by the generators the suites use (shapes: 1..6 objects), for
+ * pretraining on fresh images. Deterministic in the RNG's state. */
+void vs_world_random_scene(vs_rng *r, vs_world_scene_kind kind, vs_world_scene *sc);
+
+/* What one patch of a rendered image shows (-1: nothing of that kind). An element (an object, a
+ * character's glyph box, a bar) labels a patch when it covers the most pixels of the patch and at
+ * least an eighth of them; the background labels nothing. */
+typedef struct vs_world_patch_label {
+    int8_t shape; /* shapes: the object's shape */
+    int8_t color; /* the object's, the text line's or the bar's colour (chart ink: -1) */
+    int8_t size;  /* shapes: 0 small, 1 large */
+    int8_t ch;    /* glyph text, chart labels and values: 0..25 'A'..'Z', 26..35 '0'..'9' */
+    int8_t value; /* chart: the value 1..9 of the bar whose body covers the patch */
+} vs_world_patch_label;
+#define VS_WORLD_N_CHARS 36
+/* Labels of the (size / patch)^2 patches of the scene rendered at `size` (row-major). */
+vs_status vs_world_patch_labels(const vs_world_scene *sc, int size, int patch, vs_world_patch_label *out,
+                                vs_error *err);
 
 /* ---------------------------------------------------------------------------------------------- */
 /* Queries: the structured question behind a turn; the checker evaluates them on the scenes. */

@@ -842,6 +842,18 @@ static void chart_scene(gen *g, vs_world_scene *sc) {
         }
 }
 
+/* ---------------------------------------------------------------------------------------------- */
+/* Scenes on their own (vision pretraining): the generators the suites use */
+
+void vs_world_random_scene(vs_rng *r, vs_world_scene_kind kind, vs_world_scene *sc) {
+    gen g = {.r = r};
+    switch (kind) {
+    case VS_SCENE_SHAPES: shapes_scene(&g, sc, 1, 6); break;
+    case VS_SCENE_GLYPH: glyph_scene(&g, sc); break;
+    case VS_SCENE_CHART: chart_scene(&g, sc); break;
+    }
+}
+
 static void list_bars(gen *g, wsb *a, const vs_world_scene *sc, int skip) {
     int n = 0, style = rnd(g, 4);
     for (int i = 0; i < sc->n_bars; i++)
@@ -1527,6 +1539,139 @@ static void turn_text(gen *g, vs_world_turn *t, vs_world_turn_kind kind) {
 }
 
 /* ---------------------------------------------------------------------------------------------- */
+/* drill: terse text drills for pretraining the LM (an opt-in suite): arithmetic and encyclopedia facts
+ * answered in one or a few short clauses ending in "so the answer is X", many answer tokens per row */
+
+/* One arithmetic step on cur: the operator and operand (exact division only). */
+static char drill_op(gen *g, int64_t cur, int64_t *v) {
+    int k = rnd(g, 100);
+    if (k < 35) return *v = 1 + rnd(g, 60), '+';
+    if (k < 65 && cur > 2) return *v = 1 + rnd(g, (int)VS_MIN(cur - 1, 60)), '-';
+    if (k < 85 && cur <= 40) return *v = 2 + rnd(g, 8), '*';
+    int divs[8], nd = 0;
+    for (int d = 2; d <= 9; d++)
+        if (cur % d == 0 && cur / d >= 2) divs[nd++] = d;
+    if (nd) return *v = divs[rnd(g, nd)], '/';
+    return *v = 1 + rnd(g, 60), '+';
+}
+
+static int64_t apply_op(int64_t cur, char op, int64_t v) {
+    return op == '+' ? cur + v : op == '-' ? cur - v : op == '*' ? cur * v : cur / v;
+}
+
+static void drill_arith(gen *g, wsb *u, wsb *a, vs_world_query *q, char *ans) {
+    static const char *const verb[4] = {"add %lld", "subtract %lld", "multiply by %lld", "divide by %lld"};
+    *q = query_new(VS_Q_ARITH, -1);
+    const bool chain = g->test || chance(g, 0.4);
+    int64_t cur = chain ? 2 + rnd(g, 60) : 2 + rnd(g, 198);
+    q->nums[0] = cur;
+    q->n_ops = chain ? 2 + rnd(g, 2) : 1;
+    for (int i = 0; i < q->n_ops; i++) { /* each operand drawn against the running value */
+        q->ops[i] = drill_op(g, cur, &q->nums[i + 1]);
+        cur = apply_op(cur, q->ops[i], q->nums[i + 1]);
+    }
+    snprintf(ans, 64, "%lld", (long long)cur);
+    if (!chain) {
+        const char op = q->ops[0];
+        const long long x = q->nums[0], y = q->nums[1];
+        wsb_say(u, g->r, "{What is %lld %c %lld?|Compute %lld %c %lld.|%lld %c %lld = ?}", x, op, y);
+        wsb_say(a, g->r, "%lld %c %lld = %lld, so the answer is %lld.", x, op, y, (long long)cur, (long long)cur);
+        return;
+    }
+    wsb_say(u, g->r, "{Start with|Begin with|Take} %lld", (long long)q->nums[0]);
+    int64_t run = q->nums[0];
+    for (int i = 0; i < q->n_ops; i++) {
+        const int vi = q->ops[i] == '+' ? 0 : q->ops[i] == '-' ? 1 : q->ops[i] == '*' ? 2 : 3;
+        wsb_puts(u, i == 0 ? ", " : i == q->n_ops - 1 ? " and then " : ", then ");
+        wsb_printf(u, verb[vi], (long long)q->nums[i + 1]);
+        const int64_t next = apply_op(run, q->ops[i], q->nums[i + 1]);
+        wsb_printf(a, "%s%lld %c %lld = %lld.", i ? " " : "", (long long)run, q->ops[i], (long long)q->nums[i + 1],
+                   (long long)next);
+        run = next;
+    }
+    wsb_say(u, g->r, ". {What is the result?|What do you get?|What number do you end with?}");
+    wsb_say(a, g->r, " {So|Therefore} the answer is %lld.", (long long)run);
+}
+
+static void drill_fact(gen *g, wsb *u, wsb *a, vs_world_query *q, char *ans) {
+    int k = g->test ? 100 : rnd(g, 100);
+    if (k >= 80) { /* the comparison the test split asks */
+        fact_max(g, u, a, q, ans, false);
+        return;
+    }
+    int ei = rnd(g, world_entity_n()), ej;
+    const world_entity *e = world_entity_at(ei);
+    if (k < 55) {
+        int at = rnd(g, WATTR_N);
+        *q = query_new(VS_Q_FACT, -1);
+        q->entity = ei, q->attr = at;
+        if (world_attr_is_number(at)) snprintf(ans, 64, "%lld", (long long)world_entity_number(e, at));
+        else snprintf(ans, 64, "%s", world_entity_word(e, at));
+        switch (at) {
+        case WATTR_CAPITAL:
+            wsb_say(u, g->r, "{What is the capital of %s?|Name the capital of %s.}", e->name);
+            wsb_say(a, g->r, "The capital of %s is %s, so the answer is %s.", e->name, ans, ans);
+            break;
+        case WATTR_RIVER:
+            wsb_say(u, g->r, "{Which river flows through %s?|Name the river of %s.}", e->name);
+            wsb_say(a, g->r, "The %s river flows through %s, so the answer is %s.", ans, e->name, ans);
+            break;
+        case WATTR_EXPORT:
+            wsb_say(u, g->r, "{What is the main export of %s?|What does %s mainly export?}", e->name);
+            wsb_say(a, g->r, "The main export of %s is %s, so the answer is %s.", e->name, ans, ans);
+            break;
+        case WATTR_ANIMAL:
+            wsb_say(u, g->r, "{What is the national animal of %s?|Name the national animal of %s.}", e->name);
+            wsb_say(a, g->r, "The national animal of %s is the %s, so the answer is %s.", e->name, ans, ans);
+            break;
+        case WATTR_FOUNDED:
+            wsb_say(u, g->r, "{When was %s founded?|In which year was %s founded?}", e->name);
+            wsb_say(a, g->r, "%s was founded in %s, so the answer is %s.", e->name, ans, ans);
+            break;
+        default:
+            wsb_say(u, g->r, "{What is the population of %s?|How many thousand people live in %s?}", e->name);
+            wsb_say(a, g->r, "About %s thousand people live in %s, so the answer is %s.", ans, e->name, ans);
+            break;
+        }
+        return;
+    }
+    do ej = rnd(g, world_entity_n());
+    while (ej == ei);
+    const world_entity *f = world_entity_at(ej);
+    const bool pop = chance(g, 0.5);
+    const int va = pop ? e->population : e->founded, vb = pop ? f->population : f->founded;
+    const world_entity *w = va > vb ? e : f, *l = w == e ? f : e;
+    const int vw = va > vb ? va : vb, vl = va > vb ? vb : va;
+    *q = query_new(k < 70 ? VS_Q_FACT_CMP : VS_Q_FACT_SPAN, -1);
+    q->entity = ei, q->entity2 = ej, q->attr = pop ? WATTR_POPULATION : WATTR_FOUNDED;
+    if (k < 70) {
+        snprintf(ans, 64, "%s", w->name);
+        if (pop) wsb_say(u, g->r, "Which has the larger population, %s or %s?", e->name, f->name);
+        else wsb_say(u, g->r, "Which was founded later, %s or %s?", e->name, f->name);
+        wsb_say(a, g->r, pop ? "%s has %d thousand people and %s has %d thousand, so the answer is %s."
+                             : "%s was founded in %d and %s in %d, so the answer is %s.",
+                e->name, va, f->name, vb, w->name);
+    } else {
+        snprintf(ans, 64, "%d", vw - vl);
+        if (pop) wsb_say(u, g->r, "How many more thousand people live in %s than in %s?", w->name, l->name);
+        else wsb_say(u, g->r, "How many years apart were %s and %s founded?", l->name, w->name);
+        wsb_say(a, g->r, "%s has %d and %s has %d, and %d - %d = %d, so the answer is %d.", w->name, vw, l->name, vl, vw,
+                vl, vw - vl, vw - vl);
+    }
+}
+
+static void turn_drill(gen *g, vs_world_turn *t) {
+    wsb u, a;
+    wsb_init(&u);
+    wsb_init(&a);
+    vs_world_query q;
+    char ans[64];
+    if (chance(g, 0.55)) drill_arith(g, &u, &a, &q, ans);
+    else drill_fact(g, &u, &a, &q, ans);
+    set_turn(t, VS_TURN_FIRST, 0, 0, &u, &a, ans, &q);
+}
+
+/* ---------------------------------------------------------------------------------------------- */
 /* second turns */
 
 static bool followup(gen *g, vs_world_turn *t) {
@@ -1763,7 +1908,7 @@ void vs_world_config_default(vs_world_config *c) {
     c->n_train = 1000;
     c->n_test = 100;
     c->image_size = 64;
-    c->suites = VS_WORLD_ALL_SUITES & ~VS_WORLD_SUITE_BIT(VS_WORLD_CAPTION);
+    c->suites = VS_WORLD_DEFAULT_SUITES;
     c->progress = 0;
 }
 
@@ -1803,6 +1948,10 @@ vs_status vs_world_generate_sample(const vs_world_config *cfg, const char *split
         break;
     case VS_WORLD_TEXT:
         turn_text(&g, &out->turns[0], VS_TURN_FIRST);
+        out->n_images = 0;
+        break;
+    case VS_WORLD_DRILL:
+        turn_drill(&g, &out->turns[0]);
         out->n_images = 0;
         break;
     default: break;

@@ -117,7 +117,20 @@ static void blend(uint8_t *p, const uint8_t *c, float a) {
     for (int k = 0; k < 3; k++) p[k] = (uint8_t)lrintf((float)p[k] * (1 - a) + (float)c[k] * a);
 }
 
-static void draw_object(uint8_t *rgb, int S, const shape_tables *t, const vs_world_object *o, uint32_t noise) {
+/* Where drawing goes: pixels (rgb), element ids (ids: which object, glyph box or bar each pixel
+ * belongs to, for vs_world_patch_labels), or both. The two share every coordinate computation. */
+typedef struct canvas {
+    uint8_t *rgb; /* S * S * 3 or NULL */
+    int16_t *ids; /* S * S or NULL */
+    int S;
+} canvas;
+
+/* Element ids: objects 0..7, glyph line l character k ID_GLYPH + 16 l + k, chart bar i's body, label
+ * and value ID_BAR / ID_LABEL / ID_VALUE + i; -1 background. */
+enum { ID_GLYPH = 16, ID_BAR = 64, ID_LABEL = 80, ID_VALUE = 96, ID_END = 112 };
+
+static void draw_object(canvas *cv, const shape_tables *t, const vs_world_object *o, uint32_t noise, int id) {
+    int S = cv->S;
     float cell = (float)S / 3.0f;
     int row = o->cell / 3, col = o->cell % 3;
     /* a small jitter, fixed by the noise seed and the object's identity, so an unchanged object stays
@@ -143,21 +156,37 @@ static void draw_object(uint8_t *rgb, int S, const shape_tables *t, const vs_wor
                     float v = ((float)y + (sy + 0.5f) / 3.0f - cy) / r;
                     hits += inside(t, o->shape, u, v);
                 }
-            if (hits) blend(rgb + ((size_t)y * S + x) * 3, c, (float)hits / 9.0f);
+            if (hits && cv->rgb) blend(cv->rgb + ((size_t)y * S + x) * 3, c, (float)hits / 9.0f);
+            if (hits >= 5 && cv->ids) cv->ids[(size_t)y * S + x] = (int16_t)id; /* mostly covered */
         }
 }
 
-static void fill_rect(uint8_t *rgb, int S, int x0, int y0, int x1, int y1, const uint8_t *c) {
+static void fill_rect(canvas *cv, int x0, int y0, int x1, int y1, const uint8_t *c, int id) {
+    int S = cv->S;
     if (x0 < 0) x0 = 0;
     if (y0 < 0) y0 = 0;
     if (x1 > S) x1 = S;
     if (y1 > S) y1 = S;
     for (int y = y0; y < y1; y++)
-        for (int x = x0; x < x1; x++) memcpy(rgb + ((size_t)y * S + x) * 3, c, 3);
+        for (int x = x0; x < x1; x++) {
+            if (cv->rgb && c) memcpy(cv->rgb + ((size_t)y * S + x) * 3, c, 3);
+            if (cv->ids) cv->ids[(size_t)y * S + x] = (int16_t)id;
+        }
 }
 
-static void draw_glyph_scene(uint8_t *rgb, int S, const vs_world_scene *sc) {
-    int n = sc->n_lines, maxlen = 0;
+/* Text at (x, y): ink into rgb, each character's glyph box (VS_FONT_W x VS_FONT_H font pixels) into
+ * ids as id0 + k for character k. */
+static void draw_text(canvas *cv, int x, int y, const char *t, int scale, const uint8_t *color, int id0) {
+    if (cv->rgb) vs_font_draw(cv->rgb, cv->S, cv->S, x, y, t, scale, color);
+    if (cv->ids)
+        for (int k = 0; t[k]; k++) {
+            int gx = x + k * VS_FONT_ADVANCE * scale;
+            fill_rect(cv, gx, y, gx + VS_FONT_W * scale, y + VS_FONT_H * scale, NULL, id0 + k);
+        }
+}
+
+static void draw_glyph_scene(canvas *cv, const vs_world_scene *sc) {
+    int S = cv->S, n = sc->n_lines, maxlen = 0;
     for (int i = 0; i < n; i++) maxlen = VS_MAX(maxlen, (int)strlen(sc->lines[i].text));
     /* largest integer scale that fits every line and the block of lines in 92% of the image */
     int avail = S * 92 / 100, scale = 1;
@@ -178,13 +207,13 @@ static void draw_glyph_scene(uint8_t *rgb, int S, const vs_world_scene *sc) {
         int slack_x = S - w;
         int x = col == 0 ? margin : col == 2 ? S - w - margin : slack_x / 2;
         if (col == 1 && slack_x > 8) x += (int)((h >> (8 + 4 * i)) % 5) - 2;
-        vs_font_draw(rgb, S, S, x, y, t, scale, world_color_rgb(sc->lines[i].color));
+        draw_text(cv, x, y, t, scale, world_color_rgb(sc->lines[i].color), ID_GLYPH + 16 * i);
         y += (VS_FONT_H + 3) * scale;
     }
 }
 
-static void draw_chart(uint8_t *rgb, int S, const vs_world_scene *sc) {
-    int fs = VS_MAX(1, S / 64);
+static void draw_chart(canvas *cv, const vs_world_scene *sc) {
+    int S = cv->S, fs = VS_MAX(1, S / 64);
     int n = sc->n_bars;
     int x0 = 3 * fs, x1 = S - 3 * fs;
     int label_y = S - VS_FONT_H * fs - 1;
@@ -194,16 +223,29 @@ static void draw_chart(uint8_t *rgb, int S, const vs_world_scene *sc) {
     float slot = (float)(x1 - x0) / (float)n;
     int bw = VS_MAX(3, (int)(slot * 0.62f));
     static const uint8_t axis[3] = {70, 70, 70}, ink[3] = {30, 30, 30};
-    fill_rect(rgb, S, x0 - fs, base, x1 + fs, base + fs, axis);
+    if (cv->rgb) fill_rect(&(canvas){.rgb = cv->rgb, .S = S}, x0 - fs, base, x1 + fs, base + fs, axis, -1);
     for (int i = 0; i < n; i++) {
         const vs_world_bar *b = &sc->bars[i];
         int cx = x0 + (int)(slot * ((float)i + 0.5f));
         int hgt = (int)lrintf(unit * (float)b->value);
-        fill_rect(rgb, S, cx - bw / 2, base - hgt, cx - bw / 2 + bw, base, world_color_rgb(b->color));
+        fill_rect(cv, cx - bw / 2, base - hgt, cx - bw / 2 + bw, base, world_color_rgb(b->color), ID_BAR + i);
         char lab[2] = {b->label, 0}, val[2] = {(char)('0' + b->value), 0};
         int gw = vs_font_text_width(lab, fs);
-        vs_font_draw(rgb, S, S, cx - gw / 2, label_y, lab, fs, ink);
-        vs_font_draw(rgb, S, S, cx - gw / 2, base - hgt - (VS_FONT_H + 1) * fs, val, fs, ink);
+        draw_text(cv, cx - gw / 2, label_y, lab, fs, ink, ID_LABEL + i);
+        draw_text(cv, cx - gw / 2, base - hgt - (VS_FONT_H + 1) * fs, val, fs, ink, ID_VALUE + i);
+    }
+}
+
+static void draw_scene(canvas *cv, const vs_world_scene *sc) {
+    switch (sc->kind) {
+    case VS_SCENE_SHAPES: {
+        shape_tables t;
+        make_tables(&t);
+        for (int i = 0; i < sc->n_objects; i++) draw_object(cv, &t, &sc->objects[i], sc->noise, i);
+        break;
+    }
+    case VS_SCENE_GLYPH: draw_glyph_scene(cv, sc); break;
+    case VS_SCENE_CHART: draw_chart(cv, sc); break;
     }
 }
 
@@ -214,16 +256,7 @@ vs_status vs_world_render(const vs_world_scene *sc, int S, uint8_t *rgb, vs_erro
     const uint8_t *bg = world_bg_rgb(sc->bg);
     size_t np = (size_t)S * (size_t)S;
     for (size_t i = 0; i < np; i++) memcpy(rgb + 3 * i, bg, 3);
-    switch (sc->kind) {
-    case VS_SCENE_SHAPES: {
-        shape_tables t;
-        make_tables(&t);
-        for (int i = 0; i < sc->n_objects; i++) draw_object(rgb, S, &t, &sc->objects[i], sc->noise);
-        break;
-    }
-    case VS_SCENE_GLYPH: draw_glyph_scene(rgb, S, sc); break;
-    case VS_SCENE_CHART: draw_chart(rgb, S, sc); break;
-    }
+    draw_scene(&(canvas){.rgb = rgb, .S = S}, sc);
     /* light texture noise: +-4 levels of luminance per pixel plus faint diagonal grain */
     uint32_t x = sc->noise * 2654435761u + 0x9e3779b9u;
     for (size_t i = 0; i < np; i++) {
@@ -238,5 +271,60 @@ vs_status vs_world_render(const vs_world_scene *sc, int S, uint8_t *rgb, vs_erro
             rgb[3 * i + k] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
         }
     }
+    return VS_OK;
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Patch labels */
+
+static int8_t char_class(char c) {
+    if (c >= 'A' && c <= 'Z') return (int8_t)(c - 'A');
+    if (c >= '0' && c <= '9') return (int8_t)(26 + c - '0');
+    return -1;
+}
+
+/* The labels element `id` gives a patch. */
+static vs_world_patch_label element_label(const vs_world_scene *sc, int id) {
+    vs_world_patch_label l = {-1, -1, -1, -1, -1};
+    if (sc->kind == VS_SCENE_SHAPES && id < sc->n_objects) {
+        const vs_world_object *o = &sc->objects[id];
+        l.shape = o->shape, l.color = o->color, l.size = o->size;
+    } else if (sc->kind == VS_SCENE_GLYPH && id >= ID_GLYPH && id < ID_BAR) {
+        const vs_world_line *ln = &sc->lines[(id - ID_GLYPH) / 16];
+        l.color = ln->color, l.ch = char_class(ln->text[(id - ID_GLYPH) % 16]);
+    } else if (sc->kind == VS_SCENE_CHART && id >= ID_BAR && id < ID_LABEL) {
+        l.color = sc->bars[id - ID_BAR].color, l.value = sc->bars[id - ID_BAR].value;
+    } else if (sc->kind == VS_SCENE_CHART && id >= ID_LABEL && id < ID_VALUE) {
+        l.ch = char_class(sc->bars[id - ID_LABEL].label);
+    } else if (sc->kind == VS_SCENE_CHART && id >= ID_VALUE && id < ID_END) {
+        l.ch = char_class((char)('0' + sc->bars[id - ID_VALUE].value));
+    }
+    return l;
+}
+
+vs_status vs_world_patch_labels(const vs_world_scene *sc, int S, int P, vs_world_patch_label *out,
+                                vs_error *err) {
+    if (S < 32 || S > 4096) return vs_error_set(err, VS_ERR_RANGE, "patch labels: image size %d outside 32..4096", S);
+    if (P < 1 || S % P) return vs_error_set(err, VS_ERR_RANGE, "patch labels: patch %d does not divide %d", P, S);
+    vs_status st = world_scene_validate(sc, err);
+    if (st) return st;
+    int16_t *ids = vs_malloc((size_t)S * S * sizeof(int16_t));
+    if (!ids) return vs_error_set(err, VS_ERR_NOMEM, "patch labels: out of memory");
+    for (size_t i = 0; i < (size_t)S * S; i++) ids[i] = -1;
+    draw_scene(&(canvas){.ids = ids, .S = S}, sc);
+    int G = S / P;
+    for (int py = 0; py < G; py++)
+        for (int px = 0; px < G; px++) {
+            int count[ID_END] = {0}, best = -1;
+            for (int y = py * P; y < (py + 1) * P; y++)
+                for (int x = px * P; x < (px + 1) * P; x++) {
+                    int id = ids[(size_t)y * S + x];
+                    if (id >= 0) count[id]++;
+                }
+            for (int id = 0; id < ID_END; id++)
+                if (count[id] * 8 >= P * P && (best < 0 || count[id] > count[best])) best = id;
+            out[py * G + px] = best < 0 ? (vs_world_patch_label){-1, -1, -1, -1, -1} : element_label(sc, best);
+        }
+    vs_free(ids);
     return VS_OK;
 }
