@@ -251,6 +251,11 @@ static void test_run(void) {
     VT_CHECK(same_file(fa, fb), "and the same held-out evaluations");
     VT_CHECK(vt_file_has(fa, "step,loss,shape,colour,size,char,value,kind,objects,items,background"), "eval.csv header");
     for (int k = 0; k < VS_VHEAD_N; k++) VT_CHECK(ra.acc[k] == rb.acc[k], "accuracy of %s", vs_vision_head_name(k));
+    /* a finished run resumed again trains nothing and repeats no evaluation */
+    VT_REQUIRE(vs_train_vision_run(&o, &rb, &err) == VS_OK, "%s", err.msg);
+    VT_CHECK(rb.finished && same_file(fa, fb), "a finished run resumed again changed eval.csv");
+    for (int k = 0; k < VS_VHEAD_N; k++)
+        VT_CHECK(fabs(ra.acc[k] - rb.acc[k]) < 1e-8, "resumed after the end: accuracy of %s", vs_vision_head_name(k));
     /* a resume with other settings is refused, naming run.json */
     o.lr = 1e-2;
     VT_CHECK(vs_train_vision_run(&o, NULL, &err) != VS_OK && strstr(err.msg, "run.json"), "other --lr: %s", err.msg);

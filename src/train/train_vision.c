@@ -351,6 +351,11 @@ static vs_status evals_start(vrun *r, int64_t upto, bool keep, vs_error *err) {
         char *next = strchr(line + 1, '\n');
         if (next) *next = 0;
         if (line[1] && strtoll(line + 1, NULL, 10) <= upto) {
+            /* the last kept evaluation stands for the run's latest (a finished run resumed again) */
+            char *q = line + 1;
+            r->res.step = strtoll(q, &q, 10);
+            r->res.loss = *q == ',' ? strtod(q + 1, &q) : 0;
+            for (int k = 0; k < VS_VHEAD_N; k++) r->res.acc[k] = *q == ',' ? strtod(q + 1, &q) : 0;
             size_t old = strlen(r->evals), add = strlen(line);
             char *grown = vs_realloc(r->evals, old + add + 1);
             if (!grown) s = vs_error_set(err, VS_ERR_NOMEM, "out of memory");
@@ -424,8 +429,8 @@ static vs_status evaluate(vrun *r, vs_error *err) {
     for (int k = 0; k < VS_VHEAD_N; k++) r->res.acc[k] = cnt.total[k] ? (double)cnt.correct[k] / cnt.total[k] : 0;
     /* eval.csv: one line per evaluation, the whole file rewritten each time */
     char line[512];
-    int n = snprintf(line, sizeof(line), "\n%lld,%.6f", (long long)r->res.step, r->res.loss);
-    for (int k = 0; k < VS_VHEAD_N; k++) n += snprintf(line + n, sizeof(line) - (size_t)n, ",%.4f", r->res.acc[k]);
+    int n = snprintf(line, sizeof(line), "\n%lld,%.9g", (long long)r->res.step, r->res.loss);
+    for (int k = 0; k < VS_VHEAD_N; k++) n += snprintf(line + n, sizeof(line) - (size_t)n, ",%.9g", r->res.acc[k]);
     size_t old = strlen(r->evals);
     char *grown = vs_realloc(r->evals, old + (size_t)n + 1);
     if (!grown) return vs_error_set(err, VS_ERR_NOMEM, "out of memory");
@@ -489,7 +494,8 @@ static vs_status write_summary(vrun *r, vs_error *err) {
     return s;
 }
 
-static vs_status train(vrun *r, vs_error *err) {
+/* Directories, buffers, the model and heads (fresh or resumed), the held-out set, the banner. */
+static vs_status setup(vrun *r, vs_error *err) {
     const vs_train_vision_opts *o = r->o;
     vs_train_loop *L = &r->L;
     vs_status s;
@@ -537,7 +543,15 @@ static vs_status train(vrun *r, vs_error *err) {
     printf("  %lld steps of %d fresh images, lr %g -> %g, %d held-out images\n", (long long)o->steps, o->batch,
            o->lr, o->lr_min, o->eval_images);
     fflush(stdout);
+    return VS_OK;
+}
 
+/* The steps from the checkpoint's to the end or to a chunk/time limit; then the export. */
+static vs_status train(vrun *r, vs_error *err) {
+    const vs_train_vision_opts *o = r->o;
+    vs_train_loop *L = &r->L;
+    vs_status s = setup(r, err);
+    if (s) return s;
     vs_adamw opt;
     vs_adamw_default(&opt);
     opt.beta2 = (float)o->beta2, opt.weight_decay = (float)o->wd;
@@ -550,7 +564,7 @@ static vs_status train(vrun *r, vs_error *err) {
     const double deadline = o->time_limit > 0 ? t0 + o->time_limit : 0;
     int64_t run_steps = 0;
     bool stop = false;
-    if (L->st.step == 0 && (s = evaluate(r, err))) return s;
+    if (L->st.step == 0 && r->res.step == 0 && (s = evaluate(r, err))) return s;
     while (L->st.step < o->steps && !stop) {
         const float lr = vs_train_lr(&sched, L->st.step);
         double loss;
