@@ -521,6 +521,33 @@ static uint8_t *grey_row_png(int w, int h, bool header_only, size_t *n) {
     return d;
 }
 
+/* Zero-length IDAT chunks (legal, empty) before and between the data: the same pixels as without them
+ * (stb_image used to memcpy 0 bytes to NULL for the first one; fuzz_image found it). */
+static void test_empty_idat(void) {
+    png_spec s = {.w = 5, .h = 3, .depth = 8, .color = 0};
+    uint8_t raw[3 * 6];
+    for (int i = 0; i < 18; i++) raw[i] = i % 6 ? (uint8_t)(i * 13) : 0;
+    size_t n = 0;
+    uint8_t *plain = make_png(&s, raw, sizeof(raw), &n);
+    bytes b = {0};
+    put(&b, plain, 33); /* signature + IHDR */
+    png_chunk(&b, "IDAT", NULL, 0);
+    png_chunk(&b, "IDAT", NULL, 0);
+    put(&b, plain + 33, n - 33 - 12); /* the data's IDAT */
+    png_chunk(&b, "IDAT", NULL, 0);
+    put(&b, plain + n - 12, 12); /* IEND */
+    vs_image a, e;
+    vs_error err = {0};
+    VT_REQUIRE(vs_image_decode(&a, plain, n, "plain", &err) == VS_OK, "%s", err.msg);
+    VT_CHECK(vs_image_decode(&e, b.p, b.n, "empty-idat", &err) == VS_OK, "zero-length IDAT chunks: %s", err.msg);
+    VT_CHECK(e.w == a.w && e.h == a.h && e.rgb && !memcmp(a.rgb, e.rgb, (size_t)a.w * a.h * 3),
+             "zero-length IDAT chunks change the pixels");
+    vs_image_free(&a);
+    vs_image_free(&e);
+    vs_free(plain);
+    vs_free(b.p);
+}
+
 /* The size limit: max(4096, 16 x the model's input side) per side, from the header, before decoding.
  * A 783 KB all-zero 16384 x 16384 PNG used to cost 1.6 GB and 13 s. */
 static void test_size_limit(void) {
@@ -773,6 +800,7 @@ int main(void) {
     test_bad_inputs();
     test_png_palette();
     test_size_limit();
+    test_empty_idat();
     test_error_names_path_once();
     test_resize();
     test_recipes();

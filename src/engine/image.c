@@ -51,6 +51,7 @@ typedef struct png_info {
     int32_t pal_len;                 /* PLTE entries (0: no PLTE) */
     bool iphone;                     /* Apple's CgBI variant: raw deflate without a zlib header */
     size_t idat_len;                 /* total bytes of the IDAT chunks */
+    int32_t empty_idat;              /* IDAT chunks of length 0 */
 } png_info;
 
 /* PNG: signature, then chunks (u32 BE length, type, data, crc) up to IEND. Besides truncation this
@@ -82,9 +83,27 @@ static vs_status check_png(const uint8_t *d, size_t n, const char *name, int64_t
         if (!memcmp(type, "tRNS", 4) && pi->color == 3 && len > (uint64_t)pi->pal_len)
             return vs_error_set(err, VS_ERR_FORMAT, "%s: corrupt PNG (tRNS has %u entries, PLTE %d)", name,
                                 (unsigned)len, (int)pi->pal_len);
-        if (!memcmp(type, "IDAT", 4)) pi->idat_len += (size_t)len;
+        if (!memcmp(type, "IDAT", 4)) pi->idat_len += (size_t)len, pi->empty_idat += len == 0;
         pos += 12 + (size_t)len;
     }
+}
+
+/* A copy of a PNG that check_png accepted without its zero-length IDAT chunks (legal, and they carry no
+ * data). stb_image would otherwise copy 0 bytes to its not yet allocated buffer (memcpy(NULL, p, 0):
+ * undefined behaviour, found by fuzz_image). NULL when out of memory. */
+static uint8_t *png_drop_empty_idat(const uint8_t *d, size_t n, size_t *out_n) {
+    uint8_t *o = vs_malloc(n);
+    if (!o) return NULL;
+    memcpy(o, d, 8);
+    size_t pos = 8, k = 8;
+    while (pos + 12 <= n) {
+        const size_t len = rd_be32(d + pos), chunk = 12 + len;
+        if (!(len == 0 && !memcmp(d + pos + 4, "IDAT", 4))) memcpy(o + k, d + pos, chunk), k += chunk;
+        if (!memcmp(d + pos + 4, "IEND", 4)) break;
+        pos += chunk;
+    }
+    *out_n = k;
+    return o;
 }
 
 /* One PNG filter type applied in reverse to a row of rb bytes in place (1 byte per pixel for the
@@ -430,7 +449,15 @@ vs_status vs_image_decode_max(vs_image *img, const uint8_t *data, size_t size, c
                             w, h, (int)max_dim, (int)max_dim);
     if ((st = check_png_indices(data, size, &pi, w, h, name, err)) != VS_OK) return st;
     int w2 = 0, h2 = 0;
+    uint8_t *stripped = NULL;
+    size_t stripped_n = 0;
+    if (pi.color >= 0 && pi.empty_idat > 0) {
+        if (!(stripped = png_drop_empty_idat(data, size, &stripped_n)))
+            return vs_error_set(err, VS_ERR_NOMEM, "%s: out of memory", name);
+        data = stripped, size = stripped_n;
+    }
     uint8_t *px = stbi_load_from_memory(data, (int)size, &w2, &h2, &comp, 3);
+    vs_free(stripped);
     if (!px)
         return vs_error_set(err, VS_ERR_FORMAT, "%s: corrupt image data (%s)", name, stbi_failure_reason());
     if (w2 != w || h2 != h) {
