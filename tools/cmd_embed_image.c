@@ -128,7 +128,7 @@ static bool text_norm(const char *path, int64_t width, double *out, vs_error *er
     const vs_gguf_tensor *t = vs_gguf_find_tensor(g, "token_embd.weight");
     bool ok = false;
     float *row = NULL;
-    if (!t || t->n_dims != 2 || !vs_type_supported(t->type))
+    if (!t || t->n_dims != 2 || !vs_type_supported(t->type) || t->ne[1] < 1)
         vs_error_set(err, VS_ERR_FORMAT, "%s: no token_embd.weight of a supported type", path);
     else if (t->ne[0] != width)
         vs_error_set(err, VS_ERR_INVALID, "%s: token embeddings of width %lld, image rows of %lld", path,

@@ -447,7 +447,7 @@ static int target_parse(int argc, char **argv, target_opts *o) {
     cli_flag_add(&fs, "--vision-warmup", CLI_I64, &s->vision_warmup, 0, (double)(INT64_C(1) << 40));
     cli_flag_add(&fs, "--vision-lr", CLI_F64, &s->vision_lr, 0, 100);
     cli_flag_add(&fs, "--norm-cap", CLI_F64, &s->norm_cap, 0, 1e6);
-    cli_flag_add(&fs, "--norm-cap-weight", CLI_F64, &s->norm_cap_weight, 0, 1e6);
+    cli_flag_add(&fs, "--norm-cap-weight", CLI_F64, &s->norm_cap_weight, 1e-9, 1e6);
     cli_flag_add(&fs, "--init", CLI_STR, &o->init, 0, 0);
     cli_flag_add(&fs, "--vision-init", CLI_STR, &o->vision_init, 0, 0);
     cli_flag_add(&fs, "--f32", CLI_BOOL, &o->f32, 0, 0);

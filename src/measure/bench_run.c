@@ -432,7 +432,7 @@ vs_status vs_bench_run(const vs_bench_config *c, vs_bench_run_info *info, vs_err
     for (int i = 0; i < 6; i++)
         model_path(paths[i], sizeof(paths[i]), c->models_dir, names[i]), pp[i] = paths[i];
 
-    uint32_t mask = c->suites ? c->suites : (VS_WORLD_ALL_SUITES & ~VS_WORLD_SUITE_BIT(VS_WORLD_CAPTION));
+    uint32_t mask = c->suites ? c->suites : VS_WORLD_DEFAULT_SUITES; /* drills are training data, not a benchmark */
     int64_t *order = NULL;
     char *header = NULL;
     cell *cells = NULL;

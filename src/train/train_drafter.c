@@ -49,6 +49,17 @@ vs_status vs_train_vlm_set_vision(vs_train_vlm *m, const vs_mmproj *target_mm, v
             vs_mmproj_path(target_mm), v->image_size, v->image_size, v->patch_size, v->width, v->ffn,
             v->n_heads, v->n_blocks, v->post_ln ? ", post-LN" : "", c->image_size, c->image_size, c->patch_size,
             c->v_width, c->v_ffn, c->v_heads, c->v_blocks, c->v_post_ln ? ", post-LN" : "");
+    for (int i = 0; i < 3; i++)
+        if (v->mean[i] != c->image_mean[i] || v->std[i] != c->image_std[i])
+            return vs_error_set(err, VS_ERR_INVALID,
+                                "%s normalises images with mean (%g, %g, %g) / std (%g, %g, %g), the model with "
+                                "(%g, %g, %g) / (%g, %g, %g)",
+                                vs_mmproj_path(target_mm), v->mean[0], v->mean[1], v->mean[2], v->std[0], v->std[1],
+                                v->std[2], c->image_mean[0], c->image_mean[1], c->image_mean[2], c->image_std[0],
+                                c->image_std[1], c->image_std[2]);
+    if (v->eps != c->v_eps)
+        return vs_error_set(err, VS_ERR_INVALID, "%s's tower has LayerNorm epsilon %g, the model %g",
+                            vs_mmproj_path(target_mm), v->eps, c->v_eps);
     vs_vision_weights vw;
     vs_status s = vs_mmproj_read_weights(target_mm, &vw, err);
     if (s != VS_OK) return s;

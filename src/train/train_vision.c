@@ -185,6 +185,7 @@ static const float *head_b(const vs_vision_heads *h, const float *buf, int k) {
 double vs_vision_heads_forward(vs_vision_heads *h, vs_threadpool *tp, const float *feat, const vs_vision_batch *b,
                                vs_vision_counts *counts) {
     const int n = b->n, W = h->W, NP = h->NP;
+    if (n < 1 || n > h->max_images || b->NP != NP) return NAN; /* not the batch the heads were made for */
     for (int i = 0; i < n; i++) { /* mean of each image's patch features */
         float *m = h->pooled + (size_t)i * W;
         memset(m, 0, sizeof(float) * W);
@@ -285,7 +286,8 @@ static vs_status model_config(vrun *r, vs_error *err) {
     }
     r->cfg.vocab = 2, r->cfg.n_layers = 1, r->cfg.n_heads = 1, r->cfg.n_kv_heads = 1, r->cfg.ffn = 1;
     r->cfg.max_seq = 1, r->cfg.rms_eps = 1e-5f, r->cfg.rope_base = 10000.0f;
-    if (r->cfg.width % 2) r->cfg.width++; /* one LM head of even size */
+    if (r->cfg.width % 2) /* the unused LM is one head of width/2 pairs */
+        return vs_error_set(err, VS_ERR_INVALID, "the projector's output width %d must be even", r->cfg.width);
     return vs_train_vlm_config_check(&r->cfg, err);
 }
 
@@ -324,11 +326,10 @@ static char *run_settings(const vrun *r, int64_t total) {
     return s;
 }
 
-/* Loads checkpoint `path` (model, heads, state). */
-static vs_status load_ckpt(vrun *r, const char *path, vs_error *err) {
-    bool other = false;
+/* Loads checkpoint `path` (model, heads, state); *other: it holds another model (no fallback then). */
+static vs_status load_ckpt(vrun *r, const char *path, bool *other, vs_error *err) {
     vs_train_vlm_free(r->m);
-    r->m = vs_train_load_for_run(path, &r->cfg, "the flags say", 1, 1, r->o->batch, &r->L.st, &other, err);
+    r->m = vs_train_load_for_run(path, &r->cfg, "the flags say", 1, 1, r->o->batch, &r->L.st, other, err);
     if (!r->m) return VS_ERR_INVALID;
     vs_gguf *g = vs_gguf_open(path, err);
     if (!g) return VS_ERR_INVALID;
@@ -371,10 +372,11 @@ static vs_status evals_start(vrun *r, int64_t upto, bool keep, vs_error *err) {
 static vs_status resume(vrun *r, vs_error *err) {
     vs_train_loop *L = &r->L;
     vs_error e1 = {0};
-    vs_status s = load_ckpt(r, L->ckpt, &e1);
-    if (s && access(L->prev, F_OK) == 0) {
+    bool other = false;
+    vs_status s = load_ckpt(r, L->ckpt, &other, &e1);
+    if (s && !other && access(L->prev, F_OK) == 0) {
         fprintf(stderr, "vlmspec train vision: %s; trying %s\n", e1.msg, L->prev);
-        s = load_ckpt(r, L->prev, err);
+        s = load_ckpt(r, L->prev, &other, err);
     } else if (s) {
         *err = e1;
     }

@@ -56,7 +56,7 @@ void vs_vision_heads_free(vs_vision_heads *h);
 vs_train_params *vs_vision_heads_params(vs_vision_heads *h);
 /* Weights N(0, 0.02^2), biases 0. */
 void vs_vision_heads_init(vs_vision_heads *h, uint64_t seed);
-/* loss = sum over the heads of the mean cross-entropy (patch heads over all n * NP patches, image
+/* b->n <= max_images and b's grid = NP (else NaN). loss = sum over the heads of the mean cross-entropy (patch heads over all n * NP patches, image
  * heads over the n images) of the heads applied to feat (n * NP, width). counts (may be NULL)
  * accumulate the argmax predictions. Keeps what the backward needs. */
 double vs_vision_heads_forward(vs_vision_heads *h, vs_threadpool *tp, const float *feat, const vs_vision_batch *b,
