@@ -10,6 +10,7 @@
  *   - the run: 4 straight steps equal 2 + --resume 2 (eval.csv and the exported mmproj byte for byte);
  *     a probe from that mmproj keeps the tower exactly (only the heads move); the exported F32 tower
  *     gives the training forward's features through vs_vision_encode;
+ *   - embed-image -m prints and records the image rows' norm ratio to the token embeddings;
  *   - bad input: an unwritable --out, a damaged checkpoint with nothing to fall back to, --resume with
  *     other settings, --init-mmproj with shape flags: clear errors, non-zero exit. */
 #include <math.h>
@@ -327,6 +328,17 @@ static void test_bad_input(void) {
     VT_CHECK(vt_run("%s train vision --out %s/x --init-mmproj models/target-mmproj.gguf --v-width 64 2>/dev/null",
                     vt_cli(), vt_tmpdir()) == 2, "--init-mmproj with a shape flag is a usage error");
     VT_CHECK(vt_run("%s train vision 2>/dev/null", vt_cli()) == 2, "--out is required");
+    /* embed-image -m: the image rows' loudness next to the LM's token embeddings, in PREFIX.json too; an
+     * LM of another width is refused */
+    char js[700];
+    snprintf(js, sizeof(js), "%s/emb.json", vt_tmpdir());
+    VT_CHECK(vt_run("%s embed-image --mmproj models/target-mmproj.gguf -m models/target.gguf --image "
+                    "tests/reference/fixtures/vision/img_a.png -o %s/emb -t 1 2>/dev/null", vt_cli(), vt_tmpdir()) == 0 &&
+                 vt_file_has(js, "\"norm_ratio\":") && vt_file_has(js, "\"text_norm\":"),
+             "embed-image -m: no norm ratio in %s", js);
+    VT_CHECK(vt_run("%s embed-image --mmproj models/target-mmproj.gguf -m models/draft-llava.gguf --image "
+                    "tests/reference/fixtures/vision/img_a.png -o %s/emb2 -t 1 2>/dev/null", vt_cli(), vt_tmpdir()) == 1,
+             "embed-image -m with an LM of another width");
     VT_CHECK(vt_run("%s train vision --out %s --resume --steps 1 --batch 3 --image-size 32 --patch 16 --v-width 8 "
                     "--v-blocks 1 --v-heads 2 --v-ffn 16 --width 4 --lr 3e-3 --lr-min 3e-4 --warmup 1 --eval-images 5 -q "
                     ">/dev/null 2>&1", vt_cli(), d) == 1,

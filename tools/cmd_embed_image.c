@@ -110,17 +110,6 @@ typedef struct embed_result {
     double row_norm, text_norm; /* mean L2 norms: image rows, the LM's token embeddings (-m; else 0) */
 } embed_result;
 
-/* Mean L2 norm of n rows of width w. */
-static double mean_norm(const float *x, int64_t n, int64_t w) {
-    double sum = 0;
-    for (int64_t i = 0; i < n; i++) {
-        double q = 0;
-        for (int64_t c = 0; c < w; c++) q += (double)x[i * w + c] * x[i * w + c];
-        sum += sqrt(q);
-    }
-    return n > 0 ? sum / (double)n : 0;
-}
-
 /* Mean L2 norm of the rows of path's token_embd.weight, which must be as wide as the image rows. */
 static bool text_norm(const char *path, int64_t width, double *out, vs_error *err) {
     vs_gguf *g = vs_gguf_open(path, err);
@@ -140,7 +129,7 @@ static bool text_norm(const char *path, int64_t width, double *out, vs_error *er
         double sum = 0;
         for (int64_t i = 0; i < t->ne[1]; i++) {
             vs_dequantize_row((vs_type)t->type, (const uint8_t *)t->data + (size_t)i * rb, row, width);
-            sum += mean_norm(row, 1, width);
+            sum += vs_mean_row_norm(row, 1, width);
         }
         *out = sum / (double)t->ne[1];
         ok = true;
@@ -179,7 +168,7 @@ static bool embed(const embed_args *a, embed_result *r, vs_error *err) {
     r->t_proj = vs_time_now() - t1;
     r->width = vs_vision_projector_config(pj)->proj_out;
     r->n_patch = vs_vision_features_rows(&r->f);
-    r->row_norm = mean_norm(r->rows, r->n_rows, r->width);
+    r->row_norm = vs_mean_row_norm(r->rows, r->n_rows, r->width);
     ok = !a->model || text_norm(a->model, r->width, &r->text_norm, err);
 done:
     vs_threadpool_free(tp);

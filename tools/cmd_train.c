@@ -139,25 +139,6 @@ static double time_sgemm(vs_threadpool *tp, int m, int n, int k, int reps) {
     return best;
 }
 
-/* The shipped target's shape (docs/target.md): `train target`'s defaults and `train bench`'s model. */
-static vs_train_vlm_config target_shape(void) {
-    return (vs_train_vlm_config){.image_size = 64,
-                                 .patch_size = 8,
-                                 .v_width = 192,
-                                 .v_ffn = 768,
-                                 .v_heads = 3,
-                                 .v_blocks = 6,
-                                 .v_eps = 1e-5f,
-                                 .v_post_ln = true,
-                                 .width = 512,
-                                 .n_layers = 8,
-                                 .n_heads = 8,
-                                 .n_kv_heads = 4,
-                                 .ffn = 1408,
-                                 .rms_eps = 1e-5f,
-                                 .rope_base = 10000.0f};
-}
-
 typedef struct bench_opts {
     int threads, steps, B, T, K, gemm;
     vs_train_vlm_config c;
@@ -167,7 +148,7 @@ typedef struct bench_opts {
 /* -1 when fine, else the exit status. */
 static int bench_parse(int argc, char **argv, bench_opts *o) {
     *o = (bench_opts){.threads = 2, .steps = 3, .B = 8, .T = 192, .K = 1, .gemm = 2048};
-    o->c = target_shape();
+    o->c = vs_train_vlm_target_shape();
     o->c.vocab = 2048, o->c.max_seq = 512;
     for (int i = 0; i < 3; i++) o->c.image_mean[i] = 0.5f, o->c.image_std[i] = 0.25f;
     cli_flags fs = {0};
@@ -432,7 +413,7 @@ static int target_parse(int argc, char **argv, target_opts *o) {
     s->ckpt_every = 200, s->lr = 1e-3, s->lr_min = -1, s->warmup = 100, s->wd = 0.1, s->clip = 1.0;
     s->beta2 = 0.95, s->seed = 1, s->vision_lr = 1, s->norm_cap_weight = 1, o->name = "vlmspec-world-target";
     vs_train_vlm_config *c = &o->cfg;
-    *c = target_shape();
+    *c = vs_train_vlm_target_shape();
     /* CLIP's preprocessing constants, as LLaVA's image processor uses them */
     const float mean[3] = {0.48145466f, 0.4578275f, 0.40821073f};
     const float stdv[3] = {0.26862954f, 0.26130258f, 0.27577711f};
@@ -614,11 +595,7 @@ static vs_status target_init_from(vs_train_loop *L, const char *path, const vs_t
 /* The model, its parameters and the schedule of a target run (stdout). */
 /* --vision-init: the tower of an mmproj (a pretrained one from 'train vision') replaces the fresh one. */
 static vs_status target_vision_init(vs_train_vlm *m, const char *path, vs_error *err) {
-    vs_mmproj *mm = vs_mmproj_open(path, err);
-    if (!mm) return vs_error_wrap(err, "--vision-init");
-    vs_status s = vs_train_vlm_set_vision(m, mm, err);
-    vs_mmproj_free(mm);
-    if (s) return vs_error_wrap(err, "--vision-init");
+    if (vs_train_vlm_set_vision_file(m, path, err)) return vs_error_wrap(err, "--vision-init");
     printf("vision tower from %s\n", path);
     return VS_OK;
 }

@@ -259,3 +259,13 @@ vs_status vs_read_file(const char *path, uint8_t **data, size_t *size, vs_error 
     *size = n;
     return VS_OK;
 }
+
+double vs_mean_row_norm(const float *x, int64_t rows, int64_t width) {
+    double sum = 0;
+    for (int64_t i = 0; i < rows; i++) {
+        double q = 0;
+        for (int64_t c = 0; c < width; c++) q += (double)x[i * width + c] * x[i * width + c];
+        sum += sqrt(q);
+    }
+    return rows > 0 ? sum / (double)rows : 0;
+}

@@ -46,6 +46,8 @@ char *vs_strndup(const char *s, size_t n);
 
 /* Monotonic time in seconds. */
 double vs_time_now(void);
+/* Mean L2 norm of `rows` rows of `width` floats (row-major), accumulated in double; 0 for no rows. */
+double vs_mean_row_norm(const float *x, int64_t rows, int64_t width);
 
 /* Seedable RNG (xoshiro256**, seeded by splitmix64). Deterministic for a seed on every platform. */
 typedef struct vs_rng {

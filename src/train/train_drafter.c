@@ -99,6 +99,14 @@ vs_status vs_train_vlm_set_vision(vs_train_vlm *m, const vs_mmproj *target_mm, v
     return VS_OK;
 }
 
+vs_status vs_train_vlm_set_vision_file(vs_train_vlm *m, const char *path, vs_error *err) {
+    vs_mmproj *mm = vs_mmproj_open(path, err);
+    if (!mm) return VS_ERR_INVALID;
+    vs_status s = vs_train_vlm_set_vision(m, mm, err);
+    vs_mmproj_free(mm);
+    return s;
+}
+
 vs_status vs_drafter_check_tokenizer(const vs_gguf *target_lm, const vs_gguf *tokenizer, vs_error *err) {
     const int64_t a = vs_gguf_find_key(target_lm, "tokenizer.ggml.tokens");
     const int64_t b = vs_gguf_find_key(tokenizer, "tokenizer.ggml.tokens");

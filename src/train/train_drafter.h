@@ -38,6 +38,8 @@ vs_status vs_drafter_config(const vs_mmproj *target_mm, int vocab, const vs_draf
 /* Copies the target's tower weights (dequantised to F32: an F16 file round-trips exactly) into m's
  * vision tensors. VS_ERR_INVALID when the shapes differ (the message names the mismatch). */
 vs_status vs_train_vlm_set_vision(vs_train_vlm *m, const vs_mmproj *target_mm, vs_error *err);
+/* The same from an mmproj file (opened and closed here; errors name the file). */
+vs_status vs_train_vlm_set_vision_file(vs_train_vlm *m, const char *path, vs_error *err);
 
 /* The drafter must speak the target's tokenizer: the target LM file's tokenizer.ggml.tokens must equal
  * the tokenizer file's, token by token. VS_ERR_INVALID naming both files and the first difference. */

@@ -62,13 +62,18 @@ vs_status vs_train_loop_check_settings(const vs_train_loop *L, const char *setti
     return s;
 }
 
+vs_status vs_train_loop_rotate(const vs_train_loop *L, vs_error *err) {
+    if (access(L->ckpt, F_OK) == 0 && rename(L->ckpt, L->prev) != 0)
+        return vs_error_set(err, VS_ERR_IO, "%s: cannot rename to %s: %s", L->ckpt, L->prev, strerror(errno));
+    return VS_OK;
+}
+
 static vs_status loop_save(vs_train_loop *L, vs_error *err) {
     vs_train_data_state ds;
     vs_train_data_get_state(L->data, &ds);
     L->st.epoch = ds.epoch, L->st.data_pos = ds.pos, L->st.rng = ds.rng;
-    if (access(L->ckpt, F_OK) == 0 && rename(L->ckpt, L->prev) != 0)
-        return vs_error_set(err, VS_ERR_IO, "%s: cannot rename to %s: %s", L->ckpt, L->prev, strerror(errno));
-    vs_status s = vs_train_vlm_save(L->m, &L->st, L->ckpt, err);
+    vs_status s = vs_train_loop_rotate(L, err);
+    if (s == VS_OK) s = vs_train_vlm_save(L->m, &L->st, L->ckpt, err);
     if (s == VS_OK) s = vs_train_curve_write_csv(&L->curve, L->csv, err);
     if (s == VS_OK) s = vs_train_curve_write_svg(&L->curve, L->svg, L->title, 25, true, err);
     return s;

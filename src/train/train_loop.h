@@ -59,6 +59,8 @@ typedef struct vs_train_loop {
 /* DIR and DIR/ckpt (created) and the file names under them. */
 vs_status vs_train_loop_dirs(vs_train_loop *L, const char *dir, vs_error *err);
 bool vs_train_loop_has_ckpt(const vs_train_loop *L);
+/* Before writing a new checkpoint: the current one becomes ckpt-prev (nothing when there is none). */
+vs_status vs_train_loop_rotate(const vs_train_loop *L, vs_error *err);
 /* run.json must hold exactly `settings` (a resumed or reused run repeats its settings). */
 vs_status vs_train_loop_check_settings(const vs_train_loop *L, const char *settings, vs_error *err);
 /* Loads the newest readable checkpoint (ckpt, else ckpt-prev) into L->m and L->st. It must hold the

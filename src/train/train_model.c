@@ -103,6 +103,13 @@ static void bind_views(vs_train_vlm_tensors *v, float *buf, const vs_train_param
 /* ---------------------------------------------------------------------------------------------- */
 /* Creation */
 
+vs_train_vlm_config vs_train_vlm_target_shape(void) {
+    return (vs_train_vlm_config){.image_size = 64, .patch_size = 8, .v_width = 192, .v_ffn = 768, .v_heads = 3,
+                                 .v_blocks = 6, .v_eps = 1e-5f, .v_post_ln = true, .width = 512, .n_layers = 8,
+                                 .n_heads = 8, .n_kv_heads = 4, .ffn = 1408, .rms_eps = 1e-5f,
+                                 .rope_base = 10000.0f};
+}
+
 vs_status vs_train_vlm_config_check(const vs_train_vlm_config *c, vs_error *err) {
 #define BAD(...) return vs_error_set(err, VS_ERR_INVALID, "VLM config: " __VA_ARGS__)
     if (c->image_size < 1 || c->patch_size < 1 || c->image_size % c->patch_size)
@@ -491,17 +498,6 @@ static double lm_forward(vs_train_vlm *m, vs_threadpool *tp, int B, int T) {
     return vs_train_xent_forward_tp(tp, a->probs, a->logits, m->targets, a->lw, N, V);
 }
 
-/* Mean L2 norm of n rows of width C. */
-static double mean_row_norm(const float *x, int n, int C) {
-    double sum = 0;
-    for (int i = 0; i < n; i++) {
-        double q = 0;
-        for (int c = 0; c < C; c++) q += (double)x[(size_t)i * C + c] * x[(size_t)i * C + c];
-        sum += sqrt(q);
-    }
-    return n > 0 ? sum / n : 0;
-}
-
 void vs_train_vlm_set_norm_cap(vs_train_vlm *m, float ratio, float weight) {
     m->cap_ratio = ratio > 0 ? ratio : 0;
     m->cap_weight = ratio > 0 && weight > 0 ? weight : 0;
@@ -533,7 +529,7 @@ vs_status vs_train_vlm_forward(vs_train_vlm *m, vs_threadpool *tp, const vs_trai
     m->cap_loss = 0;
     if (m->has_images && m->cap_weight > 0) {
         const int C = m->cfg.width;
-        m->cap_tau = (float)(m->cap_ratio * mean_row_norm(m->w.wte, m->cfg.vocab, C));
+        m->cap_tau = (float)(m->cap_ratio * vs_mean_row_norm(m->w.wte, m->cfg.vocab, C));
         if (m->cap_tau > 0)
             m->cap_loss = m->cap_weight * vs_train_norm_cap_forward(m->a.mm_out, b->n_images * m->NP, C, m->cap_tau);
         l += m->cap_loss;

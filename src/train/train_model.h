@@ -104,6 +104,10 @@ typedef struct vs_train_batch {
 
 typedef struct vs_train_vlm vs_train_vlm;
 
+/* The shipped target's shape (docs/target.md): ViT 64x64/8, width 192, 6 blocks, 3 heads, MLP 768,
+ * post-LN; LM width 512, 8 layers, 8/4 heads, SwiGLU 1408; eps 1e-5, RoPE base 10000. Vocabulary,
+ * context and preprocessing are left 0 for the caller. `train target`'s and `train vision`'s defaults. */
+vs_train_vlm_config vs_train_vlm_target_shape(void);
 /* Checks a config (VS_ERR_INVALID naming the problem). */
 vs_status vs_train_vlm_config_check(const vs_train_vlm_config *c, vs_error *err);
 /* Creates a model with zero parameters and activations for batches up to max_B x max_T rows and

@@ -2,7 +2,6 @@
  * heads, the run. */
 #include "train_vision.h"
 
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,7 +9,6 @@
 #include <unistd.h>
 
 #include "json.h"
-#include "outfile.h"
 #include "train.h"
 #include "train_drafter.h"
 #include "train_loop.h"
@@ -241,8 +239,7 @@ void vs_vision_heads_backward(vs_vision_heads *h, vs_threadpool *tp, const float
 
 void vs_train_vision_opts_default(vs_train_vision_opts *o) {
     memset(o, 0, sizeof(*o));
-    o->cfg = (vs_train_vlm_config){.image_size = 64, .patch_size = 8, .v_width = 192, .v_ffn = 768, .v_heads = 3,
-                                   .v_blocks = 6, .v_eps = 1e-5f, .v_post_ln = true, .width = 512};
+    o->cfg = vs_train_vlm_target_shape(); /* the tower's fields; model_config sets the LM's */
     o->steps = 3000, o->seed = 1;
     o->batch = 32, o->threads = 2, o->ckpt_every = 200, o->eval_every = 250, o->eval_images = 512;
     o->lr = 1e-3, o->lr_min = 1e-4, o->warmup = 100, o->wd = 0.05, o->clip = 1.0, o->beta2 = 0.95;
@@ -393,13 +390,8 @@ static vs_status fresh(vrun *r, vs_error *err) {
     const vs_train_vision_opts *o = r->o;
     if (!(r->m = vs_train_vlm_new(&r->cfg, 1, 1, o->batch, err))) return VS_ERR_INVALID;
     vs_train_vlm_init(r->m, (uint64_t)o->seed);
-    if (o->init_mmproj) {
-        vs_mmproj *mm = vs_mmproj_open(o->init_mmproj, err);
-        if (!mm) return VS_ERR_INVALID;
-        vs_status s = vs_train_vlm_set_vision(r->m, mm, err);
-        vs_mmproj_free(mm);
-        if (s) return s;
-    }
+    vs_status s = o->init_mmproj ? vs_train_vlm_set_vision_file(r->m, o->init_mmproj, err) : VS_OK;
+    if (s) return s;
     vs_vision_heads_init(r->h, (uint64_t)o->seed ^ 0x6865616473ull);
     memset(&r->L.st, 0, sizeof(r->L.st));
     vs_rng_seed(&r->L.st.rng, (uint64_t)o->seed);
@@ -408,9 +400,8 @@ static vs_status fresh(vrun *r, vs_error *err) {
 
 static vs_status save(vrun *r, vs_error *err) {
     vs_train_loop *L = &r->L;
-    if (access(L->ckpt, F_OK) == 0 && rename(L->ckpt, L->prev) != 0)
-        return vs_error_set(err, VS_ERR_IO, "%s: cannot rename to %s: %s", L->ckpt, L->prev, strerror(errno));
-    vs_status s = vs_train_vlm_save_ex(r->m, &L->st, vs_vision_heads_params(r->h), "head", L->ckpt, err);
+    vs_status s = vs_train_loop_rotate(L, err);
+    if (s == VS_OK) s = vs_train_vlm_save_ex(r->m, &L->st, vs_vision_heads_params(r->h), "head", L->ckpt, err);
     if (s == VS_OK) s = vs_train_curve_write_csv(&L->curve, L->csv, err);
     if (s == VS_OK) s = vs_train_curve_write_svg(&L->curve, L->svg, "vision pretraining: loss", 25, true, err);
     return s;
