@@ -58,6 +58,7 @@ max_len() {
     fuzz_tokenizer) echo 1024 ;;
     fuzz_dataset) echo 8192 ;;
     fuzz_checkpoint) echo 28672 ;; # the seed checkpoints are 24 KiB
+    fuzz_oai) echo 2048 ;;
     *) echo 4096 ;;
     esac
 }

@@ -205,7 +205,8 @@ static vs_spec *engine_make(vs_session *s, int64_t rows, vs_error *err) {
     const int32_t train = vs_lm_cfg(s->m->target)->n_ctx_train;
     const int32_t n_ctx = s->o.n_ctx > 0 ? s->o.n_ctx : rows > 0 ? (int32_t)VS_MIN(rows, (int64_t)train) : train;
     vs_spec_config ec = {.n_ctx = n_ctx, .kv_type = s->o.kv_type, .n_batch = s->o.n_batch, .tp = s->m->tp,
-                         .tok = s->m->tok};
+                         .tok = s->m->tok, .kv = s->o.kv, .seq = s->o.seq};
+    if (s->o.batch) ec.verify = vs_batch_verify, ec.verify_ctx = s->o.batch;
     return s->eng = vs_spec_new(s->m->target, &ec, err);
 }
 
@@ -223,6 +224,11 @@ vs_session *vs_session_new(vs_models *m, const vs_session_opts *o, vs_error *err
     }
     s->m = m;
     if (o) s->o = *o;
+    if (s->o.kv && s->o.fit_ctx) {
+        vs_free(s);
+        vs_error_set(err, VS_ERR_INVALID, "session: a shared cache has its own size: not with fit_ctx");
+        return NULL;
+    }
     s->next_image_id = 1;
     atomic_init(&s->cancel, false);
     if (!s->o.fit_ctx && !engine_make(s, 0, err)) {

@@ -23,7 +23,8 @@
  * turn evaluates only its new rows.
  *
  * Threads: one thread uses a session at a time; the sessions of one vs_models share its thread pool, so
- * they run one at a time. vs_session_cancel may be called from any thread and from a signal handler: the
+ * they run one at a time, or on several threads that take turns through a batcher (vs_session_opts.batch,
+ * batch.h), which also merges their verify forwards. vs_session_cancel may be called from any thread and from a signal handler: the
  * running request stops after the verify block in progress, or before its prefill when it arrives while
  * the prompt and images are prepared (finish VS_FINISH_CANCEL); a cancel that arrives between requests is
  * dropped when the next one starts.
@@ -31,6 +32,7 @@
 #ifndef VS_SESSION_H
 #define VS_SESSION_H
 
+#include "batch.h"
 #include "caption.h"
 #include "chat.h"
 #include "draft_ensemble.h"
@@ -89,6 +91,13 @@ typedef struct vs_session_opts {
     vs_caption_src *captions; /* borrowed: fixed captions for the caption methods; NULL: the session's
                                * captioner (the LLaVA-recipe drafter and its projector, on its own thread
                                * during the target's prefill) */
+    /* Sessions that run on several threads at once and verify in merged forwards (batch.h): a target cache
+     * shared by them (vs_lm_kv_new with one sequence per session; its n_ctx is the session's), this
+     * session's sequence of it, and the batcher. The threads hold the batcher's turn while they run a
+     * request (vs_batch_enter / vs_batch_leave). NULL: a cache of the session's own. */
+    vs_kv *kv;
+    int32_t seq;
+    vs_batch *batch;
 } vs_session_opts;
 
 typedef struct vs_session vs_session;

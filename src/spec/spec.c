@@ -303,6 +303,10 @@ void vs_spec_stats_json(const vs_spec_stats *s, vs_json_writer *w) {
 struct vs_spec {
     vs_lm *lm;
     vs_kv *kv;
+    bool own_kv;
+    int32_t seq; /* the engine's sequence of kv */
+    vs_spec_verify_fn verify;
+    void *verify_ctx;
     vs_threadpool *tp;
     const vs_tokenizer *tok;
     int32_t n_vocab, n_embd, n_ctx, n_batch;
@@ -348,10 +352,20 @@ vs_spec *vs_spec_new(vs_lm *target, const vs_spec_config *cfg, vs_error *err) {
     s->tok = cfg->tok;
     s->n_vocab = c->n_vocab;
     s->n_embd = c->n_embd;
-    s->n_ctx = cfg->n_ctx > 0 ? cfg->n_ctx : c->n_ctx_train;
+    s->n_ctx = cfg->kv ? vs_kv_n_ctx(cfg->kv) : cfg->n_ctx > 0 ? cfg->n_ctx : c->n_ctx_train;
+    s->seq = cfg->kv ? cfg->seq : 0;
+    s->verify = cfg->verify;
+    s->verify_ctx = cfg->verify_ctx;
+    if (cfg->kv && (cfg->seq < 0 || cfg->seq >= vs_kv_n_seq(cfg->kv) || vs_kv_n_layer(cfg->kv) != c->n_layer ||
+                    vs_kv_n_head_kv(cfg->kv) != c->n_head_kv || vs_kv_head_dim(cfg->kv) != c->head_dim)) {
+        vs_error_set(err, VS_ERR_INVALID, "spec: the shared cache does not fit the target (shape or sequence %d)",
+                     (int)cfg->seq);
+        vs_free(s);
+        return NULL;
+    }
     s->n_batch = cfg->n_batch > 0 ? cfg->n_batch : 512;
     vs_type kt = cfg->kv_type == VS_TYPE_F16 ? VS_TYPE_F16 : VS_TYPE_F32;
-    if (cfg->kv_type != VS_TYPE_F16 && cfg->kv_type != VS_TYPE_F32) {
+    if (!cfg->kv && cfg->kv_type != VS_TYPE_F16 && cfg->kv_type != VS_TYPE_F32) {
         vs_error_set(err, VS_ERR_INVALID, "spec: KV cache type must be F32 or F16");
         vs_free(s);
         return NULL;
@@ -362,7 +376,8 @@ vs_spec *vs_spec_new(vs_lm *target, const vs_spec_config *cfg, vs_error *err) {
         vs_free(s);
         return NULL;
     }
-    s->kv = vs_lm_kv_new(target, 1, s->n_ctx, kt, err);
+    s->own_kv = !cfg->kv;
+    s->kv = cfg->kv ? cfg->kv : vs_lm_kv_new(target, 1, s->n_ctx, kt, err);
     s->hist = vs_malloc(sizeof(int64_t) * (size_t)s->n_ctx);
     vs_sampler_params sp = vs_sampler_params_default();
     s->sampler = vs_sampler_new(s->n_vocab, &sp, err);
@@ -401,7 +416,7 @@ void vs_spec_free(vs_spec *s) {
     if (!s) return;
     free_scratch(s);
     free_hidden(s);
-    vs_kv_free(s->kv);
+    if (s->own_kv) vs_kv_free(s->kv);
     vs_sampler_free(s->sampler);
     vs_free(s->hist), vs_free(s->p), vs_free(s->resid), vs_free(s->qw);
     vs_free(s);
@@ -761,6 +776,7 @@ static vs_status prefill(vs_spec *s, vs_spec_drafter *d, const vs_spec_prompt *p
         for (int32_t i = 0; i < n; i++) {
             prompt_row(&cur, &rows[i], &s->hist[a + i], s->n_embd);
             rows[i].pos = a + i;
+            rows[i].seq = s->seq;
             if (s->feat_tokens) s->feat_tokens[i] = rows[i].embd ? -1 : rows[i].token;
         }
         vs_lm_out out = make_out(s, d, NULL);
@@ -816,7 +832,7 @@ vs_status vs_spec_generate(vs_spec *s, vs_spec_drafter *d, const vs_spec_prompt 
     int32_t keep = 0;
     if (pr->reuse_prefix && !wants_features(d)) {
         prompt_cursor cur = {prompt, 0, 0};
-        int32_t len = vs_kv_seq_len(s->kv, 0);
+        int32_t len = vs_kv_seq_len(s->kv, s->seq);
         vs_lm_row r;
         int64_t key;
         while (keep < VS_MIN(len, n_prompt - 1)) {
@@ -825,7 +841,7 @@ vs_status vs_spec_generate(vs_spec *s, vs_spec_drafter *d, const vs_spec_prompt 
             keep++;
         }
     }
-    if ((st = vs_kv_seq_truncate(s->kv, 0, keep, err))) return st;
+    if ((st = vs_kv_seq_truncate(s->kv, s->seq, keep, err))) return st;
 
     /* Drafter prefill, then the target's. */
     const double t0 = vs_time_now();
@@ -861,7 +877,7 @@ vs_status vs_spec_generate(vs_spec *s, vs_spec_drafter *d, const vs_spec_prompt 
     }
     while (log->stop == VS_SPEC_STOP_NONE) {
         const int32_t remaining = pr->n_predict - log->n_tokens;
-        const int32_t L = vs_kv_seq_len(s->kv, 0);
+        const int32_t L = vs_kv_seq_len(s->kv, s->seq);
         const int32_t room = s->n_ctx - L - 1; /* drafts that fit behind the pending row */
         if (remaining <= 0) {
             log->stop = VS_SPEC_STOP_LIMIT;
@@ -900,12 +916,13 @@ vs_status vs_spec_generate(vs_spec *s, vs_spec_drafter *d, const vs_spec_prompt 
         vs_lm_row *rows = s->rows;
         rows[0] = pending;
         rows[0].pos = L;
-        rows[0].seq = 0;
+        rows[0].seq = s->seq;
         rows[0].want_logits = true;
         rows[0].tree = false;
         for (int32_t i = 0; i < k; i++) {
             memset(&rows[i + 1], 0, sizeof(vs_lm_row));
             rows[i + 1].token = s->prop.token[i];
+            rows[i + 1].seq = s->seq;
             rows[i + 1].pos = L + s->prop.depth[i];
             rows[i + 1].want_logits = true;
             if (!chain) {
@@ -920,7 +937,9 @@ vs_status vs_spec_generate(vs_spec *s, vs_spec_drafter *d, const vs_spec_prompt 
             }
         }
         vs_lm_out out = make_out(s, d, s->logits);
-        if ((st = vs_lm_forward(s->lm, s->kv, s->tp, rows, k + 1, &out, err))) goto done;
+        st = s->verify ? s->verify(s->verify_ctx, s->lm, s->kv, s->tp, rows, k + 1, &out, err)
+                       : vs_lm_forward(s->lm, s->kv, s->tp, rows, k + 1, &out, err);
+        if (st) goto done;
         block_L = L;
 
         /* 3. accept */
@@ -946,7 +965,7 @@ vs_status vs_spec_generate(vs_spec *s, vs_spec_drafter *d, const vs_spec_prompt 
 
         /* 5. roll back: keep the pending row + the accepted path */
         for (int32_t i = 0; i < w.n_accept; i++) s->slots[i] = L + 1 + s->acc_nodes[i];
-        if ((st = vs_kv_seq_compact(s->kv, 0, s->slots, w.n_accept, L + 1, err))) goto done;
+        if ((st = vs_kv_seq_compact(s->kv, s->seq, s->slots, w.n_accept, L + 1, err))) goto done;
         s->hist[L] = pending_key;
         for (int32_t i = 0; i < w.n_accept; i++) s->hist[L + 1 + i] = s->acc_tokens[i];
         block_L = -1;
@@ -989,7 +1008,7 @@ vs_status vs_spec_generate(vs_spec *s, vs_spec_drafter *d, const vs_spec_prompt 
 done:
     /* an error inside a block: drop its rows, so the cache holds only rows hist describes (prefix reuse
      * compares hist) */
-    if (st && block_L >= 0) vs_kv_seq_truncate(s->kv, 0, block_L, NULL);
+    if (st && block_L >= 0) vs_kv_seq_truncate(s->kv, s->seq, block_L, NULL);
     if (begun && d->vt->end) d->vt->end(d);
     if (log->t_decode == 0 && log->n_blocks > 0) log->t_decode = vs_time_now() - t2;
     log->t_total = log->t_vision + log->t_prefill + log->t_draft_prefill + log->t_decode;
@@ -1007,7 +1026,7 @@ static int cmp_double(const void *a, const void *b) {
 vs_status vs_spec_time_target(vs_spec *s, int32_t n_rows, int32_t reps, double *seconds, vs_error *err) {
     if (n_rows < 1 || reps < 1 || reps > 1000)
         return vs_error_set(err, VS_ERR_INVALID, "spec: timing needs n_rows >= 1 and 1..1000 repetitions");
-    const int32_t L = vs_kv_seq_len(s->kv, 0);
+    const int32_t L = vs_kv_seq_len(s->kv, s->seq);
     if (L + n_rows > s->n_ctx)
         return vs_error_set(err, VS_ERR_RANGE,
                             "spec: no room for %d more rows in the target cache (%d of %d used)", n_rows, L,
@@ -1021,13 +1040,14 @@ vs_status vs_spec_time_target(vs_spec *s, int32_t n_rows, int32_t reps, double *
             memset(&s->rows[i], 0, sizeof(vs_lm_row));
             s->rows[i].token = L > 0 && s->hist[L - 1] >= 0 ? (int32_t)s->hist[L - 1] : 0;
             s->rows[i].pos = L + i;
+            s->rows[i].seq = s->seq;
             s->rows[i].want_logits = true;
         }
         vs_lm_out out = {.logits = s->logits, .attn_layer = -1};
         double a = vs_time_now();
         st = vs_lm_forward(s->lm, s->kv, s->tp, s->rows, n_rows, &out, err);
         t[r] = vs_time_now() - a;
-        vs_status st2 = vs_kv_seq_truncate(s->kv, 0, L, err);
+        vs_status st2 = vs_kv_seq_truncate(s->kv, s->seq, L, err);
         if (!st) st = st2;
     }
     if (!st) {

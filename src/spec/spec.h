@@ -1,6 +1,7 @@
 /* spec: the speculative decoding engine, independent of how drafts are made.
- * Owns: the target's KV cache (one sequence) and verification scratch (the target model itself is
- * borrowed), the draft/verify loop, the acceptance rules (greedy; stochastic min(1, p/q) with the
+ * Owns: the target's KV cache (one sequence; or a sequence of a cache shared with other engines, whose
+ * verify forwards a batcher merges: vs_spec_config.kv / .verify, batch.h) and verification scratch (the
+ * target model itself is borrowed), the draft/verify loop, the acceptance rules (greedy; stochastic min(1, p/q) with the
  * residual norm(max(0, p - q)) and the bonus token), EOS / token-limit / context-end handling, rolling
  * the target cache back, the run log, and the pure statistics computed from logs.
  *
@@ -306,12 +307,23 @@ void vs_spec_stats_json(const vs_spec_stats *s, vs_json_writer *w);
 /* ------------------------------------------------------------------------------------------------
  * The engine */
 
+/* The target forward of a verify block: evaluates rows[0..n) into the engine's cache like vs_lm_forward
+ * (the rows name the engine's sequence) and fills out. A batcher (batch.h) puts the blocks of several
+ * engines that share one cache into one forward. */
+typedef vs_status (*vs_spec_verify_fn)(void *ctx, vs_lm *lm, vs_kv *kv, vs_threadpool *tp, const vs_lm_row *rows,
+                                       int n, const vs_lm_out *out, vs_error *err);
+
 typedef struct vs_spec_config {
-    int32_t n_ctx;           /* target cache rows; <= 0: the model's n_ctx_train */
-    vs_type kv_type;         /* VS_TYPE_F32 (0 = F32) or VS_TYPE_F16 */
+    int32_t n_ctx;           /* target cache rows; <= 0: the model's n_ctx_train (with kv: its n_ctx) */
+    vs_type kv_type;         /* VS_TYPE_F32 (0 = F32) or VS_TYPE_F16 (ignored with kv) */
     int32_t n_batch;         /* prefill chunk (rows per forward); <= 0: 512 */
     vs_threadpool *tp;       /* borrowed; NULL = caller's thread */
     const vs_tokenizer *tok; /* borrowed, for end-of-generation ids; NULL = never stop at EOS */
+    vs_kv *kv;               /* borrowed: a cache shared with other engines, this one using sequence seq;
+                              * NULL: the engine's own cache of one sequence */
+    int32_t seq;
+    vs_spec_verify_fn verify; /* NULL: vs_lm_forward */
+    void *verify_ctx;
 } vs_spec_config;
 
 typedef struct vs_spec vs_spec;

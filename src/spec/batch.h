@@ -1,0 +1,40 @@
+/* batch: several requests on several threads verify their draft blocks in ONE target forward.
+ * Owns: the turn (one thread at a time uses the model set: drafting, prefills, images, the thread pool),
+ * the verify blocks waiting to be merged, and the merged forward's rows and logits.
+ *
+ * The engines (spec.h) of several sessions share one target KV cache, each on a sequence of its own, and
+ * hand their verify forward to vs_batch_verify (vs_spec_config.verify). A thread that runs a request holds
+ * the turn between vs_batch_enter and vs_batch_leave; in vs_batch_verify it gives the turn up and waits
+ * until every active thread has a block waiting (or has left), and the last one to arrive runs all the
+ * blocks as one forward: the weights are read once for all of them, which is what makes several clients
+ * cost little more than one on a memory-bound CPU. Rows keep their results bitwise (the kernels are
+ * batch invariant below 128 rows: a merged forward never exceeds max_rows < 128), so every request's
+ * output is the one it gets alone. Blocks that ask for hidden states or attention observers, or that
+ * would not fit, run alone; when a merged forward fails, each block runs alone so that one request's
+ * error stays its own. */
+#ifndef VS_BATCH_H
+#define VS_BATCH_H
+
+#include "lm.h"
+
+typedef struct vs_batch vs_batch;
+
+/* max_rows: the most rows of one merged forward (1 .. 127; <= 0: 96). */
+vs_batch *vs_batch_new(int32_t max_rows, vs_error *err);
+void vs_batch_free(vs_batch *b); /* NULL ok; no thread may be inside */
+
+void vs_batch_enter(vs_batch *b); /* takes the turn and counts the thread active */
+void vs_batch_leave(vs_batch *b); /* runs the waiting blocks when every other active thread waits; gives up the turn */
+
+/* A vs_spec_verify_fn (ctx = the vs_batch): called with the turn held; returns with it held. */
+vs_status vs_batch_verify(void *ctx, vs_lm *lm, vs_kv *kv, vs_threadpool *tp, const vs_lm_row *rows, int n,
+                          const vs_lm_out *out, vs_error *err);
+
+typedef struct vs_batch_stats {
+    int64_t forwards;    /* target forwards run for verify blocks */
+    int64_t blocks;      /* verify blocks */
+    int64_t merged_rows; /* rows of the forwards that merged two or more blocks */
+} vs_batch_stats;
+void vs_batch_get_stats(vs_batch *b, vs_batch_stats *s);
+
+#endif
