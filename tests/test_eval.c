@@ -627,10 +627,19 @@ static void test_cli(const char *dir, const char *tok) {
         snprintf(path, sizeof(path), "%s/vinitbad.log", tmp);
         VT_CHECK(rc == 1 && vt_file_has(path, "differs from the model's"),
                  "--vision-init with another tower: exit %d, or no clear message in %s", rc, path);
-        rc = vt_run("%s train target --data %s --tokenizer %s --out %s/vinitbad --steps 1 --vision-init x --init y "
-                    "%s > /dev/null 2>&1", cli, dir, tok, tmp, tiny);
-        VT_CHECK(rc == 2, "--vision-init with --init: exit %d", rc);
-        printf("train target --vision-init: the given tower, recorded in run.json, another shape refused\n");
+        /* with --init: the checkpoint's weights, then the given tower in place of the checkpoint's */
+        rc = vt_run("%s train target --data %s --tokenizer %s --out %s/vinit2 --steps 1 --freeze-vision 1 --f32 "
+                    "--init %s/straight/ckpt/ckpt.gguf --vision-init %s/fz2km.gguf %s > %s/vinit2.log 2>&1",
+                    cli, dir, tok, tmp, tmp, tmp, tiny, tmp);
+        VT_CHECK(rc == 0, "train target --init --vision-init exit %d", rc);
+        snprintf(path, sizeof(path), "%s/vinit2/target-mmproj-f32.gguf", tmp);
+        vs_error e2 = {0};
+        vs_mmproj *m2 = vs_mmproj_open(path, &e2);
+        VT_CHECK(m2 && vs_vision_tower_hash(vs_mmproj_tower(m2)) == hv[2],
+                 "--init with --vision-init: the tower is not the given mmproj's");
+        vs_mmproj_free(m2);
+        printf("train target --vision-init: the given tower (also over --init), recorded in run.json, another "
+               "shape refused\n");
     }
     /* train export of the final checkpoint writes the same files as the end of training */
     rc = vt_run(

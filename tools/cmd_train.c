@@ -361,7 +361,8 @@ static void target_usage(FILE *f) {
         "                      norm (default 0: off)\n"
         "  --norm-cap-weight W the cap's weight W in the loss (default 1)\n"
         "  --vision-init FILE  start the vision tower from this mmproj's tower (e.g. 'vlmspec train vision''s\n"
-        "                      OUT/vision-mmproj.gguf; its shape must be the model's); not with --init\n"
+        "                      OUT/vision-mmproj.gguf; its shape must be the model's); with --init it\n"
+        "                      replaces the checkpoint's tower (an LM pretrained on text, a tower on images)\n"
         "  --epochs E          passes over the data (default 10; fractions allowed)\n"
         "  --steps N           optimiser steps instead of --epochs\n"
         "  --batch B           sequences per micro-batch (default 8)\n"
@@ -451,8 +452,6 @@ static int target_parse(int argc, char **argv, target_opts *o) {
     if (s->steps && cli_flag_given(&fs, &s->epochs)) return cli_fail(cmd, "give --steps or --epochs, not both"), 2;
     if (cli_flag_given(&fs, &s->norm_cap_weight) && !(s->norm_cap > 0))
         return cli_fail(cmd, "--norm-cap-weight without --norm-cap R (R > 0) has nothing to weigh"), 2;
-    if (o->init && o->vision_init)
-        return cli_fail(cmd, "--vision-init and --init both set the tower: give one"), 2;
     if (s->lr_min < 0) s->lr_min = s->lr / 10;
     o->image_size_given = cli_flag_given(&fs, &c->image_size);
     return -1;
@@ -680,8 +679,8 @@ static vs_status target_train(target_run *r, vs_error *err) {
         } else if (s == VS_OK) {
             if (!(L->m = vs_train_vlm_new(c, max_B, max_T, max_I, err))) s = VS_ERR_INVALID;
             else vs_train_vlm_init(L->m, (uint64_t)o->s.seed);
-            if (s == VS_OK && o->vision_init) s = target_vision_init(L->m, o->vision_init, err);
         }
+        if (s == VS_OK && o->vision_init) s = target_vision_init(L->m, o->vision_init, err);
         if (s == VS_OK) vs_train_loop_fresh_state(L);
     }
     vs_free(settings);
