@@ -2,6 +2,8 @@
  * runs, every refusal with its status and field, base64, and the writers' JSON read back. */
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "oai.h"
 #include "testutil.h"
@@ -152,7 +154,9 @@ static void test_refusals(void) {
         {"\"stream\":1}", "stream"},                 {"\"stop\":[1]}", "stop"},
         {"\"stop\":\"\"}", "stop"},                  {"\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\",\"f\",\"g\",\"h\",\"i\"]}", "stop"},
         {"\"n\":2}", "n"},                           {"\"frequency_penalty\":0.5}", "frequency_penalty"},
-        {"\"logprobs\":true}", "logprobs"},          {"\"tools\":[{\"type\":\"function\"}]}", "tools"},
+        {"\"logprobs\":true}", "logprobs"},        {"\"logprobs\":3}", "logprobs"},
+        {"\"echo\":true}", "echo"},                {"\"best_of\":2}", "best_of"},
+        {"\"logit_bias\":{\"5\":1}}", "logit_bias"}, {"\"suffix\":\"x\"}", "suffix"},          {"\"tools\":[{\"type\":\"function\"}]}", "tools"},
         {"\"response_format\":{\"type\":\"json_object\"}}", "response_format"},
         {"\"vlmspec\":{\"method\":\"nope\"}}", "vlmspec.method"},
         {"\"vlmspec\":{\"gamma\":0}}", "vlmspec.gamma"},
@@ -187,7 +191,14 @@ static void test_media_path(void) {
     VT_REQUIRE(parse(VS_OAI_CHAT, ok, &lim, &r, &e), "file:// under the folder: %s", e.message);
     VT_CHECK(r.n_images == 1 && r.images[0].size == 6 && !memcmp(r.images[0].data, "PIXELS", 6), "read the file");
     vs_oai_req_free(&r);
-    const char *escapes[] = {"file://../pic.png", "file:///etc/passwd", "file://a//pic.png", "file://missing.png"};
+    /* a link out of the folder, a FIFO (reading it would block), a folder */
+    char link[600], fifo[600], sub[600];
+    snprintf(link, sizeof(link), "%s/out.png", dir);
+    snprintf(fifo, sizeof(fifo), "%s/fifo.png", dir);
+    snprintf(sub, sizeof(sub), "%s/sub.png", dir);
+    VT_REQUIRE(!symlink("/etc/hostname", link) && !mkfifo(fifo, 0600) && !mkdir(sub, 0700), "test files");
+    const char *escapes[] = {"file://../pic.png", "file:///etc/passwd", "file://a//pic.png", "file://missing.png",
+                             "file://out.png",    "file://fifo.png",    "file://sub.png"};
     for (size_t i = 0; i < VS_ARRAY_LEN(escapes); i++) {
         char b[256];
         snprintf(b, sizeof(b),

@@ -3,6 +3,8 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "server.h"
@@ -95,6 +97,7 @@ int vs_cmd_serve(int argc, char **argv) {
     const int r = cli_flags_parse(CMD, argc, argv, &fs, usage);
     if (r >= 0) return r;
     if (!mo->model) return cli_fail(CMD, "-m MODEL is required"), 2;
+    if (o.api_key && !*o.api_key) return cli_fail(CMD, "--api-key must not be empty"), 2;
     const bool llava = mo->draft[VS_ROLE_LLAVA] != NULL;
     if (mo->draft_mmproj[VS_ROLE_LLAVA] && !llava) return cli_fail(CMD, "--mmproj-draft needs -md FILE"), 2;
     if (mo->draft_mmproj[VS_ROLE_MASSV] && !mo->draft[VS_ROLE_MASSV])
@@ -133,13 +136,23 @@ int vs_cmd_serve(int argc, char **argv) {
     if (!s) return cli_fail_err(CMD, &err);
     fprintf(stderr, "vlmspec serve: loading %s (http://%s:%d/health answers 503 until it is done)\n", mo->model, o.host,
             (int)vs_server_port(s));
-    if (vs_server_wait_ready(s, &err)) {
-        vs_server_stop(s);
-        return cli_fail_err(CMD, &err);
+    /* a signal while the models load ends the process at once (the load cannot be interrupted) */
+    int sig = 0;
+    for (;;) {
+        const int st = vs_server_poll_ready(s, &err);
+        if (st > 0) break;
+        if (st < 0) {
+            vs_server_stop(s);
+            return cli_fail_err(CMD, &err);
+        }
+        const struct timespec ts = {0, 200 * 1000 * 1000};
+        if ((sig = sigtimedwait(&set, NULL, &ts)) > 0) {
+            fprintf(stderr, "vlmspec serve: %s while loading: exiting\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+            _exit(1);
+        }
     }
     fprintf(stderr, "vlmspec serve: listening on http://%s:%d (method %s, %d slot%s)\n", o.host, (int)vs_server_port(s),
             method, (int)o.n_slots, o.n_slots == 1 ? "" : "s");
-    int sig = 0;
     sigwait(&set, &sig);
     fprintf(stderr, "vlmspec serve: %s: stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
     vs_server_stop(s);

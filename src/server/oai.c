@@ -1,10 +1,15 @@
 /* oai: OpenAI's request and reply JSON (oai.h). */
 #include "oai.h"
 
+#include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 bool vs_oai_fail(vs_oai_error *e, int http, const char *type, const char *param, const char *fmt, ...) {
     if (!e) return false;
@@ -128,6 +133,45 @@ static bool plain_str(const vs_json *v, const char *param, vs_oai_error *e) {
 
 /* --- images --- */
 
+/* Reads NAME under the media folder: the resolved path (symbolic links followed) must stay inside the
+ * resolved folder, and be a regular file within the byte limit (checked before reading it). */
+static bool read_media(const vs_oai_limits *lim, const char *name, const char *param, uint8_t **data, size_t *size,
+                       vs_oai_error *e) {
+    char path[4096], root[PATH_MAX], real[PATH_MAX];
+    if ((size_t)snprintf(path, sizeof(path), "%s/%s", lim->media_path, name) >= sizeof(path))
+        return BAD(e, param, "file:// path too long");
+    if (!realpath(lim->media_path, root)) return vs_oai_fail(e, 500, "server_error", param, "the media folder is gone");
+    const size_t rl = strlen(root);
+    if (!realpath(path, real) || strncmp(real, root, rl) || (real[rl] != '/' && rl > 1))
+        return BAD(e, param, "no image '%s' in the media folder", name);
+    const int fd = open(real, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+        if (fd >= 0) close(fd);
+        return BAD(e, param, "'%s' is not a readable regular file", name);
+    }
+    if ((uint64_t)st.st_size > lim->max_image_bytes) {
+        close(fd);
+        return vs_oai_fail(e, 413, "invalid_request_error", param, "image larger than the limit of %zu bytes",
+                           lim->max_image_bytes);
+    }
+    *size = (size_t)st.st_size;
+    *data = vs_malloc(*size ? *size : 1);
+    size_t got = 0;
+    while (*data && got < *size) {
+        const ssize_t k = read(fd, *data + got, *size - got);
+        if (k <= 0) break;
+        got += (size_t)k;
+    }
+    close(fd);
+    if (!*data || got != *size || !*size) {
+        vs_free(*data);
+        *data = NULL;
+        return BAD(e, param, "cannot read image '%s'", name);
+    }
+    return true;
+}
+
 static bool add_image(vs_oai_req *r, const vs_json *url_v, const char *param, const vs_oai_limits *lim,
                       vs_oai_error *e) {
     if (!plain_str(url_v, param, e)) return false;
@@ -170,16 +214,7 @@ static bool add_image(vs_oai_req *r, const vs_json *url_v, const char *param, co
                 return BAD(e, param, "file:// path may not contain '..' or empty components");
             p += len + (q ? 1 : 0);
         }
-        char path[4096];
-        if ((size_t)snprintf(path, sizeof(path), "%s/%s", lim->media_path, name) >= sizeof(path))
-            return BAD(e, param, "file:// path too long");
-        vs_error err = {0};
-        if (vs_read_file(path, &data, &size, &err)) return BAD(e, param, "cannot read image '%s'", name);
-        if (size > lim->max_image_bytes) {
-            vs_free(data);
-            return vs_oai_fail(e, 413, "invalid_request_error", param, "image larger than the limit of %zu bytes",
-                               lim->max_image_bytes);
-        }
+        if (!read_media(lim, name, param, &data, &size, e)) return false;
     } else if (!strncmp(url, "http://", 7) || !strncmp(url, "https://", 8)) {
         return BAD(e, param, "the server does not fetch URLs: send the image as a data:image/...;base64 URI");
     } else {
@@ -363,10 +398,21 @@ static bool refuse_unsupported(const vs_json *root, vs_oai_error *e) {
         if (!get_num(root, penalties[i], -2, 2, NULL, &p, e)) return false;
         if (p != 0) return BAD(e, penalties[i], "'%s' is not supported (only 0)", penalties[i]);
     }
-    bool lp = false;
-    if (!get_bool(root, "logprobs", &lp, e)) return false;
     const vs_json *lpv = vs_json_get(root, "logprobs");
-    if (lp || (lpv && lpv->type == VS_JSON_NUMBER)) return BAD(e, "logprobs", "'logprobs' is not supported");
+    if (lpv && lpv->type != VS_JSON_NULL && !(lpv->type == VS_JSON_BOOL && !lpv->b))
+        return BAD(e, "logprobs", "'logprobs' is not supported");
+    /* completions' own fields that would change the reply */
+    const vs_json *echo = vs_json_get(root, "echo");
+    if (echo && echo->type != VS_JSON_NULL && !(echo->type == VS_JSON_BOOL && !echo->b))
+        return BAD(e, "echo", "'echo' is not supported");
+    const vs_json *suffix = vs_json_get(root, "suffix");
+    if (suffix && suffix->type != VS_JSON_NULL && !(suffix->type == VS_JSON_STRING && suffix->len == 0))
+        return BAD(e, "suffix", "'suffix' is not supported");
+    int64_t best_of = 1;
+    if (!get_int(root, "best_of", 1, 1, NULL, &best_of, e)) return false;
+    const vs_json *bias = vs_json_get(root, "logit_bias");
+    if (bias && bias->type != VS_JSON_NULL && !(bias->type == VS_JSON_OBJECT && bias->len == 0))
+        return BAD(e, "logit_bias", "'logit_bias' is not supported");
     const vs_json *tl = vs_json_get(root, "top_logprobs");
     if (tl && tl->type != VS_JSON_NULL) return BAD(e, "top_logprobs", "'top_logprobs' is not supported");
     const vs_json *tools = vs_json_get(root, "tools");

@@ -14,9 +14,10 @@
  *                temperature, top_p, top_k, min_p, seed, stop (string or list of at most VS_REQ_MAX_STOP),
  *                stream, stream_options.include_usage, n (1 only), and "vlmspec": {method, gamma,
  *                tree_width, draft_greedy} (unknown keys there are refused).
- * Fields that would change the output in ways the server does not implement (n > 1, a non-zero
- * frequency or presence penalty, logprobs, tools, a response_format other than text) are refused with
- * a 400 naming them; informational fields (user, metadata, store ...) are ignored. */
+ * Fields that would change the output in ways the server does not implement (n or best_of > 1, a
+ * non-zero frequency or presence penalty, logprobs, logit_bias, echo, suffix, tools, a response_format
+ * other than text) are refused with a 400 naming them; informational fields (user, metadata, store ...)
+ * are ignored. file:// names must resolve (links followed) to a regular file inside the media folder. */
 #ifndef VS_OAI_H
 #define VS_OAI_H
 

@@ -4,6 +4,7 @@
 #include <arpa/inet.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,6 +34,7 @@ struct job {
     bool cancelled; /* the client went away (or the server stops) */
     int refs;       /* the connection and the queue / inference thread */
     int32_t slot;   /* while running: its slot */
+    uint64_t n_id;  /* its number (the id's) */
     pthread_cond_t cv;
     /* a stream's SSE bytes, produced by the inference thread, sent by the connection */
     char *out;
@@ -314,7 +316,7 @@ static void run_job(vs_server *s, job *j, char *key, size_t key_len) {
     if (r->has_min_p) rq.sampling.min_p = (float)r->min_p;
     if (r->has_top_k) rq.sampling.top_k = (int32_t)VS_MIN(r->top_k, INT32_MAX);
     if (r->has_seed) rq.sampling.seed = r->seed;
-    else if (!s->o.seed_given) rq.sampling.seed = (uint64_t)(vs_time_now() * 1e6) ^ ((uint64_t)s->serial << 32);
+    else if (!s->o.seed_given) rq.sampling.seed = (uint64_t)(vs_time_now() * 1e6) ^ (j->n_id << 32);
     for (int32_t k = 0; k < r->n_stop; k++) rq.stop[k] = r->stop[k];
     rq.n_stop = r->n_stop;
     rq.reuse_prefix = true;
@@ -346,6 +348,13 @@ static void run_job(vs_server *s, job *j, char *key, size_t key_len) {
     }
     if (vs_session_prompt_rows(sl->sess, &rq, &rows, &err)) {
         session_error(&err, &e);
+        goto fail_key;
+    }
+    /* the request's drafter (made at its first use): a method whose model is missing, or a slot that keeps
+     * too many drafting configurations, is refused before anything is streamed */
+    if (vs_session_prepare(sl->sess, &rq.draft, &err)) {
+        if (err.code == VS_ERR_NOMEM) vs_oai_fail(&e, 500, "server_error", NULL, "%s", err.msg);
+        else vs_oai_fail(&e, 400, "invalid_request_error", "vlmspec", "%s", err.msg);
         goto fail_key;
     }
     const int64_t want = r->max_tokens > 0 ? r->max_tokens : s->o.n_predict > 0 ? s->o.n_predict : 0;
@@ -415,6 +424,15 @@ static void run_job(vs_server *s, job *j, char *key, size_t key_len) {
             job_error(j, &e);
         }
         s->m_failed++;
+    } else if (j->cancelled) { /* the client went away or the server stops: no reply to give */
+        vs_oai_fail(&e, 503, "unavailable_error", NULL, "the request was cancelled");
+        if (r->stream) {
+            vs_oai_write_error(&w, &e);
+            if (!w.oom) job_sse(j, w.buf, w.len);
+            job_sse(j, NULL, 0);
+        } else {
+            job_error(j, &e);
+        }
     } else if (r->stream) {
         size_t ext_len = 0;
         const char *ext = seg_take(j, &ext_len);
@@ -471,8 +489,8 @@ static bool load_models(vs_server *s) {
         if (!(slots[i].sess = vs_session_new(m, &so, &err))) goto fail;
     }
     /* the default drafting must work before the first request */
-    if (slots && (s->o.draft.method || s->o.draft.n_inputs > 0) && vs_session_prepare(slots[0].sess, &s->o.draft, &err))
-        goto fail;
+    for (int32_t i = 0; slots && (s->o.draft.method || s->o.draft.n_inputs > 0) && i < s->o.n_slots; i++)
+        if (vs_session_prepare(slots[i].sess, &s->o.draft, &err)) goto fail;
     pthread_mutex_lock(&s->mu);
     s->models = m, s->slots = slots, s->kv = kv, s->batch = batch;
     s->ready = slots != NULL;
@@ -524,6 +542,11 @@ static void *worker_main(void *arg) {
             pthread_mutex_unlock(&s->mu);
         } else if (skip) {
             vs_free(key);
+            vs_oai_error e;
+            vs_oai_fail(&e, 503, "unavailable_error", NULL, "the request was cancelled");
+            pthread_mutex_lock(&s->mu);
+            job_error(j, &e);
+            pthread_mutex_unlock(&s->mu);
         } else {
             vs_batch_enter(s->batch);
             run_job(s, j, key, key_len);
@@ -589,7 +612,36 @@ static enum MHD_Result fail(struct MHD_Connection *c, int http, const char *type
 typedef struct stream_ref {
     vs_server *s;
     job *j;
+    struct MHD_Connection *c;
 } stream_ref;
+
+/* Whether the client closed its connection (checked while a request waits or computes: the connection
+ * thread is blocked, so libmicrohttpd would notice only at the next write). */
+static bool client_gone(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci) return false;
+    struct pollfd p = {.fd = ci->connect_fd, .events = POLLRDHUP};
+    return poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
+/* Marks a job cancelled and stops its request (lock held). */
+static void job_cancel(vs_server *s, job *j) {
+    if (j->state == JOB_DONE) return;
+    j->cancelled = true;
+    if (j->state == JOB_RUNNING) vs_session_cancel(s->slots[j->slot].sess);
+}
+
+/* Waits on a job's condition for at most ms milliseconds (lock held). */
+static void job_wait(vs_server *s, job *j, int ms) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += ms / 1000;
+    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+    pthread_cond_timedwait(&j->cv, &s->mu, &ts);
+}
+
+#define KEEPALIVE_S 15 /* a stream with nothing to send for this long sends an SSE comment */
 
 /* A stream's body: blocks until the inference thread has more (a thread per connection allows it). */
 static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
@@ -597,9 +649,22 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
     stream_ref *sr = cls;
     job *j = sr->j;
     pthread_mutex_lock(&sr->s->mu);
-    while (j->out_sent == j->out_len && j->state != JOB_DONE) pthread_cond_wait(&j->cv, &sr->s->mu);
+    const double t0 = vs_time_now();
+    bool keepalive = false;
+    while (j->out_sent == j->out_len && j->state != JOB_DONE) {
+        job_wait(sr->s, j, 500);
+        if (client_gone(sr->c)) job_cancel(sr->s, j);
+        if (j->out_sent == j->out_len && vs_time_now() - t0 > KEEPALIVE_S) { /* a long prefill or turn */
+            keepalive = true;
+            break;
+        }
+    }
     ssize_t n;
-    if (j->out_sent < j->out_len) {
+    if (keepalive) {
+        static const char ka[] = ": keep-alive\n\n";
+        n = (ssize_t)VS_MIN(max, sizeof(ka) - 1);
+        memcpy(buf, ka, (size_t)n);
+    } else if (j->out_sent < j->out_len) {
         const size_t k = VS_MIN(max, j->out_len - j->out_sent);
         memcpy(buf, j->out + j->out_sent, k);
         j->out_sent += k;
@@ -618,10 +683,7 @@ static void stream_free(void *cls) {
     vs_server *s = sr->s;
     pthread_mutex_lock(&s->mu);
     job *j = sr->j;
-    if (j->state != JOB_DONE) {
-        j->cancelled = true;
-        if (j->state == JOB_RUNNING) vs_session_cancel(s->slots[j->slot].sess);
-    }
+    job_cancel(s, j);
     job_unref_locked(s, j);
     pthread_mutex_unlock(&s->mu);
     vs_free(sr);
@@ -656,8 +718,8 @@ static enum MHD_Result handle_completion(vs_server *s, struct MHD_Connection *c,
     j->created = (int64_t)time(NULL);
     pthread_mutex_lock(&s->mu);
     s->m_requests++;
-    snprintf(j->id, sizeof(j->id), "%s-%llu", kind == VS_OAI_CHAT ? "chatcmpl" : "cmpl",
-             (unsigned long long)++s->n_ids);
+    j->n_id = ++s->n_ids;
+    snprintf(j->id, sizeof(j->id), "%s-%llu", kind == VS_OAI_CHAT ? "chatcmpl" : "cmpl", (unsigned long long)j->n_id);
     if (s->stopping || s->n_queued >= s->o.queue + (s->o.n_slots - s->n_running)) {
         s->m_failed++;
         j->refs = 1;
@@ -671,8 +733,14 @@ static enum MHD_Result handle_completion(vs_server *s, struct MHD_Connection *c,
     s->tail = j;
     s->n_queued++;
     pthread_cond_signal(&s->work_cv);
-    /* a stream starts once the prompt was accepted; a reply when it is done */
-    while (j->state != JOB_DONE && !(j->req.stream && j->started)) pthread_cond_wait(&j->cv, &s->mu);
+    vs_free(cn->body); /* parsed: the request holds what it needs */
+    cn->body = NULL, cn->len = cn->cap = 0;
+    /* a stream starts once the prompt was accepted; a reply when it is done; a client that leaves
+     * meanwhile stops its request */
+    while (j->state != JOB_DONE && !(j->req.stream && j->started)) {
+        job_wait(s, j, 500);
+        if (j->state != JOB_DONE && client_gone(c)) job_cancel(s, j);
+    }
     if (j->state == JOB_DONE && (!j->req.stream || j->http != 0)) {
         const int http = j->http ? j->http : 500;
         char *body = j->body;
@@ -696,7 +764,7 @@ static enum MHD_Result handle_completion(vs_server *s, struct MHD_Connection *c,
         vs_free(sr);
         return MHD_NO;
     }
-    sr->s = s, sr->j = j;
+    sr->s = s, sr->j = j, sr->c = c;
     MHD_add_response_header(resp, "Content-Type", "text/event-stream; charset=utf-8");
     MHD_add_response_header(resp, "Cache-Control", "no-cache");
     MHD_add_response_header(resp, "Access-Control-Allow-Origin", "*");
@@ -777,6 +845,23 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (!cn) { /* the headers: the body (if any) follows in later calls */
         if (!(cn = vs_calloc(1, sizeof(conn)))) return MHD_NO;
         *con_cls = cn;
+        /* refuse before reading a body: an unknown route, a body over the limit, a wrong key (the answer
+         * goes out at once; libmicrohttpd then discards the body) */
+        if (!strcmp(method, "POST") && (is_route(url, "/chat/completions") || is_route(url, "/completions"))) {
+            const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+            if (cl && strtoull(cl, NULL, 10) > (unsigned long long)s->o.max_body) {
+                cn->too_large = true;
+                char lim[32];
+                snprintf(lim, sizeof(lim), "%zu", s->o.max_body);
+                return fail(c, 413, "invalid_request_error", NULL, "request body larger than the limit of %s bytes", lim);
+            }
+            if (!authorised(s, c)) {
+                vs_oai_error e;
+                vs_oai_fail(&e, 401, "authentication_error", NULL, "invalid or missing API key (Authorization: Bearer KEY)");
+                e.code = "invalid_api_key";
+                return send_error(c, &e);
+            }
+        }
         return MHD_YES;
     }
     if (*upload_size) {
@@ -825,11 +910,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     }
     if (page) return send_buf(c, 200, "text/html; charset=utf-8", vs_server_page, vs_server_page_len);
     pthread_mutex_lock(&s->mu);
-    const bool ready = s->ready, failed = s->load_failed;
+    const bool ready = s->ready && !s->stopping, failed = s->load_failed, stopping = s->stopping;
     pthread_mutex_unlock(&s->mu);
+    const char *why = stopping ? "the server is shutting down" : failed ? "the models failed to load" : "loading the models";
     if (health) {
         if (ready) return send_json(c, 200, "{\"status\":\"ok\"}", 15);
-        return fail(c, 503, "unavailable_error", NULL, "%s", failed ? "the models failed to load" : "loading the models");
+        return fail(c, 503, "unavailable_error", NULL, "%s", why);
     }
     if (!authorised(s, c)) {
         vs_oai_error e;
@@ -839,8 +925,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     }
     if (models) return handle_models(s, c);
     if (metrics) return handle_metrics(s, c);
-    if (!ready)
-        return fail(c, 503, "unavailable_error", NULL, "%s", failed ? "the models failed to load" : "loading the models");
+    if (!ready) return fail(c, 503, "unavailable_error", NULL, "%s", why);
     return handle_completion(s, c, chat ? VS_OAI_CHAT : VS_OAI_COMPLETION, cn);
 }
 
@@ -931,6 +1016,14 @@ vs_status vs_server_wait_ready(vs_server *s, vs_error *err) {
         st = s->load_err.code ? s->load_err.code : VS_ERR_INVALID;
         if (err) *err = s->load_err;
     }
+    pthread_mutex_unlock(&s->mu);
+    return st;
+}
+
+int vs_server_poll_ready(vs_server *s, vs_error *err) {
+    pthread_mutex_lock(&s->mu);
+    const int st = s->ready ? 1 : s->load_failed ? -1 : 0;
+    if (s->load_failed && err) *err = s->load_err;
     pthread_mutex_unlock(&s->mu);
     return st;
 }

@@ -53,6 +53,8 @@ typedef struct vs_server vs_server;
 vs_server *vs_server_start(const vs_server_opts *o, vs_error *err);
 /* Waits until the models are loaded: VS_OK, or the load's error (the server keeps answering 503). */
 vs_status vs_server_wait_ready(vs_server *s, vs_error *err);
+/* The same without waiting: 1 loaded, 0 still loading, -1 the load failed (err says why). */
+int vs_server_poll_ready(vs_server *s, vs_error *err);
 int32_t vs_server_port(const vs_server *s);
 /* Stops accepting, ends the running and queued requests, joins every thread, frees everything. NULL ok. */
 void vs_server_stop(vs_server *s);

@@ -168,13 +168,9 @@ void vs_batch_leave(vs_batch *b) {
 vs_status vs_batch_verify(void *ctx, vs_lm *lm, vs_kv *kv, vs_threadpool *tp, const vs_lm_row *rows, int n,
                           const vs_lm_out *out, vs_error *err) {
     vs_batch *b = ctx;
+    /* every block waits for the others, also one that will run alone (hidden states wanted, more rows than
+     * max_rows): running it at once would keep the turn, and the others' blocks, until its request ends */
     pending me = {.lm = lm, .kv = kv, .tp = tp, .rows = rows, .n = n, .out = out};
-    if (!mergeable(NULL, &me) || n > b->max_rows) { /* alone, now: the turn is ours */
-        pthread_mutex_lock(&b->mu);
-        b->stats.forwards++, b->stats.blocks++;
-        pthread_mutex_unlock(&b->mu);
-        return vs_lm_forward(lm, kv, tp, rows, n, out, err);
-    }
     pthread_mutex_lock(&b->mu);
     if (b->n_p == MAX_PENDING) run_pending(b);
     b->p[b->n_p++] = &me;

@@ -10,8 +10,9 @@
  * cost little more than one on a memory-bound CPU. Rows keep their results bitwise (the kernels are
  * batch invariant below 128 rows: a merged forward never exceeds max_rows < 128), so every request's
  * output is the one it gets alone. Blocks that ask for hidden states or attention observers, or that
- * would not fit, run alone; when a merged forward fails, each block runs alone so that one request's
- * error stays its own. */
+ * would not fit, wait like the others and then run alone; when a merged forward fails, each block runs
+ * alone so that one request's error stays its own. A thread's prefill and image encoding (done with the
+ * turn held) delay the others' waiting blocks by their duration. */
 #ifndef VS_BATCH_H
 #define VS_BATCH_H
 

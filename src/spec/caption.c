@@ -18,6 +18,7 @@ struct vs_captioner {
     char *prompt;
     int32_t max_tokens, pool_k;
     vs_threadpool *tp;
+    bool same_thread;
 };
 
 static const char *lm_name(const vs_lm *lm) { return vs_gguf_name(vs_lm_gguf(lm)); }
@@ -51,6 +52,7 @@ vs_captioner *vs_captioner_new(vs_lm *lm, const vs_vision_projector *proj, const
     c->lm = lm;
     c->proj = proj;
     c->tp = o->tp;
+    c->same_thread = o->same_thread;
     c->max_tokens = o->max_tokens > 0 ? o->max_tokens : 24;
     c->pool_k = o->pool_k > 1 ? o->pool_k : 1;
     c->prompt = vs_strdup(prompt);
@@ -247,6 +249,7 @@ void vs_caption_src_free(vs_caption_src *s) {
 
 const vs_lm *vs_caption_src_lm(const vs_caption_src *s) { return s ? vs_captioner_lm(s->cap) : NULL; }
 vs_threadpool *vs_caption_src_tp(const vs_caption_src *s) { return s ? vs_captioner_tp(s->cap) : NULL; }
+bool vs_caption_src_same_thread(const vs_caption_src *s) { return s && s->cap && s->cap->same_thread; }
 
 /* Captions every image of the request into s->text; the status in s->th_st. */
 static void caption_all(vs_caption_src *s) {

@@ -36,6 +36,8 @@ typedef struct vs_captioner_opts {
     int32_t pool_k;     /* pool the features k x k before projecting (<= 1: none) */
     vs_threadpool *tp;  /* the pool the captioner computes with (borrowed; NULL = its own thread only);
                          * must not be a pool another thread uses at the same time */
+    bool same_thread;   /* caption on the requesting thread, never on one of its own during the target's
+                         * prefill (sessions that share their models with other threads: batch.h) */
 } vs_captioner_opts;
 
 #define VS_CAPTION_PROMPT "USER: <image>\nDescribe the image in one short sentence. ASSISTANT:"
@@ -73,6 +75,7 @@ void vs_caption_src_free(vs_caption_src *s);
  * the target's. */
 const vs_lm *vs_caption_src_lm(const vs_caption_src *s);
 vs_threadpool *vs_caption_src_tp(const vs_caption_src *s);
+bool vs_caption_src_same_thread(const vs_caption_src *s); /* its captioner's same_thread (false: none) */
 
 /* Starts captioning the request's images (fixed texts: nothing to do). images[i] may be NULL when the
  * request has no features for image i (that image then gets no caption). async: on a new thread;

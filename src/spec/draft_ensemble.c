@@ -938,7 +938,7 @@ vs_spec_drafter *vs_draft_ens_new(vs_lm *draft, const vs_lm *target, const vs_dr
     if (d->caps) {
         const vs_lm *cl = vs_caption_src_lm(d->caps);
         const vs_threadpool *ct = vs_caption_src_tp(d->caps);
-        d->caps_async = cl && cl != target && (!ct || ct != o->tp);
+        d->caps_async = cl && cl != target && (!ct || ct != o->tp) && !vs_caption_src_same_thread(d->caps);
     }
     d->tok = vs_tokenizer_from_gguf(vs_lm_gguf(draft), err);
     if (!d->tok) {

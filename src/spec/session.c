@@ -381,8 +381,10 @@ static vs_caption_src *captions(vs_session *s, vs_error *err) {
     if (s->captions) return s->captions;
     const vs_vision_projector *p = vs_models_draft_projector(s->m, VS_ROLE_LLAVA);
     if (p && s->m->draft[VS_ROLE_LLAVA]) {
-        /* its own thread, no pool: the target's pool is busy with the prefill meanwhile */
-        vs_captioner_opts co = {.max_tokens = s->o.caption_tokens};
+        /* its own thread, no pool: the target's pool is busy with the prefill meanwhile; with a batcher the
+         * drafter model is shared with other threads: on the requesting thread and its turn, with the pool */
+        vs_captioner_opts co = {.max_tokens = s->o.caption_tokens, .same_thread = s->o.batch != NULL,
+                                .tp = s->o.batch ? s->m->tp : NULL};
         if (!(s->captioner = vs_captioner_new(s->m->draft[VS_ROLE_LLAVA], p, &co, err))) return NULL;
         if (!(s->captions = vs_caption_src_new_captioner(s->captioner, err))) {
             vs_captioner_free(s->captioner);

@@ -191,6 +191,23 @@ for (let i = 0; i < 6; i++) {
     .then(async (resp) => { const rd = resp.body.getReader(); await rd.read(); ac.abort(); }).catch(() => {}));
 }
 await Promise.all(aborts);
+// a non-streamed request whose client leaves: the server notices while it computes and stops it
+{
+  const ac = new AbortController();
+  const p = fetch(chat, { method: "POST", signal: ac.signal, headers: { Authorization: `Bearer ${KEY}`, "Content-Type": "application/json" },
+    body: JSON.stringify(chatBody({ max_tokens: 600, temperature: 1, seed: 99 })) }).catch(() => {});
+  await new Promise((res) => setTimeout(res, 700));
+  ac.abort();
+  await p;
+  let idle = false;
+  for (let t = 0; t < 50 && !idle; t++) {
+    await new Promise((res) => setTimeout(res, 100));
+    idle = /vlmspec_requests_processing 0/.test(curl(`${A.url}/metrics`).text);
+  }
+  check(idle, "a non-streamed request stops when its client leaves");
+}
+r = curl(chat, { body: chatBody(), key: "wrong" });
+check(r.status === 401, `a completion with a wrong key: ${r.status}`);
 r = curl(chat, { body: chatBody() });
 check(r.status === 200 && r.json.choices[0].message.content === reply, "a request after the aborted streams");
 await new Promise((res) => setTimeout(res, 200));
