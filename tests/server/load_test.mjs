@@ -1,5 +1,6 @@
 // Load on `vlmspec serve` (loopback only), also a benchmark (docs/server.md):
 //   node tests/server/load_test.mjs [--clients 8] [--requests 25] [--slots 1,4] [--disconnects 200] [--tokens 32]
+//                                   [--method NAME]   (the requests' drafting method; default: the server's, m)
 // For each slot count it starts a server with the shipped models, runs CLIENTS concurrent streaming clients
 // of REQUESTS requests each (greedy, each with one of 4 pictures), and checks: no errors, every answer equals
 // the single-client answer to the same request, the server's peak RSS (VmHWM); then DISCONNECTS clients that
@@ -12,7 +13,7 @@ import { join } from "node:path";
 
 const arg = (name, def) => { const i = process.argv.indexOf(`--${name}`); return i > 0 ? process.argv[i + 1] : def; };
 const CLIENTS = Number(arg("clients", 8)), REQUESTS = Number(arg("requests", 25)), DISCONNECTS = Number(arg("disconnects", 200));
-const TOKENS = Number(arg("tokens", 32)), SLOTS = arg("slots", "1,4").split(",").map(Number);
+const TOKENS = Number(arg("tokens", 32)), SLOTS = arg("slots", "1,4").split(",").map(Number), METHOD = arg("method", null);
 const BIN = process.env.VLMSPEC_BIN || "build/vlmspec";
 const FILES = ["target.gguf", "target-mmproj.gguf", "draft-llava.gguf", "draft-llava-mmproj.gguf"].map((f) => join("models", f));
 for (const f of FILES) if (!existsSync(f)) { console.log(`server_load: SKIPPED: ${f} is missing`); process.exit(77); }
@@ -26,6 +27,7 @@ process.on("exit", () => { server?.kill("SIGKILL"); rmSync(tmp, { recursive: tru
 execFileSync(BIN, ["data", "gen", "--out", join(tmp, "world"), "--seed", "14", "--train", "1", "--test", "4", "--suites", "vqa", "--quiet"]);
 const samples = readFileSync(join(tmp, "world", "test.jsonl"), "utf8").trim().split("\n").map((l) => JSON.parse(l));
 const bodies = samples.map((s) => ({ temperature: 0, max_tokens: TOKENS, stream: true, stream_options: { include_usage: true },
+  ...(METHOD ? { vlmspec: { method: METHOD } } : {}),
   messages: [{ role: "user", content: [
     { type: "image_url", image_url: { url: `data:image/png;base64,${readFileSync(join(tmp, "world", s.images[0])).toString("base64")}` } },
     { type: "text", text: s.turns[0].user.replace(/<image>\n?/g, "").trim() }] }] }));
