@@ -228,8 +228,11 @@ static void test_cli(void) {
     VT_REQUIRE(mkfifo(fifo, 0600) == 0, "mkfifo");
     /* model random -o FIFO: written through the FIFO (drained by cat), the FIFO stays; the check that
      * loads the model back refuses a FIFO (without blocking on it) */
-    int rc = vt_run("cat '%s' > '%s/drained.gguf' & timeout 60 %s model random --dim 32 --layers 1 --heads 2 --ffn 64 --ctx 64 "
-                    "--type F16 --vocab 64 -o '%s' > /dev/null 2>'%s/random.err'; r=$?; kill $! 2>/dev/null; wait; exit $r",
+    /* cat ends by itself once the writer has closed the FIFO: wait for it (killing it at once could cut what
+     * it still had to copy); a writer that never opened the FIFO leaves cat blocked: killed after 10 s */
+    int rc = vt_run("cat '%s' > '%s/drained.gguf' & c=$!; timeout 60 %s model random --dim 32 --layers 1 --heads 2 "
+                    "--ffn 64 --ctx 64 --type F16 --vocab 64 -o '%s' > /dev/null 2>'%s/random.err'; r=$?; "
+                    "(sleep 10; kill $c) > /dev/null 2>&1 & k=$!; wait $c; kill $k 2>/dev/null; exit $r",
                     fifo, dir, cli, fifo, dir);
     struct stat st;
     char rerr[4200];

@@ -833,6 +833,19 @@ static enum MHD_Result handle_metrics(vs_server *s, struct MHD_Connection *c) {
     return r;
 }
 
+static enum MHD_Result refuse_key(struct MHD_Connection *c) {
+    vs_oai_error e;
+    vs_oai_fail(&e, 401, "authentication_error", NULL, "invalid or missing API key (Authorization: Bearer KEY)");
+    e.code = "invalid_api_key";
+    return send_error(c, &e);
+}
+
+static enum MHD_Result refuse_too_large(const vs_server *s, struct MHD_Connection *c) {
+    char lim[32];
+    snprintf(lim, sizeof(lim), "%zu", s->o.max_body);
+    return fail(c, 413, "invalid_request_error", NULL, "request body larger than the limit of %s bytes", lim);
+}
+
 static bool is_route(const char *url, const char *path) {
     return !strcmp(url, path) || (!strncmp(url, "/v1", 3) && !strcmp(url + 3, path));
 }
@@ -851,16 +864,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
             if (cl && strtoull(cl, NULL, 10) > (unsigned long long)s->o.max_body) {
                 cn->too_large = true;
-                char lim[32];
-                snprintf(lim, sizeof(lim), "%zu", s->o.max_body);
-                return fail(c, 413, "invalid_request_error", NULL, "request body larger than the limit of %s bytes", lim);
+                return refuse_too_large(s, c);
             }
-            if (!authorised(s, c)) {
-                vs_oai_error e;
-                vs_oai_fail(&e, 401, "authentication_error", NULL, "invalid or missing API key (Authorization: Bearer KEY)");
-                e.code = "invalid_api_key";
-                return send_error(c, &e);
-            }
+            if (!authorised(s, c)) return refuse_key(c);
         }
         return MHD_YES;
     }
@@ -893,11 +899,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         MHD_destroy_response(r);
         return ok;
     }
-    if (cn->too_large) {
-        char lim[32];
-        snprintf(lim, sizeof(lim), "%zu", s->o.max_body);
-        return fail(c, 413, "invalid_request_error", NULL, "request body larger than the limit of %s bytes", lim);
-    }
+    if (cn->too_large) return refuse_too_large(s, c);
     const bool chat = is_route(url, "/chat/completions"), compl = is_route(url, "/completions");
     const bool models = is_route(url, "/models"), metrics = !strcmp(url, "/metrics");
     const bool health = !strcmp(url, "/health") || !strcmp(url, "/v1/health"), page = !strcmp(url, "/");
@@ -917,12 +919,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (ready) return send_json(c, 200, "{\"status\":\"ok\"}", 15);
         return fail(c, 503, "unavailable_error", NULL, "%s", why);
     }
-    if (!authorised(s, c)) {
-        vs_oai_error e;
-        vs_oai_fail(&e, 401, "authentication_error", NULL, "invalid or missing API key (Authorization: Bearer KEY)");
-        e.code = "invalid_api_key";
-        return send_error(c, &e);
-    }
+    if (!authorised(s, c)) return refuse_key(c);
     if (models) return handle_models(s, c);
     if (metrics) return handle_metrics(s, c);
     if (!ready) return fail(c, 503, "unavailable_error", NULL, "%s", why);
