@@ -89,8 +89,7 @@ struct vs_server {
     double m_prompt_s, m_predicted_s;
 };
 
-static void job_unref_locked(vs_server *s, job *j) {
-    (void)s;
+static void job_unref_locked(job *j) {
     if (--j->refs > 0) return;
     vs_oai_req_free(&j->req);
     vs_detok_free(j->dt);
@@ -262,7 +261,7 @@ static bool on_text(void *ctx, const char *text, size_t len) {
     return go;
 }
 
-static void fill_usage(const vs_server *s, const vs_result *res, const vs_request *rq, vs_oai_usage *u) {
+static void fill_usage(const vs_result *res, const vs_request *rq, vs_oai_usage *u) {
     memset(u, 0, sizeof(*u));
     u->prompt_tokens = res->n_prompt_rows;
     u->completion_tokens = res->log.n_tokens;
@@ -277,7 +276,6 @@ static void fill_usage(const vs_server *s, const vs_result *res, const vs_reques
     u->method = rq->draft.method ? rq->draft.method : "ar";
     u->gamma = res->drafter ? rq->draft.gamma : 0;
     u->tree_width = res->drafter ? VS_MAX(1, rq->draft.opts.tree_width) : 0;
-    (void)s;
 }
 
 /* Maps a session error to the HTTP answer. */
@@ -398,7 +396,7 @@ static void run_job(vs_server *s, job *j, char *key, size_t key_len) {
     if (!st && res.text && key_add(&key, &key_len, "\x1e" "2", 2) && key_add(&key, &key_len, res.text, res.text_len))
         sl->key = key, sl->key_len = key_len, key = NULL;
     vs_oai_usage u;
-    fill_usage(s, &res, &rq, &u);
+    fill_usage(&res, &rq, &u);
     s->m_prompt_tokens += u.prompt_n;
     s->m_predicted += u.completion_tokens;
     s->m_prompt_s += u.prompt_ms / 1e3;
@@ -557,7 +555,7 @@ static void *worker_main(void *arg) {
         s->n_running--;
         j->state = JOB_DONE;
         pthread_cond_broadcast(&j->cv);
-        job_unref_locked(s, j);
+        job_unref_locked(j);
     }
     pthread_mutex_unlock(&s->mu);
     return NULL;
@@ -684,7 +682,7 @@ static void stream_free(void *cls) {
     pthread_mutex_lock(&s->mu);
     job *j = sr->j;
     job_cancel(s, j);
-    job_unref_locked(s, j);
+    job_unref_locked(j);
     pthread_mutex_unlock(&s->mu);
     vs_free(sr);
 }
@@ -723,7 +721,7 @@ static enum MHD_Result handle_completion(vs_server *s, struct MHD_Connection *c,
     if (s->stopping || s->n_queued >= s->o.queue + (s->o.n_slots - s->n_running)) {
         s->m_failed++;
         j->refs = 1;
-        job_unref_locked(s, j);
+        job_unref_locked(j);
         pthread_mutex_unlock(&s->mu);
         return fail(c, 503, "unavailable_error", NULL, "%s", "the server is busy: too many requests waiting, retry later");
     }
@@ -746,7 +744,7 @@ static enum MHD_Result handle_completion(vs_server *s, struct MHD_Connection *c,
         char *body = j->body;
         size_t len = j->body_len;
         j->body = NULL;
-        job_unref_locked(s, j);
+        job_unref_locked(j);
         pthread_mutex_unlock(&s->mu);
         enum MHD_Result r = send_json(c, http, body ? body : "{}", body ? len : 2);
         vs_free(body);
@@ -759,7 +757,7 @@ static enum MHD_Result handle_completion(vs_server *s, struct MHD_Connection *c,
     if (!resp) {
         pthread_mutex_lock(&s->mu);
         j->cancelled = true;
-        job_unref_locked(s, j);
+        job_unref_locked(j);
         pthread_mutex_unlock(&s->mu);
         vs_free(sr);
         return MHD_NO;
@@ -1005,18 +1003,6 @@ vs_server *vs_server_start(const vs_server_opts *o, vs_error *err) {
     return s;
 }
 
-vs_status vs_server_wait_ready(vs_server *s, vs_error *err) {
-    pthread_mutex_lock(&s->mu);
-    while (!s->ready && !s->load_failed) pthread_cond_wait(&s->ready_cv, &s->mu);
-    vs_status st = VS_OK;
-    if (s->load_failed) {
-        st = s->load_err.code ? s->load_err.code : VS_ERR_INVALID;
-        if (err) *err = s->load_err;
-    }
-    pthread_mutex_unlock(&s->mu);
-    return st;
-}
-
 int vs_server_poll_ready(vs_server *s, vs_error *err) {
     pthread_mutex_lock(&s->mu);
     const int st = s->ready ? 1 : s->load_failed ? -1 : 0;
@@ -1040,7 +1026,7 @@ void vs_server_stop(vs_server *s) {
         j->state = JOB_DONE;
         if (!j->started) job_error(j, &e);
         pthread_cond_broadcast(&j->cv);
-        job_unref_locked(s, j);
+        job_unref_locked(j);
     }
     s->tail = NULL;
     s->n_queued = 0;

@@ -51,9 +51,8 @@ typedef struct vs_server vs_server;
 /* Binds and starts serving (the inference thread begins loading the models: /health answers 503 until it
  * is done). NULL + err when the address cannot be bound. */
 vs_server *vs_server_start(const vs_server_opts *o, vs_error *err);
-/* Waits until the models are loaded: VS_OK, or the load's error (the server keeps answering 503). */
-vs_status vs_server_wait_ready(vs_server *s, vs_error *err);
-/* The same without waiting: 1 loaded, 0 still loading, -1 the load failed (err says why). */
+/* Whether the models are loaded: 1 loaded, 0 still loading, -1 the load failed (err says why; the server
+ * keeps answering 503). */
 int vs_server_poll_ready(vs_server *s, vs_error *err);
 int32_t vs_server_port(const vs_server *s);
 /* Stops accepting, ends the running and queued requests, joins every thread, frees everything. NULL ok. */
