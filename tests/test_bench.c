@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "methods.h"
 #include "testutil.h"
 
 static void add_block(vs_spec_log *log, int n_draft, int n_eval, int n_accept, int n_emit, int n_steps,
@@ -549,6 +550,42 @@ static void test_sysinfo(void) {
 /* ------------------------------------------------------------------------------------------------
  * End to end on tiny random models and a tiny generated world */
 
+/* Method names with a token-tree shape (methods.h). */
+static void test_method_shapes(void) {
+    static const struct {
+        const char *name;
+        bool ok;
+        int w, k, n;
+    } cases[] = {
+        {"m", true, 1, 0, 0},          {"m@w3", true, 3, 0, 0},        {"m@k4", true, 0, 4, 0},
+        {"tabed-mt@k4n24", true, 0, 4, 24}, {"m@k16n256", true, 0, 16, 256}, {"ar@k2", false, 0, 0, 0},
+        {"m@w1", false, 0, 0, 0},      {"m@w9", false, 0, 0, 0},       {"m@k0", false, 0, 0, 0},
+        {"m@k17", false, 0, 0, 0},     {"m@k4n", false, 0, 0, 0},      {"m@k4n0", false, 0, 0, 0},
+        {"m@k4n257", false, 0, 0, 0},  {"m@", false, 0, 0, 0},         {"m@x2", false, 0, 0, 0},
+        {"m@w3n2", false, 0, 0, 0},    {"m@k4x", false, 0, 0, 0},      {"mx@k2", false, 0, 0, 0},
+        {"m@k99999999999", false, 0, 0, 0},
+    };
+    for (size_t i = 0; i < VS_ARRAY_LEN(cases); i++) {
+        const vs_method *m = vs_method_find(cases[i].name);
+        VT_CHECK(!!m == cases[i].ok, "%s: %s", cases[i].name, m ? "accepted" : "refused");
+        if (!m || !cases[i].ok) continue;
+        vs_method_opts o = {.tree_width = 1};
+        vs_method_shape(cases[i].name, &o);
+        VT_CHECK(o.tree_width == cases[i].w && o.tree_top_k == cases[i].k && o.tree_nodes == cases[i].n,
+                 "%s: width %d top-k %d nodes %d", cases[i].name, o.tree_width, o.tree_top_k, o.tree_nodes);
+    }
+    vs_method_opts o = {.tree_top_k = 4};
+    VT_CHECK(vs_method_verify_rows(&o, 5) == 33, "EAGLE-2 k4: %d rows", vs_method_verify_rows(&o, 5));
+    o.tree_nodes = 20;
+    VT_CHECK(vs_method_verify_rows(&o, 5) == 21, "k4n20: %d", vs_method_verify_rows(&o, 5));
+    o = (vs_method_opts){.tree_width = 3};
+    VT_CHECK(vs_method_verify_rows(&o, 5) == 16, "w3: %d", vs_method_verify_rows(&o, 5));
+    char b[64];
+    VT_CHECK(!strcmp(vs_method_label("tabed-mt@k4n24", b, sizeof(b)), "TABED^MT@k4n24"), "label %s", b);
+    VT_CHECK(!strcmp(vs_method_label("m", b, sizeof(b)), "M"), "label %s", b);
+    VT_CHECK(!strcmp(vs_method_label("zz", b, sizeof(b)), "zz"), "label %s", b);
+}
+
 static void test_smoke(void) {
     vs_error err = {0};
     char models[512], data[512], out[512], path[700];
@@ -713,7 +750,8 @@ static void test_smoke(void) {
     vs_bench_config_default(&e);
     e.models_dir = models, e.data_dir = data, e.out_dir = out2;
     const char *ens[] = {"c",         "p",          "mt",             "mtcp",          "tabed-mt",
-                         "tabed-mtcp", "random-mt", "tabed-mtcp-tvd", "tabed-mtcp-ada"};
+                         "tabed-mtcp", "random-mt", "tabed-mtcp-tvd", "tabed-mtcp-ada", "m@k3n10",
+                         "mt@w2",      "tabed-mt@k2"};
     e.n_methods = 0;
     for (size_t i = 0; i < VS_ARRAY_LEN(ens); i++) e.methods[e.n_methods++] = ens[i];
     e.gammas[0] = 3, e.n_gammas = 1;
@@ -721,7 +759,7 @@ static void test_smoke(void) {
     e.turns[0] = 1, e.n_turns = 1;
     e.limit = 1, e.n_predict = 10, e.progress = false, e.quiet = true;
     VT_REQUIRE(vs_bench_run(&e, &info, &err) == VS_OK, "%s", err.msg);
-    VT_CHECK(info.n_run == 3 * 2 * 10 && info.n_mismatch == 0, "ensembles: %lld cells, %lld mismatches",
+    VT_CHECK(info.n_run == 3 * 2 * 13 && info.n_mismatch == 0, "ensembles: %lld cells, %lld mismatches",
              (long long)info.n_run, (long long)info.n_mismatch);
     snprintf(path, sizeof(path), "%s/results.jsonl", out2);
     VT_REQUIRE(vs_bench_results_load(path, &res, &err) == VS_OK, "%s", err.msg);
@@ -787,6 +825,7 @@ int main(void) {
     test_results_file();
     test_report_files();
     test_sysinfo();
+    test_method_shapes();
     test_smoke();
     return vt_finish("bench");
 }

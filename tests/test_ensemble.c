@@ -25,6 +25,7 @@
  * multimodal prompts whose M row is 600 (one 576-row image as TABED's setting, and 9 images of 64 rows);
  * `mm`: those alone; MODEL: a GGUF with the bench's vocabulary of 2048 (models/draft-llava.gguf, the shipped
  * drafter) instead of random weights of the given shape. */
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -93,6 +94,8 @@ static vs_status gen(st_engine *e, vs_spec_drafter *d, const vs_spec_prompt *p, 
 
 /* The drafters' cache type in make_ens_w (F32 by default; some lossless passes run the BF16 layout). */
 static vs_type g_ens_kv = VS_TYPE_F32;
+/* EAGLE-2 trees in make_ens_w: top-k (0 = off) and nodes (0 = the default 8 K). */
+static int g_ens_topk = 0, g_ens_nodes = 0;
 
 static vs_spec_drafter *make_ens_w(vs_lm *draft, vs_lm *target, const char *inputs, const char *policy,
                                    const vs_vision_projector *proj, vs_caption_src *caps, bool trace,
@@ -107,6 +110,7 @@ static vs_spec_drafter *make_ens_w(vs_lm *draft, vs_lm *target, const char *inpu
     o.captions = caps;
     o.trace = trace;
     o.tree_width = width;
+    o.tree_top_k = g_ens_topk, o.tree_nodes = g_ens_nodes;
     vs_spec_drafter *d = vs_draft_ens_new(draft, target, &o, &err);
     VT_REQUIRE(d, "ensemble %s / %s: %s", inputs, policy, err.msg);
     return d;
@@ -244,6 +248,7 @@ static void run_lossless(fixture *f, vs_lm *draft, const vs_vision_projector *pr
             for (int i = 0; i < NP; i++) {
                 const int gamma = GAMMAS[(i + s + pi) % 4];
                 const int64_t before = vs_draft_ens_get_stats(d)->rows_evaluated;
+                const int64_t disc0 = vs_draft_ens_get_stats(d)->rows_discarded;
                 vs_status st = gen(&e, d, &f->mp[i].p, gamma, 20, &log, &err);
                 VT_REQUIRE(st == VS_OK, "%s %s %s prompt %d: %s", label, SETS_[s], pol, i, err.msg);
                 t->combos++;
@@ -258,17 +263,25 @@ static void run_lossless(fixture *f, vs_lm *draft, const vs_vision_projector *pr
                 int64_t cached = 0;
                 for (int r = 0; r < m; r++) cached += vs_kv_seq_len(kv, r);
                 const int64_t evaluated = vs_draft_ens_get_stats(d)->rows_evaluated - before;
-                if (evaluated != cached + m * st_wasted_drafts(&log)) {
+                const int64_t discarded = vs_draft_ens_get_stats(d)->rows_discarded - disc0;
+                /* EAGLE-2 trees: which nodes were fed depends on the scores; every evaluated row is cached
+                 * or was removed by a rollback, and at most K (gamma - 1) were fed per block and row */
+                int64_t fed_max = 0;
+                for (int b = 0; b < log.n_blocks; b++)
+                    fed_max += (int64_t)g_ens_topk * VS_MAX(log.blocks[b].n_steps - 1, 0);
+                if (g_ens_topk ? evaluated != cached + discarded || discarded > m * fed_max
+                               : evaluated != cached + m * st_wasted_drafts(&log)) {
                     t->eval_errors++;
                     VT_CHECK(
                         false,
-                        "%s %s %s prompt %d: %lld rows evaluated, %lld cached + %lld x %d rejected drafts",
+                        "%s %s %s prompt %d: %lld rows evaluated, %lld cached + %lld x %d rejected drafts (discarded %lld, fed at most %lld x m)",
                         label, SETS_[s], pol, i, (long long)evaluated, (long long)cached,
-                        (long long)st_wasted_drafts(&log), m);
+                        (long long)st_wasted_drafts(&log), m, (long long)discarded, (long long)fed_max);
                 }
                 for (int b = 0; b < log.n_blocks; b++) {
                     const vs_spec_block *k = &log.blocks[b];
-                    VT_CHECK(k->n_depth <= gamma && k->n_draft <= width * k->n_depth,
+                    const int nodes = g_ens_topk ? (g_ens_nodes ? g_ens_nodes : 8 * g_ens_topk) : width * k->n_depth;
+                    VT_CHECK(k->n_depth <= gamma && k->n_draft <= nodes,
                              "%s %s: block of %d nodes, depth %d (gamma %d, width %d)", label, SETS_[s],
                              k->n_draft, k->n_depth, gamma, width);
                     t->tree_blocks += k->n_draft > k->n_depth;
@@ -328,6 +341,61 @@ static void test_lossless(fixture *f) {
     VT_CHECK(tt.mismatches == 0 && tt.eval_errors == 0, "trees: %d mismatches, %d evaluation-count errors",
              tt.mismatches, tt.eval_errors);
     VT_CHECK(tt.tree_blocks > 200, "trees: only %lld tree blocks", (long long)tt.tree_blocks);
+
+    /* EAGLE-2 dynamic trees: top-k 2 with 6 nodes, top-k 3 with the default 24 (BF16 cache), the same
+     * input sets and policies */
+    tally te = {0};
+    for (int kk = 2; kk <= 3; kk++) {
+        char label[64];
+        snprintf(label, sizeof(label), "related drafter, EAGLE-2 top-k %d%s", kk, kk == 3 ? ", BF16 cache" : "");
+        g_ens_kv = kk == 3 ? VS_TYPE_BF16 : VS_TYPE_F32;
+        g_ens_topk = kk, g_ens_nodes = kk == 2 ? 6 : 0;
+        run_lossless(f, f->draft_rel, vs_mmproj_projector(f->dm_rel), label, &te, TSETS, 5, TPOLS, 3, 1);
+    }
+    g_ens_kv = VS_TYPE_F32;
+    g_ens_topk = g_ens_nodes = 0;
+    printf("  lossless greedy with EAGLE-2 trees: %d combinations, %d mismatches, %lld tree blocks, "
+           "acceptance %.3f\n",
+           te.combos, te.mismatches, (long long)te.tree_blocks, (double)te.accepted / (double)VS_MAX(te.drafted, 1));
+    VT_CHECK(te.mismatches == 0 && te.eval_errors == 0, "EAGLE-2 trees: %d mismatches, %d evaluation-count errors",
+             te.mismatches, te.eval_errors);
+    VT_CHECK(te.tree_blocks > 200, "EAGLE-2 trees: only %lld tree blocks", (long long)te.tree_blocks);
+}
+
+/* An EAGLE-2 tree drafted by the target itself (M row through the target's own projector: it sees exactly
+ * the target's rows) holds the target's greedy continuation wherever the beams kept it, so (nearly) every
+ * block is accepted to its full depth: the beams' cached rows, their ancestor masks and the compaction of
+ * the accepted path into place are what keep the drafter's cache equal to the target's; a wrong slot shows
+ * up as rejections in the following blocks. */
+static void test_eagle2_self(fixture *f) {
+    vs_error err = {0};
+    st_engine e = st_make_engine(f->target, 256);
+    g_ens_topk = 3, g_ens_nodes = 12;
+    vs_spec_drafter *d = make_ens(f->target, f->target, "m", "static", vs_mmproj_projector(f->tm), NULL, false);
+    g_ens_topk = g_ens_nodes = 0;
+    vs_spec_log log;
+    vs_spec_log_init(&log);
+    int64_t blocks = 0, full = 0, nodes = 0, acc = 0, depth = 0;
+    for (int i = 0; i < NP; i++) {
+        VT_REQUIRE(gen(&e, d, &f->mp[i].p, 4, 24, &log, &err) == VS_OK, "%s", err.msg);
+        for (int b = 0; b + 1 < log.n_blocks; b++) { /* the last block may stop at the token limit */
+            blocks++;
+            full += log.blocks[b].n_accept == log.blocks[b].n_depth;
+            nodes += log.blocks[b].n_draft;
+            acc += log.blocks[b].n_accept, depth += log.blocks[b].n_depth;
+        }
+    }
+    printf("  EAGLE-2 self-drafting (top-k 3, 12 nodes, depth 4): %lld of %lld blocks accepted to full depth, "
+           "%lld of %lld drafted positions, %.1f nodes per block\n",
+           (long long)full, (long long)blocks, (long long)acc, (long long)depth,
+           (double)nodes / (double)VS_MAX(blocks, 1));
+    VT_CHECK(blocks > 20 && acc >= 0.9 * (double)depth,
+             "self-drafting EAGLE-2 tree: %lld of %lld drafted positions accepted", (long long)acc, (long long)depth);
+    VT_CHECK(nodes > 4 * blocks, "the trees have more nodes than a chain (%lld in %lld blocks)", (long long)nodes,
+             (long long)blocks);
+    vs_spec_log_free(&log);
+    vs_spec_drafter_free(d);
+    st_free_engine(&e);
 }
 
 /* ------------------------------------------------------------------------------------------------
@@ -580,6 +648,20 @@ static void test_bad_input(fixture *f) {
                  err.msg);
     }
     o.tree_width = 0;
+    const int bad_topk[2] = {-1, VS_DRAFT_ENS_MAX_TOP_K + 1}, bad_nodes[2] = {-1, VS_DRAFT_ENS_MAX_NODES + 1};
+    for (int k = 0; k < 2; k++) {
+        o.tree_top_k = bad_topk[k];
+        VT_CHECK(!vs_draft_ens_new(f->draft_rel, f->target, &o, &err) && strstr(err.msg, "top-k"), "%s", err.msg);
+        o.tree_top_k = 2, o.tree_nodes = bad_nodes[k];
+        VT_CHECK(!vs_draft_ens_new(f->draft_rel, f->target, &o, &err) && strstr(err.msg, "tree nodes"), "%s",
+                 err.msg);
+        o.tree_nodes = 0;
+    }
+    o.tree_width = 2;
+    VT_CHECK(!vs_draft_ens_new(f->draft_rel, f->target, &o, &err) && strstr(err.msg, "exclude"), "%s", err.msg);
+    o.tree_width = 0, o.debug_reject = true;
+    VT_CHECK(!vs_draft_ens_new(f->draft_rel, f->target, &o, &err) && strstr(err.msg, "reject"), "%s", err.msg);
+    o.tree_top_k = 0, o.debug_reject = false;
     o.weights.policy = (vs_ens_policy)42;
     VT_CHECK(!vs_draft_ens_new(f->draft_rel, f->target, &o, &err) && strstr(err.msg, "unknown policy"), "%s",
              err.msg);
@@ -759,6 +841,25 @@ static void test_cli(void) {
                "--image %s --image %s -p %s -n 12 --temp 0.8 --seed 3 > %s 2>&1",
                vt_cli(), T, TM, D, DM, I0, I1, P, OUT);
     VT_CHECK(rc == 0 && st_file_has(OUT, "tau"), "CLI sampling ensemble run (rc %d)", rc);
+    /* EAGLE-2 trees: by flags over an ensemble, by a method name with a shape */
+    rc = vt_run("%s generate --raw -m %s --mmproj %s -md %s --mmproj-draft %s --draft 4 --draft-mode m,t "
+                "--tree-top-k 3 --tree-nodes 12 --image %s --image %s -p %s -n 16 --temp 0 --compare > %s 2>&1",
+                vt_cli(), T, TM, D, DM, I0, I1, P, OUT);
+    VT_CHECK(rc == 0 && st_file_has(OUT, "is identical to") && st_file_has(OUT, "tree:"),
+             "CLI EAGLE-2 ensemble run (rc %d)", rc);
+    rc = vt_run("%s generate --raw -m %s --mmproj %s -md %s --mmproj-draft %s --draft 3 --method tabed-mt@k2n6 "
+                "--image %s --image %s -p %s -n 16 --temp 0 --compare > %s 2>&1",
+                vt_cli(), T, TM, D, DM, I0, I1, P, OUT);
+    VT_CHECK(rc == 0 && st_file_has(OUT, "is identical to") && st_file_has(OUT, "tree:"),
+             "CLI --method tabed-mt@k2n6 (rc %d)", rc);
+    const char *bad_tree[][2] = {{"--draft-mode m,t --tree-nodes 5", "give --tree-top-k"},
+                                 {"--draft-mode m,t --tree-top-k 2 --tree-width 2", "exclude each other"},
+                                 {"--method mt@k2 --tree-width 2", "names its tree shape"},
+                                 {"--method mt@k0", "unknown"}};
+    for (size_t k = 0; k < VS_ARRAY_LEN(bad_tree); k++) {
+        rc = vt_run("%s generate --raw -m %s -md %s %s -p x > %s 2>&1", vt_cli(), T, D, bad_tree[k][0], OUT);
+        VT_CHECK(rc == 2 && st_file_has(OUT, bad_tree[k][1]), "CLI %s (rc %d)", bad_tree[k][0], rc);
+    }
     /* bad input */
     rc = vt_run("%s generate --raw -m %s -md %s --draft-mode m,t --weights tabed -p x > %s 2>&1", vt_cli(), T, D,
                 OUT);
@@ -809,6 +910,7 @@ typedef struct sconfig {
     int top_k, gamma;
     bool greedy_draft, broken;
     int width; /* token-tree width (0 / 1: chains) */
+    int topk, nodes; /* EAGLE-2 trees (0: off) */
 } sconfig;
 
 static double run_sampling(vs_lm *target, vs_lm *draft, const vs_vision_projector *dproj,
@@ -828,6 +930,7 @@ static double run_sampling(vs_lm *target, vs_lm *draft, const vs_vision_projecto
     VT_REQUIRE(vs_ens_inputs_parse(c->inputs, o.inputs, &o.n_inputs, &err) == VS_OK, "%s", err.msg);
     VT_REQUIRE(vs_ens_weights_parse(c->policy, &o.weights, &err) == VS_OK, "%s", err.msg);
     o.proj = dproj, o.pool_k = 2, o.greedy = c->greedy_draft, o.n_ctx = 48, o.tree_width = c->width;
+    o.tree_top_k = c->topk, o.tree_nodes = c->nodes;
     vs_spec_drafter *d = vs_draft_ens_new(draft, target, &o, &err);
     VT_REQUIRE(d, "%s", err.msg);
     vs_spec_params par = vs_spec_params_default();
@@ -892,21 +995,24 @@ static void test_sampling(double scale) {
                               {.kind = VS_SPEC_SEG_TEXT, .n = 2, .tokens = t1}};
     vs_spec_prompt pr = {.seg = seg, .n_seg = 3, .images = fp, .n_images = 1};
     const sconfig cfgs[] = {
-        {"MT static, T 1.0, gamma 2", "mt", "static", 1.0f, 1.0f, 0, 2, false, false, 1},
-        {"MTP inv-kl, T 0.7, top-p 0.9, gamma 2", "mtp", "inv-kl", 0.7f, 0.9f, 0, 2, false, false, 1},
-        {"MT grid, T 1.0, top-k 6, gamma 3", "mt", "grid", 1.0f, 1.0f, 6, 3, false, false, 1},
-        {"MTP random, T 1.5, top-p 0.8, gamma 1", "mtp", "random", 1.5f, 0.8f, 0, 1, false, false, 1},
+        {"MT static, T 1.0, gamma 2", "mt", "static", 1.0f, 1.0f, 0, 2, false, false, 1, 0, 0},
+        {"MTP inv-kl, T 0.7, top-p 0.9, gamma 2", "mtp", "inv-kl", 0.7f, 0.9f, 0, 2, false, false, 1, 0, 0},
+        {"MT grid, T 1.0, top-k 6, gamma 3", "mt", "grid", 1.0f, 1.0f, 6, 3, false, false, 1, 0, 0},
+        {"MTP random, T 1.5, top-p 0.8, gamma 1", "mtp", "random", 1.5f, 0.8f, 0, 1, false, false, 1, 0, 0},
         {"MT static 3:1, greedy drafts, T 1.0, gamma 2", "mt", "static:3,1", 1.0f, 1.0f, 0, 2, true, false,
-         1},
+         1, 0, 0},
         /* token trees over q_ens: sampled siblings without replacement, deterministic top-w siblings */
-        {"MT static, tree width 2, T 1.0, gamma 2", "mt", "static", 1.0f, 1.0f, 0, 2, false, false, 2},
-        {"MTP inv-kl, tree width 3, T 0.7, top-p 0.9", "mtp", "inv-kl", 0.7f, 0.9f, 0, 2, false, false, 3},
-        {"MT grid, tree width 3, greedy drafts, gamma 2", "mt", "grid", 1.0f, 1.0f, 0, 2, true, false, 3},
+        {"MT static, tree width 2, T 1.0, gamma 2", "mt", "static", 1.0f, 1.0f, 0, 2, false, false, 2, 0, 0},
+        {"MTP inv-kl, tree width 3, T 0.7, top-p 0.9", "mtp", "inv-kl", 0.7f, 0.9f, 0, 2, false, false, 3, 0, 0},
+        {"MT grid, tree width 3, greedy drafts, gamma 2", "mt", "grid", 1.0f, 1.0f, 0, 2, true, false, 3, 0, 0},
+        /* EAGLE-2 trees: deterministic top-k children, pruned by score */
+        {"MT static, EAGLE-2 top-k 3, 5 nodes, T 1.0", "mt", "static", 1.0f, 1.0f, 0, 2, false, false, 1, 3, 5},
+        {"MTP inv-kl, EAGLE-2 top-k 2, T 0.7, top-p 0.9", "mtp", "inv-kl", 0.7f, 0.9f, 0, 3, false, false, 1, 2, 0},
     };
     for (size_t i = 0; i < VS_ARRAY_LEN(cfgs); i++) {
         double acc;
         /* the width-3 trees with half the samples (time) */
-        const int n = cfgs[i].width > 2 ? N / 2 : N;
+        const int n = cfgs[i].width > 2 || cfgs[i].topk > 2 ? N / 2 : N;
         double p = run_sampling(target, draft, vs_mmproj_projector(dproj), &pr, &cfgs[i], n, &acc);
         VT_CHECK(p > 0.001, "%s: speculative sampling differs from target-only sampling (p = %g)",
                  cfgs[i].name, p);
@@ -914,14 +1020,18 @@ static void test_sampling(double scale) {
                  acc);
     }
     const sconfig broken = {
-        "BROKEN residual (must fail), MT static", "mt", "static", 1.0f, 1.0f, 0, 2, false, true, 1};
+        "BROKEN residual (must fail), MT static", "mt", "static", 1.0f, 1.0f, 0, 2, false, true, 1, 0, 0};
     double acc;
     double p = run_sampling(target, draft, vs_mmproj_projector(dproj), &pr, &broken, N / 3, &acc);
     VT_CHECK(p < 1e-6, "the test did not detect the broken residual (p = %g)", p);
     const sconfig broken_tree = {
-        "BROKEN residual (must fail), MT tree width 3", "mt", "static", 1.0f, 1.0f, 0, 2, false, true, 3};
+        "BROKEN residual (must fail), MT tree width 3", "mt", "static", 1.0f, 1.0f, 0, 2, false, true, 3, 0, 0};
     p = run_sampling(target, draft, vs_mmproj_projector(dproj), &pr, &broken_tree, N / 3, &acc);
     VT_CHECK(p < 1e-6, "the test did not detect the broken tree residual (p = %g)", p);
+    const sconfig broken_e2 = {"BROKEN residual (must fail), MT EAGLE-2 top-k 3", "mt", "static", 1.0f, 1.0f, 0, 2,
+                               false, true, 1, 3, 5};
+    p = run_sampling(target, draft, vs_mmproj_projector(dproj), &pr, &broken_e2, N / 3, &acc);
+    VT_CHECK(p < 1e-6, "the test did not detect the broken residual in an EAGLE-2 tree (p = %g)", p);
     vs_free(trows);
     vs_vision_features_free(&feat);
     vs_mmproj_free(tproj);
@@ -1212,6 +1322,7 @@ int main(int argc, char **argv) {
     test_lossless(&f);
     test_single_is_draft_lm(&f);
     test_adaptation(&f);
+    test_eagle2_self(&f);
     test_captioner(&f);
     test_captions_file();
     test_bad_input(&f);

@@ -90,6 +90,12 @@ static void test_chat(void) {
     VT_CHECK(r.n_stop == 1 && !strcmp(r.stop[0], "x"), "a stop string");
     VT_CHECK(r.max_tokens == 3, "max_completion_tokens");
     vs_oai_req_free(&r);
+    /* a method with a token-tree shape (methods.h) */
+    VT_REQUIRE(parse(VS_OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+                                  "\"vlmspec\":{\"method\":\"tabed-mt@k4n24\",\"gamma\":6}}", NULL, &r, &e),
+               "%s", e.message);
+    VT_CHECK(r.method && !strcmp(r.method, "tabed-mt@k4n24") && r.gamma == 6, "a method with a tree shape");
+    vs_oai_req_free(&r);
 
     /* completions */
     VT_REQUIRE(parse(VS_OAI_COMPLETION, "{\"prompt\":[\"USER: hi ASSISTANT:\"]}", NULL, &r, &e), "%s", e.message);
@@ -161,6 +167,8 @@ static void test_refusals(void) {
         {"\"vlmspec\":{\"method\":\"nope\"}}", "vlmspec.method"},
         {"\"vlmspec\":{\"gamma\":0}}", "vlmspec.gamma"},
         {"\"vlmspec\":{\"tree_width\":99}}", "vlmspec.tree_width"},
+        {"\"vlmspec\":{\"method\":\"m@k0\"}}", "vlmspec.method"},
+        {"\"vlmspec\":{\"method\":\"m@k4\",\"tree_width\":2}}", "vlmspec.tree_width"},
         {"\"vlmspec\":{\"draft_greedy\":\"yes\"}}", "vlmspec.draft_greedy"},
         {"\"vlmspec\":{\"colour\":1}}", "vlmspec"},  {"\"vlmspec\":3}", "vlmspec"},
         {"\"stream_options\":true}", "stream_options"}, {"\"model\":7}", "model"},

@@ -196,6 +196,13 @@ static int check_usage(const char *cmd, const vs_cli_spec_opts *s, const vs_cli_
         return cli_fail(cmd, "--raw uses -p without a template: it does not combine with --template"), 2;
     if (s->chat_template && !vs_chat_template_find(s->chat_template))
         return cli_fail(cmd, "--template %s: unknown (vicuna-short, vicuna or plain)", s->chat_template), 2;
+    if (s->tree_nodes > 0 && s->tree_top_k == 0)
+        return cli_fail(cmd, "--tree-nodes sizes EAGLE-2 trees: give --tree-top-k K too"), 2;
+    if (s->tree_top_k > 0 && s->tree_width > 1)
+        return cli_fail(cmd, "--tree-top-k (EAGLE-2 trees) and --tree-width (width trees) exclude each other"), 2;
+    if (s->method && strchr(s->method, '@') && (s->tree_width > 1 || s->tree_top_k > 0))
+        return cli_fail(cmd, "--method %s names its tree shape: drop --tree-width / --tree-top-k / --tree-nodes",
+                        s->method), 2;
     return s->method ? check_method(cmd, s, o) : check_draft_mode(cmd, s, o, eo, inputs);
 }
 
@@ -220,6 +227,8 @@ static void make_request(const vs_cli_spec_opts *s, const vs_cli_ens_opts *eo, b
     if (drafter) {
         rq->draft.gamma = s->gamma;
         rq->draft.opts.tree_width = s->tree_width;
+        rq->draft.opts.tree_top_k = s->tree_top_k;
+        rq->draft.opts.tree_nodes = s->tree_nodes;
         rq->draft.opts.greedy = s->greedy_draft;
         if (s->method) {
             rq->draft.method = s->method;
@@ -366,7 +375,9 @@ static vs_status after_run(vs_session *sess, const vs_cli_spec_opts *s, const vs
     vs_spec *eng = vs_session_engine(sess);
     const int room = vs_spec_n_ctx(eng) - vs_kv_seq_len(vs_spec_kv(eng), 0);
     const int gamma = res->drafter ? s->gamma : 0;
-    const int verify_rows = VS_MAX(s->tree_width, 1) * gamma + 1; /* a width-D tree verifies D gamma + 1 */
+    vs_method_opts mo = {.tree_width = s->tree_width, .tree_top_k = s->tree_top_k, .tree_nodes = s->tree_nodes};
+    vs_method_shape(s->method, &mo);
+    const int verify_rows = vs_method_verify_rows(&mo, gamma);
     double tv = 0, t1 = 0;
     if (gamma > 0 && room >= verify_rows && !vs_spec_time_target(eng, verify_rows, 5, &tv, err))
         res->log.tp_verify = tv;

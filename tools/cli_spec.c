@@ -14,6 +14,8 @@ void vs_cli_spec_opts_init(vs_cli_spec_opts *o) {
     o->mode = VS_CLI_DRAFT_T;
     o->greedy_draft = false;
     o->tree_width = 1;
+    o->tree_top_k = 0;
+    o->tree_nodes = 0;
     o->draft_kv_type = VS_TYPE_BF16;
     o->compare = false;
     o->json = false;
@@ -44,6 +46,11 @@ void vs_cli_spec_usage(FILE *f) {
             "  --tree-width D           token trees: D branches per block from the first drafted\n"
             "                           distribution (its D best tokens, or D drawn without replacement\n"
             "                           when sampling), each continued to GAMMA; 1..8 (default 1: chains)\n"
+            "  --tree-top-k K           EAGLE-2 dynamic trees: each of the K best paths so far gets its K\n"
+            "                           most likely next tokens, for GAMMA depths; the best --tree-nodes\n"
+            "                           nodes by cumulative probability are verified in one pass; 1..16\n"
+            "                           (default 0: off)\n"
+            "  --tree-nodes N           nodes of an EAGLE-2 tree; 1..256 (default 8 K)\n"
             "  --draft-kv-type T        the drafter's KV cache: bf16 (default; the drafters' interleaved\n"
             "                           layout, cheaper attention), f16 or f32\n"
             "  --compare                also run target-only decoding of the same request: speedups\n"
@@ -70,14 +77,17 @@ void vs_cli_spec_flags(cli_flags *fs, vs_cli_spec_opts *o) {
     cli_flag_add(fs, "--method", CLI_STR, &o->method, 0, 0);
     cli_flag_add(fs, "--draft|--draft-max", CLI_INT, &o->gamma, 0, VS_SPEC_MAX_GAMMA);
     cli_flag_add(fs, "--tree-width", CLI_INT, &o->tree_width, 1, VS_DRAFT_ENS_MAX_WIDTH);
+    cli_flag_add(fs, "--tree-top-k", CLI_INT, &o->tree_top_k, 1, VS_DRAFT_ENS_MAX_TOP_K);
+    cli_flag_add(fs, "--tree-nodes", CLI_INT, &o->tree_nodes, 1, VS_DRAFT_ENS_MAX_NODES);
     cli_flag_add(fs, "--draft-kv-type", CLI_KV_DRAFT, &o->draft_kv_type, 0, 0);
     cli_flag_add(fs, "--draft-greedy", CLI_BOOL, &o->greedy_draft, 0, 0);
     cli_flag_add(fs, "--compare", CLI_BOOL, &o->compare, 0, 0);
 }
 
 const char *vs_cli_spec_needs_draft(const cli_flags *fs, const vs_cli_spec_opts *o) {
-    const void *only[] = {&o->mmproj_draft, &o->method,        &o->gamma,  &o->tree_width,
-                          &o->draft_kv_type, &o->greedy_draft, &o->compare};
+    const void *only[] = {&o->mmproj_draft, &o->method,       &o->gamma,        &o->tree_width,
+                          &o->tree_top_k,   &o->tree_nodes,   &o->draft_kv_type, &o->greedy_draft,
+                          &o->compare};
     for (size_t k = 0; k < VS_ARRAY_LEN(only); k++)
         if (cli_flag_given(fs, only[k]) && !(only[k] == &o->method && !strcmp(o->method, "ar")))
             return cli_flag_seen(fs, only[k]);

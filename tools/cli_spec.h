@@ -44,6 +44,8 @@ typedef struct vs_cli_spec_opts {
     vs_cli_draft_mode mode;   /* --draft-mode m|t|reject (default t) */
     bool greedy_draft;        /* --draft-greedy */
     int tree_width;           /* --tree-width D: width-D token trees (default 1 = chains) */
+    int tree_top_k;           /* --tree-top-k K: EAGLE-2 dynamic trees (default 0 = off) */
+    int tree_nodes;           /* --tree-nodes N: their nodes per block (default 0 = 8 K) */
     vs_type draft_kv_type;    /* --draft-kv-type: the drafter's cache (default VS_TYPE_BF16) */
     bool compare;             /* --compare */
     const char *json_path;    /* --json FILE: the run as one JSON object ('-' = standard output) */

@@ -189,7 +189,8 @@ static const char *type_of(const char *method) {
 /* Labels as markdown ("TABED^MT" -> "TABED<sup>MT</sup>"), kept in a small ring of buffers. */
 static const char *md_label(const char *method, char (*ring)[64], int *next) {
     char *b = ring[(*next)++ % MAX_ROWS];
-    const char *l = vs_method_label(method);
+    char lb[64];
+    const char *l = vs_method_label(method, lb, sizeof(lb));
     const char *hat = strchr(l, '^');
     if (hat)
         snprintf(b, 64, "%.*s<sup>%s</sup>", (int)(hat - l), l, hat + 1);
@@ -709,7 +710,8 @@ static vs_status plot_set(const vs_bench_record *recs, int64_t n, const dims *d,
         }
         double a = avg_tau(recs, n, d->methods[m], G, T, d, NULL, 0);
         v[d->n_suites] = a > 0 ? a : NAN;
-        st = vs_plot_bars(p, vs_method_label(d->methods[m]), v, nc, err);
+        char lb[64];
+        st = vs_plot_bars(p, vs_method_label(d->methods[m], lb, sizeof(lb)), v, nc, err);
         ns++;
     }
     snprintf(files[*n_files], 128, "tau_g%d_t%s.svg", G, ts);
@@ -723,13 +725,14 @@ static vs_status plot_set(const vs_bench_record *recs, int64_t n, const dims *d,
 
     /* speedup per method: measured medians and the eq. 1 estimates */
     const char *mcats[64];
+    char mlab[64][64];
     double dec[64], tot[64], e1[64], e1c[64];
     int nm = 0;
     for (int m = 0; m < d->n_methods && nm < 64; m++) {
         vs_bench_group g;
         group(recs, n, d->methods[m], G, T, NULL, 0, NULL, &g);
         if (!g.n) continue;
-        mcats[nm] = vs_method_label(d->methods[m]);
+        mcats[nm] = vs_method_label(d->methods[m], mlab[nm], sizeof(mlab[nm]));
         dec[nm] = g.speedup_decode_median, tot[nm] = g.speedup_total_median;
         e1[nm] = g.est_eq1 > 0 ? g.est_eq1 : NAN, e1c[nm] = g.est_eq1_cpu > 0 ? g.est_eq1_cpu : NAN;
         nm++;
@@ -778,7 +781,8 @@ static vs_status plot_set(const vs_bench_record *recs, int64_t n, const dims *d,
         if (!g.n) continue;
         double x[VS_SPEC_MAX_GAMMA], y[VS_SPEC_MAX_GAMMA];
         for (int k = 0; k < G; k++) x[k] = k + 1, y[k] = g.n_alpha[k] >= 0 ? g.n_alpha[k] : NAN;
-        st = vs_plot_line(p, vs_method_label(d->methods[m]), x, y, G,
+        char lb[64];
+        st = vs_plot_line(p, vs_method_label(d->methods[m], lb, sizeof(lb)), x, y, G,
                           VS_PLOT_STYLE_LINE | VS_PLOT_STYLE_MARKERS, err);
         n_lines++;
         int64_t k = 0;
@@ -786,7 +790,7 @@ static vs_status plot_set(const vs_bench_record *recs, int64_t n, const dims *d,
             if (!strcmp(recs[i].method, d->methods[m]) && recs[i].gamma == G &&
                 fabs(recs[i].temp - T) < 5e-4 && vs_bench_record_speedup_decode(&recs[i]) > 0)
                 sp[k++] = vs_bench_record_speedup_decode(&recs[i]);
-        if (!st && k > 0) st = vs_plot_hist(h, vs_method_label(d->methods[m]), sp, k, err), n_hist++;
+        if (!st && k > 0) st = vs_plot_hist(h, lb, sp, k, err), n_hist++;
     }
     vs_free(sp);
     if (!st && n_lines > 0) {

@@ -251,6 +251,7 @@ typedef struct runner {
     vs_models *models;
     vs_session *sess;
     const vs_method *meth[VS_BENCH_MAX_LIST];
+    const char *spec[VS_BENCH_MAX_LIST]; /* the names as given (with a tree shape: methods.h) */
     int n_meth;
     vs_world_dataset *d;
     vs_bench_results res;
@@ -289,8 +290,8 @@ static vs_status load_models(runner *r, const char *const paths[6], vs_error *er
     for (int i = 0; i < r->n_meth; i++) {
         vs_draft_cfg dc;
         vs_draft_cfg_default(&dc);
-        dc.method = r->meth[i]->name;
-        if (vs_session_prepare(r->sess, &dc, err)) return vs_error_wrap(err, "method %s", r->meth[i]->name);
+        dc.method = r->spec[i];
+        if (vs_session_prepare(r->sess, &dc, err)) return vs_error_wrap(err, "method %s", r->spec[i]);
     }
     return VS_OK;
 }
@@ -316,7 +317,7 @@ static int unit_cells(const runner *r, const vs_world_sample *s, int turn, doubl
             x->m = m, x->mi = i;
             x->t_caption = 0;
             x->gamma = m->kind == VS_METHOD_TARGET ? 0 : r->c->gammas[g];
-            x->missing = vs_bench_results_find(&r->res, s->id, turn, m->name, x->gamma, temp) < 0;
+            x->missing = vs_bench_results_find(&r->res, s->id, turn, r->spec[i], x->gamma, temp) < 0;
             *n_missing += x->missing;
         }
     }
@@ -347,13 +348,13 @@ static vs_status run_unit(runner *r, const vs_world_sample *s, int turn, double 
         for (int k = 0; k < nc && !st; k++) {
             cell *x = &cells[(k + rot) % nc];
             if (!x->missing && x->m->kind != VS_METHOD_TARGET) continue;
-            rq->draft.method = x->m->name;
+            rq->draft.method = r->spec[x->mi];
             rq->draft.gamma = x->gamma;
             st = vs_session_run(r->sess, rq, &x->run, err);
             const vs_draft_ens_stats *es = x->run.drafter ? vs_draft_ens_get_stats(x->run.drafter) : NULL;
             x->t_caption = es ? es->t_caption : 0;
             if (st) {
-                vs_error_wrap(err, "sample %s turn %d method %s gamma %d", s->id, turn, x->m->name, x->gamma);
+                vs_error_wrap(err, "sample %s turn %d method %s gamma %d", s->id, turn, r->spec[x->mi], x->gamma);
                 break;
             }
             if (rep == 0 || x->run.log.t_total < x->best.log.t_total) {
@@ -363,7 +364,7 @@ static vs_status run_unit(runner *r, const vs_world_sample *s, int turn, double 
             }
             (*done)++;
             if (rep == 0) info->n_run += x->missing;
-            if (pg) vs_progress_update(pg, *done, "%s t%d %s", s->id, turn, x->m->name);
+            if (pg) vs_progress_update(pg, *done, "%s t%d %s", s->id, turn, r->spec[x->mi]);
         }
     }
     if (st) return st;
@@ -381,7 +382,7 @@ static vs_status run_unit(runner *r, const vs_world_sample *s, int turn, double 
         rec->turn = turn;
         snprintf(rec->turn_kind, sizeof(rec->turn_kind), "%s",
                  vs_world_turn_kind_name(s->turns[turn - 1].kind));
-        snprintf(rec->method, sizeof(rec->method), "%s", x->m->name);
+        snprintf(rec->method, sizeof(rec->method), "%s", r->spec[x->mi]);
         rec->temp = temp;
         rec->n_images = x->best.n_images;
         rec->t_vision = x->best.t_vision;
@@ -393,7 +394,7 @@ static vs_status run_unit(runner *r, const vs_world_sample *s, int turn, double 
         else if (!rec->identical && x->m->kind != VS_METHOD_TARGET) {
             info->n_mismatch++;
             vs_log("bench: WARNING: greedy output of %s (gamma %d) differs from target-only on %s turn %d\n",
-                   x->m->name, x->gamma, s->id, turn);
+                   r->spec[x->mi], x->gamma, s->id, turn);
         }
         const vs_spec_log *bl = &x->best.log;
         char *text = vs_detokenize(vs_models_tokenizer(r->models), bl->tokens, bl->n_tokens, 0, NULL, NULL);
@@ -416,9 +417,10 @@ vs_status vs_bench_run(const vs_bench_config *c, vs_bench_run_info *info, vs_err
     runner r = {.c = c};
     vs_bench_results_init(&r.res);
     /* "ar" first, always */
+    r.spec[r.n_meth] = "ar";
     r.meth[r.n_meth++] = vs_method_find("ar");
     for (int i = 0; i < c->n_methods; i++)
-        if (strcmp(c->methods[i], "ar")) r.meth[r.n_meth++] = vs_method_find(c->methods[i]);
+        if (strcmp(c->methods[i], "ar")) r.spec[r.n_meth] = c->methods[i], r.meth[r.n_meth++] = vs_method_find(c->methods[i]);
     if (r.n_meth > VS_BENCH_MAX_LIST) return vs_error_set(err, VS_ERR_INVALID, "bench: too many methods");
 
     char paths[6][4096];

@@ -379,6 +379,9 @@ static bool parse_vlmspec(vs_oai_req *r, const vs_json *root, vs_oai_error *e) {
     if (!get_int_p(v, "gamma", "vlmspec.gamma", 1, VS_SPEC_MAX_GAMMA, NULL, &g, e)) return false;
     if (!get_int_p(v, "tree_width", "vlmspec.tree_width", 1, VS_DRAFT_ENS_MAX_WIDTH, NULL, &tw, e)) return false;
     r->gamma = (int32_t)g, r->tree_width = (int32_t)tw;
+    if (tw > 0 && r->method && strchr(r->method, '@'))
+        return BAD(e, "vlmspec.tree_width", "method '%.40s' names its tree shape: tree_width does not apply",
+                   r->method);
     const vs_json *dg = vs_json_get(v, "draft_greedy");
     if (dg && dg->type != VS_JSON_NULL) {
         bool greedy = false;

@@ -5,6 +5,7 @@
 
 #include <ctype.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels.h"
@@ -68,6 +69,17 @@ typedef struct ens_row {
     int32_t base;  /* block in flight: cache length after the pending rows */
 } ens_row;
 
+/* A node of an EAGLE-2 tree under construction (the block's candidates). */
+typedef struct ens_cand {
+    double score;   /* cumulative log-probability of the path */
+    int32_t token;
+    int32_t parent; /* candidate index, -1 = child of the pending row */
+    int32_t depth;
+    int32_t slot;   /* fed: cache slot - base; -1 = never fed */
+    int32_t qid;    /* fed: id of the distribution drawn after it; -1 */
+    int32_t node;   /* index in the proposal, -1 = pruned */
+} ens_cand;
+
 typedef struct ens_image {
     int32_t id, pool_k; /* the segment's image_id (0 = never reused), the pooling window */
     float *rows;        /* [n][n_embd] */
@@ -101,8 +113,9 @@ typedef struct ens {
     vs_sampler *sampler;
     bool greedy, force_greedy, debug_reject;
     int32_t width; /* configured tree width (1 = chains) */
+    int32_t topk, tnodes; /* EAGLE-2 trees: K (0 = off), nodes per proposal */
     /* buffers */
-    float *logits; /* [width][m][V] the rows' logits of the current step (branch-major) */
+    float *logits; /* [max(width, topk)][m][V] the rows' logits of the current step (branch-major) */
     float *qrow;   /* [qcap][m][V] each row's q of each distribution of the block (id = the q row: 0 for
                     * depth 1, else the node's index); only for policies that learn (NULL otherwise) */
     int32_t qcap;
@@ -126,6 +139,11 @@ typedef struct ens {
     /* the block in flight */
     bool fed;
     int32_t k, n_fed, wcur; /* depth, depths fed, branches (1 = chain) */
+    int32_t *node_slot;     /* [cap_node] per proposal node: its cache slot - base, -1 = never fed */
+    int32_t *node_qid;      /* [cap_node] id of the distribution drawn after the node, -1 = none */
+    int32_t cap_node, cap_node2;
+    ens_cand *cand; /* [cap_cand] EAGLE-2 candidates of the block */
+    int32_t cap_cand;
     /* trace */
     bool tracing;
     vs_ens_trace trace;
@@ -420,7 +438,7 @@ static vs_status begin_request(ens *d, const vs_spec_begin_info *req, vs_error *
     vs_rng_seed(&d->rng, sp.seed ^ 0xBB67AE8584CAA73Bull);
     d->greedy = sp.temperature == 0 || d->force_greedy || d->debug_reject;
     /* trees: W branches of the request's depth (the engine sizes its proposal from this after begin) */
-    d->hdr.max_nodes = d->width > 1 ? d->width * VS_MAX(req->params->gamma, 1) : 0;
+    d->hdr.max_nodes = d->topk ? d->tnodes : d->width > 1 ? d->width * VS_MAX(req->params->gamma, 1) : 0;
     if (d->hist) vs_ens_hist_clear(d->hist);
     for (int32_t r = 0; r < d->m; r++) d->w[r] = 1.0f / (float)d->m;
 
@@ -507,7 +525,7 @@ static vs_status dist(ens *d, const float *lg, int32_t id, vs_spec_proposal *out
     vs_status st;
     *qo = NULL;
     if (m == 1 && d->greedy) return VS_OK;
-    float *q = d->greedy ? d->qens : out->q + (size_t)id * V;
+    float *q = d->greedy || d->topk ? d->qens : out->q + (size_t)id * V;
     if (m == 1) { /* never learns */
         if ((st = transform(d, lg, q, err))) return st;
         *qo = q;
@@ -568,6 +586,164 @@ static vs_status pick(ens *d, const float *lg, const float *q, int32_t n, int32_
     return VS_OK;
 }
 
+/* The up to K best entries of x[0..V) into tok, best first (ties: the lower index): probabilities
+ * (probs) skip zeros, logits skip -inf; NaN is skipped either way. Returns how many. */
+static int32_t top_k(const float *x, int32_t V, int32_t K, bool probs, int32_t *tok) {
+    int32_t n = 0;
+    for (int32_t i = 0; i < V; i++) {
+        const float v = x[i];
+        if (probs ? !(v > 0) : !(v > -INFINITY)) continue;
+        if (n == K && !(v > x[tok[K - 1]])) continue;
+        int32_t j = n < K ? n++ : K - 1;
+        for (; j > 0 && v > x[tok[j - 1]]; j--) tok[j] = tok[j - 1];
+        tok[j] = i;
+    }
+    return n;
+}
+
+/* Grows the per-node arrays to n nodes. */
+static vs_status ensure_nodes(ens *d, int32_t n, vs_error *err) {
+    if (grow((void **)&d->node_slot, &d->cap_node, n, sizeof(int32_t)) ||
+        grow((void **)&d->node_qid, &d->cap_node2, n, sizeof(int32_t)))
+        return oom(d, err);
+    return VS_OK;
+}
+
+/* EAGLE-2: the K best children of candidate `parent` (-1 = the pending row) from the rows' logits lg [m][V]
+ * under distribution id `qid`, appended to d->cand. */
+static vs_status expand(ens *d, const float *lg, int32_t qid, int32_t parent, vs_spec_proposal *out,
+                        int32_t *n_cand, vs_error *err) {
+    const int32_t V = d->n_vocab, K = d->topk;
+    const float *q;
+    vs_status st = dist(d, lg, qid, out, &q, err);
+    if (st) return st;
+    int32_t tok[VS_DRAFT_ENS_MAX_TOP_K];
+    const int32_t n = top_k(q ? q : lg, V, K, q != NULL, tok);
+    double lse = 0;
+    if (!q && n > 0) { /* m = 1 greedy: log-softmax of the logits */
+        const double mx = lg[tok[0]];
+        double sum = 0;
+        for (int32_t i = 0; i < V; i++) sum += exp((double)lg[i] - mx);
+        lse = mx + log(sum);
+    }
+    const double base = parent < 0 ? 0 : d->cand[parent].score;
+    const int32_t depth = parent < 0 ? 1 : d->cand[parent].depth + 1;
+    for (int32_t i = 0; i < n; i++) {
+        const double lp = q ? log((double)q[tok[i]]) : (double)lg[tok[i]] - lse;
+        ens_cand *c = &d->cand[(*n_cand)++];
+        /* log q <= 0: a child never scores above its parent (q_ens may sum to 1 + rounding) */
+        *c = (ens_cand){.score = base + VS_MIN(lp, 0.0), .token = tok[i], .parent = parent, .depth = depth,
+                        .slot = -1, .qid = -1, .node = -1};
+    }
+    return VS_OK;
+}
+
+typedef struct cand_key {
+    double score;
+    int32_t depth, idx;
+} cand_key;
+
+/* best first: score descending, then shallower, then created earlier */
+static int cand_cmp(const void *a, const void *b) {
+    const cand_key *x = a, *y = b;
+    if (x->score != y->score) return x->score > y->score ? -1 : 1;
+    if (x->depth != y->depth) return x->depth < y->depth ? -1 : 1;
+    return x->idx < y->idx ? -1 : x->idx > y->idx;
+}
+
+/* proposal order: by depth (parents first), then best first */
+static int node_cmp(const void *a, const void *b) {
+    const cand_key *x = a, *y = b;
+    if (x->depth != y->depth) return x->depth < y->depth ? -1 : 1;
+    return cand_cmp(a, b);
+}
+
+/* EAGLE-2 dynamic tree of depth k and at most N nodes, after step 0 (the pending rows evaluated, their
+ * logits in d->logits). Header, 'EAGLE-2 dynamic trees'. */
+static vs_status propose_eagle2(ens *d, int32_t k, int32_t N, vs_spec_proposal *out, vs_error *err) {
+    const int32_t m = d->m, V = d->n_vocab, K = d->topk;
+    const int32_t need = K + (k - 1) * K * K;
+    if (grow((void **)&d->cand, &d->cap_cand, need, sizeof(ens_cand))) return oom(d, err);
+    cand_key *keys = vs_malloc(sizeof(cand_key) * (size_t)need);
+    if (!keys) return oom(d, err);
+    int32_t nc = 0, beams[VS_DRAFT_ENS_MAX_TOP_K], nb = 0, qid = 0, nfed = 0;
+    vs_status st = expand(d, d->logits, qid++, -1, out, &nc, err);
+    for (int32_t i = 0; i < nc; i++) beams[nb++] = i; /* the root's K best, best first */
+    for (int32_t j = 1; !st && j < k && nb > 0; j++) {
+        /* depth j's beams, every row, one forward */
+        int32_t n = 0;
+        for (int32_t b = 0; b < nb; b++) {
+            const ens_cand *c = &d->cand[beams[b]];
+            for (int32_t r = 0; r < m; r++) {
+                vs_lm_row *row = &d->batch[n];
+                memset(row, 0, sizeof(*row));
+                row->token = c->token;
+                d->bkey[n] = c->token;
+                row->seq = r;
+                row->want_logits = true;
+                int32_t *pa = d->panc + (size_t)n * k, na = 0;
+                for (int32_t a = c->parent; a >= 0; a = d->cand[a].parent)
+                    pa[na++] = d->row[r].base + d->cand[a].slot;
+                row->pos = d->row[r].base + j - 1;
+                row->tree = true;
+                row->mask_past = true;
+                row->past_len = d->row[r].base;
+                row->n_past_anc = na;
+                row->past_anc = pa;
+                n++;
+            }
+        }
+        if ((st = feed_tree(d, n, err))) break;
+        d->n_fed++;
+        out->n_steps++;
+        d->stats.draft_steps++;
+        const int32_t c0 = nc;
+        for (int32_t b = 0; b < nb && !st; b++) {
+            d->cand[beams[b]].slot = nfed++;
+            d->cand[beams[b]].qid = qid;
+            st = expand(d, d->logits + (size_t)b * m * V, qid++, beams[b], out, &nc, err);
+        }
+        /* the K best children become the next beams */
+        nb = 0;
+        for (int32_t i = c0; i < nc && !st; i++) {
+            if (nb == K && !(d->cand[i].score > d->cand[beams[K - 1]].score)) continue;
+            int32_t p = nb < K ? nb++ : K - 1;
+            for (; p > 0 && d->cand[i].score > d->cand[beams[p - 1]].score; p--) beams[p] = beams[p - 1];
+            beams[p] = i;
+        }
+    }
+    if (st) {
+        vs_free(keys);
+        return st;
+    }
+    /* the N best nodes, then by depth */
+    for (int32_t i = 0; i < nc; i++) keys[i] = (cand_key){.score = d->cand[i].score, .depth = d->cand[i].depth, .idx = i};
+    qsort(keys, (size_t)nc, sizeof(*keys), cand_cmp);
+    const int32_t n = VS_MIN(nc, N);
+    qsort(keys, (size_t)n, sizeof(*keys), node_cmp);
+    if ((st = ensure_nodes(d, n, err))) {
+        vs_free(keys);
+        return st;
+    }
+    for (int32_t i = 0; i < n; i++) {
+        ens_cand *c = &d->cand[keys[i].idx];
+        if (c->parent >= 0 && d->cand[c->parent].node < 0) { /* cannot happen: scores fall along a path */
+            vs_free(keys);
+            return vs_error_set(err, VS_ERR_INVALID, "%s: tree node without its parent", dname(d));
+        }
+        c->node = i;
+        out->token[i] = c->token;
+        out->parent[i] = c->parent < 0 ? -1 : d->cand[c->parent].node;
+        out->depth[i] = c->depth;
+        out->q_row[i] = -1;
+        d->node_slot[i] = c->slot;
+        d->node_qid[i] = c->qid;
+    }
+    vs_free(keys);
+    out->n = n;
+    return VS_OK;
+}
+
 static vs_status en_propose(vs_spec_drafter *base, const vs_spec_limits *lim, vs_spec_proposal *out,
                             vs_error *err) {
     ens *d = (ens *)base;
@@ -589,11 +765,12 @@ static vs_status en_propose(vs_spec_drafter *base, const vs_spec_limits *lim, vs
     }
     d->stats.t_weights += vs_time_now() - tw;
 
-    /* the tree's shape: W branches of depth k within the engine's limits; every row's pending rows and
-     * W (k - 1) fed drafts must fit its cache */
-    int32_t W = VS_MAX(1, VS_MIN(d->width, lim->max_nodes));
+    /* the tree's shape: W branches (EAGLE-2: K beams) of depth k within the engine's limits; every row's
+     * pending rows and W (k - 1) fed drafts must fit its cache */
+    const bool dyn = d->topk > 0;
+    int32_t W = dyn ? d->topk : VS_MAX(1, VS_MIN(d->width, lim->max_nodes));
     int32_t k = lim->max_depth, n0 = 0;
-    if (W > 1) k = VS_MIN(k, lim->max_nodes / W);
+    if (!dyn && W > 1) k = VS_MIN(k, lim->max_nodes / W);
     for (int32_t r = 0; r < m; r++) {
         const int32_t D = vs_kv_seq_len(d->kv, r), u = d->row[r].n_pend;
         if (u < 1) return VS_OK;
@@ -603,7 +780,7 @@ static vs_status en_propose(vs_spec_drafter *base, const vs_spec_limits *lim, vs
         n0 += u;
     }
     if (k < 1) return VS_OK; /* a cache is full: the engine decodes plainly */
-    const int32_t ids = W * k;
+    const int32_t ids = dyn ? 1 + W * (k - 1) : W * k; /* distributions of the block */
     if (d->learns && ids > d->qcap) { /* each row's q of the block: the commit's history reads them */
         float *q = vs_realloc(d->qrow, sizeof(float) * (size_t)ids * (size_t)m * (size_t)V);
         if (!q) return oom(d, err);
@@ -632,6 +809,11 @@ static vs_status en_propose(vs_spec_drafter *base, const vs_spec_limits *lim, vs
     d->n_fed = 0;
     out->n_steps++;
     d->stats.draft_steps++;
+    if (dyn) {
+        d->wcur = W;
+        return propose_eagle2(d, k, VS_MIN(d->tnodes, lim->max_nodes), out, err);
+    }
+    if ((st = ensure_nodes(d, W * k, err))) return st;
 
     /* depth 1: W siblings from distribution 0 */
     const float *q;
@@ -688,6 +870,12 @@ static vs_status en_propose(vs_spec_drafter *base, const vs_spec_limits *lim, vs
         }
         out->n = (j + 1) * W;
     }
+    /* node x (depth-major) sits in slot x when its depth was fed; the distribution after it is x + W */
+    for (int32_t x = 0; x < out->n; x++) {
+        const bool fed = x < (k - 1) * W;
+        d->node_slot[x] = fed ? x : -1;
+        d->node_qid[x] = fed ? x + W : -1;
+    }
     return VS_OK;
 }
 
@@ -700,17 +888,20 @@ static vs_status en_commit(vs_spec_drafter *base, const vs_spec_commit *c, vs_er
     vs_status st = resolve_deferred(d, err);
     if (st) return st;
     if (d->fed) {
-        const int32_t a = c->n_accepted, k = d->k;
+        const int32_t a = c->n_accepted;
+        /* the accepted path's leading nodes that sit in the caches (every node but the last has a child
+         * on the path, so it was fed) */
+        int32_t kept = 0;
+        while (kept < a && d->node_slot[c->accepted_nodes[kept]] >= 0) kept++;
         /* TABED history: the verified positions of this block */
         if (d->learns && c->target_logits && c->next >= 0 && !(m == 1 && d->greedy)) {
             const double t0 = vs_time_now();
-            const int32_t nv = VS_MIN(a + 1, k);
+            const int32_t nv = VS_MIN(a, kept) + 1;
             for (int32_t j = 0; j < nv; j++) {
                 /* position j: the target's row after the path's node j - 1 (0: the pending row) and the
-                 * distribution its child was drawn from (0 at depth 1, else the child's index: node
-                 * + W in the depth-major numbering; chain: j) */
+                 * distribution drawn after that node (0: the root's) */
                 const int32_t tr = j == 0 ? 0 : 1 + c->accepted_nodes[j - 1];
-                const int32_t id = j == 0 ? 0 : c->accepted_nodes[j - 1] + d->wcur;
+                const int32_t id = j == 0 ? 0 : d->node_qid[c->accepted_nodes[j - 1]];
                 if ((st = transform(d, c->target_logits + (size_t)tr * V, d->pbuf, err))) return st;
                 const float *q[VS_ENS_MAX_ROWS];
                 for (int32_t r = 0; r < m; r++) q[r] = d->qrow + ((size_t)id * m + r) * (size_t)V;
@@ -720,25 +911,26 @@ static vs_status en_commit(vs_spec_drafter *base, const vs_spec_commit *c, vs_er
         }
             if (d->tracing) {
             vs_ens_trace_rec rec = {
-                .request = d->request, .block = d->block, .step = d->step, .n_draft = k, .n_accept = a};
+                .request = d->request, .block = d->block, .step = d->step, .n_draft = d->k, .n_accept = a};
             memcpy(rec.w, d->w, sizeof(float) * (size_t)m);
             if ((st = vs_ens_trace_add(&d->trace, &rec, err))) return st;
         }
         d->block++;
-        /* every row back to its own prefix + the accepted drafts it evaluated (the last draft never was);
-         * trees: node i sits in slot base + i, the accepted path moves to base .. */
-        const int32_t kept = VS_MIN(a, d->n_fed);
+        /* every row back to its own prefix + the accepted drafts it evaluated (a last draft that was never
+         * fed becomes pending); trees: the accepted path's fed nodes move to base .. */
         int32_t slots[VS_SPEC_MAX_GAMMA];
         for (int32_t r = 0; r < m; r++) {
             ens_row *w = &d->row[r];
+            const int32_t len = vs_kv_seq_len(d->kv, r);
             if (d->wcur > 1) {
-                for (int32_t i = 0; i < kept; i++) slots[i] = w->base + c->accepted_nodes[i];
+                for (int32_t i = 0; i < kept; i++) slots[i] = w->base + d->node_slot[c->accepted_nodes[i]];
                 if ((st = vs_kv_seq_compact(d->kv, r, slots, kept, w->base, err))) return st;
                 for (int32_t i = 0; i < kept; i++) w->hist[w->base + i] = c->accepted[i];
             } else if ((st = vs_kv_seq_truncate(d->kv, r, w->base + kept, err))) {
                 return st;
             }
-            if (a > d->n_fed &&
+            d->stats.rows_discarded += len - vs_kv_seq_len(d->kv, r);
+            if (a > kept &&
                 (st = push_row(d, &w->pend, &w->pend_key, &w->n_pend, &w->cap_pend, c->accepted[a - 1], NULL,
                                c->accepted[a - 1], err)))
                 return st;
@@ -782,6 +974,7 @@ static void en_free(vs_spec_drafter *base) {
     vs_ens_trace_free(&d->trace);
     vs_free(d->logits), vs_free(d->qrow), vs_free(d->qens), vs_free(d->pbuf), vs_free(d->batch);
     vs_free(d->qtmp), vs_free(d->panc);
+    vs_free(d->node_slot), vs_free(d->node_qid), vs_free(d->cand);
     vs_free(d->bkey);
     vs_free(d);
 }
@@ -855,6 +1048,27 @@ vs_spec_drafter *vs_draft_ens_new(vs_lm *draft, const vs_lm *target, const vs_dr
                      o->tree_width, VS_DRAFT_ENS_MAX_WIDTH);
         return NULL;
     }
+    if (o->tree_top_k < 0 || o->tree_top_k > VS_DRAFT_ENS_MAX_TOP_K) {
+        vs_error_set(err, VS_ERR_INVALID, "ensemble drafter: tree top-k %d outside [1, %d] (0 = no EAGLE-2 trees)",
+                     o->tree_top_k, VS_DRAFT_ENS_MAX_TOP_K);
+        return NULL;
+    }
+    if (o->tree_nodes < 0 || o->tree_nodes > VS_DRAFT_ENS_MAX_NODES) {
+        vs_error_set(err, VS_ERR_INVALID, "ensemble drafter: %d tree nodes outside [1, %d] (0 = 8 x top-k)",
+                     o->tree_nodes, VS_DRAFT_ENS_MAX_NODES);
+        return NULL;
+    }
+    if (o->tree_top_k > 0 && o->tree_width > 1) {
+        vs_error_set(err, VS_ERR_INVALID,
+                     "ensemble drafter: EAGLE-2 trees (top-k %d) and width-%d trees exclude each other",
+                     o->tree_top_k, o->tree_width);
+        return NULL;
+    }
+    if (o->tree_top_k > 0 && o->debug_reject) {
+        vs_error_set(err, VS_ERR_INVALID, "ensemble drafter: the reject mode drafts chains or width trees, not "
+                     "EAGLE-2 trees");
+        return NULL;
+    }
     if (dc->n_vocab != tc->n_vocab) {
         vs_error_set(err, VS_ERR_INVALID,
                      "draft model %s has %d tokens but the target %s has %d: a drafter must "
@@ -923,6 +1137,8 @@ vs_spec_drafter *vs_draft_ens_new(vs_lm *draft, const vs_lm *target, const vs_dr
     d->force_greedy = o->greedy;
     d->debug_reject = o->debug_reject;
     d->width = VS_MAX(o->tree_width, 1);
+    d->topk = o->tree_top_k;
+    d->tnodes = o->tree_nodes > 0 ? o->tree_nodes : VS_MIN(8 * o->tree_top_k, VS_DRAFT_ENS_MAX_NODES);
     d->seed = o->seed;
     d->wcfg = o->weights;
     d->learns = m > 1 && (o->weights.policy == VS_ENS_GRID || o->weights.policy == VS_ENS_INV_KL ||
@@ -958,7 +1174,7 @@ vs_spec_drafter *vs_draft_ens_new(vs_lm *draft, const vs_lm *target, const vs_dr
     const vs_type kvt = o->kv_type == VS_TYPE_F16 || o->kv_type == VS_TYPE_BF16 ? o->kv_type : VS_TYPE_F32;
     d->kv = vs_lm_kv_new(draft, m, d->n_ctx, kvt, err);
     if (!d->kv) goto fail;
-    d->logits = vs_malloc(sizeof(float) * (size_t)d->width * (size_t)m * (size_t)d->n_vocab);
+    d->logits = vs_malloc(sizeof(float) * (size_t)VS_MAX(d->width, d->topk) * (size_t)m * (size_t)d->n_vocab);
     d->qens = vs_malloc(sizeof(float) * (size_t)d->n_vocab);
     d->pbuf = vs_malloc(sizeof(float) * (size_t)d->n_vocab);
     d->qtmp = vs_malloc(sizeof(float) * (size_t)d->n_vocab);

@@ -43,6 +43,23 @@
  * in begin; near a cache end it shrinks the depth (and the width when max_nodes < d). Fewer distinct
  * tokens than d (top-k truncation) gives fewer branches. tree_width 0 or 1 = chains (the default).
  *
+ * EAGLE-2 dynamic trees (opts.tree_top_k = K > 0, docs/algorithms.md 'Token trees'): the children of a
+ * node are its K most likely tokens under the drafted distribution (q_ens, or the softmax of the logits
+ * for m = 1 greedy), scored by the cumulative log-probability of the path. Depth 1 is the root's K best
+ * tokens; they are the first beams. Each later depth feeds the K current beams to every row in ONE
+ * forward (tree rows: position base + depth - 1, attending to the prefix and the beam's own cached
+ * ancestors), expands each beam into its K best children and keeps the K best of those K x K as the next
+ * beams; the block's depth is the request's gamma (forwards: the pending rows + gamma - 1). Of every node
+ * created, the best tree_nodes by cumulative score (ties: shallower, then earlier) become the proposal,
+ * ordered by depth: a child never scores above its parent, so the set is closed under ancestors.
+ * Children are deterministic (q row -1) even when the request samples: the pruning looks at the tokens'
+ * scores, and the engine's rule for deterministic siblings (accept x with probability p(x), else remove
+ * x from p) stays exact for any fixed candidate set, where the rule for drawn siblings would not.
+ * Beams sit in cache slots base + (their feeding order); commit moves the accepted path's fed nodes to
+ * base.. (a last accepted node that was never fed becomes a pending row). TABED's history receives the
+ * root's position and the position after every accepted fed node. tree_nodes 0 = 8 K (at most
+ * VS_DRAFT_ENS_MAX_NODES); tree_top_k and tree_width > 1 exclude each other.
+ *
  * Prefix reuse (params.reuse_prefix): each row keeps the cached rows whose keys equal its new prompt's
  * leading rows (spec.h keys: tokens; M / P image rows by the segment's image_id and row) and evaluates
  * only the rest; an image whose image_id (and pooling) was in the previous request is not projected
@@ -83,6 +100,8 @@ const char *vs_ens_input_name(vs_ens_input in); /* "m", "t", "c", "p" */
 vs_status vs_ens_inputs_parse(const char *s, vs_ens_input *in, int32_t *n, vs_error *err);
 
 #define VS_DRAFT_ENS_MAX_WIDTH 8
+#define VS_DRAFT_ENS_MAX_TOP_K 16  /* EAGLE-2 trees: children per beam and beams per depth */
+#define VS_DRAFT_ENS_MAX_NODES 256 /* EAGLE-2 trees: nodes per proposal */
 
 typedef struct vs_draft_ens_opts {
     int32_t n_inputs; /* m rows */
@@ -98,6 +117,9 @@ typedef struct vs_draft_ens_opts {
                                       * shares the target's LM or this drafter's pool */
     bool greedy;                     /* draft greedily even when the request samples */
     int32_t tree_width;              /* branches per block (1 .. VS_DRAFT_ENS_MAX_WIDTH); 0 or 1 = chain */
+    int32_t tree_top_k;              /* EAGLE-2 dynamic trees: K (1 .. VS_DRAFT_ENS_MAX_TOP_K); 0 = off */
+    int32_t tree_nodes;              /* EAGLE-2 trees: nodes per proposal (1 .. VS_DRAFT_ENS_MAX_NODES);
+                                      * 0 = 8 K */
     bool trace;                      /* keep the per-block weight trace (vs_draft_ens_trace) */
     /* DEBUG / BENCHMARK ONLY: run the draft model as usual but propose the LEAST likely token
      * (m = 1: argmin of the logits; m > 1: argmin of q_ens over softmax(z_r)), deterministically and
@@ -119,6 +141,8 @@ typedef struct vs_draft_ens_stats {
     int64_t rows_evaluated; /* rows fed to the draft model since creation (all sequences) */
     int64_t forwards;       /* vs_lm_forward calls since creation (prefill chunks + draft steps) */
     int64_t draft_steps;    /* batched draft steps since creation */
+    int64_t rows_discarded; /* evaluated rows later removed from the cache by a rollback (rejected
+                             * drafts, tree nodes off the accepted path), all sequences, since creation */
     int32_t prefix_rows[VS_ENS_MAX_ROWS]; /* each row's prompt rows in the last request */
     int32_t prefilled[VS_ENS_MAX_ROWS];   /* of them, the rows its prefill evaluated (not reused) */
     int32_t n_empty_captions;             /* images of the last request whose generated caption was empty */

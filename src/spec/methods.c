@@ -24,7 +24,9 @@ static vs_spec_drafter *make_lm(const vs_method *m, const vs_method_models *mm, 
                            .kv_type = o->kv_type,
                            .tp = mm->tp,
                            .greedy = o->greedy,
-                           .tree_width = o->tree_width};
+                           .tree_width = o->tree_width,
+                           .tree_top_k = o->tree_top_k,
+                           .tree_nodes = o->tree_nodes};
     if (lo.mode == VS_DRAFT_LM_MM) {
         if (!mm->proj[m->role]) {
             vs_error_set(err, VS_ERR_INVALID, "method %s (multimodal drafting) needs the drafter's projector "
@@ -68,6 +70,8 @@ static vs_spec_drafter *make_ens(const vs_method *m, const vs_method_models *mm,
     eo.captions = mm->captions;
     eo.greedy = o->greedy;
     eo.tree_width = o->tree_width;
+    eo.tree_top_k = o->tree_top_k;
+    eo.tree_nodes = o->tree_nodes;
     return vs_draft_ens_new(draft, mm->target, &eo, err);
 }
 
@@ -110,15 +114,63 @@ const vs_method *vs_methods(int *n) {
     return method_table;
 }
 
+/* "wD" or "kK[nN]" into o's tree fields; false when malformed or out of range. */
+static bool parse_shape(const char *s, vs_method_opts *o) {
+    int32_t v[2] = {0, -1};
+    const char kind = *s;
+    if (kind != 'w' && kind != 'k') return false;
+    s++;
+    for (int i = 0; i < 2; i++) {
+        if (i == 1) {
+            if (!*s) break;
+            if (kind != 'k' || *s++ != 'n') return false;
+            v[1] = 0;
+        }
+        if (*s < '0' || *s > '9') return false;
+        for (; *s >= '0' && *s <= '9'; s++)
+            if ((v[i] = v[i] * 10 + (*s - '0')) > 100000) return false;
+    }
+    if (*s) return false;
+    if (kind == 'w') {
+        if (v[0] < 2 || v[0] > VS_DRAFT_ENS_MAX_WIDTH) return false;
+        o->tree_width = v[0], o->tree_top_k = 0, o->tree_nodes = 0;
+    } else {
+        if (v[0] < 1 || v[0] > VS_DRAFT_ENS_MAX_TOP_K || v[1] == 0 || v[1] > VS_DRAFT_ENS_MAX_NODES) return false;
+        o->tree_width = 0, o->tree_top_k = v[0], o->tree_nodes = VS_MAX(v[1], 0);
+    }
+    return true;
+}
+
 const vs_method *vs_method_find(const char *name) {
-    for (size_t i = 0; name && i < VS_ARRAY_LEN(method_table); i++)
-        if (!strcmp(method_table[i].name, name)) return &method_table[i];
+    if (!name) return NULL;
+    const char *at = strchr(name, '@');
+    const size_t len = at ? (size_t)(at - name) : strlen(name);
+    for (size_t i = 0; i < VS_ARRAY_LEN(method_table); i++) {
+        const vs_method *m = &method_table[i];
+        if (strlen(m->name) != len || strncmp(m->name, name, len)) continue;
+        vs_method_opts o = {0};
+        if (at && (m->kind == VS_METHOD_TARGET || !parse_shape(at + 1, &o))) return NULL;
+        return m;
+    }
     return NULL;
 }
 
-const char *vs_method_label(const char *name) {
+void vs_method_shape(const char *name, vs_method_opts *o) {
+    const char *at = name ? strchr(name, '@') : NULL;
+    vs_method_opts t = *o;
+    if (at && parse_shape(at + 1, &t)) *o = t;
+}
+
+int32_t vs_method_verify_rows(const vs_method_opts *o, int32_t gamma) {
+    if (o->tree_top_k > 0) return (o->tree_nodes > 0 ? o->tree_nodes : VS_MIN(8 * o->tree_top_k, VS_DRAFT_ENS_MAX_NODES)) + 1;
+    return VS_MAX(o->tree_width, 1) * gamma + 1;
+}
+
+const char *vs_method_label(const char *name, char *buf, size_t cap) {
     const vs_method *m = vs_method_find(name);
-    return m ? m->label : name;
+    const char *at = name ? strchr(name, '@') : NULL;
+    snprintf(buf, cap, "%s%s", m ? m->label : name ? name : "", m && at ? at : "");
+    return buf;
 }
 
 void vs_method_names(char *buf, size_t cap) {
@@ -128,6 +180,9 @@ void vs_method_names(char *buf, size_t cap) {
         size_t l = strlen(buf);
         snprintf(buf + l, cap - l, "%s%s", i ? ", " : "", method_table[i].name);
     }
+    size_t l = strlen(buf);
+    snprintf(buf + l, cap - l, "; token trees: NAME@wD (width D, 2..%d) or NAME@kK[nN] (EAGLE-2, K 1..%d, N 1..%d)",
+             VS_DRAFT_ENS_MAX_WIDTH, VS_DRAFT_ENS_MAX_TOP_K, VS_DRAFT_ENS_MAX_NODES);
 }
 
 vs_spec_drafter *vs_method_drafter_new(const vs_method *m, const vs_method_models *mm, const vs_method_opts *o,

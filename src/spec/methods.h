@@ -44,6 +44,8 @@ typedef struct vs_method_opts {
     int32_t n_ctx;      /* drafter cache rows; <= 0: the draft model's n_ctx_train */
     vs_type kv_type;    /* drafter cache type (VS_TYPE_F32 = 0, F16, BF16) */
     int32_t tree_width; /* width-D token trees; 0 or 1 = chains */
+    int32_t tree_top_k; /* EAGLE-2 dynamic trees (draft_ensemble.h): K; 0 = off */
+    int32_t tree_nodes; /* EAGLE-2 trees: nodes per proposal; 0 = 8 K */
     bool greedy;        /* draft greedily even when the request samples */
 } vs_method_opts;
 
@@ -65,9 +67,21 @@ struct vs_method {
 
 /* The table (n entries); the first entry is "ar". */
 const vs_method *vs_methods(int *n);
-const vs_method *vs_method_find(const char *name); /* NULL if unknown */
-/* The label of a method name (the name itself when unknown). */
-const char *vs_method_label(const char *name);
+/* A method by name. Every front end also accepts a name with a token-tree shape after '@' (not for "ar"):
+ *   NAME@wD        width-D trees (tree_width = D, 2 .. VS_DRAFT_ENS_MAX_WIDTH);
+ *   NAME@kK[nN]    EAGLE-2 dynamic trees (tree_top_k = K, 1 .. VS_DRAFT_ENS_MAX_TOP_K; tree_nodes = N,
+ *                  1 .. VS_DRAFT_ENS_MAX_NODES, default 8 K);
+ * e.g. "m@k4n24", "tabed-mt@w3". NULL if the name or the shape is unknown / malformed. */
+const vs_method *vs_method_find(const char *name);
+/* Applies the shape of a name (vs_method_find accepted it) to o: the three tree fields are replaced;
+ * a name without '@' leaves o as it is. */
+void vs_method_shape(const char *name, vs_method_opts *o);
+/* Rows the target verifies per block at most with these options (a chain gamma + 1, a width-D tree
+ * D gamma + 1, an EAGLE-2 tree its nodes + 1). */
+int32_t vs_method_verify_rows(const vs_method_opts *o, int32_t gamma);
+/* The label of a method name for tables ("TABED^MT"; with a shape "M@k4n24"), into buf; the name itself
+ * when unknown. Returns buf. */
+const char *vs_method_label(const char *name, char *buf, size_t cap);
 /* "ar, m, t, ..." into buf (for error messages). */
 void vs_method_names(char *buf, size_t cap);
 /* The method's drafter. NULL + err when a model it needs is missing (message names the method and the

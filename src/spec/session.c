@@ -360,8 +360,8 @@ static bool is_target_only(const vs_draft_cfg *c) {
 }
 
 static void drafter_key(const vs_draft_cfg *c, char *k, size_t cap) {
-    int n = snprintf(k, cap, "%s|%d|%d", c->method ? c->method : "custom", (int)c->opts.tree_width,
-                     (int)c->opts.greedy);
+    int n = snprintf(k, cap, "%s|%d|%d|%d|%d", c->method ? c->method : "custom", (int)c->opts.tree_width,
+                     (int)c->opts.tree_top_k, (int)c->opts.tree_nodes, (int)c->opts.greedy);
     if (c->method) return;
     const vs_ens_weights_cfg *w = &c->weights;
     n += snprintf(k + n, cap - (size_t)n, "|%d|%d|%d|%d|%d|%d|%g|%d|%d|%g|", (int)c->pool_k, (int)c->trace,
@@ -417,6 +417,8 @@ static vs_spec_drafter *custom_drafter(vs_session *s, const vs_draft_cfg *c, vs_
         if (c->inputs[i] == VS_ENS_IN_C && !(eo.captions = captions(s, err))) return NULL;
     eo.greedy = c->opts.greedy;
     eo.tree_width = c->opts.tree_width;
+    eo.tree_top_k = c->opts.tree_top_k;
+    eo.tree_nodes = c->opts.tree_nodes;
     eo.trace = c->trace;
     eo.debug_reject = c->debug_reject;
     return vs_draft_ens_new(draft, s->m->target, &eo, err);
@@ -447,6 +449,7 @@ static cached_drafter *drafter_get(vs_session *s, const vs_draft_cfg *c, vs_erro
             mm.draft[r] = s->m->draft[r], mm.proj[r] = vs_models_draft_projector(s->m, (vs_method_role)r);
         if (m->captions && !(mm.captions = captions(s, err))) return NULL;
         vs_method_opts mo = c->opts;
+        vs_method_shape(c->method, &mo);
         mo.n_ctx = s->o.draft_n_ctx;
         mo.kv_type = s->o.draft_kv_type;
         d = vs_method_drafter_new(m, &mm, &mo, err);
@@ -742,9 +745,12 @@ static vs_status run(vs_session *s, const vs_request *rq, run_state *rs, vs_resu
     vs_status st;
     vs_spec_prompt prompt;
     if ((st = prepare(s, rq, rs, &prompt, res, err))) return st;
-    /* fit_ctx: the prompt, the reply and the widest verify batch (a width-D tree verifies D gamma + 1 rows);
-     * a later request that needs more gets a new, larger engine (its cache is not reused) */
-    const int32_t draft = is_target_only(&rq->draft) ? 0 : rq->draft.gamma * VS_MAX(rq->draft.opts.tree_width, 1);
+    /* fit_ctx: the prompt, the reply and the widest verify batch (a width-D tree verifies D gamma + 1 rows,
+     * an EAGLE-2 tree its nodes + 1); a later request that needs more gets a new, larger engine (its cache
+     * is not reused) */
+    vs_method_opts mo = rq->draft.opts;
+    vs_method_shape(rq->draft.method, &mo);
+    const int32_t draft = is_target_only(&rq->draft) ? 0 : vs_method_verify_rows(&mo, rq->draft.gamma) - 1;
     const int64_t need = res->n_prompt_rows + rq->n_predict + draft + 1;
     if (s->eng && s->o.fit_ctx && s->o.n_ctx <= 0 && need > vs_spec_n_ctx(s->eng) &&
         vs_spec_n_ctx(s->eng) < vs_lm_cfg(s->m->target)->n_ctx_train) {
