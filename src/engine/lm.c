@@ -21,6 +21,7 @@ struct vs_lm {
     size_t n_bytes;
     uint8_t *packed;  /* the q4x16 copies of the Q4_0 matrices (VS_LM_MAT.packed points in), or NULL */
     int attn_isa;     /* ISA of the attention kernels in this forward: 0 scalar, 1 AVX2, 2 AVX-512 */
+    const char *arch; /* "llama", or VS_LM_ARCH_HEAD (embedding rows in, hidden states out) */
 
     /* scratch, grown to the largest batch / context seen (never shrunk) */
     int cap_rows;     /* rows the buffers below hold */
@@ -59,24 +60,33 @@ static vs_status get_dim(const vs_gguf *g, const char *key, int64_t lo, int64_t 
     return VS_OK;
 }
 
-static vs_status load_config(const vs_gguf *g, vs_lm_config *c, vs_error *err) {
+/* "PREFIX.key" into buf (the architecture's metadata keys). */
+static const char *akey(char *buf, size_t cap, const char *arch, const char *key) {
+    snprintf(buf, cap, "%s.%s", arch, key);
+    return buf;
+}
+
+static vs_status load_config(const vs_gguf *g, vs_lm_config *c, const char **arch_out, vs_error *err) {
     const char *name = vs_gguf_name(g);
     vs_gguf_str arch;
     vs_status st = vs_gguf_require_str(g, "general.architecture", &arch, err);
     if (st) return st;
-    if (!vs_gguf_str_eq(arch, "llama"))
+    const char *A = vs_gguf_str_eq(arch, "llama") ? "llama" : vs_gguf_str_eq(arch, VS_LM_ARCH_HEAD) ? VS_LM_ARCH_HEAD : NULL;
+    if (!A)
         return vs_error_set(err, VS_ERR_UNSUPPORTED, "%s: general.architecture is '%.*s', expected 'llama'", name,
                             (int)VS_MIN(arch.len, 64), arch.ptr);
+    *arch_out = A;
+    char k[96];
     const int64_t big = 1 << 20;
-    if ((st = get_dim(g, "llama.embedding_length", 1, big, &c->n_embd, err))) return st;
-    if ((st = get_dim(g, "llama.block_count", 1, 4096, &c->n_layer, err))) return st;
-    if ((st = get_dim(g, "llama.feed_forward_length", 1, big, &c->n_ff, err))) return st;
-    if ((st = get_dim(g, "llama.attention.head_count", 1, 4096, &c->n_head, err))) return st;
-    if ((st = get_dim(g, "llama.context_length", 1, 1 << 24, &c->n_ctx_train, err))) return st;
+    if ((st = get_dim(g, akey(k, sizeof(k), A, "embedding_length"), 1, big, &c->n_embd, err))) return st;
+    if ((st = get_dim(g, akey(k, sizeof(k), A, "block_count"), 1, 4096, &c->n_layer, err))) return st;
+    if ((st = get_dim(g, akey(k, sizeof(k), A, "feed_forward_length"), 1, big, &c->n_ff, err))) return st;
+    if ((st = get_dim(g, akey(k, sizeof(k), A, "attention.head_count"), 1, 4096, &c->n_head, err))) return st;
+    if ((st = get_dim(g, akey(k, sizeof(k), A, "context_length"), 1, 1 << 24, &c->n_ctx_train, err))) return st;
     int64_t v;
-    int r = vs_gguf_get_int(g, "llama.attention.head_count_kv", &v);
+    int r = vs_gguf_get_int(g, akey(k, sizeof(k), A, "attention.head_count_kv"), &v);
     if (r < 0)
-        return vs_error_set(err, VS_ERR_FORMAT, "%s: llama.attention.head_count_kv is not an integer", name);
+        return vs_error_set(err, VS_ERR_FORMAT, "%s: %s is not an integer", name, k);
     c->n_head_kv = r ? (int)VS_MAX(VS_MIN(v, 1 << 20), 0) : c->n_head;
     if (c->n_head_kv < 1 || c->n_head % c->n_head_kv)
         return vs_error_set(err, VS_ERR_FORMAT, "%s: head_count %d is not a multiple of head_count_kv %lld", name,
@@ -86,17 +96,17 @@ static vs_status load_config(const vs_gguf *g, vs_lm_config *c, vs_error *err) {
                             c->n_embd, c->n_head);
     c->head_dim = c->n_embd / c->n_head;
     double d;
-    if ((st = vs_gguf_require_float(g, "llama.attention.layer_norm_rms_epsilon", &d, err))) return st;
+    if ((st = vs_gguf_require_float(g, akey(k, sizeof(k), A, "attention.layer_norm_rms_epsilon"), &d, err))) return st;
     if (!(d > 0 && d < 1))
         return vs_error_set(err, VS_ERR_FORMAT, "%s: layer_norm_rms_epsilon %g is not in (0, 1)", name, d);
     c->rms_eps = (float)d;
-    r = vs_gguf_get_float(g, "llama.rope.freq_base", &d);
-    if (r < 0) return vs_error_set(err, VS_ERR_FORMAT, "%s: llama.rope.freq_base is not a number", name);
+    r = vs_gguf_get_float(g, akey(k, sizeof(k), A, "rope.freq_base"), &d);
+    if (r < 0) return vs_error_set(err, VS_ERR_FORMAT, "%s: %s is not a number", name, k);
     c->rope_base = r ? (float)d : 10000.0f;
     if (!(c->rope_base > 1.0f && isfinite(c->rope_base)))
-        return vs_error_set(err, VS_ERR_FORMAT, "%s: llama.rope.freq_base %g must be > 1", name, c->rope_base);
-    r = vs_gguf_get_int(g, "llama.rope.dimension_count", &v);
-    if (r < 0) return vs_error_set(err, VS_ERR_FORMAT, "%s: llama.rope.dimension_count is not an integer", name);
+        return vs_error_set(err, VS_ERR_FORMAT, "%s: %s %g must be > 1", name, k, c->rope_base);
+    r = vs_gguf_get_int(g, akey(k, sizeof(k), A, "rope.dimension_count"), &v);
+    if (r < 0) return vs_error_set(err, VS_ERR_FORMAT, "%s: %s is not an integer", name, k);
     c->rope_dim = r ? (int)VS_MAX(VS_MIN(v, 1 << 20), -1) : c->head_dim;
     if (c->rope_dim < 2 || c->rope_dim > c->head_dim || c->rope_dim % 2)
         return vs_error_set(err, VS_ERR_FORMAT, "%s: rope.dimension_count %d must be even and in [2, head_dim %d]",
@@ -139,9 +149,65 @@ static vs_status load_norm(vs_lm *lm, const char *tname, int64_t n, float *dst, 
     return VS_OK;
 }
 
+/* The decoder blocks (and room for the output norm in lm->norms). first_norm_optional: blk.0's
+ * attn_norm may be absent (attn_norm NULL: the block reads its input as it is). */
+static vs_status load_layers(vs_lm *lm, bool first_norm_optional, vs_error *err) {
+    const vs_lm_config *c = &lm->cfg;
+    const int64_t E = c->n_embd, Q = (int64_t)c->n_head * c->head_dim, KV = (int64_t)c->n_head_kv * c->head_dim;
+    lm->norms = vs_malloc(sizeof(float) * (size_t)(2 * c->n_layer + 1) * (size_t)E);
+    lm->w.layers = vs_calloc((size_t)c->n_layer, sizeof(vs_lm_layer));
+    if (!lm->norms || !lm->w.layers) return vs_error_set(err, VS_ERR_NOMEM, "%s: out of memory", vs_gguf_name(lm->g));
+    vs_status st;
+    char tn[64];
+    for (int l = 0; l < c->n_layer; l++) {
+        vs_lm_layer *L = &lm->w.layers[l];
+        float *an = lm->norms + (size_t)(2 * l) * E, *fn = an + E;
+#define TN(suffix) (snprintf(tn, sizeof(tn), "blk.%d." suffix, l), tn)
+        const bool has_an = !(l == 0 && first_norm_optional) || vs_gguf_find_tensor(lm->g, TN("attn_norm.weight"));
+        if (has_an && (st = load_norm(lm, TN("attn_norm.weight"), E, an, err))) return st;
+        if ((st = load_mat(lm, TN("attn_q.weight"), E, Q, &L->wq, err))) return st;
+        if ((st = load_mat(lm, TN("attn_k.weight"), E, KV, &L->wk, err))) return st;
+        if ((st = load_mat(lm, TN("attn_v.weight"), E, KV, &L->wv, err))) return st;
+        if ((st = load_mat(lm, TN("attn_output.weight"), Q, E, &L->wo, err))) return st;
+        if ((st = load_norm(lm, TN("ffn_norm.weight"), E, fn, err))) return st;
+        if ((st = load_mat(lm, TN("ffn_gate.weight"), E, c->n_ff, &L->w_gate, err))) return st;
+        if ((st = load_mat(lm, TN("ffn_up.weight"), E, c->n_ff, &L->w_up, err))) return st;
+        if ((st = load_mat(lm, TN("ffn_down.weight"), c->n_ff, E, &L->w_down, err))) return st;
+#undef TN
+        L->attn_norm = has_an ? an : NULL;
+        L->ffn_norm = fn;
+    }
+    return VS_OK;
+}
+
+/* A head (VS_LM_ARCH_HEAD): decoder blocks only. The vocabulary size comes from HEAD.vocab_size (the
+ * target's; the drafter uses the target's embedding and LM head); blk.0.attn_norm.weight may be absent
+ * (EAGLE: the first block reads its input unnormalised); no token_embd, output_norm or output. */
+static vs_status load_head_layers(vs_lm *lm, vs_error *err) {
+    vs_lm_config *c = &lm->cfg;
+    const char *name = vs_gguf_name(lm->g);
+    char k[96];
+    int64_t nv;
+    int r = vs_gguf_get_int(lm->g, akey(k, sizeof(k), lm->arch, "vocab_size"), &nv);
+    if (r != 1 || nv < 1 || nv > (1 << 24))
+        return vs_error_set(err, VS_ERR_FORMAT, "%s: %s is missing or outside [1, 2^24]", name, k);
+    c->n_vocab = (int)nv;
+    static const char *const none[] = {"token_embd.weight", "output_norm.weight", "output.weight"};
+    for (size_t i = 0; i < VS_ARRAY_LEN(none); i++)
+        if (vs_gguf_find_tensor(lm->g, none[i]))
+            return vs_error_set(err, VS_ERR_FORMAT, "%s: a %s file has no %s (it uses the target's)", name, lm->arch,
+                                none[i]);
+    vs_status st = load_layers(lm, true, err);
+    if (st) return st;
+    c->tied_output = false;
+    c->wtype = lm->w.layers[0].wq.type;
+    return VS_OK;
+}
+
 static vs_status load_weights(vs_lm *lm, vs_error *err) {
     vs_lm_config *c = &lm->cfg;
     const char *name = vs_gguf_name(lm->g);
+    if (strcmp(lm->arch, "llama")) return load_head_layers(lm, err);
     const vs_gguf_tensor *te = vs_gguf_find_tensor(lm->g, "token_embd.weight");
     if (!te) return vs_error_set(err, VS_ERR_FORMAT, "%s: missing tensor token_embd.weight", name);
     if (te->n_dims != 2 || te->ne[0] != c->n_embd || te->ne[1] < 1 || te->ne[1] > (1 << 24))
@@ -162,29 +228,9 @@ static vs_status load_weights(vs_lm *lm, vs_error *err) {
                             (unsigned long long)ntok, c->n_vocab);
 
     vs_status st;
-    const int64_t E = c->n_embd, Q = (int64_t)c->n_head * c->head_dim, KV = (int64_t)c->n_head_kv * c->head_dim;
-    if ((st = load_mat(lm, "token_embd.weight", E, c->n_vocab, &lm->w.tok_embd, err))) return st;
-    lm->norms = vs_malloc(sizeof(float) * (size_t)(2 * c->n_layer + 1) * (size_t)E);
-    lm->w.layers = vs_calloc((size_t)c->n_layer, sizeof(vs_lm_layer));
-    if (!lm->norms || !lm->w.layers) return vs_error_set(err, VS_ERR_NOMEM, "%s: out of memory", name);
-    char tn[64];
-    for (int l = 0; l < c->n_layer; l++) {
-        vs_lm_layer *L = &lm->w.layers[l];
-        float *an = lm->norms + (size_t)(2 * l) * E, *fn = an + E;
-#define TN(suffix) (snprintf(tn, sizeof(tn), "blk.%d." suffix, l), tn)
-        if ((st = load_norm(lm, TN("attn_norm.weight"), E, an, err))) return st;
-        if ((st = load_mat(lm, TN("attn_q.weight"), E, Q, &L->wq, err))) return st;
-        if ((st = load_mat(lm, TN("attn_k.weight"), E, KV, &L->wk, err))) return st;
-        if ((st = load_mat(lm, TN("attn_v.weight"), E, KV, &L->wv, err))) return st;
-        if ((st = load_mat(lm, TN("attn_output.weight"), Q, E, &L->wo, err))) return st;
-        if ((st = load_norm(lm, TN("ffn_norm.weight"), E, fn, err))) return st;
-        if ((st = load_mat(lm, TN("ffn_gate.weight"), E, c->n_ff, &L->w_gate, err))) return st;
-        if ((st = load_mat(lm, TN("ffn_up.weight"), E, c->n_ff, &L->w_up, err))) return st;
-        if ((st = load_mat(lm, TN("ffn_down.weight"), c->n_ff, E, &L->w_down, err))) return st;
-#undef TN
-        L->attn_norm = an;
-        L->ffn_norm = fn;
-    }
+    if ((st = load_mat(lm, "token_embd.weight", c->n_embd, c->n_vocab, &lm->w.tok_embd, err))) return st;
+    if ((st = load_layers(lm, false, err))) return st;
+    const int64_t E = c->n_embd;
     float *on = lm->norms + (size_t)(2 * c->n_layer) * E;
     if ((st = load_norm(lm, "output_norm.weight", E, on, err))) return st;
     lm->w.output_norm = on;
@@ -207,7 +253,7 @@ static int lm_mats(vs_lm *lm, vs_lm_mat **out) {
         vs_lm_mat *m[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
         for (size_t i = 0; i < VS_ARRAY_LEN(m); i++) out[n++] = m[i];
     }
-    out[n++] = &lm->w.output;
+    if (lm->w.output.data) out[n++] = &lm->w.output;
     return n;
 }
 
@@ -248,7 +294,7 @@ vs_lm *vs_lm_from_gguf(const vs_gguf *g, vs_error *err) {
         return NULL;
     }
     lm->g = g;
-    vs_status st = load_config(g, &lm->cfg, err);
+    vs_status st = load_config(g, &lm->cfg, &lm->arch, err);
     if (!st) st = vs_gguf_check_finite(g, err);
     if (!st) st = load_weights(lm, err);
     if (!st) st = pack_weights(lm, err);
@@ -321,6 +367,9 @@ vs_kv *vs_lm_kv_new(const vs_lm *lm, int n_seq, int n_ctx, vs_type type, vs_erro
 
 vs_status vs_lm_embed(const vs_lm *lm, int32_t token, float *out, vs_error *err) {
     const vs_lm_mat *e = &lm->w.tok_embd;
+    if (!e->data)
+        return vs_error_set(err, VS_ERR_INVALID, "%s has no token embeddings (a %s file)", vs_gguf_name(lm->g),
+                            lm->arch);
     if (token < 0 || token >= e->n_out)
         return vs_error_set(err, VS_ERR_INVALID, "token %d outside the vocabulary [0, %lld)", token,
                             (long long)e->n_out);
@@ -802,6 +851,12 @@ static vs_status validate(vs_lm *lm, vs_kv *kv, const vs_lm_row *rows, int n, co
         if (w->seq < 0 || w->seq >= n_seq)
             return vs_error_set(err, VS_ERR_INVALID, "%s: row %d: sequence %d outside [0, %d)", name, r, w->seq,
                                 n_seq);
+        if (!w->embd && !lm->w.tok_embd.data)
+            return vs_error_set(err, VS_ERR_INVALID, "%s: row %d: a %s model takes embedding rows, not tokens", name,
+                                r, lm->arch);
+        if (w->want_logits && !lm->w.output.data)
+            return vs_error_set(err, VS_ERR_INVALID, "%s: row %d: a %s model has no LM head (no logits)", name, r,
+                                lm->arch);
         if (!w->embd && (w->token < 0 || w->token >= c->n_vocab))
             return vs_error_set(err, VS_ERR_INVALID, "%s: row %d: token %d outside the vocabulary [0, %d)", name,
                                 r, w->token, c->n_vocab);
@@ -932,7 +987,8 @@ vs_status vs_lm_forward(vs_lm *lm, vs_kv *kv, vs_threadpool *tp, const vs_lm_row
         const vs_lm_layer *L = &lm->w.layers[l];
         f.layer = l;
         /* attention block */
-        if (l == 0) norm_rows(lm, tp, lm->x, lm->xn, L->attn_norm, n); /* later layers: fused below */
+        if (l == 0 && L->attn_norm) norm_rows(lm, tp, lm->x, lm->xn, L->attn_norm, n); /* later: fused below */
+        else if (l == 0) memcpy(lm->xn, lm->x, (size_t)n * E * sizeof(float)); /* a head's first block */
         matmul_shared(tp, (const vs_lm_mat *const[]){&L->wq, &L->wk, &L->wv}, (float *const[]){lm->q, lm->k, lm->v},
                       3, lm->xn, n, mmf);
         run_job(tp, job_rope_store, &f, (int64_t)n * (c->n_head + 2 * c->n_head_kv) * c->head_dim);
@@ -972,6 +1028,8 @@ vs_status vs_lm_forward(vs_lm *lm, vs_kv *kv, vs_threadpool *tp, const vs_lm_row
 vs_status vs_lm_head(vs_lm *lm, vs_threadpool *tp, const float *h, int n, bool apply_norm, float *logits,
                      vs_error *err) {
     if (n < 1) return vs_error_set(err, VS_ERR_INVALID, "%s: LM head needs at least one row", vs_gguf_name(lm->g));
+    if (!lm->w.output.data)
+        return vs_error_set(err, VS_ERR_INVALID, "%s: a %s model has no LM head", vs_gguf_name(lm->g), lm->arch);
     vs_status st = ensure_scratch(lm, n, 1, 1, 1, false, err);
     if (st) return st;
     if (apply_norm) {

@@ -21,6 +21,13 @@
 #include "kernels.h"
 #include "kv.h"
 
+/* general.architecture of a feature-level draft head (an EAGLE-style head: MSD): the same decoder
+ * blocks under the key prefix "msd." (msd.embedding_length ..., msd.vocab_size = the target's), without
+ * token_embd, output_norm and output (the drafter uses the target's embedding and LM head), blk.0's
+ * attn_norm optional. Such a model takes embedding rows only and returns hidden states, no logits. The
+ * drafter's own tensors (fc.weight, fc.bias) are read by the drafter (docs/formats.md). */
+#define VS_LM_ARCH_HEAD "msd"
+
 typedef struct vs_lm_config {
     int n_embd;       /* model width (llama.embedding_length) */
     int n_layer;      /* decoder blocks */

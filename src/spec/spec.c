@@ -828,9 +828,10 @@ vs_status vs_spec_generate(vs_spec *s, vs_spec_drafter *d, const vs_spec_prompt 
 
     /* Prefix reuse: keep cached rows whose keys equal the prompt's leading rows (text rows by token,
      * image rows by (image_id, row); never the last prompt row: it is the pending row of the first
-     * block). Feature drafters see every prompt row, so no reuse for them. */
+     * block). Feature drafters see every prompt row (no reuse for them) unless they keep the features of
+     * the rows they saw (vs_spec_drafter.keeps_features). */
     int32_t keep = 0;
-    if (pr->reuse_prefix && !wants_features(d)) {
+    if (pr->reuse_prefix && (!wants_features(d) || d->keeps_features)) {
         prompt_cursor cur = {prompt, 0, 0};
         int32_t len = vs_kv_seq_len(s->kv, s->seq);
         vs_lm_row r;

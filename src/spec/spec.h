@@ -210,6 +210,11 @@ struct vs_spec_drafter {
                             * begin (a drafter may size it from params->gamma there). The engine's limits
                             * never exceed it nor the target cache's room behind the pending row. */
     bool want_hidden;      /* deliver the last hidden state through target_rows */
+    bool keeps_features;   /* the drafter keeps the features of the rows it saw across requests, so the
+                            * engine may reuse a cached prompt prefix (delivering only the rows after it);
+                            * without it, prefix reuse is off for feature drafters (every prompt row is
+                            * evaluated and delivered). Such a drafter must cope with a delivery that
+                            * starts past the rows it knows (draft_msd: it then drafts nothing). */
     int32_t n_want_layers; /* and these layers' outputs */
     const int *want_layers;
 };
