@@ -1,10 +1,14 @@
 /* fuzz_gguf: the GGUF reader over arbitrary bytes (vs_gguf_open_memory). Whatever the input, opening
  * must either fail with a message naming the input or succeed with every index, string and tensor
- * pointer inside the buffer; this touches all of them so a sanitizer sees any escape. */
+ * pointer inside the buffer; this touches all of them so a sanitizer sees any escape. A file that opens
+ * then goes through the model loaders (vs_lm_from_gguf: "llama" and "msd" files; the MSD head loader),
+ * which must fail cleanly or load. */
 #include <stdint.h>
 #include <string.h>
 
+#include "draft_msd.h"
 #include "gguf.h"
+#include "lm.h"
 
 static volatile uint8_t sink;
 
@@ -52,6 +56,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     int64_t iv;
     vs_gguf_get_f32_array(g, "general.alignment", f, 4);
     vs_gguf_get_int(g, "general.alignment", &iv);
+    vs_lm_free(vs_lm_from_gguf(g, &err));
+    vs_msd_head_free(vs_msd_head_from_gguf(g, &err));
     vs_gguf_close(g);
     return 0;
 }

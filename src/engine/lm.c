@@ -154,6 +154,13 @@ static vs_status load_norm(vs_lm *lm, const char *tname, int64_t n, float *dst, 
 static vs_status load_layers(vs_lm *lm, bool first_norm_optional, vs_error *err) {
     const vs_lm_config *c = &lm->cfg;
     const int64_t E = c->n_embd, Q = (int64_t)c->n_head * c->head_dim, KV = (int64_t)c->n_head_kv * c->head_dim;
+    /* the F32 norm copies: a file's blocks hold at least their norms' values (and far more in matrices), so
+     * more than 8 bytes of copies per file byte is a file whose keys claim tensors it does not have (or
+     * whose tensors overlap): refused before allocating */
+    const double norm_bytes = sizeof(float) * (double)(2 * c->n_layer + 1) * (double)E;
+    if (norm_bytes > 8.0 * (double)vs_gguf_size(lm->g) + 65536.0)
+        return vs_error_set(err, VS_ERR_FORMAT, "%s: %d blocks of width %lld do not fit a file of %zu bytes",
+                            vs_gguf_name(lm->g), c->n_layer, (long long)E, vs_gguf_size(lm->g));
     lm->norms = vs_malloc(sizeof(float) * (size_t)(2 * c->n_layer + 1) * (size_t)E);
     lm->w.layers = vs_calloc((size_t)c->n_layer, sizeof(vs_lm_layer));
     if (!lm->norms || !lm->w.layers) return vs_error_set(err, VS_ERR_NOMEM, "%s: out of memory", vs_gguf_name(lm->g));

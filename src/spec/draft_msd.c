@@ -14,7 +14,8 @@
  * The head file */
 
 struct vs_msd_head {
-    vs_gguf *g;
+    const vs_gguf *g;
+    vs_gguf *owned;   /* set by vs_msd_head_load */
     vs_lm *lm;        /* the decoder block(s), architecture VS_LM_ARCH_HEAD */
     vs_lm_mat fc;     /* [H][2H] */
     float *fc_bias;   /* [H] (F32 copy) */
@@ -28,17 +29,30 @@ void vs_msd_head_free(vs_msd_head *h) {
     if (!h) return;
     vs_lm_free(h->lm);
     vs_free(h->fc_bias);
-    vs_gguf_close(h->g);
+    vs_gguf_close(h->owned);
     vs_free(h);
 }
 
 vs_msd_head *vs_msd_head_load(const char *path, vs_error *err) {
+    vs_gguf *g = vs_gguf_open(path, err);
+    if (!g) return NULL;
+    vs_msd_head *h = vs_msd_head_from_gguf(g, err);
+    if (!h) {
+        vs_gguf_close(g);
+        return NULL;
+    }
+    h->owned = g;
+    return h;
+}
+
+vs_msd_head *vs_msd_head_from_gguf(const vs_gguf *g, vs_error *err) {
+    const char *path = vs_gguf_name(g);
     vs_msd_head *h = vs_calloc(1, sizeof(*h));
     if (!h) {
         vs_error_set(err, VS_ERR_NOMEM, "%s: out of memory", path);
         return NULL;
     }
-    if (!(h->g = vs_gguf_open(path, err))) goto fail;
+    h->g = g;
     vs_gguf_str arch;
     if (vs_gguf_get_str(h->g, "general.architecture", &arch) != 1 || !vs_gguf_str_eq(arch, VS_LM_ARCH_HEAD)) {
         vs_error_set(err, VS_ERR_FORMAT, "%s: not an MSD head (general.architecture must be '%s')", path,

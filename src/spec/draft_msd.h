@@ -45,6 +45,8 @@ typedef struct vs_msd_head vs_msd_head;
 
 /* Opens a head file (docs/formats.md). NULL + err naming the file and the key or tensor. */
 vs_msd_head *vs_msd_head_load(const char *path, vs_error *err);
+/* The same over a file the caller keeps open (and closes after vs_msd_head_free). */
+vs_msd_head *vs_msd_head_from_gguf(const vs_gguf *g, vs_error *err);
 void vs_msd_head_free(vs_msd_head *h);
 const vs_lm *vs_msd_head_lm(const vs_msd_head *h); /* the decoder block(s) */
 bool vs_msd_head_decoupled(const vs_msd_head *h);   /* image rows bypass fc */
