@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "draft_msd.h"
 #include "lm.h"
 
 #define CMD "model"
@@ -18,7 +19,9 @@ static void usage(FILE *f) {
             "       vlmspec model info -m MODEL\n"
             "       vlmspec model convert -m MODEL --type T -o OUT\n\n"
             "random: writes a LLaMA-architecture GGUF with random weights ~ N(0, std^2) and norms of 1.\n"
-            "  --arch llama           architecture (only llama)\n"
+            "  --arch A               llama (default), or msd: a random MSD draft head for --target\n"
+            "  --target FILE          --arch msd: the target LM (width, vocabulary and embedding probe\n"
+            "                         come from it; give --heads, --ffn, --ctx, -o)\n"
             "  --dim D                model width (a multiple of --heads; of 32 for Q8_0/Q4_0, 256 for Q*_K)\n"
             "  --layers L             decoder blocks\n"
             "  --heads H              attention heads\n"
@@ -45,10 +48,10 @@ static void usage(FILE *f) {
 }
 
 
-/* --arch's value: only "llama". */
+/* --arch's value: "llama" or "msd" (a random MSD draft head for --target). */
 static bool parse_arch(const char *cmd, const char *flag, const char *v, void *dst) {
-    if (strcmp(v, "llama")) {
-        cli_fail(cmd, "%s %s: only 'llama' is supported", flag, v);
+    if (strcmp(v, "llama") && strcmp(v, "msd")) {
+        cli_fail(cmd, "%s %s: 'llama' or 'msd'", flag, v);
         return false;
     }
     *(const char **)dst = v;
@@ -57,15 +60,17 @@ static bool parse_arch(const char *cmd, const char *flag, const char *v, void *d
 
 /* Parses `model random`'s flags into o, *out and *tok_from. Returns -1 when they are fine, else the exit
  * status. */
-static int random_parse(int argc, char **argv, vs_lm_random_opts *o, const char **out, const char **tok_from) {
+static int random_parse(int argc, char **argv, vs_lm_random_opts *o, const char **out, const char **tok_from,
+                        const char **arch, const char **target) {
     memset(o, 0, sizeof(*o));
     o->seed = 1;
     o->n_head_kv = -1;
     int type = -1;
-    const char *arch = "llama";
-    *out = *tok_from = NULL;
+    *arch = "llama";
+    *out = *tok_from = *target = NULL;
     cli_flags fs = {0};
-    cli_flag_fn_add(&fs, "--arch", parse_arch, &arch);
+    cli_flag_fn_add(&fs, "--arch", parse_arch, arch);
+    cli_flag_add(&fs, "--target", CLI_STR, target, 0, 0);
     cli_flag_add(&fs, "--dim", CLI_INT, &o->n_embd, 2, 1 << 16);
     cli_flag_add(&fs, "--layers", CLI_INT, &o->n_layer, 1, 1024);
     cli_flag_add(&fs, "--heads", CLI_INT, &o->n_head, 1, 1024);
@@ -84,6 +89,19 @@ static int random_parse(int argc, char **argv, vs_lm_random_opts *o, const char 
     const int r = cli_flags_parse(CMD, argc, argv, &fs, usage);
     if (r >= 0) return r;
     o->type = (vs_type)type;
+    if (!strcmp(*arch, "msd")) { /* the head's width, vocabulary and type come from the target */
+        const void *not_msd[] = {&o->n_embd, &o->n_layer, &type, tok_from, &o->n_vocab, &o->tied, &o->rope_base,
+                                 &o->rms_eps};
+        for (size_t i = 0; i < VS_ARRAY_LEN(not_msd); i++)
+            if (cli_flag_given(&fs, not_msd[i]))
+                return cli_fail(CMD, "random --arch msd: %s comes from --target", cli_flag_seen(&fs, not_msd[i])), 2;
+        const char *miss = !*target ? "--target" : !o->n_head ? "--heads" : !o->n_ff ? "--ffn" : !o->n_ctx ? "--ctx"
+                           : !*out ? "-o" : NULL;
+        if (miss) return cli_fail(CMD, "random --arch msd: %s is required (see --help)", miss), 2;
+        if (o->n_head_kv < 0) o->n_head_kv = o->n_head;
+        return -1;
+    }
+    if (*target) return cli_fail(CMD, "random: --target is read with --arch msd only"), 2;
     const char *missing = !o->n_embd ? "--dim" : !o->n_layer ? "--layers" : !o->n_head ? "--heads" : !o->n_ff ? "--ffn"
                           : !o->n_ctx ? "--ctx" : type < 0 ? "--type" : !*out ? "-o" : NULL;
     if (missing) return cli_fail(CMD, "random: %s is required (see --help)", missing), 2;
@@ -93,11 +111,30 @@ static int random_parse(int argc, char **argv, vs_lm_random_opts *o, const char 
     return -1;
 }
 
+/* A random MSD head (draft_msd.h) for a target: benchmarks of the head's step and tests. */
+static int random_msd(const vs_lm_random_opts *o, const char *out, const char *target) {
+    vs_error err = {0};
+    vs_lm *t = vs_lm_load(target, &err);
+    if (!t) return cli_fail_err(CMD, &err);
+    vs_msd_random_opts mo = {.n_head = o->n_head, .n_head_kv = o->n_head_kv, .n_ff = o->n_ff, .n_ctx = o->n_ctx,
+                             .std = o->init_std, .decoupled = true, .seed = o->seed};
+    vs_msd_head *h = vs_msd_head_write_random(&mo, t, out, &err) ? NULL : vs_msd_head_load(out, &err);
+    vs_lm_free(t);
+    if (!h) return cli_fail_err(CMD, &err);
+    const vs_lm_config *c = vs_lm_cfg(vs_msd_head_lm(h));
+    printf("wrote %s: msd head for %s, width %d, %d/%d heads, ffn %d, ctx %d; %.2fM parameters (block + fc)\n", out,
+           target, c->n_embd, c->n_head, c->n_head_kv, c->n_ff, c->n_ctx_train,
+           (vs_lm_n_params(vs_msd_head_lm(h)) + 2.0 * c->n_embd * c->n_embd + c->n_embd) / 1e6);
+    vs_msd_head_free(h);
+    return 0;
+}
+
 static int cmd_random(int argc, char **argv) {
     vs_lm_random_opts o;
-    const char *out, *tok_from;
-    const int r = random_parse(argc, argv, &o, &out, &tok_from);
+    const char *out, *tok_from, *arch, *target;
+    const int r = random_parse(argc, argv, &o, &out, &tok_from, &arch, &target);
     if (r >= 0) return r;
+    if (!strcmp(arch, "msd")) return random_msd(&o, out, target);
     vs_error err = {0};
     vs_gguf *tg = NULL;
     if (tok_from && !(tg = vs_gguf_open(tok_from, &err))) return cli_fail_err(CMD, &err);

@@ -6,6 +6,27 @@
 
 #include "draft_lm.h"
 
+/* The MSD head (draft_msd.h) over the target's features. */
+static vs_spec_drafter *make_msd(const vs_method *m, const vs_method_models *mm, const vs_method_opts *o,
+                                 vs_error *err) {
+    if (!mm->msd) {
+        vs_error_set(err, VS_ERR_INVALID, "method %s needs an MSD head file (-md FILE), which is not loaded", m->name);
+        return NULL;
+    }
+    if (o->tree_width > 1) {
+        vs_error_set(err, VS_ERR_INVALID, "method %s drafts chains or EAGLE-2 trees (NAME@kK[nN]), not width trees",
+                     m->name);
+        return NULL;
+    }
+    vs_draft_msd_opts mo = {.n_ctx = o->n_ctx,
+                            .kv_type = o->kv_type,
+                            .tp = mm->tp,
+                            .greedy = o->greedy,
+                            .tree_top_k = o->tree_top_k,
+                            .tree_nodes = o->tree_nodes};
+    return vs_draft_msd_new(mm->msd, mm->target, &mo, err);
+}
+
 static vs_lm *need_draft(const vs_method *m, const vs_method_models *mm, vs_error *err) {
     vs_lm *d = mm->draft[m->role];
     if (!d)
@@ -107,6 +128,9 @@ static const vs_method method_table[] = {
      false, true},
     {"massv-t", "MASSV-T", VS_METHOD_SINGLE, VS_ROLE_MASSV, "the MASSV drafter, text-only (ablation)", make_lm,
      VS_DRAFT_LM_TEXT, false, false},
+    {"msd", "MSD", VS_METHOD_SINGLE, VS_ROLE_MSD,
+     "the MSD feature-level head on the target's own features (chains; EAGLE-2 trees with msd@kK[nN])", make_msd, 0,
+     false, false},
 };
 
 const vs_method *vs_methods(int *n) {

@@ -6,12 +6,14 @@
  *
  * A method drafts with one of two drafter files (vs_method_role): the LLaVA-recipe drafter
  * (models/draft-llava*.gguf, any small LM sharing the target's vocabulary given with -md) or the MASSV
- * drafter (models/draft-massv*.gguf). The method "ar" is target-only decoding (no drafter). */
+ * drafter (models/draft-massv*.gguf); the MSD method drafts with a feature-level head file (-md names it).
+ * The method "ar" is target-only decoding (no drafter). */
 #ifndef VS_METHODS_H
 #define VS_METHODS_H
 
 #include "caption.h"
 #include "draft_ensemble.h"
+#include "draft_msd.h"
 #include "lm.h"
 #include "spec.h"
 #include "vision.h"
@@ -26,14 +28,16 @@ typedef enum vs_method_role {
     VS_ROLE_NONE = 0,
     VS_ROLE_LLAVA = 1, /* the LLaVA-recipe drafter (-md) and its projector (--mmproj-draft) */
     VS_ROLE_MASSV = 2, /* the MASSV drafter and its projector */
+    VS_ROLE_MSD = 3,   /* the MSD feature-level head (draft_msd.h; a head file, not an LM; no projector) */
 } vs_method_role;
-#define VS_N_ROLES 3
+#define VS_N_ROLES 4
 
 /* The models a drafter is built from (borrowed by the drafter: free them after it). */
 typedef struct vs_method_models {
     vs_lm *target;
     const vs_vision_tower *tower;                  /* the target's tower, NULL for text-only use */
-    vs_lm *draft[VS_N_ROLES];                      /* by role; NULL when not loaded */
+    vs_lm *draft[VS_N_ROLES];                      /* by role; NULL when not loaded (and for VS_ROLE_MSD) */
+    const vs_msd_head *msd;                        /* the MSD head (VS_ROLE_MSD), NULL when not loaded */
     const vs_vision_projector *proj[VS_N_ROLES];   /* each drafter's projector, NULL when not loaded */
     vs_threadpool *tp;                             /* borrowed; NULL = caller's thread */
     vs_caption_src *captions;                      /* caption methods: their source (one request at a time) */
