@@ -5,12 +5,12 @@
 
 #include <ctype.h>
 #include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "kernels.h"
 #include "sample.h"
 #include "tokenizer.h"
+#include "tree_build.h"
 
 #define PREFILL_CHUNK 512
 
@@ -68,17 +68,6 @@ typedef struct ens_row {
     bool deferred; /* C row whose captions are being computed: prompt not built yet */
     int32_t base;  /* block in flight: cache length after the pending rows */
 } ens_row;
-
-/* A node of an EAGLE-2 tree under construction (the block's candidates). */
-typedef struct ens_cand {
-    double score;   /* cumulative log-probability of the path */
-    int32_t token;
-    int32_t parent; /* candidate index, -1 = child of the pending row */
-    int32_t depth;
-    int32_t slot;   /* fed: cache slot - base; -1 = never fed */
-    int32_t qid;    /* fed: id of the distribution drawn after it; -1 */
-    int32_t node;   /* index in the proposal, -1 = pruned */
-} ens_cand;
 
 typedef struct ens_image {
     int32_t id, pool_k; /* the segment's image_id (0 = never reused), the pooling window */
@@ -142,8 +131,9 @@ typedef struct ens {
     int32_t *node_slot;     /* [cap_node] per proposal node: its cache slot - base, -1 = never fed */
     int32_t *node_qid;      /* [cap_node] id of the distribution drawn after the node, -1 = none */
     int32_t cap_node, cap_node2;
-    ens_cand *cand; /* [cap_cand] EAGLE-2 candidates of the block */
-    int32_t cap_cand;
+    vs_tree_cand *cand; /* [cap_cand] EAGLE-2 candidates of the block */
+    int32_t *order;     /* [cap_cand] proposal node -> candidate */
+    int32_t cap_cand, cap_order;
     /* trace */
     bool tracing;
     vs_ens_trace trace;
@@ -586,21 +576,6 @@ static vs_status pick(ens *d, const float *lg, const float *q, int32_t n, int32_
     return VS_OK;
 }
 
-/* The up to K best entries of x[0..V) into tok, best first (ties: the lower index): probabilities
- * (probs) skip zeros, logits skip -inf; NaN is skipped either way. Returns how many. */
-static int32_t top_k(const float *x, int32_t V, int32_t K, bool probs, int32_t *tok) {
-    int32_t n = 0;
-    for (int32_t i = 0; i < V; i++) {
-        const float v = x[i];
-        if (probs ? !(v > 0) : !(v > -INFINITY)) continue;
-        if (n == K && !(v > x[tok[K - 1]])) continue;
-        int32_t j = n < K ? n++ : K - 1;
-        for (; j > 0 && v > x[tok[j - 1]]; j--) tok[j] = tok[j - 1];
-        tok[j] = i;
-    }
-    return n;
-}
-
 /* Grows the per-node arrays to n nodes. */
 static vs_status ensure_nodes(ens *d, int32_t n, vs_error *err) {
     if (grow((void **)&d->node_slot, &d->cap_node, n, sizeof(int32_t)) ||
@@ -613,12 +588,13 @@ static vs_status ensure_nodes(ens *d, int32_t n, vs_error *err) {
  * under distribution id `qid`, appended to d->cand. */
 static vs_status expand(ens *d, const float *lg, int32_t qid, int32_t parent, vs_spec_proposal *out,
                         int32_t *n_cand, vs_error *err) {
-    const int32_t V = d->n_vocab, K = d->topk;
+    const int32_t V = d->n_vocab;
     const float *q;
     vs_status st = dist(d, lg, qid, out, &q, err);
     if (st) return st;
     int32_t tok[VS_DRAFT_ENS_MAX_TOP_K];
-    const int32_t n = top_k(q ? q : lg, V, K, q != NULL, tok);
+    double lp[VS_DRAFT_ENS_MAX_TOP_K];
+    const int32_t n = vs_tree_top_k(q ? q : lg, V, d->topk, q != NULL, tok);
     double lse = 0;
     if (!q && n > 0) { /* m = 1 greedy: log-softmax of the logits */
         const double mx = lg[tok[0]];
@@ -626,36 +602,9 @@ static vs_status expand(ens *d, const float *lg, int32_t qid, int32_t parent, vs
         for (int32_t i = 0; i < V; i++) sum += exp((double)lg[i] - mx);
         lse = mx + log(sum);
     }
-    const double base = parent < 0 ? 0 : d->cand[parent].score;
-    const int32_t depth = parent < 0 ? 1 : d->cand[parent].depth + 1;
-    for (int32_t i = 0; i < n; i++) {
-        const double lp = q ? log((double)q[tok[i]]) : (double)lg[tok[i]] - lse;
-        ens_cand *c = &d->cand[(*n_cand)++];
-        /* log q <= 0: a child never scores above its parent (q_ens may sum to 1 + rounding) */
-        *c = (ens_cand){.score = base + VS_MIN(lp, 0.0), .token = tok[i], .parent = parent, .depth = depth,
-                        .slot = -1, .qid = -1, .node = -1};
-    }
+    for (int32_t i = 0; i < n; i++) lp[i] = q ? log((double)q[tok[i]]) : (double)lg[tok[i]] - lse;
+    vs_tree_add_children(d->cand, n_cand, parent, tok, lp, n);
     return VS_OK;
-}
-
-typedef struct cand_key {
-    double score;
-    int32_t depth, idx;
-} cand_key;
-
-/* best first: score descending, then shallower, then created earlier */
-static int cand_cmp(const void *a, const void *b) {
-    const cand_key *x = a, *y = b;
-    if (x->score != y->score) return x->score > y->score ? -1 : 1;
-    if (x->depth != y->depth) return x->depth < y->depth ? -1 : 1;
-    return x->idx < y->idx ? -1 : x->idx > y->idx;
-}
-
-/* proposal order: by depth (parents first), then best first */
-static int node_cmp(const void *a, const void *b) {
-    const cand_key *x = a, *y = b;
-    if (x->depth != y->depth) return x->depth < y->depth ? -1 : 1;
-    return cand_cmp(a, b);
 }
 
 /* EAGLE-2 dynamic tree of depth k and at most N nodes, after step 0 (the pending rows evaluated, their
@@ -663,9 +612,9 @@ static int node_cmp(const void *a, const void *b) {
 static vs_status propose_eagle2(ens *d, int32_t k, int32_t N, vs_spec_proposal *out, vs_error *err) {
     const int32_t m = d->m, V = d->n_vocab, K = d->topk;
     const int32_t need = K + (k - 1) * K * K;
-    if (grow((void **)&d->cand, &d->cap_cand, need, sizeof(ens_cand))) return oom(d, err);
-    cand_key *keys = vs_malloc(sizeof(cand_key) * (size_t)need);
-    if (!keys) return oom(d, err);
+    if (grow((void **)&d->cand, &d->cap_cand, need, sizeof(vs_tree_cand)) ||
+        grow((void **)&d->order, &d->cap_order, need, sizeof(int32_t)))
+        return oom(d, err);
     int32_t nc = 0, beams[VS_DRAFT_ENS_MAX_TOP_K], nb = 0, qid = 0, nfed = 0;
     vs_status st = expand(d, d->logits, qid++, -1, out, &nc, err);
     for (int32_t i = 0; i < nc; i++) beams[nb++] = i; /* the root's K best, best first */
@@ -673,7 +622,7 @@ static vs_status propose_eagle2(ens *d, int32_t k, int32_t N, vs_spec_proposal *
         /* depth j's beams, every row, one forward */
         int32_t n = 0;
         for (int32_t b = 0; b < nb; b++) {
-            const ens_cand *c = &d->cand[beams[b]];
+            const vs_tree_cand *c = &d->cand[beams[b]];
             for (int32_t r = 0; r < m; r++) {
                 vs_lm_row *row = &d->batch[n];
                 memset(row, 0, sizeof(*row));
@@ -703,44 +652,15 @@ static vs_status propose_eagle2(ens *d, int32_t k, int32_t N, vs_spec_proposal *
             d->cand[beams[b]].qid = qid;
             st = expand(d, d->logits + (size_t)b * m * V, qid++, beams[b], out, &nc, err);
         }
-        /* the K best children become the next beams */
-        nb = 0;
-        for (int32_t i = c0; i < nc && !st; i++) {
-            if (nb == K && !(d->cand[i].score > d->cand[beams[K - 1]].score)) continue;
-            int32_t p = nb < K ? nb++ : K - 1;
-            for (; p > 0 && d->cand[i].score > d->cand[beams[p - 1]].score; p--) beams[p] = beams[p - 1];
-            beams[p] = i;
-        }
+        nb = st ? 0 : vs_tree_next_beams(d->cand, c0, nc, K, beams);
     }
-    if (st) {
-        vs_free(keys);
-        return st;
+    if (st) return st;
+    if ((st = vs_tree_emit(d->cand, nc, N, out, d->order, err))) return vs_error_wrap(err, "%s", dname(d));
+    if ((st = ensure_nodes(d, out->n, err))) return st;
+    for (int32_t i = 0; i < out->n; i++) {
+        d->node_slot[i] = d->cand[d->order[i]].slot;
+        d->node_qid[i] = d->cand[d->order[i]].qid;
     }
-    /* the N best nodes, then by depth */
-    for (int32_t i = 0; i < nc; i++) keys[i] = (cand_key){.score = d->cand[i].score, .depth = d->cand[i].depth, .idx = i};
-    qsort(keys, (size_t)nc, sizeof(*keys), cand_cmp);
-    const int32_t n = VS_MIN(nc, N);
-    qsort(keys, (size_t)n, sizeof(*keys), node_cmp);
-    if ((st = ensure_nodes(d, n, err))) {
-        vs_free(keys);
-        return st;
-    }
-    for (int32_t i = 0; i < n; i++) {
-        ens_cand *c = &d->cand[keys[i].idx];
-        if (c->parent >= 0 && d->cand[c->parent].node < 0) { /* cannot happen: scores fall along a path */
-            vs_free(keys);
-            return vs_error_set(err, VS_ERR_INVALID, "%s: tree node without its parent", dname(d));
-        }
-        c->node = i;
-        out->token[i] = c->token;
-        out->parent[i] = c->parent < 0 ? -1 : d->cand[c->parent].node;
-        out->depth[i] = c->depth;
-        out->q_row[i] = -1;
-        d->node_slot[i] = c->slot;
-        d->node_qid[i] = c->qid;
-    }
-    vs_free(keys);
-    out->n = n;
     return VS_OK;
 }
 
@@ -974,7 +894,7 @@ static void en_free(vs_spec_drafter *base) {
     vs_ens_trace_free(&d->trace);
     vs_free(d->logits), vs_free(d->qrow), vs_free(d->qens), vs_free(d->pbuf), vs_free(d->batch);
     vs_free(d->qtmp), vs_free(d->panc);
-    vs_free(d->node_slot), vs_free(d->node_qid), vs_free(d->cand);
+    vs_free(d->node_slot), vs_free(d->node_qid), vs_free(d->cand), vs_free(d->order);
     vs_free(d->bkey);
     vs_free(d);
 }

@@ -2,13 +2,13 @@
 #include "draft_msd.h"
 
 #include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "draft_ensemble.h" /* VS_DRAFT_ENS_MAX_TOP_K / _NODES: the same tree limits */
 #include "kernels.h"
 #include "quant.h"
 #include "sample.h"
+#include "tree_build.h"
 
 /* ------------------------------------------------------------------------------------------------
  * The head file */
@@ -205,13 +205,6 @@ vs_status vs_msd_head_write_random(const vs_msd_random_opts *o, const vs_lm *tar
 /* ------------------------------------------------------------------------------------------------
  * The drafter */
 
-typedef struct msd_cand {
-    double score;
-    int32_t token, parent, depth;
-    int32_t slot; /* fed: head slot - base; -1 */
-    int32_t node; /* proposal index, -1 = pruned */
-} msd_cand;
-
 typedef struct msd {
     vs_spec_drafter hdr;
     const vs_msd_head *h;
@@ -247,8 +240,9 @@ typedef struct msd {
     float *hroot;    /* [H] the output of the last true slot */
     vs_lm_row *rows;
     int32_t cap_rows, cap_bout;
-    msd_cand *cand;
-    int32_t cap_cand;
+    vs_tree_cand *cand;
+    int32_t *order;
+    int32_t cap_cand, cap_order;
     int32_t *panc;
     int32_t cap_panc;
     vs_draft_msd_stats stats;
@@ -447,32 +441,16 @@ static vs_status transform(msd *d, const float *lg, float *q, vs_error *err) {
     return VS_OK;
 }
 
-/* The K best entries of q (zeros and NaN skipped), best first (ties: lower index). */
-static int32_t top_k(const float *x, int32_t V, int32_t K, int32_t *tok) {
-    int32_t n = 0;
-    for (int32_t i = 0; i < V; i++) {
-        const float v = x[i];
-        if (!(v > 0)) continue;
-        if (n == K && !(v > x[tok[K - 1]])) continue;
-        int32_t j = n < K ? n++ : K - 1;
-        for (; j > 0 && v > x[tok[j - 1]]; j--) tok[j] = tok[j - 1];
-        tok[j] = i;
-    }
-    return n;
-}
-
 /* EAGLE-2: the K best children of candidate `parent` (-1 = the root) from the head output h, appended. */
 static vs_status expand(msd *d, const float *h, int32_t parent, int32_t *nc, vs_error *err) {
     int32_t tok[VS_DRAFT_ENS_MAX_TOP_K];
+    double lp[VS_DRAFT_ENS_MAX_TOP_K];
     lm_head(d, h, 1, d->logits);
     vs_status st = transform(d, d->logits, d->q, err);
     if (st) return st;
-    const int32_t n = top_k(d->q, d->V, d->topk, tok);
-    const double b = parent < 0 ? 0 : d->cand[parent].score;
-    const int32_t depth = parent < 0 ? 1 : d->cand[parent].depth + 1;
-    for (int32_t i = 0; i < n; i++)
-        d->cand[(*nc)++] = (msd_cand){.score = b + VS_MIN(log((double)d->q[tok[i]]), 0.0), .token = tok[i],
-                                      .parent = parent, .depth = depth, .slot = -1, .node = -1};
+    const int32_t n = vs_tree_top_k(d->q, d->V, d->topk, true, tok);
+    for (int32_t i = 0; i < n; i++) lp[i] = log((double)d->q[tok[i]]);
+    vs_tree_add_children(d->cand, nc, parent, tok, lp, n);
     return VS_OK;
 }
 
@@ -483,7 +461,8 @@ static vs_status propose_tree(msd *d, const float *hroot, int32_t k, int32_t N, 
                               vs_error *err) {
     const int32_t H = d->H, K = d->topk;
     const int32_t need = K + (k - 1) * K * K;
-    if (grow((void **)&d->cand, &d->cap_cand, need, sizeof(msd_cand)) ||
+    if (grow((void **)&d->cand, &d->cap_cand, need, sizeof(vs_tree_cand)) ||
+        grow((void **)&d->order, &d->cap_order, need, sizeof(int32_t)) ||
         grow((void **)&d->panc, &d->cap_panc, K * k, sizeof(int32_t)) ||
         grow((void **)&d->bout, &d->cap_bout, (K * (k - 1) + 1) * H, sizeof(float)))
         return moom(d, err);
@@ -494,7 +473,7 @@ static vs_status propose_tree(msd *d, const float *hroot, int32_t k, int32_t N, 
     for (int32_t i = 0; !st && i < nc; i++) beams[nb++] = i;
     for (int32_t j = 1; !st && j < k && nb > 0; j++) {
         for (int32_t b = 0; b < nb && !st; b++) {
-            const msd_cand *c = &d->cand[beams[b]];
+            const vs_tree_cand *c = &d->cand[beams[b]];
             float *cat = d->cat + (size_t)b * 2 * H;
             st = vs_lm_embed(d->target, c->token, cat, err);
             const float *hp = c->parent < 0 ? hroot : d->bout + (size_t)d->cand[c->parent].slot * H;
@@ -521,51 +500,10 @@ static vs_status propose_tree(msd *d, const float *hroot, int32_t k, int32_t N, 
             memcpy(d->bout + (size_t)nfed++ * H, d->hid + (size_t)b * H, sizeof(float) * (size_t)H);
             st = expand(d, d->hid + (size_t)b * H, beams[b], &nc, err);
         }
-        nb = 0;
-        for (int32_t i = c0; i < nc && !st; i++) {
-            if (nb == K && !(d->cand[i].score > d->cand[beams[K - 1]].score)) continue;
-            int32_t q = nb < K ? nb++ : K - 1;
-            for (; q > 0 && d->cand[i].score > d->cand[beams[q - 1]].score; q--) beams[q] = beams[q - 1];
-            beams[q] = i;
-        }
+        nb = st ? 0 : vs_tree_next_beams(d->cand, c0, nc, K, beams);
     }
     if (st) return st;
-    /* the N best by score (ties: shallower, earlier), then by depth: parents first */
-    int32_t *sel = vs_malloc(sizeof(int32_t) * (size_t)VS_MAX(nc, 1));
-    if (!sel) return moom(d, err);
-    for (int32_t i = 0; i < nc; i++) sel[i] = i;
-    for (int32_t i = 1; i < nc; i++) { /* insertion sort: nc is small */
-        const int32_t x = sel[i];
-        int32_t j = i;
-        for (; j > 0; j--) {
-            const msd_cand *a = &d->cand[sel[j - 1]], *b = &d->cand[x];
-            const bool before = b->score > a->score || (b->score == a->score && b->depth < a->depth);
-            if (!before) break;
-            sel[j] = sel[j - 1];
-        }
-        sel[j] = x;
-    }
-    const int32_t n = VS_MIN(nc, N);
-    for (int32_t i = 1; i < n; i++) { /* stable by depth */
-        const int32_t x = sel[i];
-        int32_t j = i;
-        for (; j > 0 && d->cand[sel[j - 1]].depth > d->cand[x].depth; j--) sel[j] = sel[j - 1];
-        sel[j] = x;
-    }
-    for (int32_t i = 0; i < n; i++) {
-        msd_cand *c = &d->cand[sel[i]];
-        if (c->parent >= 0 && d->cand[c->parent].node < 0) {
-            vs_free(sel);
-            return vs_error_set(err, VS_ERR_INVALID, "MSD drafter %s: tree node without its parent", mname(d));
-        }
-        c->node = i;
-        out->token[i] = c->token;
-        out->parent[i] = c->parent < 0 ? -1 : d->cand[c->parent].node;
-        out->depth[i] = c->depth;
-        out->q_row[i] = -1;
-    }
-    vs_free(sel);
-    out->n = n;
+    if ((st = vs_tree_emit(d->cand, nc, N, out, d->order, err))) return vs_error_wrap(err, "MSD drafter %s", mname(d));
     return VS_OK;
 }
 
@@ -666,7 +604,7 @@ static void md_free(vs_spec_drafter *base) {
     vs_sampler_free(d->sampler);
     vs_free(d->key), vs_free(d->tok), vs_free((void *)d->img), vs_free(d->feat);
     vs_free(d->in), vs_free(d->cat), vs_free(d->hid), vs_free(d->logits), vs_free(d->q), vs_free(d->bout);
-    vs_free(d->hroot), vs_free(d->rows), vs_free(d->cand), vs_free(d->panc);
+    vs_free(d->hroot), vs_free(d->rows), vs_free(d->cand), vs_free(d->order), vs_free(d->panc);
     vs_free(d);
 }
 
