@@ -226,6 +226,21 @@ static void test_lossless_and_cache(void) {
              (long long)drafted);
     VT_CHECK(worst < 1e-5, "the head cache differs from the reference (%g)", worst);
 
+    /* a head cache smaller than the context: drafting stops when it is full, decoding goes on plainly */
+    {
+        vs_msd_head *hs = make_head(target, true, 5, "msd-head-small.gguf");
+        vs_draft_msd_opts so = {.n_ctx = 18};
+        vs_spec_drafter *d = vs_draft_msd_new(hs, target, &so, &err);
+        VT_REQUIRE(d, "%s", err.msg);
+        VT_REQUIRE(gen(&e, d, &P.p[3], 4, 24, false, &log, &err) == VS_OK, "small head cache: %s", err.msg);
+        int early = 0;
+        for (int b = 0; b < log.n_blocks && b < 2; b++) early += log.blocks[b].n_draft;
+        VT_CHECK(st_same_tokens(&log, &base[3], false) && early > 0 && log.blocks[log.n_blocks - 1].n_draft == 0,
+                 "a full head cache: lossless, drafts first (%d), none at the end", early);
+        vs_spec_drafter_free(d);
+        vs_msd_head_free(hs);
+    }
+
     /* chat turns with prefix reuse: turn 2 = turn 1's prompt + its reply + new tokens */
     vs_msd_head *h = make_head(target, true, 5, "msd-head-1.gguf");
     vs_draft_msd_opts o = {.tree_top_k = 2};

@@ -555,6 +555,7 @@ static vs_status md_propose(vs_spec_drafter *base, const vs_spec_limits *lim, vs
     /* the last true slot is evaluated in this call (its input holds the pending token) */
     const int32_t last = VS_MIN(d->n_feat, d->n_rows - 1) - 1;
     if (last < 0 || d->n_feat != d->n_rows - 1) return VS_OK; /* features missing: nothing to draft from */
+    if (last >= d->n_ctx) return VS_OK;                        /* the head's cache is full: plain decoding */
     vs_status st = vs_kv_seq_truncate(d->kv, 0, VS_MIN(vs_kv_seq_len(d->kv, 0), last), err);
     if (!st) st = fill_true(d, err);
     if (st) return st;
