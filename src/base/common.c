@@ -86,6 +86,17 @@ void *vs_realloc(void *p, size_t size) {
 
 void vs_free(void *p) { free(p); }
 
+vs_status vs_grow(void **p, int32_t *cap, int32_t need, size_t elem) {
+    if (need <= *cap) return VS_OK;
+    int64_t c = *cap > 0 ? *cap : 16;
+    while (c < need) c *= 2;
+    if (c > INT32_MAX) return VS_ERR_NOMEM;
+    void *n = vs_realloc(*p, elem * (size_t)c);
+    if (!n) return VS_ERR_NOMEM;
+    *p = n, *cap = (int32_t)c;
+    return VS_OK;
+}
+
 char *vs_strdup(const char *s) { return vs_strndup(s, strlen(s)); }
 
 char *vs_strndup(const char *s, size_t n) {

@@ -40,6 +40,9 @@ const char *vs_status_name(vs_status s);
 void *vs_malloc(size_t size);
 void *vs_calloc(size_t n, size_t size); /* checks n * size for overflow */
 void *vs_realloc(void *p, size_t size); /* NOT aligned beyond malloc's guarantee */
+/* Grows the array *p of *cap elements of elem bytes to hold at least need (doubling from 16; contents
+ * kept); VS_ERR_NOMEM leaves *p and *cap as they were. */
+vs_status vs_grow(void **p, int32_t *cap, int32_t need, size_t elem);
 void vs_free(void *p);                  /* frees vs_malloc/vs_calloc memory */
 char *vs_strdup(const char *s);
 char *vs_strndup(const char *s, size_t n);

@@ -147,22 +147,13 @@ static vs_status oom(const ens *d, vs_error *err) {
     return vs_error_set(err, VS_ERR_NOMEM, "ensemble drafter %s: out of memory", dname(d));
 }
 
-static vs_status grow(void **p, int32_t *cap, int32_t need, size_t elem) {
-    if (need <= *cap) return VS_OK;
-    int32_t c = *cap ? *cap : 16;
-    while (c < need) c *= 2;
-    void *n = vs_realloc(*p, elem * (size_t)c);
-    if (!n) return VS_ERR_NOMEM;
-    *p = n, *cap = c;
-    return VS_OK;
-}
 
 /* Appends a row (token or embedding) with its key to a row array and its parallel key array. */
 static vs_status push_row(ens *d, vs_lm_row **arr, int64_t **keys, int32_t *n, int32_t *cap, int32_t token,
                           const float *embd, int64_t key, vs_error *err) {
     int32_t c1 = *cap, c2 = *cap;
-    if (grow((void **)arr, &c1, *n + 1, sizeof(vs_lm_row)) ||
-        grow((void **)keys, &c2, *n + 1, sizeof(int64_t)))
+    if (vs_grow((void **)arr, &c1, *n + 1, sizeof(vs_lm_row)) ||
+        vs_grow((void **)keys, &c2, *n + 1, sizeof(int64_t)))
         return oom(d, err);
     *cap = c1;
     (*keys)[*n] = key;
@@ -196,8 +187,8 @@ static vs_status feed(ens *d, int32_t n, vs_error *err) {
 
 static vs_status ensure_batch(ens *d, int32_t n, vs_error *err) {
     int32_t c1 = d->cap_batch, c2 = d->cap_batch;
-    if (grow((void **)&d->batch, &c1, n, sizeof(vs_lm_row)) ||
-        grow((void **)&d->bkey, &c2, n, sizeof(int64_t)))
+    if (vs_grow((void **)&d->batch, &c1, n, sizeof(vs_lm_row)) ||
+        vs_grow((void **)&d->bkey, &c2, n, sizeof(int64_t)))
         return oom(d, err);
     d->cap_batch = c1;
     return VS_OK;
@@ -235,7 +226,7 @@ static void free_request(ens *d) {
  * (img[0 .. n_old_img)) when one has the same image_id > 0 and pool_k, else computed. */
 static vs_status project(ens *d, const vs_vision_features *f, int32_t image_id, int32_t pool_k, float **rows,
                          int64_t *n_rows, vs_error *err) {
-    if (grow((void **)&d->img, &d->cap_img, d->n_img + 1, sizeof(ens_image))) return oom(d, err);
+    if (vs_grow((void **)&d->img, &d->cap_img, d->n_img + 1, sizeof(ens_image))) return oom(d, err);
     ens_image im = {.id = image_id, .pool_k = pool_k};
     for (int32_t k = 0; k < d->n_old_img && image_id > 0 && !im.rows; k++) {
         ens_image *o = &d->img[k];
@@ -578,8 +569,8 @@ static vs_status pick(ens *d, const float *lg, const float *q, int32_t n, int32_
 
 /* Grows the per-node arrays to n nodes. */
 static vs_status ensure_nodes(ens *d, int32_t n, vs_error *err) {
-    if (grow((void **)&d->node_slot, &d->cap_node, n, sizeof(int32_t)) ||
-        grow((void **)&d->node_qid, &d->cap_node2, n, sizeof(int32_t)))
+    if (vs_grow((void **)&d->node_slot, &d->cap_node, n, sizeof(int32_t)) ||
+        vs_grow((void **)&d->node_qid, &d->cap_node2, n, sizeof(int32_t)))
         return oom(d, err);
     return VS_OK;
 }
@@ -612,8 +603,8 @@ static vs_status expand(ens *d, const float *lg, int32_t qid, int32_t parent, vs
 static vs_status propose_eagle2(ens *d, int32_t k, int32_t N, vs_spec_proposal *out, vs_error *err) {
     const int32_t m = d->m, V = d->n_vocab, K = d->topk;
     const int32_t need = K + (k - 1) * K * K;
-    if (grow((void **)&d->cand, &d->cap_cand, need, sizeof(vs_tree_cand)) ||
-        grow((void **)&d->order, &d->cap_order, need, sizeof(int32_t)))
+    if (vs_grow((void **)&d->cand, &d->cap_cand, need, sizeof(vs_tree_cand)) ||
+        vs_grow((void **)&d->order, &d->cap_order, need, sizeof(int32_t)))
         return oom(d, err);
     int32_t nc = 0, beams[VS_DRAFT_ENS_MAX_TOP_K], nb = 0, qid = 0, nfed = 0;
     vs_status st = expand(d, d->logits, qid++, -1, out, &nc, err);
@@ -707,7 +698,7 @@ static vs_status en_propose(vs_spec_drafter *base, const vs_spec_limits *lim, vs
         d->qrow = q, d->qcap = ids;
     }
     if ((st = ensure_batch(d, VS_MAX(n0, m * W), err))) return st;
-    if (W > 1 && grow((void **)&d->panc, &d->cap_panc, m * W * k, sizeof(int32_t))) return oom(d, err);
+    if (W > 1 && vs_grow((void **)&d->panc, &d->cap_panc, m * W * k, sizeof(int32_t))) return oom(d, err);
 
     /* step 0: each row's pending rows, logits after the last of each */
     int32_t n = 0;

@@ -254,15 +254,6 @@ static vs_status moom(const msd *d, vs_error *err) {
     return vs_error_set(err, VS_ERR_NOMEM, "MSD drafter %s: out of memory", mname(d));
 }
 
-static vs_status grow(void **p, int32_t *cap, int32_t need, size_t elem) {
-    if (need <= *cap) return VS_OK;
-    int32_t c = *cap ? *cap : 16;
-    while (c < need) c *= 2;
-    void *n = vs_realloc(*p, elem * (size_t)c);
-    if (!n) return VS_ERR_NOMEM;
-    *p = n, *cap = c;
-    return VS_OK;
-}
 
 /* Scratch for n rows at once. */
 static vs_status ensure_rows(msd *d, int32_t n, vs_error *err) {
@@ -461,10 +452,10 @@ static vs_status propose_tree(msd *d, const float *hroot, int32_t k, int32_t N, 
                               vs_error *err) {
     const int32_t H = d->H, K = d->topk;
     const int32_t need = K + (k - 1) * K * K;
-    if (grow((void **)&d->cand, &d->cap_cand, need, sizeof(vs_tree_cand)) ||
-        grow((void **)&d->order, &d->cap_order, need, sizeof(int32_t)) ||
-        grow((void **)&d->panc, &d->cap_panc, K * k, sizeof(int32_t)) ||
-        grow((void **)&d->bout, &d->cap_bout, (K * (k - 1) + 1) * H, sizeof(float)))
+    if (vs_grow((void **)&d->cand, &d->cap_cand, need, sizeof(vs_tree_cand)) ||
+        vs_grow((void **)&d->order, &d->cap_order, need, sizeof(int32_t)) ||
+        vs_grow((void **)&d->panc, &d->cap_panc, K * k, sizeof(int32_t)) ||
+        vs_grow((void **)&d->bout, &d->cap_bout, (K * (k - 1) + 1) * H, sizeof(float)))
         return moom(d, err);
     vs_status st = ensure_rows(d, K, err);
     if (st) return st;
@@ -512,7 +503,7 @@ static vs_status propose_chain(msd *d, const float *hroot, int32_t k, vs_spec_pr
     const int32_t H = d->H, V = d->V;
     vs_status st = ensure_rows(d, 1, err);
     if (st) return st;
-    if (grow((void **)&d->bout, &d->cap_bout, H, sizeof(float))) return moom(d, err);
+    if (vs_grow((void **)&d->bout, &d->cap_bout, H, sizeof(float))) return moom(d, err);
     memcpy(d->bout, hroot, sizeof(float) * (size_t)H);
     for (int32_t i = 0; i < k; i++) {
         lm_head(d, d->bout, 1, d->logits);
