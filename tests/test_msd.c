@@ -426,12 +426,39 @@ static void test_bad_input(void) {
     vs_lm_free(t32), vs_lm_free(t64), vs_lm_free(v80), vs_lm_free(other);
 }
 
+/* The CLI: a random head from `model random --arch msd`, `model info`, `generate --method msd` (and an
+ * EAGLE-2 shape) identical to target-only, a head for another target refused. */
+static void test_cli(void) {
+    char T[512], H[512], O[512], X[512];
+    snprintf(T, sizeof(T), "%s", st_tmp_path("msd-bad-t32.gguf")); /* written by test_bad_input */
+    snprintf(H, sizeof(H), "%s", st_tmp_path("msd-cli-head.gguf"));
+    snprintf(O, sizeof(O), "%s", st_tmp_path("msd-cli-out.txt"));
+    snprintf(X, sizeof(X), "%s", st_tmp_path("msd-bad-t64.gguf"));
+    int rc = vt_run("%s model random --arch msd --target %s --heads 2 --ffn 64 --ctx 256 -o %s > %s 2>&1", vt_cli(), T,
+                    H, O);
+    VT_CHECK(rc == 0 && st_file_has(O, "msd head"), "model random --arch msd (rc %d)", rc);
+    rc = vt_run("%s model info -m %s > %s 2>&1", vt_cli(), H, O);
+    VT_CHECK(rc == 0 && st_file_has(O, "architecture   msd"), "model info of a head (rc %d)", rc);
+    rc = vt_run("%s model random --arch msd --target %s --dim 64 --heads 2 --ffn 64 --ctx 256 -o %s > %s 2>&1", vt_cli(),
+                T, H, O);
+    VT_CHECK(rc == 2 && st_file_has(O, "comes from --target"), "--dim with --arch msd (rc %d)", rc);
+    for (int k = 0; k < 2; k++) {
+        /* the random model's text may hold NUL bytes: only the statistics (standard error) are searched */
+        rc = vt_run("%s generate -m %s -md %s --method %s --draft 4 --raw -p 'abc de' -n 16 --temp 0 --compare > /dev/null 2> %s",
+                    vt_cli(), T, H, k ? "msd@k3n9" : "msd", O);
+        VT_CHECK(rc == 0 && st_file_has(O, "is identical to"), "generate --method %s (rc %d)", k ? "msd@k3n9" : "msd", rc);
+    }
+    rc = vt_run("%s generate -m %s -md %s --method msd --raw -p 'abc' -n 4 > %s 2>&1", vt_cli(), X, H, O);
+    VT_CHECK(rc == 1 && st_file_has(O, "width"), "a head for another target (rc %d)", rc);
+}
+
 int main(int argc, char **argv) {
     (void)argc, (void)argv;
     const double t0 = vs_time_now();
     test_bad_input();
     test_lossless_and_cache();
     test_sampling(1.0);
+    test_cli();
     printf("msd: %.1f s\n", vs_time_now() - t0);
     return vt_finish("msd");
 }

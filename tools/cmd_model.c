@@ -168,13 +168,18 @@ static int cmd_info(int argc, char **argv) {
     if (!lm) return cli_fail_err(CMD, &err);
     const vs_lm_config *c = vs_lm_cfg(lm);
     const vs_lm_weights *w = vs_lm_w(lm);
-    printf("%s\n  architecture   llama\n  weights        %s (token_embd %s, output %s)\n", path,
-           vs_type_name(c->wtype), vs_type_name(w->tok_embd.type), vs_type_name(w->output.type));
+    const bool head = strcmp(vs_lm_arch(lm), "llama") != 0;
+    if (head) /* a draft head: blocks only, the target's embedding and LM head (draft_msd.h) */
+        printf("%s\n  architecture   %s (a draft head: the target's token_embd and output)\n  weights        %s\n",
+               path, vs_lm_arch(lm), vs_type_name(c->wtype));
+    else
+        printf("%s\n  architecture   llama\n  weights        %s (token_embd %s, output %s)\n", path,
+               vs_type_name(c->wtype), vs_type_name(w->tok_embd.type), vs_type_name(w->output.type));
     printf("  dim            %d\n  layers         %d\n  heads          %d (kv %d, head dim %d)\n", c->n_embd,
            c->n_layer, c->n_head, c->n_head_kv, c->head_dim);
     printf("  ffn            %d\n  vocab          %d\n  context        %d\n", c->n_ff, c->n_vocab, c->n_ctx_train);
     printf("  rms eps        %g\n  rope base      %g (dims %d)\n  output         %s\n", c->rms_eps, c->rope_base,
-           c->rope_dim, c->tied_output ? "tied to token_embd" : "separate");
+           c->rope_dim, head ? "the target's" : c->tied_output ? "tied to token_embd" : "separate");
     printf("  parameters     %lld (%.1fM)\n  weight bytes   %zu (%.1f MiB)\n", (long long)vs_lm_n_params(lm),
            vs_lm_n_params(lm) / 1e6, vs_lm_weight_bytes(lm), vs_lm_weight_bytes(lm) / 1048576.0);
     vs_lm_free(lm);

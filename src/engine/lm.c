@@ -364,6 +364,7 @@ void vs_lm_free(vs_lm *lm) {
 const vs_lm_config *vs_lm_cfg(const vs_lm *lm) { return &lm->cfg; }
 const vs_lm_weights *vs_lm_w(const vs_lm *lm) { return &lm->w; }
 const vs_gguf *vs_lm_gguf(const vs_lm *lm) { return lm->g; }
+const char *vs_lm_arch(const vs_lm *lm) { return lm->arch; }
 int64_t vs_lm_n_params(const vs_lm *lm) { return lm->n_params; }
 size_t vs_lm_weight_bytes(const vs_lm *lm) { return lm->n_bytes; }
 

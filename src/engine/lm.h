@@ -84,6 +84,7 @@ void vs_lm_free(vs_lm *lm);
 const vs_lm_config *vs_lm_cfg(const vs_lm *lm);
 const vs_lm_weights *vs_lm_w(const vs_lm *lm);
 const vs_gguf *vs_lm_gguf(const vs_lm *lm); /* the file (for the tokenizer keys) */
+const char *vs_lm_arch(const vs_lm *lm);    /* "llama" or VS_LM_ARCH_HEAD */
 int64_t vs_lm_n_params(const vs_lm *lm);    /* values in all weight tensors (tied counted once) */
 size_t vs_lm_weight_bytes(const vs_lm *lm); /* bytes of all weight tensors (tied counted once) */
 
