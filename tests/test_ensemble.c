@@ -648,7 +648,7 @@ static void test_bad_input(fixture *f) {
                  err.msg);
     }
     o.tree_width = 0;
-    const int bad_topk[2] = {-1, VS_DRAFT_ENS_MAX_TOP_K + 1}, bad_nodes[2] = {-1, VS_DRAFT_ENS_MAX_NODES + 1};
+    const int bad_topk[2] = {-1, VS_TREE_MAX_TOP_K + 1}, bad_nodes[2] = {-1, VS_TREE_MAX_NODES + 1};
     for (int k = 0; k < 2; k++) {
         o.tree_top_k = bad_topk[k];
         VT_CHECK(!vs_draft_ens_new(f->draft_rel, f->target, &o, &err) && strstr(err.msg, "top-k"), "%s", err.msg);

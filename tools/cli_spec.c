@@ -77,8 +77,8 @@ void vs_cli_spec_flags(cli_flags *fs, vs_cli_spec_opts *o) {
     cli_flag_add(fs, "--method", CLI_STR, &o->method, 0, 0);
     cli_flag_add(fs, "--draft|--draft-max", CLI_INT, &o->gamma, 0, VS_SPEC_MAX_GAMMA);
     cli_flag_add(fs, "--tree-width", CLI_INT, &o->tree_width, 1, VS_DRAFT_ENS_MAX_WIDTH);
-    cli_flag_add(fs, "--tree-top-k", CLI_INT, &o->tree_top_k, 1, VS_DRAFT_ENS_MAX_TOP_K);
-    cli_flag_add(fs, "--tree-nodes", CLI_INT, &o->tree_nodes, 1, VS_DRAFT_ENS_MAX_NODES);
+    cli_flag_add(fs, "--tree-top-k", CLI_INT, &o->tree_top_k, 1, VS_TREE_MAX_TOP_K);
+    cli_flag_add(fs, "--tree-nodes", CLI_INT, &o->tree_nodes, 1, VS_TREE_MAX_NODES);
     cli_flag_add(fs, "--draft-kv-type", CLI_KV_DRAFT, &o->draft_kv_type, 0, 0);
     cli_flag_add(fs, "--draft-greedy", CLI_BOOL, &o->greedy_draft, 0, 0);
     cli_flag_add(fs, "--compare", CLI_BOOL, &o->compare, 0, 0);

@@ -583,8 +583,8 @@ static vs_status expand(ens *d, const float *lg, int32_t qid, int32_t parent, vs
     const float *q;
     vs_status st = dist(d, lg, qid, out, &q, err);
     if (st) return st;
-    int32_t tok[VS_DRAFT_ENS_MAX_TOP_K];
-    double lp[VS_DRAFT_ENS_MAX_TOP_K];
+    int32_t tok[VS_TREE_MAX_TOP_K];
+    double lp[VS_TREE_MAX_TOP_K];
     const int32_t n = vs_tree_top_k(q ? q : lg, V, d->topk, q != NULL, tok);
     double lse = 0;
     if (!q && n > 0) { /* m = 1 greedy: log-softmax of the logits */
@@ -606,7 +606,7 @@ static vs_status propose_eagle2(ens *d, int32_t k, int32_t N, vs_spec_proposal *
     if (vs_grow((void **)&d->cand, &d->cap_cand, need, sizeof(vs_tree_cand)) ||
         vs_grow((void **)&d->order, &d->cap_order, need, sizeof(int32_t)))
         return oom(d, err);
-    int32_t nc = 0, beams[VS_DRAFT_ENS_MAX_TOP_K], nb = 0, qid = 0, nfed = 0;
+    int32_t nc = 0, beams[VS_TREE_MAX_TOP_K], nb = 0, qid = 0, nfed = 0;
     vs_status st = expand(d, d->logits, qid++, -1, out, &nc, err);
     for (int32_t i = 0; i < nc; i++) beams[nb++] = i; /* the root's K best, best first */
     for (int32_t j = 1; !st && j < k && nb > 0; j++) {
@@ -959,14 +959,14 @@ vs_spec_drafter *vs_draft_ens_new(vs_lm *draft, const vs_lm *target, const vs_dr
                      o->tree_width, VS_DRAFT_ENS_MAX_WIDTH);
         return NULL;
     }
-    if (o->tree_top_k < 0 || o->tree_top_k > VS_DRAFT_ENS_MAX_TOP_K) {
+    if (o->tree_top_k < 0 || o->tree_top_k > VS_TREE_MAX_TOP_K) {
         vs_error_set(err, VS_ERR_INVALID, "ensemble drafter: tree top-k %d outside [1, %d] (0 = no EAGLE-2 trees)",
-                     o->tree_top_k, VS_DRAFT_ENS_MAX_TOP_K);
+                     o->tree_top_k, VS_TREE_MAX_TOP_K);
         return NULL;
     }
-    if (o->tree_nodes < 0 || o->tree_nodes > VS_DRAFT_ENS_MAX_NODES) {
+    if (o->tree_nodes < 0 || o->tree_nodes > VS_TREE_MAX_NODES) {
         vs_error_set(err, VS_ERR_INVALID, "ensemble drafter: %d tree nodes outside [1, %d] (0 = 8 x top-k)",
-                     o->tree_nodes, VS_DRAFT_ENS_MAX_NODES);
+                     o->tree_nodes, VS_TREE_MAX_NODES);
         return NULL;
     }
     if (o->tree_top_k > 0 && o->tree_width > 1) {
@@ -1049,7 +1049,7 @@ vs_spec_drafter *vs_draft_ens_new(vs_lm *draft, const vs_lm *target, const vs_dr
     d->debug_reject = o->debug_reject;
     d->width = VS_MAX(o->tree_width, 1);
     d->topk = o->tree_top_k;
-    d->tnodes = o->tree_nodes > 0 ? o->tree_nodes : VS_MIN(8 * o->tree_top_k, VS_DRAFT_ENS_MAX_NODES);
+    d->tnodes = o->tree_nodes > 0 ? o->tree_nodes : vs_tree_default_nodes(o->tree_top_k);
     d->seed = o->seed;
     d->wcfg = o->weights;
     d->learns = m > 1 && (o->weights.policy == VS_ENS_GRID || o->weights.policy == VS_ENS_INV_KL ||

@@ -58,7 +58,7 @@
  * Beams sit in cache slots base + (their feeding order); commit moves the accepted path's fed nodes to
  * base.. (a last accepted node that was never fed becomes a pending row). TABED's history receives the
  * root's position and the position after every accepted fed node. tree_nodes 0 = 8 K (at most
- * VS_DRAFT_ENS_MAX_NODES); tree_top_k and tree_width > 1 exclude each other.
+ * VS_TREE_MAX_NODES); tree_top_k and tree_width > 1 exclude each other.
  *
  * Prefix reuse (params.reuse_prefix): each row keeps the cached rows whose keys equal its new prompt's
  * leading rows (spec.h keys: tokens; M / P image rows by the segment's image_id and row) and evaluates
@@ -85,6 +85,7 @@
 #include "ens_weights.h"
 #include "lm.h"
 #include "spec.h"
+#include "tree_build.h"
 #include "vision.h"
 
 typedef enum vs_ens_input {
@@ -100,8 +101,6 @@ const char *vs_ens_input_name(vs_ens_input in); /* "m", "t", "c", "p" */
 vs_status vs_ens_inputs_parse(const char *s, vs_ens_input *in, int32_t *n, vs_error *err);
 
 #define VS_DRAFT_ENS_MAX_WIDTH 8
-#define VS_DRAFT_ENS_MAX_TOP_K 16  /* EAGLE-2 trees: children per beam and beams per depth */
-#define VS_DRAFT_ENS_MAX_NODES 256 /* EAGLE-2 trees: nodes per proposal */
 
 typedef struct vs_draft_ens_opts {
     int32_t n_inputs; /* m rows */
@@ -117,8 +116,8 @@ typedef struct vs_draft_ens_opts {
                                       * shares the target's LM or this drafter's pool */
     bool greedy;                     /* draft greedily even when the request samples */
     int32_t tree_width;              /* branches per block (1 .. VS_DRAFT_ENS_MAX_WIDTH); 0 or 1 = chain */
-    int32_t tree_top_k;              /* EAGLE-2 dynamic trees: K (1 .. VS_DRAFT_ENS_MAX_TOP_K); 0 = off */
-    int32_t tree_nodes;              /* EAGLE-2 trees: nodes per proposal (1 .. VS_DRAFT_ENS_MAX_NODES);
+    int32_t tree_top_k;              /* EAGLE-2 dynamic trees: K (1 .. VS_TREE_MAX_TOP_K); 0 = off */
+    int32_t tree_nodes;              /* EAGLE-2 trees: nodes per proposal (1 .. VS_TREE_MAX_NODES);
                                       * 0 = 8 K */
     bool trace;                      /* keep the per-block weight trace (vs_draft_ens_trace) */
     /* DEBUG / BENCHMARK ONLY: run the draft model as usual but propose the LEAST likely token

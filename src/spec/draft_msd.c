@@ -4,7 +4,6 @@
 #include <math.h>
 #include <string.h>
 
-#include "draft_ensemble.h" /* VS_DRAFT_ENS_MAX_TOP_K / _NODES: the same tree limits */
 #include "kernels.h"
 #include "quant.h"
 #include "sample.h"
@@ -434,8 +433,8 @@ static vs_status transform(msd *d, const float *lg, float *q, vs_error *err) {
 
 /* EAGLE-2: the K best children of candidate `parent` (-1 = the root) from the head output h, appended. */
 static vs_status expand(msd *d, const float *h, int32_t parent, int32_t *nc, vs_error *err) {
-    int32_t tok[VS_DRAFT_ENS_MAX_TOP_K];
-    double lp[VS_DRAFT_ENS_MAX_TOP_K];
+    int32_t tok[VS_TREE_MAX_TOP_K];
+    double lp[VS_TREE_MAX_TOP_K];
     lm_head(d, h, 1, d->logits);
     vs_status st = transform(d, d->logits, d->q, err);
     if (st) return st;
@@ -459,7 +458,7 @@ static vs_status propose_tree(msd *d, const float *hroot, int32_t k, int32_t N, 
         return moom(d, err);
     vs_status st = ensure_rows(d, K, err);
     if (st) return st;
-    int32_t nc = 0, beams[VS_DRAFT_ENS_MAX_TOP_K], nb = 0, nfed = 0;
+    int32_t nc = 0, beams[VS_TREE_MAX_TOP_K], nb = 0, nfed = 0;
     st = expand(d, hroot, -1, &nc, err);
     for (int32_t i = 0; !st && i < nc; i++) beams[nb++] = i;
     for (int32_t j = 1; !st && j < k && nb > 0; j++) {
@@ -619,14 +618,14 @@ vs_spec_drafter *vs_draft_msd_new(const vs_msd_head *h, vs_lm *target, const vs_
         return NULL;
     }
     if (vs_msd_head_check(h, target, err)) return NULL;
-    if (o->tree_top_k < 0 || o->tree_top_k > VS_DRAFT_ENS_MAX_TOP_K) {
+    if (o->tree_top_k < 0 || o->tree_top_k > VS_TREE_MAX_TOP_K) {
         vs_error_set(err, VS_ERR_INVALID, "MSD drafter: tree top-k %d outside [1, %d] (0 = chains)", o->tree_top_k,
-                     VS_DRAFT_ENS_MAX_TOP_K);
+                     VS_TREE_MAX_TOP_K);
         return NULL;
     }
-    if (o->tree_nodes < 0 || o->tree_nodes > VS_DRAFT_ENS_MAX_NODES) {
+    if (o->tree_nodes < 0 || o->tree_nodes > VS_TREE_MAX_NODES) {
         vs_error_set(err, VS_ERR_INVALID, "MSD drafter: %d tree nodes outside [1, %d] (0 = 8 x top-k)", o->tree_nodes,
-                     VS_DRAFT_ENS_MAX_NODES);
+                     VS_TREE_MAX_NODES);
         return NULL;
     }
     const vs_lm_weights *tw = vs_lm_w(target);
@@ -655,7 +654,7 @@ vs_spec_drafter *vs_draft_msd_new(const vs_msd_head *h, vs_lm *target, const vs_
     d->out = &tw->output;
     d->force_greedy = o->greedy;
     d->topk = o->tree_top_k;
-    d->tnodes = o->tree_nodes > 0 ? o->tree_nodes : VS_MIN(8 * o->tree_top_k, VS_DRAFT_ENS_MAX_NODES);
+    d->tnodes = o->tree_nodes > 0 ? o->tree_nodes : vs_tree_default_nodes(o->tree_top_k);
     vs_sampler_params sp = vs_sampler_params_default();
     const vs_type kvt = o->kv_type == VS_TYPE_F16 || o->kv_type == VS_TYPE_BF16 ? o->kv_type : VS_TYPE_F32;
     if (!(d->sampler = vs_sampler_new(d->V, &sp, err)) || !(d->kv = vs_lm_kv_new(d->head, 1, d->n_ctx, kvt, err))) {

@@ -72,7 +72,7 @@ typedef struct vs_draft_msd_opts {
     vs_type kv_type;    /* VS_TYPE_F32 (0), F16 or BF16 */
     vs_threadpool *tp;  /* borrowed; NULL = caller's thread */
     bool greedy;        /* draft greedily even when the request samples */
-    int32_t tree_top_k; /* EAGLE-2 trees (1 .. VS_DRAFT_ENS_MAX_TOP_K); 0 = chains */
+    int32_t tree_top_k; /* EAGLE-2 trees (1 .. VS_TREE_MAX_TOP_K); 0 = chains */
     int32_t tree_nodes; /* their nodes (0 = 8 K) */
 } vs_draft_msd_opts;
 

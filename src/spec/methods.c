@@ -159,7 +159,7 @@ static bool parse_shape(const char *s, vs_method_opts *o) {
         if (v[0] < 2 || v[0] > VS_DRAFT_ENS_MAX_WIDTH) return false;
         o->tree_width = v[0], o->tree_top_k = 0, o->tree_nodes = 0;
     } else {
-        if (v[0] < 1 || v[0] > VS_DRAFT_ENS_MAX_TOP_K || v[1] == 0 || v[1] > VS_DRAFT_ENS_MAX_NODES) return false;
+        if (v[0] < 1 || v[0] > VS_TREE_MAX_TOP_K || v[1] == 0 || v[1] > VS_TREE_MAX_NODES) return false;
         o->tree_width = 0, o->tree_top_k = v[0], o->tree_nodes = VS_MAX(v[1], 0);
     }
     return true;
@@ -186,7 +186,7 @@ void vs_method_shape(const char *name, vs_method_opts *o) {
 }
 
 int32_t vs_method_verify_rows(const vs_method_opts *o, int32_t gamma) {
-    if (o->tree_top_k > 0) return (o->tree_nodes > 0 ? o->tree_nodes : VS_MIN(8 * o->tree_top_k, VS_DRAFT_ENS_MAX_NODES)) + 1;
+    if (o->tree_top_k > 0) return (o->tree_nodes > 0 ? o->tree_nodes : vs_tree_default_nodes(o->tree_top_k)) + 1;
     return VS_MAX(o->tree_width, 1) * gamma + 1;
 }
 
@@ -206,7 +206,7 @@ void vs_method_names(char *buf, size_t cap) {
     }
     size_t l = strlen(buf);
     snprintf(buf + l, cap - l, "; token trees: NAME@wD (width D, 2..%d) or NAME@kK[nN] (EAGLE-2, K 1..%d, N 1..%d)",
-             VS_DRAFT_ENS_MAX_WIDTH, VS_DRAFT_ENS_MAX_TOP_K, VS_DRAFT_ENS_MAX_NODES);
+             VS_DRAFT_ENS_MAX_WIDTH, VS_TREE_MAX_TOP_K, VS_TREE_MAX_NODES);
 }
 
 vs_spec_drafter *vs_method_drafter_new(const vs_method *m, const vs_method_models *mm, const vs_method_opts *o,

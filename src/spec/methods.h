@@ -73,8 +73,8 @@ struct vs_method {
 const vs_method *vs_methods(int *n);
 /* A method by name. Every front end also accepts a name with a token-tree shape after '@' (not for "ar"):
  *   NAME@wD        width-D trees (tree_width = D, 2 .. VS_DRAFT_ENS_MAX_WIDTH);
- *   NAME@kK[nN]    EAGLE-2 dynamic trees (tree_top_k = K, 1 .. VS_DRAFT_ENS_MAX_TOP_K; tree_nodes = N,
- *                  1 .. VS_DRAFT_ENS_MAX_NODES, default 8 K);
+ *   NAME@kK[nN]    EAGLE-2 dynamic trees (tree_top_k = K, 1 .. VS_TREE_MAX_TOP_K; tree_nodes = N,
+ *                  1 .. VS_TREE_MAX_NODES, default 8 K);
  * e.g. "m@k4n24", "tabed-mt@w3". NULL if the name or the shape is unknown / malformed. */
 const vs_method *vs_method_find(const char *name);
 /* Applies the shape of a name (vs_method_find accepted it) to o: the three tree fields are replaced;

@@ -13,6 +13,12 @@
 
 #include "spec.h"
 
+#define VS_TREE_MAX_TOP_K 16  /* children per beam and beams per depth */
+#define VS_TREE_MAX_NODES 256 /* nodes per proposal */
+
+/* Nodes of an EAGLE-2 tree of top-k K when the user gives none: 8 K (at most VS_TREE_MAX_NODES). */
+static inline int32_t vs_tree_default_nodes(int32_t K) { return K * 8 < VS_TREE_MAX_NODES ? K * 8 : VS_TREE_MAX_NODES; }
+
 typedef struct vs_tree_cand {
     double score;   /* cumulative log-probability of the path (<= the parent's) */
     int32_t token;
