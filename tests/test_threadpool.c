@@ -1,6 +1,9 @@
 /* test_threadpool: vs_split_range covers [0, n) exactly with aligned chunks; pools of 1..4 threads run
- * every share exactly once per job, over many tiny jobs back to back (the decode pattern) and after
- * idling long enough for the workers to fall asleep; scratch memory grows and stays aligned. */
+ * every share exactly once per job, with as many shares as threads or any other count, over many tiny
+ * jobs back to back (the decode pattern), after idling long enough for the workers to fall asleep, and
+ * beside a busy process (shares are claimed by whichever thread runs); scratch memory grows and stays
+ * aligned. */
+#include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
 #include <time.h>
@@ -32,8 +35,10 @@ static void test_split(void) {
     VT_CHECK(lo == 2816 && hi == 5632, "even split [%lld, %lld)", (long long)lo, (long long)hi);
 }
 
+#define MAX_SHARES 80
+
 typedef struct job {
-    atomic_int calls[8];
+    atomic_int calls[MAX_SHARES];
     atomic_long sum;
     int nth_seen;
     int64_t n;
@@ -54,21 +59,40 @@ static void job_fn(void *p, int ith, int nth) {
     atomic_fetch_add(&j->sum, s);
 }
 
-static void run_many(vs_threadpool *tp, int n_threads, int jobs, int64_t n, const char *what) {
+/* n_shares 0: vs_threadpool_run (one share per thread) */
+static void run_many_shares(vs_threadpool *tp, int n_shares, int jobs, int64_t n, const char *what) {
     int32_t *data = calloc((size_t)n + 1, sizeof(int32_t));
     job j;
     memset(&j, 0, sizeof(j));
     j.n = n;
     j.data = data;
-    for (int k = 0; k < jobs; k++) vs_threadpool_run(tp, job_fn, &j);
+    const int nsh = n_shares ? n_shares : vs_threadpool_size(tp);
+    for (int k = 0; k < jobs; k++) {
+        if (n_shares) vs_threadpool_run_shares(tp, job_fn, &j, n_shares);
+        else vs_threadpool_run(tp, job_fn, &j);
+    }
     int bad = 0;
-    for (int i = 0; i < n_threads; i++) bad += atomic_load(&j.calls[i]) != jobs;
-    for (int i = n_threads; i < 8; i++) bad += atomic_load(&j.calls[i]) != 0;
+    for (int i = 0; i < nsh; i++) bad += atomic_load(&j.calls[i]) != jobs;
+    for (int i = nsh; i < MAX_SHARES; i++) bad += atomic_load(&j.calls[i]) != 0;
     for (int64_t i = 0; i < n; i++) bad += data[i] != jobs;
     long want = (long)jobs * (long)(n * (n - 1) / 2);
-    VT_CHECK(bad == 0 && j.nth_seen == n_threads && atomic_load(&j.sum) == want,
-             "%s: %d threads, %d jobs of %lld: %d bad shares", what, n_threads, jobs, (long long)n, bad);
+    VT_CHECK(bad == 0 && j.nth_seen == nsh && atomic_load(&j.sum) == want,
+             "%s: %d threads, %d shares, %d jobs of %lld: %d bad shares", what, vs_threadpool_size(tp), nsh,
+             jobs, (long long)n, bad);
     free(data);
+}
+
+static void run_many(vs_threadpool *tp, int n_threads, int jobs, int64_t n, const char *what) {
+    VT_CHECK(vs_threadpool_size(tp) == n_threads, "%s: pool size", what);
+    run_many_shares(tp, 0, jobs, n, what);
+}
+
+/* A process that keeps one core busy while the pool works. */
+static void *spinner(void *p) {
+    atomic_bool *stop = p;
+    volatile unsigned long x = 0;
+    while (!atomic_load(stop)) x++;
+    return NULL;
 }
 
 int main(void) {
@@ -97,6 +121,18 @@ int main(void) {
             struct timespec ts2 = {0, (k % 5) * 100 * 1000};
             nanosleep(&ts2, NULL);
         }
+        for (int ns = 1; ns <= MAX_SHARES; ns += 13) {
+            run_many_shares(tp, ns, 500, 1000, "shares");
+            run_many_shares(tp, ns, 2000, 3, "tiny shared jobs");
+        }
+        /* shared cores: every job still completes with each share run once */
+        atomic_bool stop = false;
+        pthread_t busy[2];
+        for (int b = 0; b < 2; b++) pthread_create(&busy[b], NULL, spinner, &stop);
+        run_many(tp, nt, 2000, 1000, "beside busy threads");
+        run_many_shares(tp, 4 * nt + 1, 2000, 1000, "shares beside busy threads");
+        atomic_store(&stop, true);
+        for (int b = 0; b < 2; b++) pthread_join(busy[b], NULL);
         uint8_t *s1 = vs_threadpool_scratch(tp, 100);
         VT_CHECK(s1 && ((uintptr_t)s1 & 63) == 0, "scratch aligned");
         uint8_t *s2 = vs_threadpool_scratch(tp, 1 << 20);

@@ -622,6 +622,10 @@ static bool amxbf16_prepare(vs_threadpool *tp, mm_ctx *c, void **owned) {
     return true;
 }
 
+/* Matmul shares per pool thread. Shipped target decode, 2 threads, Zen 3: quiet, one and three busy
+ * processes within noise of each other for 1, 2, 4 and 8 (vlmspec bench --tg 32, 3 alternating rounds). */
+#define VS_MM_SHARES_PER_THREAD 2
+
 static void matmul_impl(vs_threadpool *tp, vs_type wtype, const void *w, const void *packed, int64_t n_out,
                         int64_t n_in, const float *x, int64_t n_rows, float *y, unsigned flags) {
     size_t rb = vs_type_row_bytes(wtype, n_in);
@@ -680,7 +684,12 @@ static void matmul_impl(vs_threadpool *tp, vs_type wtype, const void *w, const v
         if (c.q_rows >= 32 && vs_threadpool_size(tp) > 1) vs_threadpool_run(tp, quant_task, &c);
         else quant_rows(&c, 0, c.q_rows);
     }
-    vs_threadpool_run(tp, mm_task, &c);
+    /* more shares than threads (outputs are independent, so the split never changes a result): a thread
+     * slowed by another process on its core leaves the rest of its work to the others. The AMX-BF16
+     * path keeps one share per thread: its weight panels are per share. */
+    int shares = vs_threadpool_size(tp);
+    if (!c.job.panels) shares = (int)VS_MIN((int64_t)VS_MM_SHARES_PER_THREAD * shares, (n_out + 15) / 16);
+    vs_threadpool_run_shares(tp, mm_task, &c, shares);
     vs_free(owned);
 }
 
