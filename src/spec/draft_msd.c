@@ -143,61 +143,103 @@ vs_status vs_msd_head_check(const vs_msd_head *h, const vs_lm *target, vs_error 
     return VS_OK;
 }
 
-static vs_status add_f32(vs_gguf_writer *w, vs_rng *rng, const char *name, int64_t n_in, int64_t n_out, int n_dims,
-                         float std, float fill, vs_error *err) {
-    float *d = vs_malloc(sizeof(float) * (size_t)(n_in * n_out));
-    if (!d) return vs_error_set(err, VS_ERR_NOMEM, "random MSD head: out of memory");
-    for (int64_t i = 0; i < n_in * n_out; i++) d[i] = std > 0 ? std * vs_rng_normal(rng) : fill;
-    const int64_t ne[2] = {n_in, n_out};
-    vs_status st = vs_gguf_add_tensor(w, name, VS_TYPE_F32, n_dims, ne, d, err);
-    vs_free(d);
+static const char *const k_tensor_names[VS_MSD_N_TENSORS] = {
+    "fc.weight",          "fc.bias",
+    "blk.0.attn_q.weight", "blk.0.attn_k.weight", "blk.0.attn_v.weight", "blk.0.attn_output.weight",
+    "blk.0.ffn_norm.weight", "blk.0.ffn_gate.weight", "blk.0.ffn_up.weight", "blk.0.ffn_down.weight"};
+
+const char *vs_msd_tensor_name(int i) { return i >= 0 && i < VS_MSD_N_TENSORS ? k_tensor_names[i] : NULL; }
+
+void vs_msd_tensor_ne(const vs_msd_shape *s, int i, int64_t ne[2], int *n_dims) {
+    const int64_t E = s->width, KV = (int64_t)(s->n_head_kv > 0 ? s->n_head_kv : s->n_head) * (E / s->n_head),
+                  F = s->n_ff;
+    static const int dims[VS_MSD_N_TENSORS] = {2, 1, 2, 2, 2, 2, 1, 2, 2, 2};
+    const int64_t in[VS_MSD_N_TENSORS] = {2 * E, E, E, E, E, E, E, E, E, F};
+    const int64_t out[VS_MSD_N_TENSORS] = {E, 1, E, KV, KV, E, 1, F, F, E};
+    ne[0] = in[i];
+    ne[1] = out[i];
+    *n_dims = dims[i];
+}
+
+vs_status vs_msd_shape_check(const vs_msd_shape *s, vs_error *err) {
+    const int H = s->width, nh = s->n_head, nkv = s->n_head_kv > 0 ? s->n_head_kv : s->n_head;
+    if (H < 2 || nh < 1 || H % nh || (H / nh) % 2 || nkv < 1 || nh % nkv || s->n_ff < 1 || s->n_ctx < 1 ||
+        s->n_vocab < 1)
+        return vs_error_set(err, VS_ERR_INVALID,
+                            "MSD head: bad shape (width %d, heads %d / %d, ffn %d, ctx %d, vocabulary %d)", H, nh,
+                            nkv, s->n_ff, s->n_ctx, s->n_vocab);
+    return VS_OK;
+}
+
+vs_status vs_msd_head_write(const vs_msd_shape *s, const float probe[VS_MSD_PROBE],
+                            const float *const data[VS_MSD_N_TENSORS], const char *name, const char *path,
+                            vs_error *err) {
+    vs_status st = vs_msd_shape_check(s, err);
+    if (st) return st;
+    vs_gguf_writer *w = vs_gguf_writer_new();
+    if (!w) return vs_error_set(err, VS_ERR_NOMEM, "MSD head: out of memory");
+    const char *A = VS_LM_ARCH_HEAD;
+    char k[96];
+#define KEY(x) (snprintf(k, sizeof(k), "%s." x, A), k)
+    vs_gguf_set_str(w, "general.architecture", A);
+    vs_gguf_set_str(w, "general.name", name ? name : "vlmspec-msd");
+    vs_gguf_set_u32(w, KEY("context_length"), (uint32_t)s->n_ctx);
+    vs_gguf_set_u32(w, KEY("embedding_length"), (uint32_t)s->width);
+    vs_gguf_set_u32(w, KEY("block_count"), 1);
+    vs_gguf_set_u32(w, KEY("feed_forward_length"), (uint32_t)s->n_ff);
+    vs_gguf_set_u32(w, KEY("attention.head_count"), (uint32_t)s->n_head);
+    vs_gguf_set_u32(w, KEY("attention.head_count_kv"), (uint32_t)(s->n_head_kv > 0 ? s->n_head_kv : s->n_head));
+    vs_gguf_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), s->rms_eps);
+    vs_gguf_set_f32(w, KEY("rope.freq_base"), s->rope_base);
+    vs_gguf_set_u32(w, KEY("vocab_size"), (uint32_t)s->n_vocab);
+    vs_gguf_set_bool(w, KEY("decoupled_images"), s->decoupled);
+    vs_gguf_set_arr(w, KEY("target.embd_probe"), VS_GGUF_F32, probe, VS_MSD_PROBE);
+#undef KEY
+    for (int i = 0; i < VS_MSD_N_TENSORS && !st; i++) {
+        int64_t ne[2];
+        int nd;
+        vs_msd_tensor_ne(s, i, ne, &nd);
+        st = vs_gguf_add_tensor(w, k_tensor_names[i], VS_TYPE_F32, nd, ne, data[i], err);
+    }
+    if (!st) st = vs_gguf_write(w, path, err);
+    vs_gguf_writer_free(w);
     return st;
+}
+
+vs_msd_shape vs_msd_shape_for(const vs_lm *target, int n_head, int n_head_kv, int n_ff, int n_ctx, bool decoupled) {
+    const vs_lm_config *tc = vs_lm_cfg(target);
+    return (vs_msd_shape){.width = tc->n_embd, .n_head = n_head, .n_head_kv = n_head_kv > 0 ? n_head_kv : n_head,
+                          .n_ff = n_ff, .n_ctx = n_ctx, .n_vocab = tc->n_vocab, .rms_eps = tc->rms_eps,
+                          .rope_base = tc->rope_base, .decoupled = decoupled};
 }
 
 vs_status vs_msd_head_write_random(const vs_msd_random_opts *o, const vs_lm *target, const char *path,
                                    vs_error *err) {
-    const vs_lm_config *tc = vs_lm_cfg(target);
-    const int H = tc->n_embd, nh = o->n_head, nkv = o->n_head_kv > 0 ? o->n_head_kv : o->n_head;
-    if (nh < 1 || H % nh || (H / nh) % 2 || nh % nkv || o->n_ff < 1 || o->n_ctx < 1)
-        return vs_error_set(err, VS_ERR_INVALID, "random MSD head: bad shape (width %d, heads %d / %d, ffn %d, ctx %d)",
-                            H, nh, nkv, o->n_ff, o->n_ctx);
-    vs_gguf_writer *w = vs_gguf_writer_new();
-    if (!w) return vs_error_set(err, VS_ERR_NOMEM, "random MSD head: out of memory");
-    const char *A = VS_LM_ARCH_HEAD;
-    char k[96];
-#define KEY(s) (snprintf(k, sizeof(k), "%s." s, A), k)
-    vs_gguf_set_str(w, "general.architecture", A);
-    vs_gguf_set_str(w, "general.name", "vlmspec-msd-random");
-    vs_gguf_set_u32(w, KEY("context_length"), (uint32_t)o->n_ctx);
-    vs_gguf_set_u32(w, KEY("embedding_length"), (uint32_t)H);
-    vs_gguf_set_u32(w, KEY("block_count"), 1);
-    vs_gguf_set_u32(w, KEY("feed_forward_length"), (uint32_t)o->n_ff);
-    vs_gguf_set_u32(w, KEY("attention.head_count"), (uint32_t)nh);
-    vs_gguf_set_u32(w, KEY("attention.head_count_kv"), (uint32_t)nkv);
-    vs_gguf_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), tc->rms_eps);
-    vs_gguf_set_f32(w, KEY("rope.freq_base"), tc->rope_base);
-    vs_gguf_set_u32(w, KEY("vocab_size"), (uint32_t)tc->n_vocab);
-    vs_gguf_set_bool(w, KEY("decoupled_images"), o->decoupled);
-    float probe[VS_MSD_PROBE];
-    vs_msd_embd_probe(target, probe);
-    vs_gguf_set_arr(w, KEY("target.embd_probe"), VS_GGUF_F32, probe, VS_MSD_PROBE);
-#undef KEY
+    const vs_msd_shape s = vs_msd_shape_for(target, o->n_head, o->n_head_kv, o->n_ff, o->n_ctx, o->decoupled);
+    vs_status st = vs_msd_shape_check(&s, err);
+    if (st) return st;
     vs_rng rng;
     vs_rng_seed(&rng, o->seed);
     const float std = o->std > 0 ? o->std : 0.02f;
-    const int64_t E = H, KV = (int64_t)nkv * (H / nh), F = o->n_ff;
-    vs_status st = add_f32(w, &rng, "fc.weight", 2 * E, E, 2, std / 2, 0, err);
-    if (!st) st = add_f32(w, &rng, "fc.bias", E, 1, 1, std / 2, 0, err);
-    if (!st) st = add_f32(w, &rng, "blk.0.attn_q.weight", E, E, 2, std, 0, err);
-    if (!st) st = add_f32(w, &rng, "blk.0.attn_k.weight", E, KV, 2, std, 0, err);
-    if (!st) st = add_f32(w, &rng, "blk.0.attn_v.weight", E, KV, 2, std, 0, err);
-    if (!st) st = add_f32(w, &rng, "blk.0.attn_output.weight", E, E, 2, std, 0, err);
-    if (!st) st = add_f32(w, &rng, "blk.0.ffn_norm.weight", E, 1, 1, 0, 1.0f, err);
-    if (!st) st = add_f32(w, &rng, "blk.0.ffn_gate.weight", E, F, 2, std, 0, err);
-    if (!st) st = add_f32(w, &rng, "blk.0.ffn_up.weight", E, F, 2, std, 0, err);
-    if (!st) st = add_f32(w, &rng, "blk.0.ffn_down.weight", F, E, 2, std, 0, err);
-    if (!st) st = vs_gguf_write(w, path, err);
-    vs_gguf_writer_free(w);
+    float *data[VS_MSD_N_TENSORS] = {0};
+    for (int i = 0; i < VS_MSD_N_TENSORS && !st; i++) {
+        int64_t ne[2];
+        int nd;
+        vs_msd_tensor_ne(&s, i, ne, &nd);
+        const int64_t n = ne[0] * ne[1];
+        if (!(data[i] = vs_malloc(sizeof(float) * (size_t)n))) {
+            st = vs_error_set(err, VS_ERR_NOMEM, "random MSD head: out of memory");
+            break;
+        }
+        /* fc (weight and bias) at half the spread, the norm at 1, the rest N(0, std^2) */
+        const bool norm = i == 6;
+        const float sd = i <= 1 ? std / 2 : std;
+        for (int64_t j = 0; j < n; j++) data[i][j] = norm ? 1.0f : sd * vs_rng_normal(&rng);
+    }
+    float probe[VS_MSD_PROBE];
+    vs_msd_embd_probe(target, probe);
+    if (!st) st = vs_msd_head_write(&s, probe, (const float *const *)data, "vlmspec-msd-random", path, err);
+    for (int i = 0; i < VS_MSD_N_TENSORS; i++) vs_free(data[i]);
     return st;
 }
 

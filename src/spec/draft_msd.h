@@ -57,6 +57,27 @@ vs_status vs_msd_head_check(const vs_msd_head *h, const vs_lm *target, vs_error 
 #define VS_MSD_PROBE 32
 void vs_msd_embd_probe(const vs_lm *target, float probe[VS_MSD_PROBE]);
 
+/* Writing head files. The shape of a head: its block (width = the target's) and the target facts it
+ * records. Tensors in file order: fc.weight, fc.bias, blk.0.attn_{q,k,v,output}.weight,
+ * blk.0.ffn_norm.weight, blk.0.ffn_{gate,up,down}.weight. */
+typedef struct vs_msd_shape {
+    int width, n_head, n_head_kv, n_ff, n_ctx, n_vocab;
+    float rms_eps, rope_base;
+    bool decoupled; /* msd.decoupled_images */
+} vs_msd_shape;
+#define VS_MSD_N_TENSORS 10
+const char *vs_msd_tensor_name(int i); /* NULL outside 0 .. VS_MSD_N_TENSORS - 1 */
+/* Tensor i's GGUF shape: ne[0] inputs (fastest), ne[1] outputs (1 for a vector); n_dims 1 or 2. */
+void vs_msd_tensor_ne(const vs_msd_shape *s, int i, int64_t ne[2], int *n_dims);
+vs_status vs_msd_shape_check(const vs_msd_shape *s, vs_error *err);
+/* The shape of a head for `target` (its width, vocabulary, norm epsilon and RoPE base). */
+vs_msd_shape vs_msd_shape_for(const vs_lm *target, int n_head, int n_head_kv, int n_ff, int n_ctx, bool decoupled);
+/* Writes a head file: s's keys, the target's embedding probe, the tensors as F32 (data[i] holds
+ * ne[1] rows of ne[0] values). */
+vs_status vs_msd_head_write(const vs_msd_shape *s, const float probe[VS_MSD_PROBE],
+                            const float *const data[VS_MSD_N_TENSORS], const char *name, const char *path,
+                            vs_error *err);
+
 /* A random head for `target` (tests, benchmarks): F32 weights ~ N(0, std^2) (fc: std / 2), norms 1. */
 typedef struct vs_msd_random_opts {
     int n_head, n_head_kv, n_ff, n_ctx; /* the block's shape (width = the target's) */

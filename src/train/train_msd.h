@@ -1,0 +1,69 @@
+/* train_msd: the MSD draft head in training form (docs/algorithms.md, 'MSD draft head'; the head file in
+ * docs/formats.md), on train.h's ops.
+ * Owns: the head's parameters (the ten tensors of a head file, names and shapes from draft_msd.h), its
+ * activations and gradient scratch for one batch, the loss (SmoothL1 on the predicted feature plus 0.1 x
+ * the soft cross-entropy between the target's next-token distribution and the head's, on the counted
+ * slots), and the export to a head file. Borrowed: the target's LM head (frozen; the head's logits and
+ * the target's distribution are both that matrix applied to a feature).
+ *
+ * A batch holds B sequences of T target rows: E_p (the target's input rows: token embeddings, or the
+ * projected image rows), f_p (the target's last hidden states after its final norm) and whether row p is
+ * an image row. The head has T - 1 slots per sequence; slot p's input is
+ *     E_{p+1}                                     when row p + 1 is an image row and images are decoupled,
+ *     fc(concat(E_{p+1}, f_p + noise_p)) + bias   otherwise,
+ * one LLaMA decoder block without input norm follows (causal, RoPE at position p), and the output o_p
+ * predicts f_{p+1}:
+ *     loss = sum_p w_p [ SmoothL1(o_p, f_{p+1}) + 0.1 * H(softmax(W f_{p+1}), softmax(W o_p)) ]
+ * with W the target's LM head and w_p = mask_p / sum(mask) (mask_p: slot p's prediction counts, i.e.
+ * token p + 2 is a response token). SmoothL1 is the mean over the width with beta 1 (PyTorch's default).
+ * The logits are computed for counted slots only. */
+#ifndef VS_TRAIN_MSD_H
+#define VS_TRAIN_MSD_H
+
+#include "draft_msd.h"
+#include "train.h"
+#include "train_optim.h"
+
+#define VS_TRAIN_MSD_XENT_WEIGHT 0.1f
+
+typedef struct vs_train_msd vs_train_msd;
+
+/* shape: the head (width and vocabulary = the target's). lm_head: the target's output matrix (vocab,
+ * width) in F32, borrowed for the model's lifetime. max_B x max_T: the largest batch. */
+vs_train_msd *vs_train_msd_new(const vs_msd_shape *shape, const float *lm_head, int max_B, int max_T,
+                               vs_error *err);
+void vs_train_msd_free(vs_train_msd *m);
+const vs_msd_shape *vs_train_msd_shape(const vs_train_msd *m);
+vs_train_params *vs_train_msd_params(vs_train_msd *m);
+/* Weights ~ N(0, 0.02^2) (fc and its bias 0.01), the norm 1: vs_msd_head_write_random's spread. */
+void vs_train_msd_init(vs_train_msd *m, uint64_t seed);
+/* Copies the weights of a head file into the parameters (same shape). */
+vs_status vs_train_msd_load_head(vs_train_msd *m, const vs_msd_head *h, vs_error *err);
+
+typedef struct vs_train_msd_batch {
+    int B, T;                /* T >= 2 target rows per sequence */
+    const float *emb;        /* (B, T, C) the target's input rows */
+    const uint8_t *is_image; /* (B, T) nonzero where the row is an image row */
+    const float *feat;       /* (B, T, C) the target's features (after its final norm) */
+    const float *noise;      /* (B, T, C) added to feat at the head's input, or NULL */
+    const float *mask;       /* (B, T) slot p's weight before normalisation; entry T - 1 unused */
+} vs_train_msd_batch;
+
+typedef struct vs_train_msd_loss {
+    double total, feat, xent; /* total = feat + 0.1 xent, each the weighted sum over counted slots */
+    int64_t counted;          /* slots with mask > 0 */
+    int64_t top1;             /* of them, head argmax == target argmax */
+} vs_train_msd_loss;
+
+vs_status vs_train_msd_forward(vs_train_msd *m, vs_threadpool *tp, const vs_train_msd_batch *b,
+                               vs_train_msd_loss *loss, vs_error *err);
+/* Accumulates d(total)/d(parameters) of the last forward into the parameter gradients. */
+vs_status vs_train_msd_backward(vs_train_msd *m, vs_threadpool *tp, vs_error *err);
+/* The last forward's head outputs o (B, T - 1, C). */
+const float *vs_train_msd_pred(const vs_train_msd *m);
+
+/* Writes the head file (docs/formats.md) with the target's embedding probe (vs_msd_embd_probe). */
+vs_status vs_train_msd_export(const vs_train_msd *m, const float probe[VS_MSD_PROBE], const char *path,
+                              vs_error *err);
+
+#endif
