@@ -1,4 +1,9 @@
-/* test_train_msd: the MSD head's training form (train_msd.h) on a random target.
+/* test_train_msd: the MSD head's training form (train_msd.h).
+ *   - PyTorch parity: tests/reference/msd_ref.py computed a tiny head's outputs, loss and every gradient
+ *     in float64 on one batch (image rows decoupled and not, input noise, fractional mask weights) into
+ *     tests/reference/fixtures/train/msd_head.gguf: outputs and gradients within 1e-4 relative (max |c -
+ *     ref| / max |ref| per tensor), the loss and its two parts within 1e-5 relative;
+ * On a random target:
  *   - the training forward equals the engine: the trainer's head outputs on a random target's real
  *     features (image rows, decoupled and not) equal the exported head file run by the engine (fc
  *     computed by hand from the file's tensors, one vs_lm_forward of the head block) within 1e-4;
@@ -240,6 +245,97 @@ static void test_head(vs_lm *target, const float *lm_head, bool decoupled, vs_th
     free(d);
 }
 
+#define FIXTURE "tests/reference/fixtures/train/msd_head.gguf"
+
+static const float *fx(const vs_gguf *g, const char *name, size_t n) {
+    const vs_gguf_tensor *t = vs_gguf_find_tensor(g, name);
+    VT_REQUIRE(t && t->type == VS_TYPE_F32 && t->nbytes == n * sizeof(float), "fixture tensor %s (%zu values)",
+               name, n);
+    return t->data;
+}
+
+static double fx_f(const vs_gguf *g, const char *key) {
+    double v = 0;
+    vs_error err = {0};
+    VT_REQUIRE(vs_gguf_require_float(g, key, &v, &err) == VS_OK, "%s", err.msg);
+    return v;
+}
+
+static int fx_i(const vs_gguf *g, const char *key) {
+    int64_t v = 0;
+    vs_error err = {0};
+    VT_REQUIRE(vs_gguf_require_int(g, key, &v, &err) == VS_OK, "%s", err.msg);
+    return (int)v;
+}
+
+static double rel_diff(const float *a, const float *ref, size_t n) {
+    double m = 0;
+    for (size_t i = 0; i < n; i++) m = fmax(m, fabs((double)ref[i]));
+    return vt_max_abs_diff(a, ref, n) / fmax(m, 1e-30);
+}
+
+static void test_fixture(vs_threadpool *tp) {
+    vs_error err = {0};
+    vs_gguf *g = vs_gguf_open(FIXTURE, &err);
+    VT_REQUIRE(g, "%s", err.msg);
+    vs_msd_shape sh = {.width = fx_i(g, "msd.embedding_length"), .n_head = fx_i(g, "msd.attention.head_count"),
+                       .n_head_kv = fx_i(g, "msd.attention.head_count_kv"), .n_ff = fx_i(g, "msd.feed_forward_length"),
+                       .n_vocab = fx_i(g, "msd.vocab_size"), .n_ctx = 64,
+                       .rms_eps = (float)fx_f(g, "msd.attention.layer_norm_rms_epsilon"),
+                       .rope_base = (float)fx_f(g, "msd.rope.freq_base")};
+    const int fB = fx_i(g, "ref.B"), fT = fx_i(g, "ref.T"), C = sh.width, fS = fT - 1;
+    const size_t rows = (size_t)fB * fT;
+    const float *lm_head = fx(g, "lm_head", (size_t)sh.n_vocab * C), *fimg = fx(g, "batch.is_image", rows);
+    uint8_t img[256];
+    VT_REQUIRE(rows <= sizeof(img), "fixture batch size");
+    for (size_t i = 0; i < rows; i++) img[i] = fimg[i] != 0;
+    vs_train_msd_batch bt = {.B = fB, .T = fT, .emb = fx(g, "batch.emb", rows * C), .is_image = img,
+                             .feat = fx(g, "batch.feat", rows * C), .noise = fx(g, "batch.noise", rows * C),
+                             .mask = fx(g, "batch.mask", rows)};
+    for (int dec = 1; dec >= 0; dec--) {
+        const char *tag = dec ? "dec" : "cpl";
+        sh.decoupled = dec;
+        vs_train_msd *m = vs_train_msd_new(&sh, lm_head, fB, fT, &err);
+        VT_REQUIRE(m, "%s", err.msg);
+        vs_train_params *P = vs_train_msd_params(m);
+        char name[96];
+        for (int t = 0; t < P->n_tensors; t++) {
+            snprintf(name, sizeof(name), "w.%s", P->tensors[t].name);
+            memcpy(P->data + P->tensors[t].offset, fx(g, name, P->tensors[t].numel), sizeof(float) * P->tensors[t].numel);
+        }
+        vs_train_msd_loss l;
+        vs_train_params_zero_grad(P);
+        VT_REQUIRE(vs_train_msd_forward(m, tp, &bt, &l, &err) == VS_OK, "%s", err.msg);
+        VT_REQUIRE(vs_train_msd_backward(m, tp, &err) == VS_OK, "%s", err.msg);
+        snprintf(name, sizeof(name), "ref.%s.pred", tag);
+        const double dp = rel_diff(vs_train_msd_pred(m), fx(g, name, (size_t)fB * fS * C), (size_t)fB * fS * C);
+        char key[64];
+        snprintf(key, sizeof(key), "ref.%s.loss", tag);
+        const double rl = fx_f(g, key);
+        snprintf(key, sizeof(key), "ref.%s.feat", tag);
+        const double rf = fx_f(g, key);
+        snprintf(key, sizeof(key), "ref.%s.xent", tag);
+        const double rx = fx_f(g, key);
+        double worst = 0;
+        for (int t = 0; t < P->n_tensors; t++) {
+            snprintf(name, sizeof(name), "g.%s.%s", tag, P->tensors[t].name);
+            const double e = rel_diff(P->grad + P->tensors[t].offset, fx(g, name, P->tensors[t].numel),
+                                      P->tensors[t].numel);
+            VT_CHECK(e <= 1e-4, "%s: gradient of %s relative error %.3e vs PyTorch", tag, P->tensors[t].name, e);
+            worst = fmax(worst, e);
+        }
+        printf("  PyTorch parity (%s): outputs %.2e, loss %.8f vs %.8f (feat %.2e, xent %.2e rel), gradients %.2e\n",
+               dec ? "decoupled" : "coupled", dp, l.total, rl, fabs(l.feat - rf) / rf, fabs(l.xent - rx) / rx, worst);
+        VT_CHECK(dp <= 1e-4, "%s: head outputs relative error %.3e vs PyTorch", tag, dp);
+        VT_CHECK(fabs(l.total - rl) <= 1e-5 * fabs(rl) && fabs(l.feat - rf) <= 1e-5 * fabs(rf) &&
+                     fabs(l.xent - rx) <= 1e-5 * fabs(rx),
+                 "%s: loss %.8f (feat %.8f, xent %.8f) vs PyTorch %.8f (%.8f, %.8f)", tag, l.total, l.feat, l.xent, rl,
+                 rf, rx);
+        vs_train_msd_free(m);
+    }
+    vs_gguf_close(g);
+}
+
 static void test_bad_input(vs_lm *target, const float *lm_head) {
     vs_error err = {0};
     data *d = malloc(sizeof(data));
@@ -279,6 +375,7 @@ int main(void) {
     const float *lm_head = out->data;
     vs_threadpool *tp = vs_threadpool_new(2, &err);
     VT_REQUIRE(tp, "%s", err.msg);
+    test_fixture(tp);
     test_head(target, lm_head, true, tp);
     test_head(target, lm_head, false, NULL);
     test_bad_input(target, lm_head);
