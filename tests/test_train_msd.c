@@ -13,7 +13,10 @@
  *   - the gradient of the whole loss w.r.t. every tensor (sampled entries) matches central finite
  *     differences, with input noise;
  *   - AdamW on one batch halves the loss and brings top-1 agreement from chance to >= 90% (the head fits);
- *   - bad input: a batch larger than the model, a missing field, backward before forward, a bad shape. */
+ *   - bad input: a batch larger than the model, a missing field, backward before forward, a bad shape;
+ *   - training sequences made by an F16 target (vs_train_msd_sequence): rows, image flags, the mask one
+ *     row ahead of the answers, features equal to feeding the rows one at a time (what decoding hands
+ *     the drafter), the F32 copy of the LM head (vs_train_msd_lm_head) gives the engine's logits. */
 #include <math.h>
 #include <string.h>
 
@@ -336,6 +339,78 @@ static void test_fixture(vs_threadpool *tp) {
     vs_gguf_close(g);
 }
 
+/* vs_train_msd_sequence and vs_train_msd_lm_head on an F16 target: rows, features (the batched forward
+ * equals feeding the rows one at a time, as decoding hands them to the drafter), mask alignment, the F32
+ * LM head (its logits equal the engine's), errors. */
+static void test_sequence(void) {
+    vs_error err = {0};
+    vs_lm_random_opts o;
+    memset(&o, 0, sizeof(o));
+    o.n_embd = E, o.n_layer = 2, o.n_head = 2, o.n_head_kv = 1, o.n_ff = 2 * E, o.n_ctx = 64, o.n_vocab = V;
+    o.type = VS_TYPE_F16, o.init_std = 0.3f, o.tied = false, o.seed = 9;
+    VT_REQUIRE(vs_lm_write_random(&o, st_tmp_path("msd_seq_target.gguf"), &err) == VS_OK, "%s", err.msg);
+    vs_lm *target = vs_lm_load(st_tmp_path("msd_seq_target.gguf"), &err);
+    VT_REQUIRE(target, "%s", err.msg);
+    enum { N = 16 };
+    int32_t tok[N], img_row[N];
+    uint8_t ans[N];
+    float img[3 * E];
+    for (int i = 0; i < 3 * E; i++) img[i] = vs_rng_normal(&g_rng);
+    for (int p = 0; p < N; p++) {
+        img_row[p] = p >= 3 && p < 6 ? p - 3 : -1;
+        tok[p] = img_row[p] >= 0 ? -1 : (int32_t)vs_rng_below(&g_rng, V);
+        ans[p] = p >= 10;
+    }
+    vs_msd_seq q;
+    VT_REQUIRE(vs_train_msd_sequence(target, NULL, tok, img_row, ans, N, img, &q, &err) == VS_OK, "%s", err.msg);
+    int bad = 0;
+    float e[E];
+    for (int p = 0; p < N; p++) {
+        bad += q.is_image[p] != (img_row[p] >= 0);
+        bad += q.mask[p] != (p + 2 < N && ans[p + 2] ? 1.0f : 0.0f);
+        if (img_row[p] >= 0) bad += memcmp(q.emb + (size_t)p * E, img + (size_t)img_row[p] * E, sizeof(e)) != 0;
+        else {
+            vs_lm_embed(target, tok[p], e, NULL);
+            bad += memcmp(q.emb + (size_t)p * E, e, sizeof(e)) != 0;
+        }
+    }
+    VT_CHECK(bad == 0, "%d wrong rows, image flags or mask entries", bad);
+    /* one row at a time through a cache, normalised by hand */
+    vs_kv *kv = vs_lm_kv_new(target, 1, N, VS_TYPE_F32, &err);
+    VT_REQUIRE(kv, "%s", err.msg);
+    double worst = 0;
+    for (int p = 0; p < N; p++) {
+        vs_lm_row r = {.embd = q.emb + (size_t)p * E, .pos = p};
+        float h[E], f[E];
+        vs_lm_out out = {.hidden = h, .attn_layer = -1};
+        VT_REQUIRE(vs_lm_forward(target, kv, NULL, &r, 1, &out, &err) == VS_OK, "%s", err.msg);
+        vs_rmsnorm_ref(f, h, vs_lm_w(target)->output_norm, E, vs_lm_cfg(target)->rms_eps);
+        worst = fmax(worst, vt_max_abs_diff(f, q.feat + (size_t)p * E, E));
+    }
+    vs_kv_free(kv);
+    printf("  sequence: features of the batched forward vs one row at a time: max abs %.2e\n", worst);
+    VT_CHECK(worst <= 1e-4, "features differ by %.3e", worst);
+    /* the F32 LM head gives the engine's logits */
+    float *W = vs_train_msd_lm_head(target, &err);
+    VT_REQUIRE(W, "%s", err.msg);
+    float lg[N * V], mine[N * V];
+    VT_REQUIRE(vs_lm_head(target, NULL, q.feat, N, false, lg, &err) == VS_OK, "%s", err.msg);
+    vs_train_linear_forward(NULL, mine, q.feat, W, NULL, N, E, V);
+    const double dl = vt_max_abs_diff(lg, mine, (size_t)N * V);
+    printf("  sequence: F32 copy of the F16 LM head vs the engine's logits: max abs %.2e\n", dl);
+    VT_CHECK(dl <= 1e-4, "LM head logits differ by %.3e", dl);
+    free(W);
+    vs_msd_seq_free(&q);
+    /* errors */
+    VT_CHECK(vs_train_msd_sequence(target, NULL, tok, img_row, ans, N, NULL, &q, &err) == VS_ERR_INVALID &&
+                 strstr(err.msg, "image row"), "image rows without images: %s", err.msg);
+    VT_CHECK(vs_train_msd_sequence(target, NULL, tok, NULL, ans, 1, NULL, &q, &err) == VS_ERR_INVALID,
+             "one-row sequence accepted");
+    VT_CHECK(vs_train_msd_sequence(target, NULL, tok, NULL, ans, 65, NULL, &q, &err) == VS_ERR_INVALID,
+             "sequence longer than the target's context accepted");
+    vs_lm_free(target);
+}
+
 static void test_bad_input(vs_lm *target, const float *lm_head) {
     vs_error err = {0};
     data *d = malloc(sizeof(data));
@@ -379,6 +454,7 @@ int main(void) {
     test_head(target, lm_head, true, tp);
     test_head(target, lm_head, false, NULL);
     test_bad_input(target, lm_head);
+    test_sequence();
     vs_threadpool_free(tp);
     vs_lm_free(target);
     return vt_finish("train_msd");

@@ -4,6 +4,10 @@
 #include <math.h>
 #include <string.h>
 
+#include "kernels.h"
+#include "kv.h"
+#include "quant.h"
+
 enum { T_FC, T_FC_B, T_Q, T_K, T_V, T_O, T_FFN_NORM, T_GATE, T_UP, T_DOWN };
 
 struct vs_train_msd {
@@ -302,4 +306,83 @@ vs_status vs_train_msd_backward(vs_train_msd *m, vs_threadpool *tp, vs_error *er
         if (!m->fc_row[n]) memset(m->dx + (size_t)n * C, 0, sizeof(float) * C);
     vs_train_linear_backward(tp, NULL, g[T_FC], g[T_FC_B], m->dx, m->cat, w[T_FC], N, 2 * C, C);
     return VS_OK;
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Training data from the target */
+
+float *vs_train_msd_lm_head(const vs_lm *target, vs_error *err) {
+    const vs_lm_mat *o = &vs_lm_w(target)->output;
+    float *w = vs_malloc(sizeof(float) * (size_t)(o->n_out * o->n_in));
+    if (!w) {
+        vs_error_set(err, VS_ERR_NOMEM, "MSD training: no memory for the LM head (%lld x %lld)", (long long)o->n_out,
+                     (long long)o->n_in);
+        return NULL;
+    }
+    const size_t rb = vs_type_row_bytes(o->type, o->n_in);
+    for (int64_t r = 0; r < o->n_out; r++)
+        vs_dequantize_row(o->type, (const uint8_t *)o->data + (size_t)r * rb, w + (size_t)r * o->n_in, o->n_in);
+    return w;
+}
+
+void vs_msd_seq_free(vs_msd_seq *s) {
+    if (!s) return;
+    vs_free(s->emb), vs_free(s->feat), vs_free(s->is_image), vs_free(s->mask);
+    memset(s, 0, sizeof(*s));
+}
+
+vs_status vs_train_msd_sequence(vs_lm *target, vs_threadpool *tp, const int32_t *tokens, const int32_t *img_row,
+                                const uint8_t *answer, int32_t T, const float *img_rows, vs_msd_seq *out,
+                                vs_error *err) {
+    memset(out, 0, sizeof(*out));
+    const vs_lm_config *c = vs_lm_cfg(target);
+    const int C = c->n_embd;
+    if (T < 2 || T > c->n_ctx_train)
+        return vs_error_set(err, VS_ERR_INVALID, "MSD training data: a sequence of %d rows (the target takes 2 .. %d)",
+                            T, c->n_ctx_train);
+    out->T = T;
+    out->emb = vs_malloc(sizeof(float) * (size_t)T * C);
+    out->feat = vs_malloc(sizeof(float) * (size_t)T * C);
+    out->is_image = vs_malloc((size_t)T);
+    out->mask = vs_malloc(sizeof(float) * (size_t)T);
+    vs_lm_row *rows = vs_calloc((size_t)T, sizeof(vs_lm_row));
+    vs_kv *kv = NULL;
+    vs_status st = VS_OK;
+    if (!out->emb || !out->feat || !out->is_image || !out->mask || !rows) {
+        st = vs_error_set(err, VS_ERR_NOMEM, "MSD training data: out of memory for %d rows", T);
+        goto done;
+    }
+    for (int32_t p = 0; p < T; p++) {
+        float *e = out->emb + (size_t)p * C;
+        const bool img = img_row && img_row[p] >= 0;
+        out->is_image[p] = img;
+        if (img) {
+            if (!img_rows) {
+                st = vs_error_set(err, VS_ERR_INVALID, "MSD training data: row %d is an image row but no image rows "
+                                  "were given", p);
+                goto done;
+            }
+            memcpy(e, img_rows + (size_t)img_row[p] * C, sizeof(float) * C);
+        } else if ((st = vs_lm_embed(target, tokens[p], e, err))) {
+            goto done;
+        }
+        out->mask[p] = p + 2 < T && answer && answer[p + 2] ? 1.0f : 0.0f;
+        rows[p] = (vs_lm_row){.embd = e, .pos = p};
+    }
+    if (!(kv = vs_lm_kv_new(target, 1, T, VS_TYPE_F32, err))) {
+        st = err ? err->code : VS_ERR_NOMEM;
+        goto done;
+    }
+    const vs_lm_out o = {.hidden = out->feat, .attn_layer = -1};
+    if ((st = vs_lm_forward(target, kv, tp, rows, T, &o, err))) goto done;
+    const float *nw = vs_lm_w(target)->output_norm;
+    for (int32_t p = 0; p < T; p++) { /* in place: vs_rmsnorm reads the row before it writes it */
+        float *f = out->feat + (size_t)p * C;
+        vs_rmsnorm(f, f, nw, C, c->rms_eps);
+    }
+done:
+    vs_kv_free(kv);
+    vs_free(rows);
+    if (st) vs_msd_seq_free(out);
+    return st;
 }

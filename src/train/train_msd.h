@@ -62,6 +62,29 @@ vs_status vs_train_msd_backward(vs_train_msd *m, vs_threadpool *tp, vs_error *er
 /* The last forward's head outputs o (B, T - 1, C). */
 const float *vs_train_msd_pred(const vs_train_msd *m);
 
+/* ---------------------------------------------------------------------------------------------- */
+/* Training data from the target */
+
+/* The target's LM head as F32 (n_vocab x n_embd, vs_malloc'd; whatever its stored type). */
+float *vs_train_msd_lm_head(const vs_lm *target, vs_error *err);
+
+/* One training sequence of T rows for the head, made by the target (vs_msd_seq_free releases it). */
+typedef struct vs_msd_seq {
+    int32_t T;
+    float *emb;       /* (T, C) the target's input rows */
+    float *feat;      /* (T, C) its last hidden states after the final norm */
+    uint8_t *is_image;/* (T) */
+    float *mask;      /* (T) slot p counts (1) when row p + 2 is an answer row: the token the head's
+                       * logits at slot p stand for is one the target answers with */
+} vs_msd_seq;
+/* Runs the target over the rows of ex (train_data.h's layout: tokens, image rows, answer flags; image
+ * row r of the conversation is img_rows + r * C, the target's projected images, NULL without images)
+ * with a fresh cache and keeps the rows and features. tp may be NULL. */
+vs_status vs_train_msd_sequence(vs_lm *target, vs_threadpool *tp, const int32_t *tokens, const int32_t *img_row,
+                                const uint8_t *answer, int32_t T, const float *img_rows, vs_msd_seq *out,
+                                vs_error *err);
+void vs_msd_seq_free(vs_msd_seq *s);
+
 /* Writes the head file (docs/formats.md) with the target's embedding probe (vs_msd_embd_probe). */
 vs_status vs_train_msd_export(const vs_train_msd *m, const float probe[VS_MSD_PROBE], const char *path,
                               vs_error *err);
