@@ -1,6 +1,6 @@
 /* image: decode (stb_image), container sanity checks, preprocessing recipes, patch-grid pooling.
- * See image.h for what the module owns. This file is the ONE translation unit that compiles
- * stb_image's implementation (Debian's libstb-dev, not vendored). */
+ * See image.h for what the module owns. stb_image's implementation (Debian's libstb-dev, not vendored)
+ * is compiled in stb_image_impl.c. */
 #include "image.h"
 
 #include <limits.h>
@@ -8,27 +8,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* stb_image configuration: only the formats we support, memory-only (files are read by
- * vs_read_file so errors name the path), and our allocator. */
-#define STBI_ONLY_PNG
-#define STBI_ONLY_JPEG
-#define STBI_ONLY_BMP
-#define STBI_ONLY_PNM
+/* stb_image's declarations; its implementation is compiled in stb_image_impl.c. */
 #define STBI_NO_STDIO
 #define STBI_NO_LINEAR
 #define STBI_NO_HDR
-#define STBI_MALLOC(sz) vs_malloc(sz)
-#define STBI_REALLOC(p, sz) vs_realloc(p, sz)
-#define STBI_FREE(p) vs_free(p)
-#define STB_IMAGE_IMPLEMENTATION
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wunused-function"
-#pragma GCC diagnostic ignored "-Wsign-compare"
-#pragma GCC diagnostic ignored "-Wunused-but-set-variable"
-#pragma GCC diagnostic ignored "-Wimplicit-fallthrough"
-#pragma GCC diagnostic ignored "-Wmisleading-indentation"
 #include <stb_image.h>
-#pragma GCC diagnostic pop
 
 /* ------------------------------------------------------------------------------------------------
  * Container checks. stb_image is lenient with truncated data in some formats (it reads zeros past
