@@ -16,14 +16,19 @@
  *   - bad input: a batch larger than the model, a missing field, backward before forward, a bad shape;
  *   - training sequences made by an F16 target (vs_train_msd_sequence): rows, image flags, the mask one
  *     row ahead of the answers, features equal to feeding the rows one at a time (what decoding hands
- *     the drafter), the F32 copy of the LM head (vs_train_msd_lm_head) gives the engine's logits. */
+ *     the drafter), the F32 copy of the LM head (vs_train_msd_lm_head) gives the engine's logits;
+ *   - the feature cache (msd_cache.h): shards written and read back (rows, mask exact, F16 features and
+ *     image rows), the resumable prefix of shards, a truncated shard and another width refused. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "draft_msd.h"
 #include "kernels.h"
 #include "spec_testutil.h"
 #include "testutil.h"
+#include "msd_cache.h"
 #include "train_msd.h"
 
 enum { E = 32, V = 40, B = 2, T = 20, S = T - 1 };
@@ -400,6 +405,63 @@ static void test_sequence(void) {
     printf("  sequence: F32 copy of the F16 LM head vs the engine's logits: max abs %.2e\n", dl);
     VT_CHECK(dl <= 1e-4, "LM head logits differ by %.3e", dl);
     free(W);
+    /* the feature cache: two shards (two records and one), read back */
+    {
+        const char *dir = st_tmp_path("msd_cache");
+        char cmd[4200];
+        snprintf(cmd, sizeof(cmd), "rm -rf %s && mkdir -p %s", dir, dir);
+        VT_REQUIRE(system(cmd) == 0, "mkdir");
+        int32_t tok2[N];
+        for (int p = 0; p < N; p++) tok2[p] = (p * 7) % V;
+        vs_msd_seq q2;
+        VT_REQUIRE(vs_train_msd_sequence(target, NULL, tok2, NULL, ans, N, NULL, &q2, &err) == VS_OK, "%s", err.msg);
+        const vs_msd_seq s0[2] = {q, q2}, s1[1] = {q2};
+        const int32_t *t0[2] = {tok, tok2}, *t1[1] = {tok2};
+        const uint64_t id0[2] = {10, 11}, id1[1] = {12};
+        int64_t ns = -1;
+        VT_CHECK(vs_msd_cache_count(dir, E, &ns, &err) == VS_OK && ns == 0, "empty cache: %lld shards", (long long)ns);
+        VT_REQUIRE(vs_msd_cache_write_shard(dir, 0, E, s0, t0, id0, 2, &err) == VS_OK, "%s", err.msg);
+        VT_REQUIRE(vs_msd_cache_write_shard(dir, 2, E, s1, t1, id1, 1, &err) == VS_OK, "%s", err.msg);
+        VT_CHECK(vs_msd_cache_count(dir, E, &ns, &err) == VS_OK && ns == 1, "shards 0 and 2: prefix %lld", (long long)ns);
+        VT_REQUIRE(vs_msd_cache_write_shard(dir, 1, E, s1, t1, id1, 1, &err) == VS_OK, "%s", err.msg);
+        VT_CHECK(vs_msd_cache_count(dir, E, &ns, &err) == VS_OK && ns == 3, "three shards: %lld", (long long)ns);
+        vs_msd_cache c;
+        VT_REQUIRE(vs_msd_cache_load(dir, E, ns, &c, &err) == VS_OK, "%s", err.msg);
+        VT_CHECK(c.n == 4 && c.rec[0].visual && !c.rec[1].visual && c.rec[1].sample == 11 && c.rec[3].sample == 12 &&
+                     c.rec[0].n_img_rows == 3, "records: %lld", (long long)c.n);
+        const vs_msd_seq *want[4] = {&q, &q2, &q2, &q2};
+        double de = 0, df = 0;
+        int bad2 = 0;
+        for (int r = 0; r < 4 && r < c.n; r++) {
+            vs_msd_seq g;
+            VT_REQUIRE(vs_msd_cache_sequence(&c, r, target, &g, &err) == VS_OK, "%s", err.msg);
+            bad2 += g.T != want[r]->T;
+            for (int p = 0; p < N; p++) {
+                bad2 += g.is_image[p] != want[r]->is_image[p] || g.mask[p] != want[r]->mask[p];
+                for (int i = 0; i < E; i++) {
+                    const size_t k = (size_t)p * E + i;
+                    de = fmax(de, fabs(g.emb[k] - want[r]->emb[k]) / fmax(1.0, fabs(want[r]->emb[k])));
+                    df = fmax(df, fabs(g.feat[k] - want[r]->feat[k]) / fmax(1.0, fabs(want[r]->feat[k])));
+                }
+                if (!g.is_image[p]) bad2 += memcmp(g.emb + (size_t)p * E, want[r]->emb + (size_t)p * E, sizeof(e)) != 0;
+            }
+            vs_msd_seq_free(&g);
+        }
+        printf("  cache: 4 records in 3 shards read back: rows and mask exact, image rows %.1e, features %.1e "
+               "(F16)\n", de, df);
+        VT_CHECK(bad2 == 0 && de <= 1e-3 && df <= 1e-3, "cache round trip: %d differences, emb %.2e, feat %.2e", bad2,
+                 de, df);
+        VT_CHECK(vs_msd_cache_sequence(&c, 4, target, &q2, &err) == VS_ERR_INVALID, "record past the end accepted");
+        vs_msd_cache_free(&c);
+        /* a damaged shard is named */
+        char path[4200];
+        snprintf(path, sizeof(path), "%s/msd-00001.bin", dir);
+        VT_REQUIRE(truncate(path, 40) == 0, "truncate");
+        VT_CHECK(vs_msd_cache_count(dir, E, &ns, &err) == VS_ERR_FORMAT && strstr(err.msg, "msd-00001.bin"),
+                 "truncated shard: %s", err.msg);
+        VT_CHECK(vs_msd_cache_count(dir, E + 2, &ns, &err) == VS_ERR_FORMAT, "cache of another width accepted");
+        vs_msd_seq_free(&q2);
+    }
     vs_msd_seq_free(&q);
     /* errors */
     VT_CHECK(vs_train_msd_sequence(target, NULL, tok, img_row, ans, N, NULL, &q, &err) == VS_ERR_INVALID &&

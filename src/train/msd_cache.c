@@ -1,0 +1,197 @@
+/* msd_cache: shard files of the MSD head's training data (see msd_cache.h). */
+#include "msd_cache.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "outfile.h"
+#include "quant.h"
+
+#define MAGIC "VSMSDC01"
+
+static void shard_path(char *buf, size_t cap, const char *dir, int64_t index) {
+    snprintf(buf, cap, "%s/msd-%05lld.bin", dir, (long long)index);
+}
+
+static size_t pad4(size_t n) { return (n + 3) & ~(size_t)3; }
+
+static size_t record_bytes(int32_t T, int32_t n_img, int C) {
+    return 24 + (size_t)T * 4 + pad4((size_t)T) + (size_t)T * C * 2 + (size_t)n_img * C * 2;
+}
+
+/* Parses a shard held in buf; fills rec (may be NULL: count only) and returns the record count, or -1. */
+static int64_t parse_shard(uint8_t *buf, size_t size, int C, vs_msd_record *rec) {
+    if (size < 16 || memcmp(buf, MAGIC, 8)) return -1;
+    uint32_t w, n;
+    memcpy(&w, buf + 8, 4), memcpy(&n, buf + 12, 4);
+    if ((int)w != C) return -1;
+    size_t off = 16;
+    for (uint32_t i = 0; i < n; i++) {
+        if (size - off < 24) return -1;
+        uint32_t T, ni, flags;
+        uint64_t sample;
+        memcpy(&T, buf + off, 4), memcpy(&ni, buf + off + 4, 4), memcpy(&flags, buf + off + 8, 4);
+        memcpy(&sample, buf + off + 16, 8);
+        if (T < 2 || T > (1u << 20) || ni > T || size - off < record_bytes((int32_t)T, (int32_t)ni, C)) return -1;
+        uint8_t *p = buf + off + 24;
+        int32_t imgs = 0, tok;
+        for (uint32_t t = 0; t < T; t++) memcpy(&tok, p + (size_t)t * 4, 4), imgs += tok < 0;
+        if (imgs != (int32_t)ni) return -1;
+        if (rec) {
+            vs_msd_record *r = &rec[i];
+            r->T = (int32_t)T, r->n_img_rows = (int32_t)ni, r->visual = flags & 1, r->sample = sample;
+            r->tokens = (int32_t *)p; /* 4-aligned: records start at multiples of 4 in a malloc'd buffer */
+            p += (size_t)T * 4;
+            r->mask = p;
+            p += pad4(T);
+            r->feat = (uint16_t *)p;
+            p += (size_t)T * C * 2;
+            r->img = (uint16_t *)p;
+        }
+        off += record_bytes((int32_t)T, (int32_t)ni, C);
+    }
+    return off == size ? (int64_t)n : -1;
+}
+
+vs_status vs_msd_cache_count(const char *dir, int width, int64_t *n_shards, vs_error *err) {
+    *n_shards = 0;
+    char path[4096];
+    for (int64_t k = 0;; k++) {
+        shard_path(path, sizeof(path), dir, k);
+        FILE *f = fopen(path, "rb");
+        if (!f) break;
+        fclose(f);
+        uint8_t *buf = NULL;
+        size_t size = 0;
+        vs_status st = vs_read_file(path, &buf, &size, err);
+        if (st) return st;
+        const int64_t n = parse_shard(buf, size, width, NULL);
+        vs_free(buf);
+        if (n < 0)
+            return vs_error_set(err, VS_ERR_FORMAT, "%s: not an MSD feature shard of width %d (damaged or from "
+                                "another target: delete the cache directory to rebuild it)", path, width);
+        *n_shards = k + 1;
+    }
+    return VS_OK;
+}
+
+vs_status vs_msd_cache_write_shard(const char *dir, int64_t index, int width, const vs_msd_seq *seqs,
+                                   const int32_t *const *tokens, const uint64_t *sample, int n, vs_error *err) {
+    const int C = width;
+    if (C < 2 || C % 2 || n < 0)
+        return vs_error_set(err, VS_ERR_INVALID, "MSD feature cache: width %d, %d records", C, n);
+    size_t total = 16;
+    for (int i = 0; i < n; i++) {
+        int32_t ni = 0;
+        for (int32_t t = 0; t < seqs[i].T; t++) ni += seqs[i].is_image[t] != 0;
+        total += record_bytes(seqs[i].T, ni, C);
+    }
+    uint8_t *buf = vs_calloc(total, 1);
+    if (!buf) return vs_error_set(err, VS_ERR_NOMEM, "MSD feature cache: out of memory for a shard of %zu bytes", total);
+    memcpy(buf, MAGIC, 8);
+    const uint32_t w = (uint32_t)C, nn = (uint32_t)n;
+    memcpy(buf + 8, &w, 4), memcpy(buf + 12, &nn, 4);
+    size_t off = 16;
+    for (int i = 0; i < n; i++) {
+        const vs_msd_seq *s = &seqs[i];
+        uint32_t T = (uint32_t)s->T, ni = 0;
+        for (uint32_t t = 0; t < T; t++) ni += s->is_image[t] != 0;
+        const uint32_t flags = ni > 0;
+        memcpy(buf + off, &T, 4), memcpy(buf + off + 4, &ni, 4), memcpy(buf + off + 8, &flags, 4);
+        memcpy(buf + off + 16, &sample[i], 8);
+        uint8_t *p = buf + off + 24;
+        for (uint32_t t = 0; t < T; t++) {
+            const int32_t tok = s->is_image[t] ? -1 : tokens[i][t];
+            memcpy(p + (size_t)t * 4, &tok, 4);
+        }
+        p += (size_t)T * 4;
+        for (uint32_t t = 0; t < T; t++) p[t] = s->mask[t] > 0;
+        p += pad4(T);
+        uint16_t h;
+        for (size_t j = 0; j < (size_t)T * C; j++) h = vs_fp32_to_fp16(s->feat[j]), memcpy(p + j * 2, &h, 2);
+        p += (size_t)T * C * 2;
+        for (uint32_t t = 0; t < T; t++) {
+            if (!s->is_image[t]) continue;
+            for (int c = 0; c < C; c++) h = vs_fp32_to_fp16(s->emb[(size_t)t * C + c]), memcpy(p + (size_t)c * 2, &h, 2);
+            p += (size_t)C * 2;
+        }
+        off += record_bytes((int32_t)T, (int32_t)ni, C);
+    }
+    char path[4096];
+    shard_path(path, sizeof(path), dir, index);
+    vs_status st = vs_write_file(path, buf, total, err);
+    vs_free(buf);
+    return st;
+}
+
+vs_status vs_msd_cache_load(const char *dir, int width, int64_t n_shards, vs_msd_cache *c, vs_error *err) {
+    memset(c, 0, sizeof(*c));
+    c->width = width;
+    c->bufs = vs_calloc((size_t)(n_shards > 0 ? n_shards : 1), sizeof(uint8_t *));
+    if (!c->bufs) return vs_error_set(err, VS_ERR_NOMEM, "MSD feature cache: out of memory");
+    char path[4096];
+    for (int64_t k = 0; k < n_shards; k++) {
+        shard_path(path, sizeof(path), dir, k);
+        size_t size = 0;
+        vs_status st = vs_read_file(path, &c->bufs[k], &size, err);
+        if (st) {
+            vs_msd_cache_free(c);
+            return st;
+        }
+        c->n_bufs = k + 1;
+        const int64_t n = parse_shard(c->bufs[k], size, width, NULL);
+        vs_msd_record *grown = n >= 0 ? vs_realloc(c->rec, sizeof(vs_msd_record) * (size_t)(c->n + n + 1)) : NULL;
+        if (!grown) {
+            vs_msd_cache_free(c);
+            return n < 0 ? vs_error_set(err, VS_ERR_FORMAT, "%s: not an MSD feature shard of width %d", path, width)
+                         : vs_error_set(err, VS_ERR_NOMEM, "MSD feature cache: out of memory");
+        }
+        c->rec = grown;
+        parse_shard(c->bufs[k], size, width, c->rec + c->n);
+        c->n += n;
+    }
+    return VS_OK;
+}
+
+void vs_msd_cache_free(vs_msd_cache *c) {
+    if (!c) return;
+    for (int64_t k = 0; k < c->n_bufs; k++) vs_free(c->bufs[k]);
+    vs_free(c->bufs);
+    vs_free(c->rec);
+    memset(c, 0, sizeof(*c));
+}
+
+vs_status vs_msd_cache_sequence(const vs_msd_cache *c, int64_t r, const vs_lm *target, vs_msd_seq *out,
+                                vs_error *err) {
+    memset(out, 0, sizeof(*out));
+    if (r < 0 || r >= c->n) return vs_error_set(err, VS_ERR_INVALID, "MSD feature cache: no record %lld", (long long)r);
+    const vs_msd_record *rec = &c->rec[r];
+    const int C = c->width, T = rec->T;
+    if (vs_lm_cfg(target)->n_embd != C)
+        return vs_error_set(err, VS_ERR_INVALID, "MSD feature cache of width %d used with a target of width %d", C,
+                            vs_lm_cfg(target)->n_embd);
+    out->T = T;
+    out->emb = vs_malloc(sizeof(float) * (size_t)T * C);
+    out->feat = vs_malloc(sizeof(float) * (size_t)T * C);
+    out->is_image = vs_malloc((size_t)T);
+    out->mask = vs_malloc(sizeof(float) * (size_t)T);
+    if (!out->emb || !out->feat || !out->is_image || !out->mask) {
+        vs_msd_seq_free(out);
+        return vs_error_set(err, VS_ERR_NOMEM, "MSD feature cache: out of memory for %d rows", T);
+    }
+    vs_dequantize_row(VS_TYPE_F16, rec->feat, out->feat, (int64_t)T * C);
+    int32_t ii = 0;
+    for (int32_t t = 0; t < T; t++) {
+        out->is_image[t] = rec->tokens[t] < 0;
+        out->mask[t] = rec->mask[t] ? 1.0f : 0.0f;
+        float *e = out->emb + (size_t)t * C;
+        vs_status st = VS_OK;
+        if (out->is_image[t]) vs_dequantize_row(VS_TYPE_F16, rec->img + (size_t)ii++ * C, e, C);
+        else st = vs_lm_embed(target, rec->tokens[t], e, err);
+        if (st) {
+            vs_msd_seq_free(out);
+            return st;
+        }
+    }
+    return VS_OK;
+}

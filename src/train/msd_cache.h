@@ -1,0 +1,55 @@
+/* msd_cache: the MSD head's training data on disk, computed once from the frozen target.
+ * Owns: the shard files of a cache directory (writing one shard at a time, atomically; finding where an
+ * interrupted run stopped; reading every record back) and the record layout. The records come from
+ * vs_train_msd_sequence (train_msd.h); the trainer reads them back as vs_msd_seq.
+ *
+ * A record keeps what cannot be recomputed cheaply: the target's features (F16), the image rows (F16,
+ * in order of appearance) and per row the token id (-1 on image rows) and the mask; the text rows'
+ * embeddings are looked up in the target's table again when the record is loaded. About C * 2 bytes per
+ * row plus C * 2 per image row (C = 512: ~1 KB per row).
+ *
+ * Shard file `msd-NNNNN.bin` (little-endian): "VSMSDC01", u32 width C, u32 records; per record u32 T,
+ * u32 image rows, u32 flags (bit 0: the sample has images), u32 0, u64 sample id, i32 tokens[T],
+ * u8 mask[T] padded to 4 bytes, u16 features[T][C], u16 image rows[n][C]. A shard is complete or absent
+ * (written through a temporary and renamed), so the shards present are a resumable prefix: shard k holds
+ * the records of samples [k * per_shard, (k + 1) * per_shard). */
+#ifndef VS_MSD_CACHE_H
+#define VS_MSD_CACHE_H
+
+#include "train_msd.h"
+
+/* One record as written / read (arrays owned by the caller when writing, by the reader when read). */
+typedef struct vs_msd_record {
+    int32_t T, n_img_rows;
+    bool visual;      /* the sample has images */
+    uint64_t sample;  /* its index in the data the cache was made from */
+    int32_t *tokens;  /* (T) -1 on image rows */
+    uint8_t *mask;    /* (T) */
+    uint16_t *feat;   /* (T, C) F16 */
+    uint16_t *img;    /* (n_img_rows, C) F16, the image rows in order of appearance */
+} vs_msd_record;
+
+/* Shards of `dir` present from 0 on (the resumable prefix); 0 when none. A shard that does not parse
+ * (wrong magic or width, truncated) is an error naming it. */
+vs_status vs_msd_cache_count(const char *dir, int width, int64_t *n_shards, vs_error *err);
+/* Writes shard `index` of dir from n sequences made by the target (their tokens, the mask, features
+ * and image rows converted to F16). sample[i] and visual[i] label sequence i. */
+vs_status vs_msd_cache_write_shard(const char *dir, int64_t index, int width, const vs_msd_seq *seqs,
+                                   const int32_t *const *tokens, const uint64_t *sample, int n, vs_error *err);
+
+/* Every record of shards 0 .. n_shards - 1, in memory. */
+typedef struct vs_msd_cache {
+    int width;
+    int64_t n;
+    vs_msd_record *rec; /* (n) pointing into the shards' buffers */
+    uint8_t **bufs;
+    int64_t n_bufs;
+} vs_msd_cache;
+vs_status vs_msd_cache_load(const char *dir, int width, int64_t n_shards, vs_msd_cache *c, vs_error *err);
+void vs_msd_cache_free(vs_msd_cache *c);
+/* Record r back as a training sequence for `target` (text rows' embeddings from its table): fills *out
+ * (vs_msd_seq_free releases it). */
+vs_status vs_msd_cache_sequence(const vs_msd_cache *c, int64_t r, const vs_lm *target, vs_msd_seq *out,
+                                vs_error *err);
+
+#endif
