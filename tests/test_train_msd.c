@@ -461,6 +461,15 @@ static void test_sequence(void) {
                  "truncated shard: %s", err.msg);
         VT_CHECK(vs_msd_cache_count(dir, E + 2, &ns, &err) == VS_ERR_FORMAT, "cache of another width accepted");
         vs_msd_seq_free(&q2);
+        /* the fuzz corpus's seed (written by hand from the documented layout) parses */
+        uint8_t *fb = NULL;
+        size_t fs = 0;
+        VT_REQUIRE(vs_read_file("fuzz/corpus/fuzz_msd_cache/two-records", &fb, &fs, &err) == VS_OK, "%s", err.msg);
+        vs_msd_record fr[2];
+        VT_CHECK(vs_msd_shard_parse(fb, fs, 8, fr) == 2 && fr[0].T == 6 && fr[0].n_img_rows == 2 && fr[0].visual &&
+                     fr[1].sample == 11, "fuzz seed two-records does not parse as documented");
+        VT_CHECK(vs_msd_shard_parse(fb, fs - 1, 8, NULL) == -1, "a shard one byte short parses");
+        vs_free(fb);
     }
     vs_msd_seq_free(&q);
     /* errors */

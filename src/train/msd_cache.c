@@ -19,8 +19,7 @@ static size_t record_bytes(int32_t T, int32_t n_img, int C) {
     return 24 + (size_t)T * 4 + pad4((size_t)T) + (size_t)T * C * 2 + (size_t)n_img * C * 2;
 }
 
-/* Parses a shard held in buf; fills rec (may be NULL: count only) and returns the record count, or -1. */
-static int64_t parse_shard(uint8_t *buf, size_t size, int C, vs_msd_record *rec) {
+int64_t vs_msd_shard_parse(uint8_t *buf, size_t size, int C, vs_msd_record *rec) {
     if (size < 16 || memcmp(buf, MAGIC, 8)) return -1;
     uint32_t w, n;
     memcpy(&w, buf + 8, 4), memcpy(&n, buf + 12, 4);
@@ -65,7 +64,7 @@ vs_status vs_msd_cache_count(const char *dir, int width, int64_t *n_shards, vs_e
         size_t size = 0;
         vs_status st = vs_read_file(path, &buf, &size, err);
         if (st) return st;
-        const int64_t n = parse_shard(buf, size, width, NULL);
+        const int64_t n = vs_msd_shard_parse(buf, size, width, NULL);
         vs_free(buf);
         if (n < 0)
             return vs_error_set(err, VS_ERR_FORMAT, "%s: not an MSD feature shard of width %d (damaged or from "
@@ -139,7 +138,7 @@ vs_status vs_msd_cache_load(const char *dir, int width, int64_t n_shards, vs_msd
             return st;
         }
         c->n_bufs = k + 1;
-        const int64_t n = parse_shard(c->bufs[k], size, width, NULL);
+        const int64_t n = vs_msd_shard_parse(c->bufs[k], size, width, NULL);
         vs_msd_record *grown = n >= 0 ? vs_realloc(c->rec, sizeof(vs_msd_record) * (size_t)(c->n + n + 1)) : NULL;
         if (!grown) {
             vs_msd_cache_free(c);
@@ -147,7 +146,7 @@ vs_status vs_msd_cache_load(const char *dir, int width, int64_t n_shards, vs_msd
                          : vs_error_set(err, VS_ERR_NOMEM, "MSD feature cache: out of memory");
         }
         c->rec = grown;
-        parse_shard(c->bufs[k], size, width, c->rec + c->n);
+        vs_msd_shard_parse(c->bufs[k], size, width, c->rec + c->n);
         c->n += n;
     }
     return VS_OK;

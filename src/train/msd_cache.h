@@ -29,6 +29,12 @@ typedef struct vs_msd_record {
     uint16_t *img;    /* (n_img_rows, C) F16, the image rows in order of appearance */
 } vs_msd_record;
 
+/* Parses one shard's bytes (buf 4-byte aligned, e.g. from malloc): the number of records, or -1 when the
+ * bytes are not a complete shard of this width (magic, width, every record's sizes within the buffer,
+ * image rows = the tokens marked -1, no trailing bytes). rec (that many entries, or NULL to count only)
+ * receives records pointing into buf. */
+int64_t vs_msd_shard_parse(uint8_t *buf, size_t size, int width, vs_msd_record *rec);
+
 /* Shards of `dir` present from 0 on (the resumable prefix); 0 when none. A shard that does not parse
  * (wrong magic or width, truncated) is an error naming it. */
 vs_status vs_msd_cache_count(const char *dir, int width, int64_t *n_shards, vs_error *err);
