@@ -35,6 +35,19 @@ enum { E = 32, V = 40, B = 2, T = 20, S = T - 1 };
 
 static vs_rng g_rng;
 
+/* A random target of width E and vocabulary V (2 layers, 2 heads over 1 KV head). */
+static vs_lm *make_target(vs_type type, int n_ctx, uint64_t seed, const char *name) {
+    vs_error err = {0};
+    vs_lm_random_opts o;
+    memset(&o, 0, sizeof(o));
+    o.n_embd = E, o.n_layer = 2, o.n_head = 2, o.n_head_kv = 1, o.n_ff = 2 * E, o.n_ctx = n_ctx, o.n_vocab = V;
+    o.type = type, o.init_std = 0.3f, o.tied = false, o.seed = seed;
+    VT_REQUIRE(vs_lm_write_random(&o, st_tmp_path(name), &err) == VS_OK, "%s", err.msg);
+    vs_lm *lm = vs_lm_load(st_tmp_path(name), &err);
+    VT_REQUIRE(lm, "%s", err.msg);
+    return lm;
+}
+
 typedef struct data {
     float emb[B * T * E], feat[B * T * E], noise[B * T * E], mask[B * T];
     uint8_t img[B * T];
@@ -349,13 +362,7 @@ static void test_fixture(vs_threadpool *tp) {
  * LM head (its logits equal the engine's), errors. */
 static void test_sequence(void) {
     vs_error err = {0};
-    vs_lm_random_opts o;
-    memset(&o, 0, sizeof(o));
-    o.n_embd = E, o.n_layer = 2, o.n_head = 2, o.n_head_kv = 1, o.n_ff = 2 * E, o.n_ctx = 64, o.n_vocab = V;
-    o.type = VS_TYPE_F16, o.init_std = 0.3f, o.tied = false, o.seed = 9;
-    VT_REQUIRE(vs_lm_write_random(&o, st_tmp_path("msd_seq_target.gguf"), &err) == VS_OK, "%s", err.msg);
-    vs_lm *target = vs_lm_load(st_tmp_path("msd_seq_target.gguf"), &err);
-    VT_REQUIRE(target, "%s", err.msg);
+    vs_lm *target = make_target(VS_TYPE_F16, 64, 9, "msd_seq_target.gguf");
     enum { N = 16 };
     int32_t tok[N], img_row[N];
     uint8_t ans[N];
@@ -453,6 +460,42 @@ static void test_sequence(void) {
                  de, df);
         VT_CHECK(vs_msd_cache_sequence(&c, 4, target, &q2, &err) == VS_ERR_INVALID, "record past the end accepted");
         vs_msd_cache_free(&c);
+        /* a batch of a 16-row and a 10-row record: padded, noise within the released code's bound */
+        vs_msd_seq q3;
+        VT_REQUIRE(vs_train_msd_sequence(target, NULL, tok2, NULL, ans, 10, NULL, &q3, &err) == VS_OK, "%s", err.msg);
+        const vs_msd_seq s3[1] = {q3};
+        const uint64_t id3[1] = {13};
+        VT_REQUIRE(vs_msd_cache_write_shard(dir, 3, E, s3, t1, id3, 1, &err) == VS_OK, "%s", err.msg);
+        VT_REQUIRE(vs_msd_cache_count(dir, E, &ns, &err) == VS_OK && ns == 4, "four shards");
+        VT_REQUIRE(vs_msd_cache_load(dir, E, ns, &c, &err) == VS_OK, "%s", err.msg);
+        vs_msd_batch_buf bb;
+        VT_REQUIRE(vs_msd_batch_buf_init(&bb, 2, N, E, &err) == VS_OK, "%s", err.msg);
+        vs_train_msd_batch mb;
+        vs_rng nr;
+        vs_rng_seed(&nr, 1);
+        const int64_t pick[2] = {4, 0};
+        VT_REQUIRE(vs_msd_cache_fill_batch(&c, target, pick, 2, 0.2f, &nr, &bb, &mb, &err) == VS_OK, "%s", err.msg);
+        int badb = mb.B != 2 || mb.T != N || !mb.noise;
+        double nmax = 0;
+        for (int p = 0; p < N; p++) {
+            const bool real = p < 10;
+            badb += mb.mask[p] != (real ? q3.mask[p] : 0.0f) || mb.is_image[p] != (real ? q3.is_image[p] : 0);
+            badb += mb.mask[N + p] != q.mask[p] || mb.is_image[N + p] != q.is_image[p];
+            for (int i = 0; i < E; i++) {
+                const size_t k = (size_t)p * E + i;
+                badb += !real && (mb.emb[k] != 0 || mb.feat[k] != 0 || mb.noise[k] != 0);
+                if (real) nmax = fmax(nmax, fabs(mb.noise[k]) / (0.5 * 0.2 * 512 / 10));
+                else nmax = fmax(nmax, fabs(mb.noise[(size_t)N * E + k]) / (0.5 * 0.2 * 512 / N));
+            }
+        }
+        VT_CHECK(badb == 0 && nmax <= 1.0 && nmax > 0.9, "batch: %d wrong entries, noise %.3f of its bound", badb, nmax);
+        vs_msd_batch_buf_free(&bb);
+        VT_REQUIRE(vs_msd_batch_buf_init(&bb, 2, 12, E, &err) == VS_OK, "%s", err.msg);
+        VT_CHECK(vs_msd_cache_fill_batch(&c, target, pick, 2, 0, NULL, &bb, &mb, &err) == VS_ERR_INVALID,
+                 "a record longer than the buffers accepted");
+        vs_msd_batch_buf_free(&bb);
+        vs_msd_cache_free(&c);
+        vs_msd_seq_free(&q3);
         /* a damaged shard is named */
         char path[4200];
         snprintf(path, sizeof(path), "%s/msd-00001.bin", dir);
@@ -509,13 +552,7 @@ static void test_bad_input(vs_lm *target, const float *lm_head) {
 int main(void) {
     vs_rng_seed(&g_rng, 2024);
     vs_error err = {0};
-    vs_lm_random_opts o;
-    memset(&o, 0, sizeof(o));
-    o.n_embd = E, o.n_layer = 2, o.n_head = 2, o.n_head_kv = 1, o.n_ff = 2 * E, o.n_ctx = 128, o.n_vocab = V;
-    o.type = VS_TYPE_F32, o.init_std = 0.3f, o.tied = false, o.seed = 5;
-    VT_REQUIRE(vs_lm_write_random(&o, st_tmp_path("msd_train_target.gguf"), &err) == VS_OK, "%s", err.msg);
-    vs_lm *target = vs_lm_load(st_tmp_path("msd_train_target.gguf"), &err);
-    VT_REQUIRE(target, "%s", err.msg);
+    vs_lm *target = make_target(VS_TYPE_F32, 128, 5, "msd_train_target.gguf");
     const vs_lm_mat *out = &vs_lm_w(target)->output;
     VT_REQUIRE(out->type == VS_TYPE_F32 && out->n_out == V && out->n_in == E, "F32 LM head");
     const float *lm_head = out->data;

@@ -194,3 +194,68 @@ vs_status vs_msd_cache_sequence(const vs_msd_cache *c, int64_t r, const vs_lm *t
     }
     return VS_OK;
 }
+
+vs_status vs_msd_batch_buf_init(vs_msd_batch_buf *b, int max_B, int max_T, int C, vs_error *err) {
+    memset(b, 0, sizeof(*b));
+    if (max_B < 1 || max_T < 2 || C < 1)
+        return vs_error_set(err, VS_ERR_INVALID, "MSD batch: %d x %d rows of width %d", max_B, max_T, C);
+    const size_t rows = (size_t)max_B * max_T, vals = rows * C;
+    b->max_B = max_B, b->max_T = max_T, b->C = C;
+    b->emb = vs_malloc(sizeof(float) * vals);
+    b->feat = vs_malloc(sizeof(float) * vals);
+    b->noise = vs_malloc(sizeof(float) * vals);
+    b->mask = vs_malloc(sizeof(float) * rows);
+    b->is_image = vs_malloc(rows);
+    if (!b->emb || !b->feat || !b->noise || !b->mask || !b->is_image) {
+        vs_msd_batch_buf_free(b);
+        return vs_error_set(err, VS_ERR_NOMEM, "MSD batch: no memory for %d x %d rows of width %d", max_B, max_T, C);
+    }
+    return VS_OK;
+}
+
+void vs_msd_batch_buf_free(vs_msd_batch_buf *b) {
+    if (!b) return;
+    vs_free(b->emb), vs_free(b->feat), vs_free(b->noise), vs_free(b->mask), vs_free(b->is_image);
+    memset(b, 0, sizeof(*b));
+}
+
+vs_status vs_msd_cache_fill_batch(const vs_msd_cache *c, const vs_lm *target, const int64_t *idx, int B,
+                                  float noise_std, vs_rng *rng, vs_msd_batch_buf *buf, vs_train_msd_batch *out,
+                                  vs_error *err) {
+    const int C = buf->C;
+    if (B < 1 || B > buf->max_B || C != c->width)
+        return vs_error_set(err, VS_ERR_INVALID, "MSD batch: %d sequences of width %d into buffers for %d of width %d", B,
+                            c->width, buf->max_B, C);
+    int T = 2;
+    for (int i = 0; i < B; i++) {
+        if (idx[i] < 0 || idx[i] >= c->n)
+            return vs_error_set(err, VS_ERR_INVALID, "MSD batch: no record %lld", (long long)idx[i]);
+        T = VS_MAX(T, c->rec[idx[i]].T);
+    }
+    if (T > buf->max_T)
+        return vs_error_set(err, VS_ERR_INVALID, "MSD batch: a record of %d rows, buffers for %d", T, buf->max_T);
+    memset(buf->emb, 0, sizeof(float) * (size_t)B * T * C);
+    memset(buf->feat, 0, sizeof(float) * (size_t)B * T * C);
+    memset(buf->noise, 0, sizeof(float) * (size_t)B * T * C);
+    memset(buf->mask, 0, sizeof(float) * (size_t)B * T);
+    memset(buf->is_image, 0, (size_t)B * T);
+    for (int i = 0; i < B; i++) {
+        vs_msd_seq s;
+        vs_status st = vs_msd_cache_sequence(c, idx[i], target, &s, err);
+        if (st) return st;
+        const size_t o = (size_t)i * T;
+        memcpy(buf->emb + o * C, s.emb, sizeof(float) * (size_t)s.T * C);
+        memcpy(buf->feat + o * C, s.feat, sizeof(float) * (size_t)s.T * C);
+        memcpy(buf->mask + o, s.mask, sizeof(float) * (size_t)s.T);
+        memcpy(buf->is_image + o, s.is_image, (size_t)s.T);
+        if (noise_std > 0 && rng) {
+            const float amp = noise_std * 512.0f / (float)s.T;
+            for (size_t j = 0; j < (size_t)s.T * C; j++)
+                buf->noise[o * C + j] = (float)(vs_rng_uniform(rng) - 0.5) * amp;
+        }
+        vs_msd_seq_free(&s);
+    }
+    *out = (vs_train_msd_batch){.B = B, .T = T, .emb = buf->emb, .is_image = buf->is_image, .feat = buf->feat,
+                                .noise = noise_std > 0 && rng ? buf->noise : NULL, .mask = buf->mask};
+    return VS_OK;
+}

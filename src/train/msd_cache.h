@@ -58,4 +58,20 @@ void vs_msd_cache_free(vs_msd_cache *c);
 vs_status vs_msd_cache_sequence(const vs_msd_cache *c, int64_t r, const vs_lm *target, vs_msd_seq *out,
                                 vs_error *err);
 
+/* Batches for the trainer: buffers for up to max_B sequences of max_T rows of width C. */
+typedef struct vs_msd_batch_buf {
+    int max_B, max_T, C;
+    float *emb, *feat, *noise, *mask; /* (max_B, max_T, C) x3, (max_B, max_T) */
+    uint8_t *is_image;                /* (max_B, max_T) */
+} vs_msd_batch_buf;
+vs_status vs_msd_batch_buf_init(vs_msd_batch_buf *b, int max_B, int max_T, int C, vs_error *err);
+void vs_msd_batch_buf_free(vs_msd_batch_buf *b);
+/* Fills *out with records idx[0 .. B) as one batch as long as the longest of them; shorter sequences are
+ * padded at the end (zero rows, mask 0: causal attention keeps padding out of the real slots). noise_std
+ * > 0 draws the released MSD code's input noise from rng: (U(0,1) - 0.5) * noise_std * 512 / T per value,
+ * T the sequence's own length; 0 gives none. A record longer than max_T is an error. */
+vs_status vs_msd_cache_fill_batch(const vs_msd_cache *c, const vs_lm *target, const int64_t *idx, int B,
+                                  float noise_std, vs_rng *rng, vs_msd_batch_buf *buf, vs_train_msd_batch *out,
+                                  vs_error *err);
+
 #endif
