@@ -458,7 +458,8 @@ static void test_sequence(void) {
                "(F16)\n", de, df);
         VT_CHECK(bad2 == 0 && de <= 1e-3 && df <= 1e-3, "cache round trip: %d differences, emb %.2e, feat %.2e", bad2,
                  de, df);
-        VT_CHECK(vs_msd_cache_sequence(&c, 4, target, &q2, &err) == VS_ERR_INVALID, "record past the end accepted");
+        vs_msd_seq none;
+        VT_CHECK(vs_msd_cache_sequence(&c, 4, target, &none, &err) == VS_ERR_INVALID, "record past the end accepted");
         vs_msd_cache_free(&c);
         /* a batch of a 16-row and a 10-row record: padded, noise within the released code's bound */
         vs_msd_seq q3;
