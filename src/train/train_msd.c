@@ -19,7 +19,7 @@ struct vs_train_msd {
     float *w[VS_MSD_N_TENSORS], *g[VS_MSD_N_TENSORS]; /* views of params.data / params.grad */
     float *arena;
     /* activations, N = B * (T - 1) slots */
-    float *cat;              /* (N, 2C) fc inputs (rows of decoupled image slots unused) */
+    float *cat;              /* (NF, 2C) fc inputs of the NF slots that go through fc, in slot order */
     float *x;                /* (N, C) block inputs */
     float *q, *k, *v;        /* (N, HD), (N, KVD) x2; q, k after RoPE */
     float *att;              /* (B, H, S, S) */
@@ -30,7 +30,7 @@ struct vs_train_msd {
     float *tmp;              /* (N, C) */
     float *rope_cs;          /* (max_T, D / 2, 2) */
     int32_t *pos;            /* (N) */
-    uint8_t *fc_row;         /* (N) slot went through fc */
+    int32_t *fc_slot;        /* (NF) the slot of each fc row */
     /* counted slots, M <= N */
     int32_t *idx;            /* (M) slot of each counted row */
     float *lw;               /* (M) loss weight */
@@ -44,7 +44,7 @@ struct vs_train_msd {
     float *dq, *dk, *dv, *dqr, *dkr, *datty; /* (N, HD or KVD) */
     float *datt;             /* attention scratch */
     float *dgate, *dup, *dh; /* (N, F) */
-    int B, S, M;
+    int B, S, M, NF;
     bool have_forward;
 };
 
@@ -104,8 +104,8 @@ vs_train_msd *vs_train_msd_new(const vs_msd_shape *shape, const float *lm_head, 
     m->arena = vs_malloc(total * sizeof(float));
     m->pos = vs_malloc(N * sizeof(int32_t));
     m->idx = vs_malloc(N * sizeof(int32_t));
-    m->fc_row = vs_malloc(N);
-    if (!m->arena || !m->pos || !m->idx || !m->fc_row) {
+    m->fc_slot = vs_malloc(N * sizeof(int32_t));
+    if (!m->arena || !m->pos || !m->idx || !m->fc_slot) {
         vs_error_set(err, VS_ERR_NOMEM, "MSD training: cannot allocate %zu MiB of activations for %d x %d rows",
                      total * sizeof(float) >> 20, max_B, max_T);
         vs_train_msd_free(m);
@@ -132,7 +132,7 @@ void vs_train_msd_free(vs_train_msd *m) {
     vs_free(m->arena);
     vs_free(m->pos);
     vs_free(m->idx);
-    vs_free(m->fc_row);
+    vs_free(m->fc_slot);
     vs_free(m);
 }
 
@@ -157,25 +157,6 @@ vs_status vs_train_msd_export(const vs_train_msd *m, const float probe[VS_MSD_PR
     return vs_msd_head_write(&m->s, probe, data, "vlmspec-msd", path, err);
 }
 
-/* softmax of each of n rows of V values, in place; returns nothing */
-static void softmax_rows(float *x, int n, int V) {
-    for (int r = 0; r < n; r++) {
-        float *p = x + (size_t)r * V, mx = p[0];
-        for (int i = 1; i < V; i++) mx = p[i] > mx ? p[i] : mx;
-        double s = 0;
-        for (int i = 0; i < V; i++) s += (p[i] = expf(p[i] - mx));
-        const float inv = (float)(1.0 / s);
-        for (int i = 0; i < V; i++) p[i] *= inv;
-    }
-}
-
-static int argmax(const float *x, int n) {
-    int b = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[b]) b = i;
-    return b;
-}
-
 vs_status vs_train_msd_forward(vs_train_msd *m, vs_threadpool *tp, const vs_train_msd_batch *b,
                                vs_train_msd_loss *loss, vs_error *err) {
     m->have_forward = false;
@@ -189,19 +170,17 @@ vs_status vs_train_msd_forward(vs_train_msd *m, vs_threadpool *tp, const vs_trai
     m->B = B, m->S = S;
     /* slot inputs */
     double msum = 0;
-    int M = 0;
+    int M = 0, NF = 0;
     for (int bi = 0; bi < B; bi++)
         for (int p = 0; p < S; p++) {
             const int n = bi * S + p;
             const size_t rp = (size_t)bi * T + p; /* target row p; row p + 1 is rp + 1 */
             m->pos[n] = p;
-            const bool bypass = m->s.decoupled && b->is_image[rp + 1];
-            m->fc_row[n] = !bypass;
-            if (bypass) {
+            if (m->s.decoupled && b->is_image[rp + 1]) {
                 memcpy(m->x + (size_t)n * C, b->emb + (rp + 1) * C, sizeof(float) * C);
-                memset(m->cat + (size_t)n * 2 * C, 0, sizeof(float) * 2 * C); /* no fc gradient from it */
             } else {
-                float *cat = m->cat + (size_t)n * 2 * C;
+                m->fc_slot[NF] = n;
+                float *cat = m->cat + (size_t)NF++ * 2 * C;
                 memcpy(cat, b->emb + (rp + 1) * C, sizeof(float) * C);
                 const float *f = b->feat + rp * C, *z = b->noise ? b->noise + rp * C : NULL;
                 for (int i = 0; i < C; i++) cat[C + i] = z ? f[i] + z[i] : f[i];
@@ -212,11 +191,11 @@ vs_status vs_train_msd_forward(vs_train_msd *m, vs_threadpool *tp, const vs_trai
                 msum += w;
             }
         }
-    m->M = M;
-    /* fc over the fc slots (one product over all rows; bypass rows are overwritten back) */
-    vs_train_linear_forward(tp, m->tmp, m->cat, m->w[T_FC], m->w[T_FC_B], N, 2 * C, C);
-    for (int n = 0; n < N; n++)
-        if (m->fc_row[n]) memcpy(m->x + (size_t)n * C, m->tmp + (size_t)n * C, sizeof(float) * C);
+    m->M = M, m->NF = NF;
+    /* fc over the slots that take it, one product, scattered into the block's input */
+    if (NF > 0) vs_train_linear_forward(tp, m->tmp, m->cat, m->w[T_FC], m->w[T_FC_B], NF, 2 * C, C);
+    for (int j = 0; j < NF; j++)
+        memcpy(m->x + (size_t)m->fc_slot[j] * C, m->tmp + (size_t)j * C, sizeof(float) * C);
     /* the block, without input norm */
     vs_train_linear_forward(tp, m->q, m->x, m->w[T_Q], NULL, N, C, HD);
     vs_train_linear_forward(tp, m->k, m->x, m->w[T_K], NULL, N, C, KVD);
@@ -243,8 +222,11 @@ vs_status vs_train_msd_forward(vs_train_msd *m, vs_threadpool *tp, const vs_trai
         }
         vs_train_linear_forward(tp, m->tprobs, m->tgt, m->lm_head, NULL, M, C, V);
         vs_train_linear_forward(tp, m->lg, m->pred, m->lm_head, NULL, M, C, V);
-        for (int j = 0; j < M; j++) l.top1 += argmax(m->lg + (size_t)j * V, V) == argmax(m->tprobs + (size_t)j * V, V);
-        softmax_rows(m->tprobs, M, V);
+        for (int j = 0; j < M; j++) {
+            float *t = m->tprobs + (size_t)j * V;
+            l.top1 += vs_argmax_f32(m->lg + (size_t)j * V, V) == vs_argmax_f32(t, V);
+            vs_softmax_inplace(t, V);
+        }
         l.feat = vs_train_smooth_l1_forward(m->pred, m->tgt, m->lw, M, C, 1.0f);
         l.xent = vs_train_soft_xent_forward(m->probs, m->lg, m->tprobs, m->lw, M, V);
         l.total = l.feat + VS_TRAIN_MSD_XENT_WEIGHT * l.xent;
@@ -301,10 +283,10 @@ vs_status vs_train_msd_backward(vs_train_msd *m, vs_threadpool *tp, vs_error *er
     vs_train_linear_backward(tp, m->dx, g[T_Q], NULL, m->dqr, m->x, w[T_Q], N, C, HD);
     vs_train_linear_backward(tp, m->dx, g[T_K], NULL, m->dkr, m->x, w[T_K], N, C, KVD);
     vs_train_linear_backward(tp, m->dx, g[T_V], NULL, m->dv, m->x, w[T_V], N, C, KVD);
-    /* fc: only the slots that went through it (bypass rows are data) */
-    for (int n = 0; n < N; n++)
-        if (!m->fc_row[n]) memset(m->dx + (size_t)n * C, 0, sizeof(float) * C);
-    vs_train_linear_backward(tp, NULL, g[T_FC], g[T_FC_B], m->dx, m->cat, w[T_FC], N, 2 * C, C);
+    /* fc: the gradients of the slots that went through it, gathered (image rows that bypass it are data) */
+    for (int j = 0; j < m->NF; j++)
+        memcpy(m->dln + (size_t)j * C, m->dx + (size_t)m->fc_slot[j] * C, sizeof(float) * C);
+    if (m->NF > 0) vs_train_linear_backward(tp, NULL, g[T_FC], g[T_FC_B], m->dln, m->cat, w[T_FC], m->NF, 2 * C, C);
     return VS_OK;
 }
 
