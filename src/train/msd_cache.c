@@ -160,39 +160,43 @@ void vs_msd_cache_free(vs_msd_cache *c) {
     memset(c, 0, sizeof(*c));
 }
 
-vs_status vs_msd_cache_sequence(const vs_msd_cache *c, int64_t r, const vs_lm *target, vs_msd_seq *out,
-                                vs_error *err) {
-    memset(out, 0, sizeof(*out));
-    if (r < 0 || r >= c->n) return vs_error_set(err, VS_ERR_INVALID, "MSD feature cache: no record %lld", (long long)r);
+/* Record r's rows into emb, feat (T, C), is_image and mask (T): text rows' embeddings from the target. */
+static vs_status record_rows(const vs_msd_cache *c, int64_t r, const vs_lm *target, float *emb, float *feat,
+                             uint8_t *is_image, float *mask, vs_error *err) {
     const vs_msd_record *rec = &c->rec[r];
     const int C = c->width, T = rec->T;
-    if (vs_lm_cfg(target)->n_embd != C)
-        return vs_error_set(err, VS_ERR_INVALID, "MSD feature cache of width %d used with a target of width %d", C,
-                            vs_lm_cfg(target)->n_embd);
-    out->T = T;
-    out->emb = vs_malloc(sizeof(float) * (size_t)T * C);
-    out->feat = vs_malloc(sizeof(float) * (size_t)T * C);
-    out->is_image = vs_malloc((size_t)T);
-    out->mask = vs_malloc(sizeof(float) * (size_t)T);
-    if (!out->emb || !out->feat || !out->is_image || !out->mask) {
-        vs_msd_seq_free(out);
-        return vs_error_set(err, VS_ERR_NOMEM, "MSD feature cache: out of memory for %d rows", T);
-    }
-    vs_dequantize_row(VS_TYPE_F16, rec->feat, out->feat, (int64_t)T * C);
+    vs_dequantize_row(VS_TYPE_F16, rec->feat, feat, (int64_t)T * C);
     int32_t ii = 0;
     for (int32_t t = 0; t < T; t++) {
-        out->is_image[t] = rec->tokens[t] < 0;
-        out->mask[t] = rec->mask[t] ? 1.0f : 0.0f;
-        float *e = out->emb + (size_t)t * C;
-        vs_status st = VS_OK;
-        if (out->is_image[t]) vs_dequantize_row(VS_TYPE_F16, rec->img + (size_t)ii++ * C, e, C);
-        else st = vs_lm_embed(target, rec->tokens[t], e, err);
-        if (st) {
-            vs_msd_seq_free(out);
-            return st;
+        is_image[t] = rec->tokens[t] < 0;
+        mask[t] = rec->mask[t] ? 1.0f : 0.0f;
+        float *e = emb + (size_t)t * C;
+        if (is_image[t]) vs_dequantize_row(VS_TYPE_F16, rec->img + (size_t)ii++ * C, e, C);
+        else {
+            vs_status st = vs_lm_embed(target, rec->tokens[t], e, err);
+            if (st) return st;
         }
     }
     return VS_OK;
+}
+
+static vs_status check_record(const vs_msd_cache *c, int64_t r, const vs_lm *target, vs_error *err) {
+    if (r < 0 || r >= c->n) return vs_error_set(err, VS_ERR_INVALID, "MSD feature cache: no record %lld", (long long)r);
+    if (vs_lm_cfg(target)->n_embd != c->width)
+        return vs_error_set(err, VS_ERR_INVALID, "MSD feature cache of width %d used with a target of width %d",
+                            c->width, vs_lm_cfg(target)->n_embd);
+    return VS_OK;
+}
+
+vs_status vs_msd_cache_sequence(const vs_msd_cache *c, int64_t r, const vs_lm *target, vs_msd_seq *out,
+                                vs_error *err) {
+    memset(out, 0, sizeof(*out));
+    vs_status st = check_record(c, r, target, err);
+    if (st) return st;
+    if (!vs_msd_seq_alloc(out, c->rec[r].T, c->width))
+        return vs_error_set(err, VS_ERR_NOMEM, "MSD feature cache: out of memory for %d rows", c->rec[r].T);
+    if ((st = record_rows(c, r, target, out->emb, out->feat, out->is_image, out->mask, err))) vs_msd_seq_free(out);
+    return st;
 }
 
 vs_status vs_msd_batch_buf_init(vs_msd_batch_buf *b, int max_B, int max_T, int C, vs_error *err) {
@@ -228,32 +232,28 @@ vs_status vs_msd_cache_fill_batch(const vs_msd_cache *c, const vs_lm *target, co
                             c->width, buf->max_B, C);
     int T = 2;
     for (int i = 0; i < B; i++) {
-        if (idx[i] < 0 || idx[i] >= c->n)
-            return vs_error_set(err, VS_ERR_INVALID, "MSD batch: no record %lld", (long long)idx[i]);
+        vs_status st = check_record(c, idx[i], target, err);
+        if (st) return st;
         T = VS_MAX(T, c->rec[idx[i]].T);
     }
     if (T > buf->max_T)
         return vs_error_set(err, VS_ERR_INVALID, "MSD batch: a record of %d rows, buffers for %d", T, buf->max_T);
-    memset(buf->emb, 0, sizeof(float) * (size_t)B * T * C);
-    memset(buf->feat, 0, sizeof(float) * (size_t)B * T * C);
-    memset(buf->noise, 0, sizeof(float) * (size_t)B * T * C);
-    memset(buf->mask, 0, sizeof(float) * (size_t)B * T);
-    memset(buf->is_image, 0, (size_t)B * T);
     for (int i = 0; i < B; i++) {
-        vs_msd_seq s;
-        vs_status st = vs_msd_cache_sequence(c, idx[i], target, &s, err);
-        if (st) return st;
         const size_t o = (size_t)i * T;
-        memcpy(buf->emb + o * C, s.emb, sizeof(float) * (size_t)s.T * C);
-        memcpy(buf->feat + o * C, s.feat, sizeof(float) * (size_t)s.T * C);
-        memcpy(buf->mask + o, s.mask, sizeof(float) * (size_t)s.T);
-        memcpy(buf->is_image + o, s.is_image, (size_t)s.T);
+        const int32_t Ti = c->rec[idx[i]].T;
+        vs_status st = record_rows(c, idx[i], target, buf->emb + o * C, buf->feat + o * C, buf->is_image + o,
+                                   buf->mask + o, err);
+        if (st) return st;
+        const size_t pad = (size_t)(T - Ti); /* padding rows after the record: zero, never counted */
+        memset(buf->emb + (o + Ti) * C, 0, sizeof(float) * pad * C);
+        memset(buf->feat + (o + Ti) * C, 0, sizeof(float) * pad * C);
+        memset(buf->mask + o + Ti, 0, sizeof(float) * pad);
+        memset(buf->is_image + o + Ti, 0, pad);
         if (noise_std > 0 && rng) {
-            const float amp = noise_std * 512.0f / (float)s.T;
-            for (size_t j = 0; j < (size_t)s.T * C; j++)
-                buf->noise[o * C + j] = (float)(vs_rng_uniform(rng) - 0.5) * amp;
+            const float amp = noise_std * 512.0f / (float)Ti;
+            for (size_t j = 0; j < (size_t)Ti * C; j++) buf->noise[o * C + j] = (float)(vs_rng_uniform(rng) - 0.5) * amp;
+            memset(buf->noise + (o + Ti) * C, 0, sizeof(float) * pad * C);
         }
-        vs_msd_seq_free(&s);
     }
     *out = (vs_train_msd_batch){.B = B, .T = T, .emb = buf->emb, .is_image = buf->is_image, .feat = buf->feat,
                                 .noise = noise_std > 0 && rng ? buf->noise : NULL, .mask = buf->mask};

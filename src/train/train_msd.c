@@ -307,6 +307,17 @@ float *vs_train_msd_lm_head(const vs_lm *target, vs_error *err) {
     return w;
 }
 
+bool vs_msd_seq_alloc(vs_msd_seq *s, int32_t T, int C) {
+    s->T = T;
+    s->emb = vs_malloc(sizeof(float) * (size_t)T * C);
+    s->feat = vs_malloc(sizeof(float) * (size_t)T * C);
+    s->is_image = vs_malloc((size_t)T);
+    s->mask = vs_malloc(sizeof(float) * (size_t)T);
+    if (s->emb && s->feat && s->is_image && s->mask) return true;
+    vs_msd_seq_free(s);
+    return false;
+}
+
 void vs_msd_seq_free(vs_msd_seq *s) {
     if (!s) return;
     vs_free(s->emb), vs_free(s->feat), vs_free(s->is_image), vs_free(s->mask);
@@ -322,15 +333,11 @@ vs_status vs_train_msd_sequence(vs_lm *target, vs_threadpool *tp, const int32_t 
     if (T < 2 || T > c->n_ctx_train)
         return vs_error_set(err, VS_ERR_INVALID, "MSD training data: a sequence of %d rows (the target takes 2 .. %d)",
                             T, c->n_ctx_train);
-    out->T = T;
-    out->emb = vs_malloc(sizeof(float) * (size_t)T * C);
-    out->feat = vs_malloc(sizeof(float) * (size_t)T * C);
-    out->is_image = vs_malloc((size_t)T);
-    out->mask = vs_malloc(sizeof(float) * (size_t)T);
+    const bool have = vs_msd_seq_alloc(out, T, C);
     vs_lm_row *rows = vs_calloc((size_t)T, sizeof(vs_lm_row));
     vs_kv *kv = NULL;
     vs_status st = VS_OK;
-    if (!out->emb || !out->feat || !out->is_image || !out->mask || !rows) {
+    if (!have || !rows) {
         st = vs_error_set(err, VS_ERR_NOMEM, "MSD training data: out of memory for %d rows", T);
         goto done;
     }

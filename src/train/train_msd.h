@@ -83,6 +83,8 @@ typedef struct vs_msd_seq {
 vs_status vs_train_msd_sequence(vs_lm *target, vs_threadpool *tp, const int32_t *tokens, const int32_t *img_row,
                                 const uint8_t *answer, int32_t T, const float *img_rows, vs_msd_seq *out,
                                 vs_error *err);
+/* Allocates a T-row sequence of width C (contents undefined); on failure *s is zeroed and false. */
+bool vs_msd_seq_alloc(vs_msd_seq *s, int32_t T, int C);
 void vs_msd_seq_free(vs_msd_seq *s);
 
 /* Writes the head file (docs/formats.md) with the target's embedding probe (vs_msd_embd_probe). */
