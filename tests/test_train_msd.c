@@ -501,8 +501,13 @@ static void test_sequence(void) {
         char path[4200];
         snprintf(path, sizeof(path), "%s/msd-00001.bin", dir);
         VT_REQUIRE(truncate(path, 40) == 0, "truncate");
+        VT_CHECK(vs_msd_cache_count(dir, E, &ns, &err) == VS_OK && ns == 4, "count reads headers only: %lld",
+                 (long long)ns);
+        VT_CHECK(vs_msd_cache_load(dir, E, ns, &c, &err) == VS_ERR_FORMAT && strstr(err.msg, "msd-00001.bin"),
+                 "truncated shard loaded: %s", err.msg);
+        VT_REQUIRE(truncate(path, 10) == 0, "truncate");
         VT_CHECK(vs_msd_cache_count(dir, E, &ns, &err) == VS_ERR_FORMAT && strstr(err.msg, "msd-00001.bin"),
-                 "truncated shard: %s", err.msg);
+                 "shard without a header: %s", err.msg);
         VT_CHECK(vs_msd_cache_count(dir, E + 2, &ns, &err) == VS_ERR_FORMAT, "cache of another width accepted");
         vs_msd_seq_free(&q2);
         /* the fuzz corpus's seed (written by hand from the documented layout) parses */

@@ -19,6 +19,7 @@
 #include "outfile.h"
 #include "distill.h"
 #include "json.h"
+#include "msd_run.h"
 #include "quant.h"
 #include "train_data.h"
 #include "train_drafter.h"
@@ -1268,6 +1269,99 @@ static int cmd_vision(int argc, char **argv) {
 }
 
 /* ---------------------------------------------------------------------------------------------- */
+/* train head: a feature-level draft head on a frozen target (MSD; src/train/msd_run.h) */
+
+static void head_usage(FILE *f) {
+    fprintf(
+        f,
+        "usage: vlmspec train head --kind msd -m TARGET.gguf --mmproj MMPROJ.gguf --data DIR --out OUT [options]\n"
+        "Trains MSD's draft head for a target: one decoder block that predicts the target's next hidden\n"
+        "state from its current one and the next token (image rows bypass the input layer: decoupled visual\n"
+        "tokens), with the target's embedding and LM head frozen. First the target's features for the\n"
+        "training conversations are computed once into OUT/cache (resumable, shown with progress), then the\n"
+        "head learns SmoothL1(feature) + 0.1 x soft cross-entropy against the target's next-token\n"
+        "distribution on answer positions, with two-stage data: text-only conversations for the first half,\n"
+        "then conversations with images at a probability rising linearly to 1.\n"
+        "Writes OUT/cache (features, cache.json), OUT/ckpt/ckpt.gguf, OUT/run.json, OUT/loss.csv + .svg,\n"
+        "OUT/eval.csv (held-out loss and top-1 agreement with the target), and at the end OUT/msd-head.gguf\n"
+        "(checked against the target) and OUT/msd.json.\n\n"
+        "  --kind msd            the head (msd: the only kind so far)\n"
+        "  -m, --model FILE      the target LM (its tokenizer is used)\n"
+        "  --mmproj FILE         the target's mmproj (image rows)\n"
+        "  --data DIR            world dataset: its train split's conversations (the drafters' selection)\n"
+        "  --distill FILE        train on the target's own answers from this distill file instead\n"
+        "  --out DIR             run directory (created)\n"
+        "  --samples N           conversations cached, after a seeded shuffle (default 4000; 0: all)\n"
+        "  --eval-seqs N         of them, held out for evaluation (default 128)\n"
+        "  --shard N             conversations per cache shard (default 128)\n"
+        "  --cache-only          stop after the cache stage\n"
+        "  --heads N, --kv-heads N, --ffn N   the block's shape (default: the target's)\n"
+        "  --no-decouple         image rows go through the input layer like text (EAGLE's head; ablation)\n"
+        "  --one-stage           draw conversations uniformly from the start (ablation)\n"
+        "  --steps N             optimiser steps (default 3000)\n"
+        "  --batch B             conversations per step (default 8, at most 64)\n"
+        "  --lr LR               peak learning rate (default 1e-3)   --lr-min LR  final (default 1e-4)\n"
+        "  --warmup W            warm-up steps (default 100)\n"
+        "  --wd X                AdamW weight decay (default 0)   --beta2 X (default 0.95)\n"
+        "  --clip X              gradient clipping by global norm (default 0.5; 0: off)\n"
+        "  --noise X             uniform input noise on the features (default 0.2; 0: none)\n"
+        "  --seed S              shuffle, initialisation and batches (default 1)\n"
+        "  --eval-every N        held-out evaluation every N steps (default 250)\n"
+        "running: --threads N (default 2), --resume, --ckpt-every S (default 200), --chunk-steps N,\n"
+        "  --time-limit SEC, -q/--quiet: as 'vlmspec train target'\n");
+}
+
+static int cmd_head(int argc, char **argv) {
+    const char *cmd = "train head", *kind = NULL;
+    vs_msd_run_opts o;
+    vs_msd_run_opts_default(&o);
+    bool no_decouple = false, one_stage = false;
+    vs_train_sched run = {.threads = o.threads, .ckpt_every = o.ckpt_every};
+    cli_flags fs = {0};
+    cli_flag_add(&fs, "--kind", CLI_STR, &kind, 0, 0);
+    cli_flag_add(&fs, "-m", CLI_STR, &o.target, 0, 0);
+    cli_flag_add(&fs, "--model", CLI_STR, &o.target, 0, 0);
+    cli_flag_add(&fs, "--mmproj", CLI_STR, &o.mmproj, 0, 0);
+    cli_flag_add(&fs, "--data", CLI_STR, &o.data, 0, 0);
+    cli_flag_add(&fs, "--distill", CLI_STR, &o.distill, 0, 0);
+    cli_flag_add(&fs, "--out", CLI_STR, &o.out, 0, 0);
+    cli_flag_add(&fs, "--samples", CLI_I64, &o.samples, 0, (double)(INT64_C(1) << 40));
+    cli_flag_add(&fs, "--eval-seqs", CLI_INT, &o.eval_seqs, 1, 1 << 20);
+    cli_flag_add(&fs, "--shard", CLI_INT, &o.shard, 1, 1 << 16);
+    cli_flag_add(&fs, "--cache-only", CLI_BOOL, &o.cache_only, 0, 0);
+    cli_flag_add(&fs, "--heads", CLI_INT, &o.n_head, 1, 256);
+    cli_flag_add(&fs, "--kv-heads", CLI_INT, &o.n_head_kv, 1, 256);
+    cli_flag_add(&fs, "--ffn", CLI_INT, &o.n_ff, 1, 1 << 16);
+    cli_flag_add(&fs, "--no-decouple", CLI_BOOL, &no_decouple, 0, 0);
+    cli_flag_add(&fs, "--one-stage", CLI_BOOL, &one_stage, 0, 0);
+    cli_flag_add(&fs, "--steps", CLI_I64, &o.steps, 1, (double)(INT64_C(1) << 40));
+    cli_flag_add(&fs, "--batch", CLI_INT, &o.batch, 1, 64);
+    cli_flag_add(&fs, "--lr", CLI_F64, &o.lr, 0, 10);
+    cli_flag_add(&fs, "--lr-min", CLI_F64, &o.lr_min, 0, 10);
+    cli_flag_add(&fs, "--warmup", CLI_F64, &o.warmup, 0, 1e9);
+    cli_flag_add(&fs, "--wd", CLI_F64, &o.wd, 0, 10);
+    cli_flag_add(&fs, "--clip", CLI_F64, &o.clip, 0, 1e9);
+    cli_flag_add(&fs, "--beta2", CLI_F64, &o.beta2, 0, 1);
+    cli_flag_add(&fs, "--noise", CLI_F64, &o.noise, 0, 100);
+    cli_flag_add(&fs, "--seed", CLI_I64, &o.seed, 0, 9.2e18);
+    cli_flag_add(&fs, "--eval-every", CLI_INT, &o.eval_every, 1, 1 << 30);
+    add_run_flags(&fs, &run);
+    int rc = cli_flags_parse(cmd, argc, argv, &fs, head_usage);
+    if (rc >= 0) return rc;
+    if (!kind) return cli_fail(cmd, "--kind is required (msd)"), 2;
+    if (strcmp(kind, "msd")) return cli_fail(cmd, "--kind %s: unknown (msd)", kind), 2;
+    if (!o.out || !o.target || !o.mmproj || !o.data)
+        return cli_fail(cmd, "--out, -m/--model, --mmproj and --data are required"), 2;
+    if (run.gemm || run.attention) return cli_fail(cmd, "--gemm and --attention: not used by the head's trainer"), 2;
+    if (o.lr_min > o.lr) return cli_fail(cmd, "--lr-min %g is above --lr %g", o.lr_min, o.lr), 2;
+    o.decoupled = !no_decouple, o.two_stage = !one_stage;
+    o.threads = run.threads, o.ckpt_every = run.ckpt_every, o.chunk_steps = run.chunk_steps;
+    o.time_limit = run.time_limit, o.resume = run.resume, o.quiet = run.quiet;
+    vs_error err = {0};
+    return vs_msd_run(&o, NULL, &err) == VS_OK ? 0 : cli_fail_err(cmd, &err);
+}
+
+/* ---------------------------------------------------------------------------------------------- */
 /* train export: a checkpoint as GGUF files (e.g. to evaluate a model in the middle of training) */
 
 static void export_usage(FILE *f) {
@@ -1330,6 +1424,7 @@ int vs_cmd_train(int argc, char **argv) {
                "  target   train the target VLM on the generated world (resumable; exports GGUF)\n"
                "  drafter  train a draft VLM by the LLaVA recipe or MASSV (phases, resumable; exports GGUF)\n"
                "  vision   pretrain the ViT tower on the world's labels, or probe a tower (resumable)\n"
+               "  head     train a feature-level draft head (MSD) on a frozen target (resumable)\n"
                "  export   export a training checkpoint as LM + mmproj GGUF\n"
                "  bench    time training steps of a VLM on synthetic data against the sgemm peak\n");
         return argc < 2 ? 2 : 0;
@@ -1337,6 +1432,7 @@ int vs_cmd_train(int argc, char **argv) {
     if (!strcmp(argv[1], "target")) return cmd_target(argc - 1, argv + 1);
     if (!strcmp(argv[1], "drafter")) return cmd_drafter(argc - 1, argv + 1);
     if (!strcmp(argv[1], "vision")) return cmd_vision(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "head")) return cmd_head(argc - 1, argv + 1);
     if (!strcmp(argv[1], "export")) return cmd_export(argc - 1, argv + 1);
     if (!strcmp(argv[1], "bench")) return cmd_bench(argc - 1, argv + 1);
     fprintf(stderr, "vlmspec train: unknown command '%s'\n", argv[1]);

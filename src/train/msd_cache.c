@@ -59,14 +59,13 @@ vs_status vs_msd_cache_count(const char *dir, int width, int64_t *n_shards, vs_e
         shard_path(path, sizeof(path), dir, k);
         FILE *f = fopen(path, "rb");
         if (!f) break;
+        /* the header only: shards appear whole (renamed into place); loading parses every record */
+        uint8_t head[16];
+        const bool whole = fread(head, 1, sizeof(head), f) == sizeof(head);
         fclose(f);
-        uint8_t *buf = NULL;
-        size_t size = 0;
-        vs_status st = vs_read_file(path, &buf, &size, err);
-        if (st) return st;
-        const int64_t n = vs_msd_shard_parse(buf, size, width, NULL);
-        vs_free(buf);
-        if (n < 0)
+        uint32_t w = 0;
+        if (whole) memcpy(&w, head + 8, 4);
+        if (!whole || memcmp(head, MAGIC, 8) || w != (uint32_t)width)
             return vs_error_set(err, VS_ERR_FORMAT, "%s: not an MSD feature shard of width %d (damaged or from "
                                 "another target: delete the cache directory to rebuild it)", path, width);
         *n_shards = k + 1;

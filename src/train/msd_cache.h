@@ -35,8 +35,9 @@ typedef struct vs_msd_record {
  * receives records pointing into buf. */
 int64_t vs_msd_shard_parse(uint8_t *buf, size_t size, int width, vs_msd_record *rec);
 
-/* Shards of `dir` present from 0 on (the resumable prefix); 0 when none. A shard that does not parse
- * (wrong magic or width, truncated) is an error naming it. */
+/* Shards of `dir` present from 0 on (the resumable prefix); 0 when none. Reads the headers only: a
+ * shard of another width or without the magic is an error naming it (a damaged body is found by
+ * vs_msd_cache_load). */
 vs_status vs_msd_cache_count(const char *dir, int width, int64_t *n_shards, vs_error *err);
 /* Writes shard `index` of dir from n sequences made by the target (their tokens, the mask, features
  * and image rows converted to F16). sample[i] and visual[i] label sequence i. */
