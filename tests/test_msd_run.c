@@ -186,6 +186,13 @@ static void test_run(const char *lm, const char *mm) {
     vs_lm *t = vs_lm_load(lm, &err);
     VT_REQUIRE(h && t, "%s", err.msg);
     VT_CHECK(vs_msd_head_check(h, t, &err) == VS_OK && vs_msd_head_decoupled(h), "head: %s", err.msg);
+    vs_gguf *g = vs_gguf_open(pa, &err);
+    VT_REQUIRE(g, "%s", err.msg);
+    const vs_gguf_tensor *fw = vs_gguf_find_tensor(g, "fc.weight"), *fb = vs_gguf_find_tensor(g, "fc.bias"),
+                         *dn = vs_gguf_find_tensor(g, "blk.0.ffn_down.weight");
+    VT_CHECK(fw && fb && dn && fw->type == VS_TYPE_F16 && dn->type == VS_TYPE_F16 && fb->type == VS_TYPE_F32,
+             "the head's matrices are not F16 by default, or a vector is not F32");
+    vs_gguf_close(g);
     vs_msd_head_free(h);
     vs_lm_free(t);
     snprintf(pa, sizeof(pa), "%s/eval.csv", a);

@@ -91,7 +91,7 @@ static vs_train_msd_batch batch_of(const data *d, bool noise) {
 /* max |trainer output - engine output| over every slot of both sequences */
 static double engine_diff(vs_train_msd *m, const data *d, const float *lm_head_probe, const char *path) {
     vs_error err = {0};
-    VT_REQUIRE(vs_train_msd_export(m, lm_head_probe, path, &err) == VS_OK, "%s", err.msg);
+    VT_REQUIRE(vs_train_msd_export(m, lm_head_probe, VS_TYPE_F32, path, &err) == VS_OK, "%s", err.msg);
     vs_msd_head *h = vs_msd_head_load(path, &err);
     VT_REQUIRE(h, "%s", err.msg);
     vs_gguf *g = vs_gguf_open(path, &err);

@@ -12,6 +12,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -1294,10 +1295,13 @@ static void head_usage(FILE *f) {
         "  --samples N           conversations cached, after a seeded shuffle (default 4000; 0: all)\n"
         "  --eval-seqs N         of them, held out for evaluation (default 128)\n"
         "  --shard N             conversations per cache shard (default 128)\n"
+        "  --cache DIR           the feature cache (default OUT/cache): runs on the same target and data\n"
+        "                        (ablations, head shapes) share one; its cache.json must match the flags\n"
         "  --cache-only          stop after the cache stage\n"
         "  --heads N, --kv-heads N, --ffn N   the block's shape (default: the target's)\n"
         "  --no-decouple         image rows go through the input layer like text (EAGLE's head; ablation)\n"
         "  --one-stage           draw conversations uniformly from the start (ablation)\n"
+        "  --type T              the exported head's matrices: f16 (default), bf16 or f32\n"
         "  --steps N             optimiser steps (default 3000)\n"
         "  --batch B             conversations per step (default 8, at most 64)\n"
         "  --lr LR               peak learning rate (default 1e-3)   --lr-min LR  final (default 1e-4)\n"
@@ -1312,7 +1316,7 @@ static void head_usage(FILE *f) {
 }
 
 static int cmd_head(int argc, char **argv) {
-    const char *cmd = "train head", *kind = NULL;
+    const char *cmd = "train head", *kind = NULL, *type = "f16";
     vs_msd_run_opts o;
     vs_msd_run_opts_default(&o);
     bool no_decouple = false, one_stage = false;
@@ -1328,12 +1332,14 @@ static int cmd_head(int argc, char **argv) {
     cli_flag_add(&fs, "--samples", CLI_I64, &o.samples, 0, (double)(INT64_C(1) << 40));
     cli_flag_add(&fs, "--eval-seqs", CLI_INT, &o.eval_seqs, 1, 1 << 20);
     cli_flag_add(&fs, "--shard", CLI_INT, &o.shard, 1, 1 << 16);
+    cli_flag_add(&fs, "--cache", CLI_STR, &o.cache, 0, 0);
     cli_flag_add(&fs, "--cache-only", CLI_BOOL, &o.cache_only, 0, 0);
     cli_flag_add(&fs, "--heads", CLI_INT, &o.n_head, 1, 256);
     cli_flag_add(&fs, "--kv-heads", CLI_INT, &o.n_head_kv, 1, 256);
     cli_flag_add(&fs, "--ffn", CLI_INT, &o.n_ff, 1, 1 << 16);
     cli_flag_add(&fs, "--no-decouple", CLI_BOOL, &no_decouple, 0, 0);
     cli_flag_add(&fs, "--one-stage", CLI_BOOL, &one_stage, 0, 0);
+    cli_flag_add(&fs, "--type", CLI_STR, &type, 0, 0);
     cli_flag_add(&fs, "--steps", CLI_I64, &o.steps, 1, (double)(INT64_C(1) << 40));
     cli_flag_add(&fs, "--batch", CLI_INT, &o.batch, 1, 64);
     cli_flag_add(&fs, "--lr", CLI_F64, &o.lr, 0, 10);
@@ -1354,6 +1360,10 @@ static int cmd_head(int argc, char **argv) {
         return cli_fail(cmd, "--out, -m/--model, --mmproj and --data are required"), 2;
     if (run.gemm || run.attention) return cli_fail(cmd, "--gemm and --attention: not used by the head's trainer"), 2;
     if (o.lr_min > o.lr) return cli_fail(cmd, "--lr-min %g is above --lr %g", o.lr_min, o.lr), 2;
+    if (!strcasecmp(type, "f16")) o.mat_type = VS_TYPE_F16;
+    else if (!strcasecmp(type, "bf16")) o.mat_type = VS_TYPE_BF16;
+    else if (!strcasecmp(type, "f32")) o.mat_type = VS_TYPE_F32;
+    else return cli_fail(cmd, "--type %s: f16, bf16 or f32", type), 2;
     o.decoupled = !no_decouple, o.two_stage = !one_stage;
     o.threads = run.threads, o.ckpt_every = run.ckpt_every, o.chunk_steps = run.chunk_steps;
     o.time_limit = run.time_limit, o.resume = run.resume, o.quiet = run.quiet;

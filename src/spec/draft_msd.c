@@ -172,10 +172,13 @@ vs_status vs_msd_shape_check(const vs_msd_shape *s, vs_error *err) {
 }
 
 vs_status vs_msd_head_write(const vs_msd_shape *s, const float probe[VS_MSD_PROBE],
-                            const float *const data[VS_MSD_N_TENSORS], const char *name, const char *path,
-                            vs_error *err) {
+                            const float *const data[VS_MSD_N_TENSORS], vs_type mat_type, const char *name,
+                            const char *path, vs_error *err) {
     vs_status st = vs_msd_shape_check(s, err);
     if (st) return st;
+    if (mat_type != VS_TYPE_F32 && mat_type != VS_TYPE_F16 && mat_type != VS_TYPE_BF16)
+        return vs_error_set(err, VS_ERR_INVALID, "MSD head: matrices are written as F32, F16 or BF16 (not %s)",
+                            vs_type_name(mat_type));
     vs_gguf_writer *w = vs_gguf_writer_new();
     if (!w) return vs_error_set(err, VS_ERR_NOMEM, "MSD head: out of memory");
     const char *A = VS_LM_ARCH_HEAD;
@@ -199,7 +202,19 @@ vs_status vs_msd_head_write(const vs_msd_shape *s, const float probe[VS_MSD_PROB
         int64_t ne[2];
         int nd;
         vs_msd_tensor_ne(s, i, ne, &nd);
-        st = vs_gguf_add_tensor(w, k_tensor_names[i], VS_TYPE_F32, nd, ne, data[i], err);
+        if (nd == 1 || mat_type == VS_TYPE_F32) { /* vectors stay F32 */
+            st = vs_gguf_add_tensor(w, k_tensor_names[i], VS_TYPE_F32, nd, ne, data[i], err);
+            continue;
+        }
+        const int64_t n = ne[0] * ne[1];
+        uint16_t *half = vs_malloc(sizeof(uint16_t) * (size_t)n);
+        if (!half) {
+            st = vs_error_set(err, VS_ERR_NOMEM, "MSD head: out of memory");
+            break;
+        }
+        vs_quantize_row(mat_type, data[i], half, n);
+        st = vs_gguf_add_tensor(w, k_tensor_names[i], mat_type, nd, ne, half, err);
+        vs_free(half);
     }
     if (!st) st = vs_gguf_write(w, path, err);
     vs_gguf_writer_free(w);
@@ -238,7 +253,8 @@ vs_status vs_msd_head_write_random(const vs_msd_random_opts *o, const vs_lm *tar
     }
     float probe[VS_MSD_PROBE];
     vs_msd_embd_probe(target, probe);
-    if (!st) st = vs_msd_head_write(&s, probe, (const float *const *)data, "vlmspec-msd-random", path, err);
+    if (!st) st = vs_msd_head_write(&s, probe, (const float *const *)data, VS_TYPE_F32, "vlmspec-msd-random", path,
+                                          err);
     for (int i = 0; i < VS_MSD_N_TENSORS; i++) vs_free(data[i]);
     return st;
 }

@@ -72,11 +72,12 @@ void vs_msd_tensor_ne(const vs_msd_shape *s, int i, int64_t ne[2], int *n_dims);
 vs_status vs_msd_shape_check(const vs_msd_shape *s, vs_error *err);
 /* The shape of a head for `target` (its width, vocabulary, norm epsilon and RoPE base). */
 vs_msd_shape vs_msd_shape_for(const vs_lm *target, int n_head, int n_head_kv, int n_ff, int n_ctx, bool decoupled);
-/* Writes a head file: s's keys, the target's embedding probe, the tensors as F32 (data[i] holds
- * ne[1] rows of ne[0] values). */
+/* Writes a head file: s's keys, the target's embedding probe, the tensors (data[i] holds ne[1] rows of
+ * ne[0] values): the matrices as mat_type (F32, F16 or BF16, rounded to nearest even), the vectors as
+ * F32. */
 vs_status vs_msd_head_write(const vs_msd_shape *s, const float probe[VS_MSD_PROBE],
-                            const float *const data[VS_MSD_N_TENSORS], const char *name, const char *path,
-                            vs_error *err);
+                            const float *const data[VS_MSD_N_TENSORS], vs_type mat_type, const char *name,
+                            const char *path, vs_error *err);
 
 /* A random head for `target` (tests, benchmarks): F32 weights ~ N(0, std^2) (fc: std / 2), norms 1. */
 typedef struct vs_msd_random_opts {

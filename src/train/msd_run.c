@@ -19,7 +19,7 @@
 void vs_msd_run_opts_default(vs_msd_run_opts *o) {
     memset(o, 0, sizeof(*o));
     o->samples = 4000, o->eval_seqs = 128, o->shard = 128;
-    o->decoupled = true, o->two_stage = true;
+    o->decoupled = true, o->two_stage = true, o->mat_type = VS_TYPE_F16;
     o->steps = 3000, o->seed = 1, o->batch = 8, o->threads = 2, o->ckpt_every = 200, o->eval_every = 250;
     o->lr = 1e-3, o->lr_min = 1e-4, o->warmup = 100, o->wd = 0, o->clip = 0.5, o->beta2 = 0.95, o->noise = 0.2;
 }
@@ -28,7 +28,7 @@ typedef struct mrun {
     const vs_msd_run_opts *o;
     vs_msd_run_result res;
     vs_train_loop L; /* directories, checkpoint rotation, settings check, the curve, the state */
-    char cache_dir[1200], cache_json[1200], evalcsv[1200], head[1200], summary[1200];
+    char cache_dir[1200], cache_json[1220], evalcsv[1200], head[1200], summary[1200];
     vs_threadpool *tp;
     vs_lm *target;
     vs_msd_shape shape;
@@ -550,7 +550,7 @@ static vs_status train(mrun *r, vs_error *err) {
     if (r->res.step != L->st.step && (s = evaluate(r, err))) return s;
     float probe[VS_MSD_PROBE];
     vs_msd_embd_probe(r->target, probe);
-    if ((s = vs_train_msd_export(r->m, probe, r->head, err))) return s;
+    if ((s = vs_train_msd_export(r->m, probe, o->mat_type, r->head, err))) return s;
     /* the file must load as a head for this target */
     vs_msd_head *h = vs_msd_head_load(r->head, err);
     s = h ? vs_msd_head_check(h, r->target, err) : VS_ERR_FORMAT;
@@ -569,12 +569,13 @@ static vs_status run(mrun *r, vs_error *err) {
                             : (o->two_stage ? "EAGLE head (two-stage data): loss" : "EAGLE head: loss");
     vs_status s = vs_train_loop_dirs(L, o->out, err);
     if (s) return s;
-    snprintf(r->cache_dir, sizeof(r->cache_dir), "%s/cache", o->out);
-    snprintf(r->cache_json, sizeof(r->cache_json), "%s/cache/cache.json", o->out);
+    if (o->cache) snprintf(r->cache_dir, sizeof(r->cache_dir), "%s", o->cache);
+    else snprintf(r->cache_dir, sizeof(r->cache_dir), "%s/cache", o->out);
+    snprintf(r->cache_json, sizeof(r->cache_json), "%s/cache.json", r->cache_dir);
     snprintf(r->evalcsv, sizeof(r->evalcsv), "%s/eval.csv", o->out);
     snprintf(r->head, sizeof(r->head), "%s/msd-head.gguf", o->out);
     snprintf(r->summary, sizeof(r->summary), "%s/msd.json", o->out);
-    if (!o->resume && (access(r->cache_json, F_OK) == 0 || vs_train_loop_has_ckpt(L)))
+    if (!o->resume && ((!o->cache && access(r->cache_json, F_OK) == 0) || vs_train_loop_has_ckpt(L)))
         return vs_error_set(err, VS_ERR_INVALID, "%s holds a run: --resume to continue it (the same flags), or choose "
                             "another --out", o->out);
     if (!(r->tp = vs_threadpool_new(o->threads, err))) return VS_ERR_NOMEM;

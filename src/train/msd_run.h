@@ -1,6 +1,7 @@
 /* msd_run: the MSD draft head's training recipe behind `vlmspec train head --kind msd` (docs/training.md,
  * 'The MSD draft head').
- * Owns: the run directory (OUT/cache: the target's features, msd_cache.h; OUT/ckpt, run.json, loss.csv +
+ * Owns: the run directory (OUT/cache, or a cache shared between runs: the target's features with
+ * cache.json, its settings, msd_cache.h; OUT/ckpt, run.json, loss.csv +
  * .svg, eval.csv; at the end OUT/msd-head.gguf and OUT/msd.json), the choice of conversations, the
  * cache stage, the two-stage data schedule, the step loop (AdamW, clipping, warm-up + cosine, input
  * noise), held-out evaluation, checkpoints and resuming, and the export (checked by loading the head
@@ -18,6 +19,7 @@
 #define VS_MSD_RUN_H
 
 #include "common.h"
+#include "quant.h"
 
 typedef struct vs_msd_run_opts {
     const char *out;     /* run directory */
@@ -25,12 +27,15 @@ typedef struct vs_msd_run_opts {
     const char *mmproj;  /* the target's mmproj (image rows) */
     const char *data;    /* world dataset directory (its train split) */
     const char *distill; /* optional: a distill file of the target's answers to those conversations */
+    const char *cache;   /* the feature cache's directory (NULL: OUT/cache); runs of one target and data
+                          * (ablations, other head shapes) share one */
     int64_t samples;     /* conversations cached (0: all) */
     int eval_seqs;       /* of them, held out */
     int shard;           /* records per cache shard */
     /* the head */
     int n_head, n_head_kv, n_ff; /* 0: the target's */
     bool decoupled;              /* image rows bypass fc (MSD); false: EAGLE's head */
+    vs_type mat_type;            /* the exported head's matrices: F16 (default), BF16 or F32 */
     bool two_stage;              /* MSD's two-stage data; false: one stage */
     /* training */
     int64_t steps, seed;

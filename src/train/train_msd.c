@@ -150,11 +150,11 @@ void vs_train_msd_init(vs_train_msd *m, uint64_t seed) {
     }
 }
 
-vs_status vs_train_msd_export(const vs_train_msd *m, const float probe[VS_MSD_PROBE], const char *path,
-                              vs_error *err) {
+vs_status vs_train_msd_export(const vs_train_msd *m, const float probe[VS_MSD_PROBE], vs_type mat_type,
+                              const char *path, vs_error *err) {
     const float *data[VS_MSD_N_TENSORS];
     for (int i = 0; i < VS_MSD_N_TENSORS; i++) data[i] = m->w[i];
-    return vs_msd_head_write(&m->s, probe, data, "vlmspec-msd", path, err);
+    return vs_msd_head_write(&m->s, probe, data, mat_type, "vlmspec-msd", path, err);
 }
 
 vs_status vs_train_msd_forward(vs_train_msd *m, vs_threadpool *tp, const vs_train_msd_batch *b,

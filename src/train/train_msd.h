@@ -87,8 +87,9 @@ vs_status vs_train_msd_sequence(vs_lm *target, vs_threadpool *tp, const int32_t 
 bool vs_msd_seq_alloc(vs_msd_seq *s, int32_t T, int C);
 void vs_msd_seq_free(vs_msd_seq *s);
 
-/* Writes the head file (docs/formats.md) with the target's embedding probe (vs_msd_embd_probe). */
-vs_status vs_train_msd_export(const vs_train_msd *m, const float probe[VS_MSD_PROBE], const char *path,
-                              vs_error *err);
+/* Writes the head file (docs/formats.md) with the target's embedding probe (vs_msd_embd_probe), its
+ * matrices as mat_type (F32, F16 or BF16). */
+vs_status vs_train_msd_export(const vs_train_msd *m, const float probe[VS_MSD_PROBE], vs_type mat_type,
+                              const char *path, vs_error *err);
 
 #endif
