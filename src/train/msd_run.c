@@ -215,12 +215,13 @@ static vs_status build_cache(mrun *r, vs_error *err) {
         for (int64_t k = have; k < n_shards && s == VS_OK; k++) {
             const int64_t i0 = k * o->shard, cnt = VS_MIN((int64_t)o->shard, n - i0);
             int made = 0;
-            for (int64_t i = 0; i < cnt && s == VS_OK; i++, made++) {
+            for (int64_t i = 0; i < cnt && s == VS_OK; i++) {
                 const vs_train_item *it = &items[order[i0 + i]];
-                s = make_record(r, mm, it->ex, it->sample, &seqs[i], err);
+                if ((s = make_record(r, mm, it->ex, it->sample, &seqs[i], err))) break;
+                made++;
                 toks[i] = it->ex->tokens, ids[i] = (uint64_t)order[i0 + i];
                 rows += it->ex->n_rows;
-                if (s == VS_OK && !o->quiet) vs_progress_update(&pr, i0 + i + 1, " %lld rows", (long long)rows);
+                if (!o->quiet) vs_progress_update(&pr, i0 + i + 1, " %lld rows", (long long)rows);
             }
             if (s == VS_OK) s = vs_msd_cache_write_shard(r->cache_dir, k, C, seqs, toks, ids, (int)cnt, err);
             for (int i = 0; i < made; i++) vs_msd_seq_free(&seqs[i]);
@@ -528,11 +529,14 @@ static vs_status train(mrun *r, vs_error *err) {
         if (!isfinite(l.total))
             return vs_error_set(err, VS_ERR_INVALID, "loss is %f at step %lld", l.total, (long long)pt.step);
         if (!o->quiet)
-            vs_progress_update(&pr, L->st.step, " loss %.4f  top-1 %.0f%%  %.0f pos/s  lr %.2e  visual p %.2f  "
+            vs_progress_update(&pr, L->st.step, " loss %.4f  top-1 %.0f%%  %.0f pos/s  lr %.2e  %s %.2f  "
                                "held-out top-1 %.1f%% ", vs_train_curve_recent(&L->curve, 20),
                                l.counted ? 100.0 * (double)l.top1 / (double)l.counted : 0.0,
                                (double)run_pos / (now - t0), (double)lr,
-                               o->two_stage ? vs_msd_visual_prob(L->st.step - 1, o->steps) : -1.0, 100 * r->res.top1);
+                               o->two_stage ? "visual p" : "visual share",
+                               o->two_stage ? vs_msd_visual_prob(L->st.step - 1, o->steps)
+                                            : (double)r->pools.n[1] / (double)(r->pools.n[0] + r->pools.n[1]),
+                               100 * r->res.top1);
         stop = (o->chunk_steps > 0 && run_steps >= o->chunk_steps) || (deadline > 0 && now >= deadline);
         if ((L->st.step % o->eval_every == 0 || L->st.step == o->steps) && (s = evaluate(r, err))) return s;
         if ((L->st.step % o->ckpt_every == 0 || L->st.step == o->steps || stop) && (s = save(r, err))) return s;
