@@ -64,6 +64,25 @@ static void add_optim_flags(cli_flags *s, vs_train_sched *o) {
     cli_flag_add(s, "--seed", CLI_I64, &o->seed, 0, 9.2e18);
 }
 
+/* The schedule flags of the recipes with their own loop (vision, head). */
+typedef struct recipe_flags {
+    int64_t *steps, *seed;
+    double *lr, *lr_min, *warmup, *wd, *clip, *beta2;
+    int *eval_every;
+} recipe_flags;
+
+static void add_recipe_flags(cli_flags *s, recipe_flags f) {
+    cli_flag_add(s, "--steps", CLI_I64, f.steps, 1, (double)(INT64_C(1) << 40));
+    cli_flag_add(s, "--lr", CLI_F64, f.lr, 0, 10);
+    cli_flag_add(s, "--lr-min", CLI_F64, f.lr_min, 0, 10);
+    cli_flag_add(s, "--warmup", CLI_F64, f.warmup, 0, 1e9);
+    cli_flag_add(s, "--wd", CLI_F64, f.wd, 0, 10);
+    cli_flag_add(s, "--clip", CLI_F64, f.clip, 0, 1e9);
+    cli_flag_add(s, "--beta2", CLI_F64, f.beta2, 0, 1);
+    cli_flag_add(s, "--seed", CLI_I64, f.seed, 0, 9.2e18);
+    cli_flag_add(s, "--eval-every", CLI_INT, f.eval_every, 1, 1 << 30);
+}
+
 /* --gemm and --attention: select the products and the attention path for the whole process; -1 when
  * fine, else the exit code. */
 static int apply_gemm_names(const char *cmd, const char *gemm, const char *attention) {
@@ -1238,16 +1257,9 @@ static int cmd_vision(int argc, char **argv) {
     cli_flag_add(&fs, "--out", CLI_STR, &o.out, 0, 0);
     cli_flag_add(&fs, "--init-mmproj", CLI_STR, &o.init_mmproj, 0, 0);
     cli_flag_add(&fs, "--probe", CLI_BOOL, &o.probe, 0, 0);
-    cli_flag_add(&fs, "--steps", CLI_I64, &o.steps, 1, (double)(INT64_C(1) << 40));
     cli_flag_add(&fs, "--batch", CLI_INT, &o.batch, 1, 4096);
-    cli_flag_add(&fs, "--lr", CLI_F64, &o.lr, 0, 10);
-    cli_flag_add(&fs, "--lr-min", CLI_F64, &o.lr_min, 0, 10);
-    cli_flag_add(&fs, "--warmup", CLI_F64, &o.warmup, 0, 1e9);
-    cli_flag_add(&fs, "--wd", CLI_F64, &o.wd, 0, 10);
-    cli_flag_add(&fs, "--clip", CLI_F64, &o.clip, 0, 1e9);
-    cli_flag_add(&fs, "--beta2", CLI_F64, &o.beta2, 0, 1);
-    cli_flag_add(&fs, "--seed", CLI_I64, &o.seed, 0, 9.2e18);
-    cli_flag_add(&fs, "--eval-every", CLI_INT, &o.eval_every, 1, 1 << 30);
+    add_recipe_flags(&fs, (recipe_flags){&o.steps, &o.seed, &o.lr, &o.lr_min, &o.warmup, &o.wd, &o.clip, &o.beta2,
+                                         &o.eval_every});
     cli_flag_add(&fs, "--eval-images", CLI_INT, &o.eval_images, 1, 1 << 20);
     add_run_flags(&fs, &run);
     add_vision_flags(&fs, &o.cfg, NULL);
@@ -1340,17 +1352,10 @@ static int cmd_head(int argc, char **argv) {
     cli_flag_add(&fs, "--no-decouple", CLI_BOOL, &no_decouple, 0, 0);
     cli_flag_add(&fs, "--one-stage", CLI_BOOL, &one_stage, 0, 0);
     cli_flag_add(&fs, "--type", CLI_STR, &type, 0, 0);
-    cli_flag_add(&fs, "--steps", CLI_I64, &o.steps, 1, (double)(INT64_C(1) << 40));
     cli_flag_add(&fs, "--batch", CLI_INT, &o.batch, 1, 64);
-    cli_flag_add(&fs, "--lr", CLI_F64, &o.lr, 0, 10);
-    cli_flag_add(&fs, "--lr-min", CLI_F64, &o.lr_min, 0, 10);
-    cli_flag_add(&fs, "--warmup", CLI_F64, &o.warmup, 0, 1e9);
-    cli_flag_add(&fs, "--wd", CLI_F64, &o.wd, 0, 10);
-    cli_flag_add(&fs, "--clip", CLI_F64, &o.clip, 0, 1e9);
-    cli_flag_add(&fs, "--beta2", CLI_F64, &o.beta2, 0, 1);
+    add_recipe_flags(&fs, (recipe_flags){&o.steps, &o.seed, &o.lr, &o.lr_min, &o.warmup, &o.wd, &o.clip, &o.beta2,
+                                         &o.eval_every});
     cli_flag_add(&fs, "--noise", CLI_F64, &o.noise, 0, 100);
-    cli_flag_add(&fs, "--seed", CLI_I64, &o.seed, 0, 9.2e18);
-    cli_flag_add(&fs, "--eval-every", CLI_INT, &o.eval_every, 1, 1 << 30);
     add_run_flags(&fs, &run);
     int rc = cli_flags_parse(cmd, argc, argv, &fs, head_usage);
     if (rc >= 0) return rc;

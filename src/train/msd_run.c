@@ -346,14 +346,9 @@ static vs_status evaluate(mrun *r, vs_error *err) {
     r->res.top1_text = cnt[0] ? (double)hit[0] / (double)cnt[0] : 0;
     r->res.top1_vis = cnt[1] ? (double)hit[1] / (double)cnt[1] : 0;
     char line[256];
-    const int n = snprintf(line, sizeof(line), "\n%lld,%.9g,%.9g,%.9g,%.9g", (long long)r->res.step, r->res.loss,
-                           r->res.top1, r->res.top1_text, r->res.top1_vis);
-    const size_t old = strlen(r->evals);
-    char *grown = vs_realloc(r->evals, old + (size_t)n + 1);
-    if (!grown) return vs_error_set(err, VS_ERR_NOMEM, "out of memory");
-    memcpy(grown + old, line, (size_t)n + 1);
-    r->evals = grown;
-    vs_status s = vs_train_write_text(r->evalcsv, r->evals, err);
+    snprintf(line, sizeof(line), "%lld,%.9g,%.9g,%.9g,%.9g", (long long)r->res.step, r->res.loss, r->res.top1,
+             r->res.top1_text, r->res.top1_vis);
+    vs_status s = vs_train_evals_append(r->evalcsv, &r->evals, line, err);
     if (s) return s;
     printf("held-out step %lld: loss %.4f  top-1 %.1f%% (text %.1f%%, visual %.1f%%) over %lld positions\n",
            (long long)r->res.step, r->res.loss, 100 * r->res.top1, 100 * r->res.top1_text, 100 * r->res.top1_vis,
@@ -362,31 +357,17 @@ static vs_status evaluate(mrun *r, vs_error *err) {
     return VS_OK;
 }
 
-/* eval.csv's header and, resuming, its lines up to step `upto`. */
+/* eval.csv's header and, resuming, its lines up to step `upto` (the last one: the latest figures). */
 static vs_status evals_start(mrun *r, int64_t upto, vs_error *err) {
-    if (!(r->evals = vs_strdup("step,loss,top1,top1_text,top1_visual")))
-        return vs_error_set(err, VS_ERR_NOMEM, "out of memory");
-    if (upto == 0 || access(r->evalcsv, F_OK) != 0) return VS_OK;
-    uint8_t *text = NULL;
-    size_t len = 0;
-    vs_status s = vs_read_file(r->evalcsv, &text, &len, err);
-    for (char *line = s ? NULL : strchr((char *)text, '\n'); line && s == VS_OK;) {
-        char *next = strchr(line + 1, '\n');
-        if (next) *next = 0;
-        if (line[1] && strtoll(line + 1, NULL, 10) <= upto) {
-            const size_t old = strlen(r->evals), add = strlen(line);
-            char *grown = vs_realloc(r->evals, old + add + 1);
-            if (!grown) s = vs_error_set(err, VS_ERR_NOMEM, "out of memory");
-            else memcpy(grown + old, line, add + 1), r->evals = grown;
-            char *q = line + 1;
-            r->res.step = strtoll(q, &q, 10);
-            double *dst[] = {&r->res.loss, &r->res.top1, &r->res.top1_text, &r->res.top1_vis};
-            for (size_t k = 0; k < VS_ARRAY_LEN(dst); k++) *dst[k] = *q == ',' ? strtod(q + 1, &q) : 0;
-        }
-        if (next) *next = '\n';
-        line = next;
+    const char *last = NULL;
+    vs_status s = vs_train_evals_read(r->evalcsv, "step,loss,top1,top1_text,top1_visual", upto > 0, upto, &r->evals,
+                                      &last, err);
+    if (s == VS_OK && last) {
+        char *q = NULL;
+        r->res.step = strtoll(last, &q, 10);
+        double *dst[] = {&r->res.loss, &r->res.top1, &r->res.top1_text, &r->res.top1_vis};
+        for (size_t k = 0; k < VS_ARRAY_LEN(dst); k++) *dst[k] = *q == ',' ? strtod(q + 1, &q) : 0;
     }
-    vs_free(text);
     return s;
 }
 

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -284,4 +285,40 @@ void vs_train_loop_free(vs_train_loop *L) {
     vs_train_data_free(L->data);
     L->m = NULL, L->data = NULL;
     memset(&L->curve, 0, sizeof(L->curve));
+}
+
+vs_status vs_train_evals_read(const char *path, const char *header, bool keep, int64_t upto, char **text,
+                              const char **last, vs_error *err) {
+    if (last) *last = NULL;
+    if (!(*text = vs_strdup(header))) return vs_error_set(err, VS_ERR_NOMEM, "out of memory");
+    if (!keep || access(path, F_OK) != 0) return VS_OK;
+    uint8_t *file = NULL;
+    size_t len = 0;
+    vs_status s = vs_read_file(path, &file, &len, err);
+    size_t last_at = 0;
+    for (char *line = s ? NULL : strchr((char *)file, '\n'); line && s == VS_OK;) {
+        char *next = strchr(line + 1, '\n');
+        if (next) *next = 0;
+        if (line[1] && strtoll(line + 1, NULL, 10) <= upto) {
+            const size_t old = strlen(*text), add = strlen(line);
+            char *grown = vs_realloc(*text, old + add + 1);
+            if (!grown) s = vs_error_set(err, VS_ERR_NOMEM, "out of memory");
+            else memcpy(grown + old, line, add + 1), *text = grown, last_at = old + 1;
+        }
+        if (next) *next = '\n';
+        line = next;
+    }
+    vs_free(file);
+    if (s == VS_OK && last && last_at) *last = *text + last_at;
+    return s;
+}
+
+vs_status vs_train_evals_append(const char *path, char **text, const char *line, vs_error *err) {
+    const size_t old = strlen(*text), add = strlen(line);
+    char *grown = vs_realloc(*text, old + add + 2);
+    if (!grown) return vs_error_set(err, VS_ERR_NOMEM, "out of memory");
+    grown[old] = '\n';
+    memcpy(grown + old + 1, line, add + 1);
+    *text = grown;
+    return vs_train_write_text(path, *text, err);
 }

@@ -83,6 +83,14 @@ void vs_train_loop_free(vs_train_loop *L); /* the model, the data and the curve;
 vs_train_vlm *vs_train_load_for_run(const char *path, const vs_train_vlm_config *want, const char *want_what,
                                     int max_B, int max_T, int max_I, vs_train_state *st, bool *other,
                                     vs_error *err);
+/* A run's evaluation log (e.g. DIR/eval.csv): a header line, then one line per evaluation that starts
+ * with its step. vs_train_evals_read sets *text (vs_malloc'd) to the header and, when keep and the file
+ * exists, the file's lines whose step <= upto (a resumed run drops evaluations after its checkpoint);
+ * *last (may be NULL) points at the start of the last kept line inside *text, or is NULL. */
+vs_status vs_train_evals_read(const char *path, const char *header, bool keep, int64_t upto, char **text,
+                              const char **last, vs_error *err);
+/* Appends line (without a newline) to *text and rewrites path with it. */
+vs_status vs_train_evals_append(const char *path, char **text, const char *line, vs_error *err);
 /* Mean loss of the last n curve points. */
 double vs_train_curve_recent(const vs_train_curve *c, int64_t n);
 /* mkdir that accepts an existing directory; a text file written safely (outfile.h) with a final newline. */

@@ -335,34 +335,20 @@ static vs_status load_ckpt(vrun *r, const char *path, bool *other, vs_error *err
     return s;
 }
 
-/* eval.csv's header, then (resuming) the lines of evaluations up to step `upto` from the file. */
+/* eval.csv's header, then (resuming) the lines of evaluations up to step `upto` from the file; the last
+ * kept evaluation stands for the run's latest (a finished run resumed again). */
 static vs_status evals_start(vrun *r, int64_t upto, bool keep, vs_error *err) {
     char head[256];
     int n = snprintf(head, sizeof(head), "step,loss");
     for (int k = 0; k < VS_VHEAD_N; k++) n += snprintf(head + n, sizeof(head) - (size_t)n, ",%s", k_head_names[k]);
-    if (!(r->evals = vs_strdup(head))) return vs_error_set(err, VS_ERR_NOMEM, "out of memory");
-    uint8_t *text = NULL;
-    size_t len = 0;
-    if (!keep || access(r->evalcsv, F_OK) != 0) return VS_OK;
-    vs_status s = vs_read_file(r->evalcsv, &text, &len, err);
-    for (char *line = s ? NULL : strchr((char *)text, '\n'); line && s == VS_OK;) {
-        char *next = strchr(line + 1, '\n');
-        if (next) *next = 0;
-        if (line[1] && strtoll(line + 1, NULL, 10) <= upto) {
-            /* the last kept evaluation stands for the run's latest (a finished run resumed again) */
-            char *q = line + 1;
-            r->res.step = strtoll(q, &q, 10);
-            r->res.loss = *q == ',' ? strtod(q + 1, &q) : 0;
-            for (int k = 0; k < VS_VHEAD_N; k++) r->res.acc[k] = *q == ',' ? strtod(q + 1, &q) : 0;
-            size_t old = strlen(r->evals), add = strlen(line);
-            char *grown = vs_realloc(r->evals, old + add + 1);
-            if (!grown) s = vs_error_set(err, VS_ERR_NOMEM, "out of memory");
-            else memcpy(grown + old, line, add + 1), r->evals = grown;
-        }
-        if (next) *next = '\n';
-        line = next;
+    const char *last = NULL;
+    vs_status s = vs_train_evals_read(r->evalcsv, head, keep, upto, &r->evals, &last, err);
+    if (s == VS_OK && last) {
+        char *q = NULL;
+        r->res.step = strtoll(last, &q, 10);
+        r->res.loss = *q == ',' ? strtod(q + 1, &q) : 0;
+        for (int k = 0; k < VS_VHEAD_N; k++) r->res.acc[k] = *q == ',' ? strtod(q + 1, &q) : 0;
     }
-    vs_free(text);
     return s;
 }
 
@@ -422,14 +408,9 @@ static vs_status evaluate(vrun *r, vs_error *err) {
     for (int k = 0; k < VS_VHEAD_N; k++) r->res.acc[k] = cnt.total[k] ? (double)cnt.correct[k] / cnt.total[k] : 0;
     /* eval.csv: one line per evaluation, the whole file rewritten each time */
     char line[512];
-    int n = snprintf(line, sizeof(line), "\n%lld,%.9g", (long long)r->res.step, r->res.loss);
+    int n = snprintf(line, sizeof(line), "%lld,%.9g", (long long)r->res.step, r->res.loss);
     for (int k = 0; k < VS_VHEAD_N; k++) n += snprintf(line + n, sizeof(line) - (size_t)n, ",%.9g", r->res.acc[k]);
-    size_t old = strlen(r->evals);
-    char *grown = vs_realloc(r->evals, old + (size_t)n + 1);
-    if (!grown) return vs_error_set(err, VS_ERR_NOMEM, "out of memory");
-    memcpy(grown + old, line, (size_t)n + 1);
-    r->evals = grown;
-    vs_status st = vs_train_write_text(r->evalcsv, r->evals, err);
+    vs_status st = vs_train_evals_append(r->evalcsv, &r->evals, line, err);
     if (st) return st;
     printf("held-out step %lld: loss %.4f ", (long long)r->res.step, r->res.loss);
     for (int k = 0; k < VS_VHEAD_N; k++) printf(" %s %.1f%%", k_head_names[k], 100 * r->res.acc[k]);
