@@ -113,11 +113,17 @@ double vs_time_now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static uint64_t splitmix64(uint64_t *x) {
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
+uint64_t vs_mix64(uint64_t x) {
+    uint64_t z = x + 0x9e3779b97f4a7c15ULL;
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
     return z ^ (z >> 31);
+}
+
+static uint64_t splitmix64(uint64_t *x) {
+    const uint64_t z = vs_mix64(*x);
+    *x += 0x9e3779b97f4a7c15ULL;
+    return z;
 }
 
 void vs_rng_seed(vs_rng *r, uint64_t seed) {

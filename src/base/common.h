@@ -57,6 +57,8 @@ typedef struct vs_rng {
     uint64_t s[4];
 } vs_rng;
 void vs_rng_seed(vs_rng *r, uint64_t seed);
+/* One splitmix64 step as a hash of x (a well-mixed 64-bit value; the seeding of vs_rng_seed). */
+uint64_t vs_mix64(uint64_t x);
 uint64_t vs_rng_u64(vs_rng *r);
 double vs_rng_uniform(vs_rng *r);         /* [0, 1) with 53 random bits */
 float vs_rng_normal(vs_rng *r);           /* standard normal (Box-Muller) */

@@ -194,13 +194,6 @@ static int64_t plan_order(const vs_world_dataset *d, int64_t limit, int64_t *ord
     return n;
 }
 
-static uint64_t mix64(uint64_t x) {
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
 static vs_status check_config(const vs_bench_config *c, vs_error *err) {
     if (!c->models_dir || !c->data_dir || !c->out_dir)
         return vs_error_set(err, VS_ERR_INVALID, "bench: --models, --data and --out are required");
@@ -336,8 +329,8 @@ static vs_status run_unit(runner *r, const vs_world_sample *s, int turn, double 
     /* the unit's seed and run order depend on the unit only (the same after a resume) */
     uint64_t h = 1469598103934665603ull;
     for (const char *p = s->id; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
-    const uint64_t unit = mix64(h ^ mix64((uint64_t)turn * 1000003u + (uint64_t)llround(temp * 1000)));
-    rq->sampling.seed = mix64(c->seed ^ unit);
+    const uint64_t unit = vs_mix64(h ^ vs_mix64((uint64_t)turn * 1000003u + (uint64_t)llround(temp * 1000)));
+    rq->sampling.seed = vs_mix64(c->seed ^ unit);
     const int rot = (int)(unit % (uint64_t)nc);
     int base = -1;
     for (int i = 0; i < nc; i++)

@@ -243,13 +243,6 @@ static vs_status build_cache(mrun *r, vs_error *err) {
 /* ---------------------------------------------------------------------------------------------- */
 /* Training */
 
-static uint64_t mix64(uint64_t x) {
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
 double vs_msd_visual_prob(int64_t step, int64_t total) {
     const int64_t half = total / 2;
     if (step < half) return 0;
@@ -258,8 +251,8 @@ double vs_msd_visual_prob(int64_t step, int64_t total) {
 
 void vs_msd_pick(const vs_msd_pools *p, uint64_t seed, int64_t step, int64_t total, int B, int64_t *idx) {
     for (int i = 0; i < B; i++) {
-        const uint64_t h1 = mix64(seed ^ mix64((uint64_t)step * 0x100000001b3ull + (uint64_t)i));
-        const uint64_t h2 = mix64(h1);
+        const uint64_t h1 = vs_mix64(seed ^ vs_mix64((uint64_t)step * 0x100000001b3ull + (uint64_t)i));
+        const uint64_t h2 = vs_mix64(h1);
         if (!p->two_stage) {
             const int64_t n = p->n[0] + p->n[1], k = (int64_t)(h2 % (uint64_t)n);
             idx[i] = k < p->n[0] ? p->rec[0][k] : p->rec[1][k - p->n[0]];
