@@ -7,7 +7,8 @@
  *      features recomputed for its conversation (F16), the exported head loads and fits the target,
  *      eval.csv has a line per evaluation and the held-out top-1 is a fraction;
  *   3. resume: the run in chunks of 3 steps with --resume exports a byte-identical head and eval.csv; a
- *      deleted cache shard is rebuilt byte-identically;
+ *      deleted cache shard is rebuilt byte-identically; a run over another run's cache (--cache) makes no
+ *      cache of its own and exports a BF16 head that loads;
  *   4. bad input: a run directory reused without --resume, --resume with other settings (run.json and
  *      the cache's cache.json), an mmproj of another width, no more conversations than held out; the
  *      CLI refuses an unknown --kind and a missing --data. */
@@ -164,6 +165,7 @@ static void test_run(const char *lm, const char *mm) {
     vs_msd_run_result res;
     VT_REQUIRE(vs_msd_run(&o, &res, &err) == VS_OK, "run: %s", err.msg);
     VT_CHECK(res.finished && res.step == 8, "finished %d at step %lld", res.finished, (long long)res.step);
+    const int64_t cached = res.cached;
     VT_CHECK(res.top1 >= 0 && res.top1 <= 1 && res.loss > 0, "held-out top-1 %g loss %g", res.top1, res.loss);
     /* the cache */
     snprintf(pa, sizeof(pa), "%s/cache", a);
@@ -221,6 +223,27 @@ static void test_run(const char *lm, const char *mm) {
     VT_REQUIRE(vs_msd_run(&o, &res, &err) == VS_OK, "rebuild: %s", err.msg);
     snprintf(pa, sizeof(pa), "%s/cache/msd-%05lld.bin", a, (long long)(ns - 1));
     VT_CHECK(same_file(pa, pb), "the rebuilt shard differs");
+    /* a second run over run A's cache (--cache), exporting BF16: nothing recomputed, the head loads */
+    char c2[600], cache_a[900];
+    snprintf(c2, sizeof(c2), "%s/run-shared", g_tmp);
+    snprintf(cache_a, sizeof(cache_a), "%s/cache", a);
+    opts_for(&o, c2, lm, mm);
+    o.cache = cache_a, o.mat_type = VS_TYPE_BF16, o.steps = 2;
+    VT_REQUIRE(vs_msd_run(&o, &res, &err) == VS_OK, "shared cache: %s", err.msg);
+    snprintf(pa, sizeof(pa), "%s/cache", c2);
+    VT_CHECK(access(pa, F_OK) != 0 && res.cached == cached, "the shared cache was not used (%lld records)",
+             (long long)res.cached);
+    snprintf(pa, sizeof(pa), "%s/msd-head.gguf", c2);
+    g = vs_gguf_open(pa, &err);
+    VT_REQUIRE(g, "%s", err.msg);
+    fw = vs_gguf_find_tensor(g, "fc.weight");
+    VT_CHECK(fw && fw->type == VS_TYPE_BF16, "--type bf16: fc.weight is not BF16");
+    vs_gguf_close(g);
+    h = vs_msd_head_load(pa, &err);
+    t = vs_lm_load(lm, &err);
+    VT_CHECK(h && t && vs_msd_head_check(h, t, &err) == VS_OK, "BF16 head: %s", err.msg);
+    vs_msd_head_free(h);
+    vs_lm_free(t);
     /* 4. bad input */
     opts_for(&o, a, lm, mm);
     VT_CHECK(vs_msd_run(&o, NULL, &err) == VS_ERR_INVALID && strstr(err.msg, "--resume"), "reuse: %s", err.msg);
