@@ -244,19 +244,43 @@ static void test_run(const char *lm, const char *mm) {
     VT_CHECK(h && t && vs_msd_head_check(h, t, &err) == VS_OK, "BF16 head: %s", err.msg);
     vs_msd_head_free(h);
     vs_lm_free(t);
+    /* --time-limit stops the cache stage after a shard; resumed, the run equals run A */
+    char tl[600];
+    snprintf(tl, sizeof(tl), "%s/run-limit", g_tmp);
+    opts_for(&o, tl, lm, mm);
+    o.time_limit = 1e-9, o.resume = true;
+    VT_REQUIRE(vs_msd_run(&o, &res, &err) == VS_OK, "time-limited: %s", err.msg);
+    snprintf(pb, sizeof(pb), "%s/cache", tl);
+    int64_t ns_limited = -1;
+    VT_CHECK(!res.finished && vs_msd_cache_count(pb, 32, &ns_limited, &err) == VS_OK && ns_limited == 1,
+             "--time-limit in the cache stage: finished %d, %lld shards", res.finished, (long long)ns_limited);
+    o.time_limit = 0;
+    VT_REQUIRE(vs_msd_run(&o, &res, &err) == VS_OK && res.finished, "resumed after the limit: %s", err.msg);
+    snprintf(pa, sizeof(pa), "%s/msd-head.gguf", a);
+    snprintf(pb, sizeof(pb), "%s/msd-head.gguf", tl);
+    VT_CHECK(same_file(pa, pb), "the time-limited run, resumed, differs from the uninterrupted one");
     /* 4. bad input */
+    opts_for(&o, tl, lm, mm); /* resumed over a cache of other samples: refused by run.json */
+    char other_cache[600];
+    snprintf(other_cache, sizeof(other_cache), "%s/cache-other", g_tmp);
+    o.resume = true, o.cache = other_cache, o.samples = 6;
+    VT_CHECK(vs_msd_run(&o, NULL, &err) == VS_ERR_INVALID && strstr(err.msg, "run.json") && access(other_cache, F_OK) != 0,
+             "other cache (refused before building it): %s", err.msg);
     opts_for(&o, a, lm, mm);
     VT_CHECK(vs_msd_run(&o, NULL, &err) == VS_ERR_INVALID && strstr(err.msg, "--resume"), "reuse: %s", err.msg);
     o.resume = true, o.lr = 1e-3;
     VT_CHECK(vs_msd_run(&o, NULL, &err) == VS_ERR_INVALID && strstr(err.msg, "run.json"), "other lr: %s", err.msg);
-    opts_for(&o, a, lm, mm);
-    o.resume = true, o.samples = 5;
+    char c4[600];
+    snprintf(c4, sizeof(c4), "%s/run-x", g_tmp); /* a new run over run A's cache with another sample count */
+    opts_for(&o, c4, lm, mm);
+    o.cache = cache_a, o.samples = 5;
     VT_CHECK(vs_msd_run(&o, NULL, &err) == VS_ERR_INVALID && strstr(err.msg, "cache.json"), "other samples: %s", err.msg);
     char c3[600];
     snprintf(c3, sizeof(c3), "%s/run-c", g_tmp);
     opts_for(&o, c3, lm, mm);
     o.samples = 3, o.eval_seqs = 3;
-    VT_CHECK(vs_msd_run(&o, NULL, &err) == VS_ERR_INVALID && strstr(err.msg, "held out"), "all held out: %s", err.msg);
+    VT_CHECK(vs_msd_run(&o, NULL, &err) == VS_ERR_INVALID && strstr(err.msg, "held out") && access(c3, F_OK) != 0,
+             "all held out (refused before any work): %s", err.msg);
 }
 
 static void test_bad(const char *lm, const char *other_mm) {

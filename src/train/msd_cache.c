@@ -141,7 +141,8 @@ vs_status vs_msd_cache_load(const char *dir, int width, int64_t n_shards, vs_msd
         vs_msd_record *grown = n >= 0 ? vs_realloc(c->rec, sizeof(vs_msd_record) * (size_t)(c->n + n + 1)) : NULL;
         if (!grown) {
             vs_msd_cache_free(c);
-            return n < 0 ? vs_error_set(err, VS_ERR_FORMAT, "%s: not an MSD feature shard of width %d", path, width)
+            return n < 0 ? vs_error_set(err, VS_ERR_FORMAT, "%s: not an MSD feature shard of width %d (damaged or "
+                                        "from another target: delete the cache directory to rebuild it)", path, width)
                          : vs_error_set(err, VS_ERR_NOMEM, "MSD feature cache: out of memory");
         }
         c->rec = grown;

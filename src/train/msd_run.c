@@ -42,22 +42,30 @@ typedef struct mrun {
     int max_T;
     vs_msd_batch_buf buf;
     char *evals; /* eval.csv's text */
+    double deadline; /* vs_time_now() after which the run stops (--time-limit; 0: none) */
+    bool stopped;    /* stopped by the time limit in the cache stage */
 } mrun;
 
 /* ---------------------------------------------------------------------------------------------- */
 /* Settings */
 
+/* What the cache is made from (cache.json, and the "data" of run.json: a run resumed over another cache
+ * would train on other records). */
+static void cache_fields(vs_json_writer *w, const vs_msd_run_opts *o) {
+    vs_json_kv_str(w, "target", o->target);
+    vs_json_kv_str(w, "mmproj", o->mmproj);
+    vs_json_kv_str(w, "data", o->data);
+    if (o->distill) vs_json_kv_str(w, "distill", o->distill);
+    vs_json_kv_int(w, "samples", o->samples);
+    vs_json_kv_int(w, "shard", o->shard);
+    vs_json_kv_int(w, "seed", o->seed);
+}
+
 static char *cache_settings(const vs_msd_run_opts *o) {
     vs_json_writer w;
     vs_json_writer_init(&w);
     vs_json_obj_begin(&w);
-    vs_json_kv_str(&w, "target", o->target);
-    vs_json_kv_str(&w, "mmproj", o->mmproj);
-    vs_json_kv_str(&w, "data", o->data);
-    if (o->distill) vs_json_kv_str(&w, "distill", o->distill);
-    vs_json_kv_int(&w, "samples", o->samples);
-    vs_json_kv_int(&w, "shard", o->shard);
-    vs_json_kv_int(&w, "seed", o->seed);
+    cache_fields(&w, o);
     vs_json_obj_end(&w);
     char *s = vs_json_writer_take(&w, NULL);
     vs_json_writer_free(&w);
@@ -69,6 +77,10 @@ static char *run_settings(const mrun *r) {
     vs_json_writer w;
     vs_json_writer_init(&w);
     vs_json_obj_begin(&w);
+    vs_json_key(&w, "data");
+    vs_json_obj_begin(&w);
+    cache_fields(&w, o);
+    vs_json_obj_end(&w);
     vs_json_kv_int(&w, "eval_seqs", o->eval_seqs);
     vs_json_kv_int(&w, "n_head", r->shape.n_head);
     vs_json_kv_int(&w, "n_head_kv", r->shape.n_head_kv);
@@ -142,8 +154,8 @@ static vs_status choose(const vs_msd_run_opts *o, const vs_world_dataset *train,
 
 /* Record `idx` of the cache: the target's rows and features of conversation ex (with the images of
  * sample). */
-static vs_status make_record(mrun *r, const vs_mmproj *mm, const vs_train_example *ex, const vs_world_sample *sample,
-                             vs_msd_seq *seq, vs_error *err) {
+static vs_status make_record(mrun *r, const vs_mmproj *mm, int NP, const vs_train_example *ex,
+                             const vs_world_sample *sample, vs_msd_seq *seq, vs_error *err) {
     const int C = r->shape.width;
     vs_mm_image imgs[VS_WORLD_MAX_IMAGES];
     const int ni = ex->n_images;
@@ -156,7 +168,10 @@ static vs_status make_record(mrun *r, const vs_mmproj *mm, const vs_train_exampl
     float *rows = NULL;
     int64_t nr = 0;
     for (int i = 0; i < ni; i++) nr += imgs[i].n_rows;
-    if (ni && !(rows = vs_malloc(sizeof(float) * (size_t)(nr * C)))) s = vs_error_set(err, VS_ERR_NOMEM, "out of memory");
+    if (nr != (int64_t)ni * NP) /* the conversation's image rows were laid out for NP rows per image */
+        s = vs_error_set(err, VS_ERR_INVALID, "%s: %lld image rows for %d images of %d rows", r->o->mmproj,
+                         (long long)nr, ni, NP);
+    if (s == VS_OK && ni && !(rows = vs_malloc(sizeof(float) * (size_t)(nr * C)))) s = vs_error_set(err, VS_ERR_NOMEM, "out of memory");
     for (int i = 0, at = 0; s == VS_OK && i < ni; at += (int)imgs[i].n_rows, i++)
         memcpy(rows + (size_t)at * C, imgs[i].rows, sizeof(float) * (size_t)(imgs[i].n_rows * C));
     vs_mm_images_free(imgs, ni);
@@ -173,7 +188,7 @@ static vs_status build_cache(mrun *r, vs_error *err) {
     vs_status s = vs_train_mkdir(r->cache_dir, err);
     char *cs = s ? NULL : cache_settings(o);
     if (s == VS_OK && !cs) s = vs_error_set(err, VS_ERR_NOMEM, "out of memory");
-    if (s == VS_OK) s = settings_file(r->cache_json, cs, "the cache's target, data, samples and seed", err);
+    if (s == VS_OK) s = settings_file(r->cache_json, cs, "the cache's target, mmproj, data, distill file, samples, shard size and seed", err);
     vs_free(cs);
     int64_t have = 0;
     if (s == VS_OK) s = vs_msd_cache_count(r->cache_dir, C, &have, err);
@@ -217,7 +232,11 @@ static vs_status build_cache(mrun *r, vs_error *err) {
             int made = 0;
             for (int64_t i = 0; i < cnt && s == VS_OK; i++) {
                 const vs_train_item *it = &items[order[i0 + i]];
-                if ((s = make_record(r, mm, it->ex, it->sample, &seqs[i], err))) break;
+                if ((s = make_record(r, mm, NP, it->ex, it->sample, &seqs[i], err))) {
+                    vs_error_wrap(err, "conversation %lld%s%s", (long long)order[i0 + i], it->sample ? " " : "",
+                                  it->sample ? it->sample->id : "");
+                    break;
+                }
                 made++;
                 toks[i] = it->ex->tokens, ids[i] = (uint64_t)order[i0 + i];
                 rows += it->ex->n_rows;
@@ -225,9 +244,19 @@ static vs_status build_cache(mrun *r, vs_error *err) {
             }
             if (s == VS_OK) s = vs_msd_cache_write_shard(r->cache_dir, k, C, seqs, toks, ids, (int)cnt, err);
             for (int i = 0; i < made; i++) vs_msd_seq_free(&seqs[i]);
+            if (s == VS_OK && k + 1 < n_shards && r->deadline > 0 && vs_time_now() >= r->deadline) {
+                r->stopped = true;
+                have = k + 1;
+                break;
+            }
         }
-        if (s == VS_OK && !o->quiet) vs_progress_end(&pr, n);
-        have = n_shards;
+        if (s == VS_OK && !o->quiet) vs_progress_end(&pr, r->stopped ? have * o->shard : n);
+        if (s == VS_OK && r->stopped) {
+            printf("stopped in the cache stage after shard %lld of %lld (--time-limit): continue with the same "
+                   "flags and --resume\n", (long long)have, (long long)n_shards);
+        } else {
+            have = n_shards;
+        }
     }
     vs_free(order);
     vs_train_seqs_free(&q);
@@ -235,7 +264,7 @@ static vs_status build_cache(mrun *r, vs_error *err) {
     vs_tokenizer_free(tok);
     vs_world_dataset_free(train);
     vs_free(seqs), vs_free(toks), vs_free(ids);
-    if (s == VS_OK) s = vs_msd_cache_load(r->cache_dir, C, have, &r->cache, err);
+    if (s == VS_OK && !r->stopped) s = vs_msd_cache_load(r->cache_dir, C, have, &r->cache, err);
     if (s == VS_OK) r->res.cached = r->cache.n;
     return s;
 }
@@ -420,10 +449,9 @@ static vs_status setup_training(mrun *r, vs_error *err) {
     char *settings = s ? NULL : run_settings(r);
     if (s == VS_OK && !settings) s = vs_error_set(err, VS_ERR_NOMEM, "out of memory");
     if (s) return s;
-    if (o->resume && vs_train_loop_has_ckpt(L)) {
-        s = vs_train_loop_check_settings(L, settings, err);
+    if (o->resume && vs_train_loop_has_ckpt(L)) { /* run.json was checked before the cache stage */
         vs_error e1 = {0};
-        if (s == VS_OK && (s = load_ckpt(r, L->ckpt, &e1)) && access(L->prev, F_OK) == 0) {
+        if ((s = load_ckpt(r, L->ckpt, &e1)) && access(L->prev, F_OK) == 0) {
             fprintf(stderr, "vlmspec train head: %s; trying %s\n", e1.msg, L->prev);
             s = load_ckpt(r, L->prev, err);
         } else if (s && e1.code) {
@@ -444,13 +472,16 @@ static vs_status setup_training(mrun *r, vs_error *err) {
     }
     vs_free(settings);
     if (s) return s;
-    int64_t rows = 0;
-    for (int64_t i = 0; i < r->cache.n; i++) rows += r->cache.rec[i].T;
+    int64_t rows = 0, visual = 0;
+    for (int64_t i = 0; i < r->cache.n; i++) rows += r->cache.rec[i].T, visual += r->cache.rec[i].visual;
     printf("train head (MSD%s%s): width %d, %d heads (%d KV), MLP %d; %lld conversations cached (%lld rows, %lld "
            "with images), %lld held out\n",
            o->decoupled ? "" : ", images through fc", o->two_stage ? ", two-stage data" : ", one-stage data",
            r->shape.width, r->shape.n_head, r->shape.n_head_kv, r->shape.n_ff, (long long)r->cache.n, (long long)rows,
-           (long long)r->pools.n[1], (long long)(r->cache.n - r->n_train));
+           (long long)visual, (long long)(r->cache.n - r->n_train));
+    if (o->two_stage && (r->pools.n[0] == 0 || r->pools.n[1] == 0))
+        printf("warning: no %s conversations among the training records: the two stages draw from the others "
+               "alone\n", r->pools.n[0] == 0 ? "text-only" : "visual");
     printf("  %lld steps of %d conversations, lr %g -> %g, warm-up %g, clip %g, noise %g\n", (long long)o->steps,
            o->batch, o->lr, o->lr_min, o->warmup, o->clip, o->noise);
     fflush(stdout);
@@ -486,7 +517,7 @@ static vs_status train(mrun *r, vs_error *err) {
     pr.t_start -= L->st.elapsed_s;
     pr.rate_done0 = L->st.step;
     const double t0 = vs_time_now(), elapsed0 = L->st.elapsed_s;
-    const double deadline = o->time_limit > 0 ? t0 + o->time_limit : 0;
+    const double deadline = r->deadline;
     int64_t run_steps = 0, run_pos = 0;
     bool stop = false;
     if (L->st.step == 0 && (s = evaluate(r, err))) return s;
@@ -556,6 +587,7 @@ static vs_status run(mrun *r, vs_error *err) {
     if (!o->resume && ((!o->cache && access(r->cache_json, F_OK) == 0) || vs_train_loop_has_ckpt(L)))
         return vs_error_set(err, VS_ERR_INVALID, "%s holds a run: --resume to continue it (the same flags), or choose "
                             "another --out", o->out);
+    r->deadline = o->time_limit > 0 ? vs_time_now() + o->time_limit : 0; /* the cache stage counts too */
     if (!(r->tp = vs_threadpool_new(o->threads, err))) return VS_ERR_NOMEM;
     vs_train_set_blas_threads(o->threads);
     if (!(r->target = vs_lm_load(o->target, err))) return vs_error_wrap(err, "--target");
@@ -563,7 +595,14 @@ static vs_status run(mrun *r, vs_error *err) {
     r->shape = vs_msd_shape_for(r->target, o->n_head ? o->n_head : tc->n_head,
                                 o->n_head_kv ? o->n_head_kv : tc->n_head_kv, o->n_ff ? o->n_ff : tc->n_ff,
                                 tc->n_ctx_train, o->decoupled);
-    if ((s = vs_msd_shape_check(&r->shape, err)) || (s = build_cache(r, err))) return s;
+    if ((s = vs_msd_shape_check(&r->shape, err))) return s;
+    if (o->resume && vs_train_loop_has_ckpt(L)) { /* before any work: the run's settings, its data included */
+        char *settings = run_settings(r);
+        s = settings ? vs_train_loop_check_settings(L, settings, err) : vs_error_set(err, VS_ERR_NOMEM, "out of memory");
+        vs_free(settings);
+        if (s) return s;
+    }
+    if ((s = build_cache(r, err)) || r->stopped) return s;
     if (o->cache_only) {
         printf("cache complete: %lld conversations in %s\n", (long long)r->cache.n, r->cache_dir);
         return VS_OK;
@@ -574,10 +613,20 @@ static vs_status run(mrun *r, vs_error *err) {
 vs_status vs_msd_run(const vs_msd_run_opts *o, vs_msd_run_result *res, vs_error *err) {
     if (!o->out || !o->target || !o->mmproj || !o->data)
         return vs_error_set(err, VS_ERR_INVALID, "train head: the run directory, target, mmproj and data are required");
-    if (o->batch < 1 || o->steps < 1 || o->shard < 1 || o->eval_seqs < 1 || o->eval_every < 1 || o->ckpt_every < 1 ||
-        o->samples < 0)
-        return vs_error_set(err, VS_ERR_INVALID, "train head: batch, steps, shard size, held-out conversations and "
-                            "intervals must be >= 1");
+    if (o->batch < 1 || o->batch > 64 || o->steps < 1 || o->shard < 1 || o->eval_seqs < 1 || o->eval_every < 1 ||
+        o->ckpt_every < 1 || o->samples < 0)
+        return vs_error_set(err, VS_ERR_INVALID, "train head: batch (1 .. 64), steps, shard size, held-out "
+                            "conversations and intervals must be >= 1, samples >= 0");
+    if (o->samples > 0 && o->samples <= o->eval_seqs)
+        return vs_error_set(err, VS_ERR_INVALID, "train head: %lld conversations, no more than the %d held out",
+                            (long long)o->samples, o->eval_seqs);
+    if (!(o->lr > 0) || !(o->lr_min >= 0) || o->lr_min > o->lr || !(o->warmup >= 0) || !(o->wd >= 0) ||
+        !(o->clip >= 0) || !(o->beta2 >= 0 && o->beta2 < 1) || !(o->noise >= 0) || !(o->time_limit >= 0))
+        return vs_error_set(err, VS_ERR_INVALID, "train head: lr > 0, 0 <= lr_min <= lr, warm-up, weight decay, "
+                            "clip, noise and time limit >= 0, 0 <= beta2 < 1");
+    if (o->mat_type != VS_TYPE_F32 && o->mat_type != VS_TYPE_F16 && o->mat_type != VS_TYPE_BF16)
+        return vs_error_set(err, VS_ERR_INVALID, "train head: the head's matrices are F32, F16 or BF16 (not %s)",
+                            vs_type_name(o->mat_type));
     mrun r;
     memset(&r, 0, sizeof(r));
     r.o = o;
