@@ -55,8 +55,8 @@ vs_status vs_train_loop_check_settings(const vs_train_loop *L, const char *setti
         if (strcmp((const char *)old, settings))
             s = vs_error_set(err, VS_ERR_INVALID,
                              "--resume with other settings than %s holds:\n  stored:  %s\n  now:     %s\n"
-                             "(repeat the original flags; --threads, --ckpt-every, --chunk-steps, "
-                             "--time-limit and --f32 may differ)",
+                             "(repeat the original flags; running flags such as --threads, --ckpt-every, "
+                             "--chunk-steps and --time-limit may differ)",
                              L->runjson, (const char *)old, settings);
     }
     vs_free(old);
