@@ -28,9 +28,9 @@ static void usage(FILE *f) {
            "inputs:\n"
            "  --models DIR          model directory: target.gguf, target-mmproj.gguf, draft-llava.gguf,\n"
            "                        draft-llava-mmproj.gguf, draft-massv.gguf, draft-massv-mmproj.gguf,\n"
-           "                        msd-head.gguf (the msd methods)\n"
+           "                        msd-head.gguf (the msd methods), eagle-head.gguf (the eagle methods)\n"
            "  --target F, --target-mmproj F, --draft F, --draft-mmproj F, --massv F, --massv-mmproj F,\n"
-           "  --msd-head F\n"
+           "  --msd-head F, --eagle-head F\n"
            "                        other file names (relative to --models, or absolute)\n"
            "  --data DIR            world dataset (vlmspec data gen)\n"
            "  --split NAME          split to read (default test)\n"
@@ -264,6 +264,7 @@ static int spec_parse(int argc, char **argv, spec_opts *o) {
     cli_flag_add(&fs, "--massv", CLI_STR, &c->massv, 0, 0);
     cli_flag_add(&fs, "--massv-mmproj", CLI_STR, &c->massv_mmproj, 0, 0);
     cli_flag_add(&fs, "--msd-head", CLI_STR, &c->msd_head, 0, 0);
+    cli_flag_add(&fs, "--eagle-head", CLI_STR, &c->eagle_head, 0, 0);
     cli_flag_add(&fs, "--data", CLI_STR, &c->data_dir, 0, 0);
     cli_flag_add(&fs, "--split", CLI_STR, &c->split, 0, 0);
     cli_flag_fn_add(&fs, "--suites", parse_suites, &c->suites);

@@ -6,11 +6,12 @@
 
 #include "draft_lm.h"
 
-/* The MSD head (draft_msd.h) over the target's features. */
+/* A feature-level head (draft_msd.h) over the target's features: the MSD head or the EAGLE baseline's. */
 static vs_spec_drafter *make_msd(const vs_method *m, const vs_method_models *mm, const vs_method_opts *o,
                                  vs_error *err) {
-    if (!mm->msd) {
-        vs_error_set(err, VS_ERR_INVALID, "method %s needs an MSD head file (-md FILE), which is not loaded", m->name);
+    const vs_msd_head *h = vs_role_is_head(m->role) ? mm->head[m->role] : NULL;
+    if (!h) {
+        vs_error_set(err, VS_ERR_INVALID, "method %s needs a head file (-md FILE), which is not loaded", m->name);
         return NULL;
     }
     if (o->tree_width > 1) {
@@ -24,7 +25,7 @@ static vs_spec_drafter *make_msd(const vs_method *m, const vs_method_models *mm,
                             .greedy = o->greedy,
                             .tree_top_k = o->tree_top_k,
                             .tree_nodes = o->tree_nodes};
-    return vs_draft_msd_new(mm->msd, mm->target, &mo, err);
+    return vs_draft_msd_new(h, mm->target, &mo, err);
 }
 
 static vs_lm *need_draft(const vs_method *m, const vs_method_models *mm, vs_error *err) {
@@ -130,6 +131,9 @@ static const vs_method method_table[] = {
      VS_DRAFT_LM_TEXT, false, false},
     {"msd", "MSD", VS_METHOD_SINGLE, VS_ROLE_MSD,
      "the MSD feature-level head on the target's own features (chains; EAGLE-2 trees with msd@kK[nN])", make_msd, 0,
+     false, false},
+    {"eagle", "EAGLE", VS_METHOD_SINGLE, VS_ROLE_EAGLE,
+     "the EAGLE baseline: a second head file, trained without decoupled images (eagle@kK[nN] for trees)", make_msd, 0,
      false, false},
 };
 

@@ -29,15 +29,19 @@ typedef enum vs_method_role {
     VS_ROLE_LLAVA = 1, /* the LLaVA-recipe drafter (-md) and its projector (--mmproj-draft) */
     VS_ROLE_MASSV = 2, /* the MASSV drafter and its projector */
     VS_ROLE_MSD = 3,   /* the MSD feature-level head (draft_msd.h; a head file, not an LM; no projector) */
+    VS_ROLE_EAGLE = 4, /* a second head file, the EAGLE baseline (trained with --no-decouple --one-stage),
+                        * drafted by the same code: MSD and EAGLE side by side in one run */
 } vs_method_role;
-#define VS_N_ROLES 4
+#define VS_N_ROLES 5
+/* Roles whose file is a feature-level head (draft_msd.h), not a drafter LM. */
+static inline bool vs_role_is_head(int r) { return r == VS_ROLE_MSD || r == VS_ROLE_EAGLE; }
 
 /* The models a drafter is built from (borrowed by the drafter: free them after it). */
 typedef struct vs_method_models {
     vs_lm *target;
     const vs_vision_tower *tower;                  /* the target's tower, NULL for text-only use */
-    vs_lm *draft[VS_N_ROLES];                      /* by role; NULL when not loaded (and for VS_ROLE_MSD) */
-    const vs_msd_head *msd;                        /* the MSD head (VS_ROLE_MSD), NULL when not loaded */
+    vs_lm *draft[VS_N_ROLES];                      /* by role; NULL when not loaded (and for the head roles) */
+    const vs_msd_head *head[VS_N_ROLES];           /* the head roles' files (vs_role_is_head), NULL when not loaded */
     const vs_vision_projector *proj[VS_N_ROLES];   /* each drafter's projector, NULL when not loaded */
     vs_threadpool *tp;                             /* borrowed; NULL = caller's thread */
     vs_caption_src *captions;                      /* caption methods: their source (one request at a time) */

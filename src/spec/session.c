@@ -24,7 +24,7 @@ struct vs_models {
     vs_mmproj *mmproj_owned;
     vs_lm *draft[VS_N_ROLES];
     vs_mmproj *draft_mmproj[VS_N_ROLES];
-    vs_msd_head *msd; /* VS_ROLE_MSD's file */
+    vs_msd_head *head[VS_N_ROLES]; /* the head roles' files (vs_role_is_head) */
     vs_threadpool *tp;
     const vs_chat_template *tpl;
     vs_preproc_mode preproc;
@@ -83,12 +83,12 @@ static vs_status models_load(vs_models *m, const vs_models_opts *o, vs_error *er
             return vs_error_set(err, VS_ERR_INVALID, "%s: a drafter projector without its drafter",
                                 o->draft_mmproj[r]);
         if (!o->draft[r]) continue;
-        if (r == VS_ROLE_MSD) {
+        if (vs_role_is_head(r)) {
             if (o->draft_mmproj[r])
-                return vs_error_set(err, VS_ERR_INVALID, "%s: an MSD head reads the target's image rows: it has no "
+                return vs_error_set(err, VS_ERR_INVALID, "%s: a draft head reads the target's image rows: it has no "
                                     "projector", o->draft_mmproj[r]);
-            if (!(m->msd = vs_msd_head_load(o->draft[r], err))) return err->code;
-            if ((st = vs_msd_head_check(m->msd, m->target, err))) return st;
+            if (!(m->head[r] = vs_msd_head_load(o->draft[r], err))) return err->code;
+            if ((st = vs_msd_head_check(m->head[r], m->target, err))) return st;
             continue;
         }
         if (!(m->draft[r] = vs_lm_load(o->draft[r], err))) return err->code;
@@ -150,8 +150,8 @@ void vs_models_free(vs_models *m) {
     for (int r = 0; r < VS_N_ROLES; r++) {
         vs_mmproj_free(m->draft_mmproj[r]);
         vs_lm_free(m->draft[r]);
+        vs_msd_head_free(m->head[r]);
     }
-    vs_msd_head_free(m->msd);
     vs_mmproj_free(m->mmproj_owned);
     vs_tokenizer_free(m->tok_owned);
     if (!m->borrowed) {
@@ -164,7 +164,9 @@ void vs_models_free(vs_models *m) {
 vs_lm *vs_models_target(const vs_models *m) { return m->target; }
 const vs_tokenizer *vs_models_tokenizer(const vs_models *m) { return m->tok; }
 const vs_vision_tower *vs_models_tower(const vs_models *m) { return m->mmproj ? vs_mmproj_tower(m->mmproj) : NULL; }
-const vs_msd_head *vs_models_msd_head(const vs_models *m) { return m->msd; }
+const vs_msd_head *vs_models_head(const vs_models *m, vs_method_role r) {
+    return vs_role_is_head(r) ? m->head[r] : NULL;
+}
 vs_lm *vs_models_draft(const vs_models *m, vs_method_role r) {
     return r > 0 && r < VS_N_ROLES ? m->draft[r] : NULL;
 }
@@ -455,9 +457,10 @@ static cached_drafter *drafter_get(vs_session *s, const vs_draft_cfg *c, vs_erro
             vs_error_set(err, VS_ERR_INVALID, "unknown drafting method '%s' (known: %s)", c->method, names);
             return NULL;
         }
-        vs_method_models mm = {.target = s->m->target, .tower = vs_models_tower(s->m), .tp = s->m->tp, .msd = s->m->msd};
+        vs_method_models mm = {.target = s->m->target, .tower = vs_models_tower(s->m), .tp = s->m->tp};
         for (int r = 1; r < VS_N_ROLES; r++)
-            mm.draft[r] = s->m->draft[r], mm.proj[r] = vs_models_draft_projector(s->m, (vs_method_role)r);
+            mm.draft[r] = s->m->draft[r], mm.head[r] = s->m->head[r],
+            mm.proj[r] = vs_models_draft_projector(s->m, (vs_method_role)r);
         if (m->captions && !(mm.captions = captions(s, err))) return NULL;
         vs_method_opts mo = c->opts;
         vs_method_shape(c->method, &mo);

@@ -46,7 +46,8 @@
 typedef struct vs_models_opts {
     const char *model;                    /* the target LM (GGUF with a tokenizer); required */
     const char *mmproj;                   /* its mmproj (tower + projector); NULL: text only */
-    const char *draft[VS_N_ROLES];        /* drafter LMs by role (methods.h; VS_ROLE_MSD: the MSD head file);
+    const char *draft[VS_N_ROLES];        /* drafter LMs by role (methods.h; the head roles VS_ROLE_MSD
+                                           * and VS_ROLE_EAGLE: head files);
                                            * NULL: none */
     const char *draft_mmproj[VS_N_ROLES]; /* their projectors (projector-only files are fine) */
     int32_t threads;                      /* <= 1: the caller's thread only */
@@ -70,8 +71,9 @@ void vs_models_free(vs_models *m); /* after every session made from it; NULL ok 
 vs_lm *vs_models_target(const vs_models *m);
 const vs_tokenizer *vs_models_tokenizer(const vs_models *m); /* NULL: the file has none (token ids only) */
 const vs_vision_tower *vs_models_tower(const vs_models *m); /* NULL without --mmproj */
-vs_lm *vs_models_draft(const vs_models *m, vs_method_role r); /* NULL when not loaded (VS_ROLE_MSD: always) */
-const vs_msd_head *vs_models_msd_head(const vs_models *m);     /* the VS_ROLE_MSD file; NULL when not loaded */
+vs_lm *vs_models_draft(const vs_models *m, vs_method_role r); /* NULL when not loaded (head roles: always) */
+const vs_msd_head *vs_models_head(const vs_models *m, vs_method_role r); /* a head role's file; NULL when not
+                                                                          * loaded or r is no head role */
 const vs_vision_projector *vs_models_draft_projector(const vs_models *m, vs_method_role r);
 vs_threadpool *vs_models_threadpool(const vs_models *m);
 const vs_chat_template *vs_models_template(const vs_models *m);
