@@ -569,12 +569,7 @@ static vs_status write_summary(target_run *r, double final_loss, vs_error *err) 
     vs_json_str(&w, set ? set : "");
     vs_free(set);
     vs_json_obj_end(&w);
-    char *s = vs_json_writer_take(&w, NULL);
-    vs_json_writer_free(&w);
-    if (!s) return vs_error_set(err, VS_ERR_NOMEM, "out of memory");
-    vs_status st = vs_train_write_text(path, s, err);
-    vs_free(s);
-    return st;
+    return vs_train_write_json(path, &w, err);
 }
 
 static vs_status export_models(target_run *r, double final_loss, vs_error *err) {
@@ -1022,14 +1017,9 @@ static vs_status phase_export(drafter_run *r, vs_train_loop *L, int ph, vs_error
     vs_json_kv_num(&w, "first_loss", L->curve.n ? L->curve.pt[0].loss : 0.0);
     vs_json_kv_num(&w, "final_loss", vs_train_curve_recent(&L->curve, 20));
     vs_json_obj_end(&w);
-    char *js = vs_json_writer_take(&w, NULL);
-    vs_json_writer_free(&w);
-    if (!js) return vs_error_set(err, VS_ERR_NOMEM, "out of memory");
     char path[1300];
     snprintf(path, sizeof(path), "%s/done.json", L->dir);
-    s = vs_train_write_text(path, js, err);
-    vs_free(js);
-    return s;
+    return vs_train_write_json(path, &w, err);
 }
 
 static bool phase_done(const drafter_run *r, int ph) {

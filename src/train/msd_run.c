@@ -317,12 +317,13 @@ static vs_status save(mrun *r, vs_error *err) {
     vs_gguf_set_str(w, "general.architecture", "vlmspec-msd-train");
     s = vs_train_checkpoint_write(w, vs_train_msd_params(r->m), &L->st, L->ckpt, err);
     vs_gguf_writer_free(w);
-    if (s == VS_OK) s = vs_train_curve_write_csv(&L->curve, L->csv, err);
-    if (s == VS_OK) s = vs_train_curve_write_svg(&L->curve, L->svg, L->title, 25, true, err);
+    if (s == VS_OK) s = vs_train_loop_write_curve(L, err);
     return s;
 }
 
-static vs_status load_ckpt(mrun *r, const char *path, vs_error *err) {
+static vs_status load_ckpt(void *ctx, const char *path, bool *other, vs_error *err) {
+    mrun *r = ctx;
+    *other = false; /* the tensor shapes are checked: another head shape fails like a damaged file */
     vs_gguf *g = vs_gguf_open(path, err);
     if (!g) return VS_ERR_INVALID;
     vs_status s = vs_train_checkpoint_read(g, vs_train_msd_params(r->m), &r->L.st, err);
@@ -409,11 +410,7 @@ static vs_status write_summary(mrun *r, vs_error *err) {
     vs_json_kv_num(&w, "held_out_top1_text", r->res.top1_text);
     vs_json_kv_num(&w, "held_out_top1_visual", r->res.top1_vis);
     vs_json_obj_end(&w);
-    char *text = vs_json_writer_take(&w, NULL);
-    vs_json_writer_free(&w);
-    vs_status s = text ? vs_train_write_text(r->summary, text, err) : vs_error_set(err, VS_ERR_NOMEM, "out of memory");
-    vs_free(text);
-    return s;
+    return vs_train_write_json(r->summary, &w, err);
 }
 
 /* The model, the pools, the batch buffers; a fresh or resumed state. */
@@ -450,15 +447,8 @@ static vs_status setup_training(mrun *r, vs_error *err) {
     if (s == VS_OK && !settings) s = vs_error_set(err, VS_ERR_NOMEM, "out of memory");
     if (s) return s;
     if (o->resume && vs_train_loop_has_ckpt(L)) { /* run.json was checked before the cache stage */
-        vs_error e1 = {0};
-        if ((s = load_ckpt(r, L->ckpt, &e1)) && access(L->prev, F_OK) == 0) {
-            fprintf(stderr, "vlmspec train head: %s; trying %s\n", e1.msg, L->prev);
-            s = load_ckpt(r, L->prev, err);
-        } else if (s && e1.code) {
-            *err = e1;
-        }
-        if (s == VS_OK) s = vs_train_curve_read_csv(&L->curve, L->csv, true, err);
-        while (s == VS_OK && L->curve.n > 0 && L->curve.pt[L->curve.n - 1].step >= L->st.step) L->curve.n--;
+        s = vs_train_loop_load_newest(L, load_ckpt, r, err);
+        if (s == VS_OK) s = vs_train_loop_restore_curve(L, err);
         if (s == VS_OK) s = evals_start(r, L->st.step, err);
         if (s == VS_OK)
             printf("resumed from step %lld (%llu positions, %.0f s trained)\n", (long long)L->st.step,

@@ -75,8 +75,33 @@ static vs_status loop_save(vs_train_loop *L, vs_error *err) {
     L->st.epoch = ds.epoch, L->st.data_pos = ds.pos, L->st.rng = ds.rng;
     vs_status s = vs_train_loop_rotate(L, err);
     if (s == VS_OK) s = vs_train_vlm_save(L->m, &L->st, L->ckpt, err);
-    if (s == VS_OK) s = vs_train_curve_write_csv(&L->curve, L->csv, err);
+    if (s == VS_OK) s = vs_train_loop_write_curve(L, err);
+    return s;
+}
+
+vs_status vs_train_loop_write_curve(const vs_train_loop *L, vs_error *err) {
+    vs_status s = vs_train_curve_write_csv(&L->curve, L->csv, err);
     if (s == VS_OK) s = vs_train_curve_write_svg(&L->curve, L->svg, L->title, 25, true, err);
+    return s;
+}
+
+vs_status vs_train_loop_load_newest(const vs_train_loop *L, vs_train_ckpt_load_fn load, void *ctx, vs_error *err) {
+    vs_error e1 = {0};
+    bool other = false;
+    vs_status s = load(ctx, L->ckpt, &other, &e1);
+    if (s && !other && access(L->prev, F_OK) == 0) {
+        fprintf(stderr, "vlmspec %s: %s; trying %s\n", L->cmd, e1.msg, L->prev);
+        s = load(ctx, L->prev, &other, err);
+    } else if (s) {
+        *err = e1;
+    }
+    return s ? vs_error_wrap(err, "--resume") : VS_OK;
+}
+
+vs_status vs_train_loop_restore_curve(vs_train_loop *L, vs_error *err) {
+    vs_status s = vs_train_curve_read_csv(&L->curve, L->csv, true, err);
+    /* points written after the checkpoint belong to steps that will be redone */
+    while (s == VS_OK && L->curve.n > 0 && L->curve.pt[L->curve.n - 1].step >= L->st.step) L->curve.n--;
     return s;
 }
 
@@ -100,29 +125,31 @@ vs_train_vlm *vs_train_load_for_run(const char *path, const vs_train_vlm_config 
 /* Loads the newest readable checkpoint (ckpt, else ckpt-prev) into L->m and L->st. It must hold the
  * run's model (*want): a checkpoint of another model is an error, not a reason to fall back to
  * ckpt-prev (only a damaged or unreadable one is). */
+typedef struct vlm_load_ctx {
+    vs_train_loop *L;
+    const vs_train_vlm_config *want;
+    const char *want_what;
+    int max_B, max_T, max_I;
+} vlm_load_ctx;
+
+static vs_status vlm_load(void *p, const char *path, bool *other, vs_error *err) {
+    vlm_load_ctx *c = p;
+    c->L->m = vs_train_load_for_run(path, c->want, c->want_what, c->max_B, c->max_T, c->max_I, &c->L->st, other, err);
+    return c->L->m ? VS_OK : VS_ERR_INVALID;
+}
+
 vs_status vs_train_loop_load(vs_train_loop *L, const vs_train_vlm_config *want, const char *want_what, int max_B,
                            int max_T, int max_I, vs_error *err) {
-    vs_error e1 = {0};
-    bool other = false;
-    L->m = vs_train_load_for_run(L->ckpt, want, want_what, max_B, max_T, max_I, &L->st, &other, &e1);
-    if (!L->m && !other && access(L->prev, F_OK) == 0) {
-        fprintf(stderr, "vlmspec %s: %s; trying %s\n", L->cmd, e1.msg, L->prev);
-        L->m = vs_train_load_for_run(L->prev, want, want_what, max_B, max_T, max_I, &L->st, &other, err);
-    } else if (!L->m) {
-        *err = e1;
-    }
-    if (!L->m) vs_error_wrap(err, "--resume");
-    return L->m ? VS_OK : VS_ERR_INVALID;
+    vlm_load_ctx c = {L, want, want_what, max_B, max_T, max_I};
+    return vs_train_loop_load_newest(L, vlm_load, &c, err) ? VS_ERR_INVALID : VS_OK;
 }
 
 /* After vs_train_loop_load: the data position and the loss curve up to the checkpoint. */
 vs_status vs_train_loop_restore(vs_train_loop *L, vs_error *err) {
     vs_train_data_state dst = {.epoch = L->st.epoch, .pos = L->st.data_pos, .rng = L->st.rng};
     vs_status s = vs_train_data_set_state(L->data, &dst, err);
-    if (s == VS_OK) s = vs_train_curve_read_csv(&L->curve, L->csv, true, err);
+    if (s == VS_OK) s = vs_train_loop_restore_curve(L, err);
     if (s == VS_OK) {
-        /* points written after the checkpoint belong to steps that will be redone */
-        while (L->curve.n > 0 && L->curve.pt[L->curve.n - 1].step >= L->st.step) L->curve.n--;
         printf("resumed from step %lld (epoch %llu, batch %llu, %.0f s trained)\n", (long long)L->st.step,
                (unsigned long long)L->st.epoch, (unsigned long long)L->st.data_pos, L->st.elapsed_s);
     }
@@ -310,6 +337,14 @@ vs_status vs_train_evals_read(const char *path, const char *header, bool keep, i
     }
     vs_free(file);
     if (s == VS_OK && last && last_at) *last = *text + last_at;
+    return s;
+}
+
+vs_status vs_train_write_json(const char *path, vs_json_writer *w, vs_error *err) {
+    char *text = vs_json_writer_take(w, NULL);
+    vs_json_writer_free(w);
+    vs_status s = text ? vs_train_write_text(path, text, err) : vs_error_set(err, VS_ERR_NOMEM, "out of memory");
+    vs_free(text);
     return s;
 }
 

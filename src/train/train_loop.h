@@ -14,6 +14,7 @@
 #ifndef VS_TRAIN_LOOP_H
 #define VS_TRAIN_LOOP_H
 
+#include "json.h"
 #include "threadpool.h"
 #include "train_data.h"
 #include "train_model.h"
@@ -63,6 +64,15 @@ bool vs_train_loop_has_ckpt(const vs_train_loop *L);
 vs_status vs_train_loop_rotate(const vs_train_loop *L, vs_error *err);
 /* run.json must hold exactly `settings` (a resumed or reused run repeats its settings). */
 vs_status vs_train_loop_check_settings(const vs_train_loop *L, const char *settings, vs_error *err);
+/* The newest readable checkpoint of a run of any model: load(ctx, path, other, err) is called for L->ckpt
+ * and, when that fails for another reason than holding another model (*other set by load), for
+ * L->prev. Errors are wrapped with "--resume". */
+typedef vs_status (*vs_train_ckpt_load_fn)(void *ctx, const char *path, bool *other, vs_error *err);
+vs_status vs_train_loop_load_newest(const vs_train_loop *L, vs_train_ckpt_load_fn load, void *ctx, vs_error *err);
+/* The loss curve of L->csv up to the loaded checkpoint (later points belong to steps that will be redone). */
+vs_status vs_train_loop_restore_curve(vs_train_loop *L, vs_error *err);
+/* L->curve as L->csv and L->svg (titled L->title). */
+vs_status vs_train_loop_write_curve(const vs_train_loop *L, vs_error *err);
 /* Loads the newest readable checkpoint (ckpt, else ckpt-prev) into L->m and L->st. It must hold the
  * run's model (*want; want_what says who says so): a checkpoint of another model is an error, not a
  * reason to fall back to ckpt-prev (only a damaged or unreadable one is). */
@@ -89,6 +99,8 @@ vs_train_vlm *vs_train_load_for_run(const char *path, const vs_train_vlm_config 
  * *last (may be NULL) points at the start of the last kept line inside *text, or is NULL. */
 vs_status vs_train_evals_read(const char *path, const char *header, bool keep, int64_t upto, char **text,
                               const char **last, vs_error *err);
+/* Writes w's document to path (vs_train_write_text) and frees w. */
+vs_status vs_train_write_json(const char *path, vs_json_writer *w, vs_error *err);
 /* Appends line (without a newline) to *text and rewrites path with it. */
 vs_status vs_train_evals_append(const char *path, char **text, const char *line, vs_error *err);
 /* Mean loss of the last n curve points. */

@@ -324,7 +324,8 @@ static char *run_settings(const vrun *r, int64_t total) {
 }
 
 /* Loads checkpoint `path` (model, heads, state); *other: it holds another model (no fallback then). */
-static vs_status load_ckpt(vrun *r, const char *path, bool *other, vs_error *err) {
+static vs_status load_ckpt(void *ctx, const char *path, bool *other, vs_error *err) {
+    vrun *r = ctx;
     vs_train_vlm_free(r->m);
     r->m = vs_train_load_for_run(path, &r->cfg, "the flags say", 1, 1, r->o->batch, &r->L.st, other, err);
     if (!r->m) return VS_ERR_INVALID;
@@ -354,19 +355,8 @@ static vs_status evals_start(vrun *r, int64_t upto, bool keep, vs_error *err) {
 
 static vs_status resume(vrun *r, vs_error *err) {
     vs_train_loop *L = &r->L;
-    vs_error e1 = {0};
-    bool other = false;
-    vs_status s = load_ckpt(r, L->ckpt, &other, &e1);
-    if (s && !other && access(L->prev, F_OK) == 0) {
-        fprintf(stderr, "vlmspec train vision: %s; trying %s\n", e1.msg, L->prev);
-        s = load_ckpt(r, L->prev, &other, err);
-    } else if (s) {
-        *err = e1;
-    }
-    if (s) return vs_error_wrap(err, "--resume");
-    if ((s = vs_train_curve_read_csv(&L->curve, L->csv, true, err))) return s;
-    while (L->curve.n > 0 && L->curve.pt[L->curve.n - 1].step >= L->st.step) L->curve.n--;
-    if ((s = evals_start(r, L->st.step, true, err))) return s;
+    vs_status s = vs_train_loop_load_newest(L, load_ckpt, r, err);
+    if (s || (s = vs_train_loop_restore_curve(L, err)) || (s = evals_start(r, L->st.step, true, err))) return s;
     printf("resumed from step %lld (%llu images, %.0f s trained)\n", (long long)L->st.step,
            (unsigned long long)L->st.tokens, L->st.elapsed_s);
     return VS_OK;
@@ -388,8 +378,7 @@ static vs_status save(vrun *r, vs_error *err) {
     vs_train_loop *L = &r->L;
     vs_status s = vs_train_loop_rotate(L, err);
     if (s == VS_OK) s = vs_train_vlm_save_ex(r->m, &L->st, vs_vision_heads_params(r->h), "head", L->ckpt, err);
-    if (s == VS_OK) s = vs_train_curve_write_csv(&L->curve, L->csv, err);
-    if (s == VS_OK) s = vs_train_curve_write_svg(&L->curve, L->svg, "vision pretraining: loss", 25, true, err);
+    if (s == VS_OK) s = vs_train_loop_write_curve(L, err);
     return s;
 }
 
@@ -460,12 +449,7 @@ static vs_status write_summary(vrun *r, vs_error *err) {
     for (int k = 0; k < VS_VHEAD_N; k++) vs_json_kv_num(&w, k_head_names[k], r->res.acc[k]);
     vs_json_obj_end(&w);
     vs_json_obj_end(&w);
-    char *text = vs_json_writer_take(&w, NULL);
-    vs_json_writer_free(&w);
-    vs_status s = text ? vs_train_write_text(r->summary, text, err)
-                       : vs_error_set(err, VS_ERR_NOMEM, "out of memory");
-    vs_free(text);
-    return s;
+    return vs_train_write_json(r->summary, &w, err);
 }
 
 /* Directories, buffers, the model and heads (fresh or resumed), the held-out set, the banner. */
@@ -474,6 +458,7 @@ static vs_status setup(vrun *r, vs_error *err) {
     vs_train_loop *L = &r->L;
     vs_status s;
     L->cmd = "train vision";
+    L->title = "vision pretraining: loss";
     if ((s = model_config(r, err)) || (s = vs_train_loop_dirs(L, o->out, err))) return s;
     snprintf(r->evalcsv, sizeof(r->evalcsv), "%s/eval.csv", o->out);
     snprintf(r->mmproj, sizeof(r->mmproj), "%s/vision-mmproj.gguf", o->out);
