@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "draft_dream.h"
 #include "draft_msd.h"
 #include "methods.h"
 #include "testutil.h"
@@ -753,7 +754,7 @@ static void test_smoke(void) {
     const char *ens[] = {"c",         "p",          "mt",             "mtcp",          "tabed-mt",
                          "tabed-mtcp", "random-mt", "tabed-mtcp-tvd", "tabed-mtcp-ada", "m@k3n10",
                          "mt@w2",      "tabed-mt@k2", "msd",          "msd@k2n6",       "eagle",
-                         "eagle@k2n6"};
+                         "eagle@k2n6", "dream",       "dream@k2n6"};
     { /* random heads for the random target: models/msd-head.gguf, and a non-decoupled one as
        * models/eagle-head.gguf (the EAGLE baseline's role) */
         char tp[600], hp[600];
@@ -766,6 +767,9 @@ static void test_smoke(void) {
         snprintf(hp, sizeof(hp), "%s/%s", models, VS_BENCH_FILE_EAGLE);
         ho.decoupled = false, ho.seed = 5;
         VT_REQUIRE(vs_msd_head_write_random(&ho, t, hp, &err) == VS_OK, "%s", err.msg);
+        snprintf(hp, sizeof(hp), "%s/%s", models, VS_BENCH_FILE_DREAM); /* and a DREAM model */
+        vs_dream_random_opts dro = {.n_head = 2, .n_ff = 64, .n_ctx = 1024, .gate = 0.5f, .seed = 6};
+        VT_REQUIRE(vs_dream_head_write_random(&dro, t, hp, &err) == VS_OK, "%s", err.msg);
         vs_lm_free(t);
     }
     e.n_methods = 0;
@@ -775,11 +779,11 @@ static void test_smoke(void) {
     e.turns[0] = 1, e.n_turns = 1;
     e.limit = 1, e.n_predict = 10, e.progress = false, e.quiet = true;
     VT_REQUIRE(vs_bench_run(&e, &info, &err) == VS_OK, "%s", err.msg);
-    VT_CHECK(info.n_run == 3 * 2 * 17 && info.n_mismatch == 0, "ensembles: %lld cells, %lld mismatches",
+    VT_CHECK(info.n_run == 3 * 2 * 19 && info.n_mismatch == 0, "ensembles: %lld cells, %lld mismatches",
              (long long)info.n_run, (long long)info.n_mismatch);
     snprintf(path, sizeof(path), "%s/results.jsonl", out2);
-    VT_CHECK(file_has(path, "\"msd_head\"") && file_has(path, "\"eagle_head\""),
-             "the results header does not name both head files");
+    VT_CHECK(file_has(path, "\"msd_head\"") && file_has(path, "\"eagle_head\"") && file_has(path, "\"dream\""),
+             "the results header does not name the head files");
     VT_REQUIRE(vs_bench_results_load(path, &res, &err) == VS_OK, "%s", err.msg);
     int caption_recs = 0, caption_timed = 0;
     for (int64_t i = 0; i < res.n; i++) {

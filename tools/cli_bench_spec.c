@@ -28,9 +28,10 @@ static void usage(FILE *f) {
            "inputs:\n"
            "  --models DIR          model directory: target.gguf, target-mmproj.gguf, draft-llava.gguf,\n"
            "                        draft-llava-mmproj.gguf, draft-massv.gguf, draft-massv-mmproj.gguf,\n"
-           "                        msd-head.gguf (the msd methods), eagle-head.gguf (the eagle methods)\n"
+           "                        msd-head.gguf (the msd methods), eagle-head.gguf (the eagle methods),\n"
+           "                        dream.gguf (the dream methods)\n"
            "  --target F, --target-mmproj F, --draft F, --draft-mmproj F, --massv F, --massv-mmproj F,\n"
-           "  --msd-head F, --eagle-head F\n"
+           "  --msd-head F, --eagle-head F, --dream F\n"
            "                        other file names (relative to --models, or absolute)\n"
            "  --data DIR            world dataset (vlmspec data gen)\n"
            "  --split NAME          split to read (default test)\n"
@@ -265,6 +266,7 @@ static int spec_parse(int argc, char **argv, spec_opts *o) {
     cli_flag_add(&fs, "--massv-mmproj", CLI_STR, &c->massv_mmproj, 0, 0);
     cli_flag_add(&fs, "--msd-head", CLI_STR, &c->msd_head, 0, 0);
     cli_flag_add(&fs, "--eagle-head", CLI_STR, &c->eagle_head, 0, 0);
+    cli_flag_add(&fs, "--dream", CLI_STR, &c->dream, 0, 0);
     cli_flag_add(&fs, "--data", CLI_STR, &c->data_dir, 0, 0);
     cli_flag_add(&fs, "--split", CLI_STR, &c->split, 0, 0);
     cli_flag_fn_add(&fs, "--suites", parse_suites, &c->suites);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "draft_dream.h"
 #include "draft_msd.h"
 #include "lm.h"
 
@@ -19,8 +20,9 @@ static void usage(FILE *f) {
             "       vlmspec model info -m MODEL\n"
             "       vlmspec model convert -m MODEL --type T -o OUT\n\n"
             "random: writes a LLaMA-architecture GGUF with random weights ~ N(0, std^2) and norms of 1.\n"
-            "  --arch A               llama (default), or msd: a random MSD draft head for --target\n"
-            "  --target FILE          --arch msd: the target LM (width, vocabulary and embedding probe\n"
+            "  --arch A               llama (default); msd: a random MSD draft head for --target; dream: a\n"
+            "                         random DREAM draft model for --target (its gates at 0.5)\n"
+            "  --target FILE          --arch msd / dream: the target LM (width, vocabulary and embedding probe\n"
             "                         come from it; give --heads, --ffn, --ctx, -o)\n"
             "  --dim D                model width (a multiple of --heads; of 32 for Q8_0/Q4_0, 256 for Q*_K)\n"
             "  --layers L             decoder blocks\n"
@@ -48,10 +50,11 @@ static void usage(FILE *f) {
 }
 
 
-/* --arch's value: "llama" or "msd" (a random MSD draft head for --target). */
+/* --arch's value: "llama", "msd" (a random MSD draft head for --target) or "dream" (a random DREAM draft
+ * model for --target). */
 static bool parse_arch(const char *cmd, const char *flag, const char *v, void *dst) {
-    if (strcmp(v, "llama") && strcmp(v, "msd")) {
-        cli_fail(cmd, "%s %s: 'llama' or 'msd'", flag, v);
+    if (strcmp(v, "llama") && strcmp(v, "msd") && strcmp(v, "dream")) {
+        cli_fail(cmd, "%s %s: 'llama', 'msd' or 'dream'", flag, v);
         return false;
     }
     *(const char **)dst = v;
@@ -89,19 +92,20 @@ static int random_parse(int argc, char **argv, vs_lm_random_opts *o, const char 
     const int r = cli_flags_parse(CMD, argc, argv, &fs, usage);
     if (r >= 0) return r;
     o->type = (vs_type)type;
-    if (!strcmp(*arch, "msd")) { /* the head's width, vocabulary and type come from the target */
+    if (strcmp(*arch, "llama")) { /* a draft head's width, vocabulary and type come from the target */
         const void *not_msd[] = {&o->n_embd, &o->n_layer, &type, tok_from, &o->n_vocab, &o->tied, &o->rope_base,
                                  &o->rms_eps};
         for (size_t i = 0; i < VS_ARRAY_LEN(not_msd); i++)
             if (cli_flag_given(&fs, not_msd[i]))
-                return cli_fail(CMD, "random --arch msd: %s comes from --target", cli_flag_seen(&fs, not_msd[i])), 2;
+                return cli_fail(CMD, "random --arch %s: %s comes from --target", *arch, cli_flag_seen(&fs, not_msd[i])),
+                       2;
         const char *miss = !*target ? "--target" : !o->n_head ? "--heads" : !o->n_ff ? "--ffn" : !o->n_ctx ? "--ctx"
                            : !*out ? "-o" : NULL;
-        if (miss) return cli_fail(CMD, "random --arch msd: %s is required (see --help)", miss), 2;
+        if (miss) return cli_fail(CMD, "random --arch %s: %s is required (see --help)", *arch, miss), 2;
         if (o->n_head_kv < 0) o->n_head_kv = o->n_head;
         return -1;
     }
-    if (*target) return cli_fail(CMD, "random: --target is read with --arch msd only"), 2;
+    if (*target) return cli_fail(CMD, "random: --target is read with --arch msd or dream only"), 2;
     const char *missing = !o->n_embd ? "--dim" : !o->n_layer ? "--layers" : !o->n_head ? "--heads" : !o->n_ff ? "--ffn"
                           : !o->n_ctx ? "--ctx" : type < 0 ? "--type" : !*out ? "-o" : NULL;
     if (missing) return cli_fail(CMD, "random: %s is required (see --help)", missing), 2;
@@ -129,12 +133,31 @@ static int random_msd(const vs_lm_random_opts *o, const char *out, const char *t
     return 0;
 }
 
+/* A random DREAM draft model (draft_dream.h) for a target: benchmarks of its step and tests. Both gates
+ * at 0.5, so that the cross-attention block takes part (a trained model starts at 0: the identity). */
+static int random_dream(const vs_lm_random_opts *o, const char *out, const char *target) {
+    vs_error err = {0};
+    vs_lm *t = vs_lm_load(target, &err);
+    if (!t) return cli_fail_err(CMD, &err);
+    vs_dream_random_opts mo = {.n_head = o->n_head, .n_head_kv = o->n_head_kv, .n_ff = o->n_ff, .n_ctx = o->n_ctx,
+                               .std = o->init_std, .gate = 0.5f, .seed = o->seed};
+    vs_dream_head *h = vs_dream_head_write_random(&mo, t, out, &err) ? NULL : vs_dream_head_load(out, &err);
+    vs_lm_free(t);
+    if (!h) return cli_fail_err(CMD, &err);
+    const vs_lm_config *c = vs_lm_cfg(vs_dream_head_lm(h));
+    printf("wrote %s: dream model for %s, width %d, %d/%d heads, ffn %d, ctx %d\n", out, target, c->n_embd,
+           c->n_head, c->n_head_kv, c->n_ff, c->n_ctx_train);
+    vs_dream_head_free(h);
+    return 0;
+}
+
 static int cmd_random(int argc, char **argv) {
     vs_lm_random_opts o;
     const char *out, *tok_from, *arch, *target;
     const int r = random_parse(argc, argv, &o, &out, &tok_from, &arch, &target);
     if (r >= 0) return r;
     if (!strcmp(arch, "msd")) return random_msd(&o, out, target);
+    if (!strcmp(arch, "dream")) return random_dream(&o, out, target);
     vs_error err = {0};
     vs_gguf *tg = NULL;
     if (tok_from && !(tg = vs_gguf_open(tok_from, &err))) return cli_fail_err(CMD, &err);
@@ -175,6 +198,8 @@ static int cmd_info(int argc, char **argv) {
     else
         printf("%s\n  architecture   llama\n  weights        %s (token_embd %s, output %s)\n", path,
                vs_type_name(c->wtype), vs_type_name(w->tok_embd.type), vs_type_name(w->output.type));
+    if (!strcmp(vs_lm_arch(lm), VS_LM_ARCH_DREAM))
+        printf("  blocks         self-attention, cross-attention to the target's features, self-attention\n");
     printf("  dim            %d\n  layers         %d\n  heads          %d (kv %d, head dim %d)\n", c->n_embd,
            c->n_layer, c->n_head, c->n_head_kv, c->head_dim);
     printf("  ffn            %d\n  vocab          %d\n  context        %d\n", c->n_ff, c->n_vocab, c->n_ctx_train);

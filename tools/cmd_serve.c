@@ -25,6 +25,7 @@ static void usage(FILE *f) {
             "  --massv FILE            the MASSV drafter       --massv-mmproj FILE  its projector\n"
             "  --msd-head FILE         an MSD feature-level head for the target (method msd)\n"
             "  --eagle-head FILE       a second head, the EAGLE baseline (method eagle)\n"
+            "  --dream FILE            a DREAM draft model for the target (method dream)\n"
             "  --chat-template NAME    vicuna-short (default), vicuna or plain (also --template)\n"
             "  -a, --alias NAME        the model id in /v1/models and replies (default: the model's file name)\n"
             "drafting (a request's \"vlmspec\": {\"method\", \"gamma\", \"tree_width\", \"draft_greedy\"} overrides):\n"
@@ -72,6 +73,7 @@ int vs_cmd_serve(int argc, char **argv) {
     cli_flag_add(&fs, "--massv-mmproj", CLI_STR, &mo->draft_mmproj[VS_ROLE_MASSV], 0, 0);
     cli_flag_add(&fs, "--msd-head", CLI_STR, &mo->draft[VS_ROLE_MSD], 0, 0);
     cli_flag_add(&fs, "--eagle-head", CLI_STR, &mo->draft[VS_ROLE_EAGLE], 0, 0);
+    cli_flag_add(&fs, "--dream", CLI_STR, &mo->draft[VS_ROLE_DREAM], 0, 0);
     cli_flag_add(&fs, "--chat-template|--template", CLI_STR, &mo->chat_template, 0, 0);
     cli_flag_add(&fs, "-a|--alias", CLI_STR, &o.alias, 0, 0);
     cli_flag_add(&fs, "--method", CLI_STR, &method, 0, 0);
@@ -113,11 +115,13 @@ int vs_cmd_serve(int argc, char **argv) {
         vs_method_names(names, sizeof(names));
         return cli_fail(CMD, "--method %s: unknown (known: %s)", method, names), 2;
     }
-    const bool any_draft = llava || mo->draft[VS_ROLE_MASSV] || mo->draft[VS_ROLE_MSD] || mo->draft[VS_ROLE_EAGLE];
+    const bool any_draft = llava || mo->draft[VS_ROLE_MASSV] || mo->draft[VS_ROLE_MSD] || mo->draft[VS_ROLE_EAGLE] ||
+                           mo->draft[VS_ROLE_DREAM];
     const void *only[] = {&gamma, &tree_width, &greedy, &o.draft_kv_type};
     for (size_t k = 0; k < VS_ARRAY_LEN(only) && !any_draft; k++)
         if (cli_flag_given(&fs, only[k]))
-            return cli_fail(CMD, "%s needs a drafter (-md FILE, --massv FILE, --msd-head FILE or --eagle-head FILE)",
+            return cli_fail(CMD, "%s needs a drafter (-md FILE, --massv FILE, --msd-head FILE, --eagle-head FILE or "
+                                 "--dream FILE)",
                             cli_flag_seen(&fs, only[k])), 2;
     o.draft.method = method;
     o.draft.gamma = gamma;

@@ -21,7 +21,7 @@ struct vs_lm {
     size_t n_bytes;
     uint8_t *packed;  /* the q4x16 copies of the Q4_0 matrices (VS_LM_MAT.packed points in), or NULL */
     int attn_isa;     /* ISA of the attention kernels in this forward: 0 scalar, 1 AVX2, 2 AVX-512 */
-    const char *arch; /* "llama", or VS_LM_ARCH_HEAD (embedding rows in, hidden states out) */
+    const char *arch; /* "llama", or VS_LM_ARCH_HEAD / VS_LM_ARCH_DREAM (embedding rows in, hidden states out) */
 
     /* scratch, grown to the largest batch / context seen (never shrunk) */
     int cap_rows;     /* rows the buffers below hold */
@@ -71,7 +71,10 @@ static vs_status load_config(const vs_gguf *g, vs_lm_config *c, const char **arc
     vs_gguf_str arch;
     vs_status st = vs_gguf_require_str(g, "general.architecture", &arch, err);
     if (st) return st;
-    const char *A = vs_gguf_str_eq(arch, "llama") ? "llama" : vs_gguf_str_eq(arch, VS_LM_ARCH_HEAD) ? VS_LM_ARCH_HEAD : NULL;
+    const char *A = vs_gguf_str_eq(arch, "llama")           ? "llama"
+                    : vs_gguf_str_eq(arch, VS_LM_ARCH_HEAD)  ? VS_LM_ARCH_HEAD
+                    : vs_gguf_str_eq(arch, VS_LM_ARCH_DREAM) ? VS_LM_ARCH_DREAM
+                                                             : NULL;
     if (!A)
         return vs_error_set(err, VS_ERR_UNSUPPORTED, "%s: general.architecture is '%.*s', expected 'llama'", name,
                             (int)VS_MIN(arch.len, 64), arch.ptr);
@@ -187,7 +190,7 @@ static vs_status load_layers(vs_lm *lm, bool first_norm_optional, vs_error *err)
     return VS_OK;
 }
 
-/* A head (VS_LM_ARCH_HEAD): decoder blocks only. The vocabulary size comes from HEAD.vocab_size (the
+/* A head (VS_LM_ARCH_HEAD, VS_LM_ARCH_DREAM): decoder blocks only. The vocabulary size comes from HEAD.vocab_size (the
  * target's; the drafter uses the target's embedding and LM head); blk.0.attn_norm.weight may be absent
  * (EAGLE: the first block reads its input unnormalised); no token_embd, output_norm or output. */
 static vs_status load_head_layers(vs_lm *lm, vs_error *err) {
@@ -1013,6 +1016,11 @@ vs_status vs_lm_forward(vs_lm *lm, vs_kv *kv, vs_threadpool *tp, const vs_lm_row
         /* residual, then the next layer's attention norm */
         an.w = l + 1 < c->n_layer ? lm->w.layers[l + 1].attn_norm : NULL;
         run_job(tp, job_add_norm, &an, (int64_t)n * c->n_embd);
+        if (out && out->layer_fn && l + 1 < c->n_layer) {
+            out->layer_fn(out->layer_ctx, l, lm->x, n);
+            if (an.w) norm_rows(lm, tp, lm->x, lm->xn, an.w, n);
+            else memcpy(lm->xn, lm->x, (size_t)n * E * sizeof(float));
+        }
         if (out)
             for (int i = 0; i < out->n_layer_out; i++)
                 if (out->layer_ids[i] == l) memcpy(out->layer_hidden[i], lm->x, (size_t)n * E * sizeof(float));

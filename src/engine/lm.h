@@ -27,6 +27,11 @@
  * attn_norm optional. Such a model takes embedding rows only and returns hidden states, no logits. The
  * drafter's own tensors (fc.weight, fc.bias) are read by the drafter (docs/formats.md). */
 #define VS_LM_ARCH_HEAD "msd"
+/* general.architecture of a DREAM draft model: its two self-attention decoder blocks are blk.0 and blk.1
+ * under the prefix "dream." with the same rules as VS_LM_ARCH_HEAD; the cross-attention block between
+ * them (xblk.*), the final norm and the target facts are read by the drafter (draft_dream.h), which runs
+ * the cross-attention block through vs_lm_out.layer_fn. */
+#define VS_LM_ARCH_DREAM "dream"
 
 typedef struct vs_lm_config {
     int n_embd;       /* model width (llama.embedding_length) */
@@ -84,7 +89,7 @@ void vs_lm_free(vs_lm *lm);
 const vs_lm_config *vs_lm_cfg(const vs_lm *lm);
 const vs_lm_weights *vs_lm_w(const vs_lm *lm);
 const vs_gguf *vs_lm_gguf(const vs_lm *lm); /* the file (for the tokenizer keys) */
-const char *vs_lm_arch(const vs_lm *lm);    /* "llama" or VS_LM_ARCH_HEAD */
+const char *vs_lm_arch(const vs_lm *lm);    /* "llama", VS_LM_ARCH_HEAD or VS_LM_ARCH_DREAM */
 int64_t vs_lm_n_params(const vs_lm *lm);    /* values in all weight tensors (tied counted once) */
 size_t vs_lm_weight_bytes(const vs_lm *lm); /* bytes of all weight tensors (tied counted once) */
 
@@ -120,6 +125,13 @@ typedef struct vs_lm_row {
  * valid during the call. */
 typedef void (*vs_lm_attn_fn)(void *ctx, int layer, int row, int head, const float *p, int n_keys);
 
+/* A block of the caller's between two decoder blocks (DREAM's cross-attention block): called after
+ * block `layer` (every layer but the last) with the residual stream x [n][n_embd] of the batch's rows,
+ * which it may change in place; the next block's input norm is then taken of the changed rows. Called on
+ * the forward's own thread outside the pool's jobs (it may run jobs on the pool itself). It cannot fail:
+ * whatever it needs is prepared before the forward. */
+typedef void (*vs_lm_layer_fn)(void *ctx, int layer, float *x, int n);
+
 /* What a forward returns besides filling the cache. Any pointer may be NULL (not wanted). */
 typedef struct vs_lm_out {
     float *logits;           /* [n_want][n_vocab]: rows with want_logits, in batch order */
@@ -130,6 +142,8 @@ typedef struct vs_lm_out {
     vs_lm_attn_fn attn_fn;   /* optional attention observer, see above */
     void *attn_ctx;
     int attn_layer;          /* call attn_fn for this layer only; -1 = every layer */
+    vs_lm_layer_fn layer_fn; /* optional block between layers, see above */
+    void *layer_ctx;
     unsigned mm_flags;       /* vs_matmul_ex flags of this forward's F16/BF16 products (0: the size rule);
                               * a user that keeps them the same on every forward keeps batch invariance */
 } vs_lm_out;

@@ -221,11 +221,12 @@ vs_status vs_bench_write_csv(const vs_bench_record *recs, int64_t n, const char 
 #define VS_BENCH_FILE_MASSV_MMPROJ "draft-massv-mmproj.gguf"
 #define VS_BENCH_FILE_MSD "msd-head.gguf" /* the MSD head (method msd) */
 #define VS_BENCH_FILE_EAGLE "eagle-head.gguf" /* the EAGLE baseline's head (method eagle) */
+#define VS_BENCH_FILE_DREAM "dream.gguf"      /* the DREAM draft model (method dream) */
 
 typedef struct vs_bench_config {
     const char *models_dir; /* directory of the model files */
     /* file names relative to models_dir (or absolute); NULL = the defaults above */
-    const char *target, *target_mmproj, *draft, *draft_mmproj, *massv, *massv_mmproj, *msd_head, *eagle_head;
+    const char *target, *target_mmproj, *draft, *draft_mmproj, *massv, *massv_mmproj, *msd_head, *eagle_head, *dream;
     const char *data_dir;                   /* world dataset directory */
     const char *split;                      /* "test" (default) */
     uint32_t suites;                        /* mask of VS_WORLD_SUITE_BIT; 0 = all but caption */

@@ -76,12 +76,16 @@ static bool file_exists(const char *path, int64_t *bytes) {
     return true;
 }
 
+/* The model files: target, its mmproj, the LLaVA-recipe drafter and its mmproj, MASSV's two, the MSD
+ * and EAGLE heads, the DREAM model. */
+enum { N_FILES = 9 };
+
 /* The header line: what must be equal for results to be comparable (not the method / gamma / limit
  * lists: a resumed run may add cells). */
-static char *make_header(const vs_bench_config *c, const char *const paths[8], bool msd, bool eagle,
+static char *make_header(const vs_bench_config *c, const char *const paths[N_FILES], const bool heads[N_FILES],
                          const vs_world_dataset *d, int32_t n_ctx) {
-    static const char *const keys[8] = {"target", "target_mmproj", "draft",    "draft_mmproj",
-                                        "massv",  "massv_mmproj",  "msd_head", "eagle_head"};
+    static const char *const keys[N_FILES] = {"target", "target_mmproj", "draft",      "draft_mmproj", "massv",
+                                              "massv_mmproj", "msd_head", "eagle_head", "dream"};
     vs_json_writer w;
     vs_json_writer_init(&w);
     vs_json_obj_begin(&w);
@@ -90,8 +94,8 @@ static char *make_header(const vs_bench_config *c, const char *const paths[8], b
     vs_json_kv_int(&w, "version", 1);
     vs_json_key(&w, "models");
     vs_json_obj_begin(&w);
-    for (int i = 0; i < 8; i++) { /* the heads only when a method reads them (older headers stay) */
-        if ((i == 6 && !msd) || (i == 7 && !eagle)) continue;
+    for (int i = 0; i < N_FILES; i++) { /* the heads only when a method reads them (older headers stay) */
+        if (i >= 6 && !heads[i]) continue;
         int64_t bytes = 0;
         vs_json_key(&w, keys[i]);
         if (!file_exists(paths[i], &bytes)) {
@@ -262,7 +266,7 @@ static bool uses(const runner *r, vs_method_role f) {
 /* The model set (drafters only when a method uses them; the projectors when their files exist) and the
  * session whose engine and drafters every cell runs on. Every method's drafter is made here, so a missing
  * file is reported before the first run. */
-static vs_status load_models(runner *r, const char *const paths[8], vs_error *err) {
+static vs_status load_models(runner *r, const char *const paths[N_FILES], vs_error *err) {
     const vs_bench_config *c = r->c;
     vs_models_opts mo = {.model = paths[0], .threads = c->threads, .warm_up = true};
     if (file_exists(paths[1], NULL)) mo.mmproj = paths[1];
@@ -274,6 +278,7 @@ static vs_status load_models(runner *r, const char *const paths[8], vs_error *er
     }
     if (uses(r, VS_ROLE_MSD)) mo.draft[VS_ROLE_MSD] = paths[6];
     if (uses(r, VS_ROLE_EAGLE)) mo.draft[VS_ROLE_EAGLE] = paths[7];
+    if (uses(r, VS_ROLE_DREAM)) mo.draft[VS_ROLE_DREAM] = paths[8];
     bool captions = false;
     for (int i = 0; i < r->n_meth; i++) captions |= r->meth[i]->captions;
     if (captions && !mo.draft_mmproj[VS_ROLE_LLAVA])
@@ -419,17 +424,18 @@ vs_status vs_bench_run(const vs_bench_config *c, vs_bench_run_info *info, vs_err
         if (strcmp(c->methods[i], "ar")) r.spec[r.n_meth] = c->methods[i], r.meth[r.n_meth++] = vs_method_find(c->methods[i]);
     if (r.n_meth > VS_BENCH_MAX_LIST + 1) return vs_error_set(err, VS_ERR_INVALID, "bench: too many methods");
 
-    char paths[8][4096];
-    const char *names[8] = {c->target ? c->target : VS_BENCH_FILE_TARGET,
+    char paths[N_FILES][4096];
+    const char *names[N_FILES] = {c->target ? c->target : VS_BENCH_FILE_TARGET,
                             c->target_mmproj ? c->target_mmproj : VS_BENCH_FILE_TARGET_MMPROJ,
                             c->draft ? c->draft : VS_BENCH_FILE_DRAFT,
                             c->draft_mmproj ? c->draft_mmproj : VS_BENCH_FILE_DRAFT_MMPROJ,
                             c->massv ? c->massv : VS_BENCH_FILE_MASSV,
                             c->massv_mmproj ? c->massv_mmproj : VS_BENCH_FILE_MASSV_MMPROJ,
                             c->msd_head ? c->msd_head : VS_BENCH_FILE_MSD,
-                            c->eagle_head ? c->eagle_head : VS_BENCH_FILE_EAGLE};
-    const char *pp[8];
-    for (int i = 0; i < 8; i++)
+                            c->eagle_head ? c->eagle_head : VS_BENCH_FILE_EAGLE,
+                            c->dream ? c->dream : VS_BENCH_FILE_DREAM};
+    const char *pp[N_FILES];
+    for (int i = 0; i < N_FILES; i++)
         model_path(paths[i], sizeof(paths[i]), c->models_dir, names[i]), pp[i] = paths[i];
 
     uint32_t mask = c->suites ? c->suites : VS_WORLD_DEFAULT_SUITES; /* drills are training data, not a benchmark */
@@ -446,7 +452,9 @@ vs_status vs_bench_run(const vs_bench_config *c, vs_bench_run_info *info, vs_err
     }
     if ((st = mkdir_p(c->out_dir, err))) goto done;
     if ((st = load_models(&r, pp, err))) goto done;
-    if (!(header = make_header(c, pp, uses(&r, VS_ROLE_MSD), uses(&r, VS_ROLE_EAGLE), r.d, r.n_ctx))) {
+    const bool heads[N_FILES] = {[6] = uses(&r, VS_ROLE_MSD), [7] = uses(&r, VS_ROLE_EAGLE),
+                                 [8] = uses(&r, VS_ROLE_DREAM)};
+    if (!(header = make_header(c, pp, heads, r.d, r.n_ctx))) {
         st = vs_error_set(err, VS_ERR_NOMEM, "out of memory");
         goto done;
     }

@@ -122,7 +122,7 @@ static bool run_merged(vs_batch *b, pending **q, int n) {
 /* Whether a block can share a forward with others: logits only, the same model, cache and flags. */
 static bool mergeable(const pending *a, const pending *q) {
     const vs_lm_out *o = q->out;
-    if (o && (o->hidden || o->n_layer_out > 0 || o->attn_fn)) return false;
+    if (o && (o->hidden || o->n_layer_out > 0 || o->attn_fn || o->layer_fn)) return false;
     if (!a) return true;
     const unsigned fa = a->out ? a->out->mm_flags : 0, fq = o ? o->mm_flags : 0;
     return a->lm == q->lm && a->kv == q->kv && a->tp == q->tp && fa == fq;

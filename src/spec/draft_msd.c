@@ -121,6 +121,15 @@ void vs_msd_embd_probe(const vs_lm *target, float probe[VS_MSD_PROBE]) {
     vs_free(row);
 }
 
+double vs_msd_probe_cosine(const float stored[VS_MSD_PROBE], const vs_lm *target) {
+    float p[VS_MSD_PROBE];
+    vs_msd_embd_probe(target, p);
+    double ab = 0, aa = 0, bb = 0;
+    for (int i = 0; i < VS_MSD_PROBE; i++)
+        ab += (double)p[i] * stored[i], aa += (double)p[i] * p[i], bb += (double)stored[i] * stored[i];
+    return aa > 0 && bb > 0 ? ab / sqrt(aa * bb) : 0;
+}
+
 vs_status vs_msd_head_check(const vs_msd_head *h, const vs_lm *target, vs_error *err) {
     const vs_lm_config *hc = vs_lm_cfg(h->lm), *tc = vs_lm_cfg(target);
     const char *tn = vs_gguf_name(vs_lm_gguf(target));
@@ -130,12 +139,7 @@ vs_status vs_msd_head_check(const vs_msd_head *h, const vs_lm *target, vs_error 
     if (hc->n_vocab != tc->n_vocab)
         return vs_error_set(err, VS_ERR_INVALID, "MSD head %s was made for a vocabulary of %d tokens, the target %s "
                             "has %d", hname(h), hc->n_vocab, tn, tc->n_vocab);
-    float p[VS_MSD_PROBE];
-    vs_msd_embd_probe(target, p);
-    double ab = 0, aa = 0, bb = 0;
-    for (int i = 0; i < VS_MSD_PROBE; i++) ab += (double)p[i] * h->probe[i], aa += (double)p[i] * p[i],
-                                          bb += (double)h->probe[i] * h->probe[i];
-    const double cs = aa > 0 && bb > 0 ? ab / sqrt(aa * bb) : 0;
+    const double cs = vs_msd_probe_cosine(h->probe, target);
     if (!(cs >= 0.9))
         return vs_error_set(err, VS_ERR_INVALID,
                             "MSD head %s was trained on another target's token embedding than %s's (probe "

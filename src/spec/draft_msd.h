@@ -56,6 +56,9 @@ vs_status vs_msd_head_check(const vs_msd_head *h, const vs_lm *target, vs_error 
 /* The 32 probe values of a model's token embedding (what a head file stores). */
 #define VS_MSD_PROBE 32
 void vs_msd_embd_probe(const vs_lm *target, float probe[VS_MSD_PROBE]);
+/* Cosine between a stored probe and the target's (>= 0.9: trained on this target's embedding; the DREAM
+ * drafter checks its files the same way). */
+double vs_msd_probe_cosine(const float stored[VS_MSD_PROBE], const vs_lm *target);
 
 /* Writing head files. The shape of a head: its block (width = the target's) and the target facts it
  * records. Tensors in file order: fc.weight, fc.bias, blk.0.attn_{q,k,v,output}.weight,

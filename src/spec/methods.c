@@ -28,6 +28,28 @@ static vs_spec_drafter *make_msd(const vs_method *m, const vs_method_models *mm,
     return vs_draft_msd_new(h, mm->target, &mo, err);
 }
 
+/* The DREAM draft model (draft_dream.h) over the target's features. */
+static vs_spec_drafter *make_dream(const vs_method *m, const vs_method_models *mm, const vs_method_opts *o,
+                                   vs_error *err) {
+    if (!mm->dream) {
+        vs_error_set(err, VS_ERR_INVALID, "method %s needs a DREAM model file (-md FILE), which is not loaded",
+                     m->name);
+        return NULL;
+    }
+    if (o->tree_width > 1) {
+        vs_error_set(err, VS_ERR_INVALID, "method %s drafts chains or EAGLE-2 trees (NAME@kK[nN]), not width trees",
+                     m->name);
+        return NULL;
+    }
+    vs_draft_dream_opts d = {.n_ctx = o->n_ctx,
+                             .kv_type = o->kv_type,
+                             .tp = mm->tp,
+                             .greedy = o->greedy,
+                             .tree_top_k = o->tree_top_k,
+                             .tree_nodes = o->tree_nodes};
+    return vs_draft_dream_new(mm->dream, mm->target, &d, err);
+}
+
 static vs_lm *need_draft(const vs_method *m, const vs_method_models *mm, vs_error *err) {
     vs_lm *d = mm->draft[m->role];
     if (!d)
@@ -135,6 +157,9 @@ static const vs_method method_table[] = {
     {"eagle", "EAGLE", VS_METHOD_SINGLE, VS_ROLE_EAGLE,
      "the EAGLE baseline: a second head file, trained without decoupled images (eagle@kK[nN] for trees)", make_msd, 0,
      false, false},
+    {"dream", "DREAM", VS_METHOD_SINGLE, VS_ROLE_DREAM,
+     "the DREAM draft model: cross-attention to the target's features (chains; EAGLE-2 trees with dream@kK[nN])",
+     make_dream, 0, false, false},
 };
 
 const vs_method *vs_methods(int *n) {

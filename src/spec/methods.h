@@ -6,13 +6,15 @@
  *
  * A method drafts with one of two drafter files (vs_method_role): the LLaVA-recipe drafter
  * (models/draft-llava*.gguf, any small LM sharing the target's vocabulary given with -md) or the MASSV
- * drafter (models/draft-massv*.gguf); the MSD method drafts with a feature-level head file (-md names it).
+ * drafter (models/draft-massv*.gguf); the MSD and EAGLE methods draft with a feature-level head file, DREAM
+ * with a DREAM model file (-md names them).
  * The method "ar" is target-only decoding (no drafter). */
 #ifndef VS_METHODS_H
 #define VS_METHODS_H
 
 #include "caption.h"
 #include "draft_ensemble.h"
+#include "draft_dream.h"
 #include "draft_msd.h"
 #include "lm.h"
 #include "spec.h"
@@ -31,8 +33,9 @@ typedef enum vs_method_role {
     VS_ROLE_MSD = 3,   /* the MSD feature-level head (draft_msd.h; a head file, not an LM; no projector) */
     VS_ROLE_EAGLE = 4, /* a second head file, the EAGLE baseline (trained with --no-decouple --one-stage),
                         * drafted by the same code: MSD and EAGLE side by side in one run */
+    VS_ROLE_DREAM = 5, /* the DREAM draft model (draft_dream.h; its own file, no projector) */
 } vs_method_role;
-#define VS_N_ROLES 5
+#define VS_N_ROLES 6
 /* Roles whose file is a feature-level head (draft_msd.h), not a drafter LM. */
 static inline bool vs_role_is_head(int r) { return r == VS_ROLE_MSD || r == VS_ROLE_EAGLE; }
 
@@ -42,6 +45,7 @@ typedef struct vs_method_models {
     const vs_vision_tower *tower;                  /* the target's tower, NULL for text-only use */
     vs_lm *draft[VS_N_ROLES];                      /* by role; NULL when not loaded (and for the head roles) */
     const vs_msd_head *head[VS_N_ROLES];           /* the head roles' files (vs_role_is_head), NULL when not loaded */
+    const vs_dream_head *dream;                    /* VS_ROLE_DREAM's file, NULL when not loaded */
     const vs_vision_projector *proj[VS_N_ROLES];   /* each drafter's projector, NULL when not loaded */
     vs_threadpool *tp;                             /* borrowed; NULL = caller's thread */
     vs_caption_src *captions;                      /* caption methods: their source (one request at a time) */

@@ -10,7 +10,7 @@
 #include "mmprompt.h"
 
 #define MAX_CACHED_IMAGES 64
-#define MAX_DRAFTERS 16
+#define MAX_DRAFTERS 32 /* as many as `bench spec --methods` lists (VS_BENCH_MAX_LIST) */
 
 /* ------------------------------------------------------------------------------------------------
  * The model set */
@@ -25,6 +25,7 @@ struct vs_models {
     vs_lm *draft[VS_N_ROLES];
     vs_mmproj *draft_mmproj[VS_N_ROLES];
     vs_msd_head *head[VS_N_ROLES]; /* the head roles' files (vs_role_is_head) */
+    vs_dream_head *dream;          /* VS_ROLE_DREAM's file */
     vs_threadpool *tp;
     const vs_chat_template *tpl;
     vs_preproc_mode preproc;
@@ -91,6 +92,14 @@ static vs_status models_load(vs_models *m, const vs_models_opts *o, vs_error *er
             if ((st = vs_msd_head_check(m->head[r], m->target, err))) return st;
             continue;
         }
+        if (r == VS_ROLE_DREAM) {
+            if (o->draft_mmproj[r])
+                return vs_error_set(err, VS_ERR_INVALID, "%s: a DREAM model reads the target's image rows: it has no "
+                                    "projector", o->draft_mmproj[r]);
+            if (!(m->dream = vs_dream_head_load(o->draft[r], err))) return err->code;
+            if ((st = vs_dream_head_check(m->dream, m->target, err))) return st;
+            continue;
+        }
         if (!(m->draft[r] = vs_lm_load(o->draft[r], err))) return err->code;
         if (o->draft_mmproj[r]) {
             if (!(m->draft_mmproj[r] = vs_mmproj_open(o->draft_mmproj[r], err))) return err->code;
@@ -152,6 +161,7 @@ void vs_models_free(vs_models *m) {
         vs_lm_free(m->draft[r]);
         vs_msd_head_free(m->head[r]);
     }
+    vs_dream_head_free(m->dream);
     vs_mmproj_free(m->mmproj_owned);
     vs_tokenizer_free(m->tok_owned);
     if (!m->borrowed) {
@@ -461,6 +471,7 @@ static cached_drafter *drafter_get(vs_session *s, const vs_draft_cfg *c, vs_erro
         for (int r = 1; r < VS_N_ROLES; r++)
             mm.draft[r] = s->m->draft[r], mm.head[r] = s->m->head[r],
             mm.proj[r] = vs_models_draft_projector(s->m, (vs_method_role)r);
+        mm.dream = s->m->dream;
         if (m->captions && !(mm.captions = captions(s, err))) return NULL;
         vs_method_opts mo = c->opts;
         vs_method_shape(c->method, &mo);

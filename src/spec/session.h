@@ -47,7 +47,7 @@ typedef struct vs_models_opts {
     const char *model;                    /* the target LM (GGUF with a tokenizer); required */
     const char *mmproj;                   /* its mmproj (tower + projector); NULL: text only */
     const char *draft[VS_N_ROLES];        /* drafter LMs by role (methods.h; the head roles VS_ROLE_MSD
-                                           * and VS_ROLE_EAGLE: head files);
+                                           * and VS_ROLE_EAGLE: head files; VS_ROLE_DREAM: a DREAM file);
                                            * NULL: none */
     const char *draft_mmproj[VS_N_ROLES]; /* their projectors (projector-only files are fine) */
     int32_t threads;                      /* <= 1: the caller's thread only */
