@@ -576,6 +576,30 @@ static void test_method_shapes(void) {
         VT_CHECK(o.tree_width == cases[i].w && o.tree_top_k == cases[i].k && o.tree_nodes == cases[i].n,
                  "%s: width %d top-k %d nodes %d", cases[i].name, o.tree_width, o.tree_top_k, o.tree_nodes);
     }
+    /* visual token compression: @vP after the tree part or alone */
+    static const struct {
+        const char *name;
+        bool ok;
+        int k, n, v;
+    } vc[] = {{"dream@v75", true, 0, 0, 75},   {"dream@k4n24v50", true, 4, 24, 50}, {"dream@k2v100", true, 2, 0, 100},
+              {"dream@v0", false, 0, 0, 0},    {"dream@v101", false, 0, 0, 0},      {"dream@v", false, 0, 0, 0},
+              {"dream@v50k2", false, 0, 0, 0}, {"dream@w2v50", true, 0, 0, 50}};
+    for (size_t i = 0; i < VS_ARRAY_LEN(vc); i++) {
+        const vs_method *m = vs_method_find(vc[i].name);
+        VT_CHECK(!!m == vc[i].ok, "%s: %s", vc[i].name, m ? "accepted" : "refused");
+        if (!m) continue;
+        vs_method_opts o = {.visual_keep = 33};
+        vs_method_shape(vc[i].name, &o);
+        VT_CHECK(o.tree_top_k == vc[i].k && o.tree_nodes == vc[i].n && o.visual_keep == vc[i].v,
+                 "%s: top-k %d nodes %d keep %d", vc[i].name, o.tree_top_k, o.tree_nodes, o.visual_keep);
+    }
+    {
+        vs_error err = {0};
+        vs_method_opts o = {.visual_keep = 50};
+        vs_method_models mm = {0};
+        VT_CHECK(!vs_method_drafter_new(vs_method_find("m"), &mm, &o, &err) && strstr(err.msg, "DREAM's"),
+                 "compression refused for method m: %s", err.msg);
+    }
     vs_method_opts o = {.tree_top_k = 4};
     VT_CHECK(vs_method_verify_rows(&o, 5) == 33, "EAGLE-2 k4: %d rows", vs_method_verify_rows(&o, 5));
     o.tree_nodes = 20;

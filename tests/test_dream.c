@@ -6,6 +6,9 @@
  *   - the tree mask inside the cross-attention: every fed node of an EAGLE-2 tree has the feature the
  *     same path gets as a chain; with the released code's fault switched on (nodes see other branches'
  *     drafted features) the check fails;
+ *   - visual token compression (keep 50% / 75%): lossless greedy, chains and trees, with prefix reuse; the
+ *     rows kept are those of highest last-layer attention in the target's prefill, as recomputed here
+ *     with an attention observer;
  *   - lossless sampling: the joint law of 3 sampled tokens (V = 16) with a sampled chain and a
  *     deterministic EAGLE-2 tree equals target-only sampling (chi-square);
  *   - bad input: a model of another width, vocabulary or embedding, not a DREAM file, a truncated file,
@@ -198,6 +201,124 @@ static void test_lossless_and_cache(void) {
                  "unseen rows: lossless, one starved request (%d)", ds->n_starved);
         vs_spec_drafter_free(d);
     }
+    vs_dream_head_free(h);
+    for (int k = 0; k < NPR; k++) vs_spec_log_free(&base[k]);
+    vs_spec_log_free(&log);
+    free(P.img);
+    st_free_engine(&e);
+    vs_lm_free(target);
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * visual token compression */
+
+typedef struct attn_acc {
+    double *sum; /* [keys] */
+    int n_head;
+} attn_acc;
+
+static void acc_cb(void *ctx, int layer, int row, int head, const float *p, int n_keys) {
+    attn_acc *a = ctx;
+    (void)layer, (void)row, (void)head;
+    for (int k = 0; k < n_keys; k++) a->sum[k] += (double)p[k] / a->n_head; /* single-threaded forward */
+}
+
+/* Checks the drafter's choice after a request over prompt p: per image, the kept rows are the
+ * ceil(keep n) of highest attention received in the target's last layer from the prefill's queries (rows
+ * 0 .. n - 2); returns the number of wrong rows (a kept row scoring below a dropped one of its image). */
+static int check_selection(vs_lm *target, vs_spec_drafter *d, const vs_spec_prompt *p, float keep, int *n_dropped) {
+    vs_error err = {0};
+    const vs_lm_config *tc = vs_lm_cfg(target);
+    const int E = tc->n_embd, n = (int)vs_spec_prompt_rows(p);
+    float *emb = malloc(sizeof(float) * (size_t)n * E);
+    vs_lm_row rows[64];
+    memset(rows, 0, sizeof(rows));
+    int seg_of[64], r = 0;
+    for (int s = 0; s < p->n_seg; s++)
+        for (int j = 0; j < p->seg[s].n; j++, r++) {
+            const vs_spec_segment *g = &p->seg[s];
+            seg_of[r] = g->kind == VS_SPEC_SEG_IMAGE ? s : -1;
+            if (seg_of[r] >= 0) memcpy(emb + (size_t)r * E, g->embd + (size_t)j * E, sizeof(float) * (size_t)E);
+            else vs_lm_embed(target, g->tokens[j], emb + (size_t)r * E, NULL);
+            rows[r].embd = emb + (size_t)r * E, rows[r].pos = r;
+        }
+    double sum[64] = {0};
+    attn_acc acc = {.sum = sum, .n_head = tc->n_head};
+    vs_kv *kv = vs_lm_kv_new(target, 1, 64, VS_TYPE_F32, &err);
+    vs_lm_out out = {.attn_fn = acc_cb, .attn_ctx = &acc, .attn_layer = tc->n_layer - 1};
+    VT_REQUIRE(vs_lm_forward(target, kv, NULL, rows, n - 1, &out, &err) == VS_OK, "%s", err.msg);
+    int wrong = 0;
+    *n_dropped = 0;
+    for (int a = 0; a < n;) {
+        if (seg_of[a] < 0) {
+            VT_CHECK(vs_draft_dream_row_kept(d, a) == 1, "text row %d dropped", a);
+            a++;
+            continue;
+        }
+        int b = a, kept = 0;
+        while (b < n && seg_of[b] == seg_of[a]) kept += vs_draft_dream_row_kept(d, b++) == 1;
+        const int want = (int)ceil((double)keep * (b - a) - 1e-9);
+        VT_CHECK(kept == want, "image at row %d: %d of %d rows kept, want %d", a, kept, b - a, want);
+        for (int i = a; i < b; i++)
+            for (int j = a; j < b; j++)
+                wrong += vs_draft_dream_row_kept(d, i) == 1 && vs_draft_dream_row_kept(d, j) == 0 &&
+                         sum[i] < sum[j] - 1e-6;
+        *n_dropped += (b - a) - kept;
+        a = b;
+    }
+    vs_kv_free(kv);
+    free(emb);
+    return wrong;
+}
+
+static void test_compression(void) {
+    vs_error err = {0};
+    const int E = 32, V = 96;
+    vs_lm *target = make_target(E, V, 7, 0.2f, "dream-target.gguf"); /* written by test_lossless_and_cache */
+    prompts P;
+    make_prompts(&P, E, V, 99);
+    st_engine e = st_make_engine(target, 256);
+    vs_spec_log base[NPR], log;
+    for (int k = 0; k < NPR; k++) {
+        vs_spec_log_init(&base[k]);
+        VT_REQUIRE(gen(&e, NULL, &P.p[k], 0, 24, false, &base[k], &err) == VS_OK, "%s", err.msg);
+    }
+    vs_spec_log_init(&log);
+    vs_dream_head *h = make_head_std(target, 5, 0.3f, "dream-head.gguf");
+    int runs = 0, mism = 0, wrong = 0, dropped = 0;
+    for (int kk = 0; kk < 2; kk++)
+        for (int topk = 0; topk <= 3; topk += 3) {
+            const float keep = kk ? 0.75f : 0.5f;
+            vs_draft_dream_opts o = {.tree_top_k = topk, .tree_nodes = topk ? 10 : 0, .visual_keep = keep};
+            vs_spec_drafter *d = vs_draft_dream_new(h, target, &o, &err);
+            VT_REQUIRE(d, "%s", err.msg);
+            VT_CHECK(d->want_attn_recv, "a compressing drafter asks for the attention scores");
+            for (int k = 0; k < NPR; k++)
+                for (int reuse = 0; reuse < 2; reuse++) {
+                    VT_REQUIRE(gen(&e, d, &P.p[k], 4, 24, reuse, &log, &err) == VS_OK, "%s", err.msg);
+                    runs++;
+                    if (!st_same_tokens(&log, &base[k], false)) {
+                        mism++;
+                        VT_CHECK(false, "keep %g top-k %d prompt %d reuse %d: output differs from target-only", keep,
+                                 topk, k, reuse);
+                    }
+                    int nd;
+                    wrong += check_selection(target, d, &P.p[k], keep, &nd);
+                    dropped += nd;
+                }
+            vs_spec_drafter_free(d);
+        }
+    printf("  visual token compression (keep 50%%, 75%%; chains, EAGLE-2): %d runs, %d mismatches, %d image rows "
+           "dropped, %d rows out of attention order\n", runs, mism, dropped, wrong);
+    VT_CHECK(mism == 0 && wrong == 0 && dropped > 0, "compression: %d mismatches, %d misordered, %d dropped", mism,
+             wrong, dropped);
+    vs_draft_dream_opts bad = {.visual_keep = 1.5f};
+    VT_CHECK(!vs_draft_dream_new(h, target, &bad, &err) && strstr(err.msg, "outside (0, 1]"), "keep 1.5: %s", err.msg);
+    bad.visual_keep = -0.25f;
+    VT_CHECK(!vs_draft_dream_new(h, target, &bad, &err) && strstr(err.msg, "outside (0, 1]"), "keep -0.25: %s",
+             err.msg);
+    bad.visual_keep = NAN;
+    VT_CHECK(!vs_draft_dream_new(h, target, &bad, &err) && strstr(err.msg, "outside (0, 1]"), "keep NaN: %s", err.msg);
     vs_dream_head_free(h);
     for (int k = 0; k < NPR; k++) vs_spec_log_free(&base[k]);
     vs_spec_log_free(&log);
@@ -443,6 +564,14 @@ static void test_cli(void) {
     VT_CHECK(rc == 1 && st_file_has(O, "width"), "a DREAM model for another target (rc %d)", rc);
     rc = vt_run("%s generate -m %s -md %s --method dream@w2 --raw -p 'abc' -n 4 > %s 2>&1", vt_cli(), T, H, O);
     VT_CHECK(rc != 0 && st_file_has(O, "not width trees"), "dream@w2 refused (rc %d)", rc);
+    rc = vt_run("%s generate -m %s -md %s --method dream@k2v50 --draft 3 --raw -p 'abc de' -n 12 --temp 0 --compare "
+                "> /dev/null 2> %s", vt_cli(), T, H, O);
+    VT_CHECK(rc == 0 && st_file_has(O, "is identical to"), "generate --method dream@k2v50 (rc %d)", rc);
+    const char *bad[] = {"dream@v0", "dream@v101", "dream@k2v", "dream@vv50"};
+    for (size_t i = 0; i < VS_ARRAY_LEN(bad); i++) {
+        rc = vt_run("%s generate -m %s -md %s --method %s --raw -p 'abc' -n 4 > %s 2>&1", vt_cli(), T, H, bad[i], O);
+        VT_CHECK(rc != 0 && st_file_has(O, "unknown"), "--method %s refused (rc %d)", bad[i], rc);
+    }
 }
 
 int main(int argc, char **argv) {
@@ -450,6 +579,7 @@ int main(int argc, char **argv) {
     const double t0 = vs_time_now();
     test_bad_input();
     test_lossless_and_cache();
+    test_compression();
     test_tree_mask();
     test_sampling();
     test_cli();

@@ -332,17 +332,25 @@ typedef struct dream {
     int64_t *key;
     int32_t *tok;
     const float **img;
-    float *ck, *cv;   /* [cap][KV] cross-attention keys / values of the final rows' features */
+    float *ck, *cv;   /* [cap][KV] cross-attention keys / values of the final rows' features, by row */
     int32_t n_rows;   /* rows known (prompt, accepted, pending) */
     int32_t n_feat;   /* rows 0 .. n_feat - 1 have keys / values */
     bool starved;
+    /* visual token compression: the draft's stream holds the kept rows only (every text row, the best
+     * `keep` of each image's rows by the attention they received in the target's prefill) */
+    float keep;       /* fraction of each image's rows kept; 1 = all */
+    float *score;     /* [cap] attention received (image rows of this request) */
+    int32_t *imgseg;  /* [cap] image rows awaiting a decision: their prompt segment; else -1 */
+    uint8_t *drop;    /* [cap] row left out of the draft's stream */
+    int32_t *krow;    /* [cap] the row of each stream slot */
+    int32_t *slot_of; /* [cap] the stream slot of each row, -1 = dropped */
     /* drafted features of the block in flight: entry 0 = the pending row's slot, 1 + s = fed row s */
     float *ak, *av, *af; /* [cap_app][KV], [cap_app][KV], [cap_app][H] */
     int32_t n_app, cap_app;
     bool fed;
     int32_t base; /* draft cache length before the drafted slots (= pending row + 1) */
-    /* what each row of the forward in flight cross-attends to: keys [0, vis_true) of ck, and the vis_n
-     * drafted entries listed at vis + r * vis_cap */
+    /* what each row of the forward in flight cross-attends to: the keys of stream slots [0, vis_true)
+     * (rows krow[0 .. vis_true)), and the vis_n drafted entries listed at vis + r * vis_cap */
     int32_t *vis_true, *vis_n, *vis;
     int32_t vis_cap;
     /* scratch, [rows][...] */
@@ -443,11 +451,12 @@ static void cross_block(void *ctx, int layer, float *x, int n) {
             memset(o, 0, sizeof(float) * (size_t)hd);
             const int32_t nk = nt + na;
             if (nk == 0) continue; /* nothing to attend to (the first row): the branch adds 0 */
-            for (int32_t j = 0; j < nt; j++) d->sc[j] = vs_dot_f32(q, d->ck + (size_t)j * d->KV + ko, hd) * scale;
+            for (int32_t j = 0; j < nt; j++)
+                d->sc[j] = vs_dot_f32(q, d->ck + (size_t)d->krow[j] * d->KV + ko, hd) * scale;
             for (int32_t a = 0; a < na; a++)
                 d->sc[nt + a] = vs_dot_f32(q, d->ak + (size_t)va[a] * d->KV + ko, hd) * scale;
             vs_softmax_inplace(d->sc, nk);
-            for (int32_t j = 0; j < nt; j++) vs_axpy_f32(o, d->sc[j], d->cv + (size_t)j * d->KV + ko, hd);
+            for (int32_t j = 0; j < nt; j++) vs_axpy_f32(o, d->sc[j], d->cv + (size_t)d->krow[j] * d->KV + ko, hd);
             for (int32_t a = 0; a < na; a++) vs_axpy_f32(o, d->sc[nt + a], d->av + (size_t)va[a] * d->KV + ko, hd);
         }
     }
@@ -513,7 +522,7 @@ static vs_status append_drafted(dream *d, const float *f, int32_t n, vs_error *e
  * entry 0, seen by every drafted node. */
 static vs_status fill_true(dream *d, vs_error *err) {
     int32_t t = vs_kv_seq_len(d->kv, 0), n = 0;
-    const int32_t end = VS_MIN(d->n_feat, d->n_rows - 1); /* the last computable slot */
+    const int32_t end = d->slot_of[d->n_rows - 1]; /* the pending row's slot (every earlier row has keys) */
     if (t > end) return vs_error_set(err, VS_ERR_INVALID, "DREAM drafter %s: no slot to draft from", dname(d));
     while (t <= end) {
         n = VS_MIN(512, end - t + 1);
@@ -525,7 +534,7 @@ static vs_status fill_true(dream *d, vs_error *err) {
             row->pos = t + r;
             d->vis_true[r] = t + r;
             d->vis_n[r] = 0;
-            if ((st = row_embd(d, t + r, d->in + (size_t)r * d->H, err))) return st;
+            if ((st = row_embd(d, d->krow[t + r], d->in + (size_t)r * d->H, err))) return st;
         }
         if ((st = draft_forward(d, n, err))) return st;
         d->stats.true_rows += n;
@@ -544,7 +553,18 @@ static vs_status ensure_cap(dream *d, int32_t cap, vs_error *err) {
     if (tok) d->tok = tok;
     const float **img = vs_realloc((void *)d->img, sizeof(float *) * (size_t)cap);
     if (img) d->img = img;
-    if (!key || !tok || !img || !grow_f(&d->ck, (size_t)cap * d->KV) || !grow_f(&d->cv, (size_t)cap * d->KV))
+    float *score = vs_realloc(d->score, sizeof(float) * (size_t)cap);
+    if (score) d->score = score;
+    int32_t *imgseg = vs_realloc(d->imgseg, sizeof(int32_t) * (size_t)cap);
+    if (imgseg) d->imgseg = imgseg;
+    uint8_t *drop = vs_realloc(d->drop, (size_t)cap);
+    if (drop) d->drop = drop;
+    int32_t *krow = vs_realloc(d->krow, sizeof(int32_t) * (size_t)cap);
+    if (krow) d->krow = krow;
+    int32_t *slot_of = vs_realloc(d->slot_of, sizeof(int32_t) * (size_t)cap);
+    if (slot_of) d->slot_of = slot_of;
+    if (!key || !tok || !img || !score || !imgseg || !drop || !krow || !slot_of ||
+        !grow_f(&d->ck, (size_t)cap * d->KV) || !grow_f(&d->cv, (size_t)cap * d->KV))
         return doom(d, err);
     d->cap = cap;
     return ensure_app(d, 1, err); /* score rows cover the new context */
@@ -579,11 +599,22 @@ static vs_status dr_begin(vs_spec_drafter *base, const vs_spec_begin_info *req, 
             d->img[i] = g->kind == VS_SPEC_SEG_TEXT ? NULL : g->embd + (size_t)j * d->H;
         }
     }
+    /* rows after the common prefix: kept unless compression drops them (decided at the first propose,
+     * when the prefill has delivered every score); the prefix keeps its decisions */
+    for (int32_t s = 0, r = 0; s < p->n_seg; s++)
+        for (int32_t j = 0; j < p->seg[s].n; j++, r++) {
+            if (r < common) continue;
+            d->drop[r] = 0;
+            d->score[r] = 0;
+            d->imgseg[r] = p->seg[s].kind == VS_SPEC_SEG_IMAGE && d->keep < 1 ? s : -1;
+        }
     d->n_rows = (int32_t)n;
     d->n_feat = VS_MIN(d->n_feat, common);
-    /* slot t stays when rows 0 .. t are unchanged and the keys of rows < t are kept */
-    const int32_t keep = VS_MIN(vs_kv_seq_len(d->kv, 0), VS_MIN(common, d->n_feat + 1));
-    return vs_kv_seq_truncate(d->kv, 0, keep, err);
+    /* slot t stays when the rows up to its row are unchanged and the keys of the rows before it kept */
+    const int32_t valid = VS_MIN(common, d->n_feat + 1);
+    int32_t slots = 0;
+    for (int32_t r = 0; r < valid; r++) slots += !d->drop[r];
+    return vs_kv_seq_truncate(d->kv, 0, VS_MIN(vs_kv_seq_len(d->kv, 0), slots), err);
 }
 
 static vs_status dr_target_rows(vs_spec_drafter *base, const vs_spec_features *f, vs_error *err) {
@@ -610,7 +641,38 @@ static vs_status dr_target_rows(vs_spec_drafter *base, const vs_spec_features *f
     }
     d->n_feat = VS_MAX(d->n_feat, f->pos0 + f->n);
     d->stats.features += f->n;
+    if (f->attn_recv) /* the prefill's attention: scores of the image rows awaiting a decision */
+        for (int32_t k = 0; k < f->n_attn && k < d->n_rows; k++)
+            if (d->imgseg[k] >= 0) d->score[k] += f->attn_recv[k];
     return VS_OK;
+}
+
+/* Visual token compression: for each image whose rows await a decision, keeps the ceil(keep n) rows of
+ * highest score (ties: the earlier row) and drops the rest; then the stream: the slot of every kept row. */
+static void build_stream(dream *d) {
+    for (int32_t a = 0; a < d->n_rows;) {
+        if (d->imgseg[a] < 0) {
+            a++;
+            continue;
+        }
+        int32_t b = a;
+        while (b < d->n_rows && d->imgseg[b] == d->imgseg[a]) b++;
+        const int32_t n = b - a, m = VS_MAX(1, (int32_t)ceil((double)d->keep * n - 1e-9));
+        for (int32_t i = a; i < b; i++) { /* row i's rank: rows that beat it */
+            int32_t rank = 0;
+            for (int32_t j = a; j < b; j++)
+                rank += d->score[j] > d->score[i] || (d->score[j] == d->score[i] && j < i);
+            d->drop[i] = rank >= m;
+            d->stats.dropped_rows += d->drop[i];
+        }
+        for (int32_t i = a; i < b; i++) d->imgseg[i] = -1;
+        a = b;
+    }
+    int32_t s = 0;
+    for (int32_t r = 0; r < d->n_rows; r++) {
+        d->slot_of[r] = d->drop[r] ? -1 : s;
+        if (!d->drop[r]) d->krow[s++] = r;
+    }
 }
 
 /* The distribution of a draft feature's logits lg under the request's transform (softmax when greedy)
@@ -752,9 +814,11 @@ static vs_status dr_propose(vs_spec_drafter *base, const vs_spec_limits *lim, vs
     if (d->starved) return VS_OK;
     const int32_t P = d->n_rows - 1; /* the pending row */
     if (P < 0 || d->n_feat != P) return VS_OK; /* keys missing: nothing to draft from */
-    if (P >= d->n_ctx) return VS_OK;          /* the draft cache is full: plain decoding */
+    build_stream(d);
+    const int32_t sp = d->slot_of[P];
+    if (sp >= d->n_ctx) return VS_OK; /* the draft cache is full: plain decoding */
     /* the pending row's slot is (re)computed here: its output starts the drafts */
-    vs_status st = vs_kv_seq_truncate(d->kv, 0, VS_MIN(vs_kv_seq_len(d->kv, 0), P), err);
+    vs_status st = vs_kv_seq_truncate(d->kv, 0, VS_MIN(vs_kv_seq_len(d->kv, 0), sp), err);
     if (!st) st = fill_true(d, err);
     if (st) return st;
     out->n_steps = 1;
@@ -783,6 +847,8 @@ static vs_status dr_commit(vs_spec_drafter *base, const vs_spec_commit *c, vs_er
         d->tok[N + 1 + i] = t;
         d->key[N + 1 + i] = t;
         d->img[N + 1 + i] = NULL;
+        d->drop[N + 1 + i] = 0;
+        d->imgseg[N + 1 + i] = -1;
     }
     d->n_rows = N + 1 + add;
     return VS_OK;
@@ -801,6 +867,7 @@ static void dr_free(vs_spec_drafter *base) {
     vs_kv_free(d->kv);
     vs_sampler_free(d->sampler);
     vs_free(d->key), vs_free(d->tok), vs_free((void *)d->img), vs_free(d->ck), vs_free(d->cv);
+    vs_free(d->score), vs_free(d->imgseg), vs_free(d->drop), vs_free(d->krow), vs_free(d->slot_of);
     vs_free(d->ak), vs_free(d->av), vs_free(d->af), vs_free(d->vis_true), vs_free(d->vis_n), vs_free(d->vis);
     vs_free(d->in), vs_free(d->hid), vs_free(d->feat), vs_free(d->logits), vs_free(d->q), vs_free(d->xn);
     vs_free(d->xq), vs_free(d->xatt), vs_free(d->xo), vs_free(d->xg), vs_free(d->xu), vs_free(d->sc);
@@ -837,6 +904,11 @@ vs_spec_drafter *vs_draft_dream_new(const vs_dream_head *h, vs_lm *target, const
                      o->tree_nodes, VS_TREE_MAX_NODES);
         return NULL;
     }
+    if (!(o->visual_keep >= 0 && o->visual_keep <= 1)) {
+        vs_error_set(err, VS_ERR_INVALID, "DREAM drafter: visual token keep ratio %g outside (0, 1]",
+                     (double)o->visual_keep);
+        return NULL;
+    }
     const vs_lm_weights *tw = vs_lm_w(target);
     if (!tw->output.data || !tw->output_norm) {
         vs_error_set(err, VS_ERR_INVALID, "DREAM drafter: the target %s has no LM head",
@@ -864,6 +936,8 @@ vs_spec_drafter *vs_draft_dream_new(const vs_dream_head *h, vs_lm *target, const
     d->out = &tw->output;
     d->force_greedy = o->greedy;
     d->leak = o->debug_leak_tree;
+    d->keep = o->visual_keep > 0 ? o->visual_keep : 1.0f;
+    d->hdr.want_attn_recv = d->keep < 1;
     d->topk = o->tree_top_k;
     d->tnodes = o->tree_nodes > 0 ? o->tree_nodes : vs_tree_default_nodes(o->tree_top_k);
     vs_sampler_params sp = vs_sampler_params_default();
@@ -883,6 +957,12 @@ vs_spec_drafter *vs_draft_dream_new(const vs_dream_head *h, vs_lm *target, const
 
 const vs_draft_dream_stats *vs_draft_dream_get_stats(const vs_spec_drafter *d) {
     return d && d->vt == &dream_vt ? &((const dream *)d)->stats : NULL;
+}
+
+int vs_draft_dream_row_kept(const vs_spec_drafter *base, int32_t row) {
+    if (!base || base->vt != &dream_vt) return -1;
+    const dream *d = (const dream *)base;
+    return row >= 0 && row < d->n_rows ? !d->drop[row] : -1;
 }
 
 vs_kv *vs_draft_dream_kv(vs_spec_drafter *d) { return d && d->vt == &dream_vt ? ((dream *)d)->kv : NULL; }

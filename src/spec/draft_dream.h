@@ -87,6 +87,11 @@ typedef struct vs_draft_dream_opts {
     bool greedy;        /* draft greedily even when the request samples */
     int32_t tree_top_k; /* EAGLE-2 trees (1 .. VS_TREE_MAX_TOP_K); 0 = chains */
     int32_t tree_nodes; /* their nodes (0 = 8 K) */
+    /* Visual token compression (DREAM sec. 3.3): the fraction of each image's rows the draft keeps, those
+     * that received the most attention in the target's last layer during the prefill (summed over the
+     * prefill's queries, averaged over heads); the others leave the draft's stream (its self-attention
+     * and its cross-attention keys). 0 or 1: every row; otherwise in (0, 1). */
+    float visual_keep;
     /* TEST ONLY: tree nodes cross-attend to every drafted feature of the proposal so far (other branches
      * included), the released code's fault; tests/test_dream.c proves its mask test detects it. */
     bool debug_leak_tree;
@@ -103,11 +108,15 @@ typedef struct vs_draft_dream_stats {
     int64_t forwards;   /* draft forwards */
     int64_t features;   /* feature rows received */
     int32_t n_starved;  /* requests the drafter could not draft for (features missing) */
+    int64_t dropped_rows; /* image rows compression left out */
 } vs_draft_dream_stats;
 /* NULL when d is no DREAM drafter. */
 const vs_draft_dream_stats *vs_draft_dream_get_stats(const vs_spec_drafter *d);
 
 vs_kv *vs_draft_dream_kv(vs_spec_drafter *d); /* the draft's cache (blocks 1 and 3); NULL: no DREAM drafter */
+/* Whether context row `row` of the current request is in the draft's stream (1), left out by compression
+ * (0); -1: no such row or no DREAM drafter. */
+int vs_draft_dream_row_kept(const vs_spec_drafter *d, int32_t row);
 
 /* TEST ONLY. The draft feature (final-norm output, [width]) of node i of the last proposal, or NULL. */
 const float *vs_draft_dream_node_feature(const vs_spec_drafter *d, int32_t i);

@@ -46,7 +46,8 @@ static vs_spec_drafter *make_dream(const vs_method *m, const vs_method_models *m
                              .tp = mm->tp,
                              .greedy = o->greedy,
                              .tree_top_k = o->tree_top_k,
-                             .tree_nodes = o->tree_nodes};
+                             .tree_nodes = o->tree_nodes,
+                             .visual_keep = o->visual_keep > 0 ? (float)o->visual_keep / 100.0f : 1.0f};
     return vs_draft_dream_new(mm->dream, mm->target, &d, err);
 }
 
@@ -167,30 +168,40 @@ const vs_method *vs_methods(int *n) {
     return method_table;
 }
 
-/* "wD" or "kK[nN]" into o's tree fields; false when malformed or out of range. */
+/* A decimal number at *s (advanced past it) into *v; false when there is none or it exceeds 100000. */
+static bool parse_num(const char **s, int32_t *v) {
+    if (**s < '0' || **s > '9') return false;
+    for (*v = 0; **s >= '0' && **s <= '9'; ++*s)
+        if ((*v = *v * 10 + (**s - '0')) > 100000) return false;
+    return true;
+}
+
+/* "wD", "kK[nN]", then optionally "vP" (or "vP" alone) into o's tree fields and visual_keep; false when
+ * malformed or out of range. */
 static bool parse_shape(const char *s, vs_method_opts *o) {
-    int32_t v[2] = {0, -1};
-    const char kind = *s;
-    if (kind != 'w' && kind != 'k') return false;
-    s++;
-    for (int i = 0; i < 2; i++) {
-        if (i == 1) {
-            if (!*s) break;
-            if (kind != 'k' || *s++ != 'n') return false;
-            v[1] = 0;
+    vs_method_opts t = *o;
+    t.tree_width = t.tree_top_k = t.tree_nodes = t.visual_keep = 0;
+    bool any = false;
+    if (*s == 'w') {
+        s++;
+        if (!parse_num(&s, &t.tree_width) || t.tree_width < 2 || t.tree_width > VS_DRAFT_ENS_MAX_WIDTH) return false;
+        any = true;
+    } else if (*s == 'k') {
+        s++;
+        if (!parse_num(&s, &t.tree_top_k) || t.tree_top_k < 1 || t.tree_top_k > VS_TREE_MAX_TOP_K) return false;
+        if (*s == 'n') {
+            s++;
+            if (!parse_num(&s, &t.tree_nodes) || t.tree_nodes < 1 || t.tree_nodes > VS_TREE_MAX_NODES) return false;
         }
-        if (*s < '0' || *s > '9') return false;
-        for (; *s >= '0' && *s <= '9'; s++)
-            if ((v[i] = v[i] * 10 + (*s - '0')) > 100000) return false;
+        any = true;
     }
-    if (*s) return false;
-    if (kind == 'w') {
-        if (v[0] < 2 || v[0] > VS_DRAFT_ENS_MAX_WIDTH) return false;
-        o->tree_width = v[0], o->tree_top_k = 0, o->tree_nodes = 0;
-    } else {
-        if (v[0] < 1 || v[0] > VS_TREE_MAX_TOP_K || v[1] == 0 || v[1] > VS_TREE_MAX_NODES) return false;
-        o->tree_width = 0, o->tree_top_k = v[0], o->tree_nodes = VS_MAX(v[1], 0);
+    if (*s == 'v') {
+        s++;
+        if (!parse_num(&s, &t.visual_keep) || t.visual_keep < 1 || t.visual_keep > 100) return false;
+        any = true;
     }
+    if (*s || !any) return false;
+    *o = t;
     return true;
 }
 
@@ -234,7 +245,9 @@ void vs_method_names(char *buf, size_t cap) {
         snprintf(buf + l, cap - l, "%s%s", i ? ", " : "", method_table[i].name);
     }
     size_t l = strlen(buf);
-    snprintf(buf + l, cap - l, "; token trees: NAME@wD (width D, 2..%d) or NAME@kK[nN] (EAGLE-2, K 1..%d, N 1..%d)",
+    snprintf(buf + l, cap - l,
+             "; token trees: NAME@wD (width D, 2..%d) or NAME@kK[nN] (EAGLE-2, K 1..%d, N 1..%d); dream's visual "
+             "token compression: NAME@vP or NAME@kK[nN]vP (keep P%% of each image's rows, 1..100)",
              VS_DRAFT_ENS_MAX_WIDTH, VS_TREE_MAX_TOP_K, VS_TREE_MAX_NODES);
 }
 
@@ -245,5 +258,11 @@ vs_spec_drafter *vs_method_drafter_new(const vs_method *m, const vs_method_model
         return NULL;
     }
     vs_method_opts def = {0};
-    return m->make(m, mm, o ? o : &def, err);
+    if (!o) o = &def;
+    if (o->visual_keep < 0 || o->visual_keep > 100 || (o->visual_keep && o->visual_keep < 100 && m->make != make_dream)) {
+        vs_error_set(err, VS_ERR_INVALID, "method %s: visual token compression (@vP, P in 1..100) is DREAM's (method "
+                     "dream); %d%% given", m->name, o->visual_keep);
+        return NULL;
+    }
+    return m->make(m, mm, o, err);
 }

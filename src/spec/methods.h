@@ -59,6 +59,8 @@ typedef struct vs_method_opts {
     int32_t tree_top_k; /* EAGLE-2 dynamic trees (draft_ensemble.h): K; 0 = off */
     int32_t tree_nodes; /* EAGLE-2 trees: nodes per proposal; 0 = 8 K */
     bool greedy;        /* draft greedily even when the request samples */
+    int32_t visual_keep; /* percent of each image's rows the drafter keeps (DREAM's visual token
+                          * compression); 0 or 100 = all; other methods refuse anything else */
 } vs_method_opts;
 
 typedef struct vs_method vs_method;
@@ -83,9 +85,12 @@ const vs_method *vs_methods(int *n);
  *   NAME@wD        width-D trees (tree_width = D, 2 .. VS_DRAFT_ENS_MAX_WIDTH);
  *   NAME@kK[nN]    EAGLE-2 dynamic trees (tree_top_k = K, 1 .. VS_TREE_MAX_TOP_K; tree_nodes = N,
  *                  1 .. VS_TREE_MAX_NODES, default 8 K);
+ * followed by, or instead of the tree part:
+ *   vP             visual token compression: keep P percent of each image's rows (visual_keep, 1 .. 100;
+ *                  the dream method);
  * e.g. "m@k4n24", "tabed-mt@w3". NULL if the name or the shape is unknown / malformed. */
 const vs_method *vs_method_find(const char *name);
-/* Applies the shape of a name (vs_method_find accepted it) to o: the three tree fields are replaced;
+/* Applies the shape of a name (vs_method_find accepted it) to o: the tree fields and visual_keep are replaced;
  * a name without '@' leaves o as it is. */
 void vs_method_shape(const char *name, vs_method_opts *o);
 /* Rows the target verifies per block at most with these options (a chain gamma + 1, a width-D tree

@@ -383,8 +383,8 @@ static bool is_target_only(const vs_draft_cfg *c) {
 }
 
 static void drafter_key(const vs_draft_cfg *c, char *k, size_t cap) {
-    int n = snprintf(k, cap, "%s|%d|%d|%d|%d", c->method ? c->method : "custom", (int)c->opts.tree_width,
-                     (int)c->opts.tree_top_k, (int)c->opts.tree_nodes, (int)c->opts.greedy);
+    int n = snprintf(k, cap, "%s|%d|%d|%d|%d|%d", c->method ? c->method : "custom", (int)c->opts.tree_width,
+                     (int)c->opts.tree_top_k, (int)c->opts.tree_nodes, (int)c->opts.greedy, (int)c->opts.visual_keep);
     if (c->method) return;
     const vs_ens_weights_cfg *w = &c->weights;
     n += snprintf(k + n, cap - (size_t)n, "|%d|%d|%d|%d|%d|%d|%g|%d|%d|%g|", (int)c->pool_k, (int)c->trace,

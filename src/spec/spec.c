@@ -3,6 +3,7 @@
 #include "spec.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -332,6 +333,11 @@ struct vs_spec {
     float **layer_hidden; /* [n_layers] of the same size */
     int32_t n_layer_buf, hidden_rows;
     int32_t *feat_tokens; /* [max(cap + 1, n_batch)] */
+    /* the attention received by each row in the prefill (want_attn_recv): fixed-point sums, the floats */
+    _Atomic int64_t *attn_fx; /* [n_ctx] */
+    float *attn_recv;         /* [n_ctx] */
+    int32_t attn_heads;
+    int32_t attn_n; /* rows of attn_recv the delivery in progress hands over (0: none) */
 };
 
 vs_spec *vs_spec_new(vs_lm *target, const vs_spec_config *cfg, vs_error *err) {
@@ -416,6 +422,7 @@ void vs_spec_free(vs_spec *s) {
     if (!s) return;
     free_scratch(s);
     free_hidden(s);
+    vs_free((void *)s->attn_fx), vs_free(s->attn_recv);
     if (s->own_kv) vs_kv_free(s->kv);
     vs_sampler_free(s->sampler);
     vs_free(s->hist), vs_free(s->p), vs_free(s->resid), vs_free(s->qw);
@@ -493,6 +500,45 @@ static vs_lm_out make_out(vs_spec *s, const vs_spec_drafter *d, float *logits) {
     return o;
 }
 
+/* Fixed point of the attention sums: 2^32 per unit of probability (a sum over 65536 query heads stays
+ * below 2^48). Integer addition commutes exactly, so the sums do not depend on the pool's schedule. */
+#define ATTN_FX 4294967296.0
+
+/* vs_lm_attn_fn of the prefill: adds the row's last-layer probabilities to the keys' sums. */
+static void attn_recv_cb(void *ctx, int layer, int row, int head, const float *p, int n_keys) {
+    vs_spec *s = ctx;
+    (void)layer, (void)row, (void)head;
+    for (int k = 0; k < n_keys && k < s->n_ctx; k++)
+        if (p[k] > 0) atomic_fetch_add_explicit(&s->attn_fx[k], (int64_t)llround(p[k] * ATTN_FX), memory_order_relaxed);
+}
+
+/* Sets up out to collect the attention received (drafters with want_attn_recv); false: not wanted. */
+static bool attn_recv_begin(vs_spec *s, const vs_spec_drafter *d, vs_lm_out *out, vs_error *err, vs_status *st) {
+    *st = VS_OK;
+    if (!d || !d->want_attn_recv) return false;
+    if (!s->attn_fx) {
+        s->attn_fx = vs_calloc((size_t)s->n_ctx, sizeof(*s->attn_fx));
+        s->attn_recv = vs_malloc(sizeof(float) * (size_t)s->n_ctx);
+        if (!s->attn_fx || !s->attn_recv) {
+            *st = vs_error_set(err, VS_ERR_NOMEM, "spec: out of memory for attention scores");
+            return false;
+        }
+    }
+    for (int32_t k = 0; k < s->n_ctx; k++) atomic_store_explicit(&s->attn_fx[k], 0, memory_order_relaxed);
+    s->attn_heads = vs_lm_cfg(s->lm)->n_head;
+    out->attn_fn = attn_recv_cb;
+    out->attn_ctx = s;
+    out->attn_layer = vs_lm_cfg(s->lm)->n_layer - 1;
+    return true;
+}
+
+/* The sums of keys [0, n) as averages over heads. */
+static void attn_recv_end(vs_spec *s, int32_t n) {
+    const double scale = 1.0 / (ATTN_FX * (double)s->attn_heads);
+    for (int32_t k = 0; k < n; k++)
+        s->attn_recv[k] = (float)((double)atomic_load_explicit(&s->attn_fx[k], memory_order_relaxed) * scale);
+}
+
 /* Hands the drafter the features of n rows evaluated by the last forward, starting at batch row r0. */
 static vs_status deliver_features(vs_spec *s, vs_spec_drafter *d, int32_t pos0, int32_t r0, int32_t n,
                                   const int32_t *tokens, vs_error *err) {
@@ -507,7 +553,9 @@ static vs_status deliver_features(vs_spec *s, vs_spec_drafter *d, int32_t pos0, 
                           .tokens = tokens,
                           .hidden = s->hidden + off,
                           .n_layer_out = nl,
-                          .layer_hidden = lh};
+                          .layer_hidden = lh,
+                          .attn_recv = s->attn_n > 0 ? s->attn_recv : NULL,
+                          .n_attn = s->attn_n};
     return d->vt->target_rows(d, &f, err);
 }
 
@@ -780,8 +828,14 @@ static vs_status prefill(vs_spec *s, vs_spec_drafter *d, const vs_spec_prompt *p
             if (s->feat_tokens) s->feat_tokens[i] = rows[i].embd ? -1 : rows[i].token;
         }
         vs_lm_out out = make_out(s, d, NULL);
-        st = vs_lm_forward(s->lm, s->kv, s->tp, rows, n, &out, err);
+        const bool attn = attn_recv_begin(s, d, &out, err, &st);
+        if (!st) st = vs_lm_forward(s->lm, s->kv, s->tp, rows, n, &out, err);
+        if (!st && attn) {
+            attn_recv_end(s, a + n);
+            s->attn_n = a + n;
+        }
         if (!st) st = deliver_features(s, d, a, 0, n, s->feat_tokens, err);
+        s->attn_n = 0;
     }
     vs_free(rows);
     return st;

@@ -187,6 +187,12 @@ typedef struct vs_spec_features {
     const float *hidden;              /* [n][n_embd] last layer before the final norm */
     int32_t n_layer_out;              /* extra layers (drafter's want_layers) */
     const float *const *layer_hidden; /* [n_layer_out] of [n][n_embd] */
+    /* With want_attn_recv, in the prefill's deliveries only (NULL after verify blocks): the attention each
+     * cached row 0 .. n_attn - 1 received in the target's last layer from these n rows' queries, averaged
+     * over heads and summed over the queries (DREAM's visual token scores). Summed in fixed point, so the
+     * values do not depend on the thread count or schedule. */
+    const float *attn_recv;           /* [n_attn] */
+    int32_t n_attn;
 } vs_spec_features;
 
 typedef struct vs_spec_drafter vs_spec_drafter;
@@ -217,6 +223,8 @@ struct vs_spec_drafter {
                             * starts past the rows it knows (draft_msd: it then drafts nothing). */
     int32_t n_want_layers; /* and these layers' outputs */
     const int *want_layers;
+    bool want_attn_recv;   /* and, with the prefill's features, the attention each row received
+                            * (vs_spec_features.attn_recv); costs an observer over the last layer */
 };
 
 void vs_spec_drafter_free(vs_spec_drafter *d); /* NULL ok */
