@@ -970,6 +970,7 @@ vs_kv *vs_draft_dream_kv(vs_spec_drafter *d) { return d && d->vt == &dream_vt ? 
 const float *vs_draft_dream_node_feature(const vs_spec_drafter *base, int32_t i) {
     if (!base || base->vt != &dream_vt) return NULL;
     const dream *d = (const dream *)base;
+    if (i == -1) return d->n_app > 0 ? d->af : NULL;
     if (i < 0 || i >= d->prop_nodes) return NULL;
     if (!d->prop_tree) return i + 1 < d->n_app ? d->af + (size_t)(i + 1) * d->H : NULL;
     const int32_t s = d->cand[d->order[i]].slot;

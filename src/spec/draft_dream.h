@@ -118,7 +118,8 @@ vs_kv *vs_draft_dream_kv(vs_spec_drafter *d); /* the draft's cache (blocks 1 and
  * (0); -1: no such row or no DREAM drafter. */
 int vs_draft_dream_row_kept(const vs_spec_drafter *d, int32_t row);
 
-/* TEST ONLY. The draft feature (final-norm output, [width]) of node i of the last proposal, or NULL. */
+/* TEST ONLY. The draft feature (final-norm output, [width]) of node i of the last proposal (-1: the
+ * pending row's, which the proposal starts from), or NULL. */
 const float *vs_draft_dream_node_feature(const vs_spec_drafter *d, int32_t i);
 /* TEST ONLY. After a propose and before its commit: the draft feature of the last token of `path`
  * (tokens at depths 1 .. n under the pending row) computed as a chain, one row per token, into out
