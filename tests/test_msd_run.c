@@ -1,4 +1,5 @@
-/* msd_run: the MSD head's recipe (`vlmspec train head --kind msd`) on a tiny world and a tiny target.
+/* msd_run: the feature drafters' recipe (`vlmspec train head --kind msd|dream`) on a tiny world and a tiny
+ * target.
  *   1. the data schedule: vs_msd_visual_prob is 0 over the first half and rises linearly to 1 at the last
  *      step; vs_msd_pick draws text-only records in the first half and visual ones at the last step,
  *      mixes them in one-stage mode, gives the same records for the same arguments and falls back to
@@ -8,13 +9,16 @@
  *      eval.csv has a line per evaluation and the held-out top-1 is a fraction;
  *   3. resume: the run in chunks of 3 steps with --resume exports a byte-identical head and eval.csv; a
  *      deleted cache shard is rebuilt byte-identically; a run over another run's cache (--cache) makes no
- *      cache of its own and exports a BF16 head that loads;
+ *      cache of its own and exports a BF16 head that loads; the DREAM model (--kind dream) over the same
+ *      cache exports a file that loads for the target, byte-identical when run in chunks with --resume;
  *   4. bad input: a run directory reused without --resume, --resume with other settings (run.json and
  *      the cache's cache.json), an mmproj of another width, no more conversations than held out; the
- *      CLI refuses an unknown --kind and a missing --data. */
+ *      CLI refuses an unknown --kind, --no-decouple with dream, --two-stage with msd and a missing --data;
+ *      a DREAM run resumed as an MSD head (run.json). */
 #include <string.h>
 #include <unistd.h>
 
+#include "draft_dream.h"
 #include "draft_msd.h"
 #include "mmprompt.h"
 #include "msd_cache.h"
@@ -244,6 +248,35 @@ static void test_run(const char *lm, const char *mm) {
     VT_CHECK(h && t && vs_msd_head_check(h, t, &err) == VS_OK, "BF16 head: %s", err.msg);
     vs_msd_head_free(h);
     vs_lm_free(t);
+    /* the DREAM model over the same cache: its file loads for the target; in chunks with --resume it comes
+     * out byte-identical */
+    {
+        char d1[600], d2[600], f1[700], f2[700];
+        snprintf(d1, sizeof(d1), "%s/run-dream", g_tmp);
+        snprintf(d2, sizeof(d2), "%s/run-dream-chunks", g_tmp);
+        opts_for(&o, d1, lm, mm);
+        o.cache = cache_a, o.dream = true, o.two_stage = false, o.steps = 6;
+        VT_REQUIRE(vs_msd_run(&o, &res, &err) == VS_OK && res.finished, "DREAM run: %s", err.msg);
+        snprintf(f1, sizeof(f1), "%s/dream.gguf", d1);
+        vs_dream_head *dh = vs_dream_head_load(f1, &err);
+        t = vs_lm_load(lm, &err);
+        VT_CHECK(dh && t && vs_dream_head_check(dh, t, &err) == VS_OK, "the DREAM file: %s", err.msg);
+        vs_dream_head_free(dh);
+        vs_lm_free(t);
+        VT_CHECK(res.top1 >= 0 && res.top1 <= 1 && res.step == 6, "DREAM held-out figures (step %lld)",
+                 (long long)res.step);
+        opts_for(&o, d2, lm, mm);
+        o.cache = cache_a, o.dream = true, o.two_stage = false, o.steps = 6, o.chunk_steps = 4, o.resume = true;
+        for (int k = 0; k < 2; k++) VT_REQUIRE(vs_msd_run(&o, &res, &err) == VS_OK, "DREAM chunk %d: %s", k, err.msg);
+        snprintf(f2, sizeof(f2), "%s/dream.gguf", d2);
+        VT_CHECK(res.finished && same_file(f1, f2), "the DREAM file differs between the run and its resumed chunks");
+        snprintf(f1, sizeof(f1), "%s/run.json", d1);
+        VT_CHECK(vt_file_has(f1, "\"kind\":\"dream\"") && !vt_file_has(f1, "decoupled"), "DREAM run.json");
+        /* resuming a DREAM run as an MSD head is refused before any work */
+        o.dream = false, o.two_stage = true;
+        VT_CHECK(vs_msd_run(&o, NULL, &err) == VS_ERR_INVALID && strstr(err.msg, "run.json"), "kind switch: %s",
+                 err.msg);
+    }
     /* --time-limit stops the cache stage after a shard; resumed, the run equals run A */
     char tl[600];
     snprintf(tl, sizeof(tl), "%s/run-limit", g_tmp);
@@ -292,8 +325,12 @@ static void test_bad(const char *lm, const char *other_mm) {
     VT_CHECK(vs_msd_run(&o, NULL, &err) == VS_ERR_INVALID && strstr(err.msg, "width 48"), "other mmproj: %s",
              err.msg);
     snprintf(d, sizeof(d), "%s/run-e", g_tmp);
-    VT_CHECK(vt_run("%s train head --kind dream -m %s --mmproj %s --data %s --out %s > %s.log 2>&1", vt_cli(), lm,
-                    other_mm, g_dir, d, d) == 2, "--kind dream accepted");
+    VT_CHECK(vt_run("%s train head --kind medusa -m %s --mmproj %s --data %s --out %s > %s.log 2>&1", vt_cli(), lm,
+                    other_mm, g_dir, d, d) == 2, "--kind medusa accepted");
+    VT_CHECK(vt_run("%s train head --kind dream --no-decouple -m %s --mmproj %s --data %s --out %s > %s.log 2>&1",
+                    vt_cli(), lm, other_mm, g_dir, d, d) == 2, "--kind dream --no-decouple accepted");
+    VT_CHECK(vt_run("%s train head --kind msd --two-stage -m %s --mmproj %s --data %s --out %s > %s.log 2>&1",
+                    vt_cli(), lm, other_mm, g_dir, d, d) == 2, "--kind msd --two-stage accepted");
     VT_CHECK(vt_run("%s train head --kind msd -m %s --mmproj %s --out %s > %s.log 2>&1", vt_cli(), lm, other_mm, d,
                     d) == 2, "no --data accepted");
 }

@@ -1272,23 +1272,31 @@ static int cmd_vision(int argc, char **argv) {
 }
 
 /* ---------------------------------------------------------------------------------------------- */
-/* train head: a feature-level draft head on a frozen target (MSD; src/train/msd_run.h) */
+/* train head: a feature-level drafter on a frozen target (MSD head or DREAM model; src/train/msd_run.h) */
 
 static void head_usage(FILE *f) {
     fprintf(
         f,
-        "usage: vlmspec train head --kind msd -m TARGET.gguf --mmproj MMPROJ.gguf --data DIR --out OUT [options]\n"
-        "Trains MSD's draft head for a target: one decoder block that predicts the target's next hidden\n"
-        "state from its current one and the next token (image rows bypass the input layer: decoupled visual\n"
-        "tokens), with the target's embedding and LM head frozen. First the target's features for the\n"
-        "training conversations are computed once into OUT/cache (resumable, shown with progress), then the\n"
-        "head learns SmoothL1(feature) + 0.1 x soft cross-entropy against the target's next-token\n"
+        "usage: vlmspec train head --kind msd|dream -m TARGET.gguf --mmproj MMPROJ.gguf --data DIR --out OUT\n"
+        "                          [options]\n"
+        "Trains a feature-level drafter for a target, with the target's embedding and LM head frozen. First\n"
+        "the target's features for the training conversations are computed once into OUT/cache (resumable,\n"
+        "shown with progress); then:\n"
+        "--kind msd: MSD's draft head, one decoder block that predicts the target's next hidden state from\n"
+        "its current one and the next token (image rows bypass the input layer: decoupled visual tokens),\n"
+        "trained on SmoothL1(feature) + 0.1 x soft cross-entropy against the target's next-token\n"
         "distribution on answer positions, with two-stage data: text-only conversations for the first half,\n"
-        "then conversations with images at a probability rising linearly to 1.\n"
+        "then conversations with images at a probability rising linearly to 1;\n"
+        "--kind dream: the DREAM draft model, self-attention / cross-attention to the target's features of\n"
+        "earlier rows (gated) / self-attention, trained on 0.2 SmoothL1(feature) + KL to the target's\n"
+        "distribution, conversations drawn uniformly.\n"
         "Writes OUT/cache (features, cache.json), OUT/ckpt/ckpt.gguf, OUT/run.json, OUT/loss.csv + .svg,\n"
-        "OUT/eval.csv (held-out loss and top-1 agreement with the target), and at the end OUT/msd-head.gguf\n"
-        "(checked against the target) and OUT/msd.json.\n\n"
-        "  --kind msd            the head (msd: the only kind so far)\n"
+        "OUT/eval.csv (held-out loss and top-1 agreement with the target), and at the end the drafter file\n"
+        "(OUT/msd-head.gguf or OUT/dream.gguf, checked against the target) and OUT/msd.json / dream.json.\n\n"
+        "  --kind K              msd: the MSD head (EAGLE-style; writes OUT/msd-head.gguf and OUT/msd.json);\n"
+        "                        dream: the DREAM draft model (cross-attention to the target's features; loss\n"
+        "                        0.2 SmoothL1 on its feature + KL to the target's distribution, one-stage data;\n"
+        "                        writes OUT/dream.gguf and OUT/dream.json). Both read the same feature cache.\n"
         "  -m, --model FILE      the target LM (its tokenizer is used)\n"
         "  --mmproj FILE         the target's mmproj (image rows)\n"
         "  --data DIR            world dataset: its train split's conversations (the drafters' selection)\n"
@@ -1302,7 +1310,8 @@ static void head_usage(FILE *f) {
         "  --cache-only          stop after the cache stage\n"
         "  --heads N, --kv-heads N, --ffn N   the block's shape (default: the target's)\n"
         "  --no-decouple         image rows go through the input layer like text (EAGLE's head; ablation)\n"
-        "  --one-stage           draw conversations uniformly from the start (ablation)\n"
+        "  --one-stage           draw conversations uniformly from the start (ablation; dream's default)\n"
+        "  --two-stage           --kind dream: MSD's two-stage data schedule instead\n"
         "  --type T              the exported head's matrices: f16 (default), bf16 or f32\n"
         "  --steps N             optimiser steps (default 3000)\n"
         "  --batch B             conversations per step (default 8, at most 64)\n"
@@ -1321,7 +1330,7 @@ static int cmd_head(int argc, char **argv) {
     const char *cmd = "train head", *kind = NULL, *type = "f16";
     vs_msd_run_opts o;
     vs_msd_run_opts_default(&o);
-    bool no_decouple = false, one_stage = false;
+    bool no_decouple = false, one_stage = false, two_stage = false;
     vs_train_sched run = {.threads = o.threads, .ckpt_every = o.ckpt_every};
     cli_flags fs = {0};
     cli_flag_add(&fs, "--kind", CLI_STR, &kind, 0, 0);
@@ -1341,6 +1350,7 @@ static int cmd_head(int argc, char **argv) {
     cli_flag_add(&fs, "--ffn", CLI_INT, &o.n_ff, 1, 1 << 16);
     cli_flag_add(&fs, "--no-decouple", CLI_BOOL, &no_decouple, 0, 0);
     cli_flag_add(&fs, "--one-stage", CLI_BOOL, &one_stage, 0, 0);
+    cli_flag_add(&fs, "--two-stage", CLI_BOOL, &two_stage, 0, 0);
     cli_flag_add(&fs, "--type", CLI_STR, &type, 0, 0);
     cli_flag_add(&fs, "--batch", CLI_INT, &o.batch, 1, 64);
     add_recipe_flags(&fs, (recipe_flags){&o.steps, &o.seed, &o.lr, &o.lr_min, &o.warmup, &o.wd, &o.clip, &o.beta2,
@@ -1349,8 +1359,12 @@ static int cmd_head(int argc, char **argv) {
     add_run_flags(&fs, &run);
     int rc = cli_flags_parse(cmd, argc, argv, &fs, head_usage);
     if (rc >= 0) return rc;
-    if (!kind) return cli_fail(cmd, "--kind is required (msd)"), 2;
-    if (strcmp(kind, "msd")) return cli_fail(cmd, "--kind %s: unknown (msd)", kind), 2;
+    if (!kind) return cli_fail(cmd, "--kind is required (msd or dream)"), 2;
+    if (strcmp(kind, "msd") && strcmp(kind, "dream")) return cli_fail(cmd, "--kind %s: unknown (msd or dream)", kind), 2;
+    o.dream = !strcmp(kind, "dream");
+    if (o.dream && no_decouple) return cli_fail(cmd, "--no-decouple is the MSD head's (--kind msd)"), 2;
+    if (!o.dream && two_stage) return cli_fail(cmd, "--two-stage is the MSD head's default (--one-stage turns it off)"), 2;
+    if (one_stage && two_stage) return cli_fail(cmd, "--one-stage and --two-stage exclude each other"), 2;
     if (!o.out || !o.target || !o.mmproj || !o.data)
         return cli_fail(cmd, "--out, -m/--model, --mmproj and --data are required"), 2;
     if (run.gemm || run.attention) return cli_fail(cmd, "--gemm and --attention: not used by the head's trainer"), 2;
@@ -1359,7 +1373,7 @@ static int cmd_head(int argc, char **argv) {
     else if (!strcasecmp(type, "bf16")) o.mat_type = VS_TYPE_BF16;
     else if (!strcasecmp(type, "f32")) o.mat_type = VS_TYPE_F32;
     else return cli_fail(cmd, "--type %s: f16, bf16 or f32", type), 2;
-    o.decoupled = !no_decouple, o.two_stage = !one_stage;
+    o.decoupled = !no_decouple, o.two_stage = o.dream ? two_stage : !one_stage;
     o.threads = run.threads, o.ckpt_every = run.ckpt_every, o.chunk_steps = run.chunk_steps;
     o.time_limit = run.time_limit, o.resume = run.resume, o.quiet = run.quiet;
     vs_error err = {0};

@@ -1,4 +1,4 @@
-/* msd_run: the MSD head's recipe (see msd_run.h). */
+/* msd_run: the feature-level drafters' recipe, MSD head or DREAM model (see msd_run.h). */
 #include "msd_run.h"
 
 #include <errno.h>
@@ -14,6 +14,7 @@
 #include "mmprompt.h"
 #include "msd_cache.h"
 #include "train_drafter.h"
+#include "train_dream.h"
 #include "train_loop.h"
 
 void vs_msd_run_opts_default(vs_msd_run_opts *o) {
@@ -31,9 +32,12 @@ typedef struct mrun {
     char cache_dir[1200], cache_json[1220], evalcsv[1200], head[1200], summary[1200];
     vs_threadpool *tp;
     vs_lm *target;
-    vs_msd_shape shape;
+    vs_msd_shape shape;   /* the MSD head's (its block's shape is also the DREAM model's) */
+    vs_dream_shape dshape;
     float *lm_head;
-    vs_train_msd *m;
+    vs_train_msd *m;      /* the model trained: one of these two */
+    vs_train_dream *dm;
+    float *dmask;         /* (batch, max_T) DREAM's row weights: row p counts when token p + 1 is an answer */
     vs_msd_cache cache;
     int64_t n_train;          /* records [0, n_train) train, [n_train, cache.n) are held out */
     int64_t *pool[2];            /* the training records without / with images */
@@ -82,10 +86,11 @@ static char *run_settings(const mrun *r) {
     cache_fields(&w, o);
     vs_json_obj_end(&w);
     vs_json_kv_int(&w, "eval_seqs", o->eval_seqs);
+    if (o->dream) vs_json_kv_str(&w, "kind", "dream"); /* (absent: the MSD head, as runs before DREAM wrote) */
     vs_json_kv_int(&w, "n_head", r->shape.n_head);
     vs_json_kv_int(&w, "n_head_kv", r->shape.n_head_kv);
     vs_json_kv_int(&w, "n_ff", r->shape.n_ff);
-    vs_json_kv_bool(&w, "decoupled", o->decoupled);
+    if (!o->dream) vs_json_kv_bool(&w, "decoupled", o->decoupled);
     vs_json_kv_bool(&w, "two_stage", o->two_stage);
     vs_json_kv_int(&w, "steps", o->steps);
     vs_json_kv_int(&w, "batch", o->batch);
@@ -308,14 +313,69 @@ static void sort_held(const vs_msd_cache *c, int64_t *idx, int64_t n) {
     }
 }
 
+/* ---------------------------------------------------------------------------------------------- */
+/* The model trained: the MSD head or the DREAM draft model, behind one face */
+
+typedef struct head_loss {
+    double total;
+    int64_t counted, top1;
+} head_loss;
+
+static vs_train_params *params_of(mrun *r) {
+    return r->dm ? vs_train_dream_params(r->dm) : vs_train_msd_params(r->m);
+}
+
+/* The forward of a batch from the cache (vs_msd_cache_fill_batch's layout: the MSD head's mask, slot p
+ * counting for token p + 2; DREAM's row p counts for token p + 1, the same mask one row later). */
+static vs_status model_forward(mrun *r, const vs_train_msd_batch *b, head_loss *l, vs_error *err) {
+    if (!r->dm) {
+        vs_train_msd_loss ml;
+        vs_status s = vs_train_msd_forward(r->m, r->tp, b, &ml, err);
+        *l = (head_loss){ml.total, ml.counted, ml.top1};
+        return s;
+    }
+    for (int i = 0; i < b->B; i++)
+        for (int p = 0; p < b->T; p++)
+            r->dmask[(size_t)i * b->T + p] = p > 0 ? b->mask[(size_t)i * b->T + p - 1] : 0.0f;
+    const vs_train_dream_batch db = {.B = b->B, .T = b->T, .emb = b->emb, .feat = b->feat, .noise = b->noise,
+                                     .mask = r->dmask};
+    vs_train_dream_loss dl;
+    vs_status s = vs_train_dream_forward(r->dm, r->tp, &db, &dl, err);
+    *l = (head_loss){dl.total, dl.counted, dl.top1};
+    return s;
+}
+
+static vs_status model_backward(mrun *r, vs_error *err) {
+    return r->dm ? vs_train_dream_backward(r->dm, r->tp, err) : vs_train_msd_backward(r->m, r->tp, err);
+}
+
+/* Writes the trained model and checks that the file loads as a drafter for the target. */
+static vs_status model_export(mrun *r, vs_error *err) {
+    float probe[VS_MSD_PROBE];
+    vs_msd_embd_probe(r->target, probe);
+    vs_status s;
+    if (r->dm) {
+        if ((s = vs_train_dream_export(r->dm, probe, r->o->mat_type, r->head, err))) return s;
+        vs_dream_head *h = vs_dream_head_load(r->head, err);
+        s = h ? vs_dream_head_check(h, r->target, err) : VS_ERR_FORMAT;
+        vs_dream_head_free(h);
+    } else {
+        if ((s = vs_train_msd_export(r->m, probe, r->o->mat_type, r->head, err))) return s;
+        vs_msd_head *h = vs_msd_head_load(r->head, err);
+        s = h ? vs_msd_head_check(h, r->target, err) : VS_ERR_FORMAT;
+        vs_msd_head_free(h);
+    }
+    return s ? vs_error_wrap(err, "the exported %s", r->dm ? "DREAM model" : "head") : VS_OK;
+}
+
 static vs_status save(mrun *r, vs_error *err) {
     vs_train_loop *L = &r->L;
     vs_status s = vs_train_loop_rotate(L, err);
     if (s) return s;
     vs_gguf_writer *w = vs_gguf_writer_new();
     if (!w) return vs_error_set(err, VS_ERR_NOMEM, "out of memory");
-    vs_gguf_set_str(w, "general.architecture", "vlmspec-msd-train");
-    s = vs_train_checkpoint_write(w, vs_train_msd_params(r->m), &L->st, L->ckpt, err);
+    vs_gguf_set_str(w, "general.architecture", r->dm ? "vlmspec-dream-train" : "vlmspec-msd-train");
+    s = vs_train_checkpoint_write(w, params_of(r), &L->st, L->ckpt, err);
     vs_gguf_writer_free(w);
     if (s == VS_OK) s = vs_train_loop_write_curve(L, err);
     return s;
@@ -326,7 +386,7 @@ static vs_status load_ckpt(void *ctx, const char *path, bool *other, vs_error *e
     *other = false; /* the tensor shapes are checked: another head shape fails like a damaged file */
     vs_gguf *g = vs_gguf_open(path, err);
     if (!g) return VS_ERR_INVALID;
-    vs_status s = vs_train_checkpoint_read(g, vs_train_msd_params(r->m), &r->L.st, err);
+    vs_status s = vs_train_checkpoint_read(g, params_of(r), &r->L.st, err);
     vs_gguf_close(g);
     return s;
 }
@@ -341,9 +401,9 @@ static vs_status evaluate(mrun *r, vs_error *err) {
         const int nb = (int)VS_MIN((int64_t)B, nh - i0);
         const int64_t *idx = r->held + i0;
         vs_train_msd_batch b;
-        vs_train_msd_loss l;
+        head_loss l;
         vs_status s = vs_msd_cache_fill_batch(&r->cache, r->target, idx, nb, 0, NULL, &r->buf, &b, err);
-        if (s == VS_OK) s = vs_train_msd_forward(r->m, r->tp, &b, &l, err);
+        if (s == VS_OK) s = model_forward(r, &b, &l, err);
         if (s) return s;
         loss += l.total * (double)l.counted, counted += l.counted, top1 += l.top1;
         /* the held-out order puts the text-only records first: one batch at most mixes the kinds, and
@@ -357,7 +417,7 @@ static vs_status evaluate(mrun *r, vs_error *err) {
         }
         for (int i = 0; i < nb; i++) {
             if ((s = vs_msd_cache_fill_batch(&r->cache, r->target, &idx[i], 1, 0, NULL, &r->buf, &b, err)) ||
-                (s = vs_train_msd_forward(r->m, r->tp, &b, &l, err)))
+                (s = model_forward(r, &b, &l, err)))
                 return s;
             const int v = r->cache.rec[idx[i]].visual;
             cnt[v] += l.counted, hit[v] += l.top1;
@@ -441,7 +501,13 @@ static vs_status setup_training(mrun *r, vs_error *err) {
         r->max_T = VS_MAX(r->max_T, r->cache.rec[i].T);
     }
     if (!(r->lm_head = vs_train_msd_lm_head(r->target, err))) return VS_ERR_NOMEM;
-    if (!(r->m = vs_train_msd_new(&r->shape, r->lm_head, o->batch, r->max_T, err))) return VS_ERR_INVALID;
+    if (o->dream) {
+        if (!(r->dm = vs_train_dream_new(&r->dshape, r->lm_head, o->batch, r->max_T, err))) return VS_ERR_INVALID;
+        if (!(r->dmask = vs_malloc(sizeof(float) * (size_t)o->batch * (size_t)r->max_T)))
+            return vs_error_set(err, VS_ERR_NOMEM, "out of memory");
+    } else if (!(r->m = vs_train_msd_new(&r->shape, r->lm_head, o->batch, r->max_T, err))) {
+        return VS_ERR_INVALID;
+    }
     vs_status s = vs_msd_batch_buf_init(&r->buf, o->batch, r->max_T, r->shape.width, err);
     char *settings = s ? NULL : run_settings(r);
     if (s == VS_OK && !settings) s = vs_error_set(err, VS_ERR_NOMEM, "out of memory");
@@ -455,7 +521,8 @@ static vs_status setup_training(mrun *r, vs_error *err) {
                    (unsigned long long)L->st.tokens, L->st.elapsed_s);
     } else {
         s = vs_train_write_text(L->runjson, settings, err);
-        vs_train_msd_init(r->m, (uint64_t)o->seed);
+        if (r->dm) vs_train_dream_init(r->dm, (uint64_t)o->seed);
+        else vs_train_msd_init(r->m, (uint64_t)o->seed);
         memset(&L->st, 0, sizeof(L->st));
         vs_rng_seed(&L->st.rng, (uint64_t)o->seed ^ 0x6e6f697365ull);
         if (s == VS_OK) s = evals_start(r, 0, err);
@@ -464,9 +531,9 @@ static vs_status setup_training(mrun *r, vs_error *err) {
     if (s) return s;
     int64_t rows = 0, visual = 0;
     for (int64_t i = 0; i < r->cache.n; i++) rows += r->cache.rec[i].T, visual += r->cache.rec[i].visual;
-    printf("train head (MSD%s%s): width %d, %d heads (%d KV), MLP %d; %lld conversations cached (%lld rows, %lld "
-           "with images), %lld held out\n",
-           o->decoupled ? "" : ", images through fc", o->two_stage ? ", two-stage data" : ", one-stage data",
+    printf("train head (%s%s%s): width %d, %d heads (%d KV), MLP %d; %lld conversations cached (%lld rows, %lld "
+           "with images), %lld held out\n", o->dream ? "DREAM" : "MSD",
+           o->dream || o->decoupled ? "" : ", images through fc", o->two_stage ? ", two-stage data" : ", one-stage data",
            r->shape.width, r->shape.n_head, r->shape.n_head_kv, r->shape.n_ff, (long long)r->cache.n, (long long)rows,
            (long long)visual, (long long)(r->cache.n - r->n_train));
     if (o->two_stage && (r->pools.n[0] == 0 || r->pools.n[1] == 0))
@@ -478,16 +545,16 @@ static vs_status setup_training(mrun *r, vs_error *err) {
     return VS_OK;
 }
 
-static vs_status step(mrun *r, const vs_adamw *opt, float lr, vs_train_msd_loss *l, vs_error *err) {
+static vs_status step(mrun *r, const vs_adamw *opt, float lr, head_loss *l, vs_error *err) {
     int64_t idx[64];
     vs_msd_pick(&r->pools, (uint64_t)r->o->seed, r->L.st.step, r->o->steps, r->o->batch, idx);
     vs_train_msd_batch b;
-    vs_train_params *p = vs_train_msd_params(r->m);
+    vs_train_params *p = params_of(r);
     vs_status s = vs_msd_cache_fill_batch(&r->cache, r->target, idx, r->o->batch, (float)r->o->noise, &r->L.st.rng,
                                           &r->buf, &b, err);
     if (s) return s;
     vs_train_params_zero_grad(p);
-    if ((s = vs_train_msd_forward(r->m, r->tp, &b, l, err)) || (s = vs_train_msd_backward(r->m, r->tp, err))) return s;
+    if ((s = model_forward(r, &b, l, err)) || (s = model_backward(r, err))) return s;
     vs_train_clip_grad(p, (float)r->o->clip);
     vs_train_adamw_step(p, r->tp, opt, lr);
     return VS_OK;
@@ -513,7 +580,7 @@ static vs_status train(mrun *r, vs_error *err) {
     if (L->st.step == 0 && (s = evaluate(r, err))) return s;
     while (L->st.step < o->steps && !stop) {
         const float lr = vs_train_lr(&sched, L->st.step);
-        vs_train_msd_loss l;
+        head_loss l;
         if ((s = step(r, &opt, lr, &l, err))) return s;
         const double now = vs_time_now();
         L->st.tokens += (uint64_t)l.counted, run_pos += l.counted;
@@ -547,14 +614,7 @@ static vs_status train(mrun *r, vs_error *err) {
         return VS_OK;
     }
     if (r->res.step != L->st.step && (s = evaluate(r, err))) return s;
-    float probe[VS_MSD_PROBE];
-    vs_msd_embd_probe(r->target, probe);
-    if ((s = vs_train_msd_export(r->m, probe, o->mat_type, r->head, err))) return s;
-    /* the file must load as a head for this target */
-    vs_msd_head *h = vs_msd_head_load(r->head, err);
-    s = h ? vs_msd_head_check(h, r->target, err) : VS_ERR_FORMAT;
-    vs_msd_head_free(h);
-    if (s) return vs_error_wrap(err, "the exported head");
+    if ((s = model_export(r, err))) return s;
     printf("wrote %s\n", r->head);
     r->res.finished = true;
     return write_summary(r, err);
@@ -564,16 +624,17 @@ static vs_status run(mrun *r, vs_error *err) {
     const vs_msd_run_opts *o = r->o;
     vs_train_loop *L = &r->L;
     L->cmd = "train head";
-    L->title = o->decoupled ? (o->two_stage ? "MSD head: loss" : "MSD head (one-stage data): loss")
-                            : (o->two_stage ? "EAGLE head (two-stage data): loss" : "EAGLE head: loss");
+    L->title = o->dream       ? (o->two_stage ? "DREAM model (two-stage data): loss" : "DREAM model: loss")
+               : o->decoupled ? (o->two_stage ? "MSD head: loss" : "MSD head (one-stage data): loss")
+                              : (o->two_stage ? "EAGLE head (two-stage data): loss" : "EAGLE head: loss");
     vs_status s = vs_train_loop_dirs(L, o->out, err);
     if (s) return s;
     if (o->cache) snprintf(r->cache_dir, sizeof(r->cache_dir), "%s", o->cache);
     else snprintf(r->cache_dir, sizeof(r->cache_dir), "%s/cache", o->out);
     snprintf(r->cache_json, sizeof(r->cache_json), "%s/cache.json", r->cache_dir);
     snprintf(r->evalcsv, sizeof(r->evalcsv), "%s/eval.csv", o->out);
-    snprintf(r->head, sizeof(r->head), "%s/msd-head.gguf", o->out);
-    snprintf(r->summary, sizeof(r->summary), "%s/msd.json", o->out);
+    snprintf(r->head, sizeof(r->head), "%s/%s", o->out, o->dream ? "dream.gguf" : "msd-head.gguf");
+    snprintf(r->summary, sizeof(r->summary), "%s/%s", o->out, o->dream ? "dream.json" : "msd.json");
     if (!o->resume && ((!o->cache && access(r->cache_json, F_OK) == 0) || vs_train_loop_has_ckpt(L)))
         return vs_error_set(err, VS_ERR_INVALID, "%s holds a run: --resume to continue it (the same flags), or choose "
                             "another --out", o->out);
@@ -586,6 +647,7 @@ static vs_status run(mrun *r, vs_error *err) {
                                 o->n_head_kv ? o->n_head_kv : tc->n_head_kv, o->n_ff ? o->n_ff : tc->n_ff,
                                 tc->n_ctx_train, o->decoupled);
     if ((s = vs_msd_shape_check(&r->shape, err))) return s;
+    r->dshape = vs_dream_shape_for(r->target, r->shape.n_head, r->shape.n_head_kv, r->shape.n_ff, tc->n_ctx_train);
     if (o->resume && vs_train_loop_has_ckpt(L)) { /* before any work: the run's settings, its data included */
         char *settings = run_settings(r);
         s = settings ? vs_train_loop_check_settings(L, settings, err) : vs_error_set(err, VS_ERR_NOMEM, "out of memory");
@@ -624,6 +686,8 @@ vs_status vs_msd_run(const vs_msd_run_opts *o, vs_msd_run_result *res, vs_error 
     if (res) *res = r.res;
     vs_train_curve_free(&r.L.curve);
     vs_train_msd_free(r.m);
+    vs_train_dream_free(r.dm);
+    vs_free(r.dmask);
     vs_free(r.lm_head);
     vs_msd_cache_free(&r.cache);
     vs_msd_batch_buf_free(&r.buf);

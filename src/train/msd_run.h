@@ -1,8 +1,10 @@
-/* msd_run: the MSD draft head's training recipe behind `vlmspec train head --kind msd` (docs/training.md,
- * 'The MSD draft head').
+/* msd_run: the feature-level drafters' training recipe behind `vlmspec train head --kind msd|dream`
+ * (docs/training.md, 'The MSD draft head', 'The DREAM draft model'): the MSD head (train_msd.h; also the
+ * EAGLE baseline) and the DREAM draft model (train_dream.h) train on the same feature cache.
  * Owns: the run directory (OUT/cache, or a cache shared between runs: the target's features with
  * cache.json, its settings, msd_cache.h; OUT/ckpt, run.json, loss.csv +
- * .svg, eval.csv; at the end OUT/msd-head.gguf and OUT/msd.json), the choice of conversations, the
+ * .svg, eval.csv; at the end OUT/msd-head.gguf and OUT/msd.json, or OUT/dream.gguf and OUT/dream.json),
+ * the choice of conversations, the
  * cache stage, the two-stage data schedule, the step loop (AdamW, clipping, warm-up + cosine, input
  * noise), held-out evaluation, checkpoints and resuming, and the export (checked by loading the head
  * file against the target).
@@ -33,6 +35,7 @@ typedef struct vs_msd_run_opts {
     int eval_seqs;       /* of them, held out */
     int shard;           /* records per cache shard */
     /* the head */
+    bool dream;                  /* the DREAM draft model (decoupled is not read); false: the MSD head */
     int n_head, n_head_kv, n_ff; /* 0: the target's */
     bool decoupled;              /* image rows bypass fc (MSD); false: EAGLE's head */
     vs_type mat_type;            /* the exported head's matrices: F16 (default), BF16 or F32 */
@@ -47,7 +50,7 @@ void vs_msd_run_opts_default(vs_msd_run_opts *o);
 
 typedef struct vs_msd_run_result {
     int64_t step, cached;       /* steps done, records in the cache */
-    double loss, top1;          /* held-out: loss (feature + 0.1 xent) and top-1 agreement with the target */
+    double loss, top1;          /* held-out: loss (the model's training loss) and top-1 agreement with the target */
     double top1_text, top1_vis; /* held-out top-1 over text-only and visual conversations */
     bool finished;              /* all steps done and the head exported */
 } vs_msd_run_result;
