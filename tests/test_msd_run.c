@@ -11,6 +11,7 @@
  *      deleted cache shard is rebuilt byte-identically; a run over another run's cache (--cache) makes no
  *      cache of its own and exports a BF16 head that loads; the DREAM model (--kind dream) over the same
  *      cache exports a file that loads for the target, byte-identical when run in chunks with --resume;
+ *      with --mid-layer auto its own cache holds every record's intermediate targets (cache.json says so);
  *   4. bad input: a run directory reused without --resume, --resume with other settings (run.json and
  *      the cache's cache.json), an mmproj of another width, no more conversations than held out; the
  *      CLI refuses an unknown --kind, --no-decouple with dream, --two-stage with msd and a missing --data;
@@ -272,8 +273,27 @@ static void test_run(const char *lm, const char *mm) {
         VT_CHECK(res.finished && same_file(f1, f2), "the DREAM file differs between the run and its resumed chunks");
         snprintf(f1, sizeof(f1), "%s/run.json", d1);
         VT_CHECK(vt_file_has(f1, "\"kind\":\"dream\"") && !vt_file_has(f1, "decoupled"), "DREAM run.json");
+        /* with intermediate targets (the least-entropy layer) in a cache of its own */
+        char d3[600], cj[700];
+        snprintf(d3, sizeof(d3), "%s/run-dream-mid", g_tmp);
+        opts_for(&o, d3, lm, mm);
+        o.dream = true, o.two_stage = false, o.steps = 4, o.mid_layer = VS_MSD_MID_AUTO;
+        VT_REQUIRE(vs_msd_run(&o, &res, &err) == VS_OK && res.finished, "DREAM run with mid: %s", err.msg);
+        snprintf(cj, sizeof(cj), "%s/cache/cache.json", d3);
+        VT_CHECK(vt_file_has(cj, "\"mid_layer\":-1"), "cache.json records the intermediate targets");
+        snprintf(cj, sizeof(cj), "%s/cache", d3);
+        vs_msd_cache mc;
+        int64_t nsh = 0;
+        VT_REQUIRE(vs_msd_cache_count(cj, 32, &nsh, &err) == VS_OK && vs_msd_cache_load(cj, 32, nsh, &mc, &err) == VS_OK,
+                   "%s", err.msg);
+        int with = 0;
+        for (int64_t i = 0; i < mc.n; i++) with += mc.rec[i].mid != NULL && mc.rec[i].mid_layer == 1;
+        VT_CHECK(mc.n > 0 && with == mc.n, "%d of %lld records hold layer 1's intermediate targets", with,
+                 (long long)mc.n);
+        vs_msd_cache_free(&mc);
         /* resuming a DREAM run as an MSD head is refused before any work */
-        o.dream = false, o.two_stage = true;
+        opts_for(&o, d2, lm, mm);
+        o.cache = cache_a, o.steps = 6, o.resume = true;
         VT_CHECK(vs_msd_run(&o, NULL, &err) == VS_ERR_INVALID && strstr(err.msg, "run.json"), "kind switch: %s",
                  err.msg);
     }

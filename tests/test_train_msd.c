@@ -17,6 +17,9 @@
  *   - training sequences made by an F16 target (vs_train_msd_sequence): rows, image flags, the mask one
  *     row ahead of the answers, features equal to feeding the rows one at a time (what decoding hands
  *     the drafter), the F32 copy of the LM head (vs_train_msd_lm_head) gives the engine's logits;
+ *   - DREAM's intermediate targets on a 4-layer target: the least-entropy layer (as recomputed with an
+ *     attention observer) and its input hidden state, a fixed layer, layers out of range refused; kept
+ *     by the cache (F16), a batch has them only when every record does;
  *   - the feature cache (msd_cache.h): shards written and read back (rows, mask exact, F16 features and
  *     image rows), the resumable prefix of shards, a truncated shard and another width refused. */
 #include <math.h>
@@ -531,6 +534,105 @@ static void test_sequence(void) {
     vs_lm_free(target);
 }
 
+/* DREAM's intermediate targets (vs_train_msd_sequence_mid) on a 4-layer target: the least-entropy layer
+ * among 1 .. 2 as recomputed here with an attention observer, its input hidden state; a fixed layer;
+ * layers out of range refused; the cache keeps them (F16), a batch has them only when every record does. */
+typedef struct ent_acc {
+    double sum[4];
+    int n_head;
+} ent_acc;
+
+static void ent_cb(void *ctx, int layer, int row, int head, const float *p, int n_keys) {
+    ent_acc *a = ctx;
+    (void)row, (void)head;
+    for (int k = 0; k < n_keys; k++)
+        if (p[k] > 0) a->sum[layer] -= (double)p[k] * log((double)p[k]); /* single-threaded forward */
+}
+
+static void test_mid(void) {
+    vs_error err = {0};
+    vs_lm_random_opts ro;
+    memset(&ro, 0, sizeof(ro));
+    ro.n_embd = E, ro.n_layer = 4, ro.n_head = 2, ro.n_head_kv = 1, ro.n_ff = 2 * E, ro.n_ctx = 64, ro.n_vocab = V;
+    ro.type = VS_TYPE_F32, ro.init_std = 0.3f, ro.seed = 31;
+    VT_REQUIRE(vs_lm_write_random(&ro, st_tmp_path("msd_mid4.gguf"), &err) == VS_OK, "%s", err.msg);
+    vs_lm *target = vs_lm_load(st_tmp_path("msd_mid4.gguf"), &err);
+    VT_REQUIRE(target, "%s", err.msg);
+    enum { N = 14 };
+    int32_t tok[N];
+    uint8_t ans[N];
+    for (int p = 0; p < N; p++) tok[p] = (int32_t)vs_rng_below(&g_rng, V), ans[p] = p >= 8;
+    /* the reference: every layer's entropy sum and input */
+    ent_acc acc = {.n_head = 2};
+    float *lh[3];
+    int ids[3] = {0, 1, 2};
+    for (int l = 0; l < 3; l++) lh[l] = malloc(sizeof(float) * N * E);
+    float hid[N * E];
+    vs_lm_row rows[N];
+    memset(rows, 0, sizeof(rows));
+    for (int p = 0; p < N; p++) rows[p].token = tok[p], rows[p].pos = p;
+    vs_kv *kv = vs_lm_kv_new(target, 1, N, VS_TYPE_F32, &err);
+    vs_lm_out o = {.hidden = hid, .n_layer_out = 3, .layer_ids = ids, .layer_hidden = lh, .attn_fn = ent_cb,
+                   .attn_ctx = &acc, .attn_layer = -1};
+    VT_REQUIRE(vs_lm_forward(target, kv, NULL, rows, N, &o, &err) == VS_OK, "%s", err.msg);
+    vs_kv_free(kv);
+    const int want = acc.sum[1] <= acc.sum[2] ? 1 : 2;
+    vs_msd_seq q, f3;
+    VT_REQUIRE(vs_train_msd_sequence_mid(target, NULL, tok, NULL, ans, N, NULL, VS_MSD_MID_AUTO, &q, &err) == VS_OK,
+               "%s", err.msg);
+    VT_CHECK(q.mid && q.mid_layer == want, "least-entropy layer %d, want %d (entropy sums %.4f %.4f %.4f %.4f)",
+             q.mid_layer, want, acc.sum[0], acc.sum[1], acc.sum[2], acc.sum[3]);
+    const double dm = q.mid ? vt_max_abs_diff(q.mid, lh[want - 1], (size_t)N * E) : 1;
+    VT_REQUIRE(vs_train_msd_sequence_mid(target, NULL, tok, NULL, ans, N, NULL, 3, &f3, &err) == VS_OK, "%s",
+               err.msg);
+    const double d3 = f3.mid ? vt_max_abs_diff(f3.mid, lh[2], (size_t)N * E) : 1;
+    VT_CHECK(f3.mid_layer == 3 && d3 == 0 && dm == 0, "fixed layer 3: %d, inputs differ by %g / %g", f3.mid_layer, d3,
+             dm);
+    printf("  intermediate targets: entropy sums per layer %.3f %.3f %.3f %.3f -> layer %d chosen; its input and a "
+           "fixed layer's equal a reference forward (%g, %g)\n", acc.sum[0], acc.sum[1], acc.sum[2], acc.sum[3],
+           q.mid_layer, dm, d3);
+    vs_msd_seq bad;
+    VT_CHECK(vs_train_msd_sequence_mid(target, NULL, tok, NULL, ans, N, NULL, 0, &bad, &err) == VS_ERR_INVALID &&
+                 vs_train_msd_sequence_mid(target, NULL, tok, NULL, ans, N, NULL, 4, &bad, &err) == VS_ERR_INVALID,
+             "layers 0 and 4 of a 4-layer target refused");
+    /* the cache: one record with, one without */
+    char dir[600];
+    snprintf(dir, sizeof(dir), "%s", st_tmp_path("msd_mid_cache"));
+    char mk[1300];
+    snprintf(mk, sizeof(mk), "rm -rf %s && mkdir -p %s", dir, dir);
+    VT_REQUIRE(system(mk) == 0, "mkdir");
+    vs_msd_seq none;
+    VT_REQUIRE(vs_train_msd_sequence(target, NULL, tok, NULL, ans, N, NULL, &none, &err) == VS_OK, "%s", err.msg);
+    vs_msd_seq both[2] = {q, none};
+    const int32_t *tk[2] = {tok, tok};
+    const uint64_t ids2[2] = {0, 1};
+    VT_REQUIRE(vs_msd_cache_write_shard(dir, 0, E, both, tk, ids2, 2, &err) == VS_OK, "%s", err.msg);
+    vs_msd_cache c;
+    VT_REQUIRE(vs_msd_cache_load(dir, E, 1, &c, &err) == VS_OK && c.n == 2, "%s", err.msg);
+    VT_CHECK(c.rec[0].mid && c.rec[0].mid_layer == q.mid_layer && !c.rec[1].mid && c.rec[1].mid_layer == -1,
+             "records: mid %p layer %d, %p %d", (void *)c.rec[0].mid, c.rec[0].mid_layer, (void *)c.rec[1].mid,
+             c.rec[1].mid_layer);
+    vs_msd_seq back;
+    VT_REQUIRE(vs_msd_cache_sequence(&c, 0, target, &back, &err) == VS_OK, "%s", err.msg);
+    double worst = 0, mx = 0;
+    for (int i = 0; i < N * E; i++) worst = fmax(worst, fabs(back.mid[i] - q.mid[i])), mx = fmax(mx, fabs(q.mid[i]));
+    VT_CHECK(back.mid_layer == q.mid_layer && worst <= 1e-3 * mx, "mid read back: %g of %g", worst, mx);
+    vs_msd_batch_buf bb;
+    VT_REQUIRE(vs_msd_batch_buf_init(&bb, 2, N, E, &err) == VS_OK, "%s", err.msg);
+    vs_train_msd_batch tb;
+    const int64_t i0[1] = {0}, i01[2] = {0, 1};
+    VT_REQUIRE(vs_msd_cache_fill_batch(&c, target, i0, 1, 0, NULL, &bb, &tb, &err) == VS_OK, "%s", err.msg);
+    VT_CHECK(tb.mid != NULL, "a batch of records with intermediate targets has them");
+    VT_REQUIRE(vs_msd_cache_fill_batch(&c, target, i01, 2, 0, NULL, &bb, &tb, &err) == VS_OK, "%s", err.msg);
+    VT_CHECK(tb.mid == NULL, "a batch with a record without them has none");
+    vs_msd_batch_buf_free(&bb);
+    vs_msd_seq_free(&back);
+    vs_msd_cache_free(&c);
+    vs_msd_seq_free(&q), vs_msd_seq_free(&f3), vs_msd_seq_free(&none);
+    for (int l = 0; l < 3; l++) free(lh[l]);
+    vs_lm_free(target);
+}
+
 static void test_bad_input(vs_lm *target, const float *lm_head) {
     vs_error err = {0};
     data *d = malloc(sizeof(data));
@@ -569,6 +671,7 @@ int main(void) {
     test_head(target, lm_head, false, NULL);
     test_bad_input(target, lm_head);
     test_sequence();
+    test_mid();
     vs_threadpool_free(tp);
     vs_lm_free(target);
     return vt_finish("train_msd");

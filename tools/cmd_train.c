@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
@@ -1312,6 +1313,9 @@ static void head_usage(FILE *f) {
         "  --no-decouple         image rows go through the input layer like text (EAGLE's head; ablation)\n"
         "  --one-stage           draw conversations uniformly from the start (ablation; dream's default)\n"
         "  --two-stage           --kind dream: MSD's two-stage data schedule instead\n"
+        "  --mid-layer L         DREAM's intermediate target, cached with the features: auto (the layer of\n"
+        "                        least attention entropy per conversation; dream's default), none (msd's\n"
+        "                        default; no such loss term) or a fixed layer number (its input hidden state)\n"
         "  --type T              the exported head's matrices: f16 (default), bf16 or f32\n"
         "  --steps N             optimiser steps (default 3000)\n"
         "  --batch B             conversations per step (default 8, at most 64)\n"
@@ -1327,7 +1331,7 @@ static void head_usage(FILE *f) {
 }
 
 static int cmd_head(int argc, char **argv) {
-    const char *cmd = "train head", *kind = NULL, *type = "f16";
+    const char *cmd = "train head", *kind = NULL, *type = "f16", *mid = NULL;
     vs_msd_run_opts o;
     vs_msd_run_opts_default(&o);
     bool no_decouple = false, one_stage = false, two_stage = false;
@@ -1351,6 +1355,7 @@ static int cmd_head(int argc, char **argv) {
     cli_flag_add(&fs, "--no-decouple", CLI_BOOL, &no_decouple, 0, 0);
     cli_flag_add(&fs, "--one-stage", CLI_BOOL, &one_stage, 0, 0);
     cli_flag_add(&fs, "--two-stage", CLI_BOOL, &two_stage, 0, 0);
+    cli_flag_add(&fs, "--mid-layer", CLI_STR, &mid, 0, 0);
     cli_flag_add(&fs, "--type", CLI_STR, &type, 0, 0);
     cli_flag_add(&fs, "--batch", CLI_INT, &o.batch, 1, 64);
     add_recipe_flags(&fs, (recipe_flags){&o.steps, &o.seed, &o.lr, &o.lr_min, &o.warmup, &o.wd, &o.clip, &o.beta2,
@@ -1365,6 +1370,15 @@ static int cmd_head(int argc, char **argv) {
     if (o.dream && no_decouple) return cli_fail(cmd, "--no-decouple is the MSD head's (--kind msd)"), 2;
     if (!o.dream && two_stage) return cli_fail(cmd, "--two-stage is the MSD head's default (--one-stage turns it off)"), 2;
     if (one_stage && two_stage) return cli_fail(cmd, "--one-stage and --two-stage exclude each other"), 2;
+    o.mid_layer = o.dream ? VS_MSD_MID_AUTO : VS_MSD_MID_NONE;
+    if (mid) {
+        char *end = NULL;
+        const long v = strtol(mid, &end, 10);
+        if (!strcmp(mid, "auto")) o.mid_layer = VS_MSD_MID_AUTO;
+        else if (!strcmp(mid, "none")) o.mid_layer = VS_MSD_MID_NONE;
+        else if (end != mid && !*end && v >= 1 && v <= 4096) o.mid_layer = (int)v;
+        else return cli_fail(cmd, "--mid-layer %s: auto, none or a layer number >= 1", mid), 2;
+    }
     if (!o.out || !o.target || !o.mmproj || !o.data)
         return cli_fail(cmd, "--out, -m/--model, --mmproj and --data are required"), 2;
     if (run.gemm || run.attention) return cli_fail(cmd, "--gemm and --attention: not used by the head's trainer"), 2;

@@ -15,8 +15,8 @@ static void shard_path(char *buf, size_t cap, const char *dir, int64_t index) {
 
 static size_t pad4(size_t n) { return (n + 3) & ~(size_t)3; }
 
-static size_t record_bytes(int32_t T, int32_t n_img, int C) {
-    return 24 + (size_t)T * 4 + pad4((size_t)T) + (size_t)T * C * 2 + (size_t)n_img * C * 2;
+static size_t record_bytes(int32_t T, int32_t n_img, bool mid, int C) {
+    return 24 + (size_t)T * 4 + pad4((size_t)T) + (size_t)T * C * 2 * (mid ? 2 : 1) + (size_t)n_img * C * 2;
 }
 
 int64_t vs_msd_shard_parse(uint8_t *buf, size_t size, int C, vs_msd_record *rec) {
@@ -27,11 +27,14 @@ int64_t vs_msd_shard_parse(uint8_t *buf, size_t size, int C, vs_msd_record *rec)
     size_t off = 16;
     for (uint32_t i = 0; i < n; i++) {
         if (size - off < 24) return -1;
-        uint32_t T, ni, flags;
+        uint32_t T, ni, flags, layer;
         uint64_t sample;
         memcpy(&T, buf + off, 4), memcpy(&ni, buf + off + 4, 4), memcpy(&flags, buf + off + 8, 4);
-        memcpy(&sample, buf + off + 16, 8);
-        if (T < 2 || T > (1u << 20) || ni > T || size - off < record_bytes((int32_t)T, (int32_t)ni, C)) return -1;
+        memcpy(&layer, buf + off + 12, 4), memcpy(&sample, buf + off + 16, 8);
+        const bool mid = flags & 2;
+        if (T < 2 || T > (1u << 20) || ni > T || flags > 3 || (mid ? layer < 1 || layer > 4096 : layer != 0) ||
+            size - off < record_bytes((int32_t)T, (int32_t)ni, mid, C))
+            return -1;
         uint8_t *p = buf + off + 24;
         int32_t imgs = 0, tok;
         for (uint32_t t = 0; t < T; t++) memcpy(&tok, p + (size_t)t * 4, 4), imgs += tok < 0;
@@ -46,8 +49,11 @@ int64_t vs_msd_shard_parse(uint8_t *buf, size_t size, int C, vs_msd_record *rec)
             r->feat = (uint16_t *)p;
             p += (size_t)T * C * 2;
             r->img = (uint16_t *)p;
+            p += (size_t)ni * C * 2;
+            r->mid = mid ? (uint16_t *)p : NULL;
+            r->mid_layer = mid ? (int32_t)layer : -1;
         }
-        off += record_bytes((int32_t)T, (int32_t)ni, C);
+        off += record_bytes((int32_t)T, (int32_t)ni, mid, C);
     }
     return off == size ? (int64_t)n : -1;
 }
@@ -82,7 +88,7 @@ vs_status vs_msd_cache_write_shard(const char *dir, int64_t index, int width, co
     for (int i = 0; i < n; i++) {
         int32_t ni = 0;
         for (int32_t t = 0; t < seqs[i].T; t++) ni += seqs[i].is_image[t] != 0;
-        total += record_bytes(seqs[i].T, ni, C);
+        total += record_bytes(seqs[i].T, ni, seqs[i].mid != NULL, C);
     }
     uint8_t *buf = vs_calloc(total, 1);
     if (!buf) return vs_error_set(err, VS_ERR_NOMEM, "MSD feature cache: out of memory for a shard of %zu bytes", total);
@@ -94,9 +100,9 @@ vs_status vs_msd_cache_write_shard(const char *dir, int64_t index, int width, co
         const vs_msd_seq *s = &seqs[i];
         uint32_t T = (uint32_t)s->T, ni = 0;
         for (uint32_t t = 0; t < T; t++) ni += s->is_image[t] != 0;
-        const uint32_t flags = ni > 0;
+        const uint32_t flags = (ni > 0) | (s->mid ? 2u : 0u), layer = s->mid ? (uint32_t)s->mid_layer : 0;
         memcpy(buf + off, &T, 4), memcpy(buf + off + 4, &ni, 4), memcpy(buf + off + 8, &flags, 4);
-        memcpy(buf + off + 16, &sample[i], 8);
+        memcpy(buf + off + 12, &layer, 4), memcpy(buf + off + 16, &sample[i], 8);
         uint8_t *p = buf + off + 24;
         for (uint32_t t = 0; t < T; t++) {
             const int32_t tok = s->is_image[t] ? -1 : tokens[i][t];
@@ -113,7 +119,9 @@ vs_status vs_msd_cache_write_shard(const char *dir, int64_t index, int width, co
             for (int c = 0; c < C; c++) h = vs_fp32_to_fp16(s->emb[(size_t)t * C + c]), memcpy(p + (size_t)c * 2, &h, 2);
             p += (size_t)C * 2;
         }
-        off += record_bytes((int32_t)T, (int32_t)ni, C);
+        if (s->mid)
+            for (size_t j = 0; j < (size_t)T * C; j++) h = vs_fp32_to_fp16(s->mid[j]), memcpy(p + j * 2, &h, 2);
+        off += record_bytes((int32_t)T, (int32_t)ni, s->mid != NULL, C);
     }
     char path[4096];
     shard_path(path, sizeof(path), dir, index);
@@ -162,10 +170,11 @@ void vs_msd_cache_free(vs_msd_cache *c) {
 
 /* Record r's rows into emb, feat (T, C), is_image and mask (T): text rows' embeddings from the target. */
 static vs_status record_rows(const vs_msd_cache *c, int64_t r, const vs_lm *target, float *emb, float *feat,
-                             uint8_t *is_image, float *mask, vs_error *err) {
+                             uint8_t *is_image, float *mask, float *mid, vs_error *err) {
     const vs_msd_record *rec = &c->rec[r];
     const int C = c->width, T = rec->T;
     vs_dequantize_row(VS_TYPE_F16, rec->feat, feat, (int64_t)T * C);
+    if (mid && rec->mid) vs_dequantize_row(VS_TYPE_F16, rec->mid, mid, (int64_t)T * C);
     int32_t ii = 0;
     for (int32_t t = 0; t < T; t++) {
         is_image[t] = rec->tokens[t] < 0;
@@ -195,7 +204,13 @@ vs_status vs_msd_cache_sequence(const vs_msd_cache *c, int64_t r, const vs_lm *t
     if (st) return st;
     if (!vs_msd_seq_alloc(out, c->rec[r].T, c->width))
         return vs_error_set(err, VS_ERR_NOMEM, "MSD feature cache: out of memory for %d rows", c->rec[r].T);
-    if ((st = record_rows(c, r, target, out->emb, out->feat, out->is_image, out->mask, err))) vs_msd_seq_free(out);
+    if (c->rec[r].mid && !(out->mid = vs_malloc(sizeof(float) * (size_t)c->rec[r].T * c->width))) {
+        vs_msd_seq_free(out);
+        return vs_error_set(err, VS_ERR_NOMEM, "MSD feature cache: out of memory for %d rows", c->rec[r].T);
+    }
+    out->mid_layer = c->rec[r].mid_layer;
+    if ((st = record_rows(c, r, target, out->emb, out->feat, out->is_image, out->mask, out->mid, err)))
+        vs_msd_seq_free(out);
     return st;
 }
 
@@ -210,7 +225,8 @@ vs_status vs_msd_batch_buf_init(vs_msd_batch_buf *b, int max_B, int max_T, int C
     b->noise = vs_malloc(sizeof(float) * vals);
     b->mask = vs_malloc(sizeof(float) * rows);
     b->is_image = vs_malloc(rows);
-    if (!b->emb || !b->feat || !b->noise || !b->mask || !b->is_image) {
+    b->mid = vs_malloc(sizeof(float) * vals);
+    if (!b->emb || !b->feat || !b->noise || !b->mask || !b->is_image || !b->mid) {
         vs_msd_batch_buf_free(b);
         return vs_error_set(err, VS_ERR_NOMEM, "MSD batch: no memory for %d x %d rows of width %d", max_B, max_T, C);
     }
@@ -219,7 +235,7 @@ vs_status vs_msd_batch_buf_init(vs_msd_batch_buf *b, int max_B, int max_T, int C
 
 void vs_msd_batch_buf_free(vs_msd_batch_buf *b) {
     if (!b) return;
-    vs_free(b->emb), vs_free(b->feat), vs_free(b->noise), vs_free(b->mask), vs_free(b->is_image);
+    vs_free(b->emb), vs_free(b->feat), vs_free(b->noise), vs_free(b->mask), vs_free(b->is_image), vs_free(b->mid);
     memset(b, 0, sizeof(*b));
 }
 
@@ -231,10 +247,12 @@ vs_status vs_msd_cache_fill_batch(const vs_msd_cache *c, const vs_lm *target, co
         return vs_error_set(err, VS_ERR_INVALID, "MSD batch: %d sequences of width %d into buffers for %d of width %d", B,
                             c->width, buf->max_B, C);
     int T = 2;
+    bool mid = true; /* intermediate targets when every record of the batch has them */
     for (int i = 0; i < B; i++) {
         vs_status st = check_record(c, idx[i], target, err);
         if (st) return st;
         T = VS_MAX(T, c->rec[idx[i]].T);
+        mid = mid && c->rec[idx[i]].mid;
     }
     if (T > buf->max_T)
         return vs_error_set(err, VS_ERR_INVALID, "MSD batch: a record of %d rows, buffers for %d", T, buf->max_T);
@@ -242,10 +260,11 @@ vs_status vs_msd_cache_fill_batch(const vs_msd_cache *c, const vs_lm *target, co
         const size_t o = (size_t)i * T;
         const int32_t Ti = c->rec[idx[i]].T;
         vs_status st = record_rows(c, idx[i], target, buf->emb + o * C, buf->feat + o * C, buf->is_image + o,
-                                   buf->mask + o, err);
+                                   buf->mask + o, mid ? buf->mid + o * C : NULL, err);
         if (st) return st;
         const size_t pad = (size_t)(T - Ti); /* padding rows after the record: zero, never counted */
         memset(buf->emb + (o + Ti) * C, 0, sizeof(float) * pad * C);
+        if (mid) memset(buf->mid + (o + Ti) * C, 0, sizeof(float) * pad * C);
         memset(buf->feat + (o + Ti) * C, 0, sizeof(float) * pad * C);
         memset(buf->mask + o + Ti, 0, sizeof(float) * pad);
         memset(buf->is_image + o + Ti, 0, pad);
@@ -256,6 +275,7 @@ vs_status vs_msd_cache_fill_batch(const vs_msd_cache *c, const vs_lm *target, co
         }
     }
     *out = (vs_train_msd_batch){.B = B, .T = T, .emb = buf->emb, .is_image = buf->is_image, .feat = buf->feat,
-                                .noise = noise_std > 0 && rng ? buf->noise : NULL, .mask = buf->mask};
+                                .noise = noise_std > 0 && rng ? buf->noise : NULL, .mask = buf->mask,
+                                .mid = mid ? buf->mid : NULL};
     return VS_OK;
 }

@@ -9,8 +9,9 @@
  * row plus C * 2 per image row (C = 512: ~1 KB per row).
  *
  * Shard file `msd-NNNNN.bin` (little-endian): "VSMSDC01", u32 width C, u32 records; per record u32 T,
- * u32 image rows, u32 flags (bit 0: the sample has images), u32 0, u64 sample id, i32 tokens[T],
- * u8 mask[T] padded to 4 bytes, u16 features[T][C], u16 image rows[n][C]. A shard is complete or absent
+ * u32 image rows, u32 flags (bit 0: the sample has images; bit 1: it has DREAM's intermediate targets),
+ * u32 their layer (0 without), u64 sample id, i32 tokens[T], u8 mask[T] padded to 4 bytes, u16
+ * features[T][C], u16 image rows[n][C], with bit 1 u16 intermediate targets[T][C]. A shard is complete or absent
  * (written through a temporary and renamed), so the shards present are a resumable prefix: shard k holds
  * the records of samples [k * per_shard, (k + 1) * per_shard). */
 #ifndef VS_MSD_CACHE_H
@@ -27,6 +28,8 @@ typedef struct vs_msd_record {
     uint8_t *mask;    /* (T) */
     uint16_t *feat;   /* (T, C) F16 */
     uint16_t *img;    /* (n_img_rows, C) F16, the image rows in order of appearance */
+    uint16_t *mid;    /* (T, C) F16 intermediate targets (vs_msd_seq.mid), or NULL */
+    int32_t mid_layer; /* their layer, -1 without */
 } vs_msd_record;
 
 /* Parses one shard's bytes (buf 4-byte aligned, e.g. from malloc): the number of records, or -1 when the
@@ -63,6 +66,7 @@ vs_status vs_msd_cache_sequence(const vs_msd_cache *c, int64_t r, const vs_lm *t
 typedef struct vs_msd_batch_buf {
     int max_B, max_T, C;
     float *emb, *feat, *noise, *mask; /* (max_B, max_T, C) x3, (max_B, max_T) */
+    float *mid;                       /* (max_B, max_T, C) */
     uint8_t *is_image;                /* (max_B, max_T) */
 } vs_msd_batch_buf;
 vs_status vs_msd_batch_buf_init(vs_msd_batch_buf *b, int max_B, int max_T, int C, vs_error *err);
@@ -70,7 +74,8 @@ void vs_msd_batch_buf_free(vs_msd_batch_buf *b);
 /* Fills *out with records idx[0 .. B) as one batch as long as the longest of them; shorter sequences are
  * padded at the end (zero rows, mask 0: causal attention keeps padding out of the real slots). noise_std
  * > 0 draws the released MSD code's input noise from rng: (U(0,1) - 0.5) * noise_std * 512 / T per value,
- * T the sequence's own length; 0 gives none. A record longer than max_T is an error. */
+ * T the sequence's own length; 0 gives none. out->mid holds the intermediate targets when every record of
+ * the batch has them, else NULL. A record longer than max_T is an error. */
 vs_status vs_msd_cache_fill_batch(const vs_msd_cache *c, const vs_lm *target, const int64_t *idx, int B,
                                   float noise_std, vs_rng *rng, vs_msd_batch_buf *buf, vs_train_msd_batch *out,
                                   vs_error *err);

@@ -23,6 +23,7 @@ void vs_msd_run_opts_default(vs_msd_run_opts *o) {
     o->decoupled = true, o->two_stage = true, o->mat_type = VS_TYPE_F16;
     o->steps = 3000, o->seed = 1, o->batch = 8, o->threads = 2, o->ckpt_every = 200, o->eval_every = 250;
     o->lr = 1e-3, o->lr_min = 1e-4, o->warmup = 100, o->wd = 0, o->clip = 0.5, o->beta2 = 0.95, o->noise = 0.2;
+    o->mid_layer = VS_MSD_MID_NONE;
 }
 
 typedef struct mrun {
@@ -63,6 +64,7 @@ static void cache_fields(vs_json_writer *w, const vs_msd_run_opts *o) {
     vs_json_kv_int(w, "samples", o->samples);
     vs_json_kv_int(w, "shard", o->shard);
     vs_json_kv_int(w, "seed", o->seed);
+    if (o->mid_layer != VS_MSD_MID_NONE) vs_json_kv_int(w, "mid_layer", o->mid_layer); /* -1: least entropy */
 }
 
 static char *cache_settings(const vs_msd_run_opts *o) {
@@ -181,7 +183,8 @@ static vs_status make_record(mrun *r, const vs_mmproj *mm, int NP, const vs_trai
         memcpy(rows + (size_t)at * C, imgs[i].rows, sizeof(float) * (size_t)(imgs[i].n_rows * C));
     vs_mm_images_free(imgs, ni);
     if (s == VS_OK)
-        s = vs_train_msd_sequence(r->target, r->tp, ex->tokens, ex->img_row, ex->answer, ex->n_rows, rows, seq, err);
+        s = vs_train_msd_sequence_mid(r->target, r->tp, ex->tokens, ex->img_row, ex->answer, ex->n_rows, rows,
+                                      r->o->mid_layer, seq, err);
     vs_free(rows);
     return s;
 }
@@ -338,7 +341,7 @@ static vs_status model_forward(mrun *r, const vs_train_msd_batch *b, head_loss *
         for (int p = 0; p < b->T; p++)
             r->dmask[(size_t)i * b->T + p] = p > 0 ? b->mask[(size_t)i * b->T + p - 1] : 0.0f;
     const vs_train_dream_batch db = {.B = b->B, .T = b->T, .emb = b->emb, .feat = b->feat, .noise = b->noise,
-                                     .mask = r->dmask};
+                                     .mid = b->mid, .mask = r->dmask};
     vs_train_dream_loss dl;
     vs_status s = vs_train_dream_forward(r->dm, r->tp, &db, &dl, err);
     *l = (head_loss){dl.total, dl.counted, dl.top1};
@@ -536,6 +539,20 @@ static vs_status setup_training(mrun *r, vs_error *err) {
            o->dream || o->decoupled ? "" : ", images through fc", o->two_stage ? ", two-stage data" : ", one-stage data",
            r->shape.width, r->shape.n_head, r->shape.n_head_kv, r->shape.n_ff, (long long)r->cache.n, (long long)rows,
            (long long)visual, (long long)(r->cache.n - r->n_train));
+    if (o->dream) { /* the intermediate targets the cache holds: how often each layer was chosen */
+        int64_t with = 0, by_layer[16] = {0};
+        for (int64_t i = 0; i < r->cache.n; i++)
+            if (r->cache.rec[i].mid) with++, by_layer[VS_MIN(r->cache.rec[i].mid_layer, 15)]++;
+        if (!with) {
+            printf("  no intermediate targets in the cache (--mid-layer none): the loss has no block-2 term\n");
+        } else {
+            printf("  intermediate targets in %lld of %lld conversations, layer (count):", (long long)with,
+                   (long long)r->cache.n);
+            for (int l = 1; l < 16; l++)
+                if (by_layer[l]) printf(" %d%s (%lld)", l, l == 15 ? "+" : "", (long long)by_layer[l]);
+            printf("\n");
+        }
+    }
     if (o->two_stage && (r->pools.n[0] == 0 || r->pools.n[1] == 0))
         printf("warning: no %s conversations among the training records: the two stages draw from the others "
                "alone\n", r->pools.n[0] == 0 ? "text-only" : "visual");

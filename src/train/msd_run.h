@@ -22,6 +22,7 @@
 
 #include "common.h"
 #include "quant.h"
+#include "train_msd.h"
 
 typedef struct vs_msd_run_opts {
     const char *out;     /* run directory */
@@ -34,6 +35,8 @@ typedef struct vs_msd_run_opts {
     int64_t samples;     /* conversations cached (0: all) */
     int eval_seqs;       /* of them, held out */
     int shard;           /* records per cache shard */
+    int mid_layer;       /* DREAM's intermediate targets in the cache: VS_MSD_MID_NONE (default), _AUTO (the
+                          * least-entropy layer per conversation) or a layer (train_msd.h) */
     /* the head */
     bool dream;                  /* the DREAM draft model (decoupled is not read); false: the MSD head */
     int n_head, n_head_kv, n_ff; /* 0: the target's */

@@ -320,23 +320,62 @@ bool vs_msd_seq_alloc(vs_msd_seq *s, int32_t T, int C) {
 
 void vs_msd_seq_free(vs_msd_seq *s) {
     if (!s) return;
-    vs_free(s->emb), vs_free(s->feat), vs_free(s->is_image), vs_free(s->mask);
+    vs_free(s->emb), vs_free(s->feat), vs_free(s->is_image), vs_free(s->mask), vs_free(s->mid);
     memset(s, 0, sizeof(*s));
+}
+
+/* The attention entropy of each (layer, row, head), each written once by the forward's observer. */
+typedef struct entropy_obs {
+    float *ent; /* (L, T, H) */
+    int T, H;
+} entropy_obs;
+
+static void entropy_cb(void *ctx, int layer, int row, int head, const float *p, int n_keys) {
+    entropy_obs *o = ctx;
+    double e = 0;
+    for (int k = 0; k < n_keys; k++)
+        if (p[k] > 0) e -= (double)p[k] * log((double)p[k]);
+    o->ent[((size_t)layer * o->T + row) * o->H + head] = (float)e;
 }
 
 vs_status vs_train_msd_sequence(vs_lm *target, vs_threadpool *tp, const int32_t *tokens, const int32_t *img_row,
                                 const uint8_t *answer, int32_t T, const float *img_rows, vs_msd_seq *out,
                                 vs_error *err) {
+    return vs_train_msd_sequence_mid(target, tp, tokens, img_row, answer, T, img_rows, VS_MSD_MID_NONE, out, err);
+}
+
+vs_status vs_train_msd_sequence_mid(vs_lm *target, vs_threadpool *tp, const int32_t *tokens, const int32_t *img_row,
+                                    const uint8_t *answer, int32_t T, const float *img_rows, int mid_layer,
+                                    vs_msd_seq *out, vs_error *err) {
     memset(out, 0, sizeof(*out));
+    out->mid_layer = -1;
     const vs_lm_config *c = vs_lm_cfg(target);
-    const int C = c->n_embd;
+    const int C = c->n_embd, L = c->n_layer;
     if (T < 2 || T > c->n_ctx_train)
         return vs_error_set(err, VS_ERR_INVALID, "MSD training data: a sequence of %d rows (the target takes 2 .. %d)",
                             T, c->n_ctx_train);
+    const bool want_mid = mid_layer != VS_MSD_MID_NONE;
+    if (want_mid && (L < 2 || mid_layer < VS_MSD_MID_AUTO || mid_layer == 0 || mid_layer >= L))
+        return vs_error_set(err, VS_ERR_INVALID, "intermediate target: layer %d of a target of %d layers (1 .. %d, "
+                            "or the least-entropy layer)", mid_layer, L, L - 1);
     const bool have = vs_msd_seq_alloc(out, T, C);
     vs_lm_row *rows = vs_calloc((size_t)T, sizeof(vs_lm_row));
     vs_kv *kv = NULL;
     vs_status st = VS_OK;
+    /* with an intermediate target: every layer's input (outputs of layers 0 .. L - 2) and the entropies */
+    float **lh = NULL, *ent = NULL;
+    int *lids = NULL;
+    if (want_mid) {
+        lh = vs_calloc((size_t)L, sizeof(float *));
+        lids = vs_malloc(sizeof(int) * (size_t)L);
+        ent = mid_layer == VS_MSD_MID_AUTO ? vs_malloc(sizeof(float) * (size_t)L * T * c->n_head) : NULL;
+        bool ok = lh && lids && (ent || mid_layer != VS_MSD_MID_AUTO);
+        for (int l = 0; ok && l < L - 1; l++) ok = (lh[l] = vs_malloc(sizeof(float) * (size_t)T * C)) != NULL, lids[l] = l;
+        if (!ok) {
+            st = vs_error_set(err, VS_ERR_NOMEM, "MSD training data: out of memory for %d layers of %d rows", L, T);
+            goto done;
+        }
+    }
     if (!have || !rows) {
         st = vs_error_set(err, VS_ERR_NOMEM, "MSD training data: out of memory for %d rows", T);
         goto done;
@@ -362,14 +401,33 @@ vs_status vs_train_msd_sequence(vs_lm *target, vs_threadpool *tp, const int32_t 
         st = err ? err->code : VS_ERR_NOMEM;
         goto done;
     }
-    const vs_lm_out o = {.hidden = out->feat, .attn_layer = -1};
+    entropy_obs eo = {.ent = ent, .T = T, .H = c->n_head};
+    const vs_lm_out o = {.hidden = out->feat, .attn_layer = -1, .n_layer_out = want_mid ? L - 1 : 0, .layer_ids = lids,
+                         .layer_hidden = lh, .attn_fn = ent ? entropy_cb : NULL, .attn_ctx = &eo};
     if ((st = vs_lm_forward(target, kv, tp, rows, T, &o, err))) goto done;
+    if (want_mid) {
+        int best = mid_layer;
+        if (mid_layer == VS_MSD_MID_AUTO) { /* the least mean entropy among layers 1 .. max(1, L - 2) */
+            double lowest = INFINITY;
+            for (int l = 1; l <= VS_MAX(1, L - 2); l++) {
+                double s = 0;
+                for (size_t i = 0; i < (size_t)T * c->n_head; i++) s += ent[(size_t)l * T * c->n_head + i];
+                if (s < lowest) lowest = s, best = l;
+            }
+        }
+        out->mid_layer = best;
+        out->mid = lh[best - 1]; /* the input of layer `best` */
+        lh[best - 1] = NULL;
+    }
     const float *nw = vs_lm_w(target)->output_norm;
     for (int32_t p = 0; p < T; p++) { /* in place: vs_rmsnorm reads the row before it writes it */
         float *f = out->feat + (size_t)p * C;
         vs_rmsnorm(f, f, nw, C, c->rms_eps);
     }
 done:
+    if (lh)
+        for (int l = 0; l < L; l++) vs_free(lh[l]);
+    vs_free(lh), vs_free(lids), vs_free(ent);
     vs_kv_free(kv);
     vs_free(rows);
     if (st) vs_msd_seq_free(out);

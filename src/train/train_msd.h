@@ -42,6 +42,7 @@ vs_status vs_train_msd_load_head(vs_train_msd *m, const vs_msd_head *h, vs_error
 
 typedef struct vs_train_msd_batch {
     int B, T;                /* T >= 2 target rows per sequence */
+    const float *mid;        /* (B, T, C) intermediate targets, or NULL (the MSD head does not read them) */
     const float *emb;        /* (B, T, C) the target's input rows */
     const uint8_t *is_image; /* (B, T) nonzero where the row is an image row */
     const float *feat;       /* (B, T, C) the target's features (after its final norm) */
@@ -76,6 +77,9 @@ typedef struct vs_msd_seq {
     uint8_t *is_image;/* (T) */
     float *mask;      /* (T) slot p counts (1) when row p + 2 is an answer row: the token the head's
                        * logits at slot p stand for is one the target answers with */
+    float *mid;       /* (T, C) DREAM's intermediate target: the target's hidden state entering layer
+                       * mid_layer (the residual stream, no norm); NULL when not made */
+    int32_t mid_layer;
 } vs_msd_seq;
 /* Runs the target over the rows of ex (train_data.h's layout: tokens, image rows, answer flags; image
  * row r of the conversation is img_rows + r * C, the target's projected images, NULL without images)
@@ -83,7 +87,17 @@ typedef struct vs_msd_seq {
 vs_status vs_train_msd_sequence(vs_lm *target, vs_threadpool *tp, const int32_t *tokens, const int32_t *img_row,
                                 const uint8_t *answer, int32_t T, const float *img_rows, vs_msd_seq *out,
                                 vs_error *err);
-/* Allocates a T-row sequence of width C (contents undefined); on failure *s is zeroed and false. */
+/* The intermediate target of a sequence (DREAM, docs/algorithms.md): none; the layer of least mean
+ * attention entropy, chosen per sequence among layers 1 .. max(1, L - 2) (AE(l) = the mean over the
+ * sequence's rows and the heads of -sum_j A_ij log A_ij); or a fixed layer in 1 .. L - 1. */
+#define VS_MSD_MID_NONE (-2)
+#define VS_MSD_MID_AUTO (-1)
+/* vs_train_msd_sequence that also keeps the intermediate target (mid_layer: VS_MSD_MID_NONE, _AUTO or a
+ * layer); out->mid_layer says which layer (-1 without). */
+vs_status vs_train_msd_sequence_mid(vs_lm *target, vs_threadpool *tp, const int32_t *tokens, const int32_t *img_row,
+                                    const uint8_t *answer, int32_t T, const float *img_rows, int mid_layer,
+                                    vs_msd_seq *out, vs_error *err);
+/* Allocates a T-row sequence of width C (contents undefined, no mid); on failure *s is zeroed and false. */
 bool vs_msd_seq_alloc(vs_msd_seq *s, int32_t T, int C);
 void vs_msd_seq_free(vs_msd_seq *s);
 
