@@ -312,6 +312,31 @@ static void test_compression(void) {
            "dropped, %d rows out of attention order\n", runs, mism, dropped, wrong);
     VT_CHECK(mism == 0 && wrong == 0 && dropped > 0, "compression: %d mismatches, %d misordered, %d dropped", mism,
              wrong, dropped);
+    /* a prompt that ends with image rows: the pending row is an image row without a score; it stays in the
+     * stream, and a request that ends before any block (no drafting) still decides the image */
+    {
+        vs_spec_segment seg[2] = {{.kind = VS_SPEC_SEG_TEXT, .n = 4, .tokens = P.tok[0]},
+                                  {.kind = VS_SPEC_SEG_IMAGE, .n = IMG_ROWS, .embd = P.img, .image = -1, .image_id = 7}};
+        vs_spec_prompt pr = {.seg = seg, .n_seg = 2};
+        vs_spec_log b2;
+        vs_spec_log_init(&b2);
+        VT_REQUIRE(gen(&e, NULL, &pr, 0, 16, false, &b2, &err) == VS_OK, "%s", err.msg);
+        vs_draft_dream_opts o = {.visual_keep = 0.4f};
+        vs_spec_drafter *d = vs_draft_dream_new(h, target, &o, &err);
+        VT_REQUIRE(d, "%s", err.msg);
+        VT_REQUIRE(gen(&e, d, &pr, 4, 16, false, &log, &err) == VS_OK, "a prompt ending with an image: %s", err.msg);
+        const int last = 4 + IMG_ROWS - 1;
+        int kept = 0;
+        for (int r = 4; r < last; r++) kept += vs_draft_dream_row_kept(d, r) == 1;
+        VT_CHECK(st_same_tokens(&log, &b2, false) && vs_draft_dream_row_kept(d, last) == 1 && kept == 2,
+                 "ending with an image: lossless, the pending row kept, 2 of the 4 scored rows kept (%d)", kept);
+        VT_REQUIRE(gen(&e, d, &pr, 4, 0, false, &log, &err) == VS_OK, "prefill only: %s", err.msg);
+        kept = 0;
+        for (int r = 4; r < last; r++) kept += vs_draft_dream_row_kept(d, r) == 1;
+        VT_CHECK(kept == 2, "a request without blocks decides its image at the end (%d kept)", kept);
+        vs_spec_log_free(&b2);
+        vs_spec_drafter_free(d);
+    }
     vs_draft_dream_opts bad = {.visual_keep = 1.5f};
     VT_CHECK(!vs_draft_dream_new(h, target, &bad, &err) && strstr(err.msg, "outside (0, 1]"), "keep 1.5: %s", err.msg);
     bad.visual_keep = -0.25f;

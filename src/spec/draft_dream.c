@@ -354,7 +354,8 @@ typedef struct dream {
     int32_t *vis_true, *vis_n, *vis;
     int32_t vis_cap;
     /* scratch, [rows][...] */
-    float *in, *hid, *feat, *logits, *q, *xn, *xq, *xatt, *xo, *xg, *xu, *sc;
+    float *in, *hid, *feat, *xn, *xq, *xatt, *xo, *xg, *xu, *sc; /* [rows][...] */
+    float *logits, *q; /* [V]: one row at a time */
     size_t cap_sc;
     vs_lm_row *rows;
     int32_t cap_rows;
@@ -386,7 +387,7 @@ static vs_status ensure_rows(dream *d, int32_t n, int32_t vis_cap, vs_error *err
     const int32_t vc = VS_MAX(vis_cap, d->vis_cap);
     const size_t H = (size_t)d->H, F = (size_t)vs_lm_cfg(d->draft)->n_ff, C = (size_t)c;
     bool ok = grow_f(&d->in, C * H) && grow_f(&d->hid, C * H) && grow_f(&d->feat, C * H) &&
-              grow_f(&d->logits, C * (size_t)d->V) && grow_f(&d->xn, C * H) && grow_f(&d->xq, C * H) &&
+              grow_f(&d->xn, C * H) && grow_f(&d->xq, C * H) &&
               grow_f(&d->xatt, C * H) && grow_f(&d->xo, C * H) && grow_f(&d->xg, C * F) && grow_f(&d->xu, C * F);
     vs_lm_row *rows = vs_realloc(d->rows, sizeof(vs_lm_row) * C);
     if (rows) d->rows = rows;
@@ -648,31 +649,47 @@ static vs_status dr_target_rows(vs_spec_drafter *base, const vs_spec_features *f
 }
 
 /* Visual token compression: for each image whose rows await a decision, keeps the ceil(keep n) rows of
- * highest score (ties: the earlier row) and drops the rest; then the stream: the slot of every kept row. */
-static void build_stream(dream *d) {
-    for (int32_t a = 0; a < d->n_rows;) {
+ * highest score (ties: the earlier row) and drops the rest. Rows from `upto` on (the pending row, which
+ * the prefill did not evaluate, so it has no score) are always kept. Returns the first row whose decision
+ * dropped it (n_rows: none). */
+static int32_t decide_pending(dream *d, int32_t upto) {
+    int32_t changed = d->n_rows;
+    for (int32_t a = upto; a < d->n_rows; a++) d->imgseg[a] = -1;
+    for (int32_t a = 0; a < upto;) {
         if (d->imgseg[a] < 0) {
             a++;
             continue;
         }
         int32_t b = a;
-        while (b < d->n_rows && d->imgseg[b] == d->imgseg[a]) b++;
-        const int32_t n = b - a, m = VS_MAX(1, (int32_t)ceil((double)d->keep * n - 1e-9));
+        while (b < upto && d->imgseg[b] == d->imgseg[a]) b++;
+        /* keep is a percentage / 100: keep n is a whole number or at least 0.01 above one */
+        const int32_t n = b - a, m = VS_MAX(1, (int32_t)ceil((double)d->keep * n - 1e-4));
         for (int32_t i = a; i < b; i++) { /* row i's rank: rows that beat it */
             int32_t rank = 0;
             for (int32_t j = a; j < b; j++)
                 rank += d->score[j] > d->score[i] || (d->score[j] == d->score[i] && j < i);
             d->drop[i] = rank >= m;
             d->stats.dropped_rows += d->drop[i];
+            if (d->drop[i]) changed = VS_MIN(changed, a);
         }
         for (int32_t i = a; i < b; i++) d->imgseg[i] = -1;
         a = b;
     }
-    int32_t s = 0;
+    return changed;
+}
+
+/* The stream: the slot of every kept row, after the pending decisions. Slots already cached after the
+ * first row whose decision dropped it leave the draft cache. */
+static vs_status build_stream(dream *d, vs_error *err) {
+    const int32_t changed = decide_pending(d, d->n_rows - 1);
+    int32_t s = 0, valid = 0;
     for (int32_t r = 0; r < d->n_rows; r++) {
+        if (r == changed) valid = s;
         d->slot_of[r] = d->drop[r] ? -1 : s;
         if (!d->drop[r]) d->krow[s++] = r;
     }
+    if (changed == d->n_rows) return VS_OK;
+    return vs_kv_seq_truncate(d->kv, 0, VS_MIN(vs_kv_seq_len(d->kv, 0), valid), err);
 }
 
 /* The distribution of a draft feature's logits lg under the request's transform (softmax when greedy)
@@ -814,11 +831,12 @@ static vs_status dr_propose(vs_spec_drafter *base, const vs_spec_limits *lim, vs
     if (d->starved) return VS_OK;
     const int32_t P = d->n_rows - 1; /* the pending row */
     if (P < 0 || d->n_feat != P) return VS_OK; /* keys missing: nothing to draft from */
-    build_stream(d);
+    vs_status st = build_stream(d, err);
+    if (st) return st;
     const int32_t sp = d->slot_of[P];
-    if (sp >= d->n_ctx) return VS_OK; /* the draft cache is full: plain decoding */
+    if (sp < 0 || sp >= d->n_ctx) return VS_OK; /* the draft cache is full: plain decoding */
     /* the pending row's slot is (re)computed here: its output starts the drafts */
-    vs_status st = vs_kv_seq_truncate(d->kv, 0, VS_MIN(vs_kv_seq_len(d->kv, 0), sp), err);
+    st = vs_kv_seq_truncate(d->kv, 0, VS_MIN(vs_kv_seq_len(d->kv, 0), sp), err);
     if (!st) st = fill_true(d, err);
     if (st) return st;
     out->n_steps = 1;
@@ -856,6 +874,9 @@ static vs_status dr_commit(vs_spec_drafter *base, const vs_spec_commit *c, vs_er
 
 static void dr_end(vs_spec_drafter *base) {
     dream *d = (dream *)base;
+    /* images still undecided (no block drafted): decided on this request's scores, which are complete
+     * after its prefill; a later request reusing the rows keeps the decision */
+    decide_pending(d, VS_MIN(d->n_feat, d->n_rows));
     for (int32_t i = 0; i < d->n_rows; i++) d->img[i] = NULL; /* the request's image rows are gone */
     d->fed = false;
     d->prop_nodes = 0;
@@ -905,7 +926,7 @@ vs_spec_drafter *vs_draft_dream_new(const vs_dream_head *h, vs_lm *target, const
         return NULL;
     }
     if (!(o->visual_keep >= 0 && o->visual_keep <= 1)) {
-        vs_error_set(err, VS_ERR_INVALID, "DREAM drafter: visual token keep ratio %g outside (0, 1]",
+        vs_error_set(err, VS_ERR_INVALID, "DREAM drafter: visual token keep ratio %g outside (0, 1] (0: every row)",
                      (double)o->visual_keep);
         return NULL;
     }
@@ -947,7 +968,8 @@ vs_spec_drafter *vs_draft_dream_new(const vs_dream_head *h, vs_lm *target, const
         return NULL;
     }
     d->q = vs_malloc(sizeof(float) * (size_t)d->V);
-    if (!d->q || ensure_cap(d, tc->n_ctx_train + 1, err)) {
+    d->logits = vs_malloc(sizeof(float) * (size_t)d->V); /* one row at a time */
+    if (!d->q || !d->logits || ensure_cap(d, tc->n_ctx_train + 1, err)) {
         vs_error_set(err, VS_ERR_NOMEM, "DREAM drafter: out of memory");
         dr_free(&d->hdr);
         return NULL;

@@ -500,8 +500,9 @@ static vs_lm_out make_out(vs_spec *s, const vs_spec_drafter *d, float *logits) {
     return o;
 }
 
-/* Fixed point of the attention sums: 2^32 per unit of probability (a sum over 65536 query heads stays
- * below 2^48). Integer addition commutes exactly, so the sums do not depend on the pool's schedule. */
+/* Fixed point of the attention sums: 2^32 per unit of probability, so a key's sum stays below 2^63 for
+ * up to 2^31 query heads per prefill chunk. Integer addition commutes exactly, so the sums do not depend
+ * on the pool's schedule. */
 #define ATTN_FX 4294967296.0
 
 /* vs_lm_attn_fn of the prefill: adds the row's last-layer probabilities to the keys' sums. */
@@ -516,10 +517,13 @@ static void attn_recv_cb(void *ctx, int layer, int row, int head, const float *p
 static bool attn_recv_begin(vs_spec *s, const vs_spec_drafter *d, vs_lm_out *out, vs_error *err, vs_status *st) {
     *st = VS_OK;
     if (!d || !d->want_attn_recv) return false;
-    if (!s->attn_fx) {
+    if (!s->attn_fx || !s->attn_recv) {
+        vs_free((void *)s->attn_fx), vs_free(s->attn_recv);
         s->attn_fx = vs_calloc((size_t)s->n_ctx, sizeof(*s->attn_fx));
         s->attn_recv = vs_malloc(sizeof(float) * (size_t)s->n_ctx);
         if (!s->attn_fx || !s->attn_recv) {
+            vs_free((void *)s->attn_fx), vs_free(s->attn_recv);
+            s->attn_fx = NULL, s->attn_recv = NULL;
             *st = vs_error_set(err, VS_ERR_NOMEM, "spec: out of memory for attention scores");
             return false;
         }

@@ -1,12 +1,13 @@
-/* msd_cache: the MSD head's training data on disk, computed once from the frozen target.
+/* msd_cache: the feature drafters' training data on disk (the MSD head's, the DREAM model's), computed
+ * once from the frozen target.
  * Owns: the shard files of a cache directory (writing one shard at a time, atomically; finding where an
  * interrupted run stopped; reading every record back) and the record layout. The records come from
- * vs_train_msd_sequence (train_msd.h); the trainer reads them back as vs_msd_seq.
+ * vs_train_msd_sequence_mid (train_msd.h); the trainer reads them back as vs_msd_seq.
  *
  * A record keeps what cannot be recomputed cheaply: the target's features (F16), the image rows (F16,
  * in order of appearance) and per row the token id (-1 on image rows) and the mask; the text rows'
  * embeddings are looked up in the target's table again when the record is loaded. About C * 2 bytes per
- * row plus C * 2 per image row (C = 512: ~1 KB per row).
+ * row plus C * 2 per image row (C = 512: ~1 KB per row; twice that with intermediate targets).
  *
  * Shard file `msd-NNNNN.bin` (little-endian): "VSMSDC01", u32 width C, u32 records; per record u32 T,
  * u32 image rows, u32 flags (bit 0: the sample has images; bit 1: it has DREAM's intermediate targets),

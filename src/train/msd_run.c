@@ -196,7 +196,8 @@ static vs_status build_cache(mrun *r, vs_error *err) {
     vs_status s = vs_train_mkdir(r->cache_dir, err);
     char *cs = s ? NULL : cache_settings(o);
     if (s == VS_OK && !cs) s = vs_error_set(err, VS_ERR_NOMEM, "out of memory");
-    if (s == VS_OK) s = settings_file(r->cache_json, cs, "the cache's target, mmproj, data, distill file, samples, shard size and seed", err);
+    if (s == VS_OK) s = settings_file(r->cache_json, cs, "the cache's target, mmproj, data, distill file, samples, shard size, seed and "
+                                             "intermediate layer (--mid-layer)", err);
     vs_free(cs);
     int64_t have = 0;
     if (s == VS_OK) s = vs_msd_cache_count(r->cache_dir, C, &have, err);

@@ -370,7 +370,9 @@ vs_status vs_train_msd_sequence_mid(vs_lm *target, vs_threadpool *tp, const int3
         lids = vs_malloc(sizeof(int) * (size_t)L);
         ent = mid_layer == VS_MSD_MID_AUTO ? vs_malloc(sizeof(float) * (size_t)L * T * c->n_head) : NULL;
         bool ok = lh && lids && (ent || mid_layer != VS_MSD_MID_AUTO);
-        for (int l = 0; ok && l < L - 1; l++) ok = (lh[l] = vs_malloc(sizeof(float) * (size_t)T * C)) != NULL, lids[l] = l;
+        /* the least-entropy layer needs every candidate's input; a fixed layer its own only */
+        const int l0 = mid_layer == VS_MSD_MID_AUTO ? 0 : mid_layer - 1, l1 = mid_layer == VS_MSD_MID_AUTO ? L - 1 : mid_layer;
+        for (int l = l0; ok && l < l1; l++) ok = (lh[l] = vs_malloc(sizeof(float) * (size_t)T * C)) != NULL, lids[l - l0] = l;
         if (!ok) {
             st = vs_error_set(err, VS_ERR_NOMEM, "MSD training data: out of memory for %d layers of %d rows", L, T);
             goto done;
@@ -402,8 +404,11 @@ vs_status vs_train_msd_sequence_mid(vs_lm *target, vs_threadpool *tp, const int3
         goto done;
     }
     entropy_obs eo = {.ent = ent, .T = T, .H = c->n_head};
-    const vs_lm_out o = {.hidden = out->feat, .attn_layer = -1, .n_layer_out = want_mid ? L - 1 : 0, .layer_ids = lids,
-                         .layer_hidden = lh, .attn_fn = ent ? entropy_cb : NULL, .attn_ctx = &eo};
+    const bool fixed = want_mid && mid_layer != VS_MSD_MID_AUTO;
+    const vs_lm_out o = {.hidden = out->feat, .attn_layer = -1,
+                         .n_layer_out = !want_mid ? 0 : fixed ? 1 : L - 1, .layer_ids = lids,
+                         .layer_hidden = fixed ? lh + (mid_layer - 1) : lh, .attn_fn = ent ? entropy_cb : NULL,
+                         .attn_ctx = &eo};
     if ((st = vs_lm_forward(target, kv, tp, rows, T, &o, err))) goto done;
     if (want_mid) {
         int best = mid_layer;
