@@ -12,7 +12,7 @@
  *   - lossless sampling: the joint law of 3 sampled tokens (V = 16) with a sampled chain and a
  *     deterministic EAGLE-2 tree equals target-only sampling (chi-square);
  *   - bad input: a model of another width, vocabulary or embedding, not a DREAM file, a truncated file,
- *     tree options out of range. */
+ *     another block count, tree options out of range, keep ratios outside (0, 1]. */
 #include <math.h>
 #include <string.h>
 
@@ -552,6 +552,22 @@ static void test_bad_input(void) {
         fclose(g);
         vs_dream_head *x = vs_dream_head_load(st_tmp_path("dream-cut.gguf"), &err);
         VT_CHECK(!x && err.msg[0], "a model cut at %ld of %ld bytes is refused: %s", cuts[i], size, err.msg);
+        vs_dream_head_free(x);
+    }
+    /* another block count: dream.block_count patched from 2 to 1 and to 3 */
+    const char key[] = "dream.block_count";
+    char *at = NULL;
+    for (long i = 0; i + (long)sizeof(key) < size && !at; i++)
+        if (!memcmp(buf + i, key, sizeof(key) - 1)) at = buf + i + sizeof(key) - 1 + 4; /* after the value type */
+    VT_REQUIRE(at, "dream.block_count in the file");
+    for (uint32_t bc = 1; bc <= 3; bc += 2) {
+        memcpy(at, &bc, 4);
+        FILE *g = fopen(st_tmp_path("dream-blocks.gguf"), "wb");
+        fwrite(buf, 1, (size_t)size, g);
+        fclose(g);
+        vs_dream_head *x = vs_dream_head_load(st_tmp_path("dream-blocks.gguf"), &err);
+        VT_CHECK(!x && (strstr(err.msg, "2 self-attention blocks") || strstr(err.msg, "blk.2")),
+                 "a DREAM file of %u blocks is refused: %s", bc, err.msg);
         vs_dream_head_free(x);
     }
     free(buf);
