@@ -1,11 +1,13 @@
 /* fuzz_gguf: the GGUF reader over arbitrary bytes (vs_gguf_open_memory). Whatever the input, opening
  * must either fail with a message naming the input or succeed with every index, string and tensor
  * pointer inside the buffer; this touches all of them so a sanitizer sees any escape. A file that opens
- * then goes through the model loaders (vs_lm_from_gguf: "llama" and "msd" files; the MSD head loader),
+ * then goes through the model loaders (vs_lm_from_gguf: "llama", "msd" and "dream" files; the MSD head and
+ * DREAM model loaders),
  * which must fail cleanly or load. */
 #include <stdint.h>
 #include <string.h>
 
+#include "draft_dream.h"
 #include "draft_msd.h"
 #include "gguf.h"
 #include "lm.h"
@@ -58,6 +60,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     vs_gguf_get_int(g, "general.alignment", &iv);
     vs_lm_free(vs_lm_from_gguf(g, &err));
     vs_msd_head_free(vs_msd_head_from_gguf(g, &err));
+    vs_dream_head_free(vs_dream_head_from_gguf(g, &err));
     vs_gguf_close(g);
     return 0;
 }

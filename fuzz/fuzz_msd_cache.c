@@ -5,8 +5,9 @@
  *
  * Checked properties (abort on violation):
  *   - counting and filling agree on the number of records;
- *   - every record lies inside the input: T >= 2, its tokens, mask, features and image rows are read in
- *     full here (ASan reports any byte outside), and its image-row count equals the tokens marked -1;
+ *   - every record lies inside the input: T >= 2, its tokens, mask, features, image rows and intermediate
+ *     targets (when flagged, with a layer >= 1) are read in full here (ASan reports any byte outside), and
+ *     its image-row count equals the tokens marked -1;
  *   - the records tile the input: the bytes they span plus the 16-byte header equal the size. */
 #include <stdint.h>
 #include <stdio.h>
@@ -44,7 +45,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             check(imgs == r->n_img_rows, "image rows = tokens marked -1");
             for (size_t j = 0; j < (size_t)r->T * C; j++) sink += r->feat[j];
             for (size_t j = 0; j < (size_t)r->n_img_rows * C; j++) sink += r->img[j];
-            spanned += 24 + (size_t)r->T * 4 + (((size_t)r->T + 3) & ~(size_t)3) + (size_t)r->T * C * 2 +
+            check(!r->mid == (r->mid_layer < 0) && (!r->mid || r->mid_layer >= 1), "intermediate layer");
+            if (r->mid)
+                for (size_t j = 0; j < (size_t)r->T * C; j++) sink += r->mid[j];
+            spanned += 24 + (size_t)r->T * 4 + (((size_t)r->T + 3) & ~(size_t)3) + (size_t)r->T * C * 2 * (r->mid ? 2 : 1) +
                        (size_t)r->n_img_rows * C * 2;
         }
         check(spanned == size, "records tile the input");
