@@ -7,6 +7,7 @@
 #include "kernels.h"
 #include "quant.h"
 #include "sample.h"
+#include "feat_ctx.h"
 #include "tree_build.h"
 
 /* ------------------------------------------------------------------------------------------------
@@ -321,19 +322,16 @@ typedef struct dream {
     vs_lm *draft; /* h->lm (the forward needs a mutable model: its scratch) */
     vs_kv *kv;
     vs_threadpool *tp;
-    int32_t H, V, KV, n_ctx, cap; /* KV: key width (kv heads x head dim); cap: context rows mirrored */
+    int32_t H, V, KV, n_ctx; /* KV: key width (kv heads x head dim) */
     float teps;
     const float *tnorm;  /* the target's output_norm */
     const vs_lm_mat *out; /* the target's LM head */
     vs_sampler *sampler;
     bool greedy, force_greedy, leak;
     int32_t topk, tnodes;
-    /* the context mirror: row i's key, token (-1: image), image row (valid during the request) */
-    int64_t *key;
-    int32_t *tok;
-    const float **img;
-    float *ck, *cv;   /* [cap][KV] cross-attention keys / values of the final rows' features, by row */
-    int32_t n_rows;   /* rows known (prompt, accepted, pending) */
+    vs_feat_ctx cx;   /* the context mirror (feat_ctx.h) */
+    char who[320];    /* "DREAM drafter FILE", for errors */
+    float *ck, *cv;   /* [cx.cap][KV] cross-attention keys / values of the final rows' features, by row */
     int32_t n_feat;   /* rows 0 .. n_feat - 1 have keys / values */
     bool starved;
     /* visual token compression: the draft's stream holds the kept rows only (every text row, the best
@@ -410,7 +408,7 @@ static vs_status ensure_app(dream *d, int32_t n, vs_error *err) {
             return doom(d, err);
         d->cap_app = (int32_t)c;
     }
-    const size_t need = (size_t)d->cap + (size_t)d->cap_app;
+    const size_t need = (size_t)d->cx.cap + (size_t)d->cap_app;
     if (need > d->cap_sc) {
         if (!grow_f(&d->sc, need)) return doom(d, err);
         d->cap_sc = need;
@@ -474,24 +472,6 @@ static void cross_block(void *ctx, int layer, float *x, int n) {
     for (int r = 0; r < n; r++) vs_axpy_f32(x + (size_t)r * H, h->gf, d->xo + (size_t)r * H, H);
 }
 
-/* The input embedding of context row i (token embedding or the image row) into out. */
-static vs_status row_embd(dream *d, int32_t i, float *out, vs_error *err) {
-    if (d->tok[i] < 0) {
-        if (!d->img[i])
-            return vs_error_set(err, VS_ERR_INVALID, "DREAM drafter %s: image row %d without data", dname(d), i);
-        memcpy(out, d->img[i], sizeof(float) * (size_t)d->H);
-        return VS_OK;
-    }
-    return vs_lm_embed(d->target, d->tok[i], out, err);
-}
-
-/* The target's LM head (no norm) over n draft features: logits [n][V]. */
-static void lm_head(dream *d, const float *f, int32_t n, float *logits) {
-    const vs_lm_mat *m = d->out;
-    if (m->packed) vs_matmul_q4x16(d->tp, m->data, m->packed, m->n_out, m->n_in, f, n, logits);
-    else vs_matmul(d->tp, m->type, m->data, m->n_out, m->n_in, f, n, logits);
-}
-
 /* One draft forward of rows [0, n) (inputs d->in; positions, masks and d->vis_* set by the caller):
  * block outputs into d->hid, features (final norm) into d->feat. */
 static vs_status draft_forward(dream *d, int32_t n, vs_error *err) {
@@ -523,7 +503,7 @@ static vs_status append_drafted(dream *d, const float *f, int32_t n, vs_error *e
  * entry 0, seen by every drafted node. */
 static vs_status fill_true(dream *d, vs_error *err) {
     int32_t t = vs_kv_seq_len(d->kv, 0), n = 0;
-    const int32_t end = d->slot_of[d->n_rows - 1]; /* the pending row's slot (every earlier row has keys) */
+    const int32_t end = d->slot_of[d->cx.n_rows - 1]; /* the pending row's slot (every earlier row has keys) */
     if (t > end) return vs_error_set(err, VS_ERR_INVALID, "DREAM drafter %s: no slot to draft from", dname(d));
     while (t <= end) {
         n = VS_MIN(512, end - t + 1);
@@ -535,7 +515,7 @@ static vs_status fill_true(dream *d, vs_error *err) {
             row->pos = t + r;
             d->vis_true[r] = t + r;
             d->vis_n[r] = 0;
-            if ((st = row_embd(d, d->krow[t + r], d->in + (size_t)r * d->H, err))) return st;
+            if ((st = vs_feat_ctx_row_embd(&d->cx, d->target, d->krow[t + r], d->in + (size_t)r * d->H, d->who, err))) return st;
         }
         if ((st = draft_forward(d, n, err))) return st;
         d->stats.true_rows += n;
@@ -545,15 +525,9 @@ static vs_status fill_true(dream *d, vs_error *err) {
     return append_drafted(d, d->feat + (size_t)(n - 1) * d->H, 1, err);
 }
 
-/* The context mirror for cap rows (kept contents). */
+/* The context mirror and the per-row arrays for cap rows (kept contents). */
 static vs_status ensure_cap(dream *d, int32_t cap, vs_error *err) {
-    if (cap <= d->cap) return VS_OK;
-    int64_t *key = vs_realloc(d->key, sizeof(int64_t) * (size_t)cap);
-    if (key) d->key = key;
-    int32_t *tok = vs_realloc(d->tok, sizeof(int32_t) * (size_t)cap);
-    if (tok) d->tok = tok;
-    const float **img = vs_realloc((void *)d->img, sizeof(float *) * (size_t)cap);
-    if (img) d->img = img;
+    if (cap <= d->cx.cap) return VS_OK;
     float *score = vs_realloc(d->score, sizeof(float) * (size_t)cap);
     if (score) d->score = score;
     int32_t *imgseg = vs_realloc(d->imgseg, sizeof(int32_t) * (size_t)cap);
@@ -564,10 +538,9 @@ static vs_status ensure_cap(dream *d, int32_t cap, vs_error *err) {
     if (krow) d->krow = krow;
     int32_t *slot_of = vs_realloc(d->slot_of, sizeof(int32_t) * (size_t)cap);
     if (slot_of) d->slot_of = slot_of;
-    if (!key || !tok || !img || !score || !imgseg || !drop || !krow || !slot_of ||
-        !grow_f(&d->ck, (size_t)cap * d->KV) || !grow_f(&d->cv, (size_t)cap * d->KV))
+    if (!score || !imgseg || !drop || !krow || !slot_of || !grow_f(&d->ck, (size_t)cap * d->KV) ||
+        !grow_f(&d->cv, (size_t)cap * d->KV) || !vs_feat_ctx_reserve(&d->cx, cap))
         return doom(d, err);
-    d->cap = cap;
     return ensure_app(d, 1, err); /* score rows cover the new context */
 }
 
@@ -587,19 +560,7 @@ static vs_status dr_begin(vs_spec_drafter *base, const vs_spec_begin_info *req, 
     const int64_t n = vs_spec_prompt_rows(p);
     if ((st = ensure_cap(d, VS_MAX(req->n_ctx_target, (int32_t)VS_MIN(n, INT32_MAX - 2)) + 2, err))) return st;
     /* the new context's rows; the common prefix with the old one keeps its keys, values and slots */
-    int32_t common = 0, i = 0;
-    bool same = req->params->reuse_prefix;
-    for (int32_t s = 0; s < p->n_seg; s++) {
-        const vs_spec_segment *g = &p->seg[s];
-        for (int32_t j = 0; j < g->n; j++, i++) {
-            const int64_t k = vs_spec_segment_key(g, j);
-            same = same && i < d->n_rows && k != VS_SPEC_KEY_NONE && d->key[i] == k;
-            if (same) common = i + 1;
-            d->key[i] = k;
-            d->tok[i] = g->kind == VS_SPEC_SEG_TEXT ? g->tokens[j] : -1;
-            d->img[i] = g->kind == VS_SPEC_SEG_TEXT ? NULL : g->embd + (size_t)j * d->H;
-        }
-    }
+    const int32_t common = vs_feat_ctx_begin(&d->cx, p, req->params->reuse_prefix);
     /* rows after the common prefix: kept unless compression drops them (decided at the first propose,
      * when the prefill has delivered every score); the prefix keeps its decisions */
     for (int32_t s = 0, r = 0; s < p->n_seg; s++)
@@ -609,7 +570,6 @@ static vs_status dr_begin(vs_spec_drafter *base, const vs_spec_begin_info *req, 
             d->score[r] = 0;
             d->imgseg[r] = p->seg[s].kind == VS_SPEC_SEG_IMAGE && d->keep < 1 ? s : -1;
         }
-    d->n_rows = (int32_t)n;
     d->n_feat = VS_MIN(d->n_feat, common);
     /* slot t stays when the rows up to its row are unchanged and the keys of the rows before it kept */
     const int32_t valid = VS_MIN(common, d->n_feat + 1);
@@ -627,9 +587,9 @@ static vs_status dr_target_rows(vs_spec_drafter *base, const vs_spec_features *f
         d->starved = true;
         return VS_OK;
     }
-    if (f->pos0 + f->n > d->cap)
+    if (f->pos0 + f->n > d->cx.cap)
         return vs_error_set(err, VS_ERR_RANGE, "DREAM drafter %s: feature row %d beyond its %d", dname(d),
-                            f->pos0 + f->n, d->cap);
+                            f->pos0 + f->n, d->cx.cap);
     for (int32_t a = 0; a < f->n;) {
         const int32_t n = VS_MIN(512, f->n - a);
         vs_status st = ensure_rows(d, n, 1, err);
@@ -643,7 +603,7 @@ static vs_status dr_target_rows(vs_spec_drafter *base, const vs_spec_features *f
     d->n_feat = VS_MAX(d->n_feat, f->pos0 + f->n);
     d->stats.features += f->n;
     if (f->attn_recv) /* the prefill's attention: scores of the image rows awaiting a decision */
-        for (int32_t k = 0; k < f->n_attn && k < d->n_rows; k++)
+        for (int32_t k = 0; k < f->n_attn && k < d->cx.n_rows; k++)
             if (d->imgseg[k] >= 0) d->score[k] += f->attn_recv[k];
     return VS_OK;
 }
@@ -653,8 +613,8 @@ static vs_status dr_target_rows(vs_spec_drafter *base, const vs_spec_features *f
  * the prefill did not evaluate, so it has no score) are always kept. Returns the first row whose decision
  * dropped it (n_rows: none). */
 static int32_t decide_pending(dream *d, int32_t upto) {
-    int32_t changed = d->n_rows;
-    for (int32_t a = upto; a < d->n_rows; a++) d->imgseg[a] = -1;
+    int32_t changed = d->cx.n_rows;
+    for (int32_t a = upto; a < d->cx.n_rows; a++) d->imgseg[a] = -1;
     for (int32_t a = 0; a < upto;) {
         if (d->imgseg[a] < 0) {
             a++;
@@ -681,37 +641,20 @@ static int32_t decide_pending(dream *d, int32_t upto) {
 /* The stream: the slot of every kept row, after the pending decisions. Slots already cached after the
  * first row whose decision dropped it leave the draft cache. */
 static vs_status build_stream(dream *d, vs_error *err) {
-    const int32_t changed = decide_pending(d, d->n_rows - 1);
+    const int32_t changed = decide_pending(d, d->cx.n_rows - 1);
     int32_t s = 0, valid = 0;
-    for (int32_t r = 0; r < d->n_rows; r++) {
+    for (int32_t r = 0; r < d->cx.n_rows; r++) {
         if (r == changed) valid = s;
         d->slot_of[r] = d->drop[r] ? -1 : s;
         if (!d->drop[r]) d->krow[s++] = r;
     }
-    if (changed == d->n_rows) return VS_OK;
+    if (changed == d->cx.n_rows) return VS_OK;
     return vs_kv_seq_truncate(d->kv, 0, VS_MIN(vs_kv_seq_len(d->kv, 0), valid), err);
-}
-
-/* The distribution of a draft feature's logits lg under the request's transform (softmax when greedy)
- * into q. */
-static vs_status transform(dream *d, const float *lg, float *q, vs_error *err) {
-    if (!d->greedy) return vs_sampler_probs(d->sampler, lg, q, err);
-    memcpy(q, lg, sizeof(float) * (size_t)d->V);
-    vs_softmax_inplace(q, d->V);
-    return VS_OK;
 }
 
 /* EAGLE-2: the K best children of candidate `parent` (-1 = the root) from the draft feature f, appended. */
 static vs_status expand(dream *d, const float *f, int32_t parent, int32_t *nc, vs_error *err) {
-    int32_t tok[VS_TREE_MAX_TOP_K];
-    double lp[VS_TREE_MAX_TOP_K];
-    lm_head(d, f, 1, d->logits);
-    vs_status st = transform(d, d->logits, d->q, err);
-    if (st) return st;
-    const int32_t n = vs_tree_top_k(d->q, d->V, d->topk, true, tok);
-    for (int32_t i = 0; i < n; i++) lp[i] = log((double)d->q[tok[i]]);
-    vs_tree_add_children(d->cand, nc, parent, tok, lp, n);
-    return VS_OK;
+    return vs_feat_expand(d->tp, d->out, d->sampler, d->greedy, f, d->logits, d->q, d->topk, d->cand, nc, parent, err);
 }
 
 /* EAGLE-2 tree of depth k, at most N nodes. Beams of depth j are draft rows at position base + j - 1
@@ -795,7 +738,7 @@ static vs_status propose_chain(dream *d, int32_t k, vs_spec_proposal *out, vs_er
     vs_status st = ensure_app(d, k, err);
     if (st) return st;
     for (int32_t i = 0; i < k; i++) {
-        lm_head(d, d->af + (size_t)i * d->H, 1, d->logits);
+        vs_feat_lm_head(d->tp, d->out, d->af + (size_t)i * d->H, 1, d->logits);
         int32_t t;
         if (d->greedy) {
             t = vs_argmax(d->logits, V);
@@ -829,7 +772,7 @@ static vs_status dr_propose(vs_spec_drafter *base, const vs_spec_limits *lim, vs
     d->fed = false;
     d->prop_nodes = 0;
     if (d->starved) return VS_OK;
-    const int32_t P = d->n_rows - 1; /* the pending row */
+    const int32_t P = d->cx.n_rows - 1; /* the pending row */
     if (P < 0 || d->n_feat != P) return VS_OK; /* keys missing: nothing to draft from */
     vs_status st = build_stream(d, err);
     if (st) return st;
@@ -856,19 +799,10 @@ static vs_status dr_commit(vs_spec_drafter *base, const vs_spec_commit *c, vs_er
     if (d->fed && (st = vs_kv_seq_truncate(d->kv, 0, d->base, err))) return st;
     d->fed = false;
     d->prop_nodes = 0;
-    const int32_t N = d->n_rows - 1; /* the pending row of the block */
-    const int32_t add = c->n_accepted + (c->next >= 0 ? 1 : 0);
-    if (N + 1 + add > d->cap)
-        return vs_error_set(err, VS_ERR_RANGE, "DREAM drafter %s: context beyond %d rows", dname(d), d->cap);
-    for (int32_t i = 0; i < add; i++) {
-        const int32_t t = i < c->n_accepted ? c->accepted[i] : c->next;
-        d->tok[N + 1 + i] = t;
-        d->key[N + 1 + i] = t;
-        d->img[N + 1 + i] = NULL;
-        d->drop[N + 1 + i] = 0;
-        d->imgseg[N + 1 + i] = -1;
-    }
-    d->n_rows = N + 1 + add;
+    const int32_t old = d->cx.n_rows;
+    if (!vs_feat_ctx_commit(&d->cx, c))
+        return vs_error_set(err, VS_ERR_RANGE, "%s: context beyond %d rows", d->who, d->cx.cap);
+    for (int32_t i = old; i < d->cx.n_rows; i++) d->drop[i] = 0, d->imgseg[i] = -1; /* new text rows, kept */
     return VS_OK;
 }
 
@@ -876,8 +810,8 @@ static void dr_end(vs_spec_drafter *base) {
     dream *d = (dream *)base;
     /* images still undecided (no block drafted): decided on this request's scores, which are complete
      * after its prefill; a later request reusing the rows keeps the decision */
-    decide_pending(d, VS_MIN(d->n_feat, d->n_rows));
-    for (int32_t i = 0; i < d->n_rows; i++) d->img[i] = NULL; /* the request's image rows are gone */
+    decide_pending(d, VS_MIN(d->n_feat, d->cx.n_rows));
+    vs_feat_ctx_end(&d->cx); /* the request's image rows are gone */
     d->fed = false;
     d->prop_nodes = 0;
 }
@@ -887,7 +821,8 @@ static void dr_free(vs_spec_drafter *base) {
     if (!d) return;
     vs_kv_free(d->kv);
     vs_sampler_free(d->sampler);
-    vs_free(d->key), vs_free(d->tok), vs_free((void *)d->img), vs_free(d->ck), vs_free(d->cv);
+    vs_feat_ctx_free(&d->cx);
+    vs_free(d->ck), vs_free(d->cv);
     vs_free(d->score), vs_free(d->imgseg), vs_free(d->drop), vs_free(d->krow), vs_free(d->slot_of);
     vs_free(d->ak), vs_free(d->av), vs_free(d->af), vs_free(d->vis_true), vs_free(d->vis_n), vs_free(d->vis);
     vs_free(d->in), vs_free(d->hid), vs_free(d->feat), vs_free(d->logits), vs_free(d->q), vs_free(d->xn);
@@ -914,28 +849,15 @@ vs_spec_drafter *vs_draft_dream_new(const vs_dream_head *h, vs_lm *target, const
         vs_error_set(err, VS_ERR_INVALID, "DREAM drafter: needs a draft model and a target");
         return NULL;
     }
-    if (vs_dream_head_check(h, target, err)) return NULL;
-    if (o->tree_top_k < 0 || o->tree_top_k > VS_TREE_MAX_TOP_K) {
-        vs_error_set(err, VS_ERR_INVALID, "DREAM drafter: tree top-k %d outside [1, %d] (0 = chains)", o->tree_top_k,
-                     VS_TREE_MAX_TOP_K);
+    if (vs_dream_head_check(h, target, err) ||
+        vs_feat_check_opts("DREAM drafter", o->tree_top_k, o->tree_nodes, target, err))
         return NULL;
-    }
-    if (o->tree_nodes < 0 || o->tree_nodes > VS_TREE_MAX_NODES) {
-        vs_error_set(err, VS_ERR_INVALID, "DREAM drafter: %d tree nodes outside [1, %d] (0 = 8 x top-k)",
-                     o->tree_nodes, VS_TREE_MAX_NODES);
-        return NULL;
-    }
     if (!(o->visual_keep >= 0 && o->visual_keep <= 1)) {
         vs_error_set(err, VS_ERR_INVALID, "DREAM drafter: visual token keep ratio %g outside (0, 1] (0: every row)",
                      (double)o->visual_keep);
         return NULL;
     }
     const vs_lm_weights *tw = vs_lm_w(target);
-    if (!tw->output.data || !tw->output_norm) {
-        vs_error_set(err, VS_ERR_INVALID, "DREAM drafter: the target %s has no LM head",
-                     vs_gguf_name(vs_lm_gguf(target)));
-        return NULL;
-    }
     dream *d = vs_calloc(1, sizeof(*d));
     if (!d) {
         vs_error_set(err, VS_ERR_NOMEM, "DREAM drafter: out of memory");
@@ -951,6 +873,8 @@ vs_spec_drafter *vs_draft_dream_new(const vs_dream_head *h, vs_lm *target, const
     d->target = target;
     d->tp = o->tp;
     d->H = tc->n_embd, d->V = tc->n_vocab, d->KV = h->nkv * h->hd;
+    d->cx.H = d->H;
+    snprintf(d->who, sizeof(d->who), "DREAM drafter %s", hname(h));
     d->n_ctx = o->n_ctx > 0 ? o->n_ctx : tc->n_ctx_train;
     d->teps = tc->rms_eps;
     d->tnorm = tw->output_norm;
@@ -984,7 +908,7 @@ const vs_draft_dream_stats *vs_draft_dream_get_stats(const vs_spec_drafter *d) {
 int vs_draft_dream_row_kept(const vs_spec_drafter *base, int32_t row) {
     if (!base || base->vt != &dream_vt) return -1;
     const dream *d = (const dream *)base;
-    return row >= 0 && row < d->n_rows ? !d->drop[row] : -1;
+    return row >= 0 && row < d->cx.n_rows ? !d->drop[row] : -1;
 }
 
 vs_kv *vs_draft_dream_kv(vs_spec_drafter *d) { return d && d->vt == &dream_vt ? ((dream *)d)->kv : NULL; }

@@ -7,6 +7,7 @@
 #include "kernels.h"
 #include "quant.h"
 #include "sample.h"
+#include "feat_ctx.h"
 #include "tree_build.h"
 
 /* ------------------------------------------------------------------------------------------------
@@ -273,19 +274,16 @@ typedef struct msd {
     vs_lm *head; /* h->lm (the forward needs a mutable model: its scratch) */
     vs_kv *kv;
     vs_threadpool *tp;
-    int32_t H, V, n_ctx, cap;  /* cap: context rows mirrored (the target's n_ctx_train) */
+    int32_t H, V, n_ctx;
     float eps;
     const float *norm_w;       /* the target's output_norm */
     const vs_lm_mat *out;      /* the target's LM head */
     vs_sampler *sampler;
     bool greedy, force_greedy;
     int32_t topk, tnodes;
-    /* the context mirror: row i's key, token (-1: image), image row (valid during the request) */
-    int64_t *key;
-    int32_t *tok;
-    const float **img;
-    float *feat;     /* [cap][H] post-norm target features */
-    int32_t n_rows;  /* rows known (prompt, accepted, pending) */
+    vs_feat_ctx cx;  /* the context mirror (feat_ctx.h) */
+    char who[320];   /* "MSD drafter FILE", for errors */
+    float *feat;     /* [cx.cap][H] post-norm target features */
     int32_t n_feat;  /* rows 0 .. n_feat - 1 have features */
     bool starved;    /* a feature gap this request: no drafting */
     /* the block in flight */
@@ -295,7 +293,7 @@ typedef struct msd {
     float *in;       /* [rows][H] head inputs */
     float *cat;      /* [rows][2H] fc inputs */
     float *hid;      /* [rows][H] head outputs */
-    float *logits;   /* [rows][V] */
+    float *logits;   /* [V]: one row at a time */
     float *q;        /* [V] */
     float *bout;     /* [fed beams][H] outputs of the beams (tree); chains: the current prediction */
     float *hroot;    /* [H] the output of the last true slot */
@@ -328,23 +326,11 @@ static vs_status ensure_rows(msd *d, int32_t n, vs_error *err) {
     if (cat) d->cat = cat;
     float *hid = vs_realloc(d->hid, sizeof(float) * (size_t)c * H);
     if (hid) d->hid = hid;
-    float *lg = vs_realloc(d->logits, sizeof(float) * (size_t)c * (size_t)d->V);
-    if (lg) d->logits = lg;
     vs_lm_row *rows = vs_realloc(d->rows, sizeof(vs_lm_row) * (size_t)c);
     if (rows) d->rows = rows;
-    if (!in || !cat || !hid || !lg || !rows) return moom(d, err);
+    if (!in || !cat || !hid || !rows) return moom(d, err);
     d->cap_rows = c;
     return VS_OK;
-}
-
-/* The input embedding of context row i (token embedding or the image row) into out. */
-static vs_status row_embd(msd *d, int32_t i, float *out, vs_error *err) {
-    if (d->tok[i] < 0) {
-        if (!d->img[i]) return vs_error_set(err, VS_ERR_INVALID, "MSD drafter %s: image row %d without data", mname(d), i);
-        memcpy(out, d->img[i], sizeof(float) * (size_t)d->H);
-        return VS_OK;
-    }
-    return vs_lm_embed(d->target, d->tok[i], out, err);
 }
 
 /* fc over n rows: in[r] = W_fc cat[r] + bias. */
@@ -352,13 +338,6 @@ static void fc_rows(msd *d, int32_t n) {
     const vs_lm_mat *m = &d->h->fc;
     vs_matmul(d->tp, m->type, m->data, m->n_out, m->n_in, d->cat, n, d->in);
     for (int32_t r = 0; r < n; r++) vs_axpy_f32(d->in + (size_t)r * d->H, 1.0f, d->h->fc_bias, d->H);
-}
-
-/* The target's LM head (no norm) over n head outputs: logits [n][V]. */
-static void lm_head(msd *d, const float *h, int32_t n, float *logits) {
-    const vs_lm_mat *m = d->out;
-    if (m->packed) vs_matmul_q4x16(d->tp, m->data, m->packed, m->n_out, m->n_in, h, n, logits);
-    else vs_matmul(d->tp, m->type, m->data, m->n_out, m->n_in, h, n, logits);
 }
 
 /* One head forward of rows [0, n) (embedding rows d->in, positions and masks set by the caller: causal
@@ -378,7 +357,7 @@ static vs_status head_forward(msd *d, int32_t n, vs_error *err) {
 static vs_status fill_true(msd *d, vs_error *err) {
     const int32_t H = d->H;
     int32_t p = vs_kv_seq_len(d->kv, 0);
-    const int32_t end = VS_MIN(d->n_feat, d->n_rows - 1);
+    const int32_t end = VS_MIN(d->n_feat, d->cx.n_rows - 1);
     while (p < end) {
         const int32_t n = VS_MIN(512, end - p);
         vs_status st = ensure_rows(d, n, err);
@@ -390,9 +369,9 @@ static vs_status fill_true(msd *d, vs_error *err) {
             vs_lm_row *row = &d->rows[r];
             memset(row, 0, sizeof(*row));
             row->pos = i;
-            if (d->h->decoupled && d->tok[i + 1] < 0) continue;
+            if (d->h->decoupled && d->cx.tok[i + 1] < 0) continue;
             float *c = d->cat + (size_t)nfc++ * 2 * H;
-            if ((st = row_embd(d, i + 1, c, err))) return st;
+            if ((st = vs_feat_ctx_row_embd(&d->cx, d->target, i + 1, c, d->who, err))) return st;
             memcpy(c + H, d->feat + (size_t)i * H, sizeof(float) * (size_t)H);
         }
         if (nfc) fc_rows(d, nfc);
@@ -400,8 +379,8 @@ static vs_status fill_true(msd *d, vs_error *err) {
         for (int32_t r = n - 1, f = nfc - 1; r >= 0; r--) {
             const int32_t i = p + r;
             float *dst = d->in + (size_t)r * H;
-            if (d->h->decoupled && d->tok[i + 1] < 0) {
-                if ((st = row_embd(d, i + 1, dst, err))) return st;
+            if (d->h->decoupled && d->cx.tok[i + 1] < 0) {
+                if ((st = vs_feat_ctx_row_embd(&d->cx, d->target, i + 1, dst, d->who, err))) return st;
             } else {
                 if (f != r) memmove(dst, d->in + (size_t)f * H, sizeof(float) * (size_t)H);
                 f--;
@@ -415,19 +394,12 @@ static vs_status fill_true(msd *d, vs_error *err) {
     return VS_OK;
 }
 
-/* The context mirror for cap rows (kept contents). */
+/* The context mirror and the features for cap rows (kept contents). */
 static vs_status ensure_cap(msd *d, int32_t cap, vs_error *err) {
-    if (cap <= d->cap) return VS_OK;
-    int64_t *key = vs_realloc(d->key, sizeof(int64_t) * (size_t)cap);
-    if (key) d->key = key;
-    int32_t *tok = vs_realloc(d->tok, sizeof(int32_t) * (size_t)cap);
-    if (tok) d->tok = tok;
-    const float **img = vs_realloc((void *)d->img, sizeof(float *) * (size_t)cap);
-    if (img) d->img = img;
+    if (cap <= d->cx.cap) return VS_OK;
     float *feat = vs_realloc(d->feat, sizeof(float) * (size_t)cap * (size_t)d->H);
     if (feat) d->feat = feat;
-    if (!key || !tok || !img || !feat) return moom(d, err);
-    d->cap = cap;
+    if (!feat || !vs_feat_ctx_reserve(&d->cx, cap)) return moom(d, err);
     return VS_OK;
 }
 
@@ -446,20 +418,7 @@ static vs_status md_begin(vs_spec_drafter *base, const vs_spec_begin_info *req, 
     const int64_t n = vs_spec_prompt_rows(p);
     if ((st = ensure_cap(d, VS_MAX(req->n_ctx_target, (int32_t)VS_MIN(n, INT32_MAX - 2)) + 2, err))) return st;
     /* the new context's rows; the common prefix with the old one keeps its features and slots */
-    int32_t common = 0, i = 0;
-    bool same = req->params->reuse_prefix;
-    for (int32_t s = 0; s < p->n_seg; s++) {
-        const vs_spec_segment *g = &p->seg[s];
-        for (int32_t j = 0; j < g->n; j++, i++) {
-            const int64_t k = vs_spec_segment_key(g, j);
-            same = same && i < d->n_rows && k != VS_SPEC_KEY_NONE && d->key[i] == k;
-            if (same) common = i + 1;
-            d->key[i] = k;
-            d->tok[i] = g->kind == VS_SPEC_SEG_TEXT ? g->tokens[j] : -1;
-            d->img[i] = g->kind == VS_SPEC_SEG_TEXT ? NULL : g->embd + (size_t)j * d->H;
-        }
-    }
-    d->n_rows = (int32_t)n;
+    const int32_t common = vs_feat_ctx_begin(&d->cx, p, req->params->reuse_prefix);
     d->n_feat = VS_MIN(d->n_feat, common);
     /* slot p stays when rows 0 .. p + 1 are unchanged and f_p is kept */
     const int32_t keep = VS_MIN(vs_kv_seq_len(d->kv, 0), VS_MAX(VS_MIN(common - 1, d->n_feat), 0));
@@ -474,9 +433,9 @@ static vs_status md_target_rows(vs_spec_drafter *base, const vs_spec_features *f
         d->starved = true;
         return VS_OK;
     }
-    if (f->pos0 + f->n > d->cap)
+    if (f->pos0 + f->n > d->cx.cap)
         return vs_error_set(err, VS_ERR_RANGE, "MSD drafter %s: feature row %d beyond its %d", mname(d),
-                            f->pos0 + f->n, d->cap);
+                            f->pos0 + f->n, d->cx.cap);
     for (int32_t r = 0; r < f->n; r++)
         vs_rmsnorm(d->feat + (size_t)(f->pos0 + r) * d->H, f->hidden + (size_t)r * d->H, d->norm_w, d->H, d->eps);
     d->n_feat = VS_MAX(d->n_feat, f->pos0 + f->n);
@@ -484,26 +443,9 @@ static vs_status md_target_rows(vs_spec_drafter *base, const vs_spec_features *f
     return VS_OK;
 }
 
-/* The distribution of a head output's logits lg under the request's transform (softmax when greedy)
- * into q. */
-static vs_status transform(msd *d, const float *lg, float *q, vs_error *err) {
-    if (!d->greedy) return vs_sampler_probs(d->sampler, lg, q, err);
-    memcpy(q, lg, sizeof(float) * (size_t)d->V);
-    vs_softmax_inplace(q, d->V);
-    return VS_OK;
-}
-
 /* EAGLE-2: the K best children of candidate `parent` (-1 = the root) from the head output h, appended. */
 static vs_status expand(msd *d, const float *h, int32_t parent, int32_t *nc, vs_error *err) {
-    int32_t tok[VS_TREE_MAX_TOP_K];
-    double lp[VS_TREE_MAX_TOP_K];
-    lm_head(d, h, 1, d->logits);
-    vs_status st = transform(d, d->logits, d->q, err);
-    if (st) return st;
-    const int32_t n = vs_tree_top_k(d->q, d->V, d->topk, true, tok);
-    for (int32_t i = 0; i < n; i++) lp[i] = log((double)d->q[tok[i]]);
-    vs_tree_add_children(d->cand, nc, parent, tok, lp, n);
-    return VS_OK;
+    return vs_feat_expand(d->tp, d->out, d->sampler, d->greedy, h, d->logits, d->q, d->topk, d->cand, nc, parent, err);
 }
 
 /* EAGLE-2 tree of depth k, at most N nodes, from the head output hroot (the last true slot's, at
@@ -567,7 +509,7 @@ static vs_status propose_chain(msd *d, const float *hroot, int32_t k, vs_spec_pr
     if (vs_grow((void **)&d->bout, &d->cap_bout, H, sizeof(float))) return moom(d, err);
     memcpy(d->bout, hroot, sizeof(float) * (size_t)H);
     for (int32_t i = 0; i < k; i++) {
-        lm_head(d, d->bout, 1, d->logits);
+        vs_feat_lm_head(d->tp, d->out, d->bout, 1, d->logits);
         int32_t t;
         if (d->greedy) {
             t = vs_argmax(d->logits, V);
@@ -605,8 +547,8 @@ static vs_status md_propose(vs_spec_drafter *base, const vs_spec_limits *lim, vs
     d->fed = false;
     if (d->starved) return VS_OK;
     /* the last true slot is evaluated in this call (its input holds the pending token) */
-    const int32_t last = VS_MIN(d->n_feat, d->n_rows - 1) - 1;
-    if (last < 0 || d->n_feat != d->n_rows - 1) return VS_OK; /* features missing: nothing to draft from */
+    const int32_t last = VS_MIN(d->n_feat, d->cx.n_rows - 1) - 1;
+    if (last < 0 || d->n_feat != d->cx.n_rows - 1) return VS_OK; /* features missing: nothing to draft from */
     if (last >= d->n_ctx) return VS_OK;                        /* the head's cache is full: plain decoding */
     vs_status st = vs_kv_seq_truncate(d->kv, 0, VS_MIN(vs_kv_seq_len(d->kv, 0), last), err);
     if (!st) st = fill_true(d, err);
@@ -630,23 +572,14 @@ static vs_status md_commit(vs_spec_drafter *base, const vs_spec_commit *c, vs_er
     if (d->fed && (st = vs_kv_seq_truncate(d->kv, 0, d->base, err))) return st;
     d->fed = false;
     /* the context grows by the accepted drafts and the new pending token */
-    const int32_t N = d->n_rows - 1; /* the pending row of the block */
-    const int32_t add = c->n_accepted + (c->next >= 0 ? 1 : 0);
-    if (N + 1 + add > d->cap)
-        return vs_error_set(err, VS_ERR_RANGE, "MSD drafter %s: context beyond %d rows", mname(d), d->cap);
-    for (int32_t i = 0; i < add; i++) {
-        const int32_t t = i < c->n_accepted ? c->accepted[i] : c->next;
-        d->tok[N + 1 + i] = t;
-        d->key[N + 1 + i] = t;
-        d->img[N + 1 + i] = NULL;
-    }
-    d->n_rows = N + 1 + add;
+    if (!vs_feat_ctx_commit(&d->cx, c))
+        return vs_error_set(err, VS_ERR_RANGE, "%s: context beyond %d rows", d->who, d->cx.cap);
     return VS_OK;
 }
 
 static void md_end(vs_spec_drafter *base) {
     msd *d = (msd *)base;
-    for (int32_t i = 0; i < d->n_rows; i++) d->img[i] = NULL; /* the request's image rows are gone */
+    vs_feat_ctx_end(&d->cx); /* the request's image rows are gone */
     d->fed = false;
 }
 
@@ -655,7 +588,8 @@ static void md_free(vs_spec_drafter *base) {
     if (!d) return;
     vs_kv_free(d->kv);
     vs_sampler_free(d->sampler);
-    vs_free(d->key), vs_free(d->tok), vs_free((void *)d->img), vs_free(d->feat);
+    vs_feat_ctx_free(&d->cx);
+    vs_free(d->feat);
     vs_free(d->in), vs_free(d->cat), vs_free(d->hid), vs_free(d->logits), vs_free(d->q), vs_free(d->bout);
     vs_free(d->hroot), vs_free(d->rows), vs_free(d->cand), vs_free(d->order), vs_free(d->panc);
     vs_free(d);
@@ -679,22 +613,9 @@ vs_spec_drafter *vs_draft_msd_new(const vs_msd_head *h, vs_lm *target, const vs_
         vs_error_set(err, VS_ERR_INVALID, "MSD drafter: needs a head and a target");
         return NULL;
     }
-    if (vs_msd_head_check(h, target, err)) return NULL;
-    if (o->tree_top_k < 0 || o->tree_top_k > VS_TREE_MAX_TOP_K) {
-        vs_error_set(err, VS_ERR_INVALID, "MSD drafter: tree top-k %d outside [1, %d] (0 = chains)", o->tree_top_k,
-                     VS_TREE_MAX_TOP_K);
+    if (vs_msd_head_check(h, target, err) || vs_feat_check_opts("MSD drafter", o->tree_top_k, o->tree_nodes, target, err))
         return NULL;
-    }
-    if (o->tree_nodes < 0 || o->tree_nodes > VS_TREE_MAX_NODES) {
-        vs_error_set(err, VS_ERR_INVALID, "MSD drafter: %d tree nodes outside [1, %d] (0 = 8 x top-k)", o->tree_nodes,
-                     VS_TREE_MAX_NODES);
-        return NULL;
-    }
     const vs_lm_weights *tw = vs_lm_w(target);
-    if (!tw->output.data || !tw->output_norm) {
-        vs_error_set(err, VS_ERR_INVALID, "MSD drafter: the target %s has no LM head", vs_gguf_name(vs_lm_gguf(target)));
-        return NULL;
-    }
     msd *d = vs_calloc(1, sizeof(*d));
     if (!d) {
         vs_error_set(err, VS_ERR_NOMEM, "MSD drafter: out of memory");
@@ -710,6 +631,8 @@ vs_spec_drafter *vs_draft_msd_new(const vs_msd_head *h, vs_lm *target, const vs_
     d->target = target;
     d->tp = o->tp;
     d->H = tc->n_embd, d->V = tc->n_vocab;
+    d->cx.H = d->H;
+    snprintf(d->who, sizeof(d->who), "MSD drafter %s", hname(h));
     d->n_ctx = o->n_ctx > 0 ? o->n_ctx : tc->n_ctx_train;
     d->eps = tc->rms_eps;
     d->norm_w = tw->output_norm;
@@ -724,8 +647,9 @@ vs_spec_drafter *vs_draft_msd_new(const vs_msd_head *h, vs_lm *target, const vs_
         return NULL;
     }
     d->q = vs_malloc(sizeof(float) * (size_t)d->V);
+    d->logits = vs_malloc(sizeof(float) * (size_t)d->V);
     d->hroot = vs_malloc(sizeof(float) * (size_t)d->H);
-    if (!d->q || !d->hroot || ensure_cap(d, tc->n_ctx_train + 1, err)) {
+    if (!d->q || !d->logits || !d->hroot || ensure_cap(d, tc->n_ctx_train + 1, err)) {
         vs_error_set(err, VS_ERR_NOMEM, "MSD drafter: out of memory");
         md_free(&d->hdr);
         return NULL;
