@@ -48,8 +48,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             check(!r->mid == (r->mid_layer < 0) && (!r->mid || r->mid_layer >= 1), "intermediate layer");
             if (r->mid)
                 for (size_t j = 0; j < (size_t)r->T * C; j++) sink += r->mid[j];
-            spanned += 24 + (size_t)r->T * 4 + (((size_t)r->T + 3) & ~(size_t)3) + (size_t)r->T * C * 2 * (r->mid ? 2 : 1) +
-                       (size_t)r->n_img_rows * C * 2;
+            spanned += 24 + (size_t)r->T * 4 + (((size_t)r->T + 3) & ~(size_t)3) +
+                       (size_t)r->T * C * 2 * (r->mid ? 2 : 1) + (size_t)r->n_img_rows * C * 2;
         }
         check(spanned == size, "records tile the input");
         free(rec);

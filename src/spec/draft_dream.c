@@ -515,7 +515,8 @@ static vs_status fill_true(dream *d, vs_error *err) {
             row->pos = t + r;
             d->vis_true[r] = t + r;
             d->vis_n[r] = 0;
-            if ((st = vs_feat_ctx_row_embd(&d->cx, d->target, d->krow[t + r], d->in + (size_t)r * d->H, d->who, err))) return st;
+            if ((st = vs_feat_ctx_row_embd(&d->cx, d->target, d->krow[t + r], d->in + (size_t)r * d->H, d->who, err)))
+                return st;
         }
         if ((st = draft_forward(d, n, err))) return st;
         d->stats.true_rows += n;

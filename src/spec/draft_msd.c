@@ -613,7 +613,8 @@ vs_spec_drafter *vs_draft_msd_new(const vs_msd_head *h, vs_lm *target, const vs_
         vs_error_set(err, VS_ERR_INVALID, "MSD drafter: needs a head and a target");
         return NULL;
     }
-    if (vs_msd_head_check(h, target, err) || vs_feat_check_opts("MSD drafter", o->tree_top_k, o->tree_nodes, target, err))
+    if (vs_msd_head_check(h, target, err) ||
+        vs_feat_check_opts("MSD drafter", o->tree_top_k, o->tree_nodes, target, err))
         return NULL;
     const vs_lm_weights *tw = vs_lm_w(target);
     msd *d = vs_calloc(1, sizeof(*d));
