@@ -125,20 +125,47 @@ static double cache_vs_fresh(vs_lm *target, const vs_dream_head *h, vs_spec_draf
     return worst;
 }
 
+/* What the greedy tests share: a random target (E = 32, V = 96), the four prompts, an engine, each
+ * prompt's target-only output (24 tokens) and a random DREAM model with open gates. */
+typedef struct fixture {
+    vs_lm *target;
+    prompts P;
+    st_engine e;
+    vs_spec_log base[NPR], log;
+    vs_dream_head *h;
+} fixture;
+
+static void fixture_open(fixture *f) {
+    vs_error err = {0};
+    f->target = make_target(32, 96, 7, 0.2f, "dream-target.gguf");
+    make_prompts(&f->P, 32, 96, 99);
+    f->e = st_make_engine(f->target, 256);
+    for (int k = 0; k < NPR; k++) {
+        vs_spec_log_init(&f->base[k]);
+        VT_REQUIRE(gen(&f->e, NULL, &f->P.p[k], 0, 24, false, &f->base[k], &err) == VS_OK, "%s", err.msg);
+    }
+    vs_spec_log_init(&f->log);
+    f->h = make_head_std(f->target, 5, 0.3f, "dream-head.gguf");
+}
+
+static void fixture_close(fixture *f) {
+    vs_dream_head_free(f->h);
+    for (int k = 0; k < NPR; k++) vs_spec_log_free(&f->base[k]);
+    vs_spec_log_free(&f->log);
+    free(f->P.img);
+    st_free_engine(&f->e);
+    vs_lm_free(f->target);
+}
+
 static void test_lossless_and_cache(void) {
     vs_error err = {0};
-    const int E = 32, V = 96;
-    vs_lm *target = make_target(E, V, 7, 0.2f, "dream-target.gguf");
-    prompts P;
-    make_prompts(&P, E, V, 99);
-    st_engine e = st_make_engine(target, 256);
-    vs_spec_log base[NPR], log;
-    for (int k = 0; k < NPR; k++) {
-        vs_spec_log_init(&base[k]);
-        VT_REQUIRE(gen(&e, NULL, &P.p[k], 0, 24, false, &base[k], &err) == VS_OK, "%s", err.msg);
-    }
-    vs_spec_log_init(&log);
-    vs_dream_head *h = make_head_std(target, 5, 0.3f, "dream-head.gguf");
+    fixture F;
+    fixture_open(&F);
+    vs_lm *target = F.target;
+    prompts P = F.P;
+    st_engine e = F.e;
+    vs_spec_log *base = F.base, log = F.log;
+    vs_dream_head *h = F.h;
     int runs = 0, mism = 0, tree_blocks = 0;
     int64_t drafted = 0, accepted = 0;
     double worst = 0;
@@ -201,12 +228,8 @@ static void test_lossless_and_cache(void) {
                  "unseen rows: lossless, one starved request (%d)", ds->n_starved);
         vs_spec_drafter_free(d);
     }
-    vs_dream_head_free(h);
-    for (int k = 0; k < NPR; k++) vs_spec_log_free(&base[k]);
-    vs_spec_log_free(&log);
-    free(P.img);
-    st_free_engine(&e);
-    vs_lm_free(target);
+    F.log = log;
+    fixture_close(&F);
 }
 
 /* ------------------------------------------------------------------------------------------------
@@ -273,18 +296,13 @@ static int check_selection(vs_lm *target, vs_spec_drafter *d, const vs_spec_prom
 
 static void test_compression(void) {
     vs_error err = {0};
-    const int E = 32, V = 96;
-    vs_lm *target = make_target(E, V, 7, 0.2f, "dream-target.gguf"); /* written by test_lossless_and_cache */
-    prompts P;
-    make_prompts(&P, E, V, 99);
-    st_engine e = st_make_engine(target, 256);
-    vs_spec_log base[NPR], log;
-    for (int k = 0; k < NPR; k++) {
-        vs_spec_log_init(&base[k]);
-        VT_REQUIRE(gen(&e, NULL, &P.p[k], 0, 24, false, &base[k], &err) == VS_OK, "%s", err.msg);
-    }
-    vs_spec_log_init(&log);
-    vs_dream_head *h = make_head_std(target, 5, 0.3f, "dream-head.gguf");
+    fixture F;
+    fixture_open(&F);
+    vs_lm *target = F.target;
+    prompts P = F.P;
+    st_engine e = F.e;
+    vs_spec_log *base = F.base, log = F.log;
+    vs_dream_head *h = F.h;
     int runs = 0, mism = 0, wrong = 0, dropped = 0;
     for (int kk = 0; kk < 2; kk++)
         for (int topk = 0; topk <= 3; topk += 3) {
@@ -344,12 +362,8 @@ static void test_compression(void) {
              err.msg);
     bad.visual_keep = NAN;
     VT_CHECK(!vs_draft_dream_new(h, target, &bad, &err) && strstr(err.msg, "outside (0, 1]"), "keep NaN: %s", err.msg);
-    vs_dream_head_free(h);
-    for (int k = 0; k < NPR; k++) vs_spec_log_free(&base[k]);
-    vs_spec_log_free(&log);
-    free(P.img);
-    st_free_engine(&e);
-    vs_lm_free(target);
+    F.log = log;
+    fixture_close(&F);
 }
 
 /* ------------------------------------------------------------------------------------------------

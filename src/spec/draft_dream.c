@@ -103,39 +103,13 @@ vs_status vs_dream_head_write(const vs_dream_shape *s, const float probe[VS_MSD_
                             vs_type_name(mat_type));
     vs_gguf_writer *w = vs_gguf_writer_new();
     if (!w) return vs_error_set(err, VS_ERR_NOMEM, "DREAM model: out of memory");
-    const char *A = VS_LM_ARCH_DREAM;
-    char k[96];
-#define KEY(x) (snprintf(k, sizeof(k), "%s." x, A), k)
-    vs_gguf_set_str(w, "general.architecture", A);
-    vs_gguf_set_str(w, "general.name", name ? name : "vlmspec-dream");
-    vs_gguf_set_u32(w, KEY("context_length"), (uint32_t)s->n_ctx);
-    vs_gguf_set_u32(w, KEY("embedding_length"), (uint32_t)s->width);
-    vs_gguf_set_u32(w, KEY("block_count"), 2);
-    vs_gguf_set_u32(w, KEY("feed_forward_length"), (uint32_t)s->n_ff);
-    vs_gguf_set_u32(w, KEY("attention.head_count"), (uint32_t)s->n_head);
-    vs_gguf_set_u32(w, KEY("attention.head_count_kv"), (uint32_t)(s->n_head_kv > 0 ? s->n_head_kv : s->n_head));
-    vs_gguf_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), s->rms_eps);
-    vs_gguf_set_f32(w, KEY("rope.freq_base"), s->rope_base);
-    vs_gguf_set_u32(w, KEY("vocab_size"), (uint32_t)s->n_vocab);
-    vs_gguf_set_arr(w, KEY("target.embd_probe"), VS_GGUF_F32, probe, VS_MSD_PROBE);
-#undef KEY
+    vs_head_file_keys(w, VS_LM_ARCH_DREAM, name ? name : "vlmspec-dream", s->n_ctx, s->width, 2, s->n_ff, s->n_head,
+                      s->n_head_kv > 0 ? s->n_head_kv : s->n_head, s->rms_eps, s->rope_base, s->n_vocab, probe);
     for (int i = 0; i < VS_DREAM_N_TENSORS && !st; i++) {
         int64_t ne[2];
         int nd;
         vs_dream_tensor_ne(s, i, ne, &nd);
-        if (nd == 1 || mat_type == VS_TYPE_F32) { /* vectors stay F32 */
-            st = vs_gguf_add_tensor(w, k_names[i], VS_TYPE_F32, nd, ne, data[i], err);
-            continue;
-        }
-        const int64_t n = ne[0] * ne[1];
-        uint16_t *half = vs_malloc(sizeof(uint16_t) * (size_t)n);
-        if (!half) {
-            st = vs_error_set(err, VS_ERR_NOMEM, "DREAM model: out of memory");
-            break;
-        }
-        vs_quantize_row(mat_type, data[i], half, n);
-        st = vs_gguf_add_tensor(w, k_names[i], mat_type, nd, ne, half, err);
-        vs_free(half);
+        st = vs_head_file_tensor(w, k_names[i], nd, ne, data[i], mat_type, "DREAM model", err);
     }
     if (!st) st = vs_gguf_write(w, path, err);
     vs_gguf_writer_free(w);

@@ -176,6 +176,39 @@ vs_status vs_msd_shape_check(const vs_msd_shape *s, vs_error *err) {
     return VS_OK;
 }
 
+void vs_head_file_keys(vs_gguf_writer *w, const char *arch, const char *name, int n_ctx, int width, int blocks,
+                       int n_ff, int n_head, int n_head_kv, float rms_eps, float rope_base, int n_vocab,
+                       const float probe[VS_MSD_PROBE]) {
+    char k[96];
+#define KEY(x) (snprintf(k, sizeof(k), "%s." x, arch), k)
+    vs_gguf_set_str(w, "general.architecture", arch);
+    vs_gguf_set_str(w, "general.name", name);
+    vs_gguf_set_u32(w, KEY("context_length"), (uint32_t)n_ctx);
+    vs_gguf_set_u32(w, KEY("embedding_length"), (uint32_t)width);
+    vs_gguf_set_u32(w, KEY("block_count"), (uint32_t)blocks);
+    vs_gguf_set_u32(w, KEY("feed_forward_length"), (uint32_t)n_ff);
+    vs_gguf_set_u32(w, KEY("attention.head_count"), (uint32_t)n_head);
+    vs_gguf_set_u32(w, KEY("attention.head_count_kv"), (uint32_t)n_head_kv);
+    vs_gguf_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), rms_eps);
+    vs_gguf_set_f32(w, KEY("rope.freq_base"), rope_base);
+    vs_gguf_set_u32(w, KEY("vocab_size"), (uint32_t)n_vocab);
+    vs_gguf_set_arr(w, KEY("target.embd_probe"), VS_GGUF_F32, probe, VS_MSD_PROBE);
+#undef KEY
+}
+
+vs_status vs_head_file_tensor(vs_gguf_writer *w, const char *tensor, int n_dims, const int64_t ne[2],
+                              const float *data, vs_type mat_type, const char *what, vs_error *err) {
+    if (n_dims == 1 || mat_type == VS_TYPE_F32) /* vectors stay F32 */
+        return vs_gguf_add_tensor(w, tensor, VS_TYPE_F32, n_dims, ne, data, err);
+    const int64_t n = ne[0] * ne[1];
+    uint16_t *half = vs_malloc(sizeof(uint16_t) * (size_t)n);
+    if (!half) return vs_error_set(err, VS_ERR_NOMEM, "%s: out of memory", what);
+    vs_quantize_row(mat_type, data, half, n);
+    const vs_status st = vs_gguf_add_tensor(w, tensor, mat_type, n_dims, ne, half, err);
+    vs_free(half);
+    return st;
+}
+
 vs_status vs_msd_head_write(const vs_msd_shape *s, const float probe[VS_MSD_PROBE],
                             const float *const data[VS_MSD_N_TENSORS], vs_type mat_type, const char *name,
                             const char *path, vs_error *err) {
@@ -186,40 +219,14 @@ vs_status vs_msd_head_write(const vs_msd_shape *s, const float probe[VS_MSD_PROB
                             vs_type_name(mat_type));
     vs_gguf_writer *w = vs_gguf_writer_new();
     if (!w) return vs_error_set(err, VS_ERR_NOMEM, "MSD head: out of memory");
-    const char *A = VS_LM_ARCH_HEAD;
-    char k[96];
-#define KEY(x) (snprintf(k, sizeof(k), "%s." x, A), k)
-    vs_gguf_set_str(w, "general.architecture", A);
-    vs_gguf_set_str(w, "general.name", name ? name : "vlmspec-msd");
-    vs_gguf_set_u32(w, KEY("context_length"), (uint32_t)s->n_ctx);
-    vs_gguf_set_u32(w, KEY("embedding_length"), (uint32_t)s->width);
-    vs_gguf_set_u32(w, KEY("block_count"), 1);
-    vs_gguf_set_u32(w, KEY("feed_forward_length"), (uint32_t)s->n_ff);
-    vs_gguf_set_u32(w, KEY("attention.head_count"), (uint32_t)s->n_head);
-    vs_gguf_set_u32(w, KEY("attention.head_count_kv"), (uint32_t)(s->n_head_kv > 0 ? s->n_head_kv : s->n_head));
-    vs_gguf_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), s->rms_eps);
-    vs_gguf_set_f32(w, KEY("rope.freq_base"), s->rope_base);
-    vs_gguf_set_u32(w, KEY("vocab_size"), (uint32_t)s->n_vocab);
-    vs_gguf_set_bool(w, KEY("decoupled_images"), s->decoupled);
-    vs_gguf_set_arr(w, KEY("target.embd_probe"), VS_GGUF_F32, probe, VS_MSD_PROBE);
-#undef KEY
+    vs_head_file_keys(w, VS_LM_ARCH_HEAD, name ? name : "vlmspec-msd", s->n_ctx, s->width, 1, s->n_ff, s->n_head,
+                      s->n_head_kv > 0 ? s->n_head_kv : s->n_head, s->rms_eps, s->rope_base, s->n_vocab, probe);
+    vs_gguf_set_bool(w, VS_LM_ARCH_HEAD ".decoupled_images", s->decoupled);
     for (int i = 0; i < VS_MSD_N_TENSORS && !st; i++) {
         int64_t ne[2];
         int nd;
         vs_msd_tensor_ne(s, i, ne, &nd);
-        if (nd == 1 || mat_type == VS_TYPE_F32) { /* vectors stay F32 */
-            st = vs_gguf_add_tensor(w, k_tensor_names[i], VS_TYPE_F32, nd, ne, data[i], err);
-            continue;
-        }
-        const int64_t n = ne[0] * ne[1];
-        uint16_t *half = vs_malloc(sizeof(uint16_t) * (size_t)n);
-        if (!half) {
-            st = vs_error_set(err, VS_ERR_NOMEM, "MSD head: out of memory");
-            break;
-        }
-        vs_quantize_row(mat_type, data[i], half, n);
-        st = vs_gguf_add_tensor(w, k_tensor_names[i], mat_type, nd, ne, half, err);
-        vs_free(half);
+        st = vs_head_file_tensor(w, k_tensor_names[i], nd, ne, data[i], mat_type, "MSD head", err);
     }
     if (!st) st = vs_gguf_write(w, path, err);
     vs_gguf_writer_free(w);

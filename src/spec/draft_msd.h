@@ -75,6 +75,17 @@ void vs_msd_tensor_ne(const vs_msd_shape *s, int i, int64_t ne[2], int *n_dims);
 vs_status vs_msd_shape_check(const vs_msd_shape *s, vs_error *err);
 /* The shape of a head for `target` (its width, vocabulary, norm epsilon and RoPE base). */
 vs_msd_shape vs_msd_shape_for(const vs_lm *target, int n_head, int n_head_kv, int n_ff, int n_ctx, bool decoupled);
+/* What the feature-drafter files (this head, the DREAM model of draft_dream.h) write alike: the decoder
+ * blocks' keys under the prefix `arch` (context_length, embedding_length, block_count, feed_forward_length,
+ * head counts, norm epsilon, RoPE base), vocab_size, target.embd_probe and general.name; and one tensor
+ * from F32 data, a matrix (n_dims 2) stored as mat_type (F32, F16 or BF16, rounded to nearest even), a
+ * vector as F32. `what` names the file kind in errors. */
+void vs_head_file_keys(vs_gguf_writer *w, const char *arch, const char *name, int n_ctx, int width, int blocks,
+                       int n_ff, int n_head, int n_head_kv, float rms_eps, float rope_base, int n_vocab,
+                       const float probe[VS_MSD_PROBE]);
+vs_status vs_head_file_tensor(vs_gguf_writer *w, const char *tensor, int n_dims, const int64_t ne[2],
+                              const float *data, vs_type mat_type, const char *what, vs_error *err);
+
 /* Writes a head file: s's keys, the target's embedding probe, the tensors (data[i] holds ne[1] rows of
  * ne[0] values): the matrices as mat_type (F32, F16 or BF16, rounded to nearest even), the vectors as
  * F32. */
