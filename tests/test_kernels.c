@@ -240,32 +240,6 @@ static void test_xq(vs_isa best) {
         const int8_t *qref = (const int8_t *)ref;
         const float *dref = (const float *)(ref + (n_in + 63) / 64 * 64);
         if (best >= VS_ISA_AVX512) {
-            for (int ti = 0; ti < 2; ti++) { /* the layout depends on the weight type */
-                bool q4 = ti == 1;
-                uint8_t *a5 = vs_malloc(vs_xq_row_bytes_avx512(n_in));
-                vs_xq_quantize_row_avx512(x, n_in, q4 ? VS_TYPE_Q4_0 : VS_TYPE_Q8_0, a5);
-                int64_t nb = n_in / 32, np = (nb + 1) / 2, ng = (nb + 15) / 16;
-                const float *dd = (const float *)(a5 + np * 128);
-                for (int64_t p = 0; p < np; p++) {
-                    const uint8_t *pp = a5 + p * 128;
-                    const int32_t *cc = (const int32_t *)(pp + 64);
-                    for (int i = 0; i < 64; i++) { /* byte i of the pair: block and value index */
-                        int h = q4 ? (i / 16) % 2 : i / 32;
-                        int v = q4 ? (i % 16) + 16 * (i / 32) : i % 32;
-                        int64_t blk = 2 * p + h;
-                        bad += (int8_t)pp[i] != (blk < nb ? qref[blk * 32 + v] : 0);
-                        if (i % 4 == 0) {
-                            int sum = 0;
-                            for (int j = 0; j < 4; j++) sum += (int8_t)pp[i + j];
-                            bad += cc[i / 4] != -(q4 ? 8 : 128) * sum;
-                        }
-                    }
-                }
-                for (int64_t blk = 0; blk < ng * 16; blk++) bad += dd[blk] != (blk < nb ? dref[blk] : 0.0f);
-                vs_free(a5);
-            }
-        }
-        if (best >= VS_ISA_AMX) {
             for (int ti = 0; ti < 2; ti++) {
                 bool q4 = ti == 1;
                 int64_t n_rows = 5; /* N = 8, G = 1: this row is column 3, rows 5..7 are padding */
@@ -289,7 +263,7 @@ static void test_xq(vs_isa best) {
                     const float *dd = (const float *)(ch + 32 * N);
                     const int32_t *cc = (const int32_t *)(ch + 32 * N + 64);
                     bad += dd[3] != dref[blk] || dd[5] != 0.0f || dd[12] != 0.0f;
-                    bad += cc[3] != (q4 ? -8 * sum : 0) || cc[5] != 0;
+                    bad += cc[3] != (q4 ? -8 : -128) * sum || cc[5] != 0;
                 }
                 vs_free(am);
             }
@@ -581,71 +555,81 @@ static void test_matmul_multi(vs_isa isa, vs_threadpool **pools, int n_pools) {
            vs_isa_name(isa), cases, tiles, bad);
 }
 
-/* Q4_0 repacked (the q4x16 layout of kernels.h): the layout read back by its documented rule gives every
- * weight and scale of the GGUF rows; vs_matmul_q4x16 is BITWISE equal to vs_matmul on the GGUF rows (on
- * AMX it reads the copy, elsewhere the rows), for every row count and thread count. */
-static void test_q4x16(vs_isa isa, vs_threadpool **pools, int n_pools) {
+/* Q8_0 / Q4_0 repacked (the x16 layout of kernels.h): the layout read back by its documented rule gives
+ * every weight and scale of the GGUF rows; vs_matmul_x16 is BITWISE equal to vs_matmul on the GGUF rows (on
+ * AVX-512 and AMX the lane kernels read the copy, elsewhere the rows), for every row count and thread count. */
+static void test_x16(vs_isa isa, vs_threadpool **pools, int n_pools) {
     static const int64_t shapes[][2] = {{131, 288}, {37, 576}, {16, 32}, {5632, 2048}};
     static const int64_t ns[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 15, 16, 17, 24, 33, 65};
     vs_rng rng;
     vs_rng_seed(&rng, 99);
     int bad_layout = 0, bad = 0;
-    for (size_t si = 0; si < VS_ARRAY_LEN(shapes); si++) {
-        const int64_t n_out = shapes[si][0], n_in = shapes[si][1], nb = n_in / 32;
-        if (n_out > 1000 && isa < VS_ISA_AVX512) continue; /* the big shape on the scalar path takes too long */
-        const size_t rb = vs_type_row_bytes(VS_TYPE_Q4_0, n_in), pb = vs_q4x16_bytes(n_out, n_in);
-        VT_CHECK(pb == (size_t)((n_out + 15) / 16 * nb * 288), "q4x16 bytes %zu", pb);
-        uint8_t *w = vs_malloc(rb * (size_t)n_out), *pk = vs_malloc(pb);
-        float *tmp = malloc(sizeof(float) * (size_t)n_in);
-        for (int64_t o = 0; o < n_out; o++) {
-            for (int64_t i = 0; i < n_in; i++) tmp[i] = vs_rng_normal(&rng) * (o % 7 == 3 ? 4.0f : 0.5f);
-            vs_quantize_row(VS_TYPE_Q4_0, tmp, w + o * rb, n_in);
+    for (int ti = 0; ti < 2; ti++) {
+        const vs_type t = ti ? VS_TYPE_Q8_0 : VS_TYPE_Q4_0;
+        const bool q8 = t == VS_TYPE_Q8_0;
+        const size_t B = q8 ? 544 : 288, bbytes = q8 ? 34 : 18;
+        for (size_t si = 0; si < VS_ARRAY_LEN(shapes); si++) {
+            const int64_t n_out = shapes[si][0], n_in = shapes[si][1], nb = n_in / 32;
+            if (n_out > 1000 && isa < VS_ISA_AVX512) continue; /* the big shape on the scalar path takes too long */
+            const size_t rb = vs_type_row_bytes(t, n_in), pb = vs_x16_bytes(t, n_out, n_in);
+            VT_CHECK(pb == (size_t)((n_out + 15) / 16 * nb) * B, "x16 bytes %zu", pb);
+            uint8_t *w = vs_malloc(rb * (size_t)n_out), *pk = vs_malloc(pb);
+            float *tmp = malloc(sizeof(float) * (size_t)n_in);
+            for (int64_t o = 0; o < n_out; o++) {
+                for (int64_t i = 0; i < n_in; i++) tmp[i] = vs_rng_normal(&rng) * (o % 7 == 3 ? 4.0f : 0.5f);
+                vs_quantize_row(t, tmp, w + o * rb, n_in);
+            }
+            memset(pk, 0xa5, pb);
+            vs_x16_pack(t, w, n_out, n_in, pk);
+            for (int64_t o = 0; o < (n_out + 15) / 16 * 16; o++)
+                for (int64_t b = 0; b < nb; b++) {
+                    const uint8_t *tile = pk + (size_t)(o / 16 * nb) * B, *blk = w + o * rb + b * (int64_t)bbytes;
+                    uint16_t d, dw = 0;
+                    memcpy(&d, tile + nb * (B - 32) + 32 * b + 2 * (o % 16), 2);
+                    if (o < n_out) memcpy(&dw, blk, 2);
+                    bad_layout += d != dw;
+                    for (int v = 0; v < 32; v++) {
+                        int q, want;
+                        if (q8) {
+                            q = (int8_t)tile[512 * b + 64 * (v / 4) + 4 * (o % 16) + v % 4];
+                            want = o < n_out ? (int8_t)blk[2 + v] : 0;
+                        } else {
+                            uint8_t byte = tile[256 * b + 64 * ((v % 16) / 4) + 4 * (o % 16) + v % 4];
+                            q = v < 16 ? byte & 15 : byte >> 4;
+                            want = o < n_out ? (v < 16 ? blk[2 + v] & 15 : blk[2 + v - 16] >> 4) : 0;
+                        }
+                        bad_layout += q != want;
+                    }
+                }
+            const int64_t max_rows = n_out > 1000 ? 17 : 65;
+            float *x = malloc(sizeof(float) * (size_t)(max_rows * n_in));
+            float *y = malloc(sizeof(float) * (size_t)(max_rows * n_out)), *yw = malloc(sizeof(float) * (size_t)(max_rows * n_out));
+            for (int64_t i = 0; i < max_rows * n_in; i++) x[i] = vs_rng_normal(&rng) * (i % 97 == 5 ? 30.0f : 1.0f);
+            for (int pi = 0; pi < n_pools; pi++)
+                for (size_t k = 0; k < VS_ARRAY_LEN(ns); k++) {
+                    const int64_t n = ns[k];
+                    if (n > max_rows) continue;
+                    vs_matmul(pools[pi], t, w, n_out, n_in, x, n, yw);
+                    vs_matmul_x16(pools[pi], t, w, pk, n_out, n_in, x, n, y);
+                    if (memcmp(y, yw, sizeof(float) * (size_t)(n * n_out))) {
+                        if (bad < 4)
+                            fprintf(stderr, "  %s %s x16 %lld x %lld, %lld rows, %d threads differs from the GGUF rows\n",
+                                    vs_isa_name(isa), vs_type_name(t), (long long)n_out, (long long)n_in, (long long)n,
+                                    vs_threadpool_size(pools[pi]));
+                        bad++;
+                    }
+                }
+            vs_free(w);
+            vs_free(pk);
+            free(tmp);
+            free(x);
+            free(y);
+            free(yw);
         }
-        memset(pk, 0xa5, pb);
-        vs_q4x16_pack(w, n_out, n_in, pk);
-        for (int64_t o = 0; o < (n_out + 15) / 16 * 16; o++)
-            for (int64_t b = 0; b < nb; b++) {
-                const uint8_t *tile = pk + (size_t)(o / 16 * nb) * 288, *blk = w + o * rb + b * 18;
-                uint16_t d, dw = 0;
-                memcpy(&d, tile + nb * 256 + 32 * b + 2 * (o % 16), 2);
-                if (o < n_out) memcpy(&dw, blk, 2);
-                bad_layout += d != dw;
-                for (int v = 0; v < 32; v++) {
-                    uint8_t byte = tile[256 * b + 64 * ((v % 16) / 4) + 4 * (o % 16) + v % 4];
-                    int q = v < 16 ? byte & 15 : byte >> 4;
-                    int want = o < n_out ? (v < 16 ? blk[2 + v] & 15 : blk[2 + v - 16] >> 4) : 0;
-                    bad_layout += q != want;
-                }
-            }
-        const int64_t max_rows = n_out > 1000 ? 17 : 65;
-        float *x = malloc(sizeof(float) * (size_t)(max_rows * n_in));
-        float *y = malloc(sizeof(float) * (size_t)(max_rows * n_out)), *yw = malloc(sizeof(float) * (size_t)(max_rows * n_out));
-        for (int64_t i = 0; i < max_rows * n_in; i++) x[i] = vs_rng_normal(&rng) * (i % 97 == 5 ? 30.0f : 1.0f);
-        for (int pi = 0; pi < n_pools; pi++)
-            for (size_t k = 0; k < VS_ARRAY_LEN(ns); k++) {
-                const int64_t n = ns[k];
-                if (n > max_rows) continue;
-                vs_matmul(pools[pi], VS_TYPE_Q4_0, w, n_out, n_in, x, n, yw);
-                vs_matmul_q4x16(pools[pi], w, pk, n_out, n_in, x, n, y);
-                if (memcmp(y, yw, sizeof(float) * (size_t)(n * n_out))) {
-                    if (bad < 4)
-                        fprintf(stderr, "  %s q4x16 %lld x %lld, %lld rows, %d threads differs from the GGUF rows\n",
-                                vs_isa_name(isa), (long long)n_out, (long long)n_in, (long long)n,
-                                vs_threadpool_size(pools[pi]));
-                    bad++;
-                }
-            }
-        vs_free(w);
-        vs_free(pk);
-        free(tmp);
-        free(x);
-        free(y);
-        free(yw);
     }
-    VT_CHECK(bad_layout == 0, "q4x16 layout: %d values differ from the documented rule", bad_layout);
-    VT_CHECK(bad == 0, "%s: %d q4x16 products differ from the GGUF rows' (must be bitwise equal)", vs_isa_name(isa),
-             bad);
-    printf("kernels: %s q4x16 (repacked Q4_0) bitwise equal to the GGUF rows: %d differing products\n",
+    VT_CHECK(bad_layout == 0, "x16 layout: %d values differ from the documented rule", bad_layout);
+    VT_CHECK(bad == 0, "%s: %d x16 products differ from the GGUF rows' (must be bitwise equal)", vs_isa_name(isa), bad);
+    printf("kernels: %s x16 (repacked Q8_0 / Q4_0) bitwise equal to the GGUF rows: %d differing products\n",
            vs_isa_name(isa), bad);
 }
 
@@ -829,7 +813,7 @@ int main(void) {
             test_f16_large_weights(pools[1]);
         }
         g_mm_flags = VS_MM_DEFAULT;
-        test_q4x16((vs_isa)isa, pools, 2);
+        test_x16((vs_isa)isa, pools, 2);
         test_vector_ops((vs_isa)isa);
     }
     /* F32/F16/BF16 with 128+ rows go to OpenBLAS when the build has it: the built-in path again */

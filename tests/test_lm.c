@@ -46,25 +46,26 @@ static void test_reference(vs_type type, double tol, vs_threadpool *tp) {
     d = max_diff(step, got, (size_t)N * V);
     printf("  %-5s one-row steps vs batched: max abs diff %.3g\n", vs_type_name(type), d);
     VT_CHECK(d <= (type == VS_TYPE_F32 ? 1e-4 : tol), "%s steps vs batch %g", vs_type_name(type), d);
-    if (type == VS_TYPE_Q4_0 && vs_q4x16_wanted()) {
-        /* the loader repacked the Q4_0 matrices (and released their mapped pages): the same file loaded
+    if ((type == VS_TYPE_Q4_0 || type == VS_TYPE_Q8_0) && vs_x16_wanted(type)) {
+        /* the loader repacked the Q8_0 / Q4_0 matrices (and released their mapped pages): the same file loaded
          * without repacking gives bitwise the same logits, batched and one row at a time */
-        VT_CHECK(vs_lm_w(lm)->layers[0].w_gate.packed && vs_lm_w(lm)->output.packed, "Q4_0 matrices repacked on this CPU");
-        setenv("VLMSPEC_Q4_REPACK", "0", 1);
+        VT_CHECK(vs_lm_w(lm)->layers[0].w_gate.packed && vs_lm_w(lm)->output.packed, "%s matrices repacked on this CPU",
+                 vs_type_name(type));
+        setenv("VLMSPEC_REPACK", "0", 1);
         vs_lm *plain = vs_lm_load(tm_path(name), &err);
-        unsetenv("VLMSPEC_Q4_REPACK");
+        unsetenv("VLMSPEC_REPACK");
         VT_REQUIRE(plain, "loading %s: %s", name, err.msg);
-        VT_CHECK(!vs_lm_w(plain)->layers[0].w_gate.packed, "VLMSPEC_Q4_REPACK=0 keeps the GGUF rows");
+        VT_CHECK(!vs_lm_w(plain)->layers[0].w_gate.packed, "VLMSPEC_REPACK=0 keeps the GGUF rows");
         float *plain_y = malloc(sizeof(float) * N * V);
         vs_kv *kv2 = vs_lm_kv_new(plain, 1, 0, VS_TYPE_F32, &err);
         VT_REQUIRE(kv2, "kv: %s", err.msg);
         VT_CHECK(tm_feed(plain, kv2, tp, 0, tok, N, plain_y, &err) == VS_OK, "%s", err.msg);
-        VT_CHECK(!memcmp(plain_y, got, sizeof(float) * N * V), "repacked Q4_0 batched logits differ from the GGUF rows'");
+        VT_CHECK(!memcmp(plain_y, got, sizeof(float) * N * V), "repacked %s batched logits differ from the GGUF rows'", vs_type_name(type));
         vs_kv_clear(kv2);
         for (int i = 0; i < N; i++)
             VT_CHECK(tm_feed(plain, kv2, tp, 0, tok + i, 1, plain_y + (size_t)i * V, &err) == VS_OK, "%s", err.msg);
-        VT_CHECK(!memcmp(plain_y, step, sizeof(float) * N * V), "repacked Q4_0 one-row logits differ from the GGUF rows'");
-        printf("  Q4_0  repacked (q4x16) and GGUF-row logits bitwise equal, batched and one row at a time\n");
+        VT_CHECK(!memcmp(plain_y, step, sizeof(float) * N * V), "repacked %s one-row logits differ from the GGUF rows'", vs_type_name(type));
+        printf("  %-5s repacked (x16) and GGUF-row logits bitwise equal, batched and one row at a time\n", vs_type_name(type));
         vs_kv_free(kv2);
         free(plain_y);
         vs_lm_free(plain);

@@ -32,8 +32,8 @@ static void usage(FILE *f) {
             "Columns: median wall time per call; weight bytes / time; 2*out*in*rows / time; ratio to rows=1;\n"
             "weight streaming as a share of the measured bandwidth; cpu_us: median process CPU time per call\n"
             "(with --threads 1 the kernel's own compute time, robust when other processes share the cores);\n"
-            "path: the kernel vs_matmul used (docs/kernels.md, \"vs_matmul paths\"); \"(q4x16)\": Q4_0 read from\n"
-            "the repacked copy the LM loader makes on AMX CPUs (VLMSPEC_Q4_REPACK=0: the GGUF rows, as before).\n");
+            "path: the kernel vs_matmul used (docs/kernels.md, \"vs_matmul paths\"); \"(x16)\": Q8_0 / Q4_0 read\n"
+            "from the repacked copy the LM loader makes on AVX-512 VNNI CPUs (VLMSPEC_REPACK=0: the GGUF rows).\n");
 }
 
 static double cpu_now(void) {
@@ -62,10 +62,10 @@ static int parse_list(const char *s, int64_t *out, int max, int64_t lo, int64_t 
     return n;
 }
 
-/* One product as the LM computes it: Q4_0 from its repacked copy when there is one. */
+/* One product as the LM computes it: Q8_0 / Q4_0 from their repacked copy when there is one. */
 static void run_mm(vs_threadpool *tp, vs_type t, const uint8_t *w, const uint8_t *pk, int64_t n_out, int64_t n_in,
                    const float *x, int64_t n, float *y) {
-    if (t == VS_TYPE_Q4_0) vs_matmul_q4x16(tp, w, pk, n_out, n_in, x, n, y);
+    if (pk) vs_matmul_x16(tp, t, w, pk, n_out, n_in, x, n, y);
     else vs_matmul(tp, t, w, n_out, n_in, x, n, y);
 }
 
@@ -96,15 +96,15 @@ static int bench_type(vs_threadpool *tp, vs_type t, int64_t n_out, int64_t n_in,
         vs_quantize_row(t, tmp, w + (size_t)o * rb, n_in);
     }
     for (int c = 1; c < copies; c++) memcpy(w + (size_t)c * mat, w, mat);
-    /* Q4_0 as the LM runs it: repacked for the AMX kernels when they read that (VLMSPEC_Q4_REPACK=0: not) */
-    size_t pmat = t == VS_TYPE_Q4_0 && vs_q4x16_wanted() ? vs_q4x16_bytes(n_out, n_in) : 0;
+    /* Q8_0 / Q4_0 as the LM runs them: repacked when the kernels read that (VLMSPEC_REPACK=0: not) */
+    size_t pmat = vs_x16_wanted(t) ? vs_x16_bytes(t, n_out, n_in) : 0;
     uint8_t *pk = pmat ? vs_malloc(pmat * (size_t)copies) : NULL;
     if (pmat && !pk) {
         vs_free(w), vs_free(x), vs_free(y), vs_free(tmp);
         fprintf(stderr, "vlmspec kbench: out of memory for %d repacked copies of %zu bytes\n", copies, pmat);
         return 1;
     }
-    for (int c = 0; pk && c < copies; c++) vs_q4x16_pack(w, n_out, n_in, pk + (size_t)c * pmat);
+    for (int c = 0; pk && c < copies; c++) vs_x16_pack(t, w, n_out, n_in, pk + (size_t)c * pmat);
     for (int64_t i = 0; i < max_rows * n_in; i++) x[i] = vs_rng_normal(&rng);
 
     printf("\n%s  W %lld x %lld (%.2f MB), %d cop%s cycled (%.0f MB), %d threads, isa %s\n", vs_type_name(t),
@@ -135,7 +135,7 @@ static int bench_type(vs_threadpool *tp, vs_type t, int64_t n_out, int64_t n_in,
         if (t1 > 0) snprintf(ratio, sizeof(ratio), "%.2f", med / t1);
         printf("%6lld %12.1f %10.1f %10.1f %10s %8.0f%% %10.1f  %s%s\n", (long long)n, med * 1e6, gbs, gflops,
                ratio, bw > 0 ? 100.0 * gbs / bw : 0.0, cpu[reps / 2] * 1e6,
-               vs_matmul_path(t, n_out, n_in, n, VS_MM_DEFAULT), pk ? " (q4x16)" : "");
+               vs_matmul_path(t, n_out, n_in, n, VS_MM_DEFAULT), pk ? " (x16)" : "");
     }
     printf("roofline at %.1f GB/s: %.1f us per call\n", bw, (double)mat / (bw * 1e9) * 1e6);
     vs_free(times);

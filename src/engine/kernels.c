@@ -454,7 +454,7 @@ static void quant_rows(mm_ctx *c, int64_t r0, int64_t r1) {
             vs_xb_convert_group_avx512(c->job.x, c->job.n_in, c->job.wtype, c->job.n_rows, g, c->xq_out);
         return;
     }
-    if (c->isa == VS_ISA_AMX) {
+    if (c->isa >= VS_ISA_AVX512 && !vs_type_is_kquant(c->job.wtype)) { /* Q8_0 / Q4_0: the AMX layout */
         for (int64_t r = r0; r < r1; r++)
             vs_xq_quantize_row_amx(r < c->job.n_rows ? c->job.x + r * c->job.n_in : NULL, c->job.n_in,
                                    c->job.wtype, c->job.n_rows, r, c->xq_out);
@@ -469,7 +469,6 @@ static void quant_rows(mm_ctx *c, int64_t r0, int64_t r1) {
             continue;
         }
         switch (c->isa) {
-        case VS_ISA_AVX512: vs_xq_quantize_row_avx512(xr, c->job.n_in, c->job.wtype, dst); break;
         case VS_ISA_AVX2: vs_xq_quantize_row_avx2(xr, c->job.n_in, dst); break;
         default: vs_xq_quantize_row_ref(xr, c->job.n_in, dst); break;
         }
@@ -494,11 +493,11 @@ static void mm_task(void *p, int ith, int nth) {
             vs_mm_amx_bf16(&c->job, o0, o1,
                            c->job.panels ? c->job.panels + (size_t)ith * c->job.panel_bytes : NULL);
         else if (c->job.wtype == VS_TYPE_Q4_0)
-            (c->job.n_rows <= amx_vnni_max_rows(VS_TYPE_Q4_0) ? vs_mm_amx_q4_vnni : vs_mm_amx_q4_tiles)(&c->job, o0, o1);
+            (c->job.n_rows <= amx_vnni_max_rows(VS_TYPE_Q4_0) ? vs_mm_lanes_vnni : vs_mm_amx_q4_tiles)(&c->job, o0, o1);
         else if (c->job.n_rows <= amx_vnni_max_rows(c->job.wtype)) vs_mm_amx_vnni(&c->job, o0, o1);
         else vs_mm_amx(&c->job, o0, o1);
         break;
-    case VS_ISA_AVX512: vs_mm_avx512(&c->job, o0, o1); break;
+    case VS_ISA_AVX512: (is_quant(c->job.wtype) ? vs_mm_lanes_vnni : vs_mm_avx512)(&c->job, o0, o1); break;
     case VS_ISA_AVX2: vs_mm_avx2(&c->job, o0, o1); break;
     default: mm_scalar(&c->job, o0, o1); break;
     }
@@ -655,7 +654,7 @@ static void matmul_impl(vs_threadpool *tp, vs_type wtype, const void *w, const v
                         .n_rows = n_rows, .x = x, .y = y},
                 .isa = isa_current(), .q_rows = n_rows};
     if (vs_type_is_kquant(wtype) && c.isa > VS_ISA_AVX2) c.isa = VS_ISA_AVX2; /* no AVX-512 K kernels yet */
-    if (c.isa == VS_ISA_AMX && wtype == VS_TYPE_Q4_0) c.job.wp = packed;
+    if (c.isa >= VS_ISA_AVX512 && (wtype == VS_TYPE_Q4_0 || wtype == VS_TYPE_Q8_0)) c.job.wp = packed;
     if (c.isa == VS_ISA_AMX &&
         !(is_quant(wtype) ? n_rows >= amx_min_rows(wtype) : use_amx_bf16(wtype, n_out, n_in, flags)))
         c.isa = VS_ISA_AVX512;
@@ -665,11 +664,9 @@ static void matmul_impl(vs_threadpool *tp, vs_type wtype, const void *w, const v
         return;
     }
     if (is_quant(wtype)) {
-        size_t xrb = vs_type_is_kquant(wtype)   ? vs_xk_row_bytes(n_in)
-                     : c.isa == VS_ISA_AVX512 ? vs_xq_row_bytes_avx512(n_in)
-                                              : vs_xq_row_bytes_ref(n_in);
+        size_t xrb = vs_type_is_kquant(wtype) ? vs_xk_row_bytes(n_in) : vs_xq_row_bytes_ref(n_in);
         size_t bytes = xrb * (size_t)n_rows;
-        if (c.isa == VS_ISA_AMX) {
+        if (c.isa >= VS_ISA_AVX512 && !vs_type_is_kquant(wtype)) { /* the AMX layout (kernels_arch.h) */
             xrb = 0;
             bytes = vs_xq_amx_bytes(n_in, n_rows);
             c.q_rows = vs_xq_amx_G(n_rows) * vs_xq_amx_N(n_rows);
@@ -742,37 +739,38 @@ void vs_matmul_multi(vs_threadpool *tp, vs_type wtype, int64_t n_in, const vs_mm
     vs_free(owned);
 }
 
-/* ---- Q4_0 repacked for the AMX kernels (layout in kernels.h) ---- */
+/* ---- Q8_0 / Q4_0 repacked for the 16-output-lane kernels (the x16 layout in kernels.h) ---- */
 
-bool vs_q4x16_wanted(void) {
-    const char *e = getenv("VLMSPEC_Q4_REPACK");
-    return vs_isa_detect() == VS_ISA_AMX && !(e && !strcmp(e, "0"));
+bool vs_x16_wanted(vs_type t) {
+    const char *e = getenv("VLMSPEC_REPACK");
+    if (e && !strcmp(e, "0")) return false;
+    vs_isa isa = vs_isa_detect();
+    return t == VS_TYPE_Q4_0 ? isa >= VS_ISA_AVX512 : t == VS_TYPE_Q8_0 && isa == VS_ISA_AVX512;
 }
 
-size_t vs_q4x16_bytes(int64_t n_out, int64_t n_in) {
-    return (size_t)((n_out + 15) / 16) * (size_t)(n_in / 32) * 288;
+size_t vs_x16_bytes(vs_type t, int64_t n_out, int64_t n_in) {
+    return (size_t)((n_out + 15) / 16) * (size_t)(n_in / 32) * (t == VS_TYPE_Q8_0 ? 544 : 288);
 }
 
-void vs_q4x16_pack(const void *w, int64_t n_out, int64_t n_in, void *dst) {
+void vs_x16_pack(vs_type t, const void *w, int64_t n_out, int64_t n_in, void *dst) {
     const int64_t nb = n_in / 32;
-    const size_t rb = vs_type_row_bytes(VS_TYPE_Q4_0, n_in);
-    for (int64_t t = 0; t < (n_out + 15) / 16; t++) {
-        uint8_t *nib = (uint8_t *)dst + (size_t)(t * nb) * 288, *sc = nib + (size_t)nb * 256;
+    const size_t rb = vs_type_row_bytes(t, n_in), bb = t == VS_TYPE_Q8_0 ? 34 : 18, qb = bb - 2;
+    static const uint8_t zero[34];
+    for (int64_t tl = 0; tl < (n_out + 15) / 16; tl++) {
+        uint8_t *qs = (uint8_t *)dst + (size_t)(tl * nb) * (16 * qb + 32), *sc = qs + (size_t)nb * 16 * qb;
         for (int64_t b = 0; b < nb; b++)
             for (int l = 0; l < 16; l++) {
-                const int64_t o = 16 * t + l;
-                const uint8_t *blk = o < n_out ? (const uint8_t *)w + (size_t)o * rb + (size_t)b * 18 : NULL;
-                static const uint8_t zero[18];
-                if (!blk) blk = zero;
+                const int64_t o = 16 * tl + l;
+                const uint8_t *blk = o < n_out ? (const uint8_t *)w + (size_t)o * rb + (size_t)b * bb : zero;
                 memcpy(sc + 32 * b + 2 * l, blk, 2);
-                for (int i = 0; i < 4; i++) memcpy(nib + 256 * b + 64 * i + 4 * l, blk + 2 + 4 * i, 4);
+                for (size_t i = 0; i < qb / 4; i++) memcpy(qs + 16 * qb * b + 64 * i + 4 * l, blk + 2 + 4 * i, 4);
             }
     }
 }
 
-void vs_matmul_q4x16(vs_threadpool *tp, const void *w, const void *packed, int64_t n_out, int64_t n_in,
-                     const float *x, int64_t n_rows, float *y) {
-    matmul_impl(tp, VS_TYPE_Q4_0, w, packed, n_out, n_in, x, n_rows, y, VS_MM_DEFAULT);
+void vs_matmul_x16(vs_threadpool *tp, vs_type t, const void *w, const void *packed, int64_t n_out, int64_t n_in,
+                   const float *x, int64_t n_rows, float *y) {
+    matmul_impl(tp, t, w, packed, n_out, n_in, x, n_rows, y, VS_MM_DEFAULT);
 }
 
 /* ---- memory bandwidth ---- */

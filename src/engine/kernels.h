@@ -73,24 +73,26 @@ typedef struct vs_mm_part {
 #define VS_MM_MAX_PARTS 4
 void vs_matmul_multi(vs_threadpool *tp, vs_type wtype, int64_t n_in, const vs_mm_part *parts, int n_parts,
                      const float *x, int64_t n_rows, unsigned flags);
-/* Q4_0 weights repacked at load time for the AMX kernels (the "q4x16" layout). The AMX Q4_0 kernels
- * want a block's nibbles with lane o = output o of a 16-output tile (docs/kernels.md); on GGUF rows they
- * transpose 16 rows' bytes and gather 16 scales per block, which makes 5+ rows compute-bound. Repacked,
- * tile t (outputs 16t..16t+15; outputs past n_out are zero) of a matrix with nb = n_in / 32 blocks holds
- * nb * 288 bytes at t * nb * 288:
- *   nibbles: nb x 256 bytes; block b at 256 b: 4 x 64 bytes, lane o's 4 bytes of part i = bytes
- *            4i..4i+3 of output o's block b (values 4i..4i+3 in the low nibbles, 16+4i.. in the high);
- *   scales:  nb x 32 bytes at nb * 256: block b's 16 fp16 scales at 32 b, output o at [o].
- * vs_q4x16_wanted: whether this CPU's kernels read the layout (AMX-INT8 and VLMSPEC_Q4_REPACK not 0). */
-bool vs_q4x16_wanted(void);
-size_t vs_q4x16_bytes(int64_t n_out, int64_t n_in);
-void vs_q4x16_pack(const void *w, int64_t n_out, int64_t n_in, void *dst);
-/* vs_matmul of Q4_0 weights w with their repacked copy `packed` (NULL: plain vs_matmul). While the active
- * ISA is AMX the kernels read `packed`, with results BITWISE equal to vs_matmul on w (same quantised
- * activations, same integer dots, same float operations); on any other ISA they read w. Batch invariance
- * as vs_matmul. */
-void vs_matmul_q4x16(vs_threadpool *tp, const void *w, const void *packed, int64_t n_out, int64_t n_in,
-                     const float *x, int64_t n_rows, float *y);
+/* Q8_0 / Q4_0 weights repacked at load time (the "x16" layout) for the kernels whose lanes are the 16
+ * outputs of a tile (AVX-512 VNNI and the AMX Q4_0 kernels, docs/kernels.md). On GGUF rows those kernels
+ * transpose 16 rows' bytes and gather 16 scales per block; repacked, they load each tile as one linear
+ * stream. Tile t (outputs 16t..16t+15; outputs past n_out are zero) of a matrix with nb = n_in / 32 blocks
+ * holds nb * B bytes at t * nb * B, B = 544 (Q8_0) or 288 (Q4_0):
+ *   quants: nb x (B - 32) bytes; block b at (B - 32) b: parts of 64 bytes, lane o's 4 bytes of part i =
+ *           bytes 4i..4i+3 of output o's block b quants (Q8_0: 8 parts, the int8 values 4i..4i+3 as
+ *           stored; Q4_0: 4 parts, values 4i..4i+3 in the low nibbles, 16+4i.. in the high);
+ *   scales: nb x 32 bytes at nb * (B - 32): block b's 16 fp16 scales at 32 b, output o at [o].
+ * vs_x16_wanted: whether this CPU's kernels read the layout for type t (Q4_0: AVX-512 VNNI or AMX; Q8_0:
+ * AVX-512 VNNI without AMX, whose Q8_0 tiles read the GGUF rows) and VLMSPEC_REPACK is not 0. */
+bool vs_x16_wanted(vs_type t);
+size_t vs_x16_bytes(vs_type t, int64_t n_out, int64_t n_in);
+void vs_x16_pack(vs_type t, const void *w, int64_t n_out, int64_t n_in, void *dst);
+/* vs_matmul of Q8_0 / Q4_0 weights w with their repacked copy `packed` (NULL: plain vs_matmul). Kernels
+ * that read the layout take `packed`, with results BITWISE equal to vs_matmul on w (same quantised
+ * activations, same integer dots, same float operations); the others read w. Batch invariance as
+ * vs_matmul. */
+void vs_matmul_x16(vs_threadpool *tp, vs_type t, const void *w, const void *packed, int64_t n_out, int64_t n_in,
+                   const float *x, int64_t n_rows, float *y);
 /* The scalar reference twin (single thread, double accumulation not required). */
 void vs_matmul_ref(vs_type wtype, const void *w, int64_t n_out, int64_t n_in, const float *x,
                    int64_t n_rows, float *y);

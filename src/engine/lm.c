@@ -19,7 +19,7 @@ struct vs_lm {
     double *inv_freq; /* [rope_dim / 2]: rope_base^(-2i / rope_dim) */
     int64_t n_params;
     size_t n_bytes;
-    uint8_t *packed;  /* the q4x16 copies of the Q4_0 matrices (VS_LM_MAT.packed points in), or NULL */
+    uint8_t *packed;  /* the x16 copies of the Q8_0 / Q4_0 matrices (VS_LM_MAT.packed points in), or NULL */
     int attn_isa;     /* ISA of the attention kernels in this forward: 0 scalar, 1 AVX2, 2 AVX-512 */
     const char *arch; /* "llama", or VS_LM_ARCH_HEAD / VS_LM_ARCH_DREAM (embedding rows in, hidden states out) */
 
@@ -267,29 +267,30 @@ static int lm_mats(vs_lm *lm, vs_lm_mat **out) {
     return n;
 }
 
-/* Q4_0 matrices on AMX CPUs: one q4x16 copy each (kernels.h; ~1.9x faster per row from cache, and 5+
- * rows stay near the memory roofline), and the mapped GGUF pages released (token_embd's rows are still
- * read by the embedding lookup: a tied output keeps them). VLMSPEC_Q4_REPACK=0 turns it off. */
+/* Q8_0 / Q4_0 matrices read by the 16-output-lane kernels (vs_x16_wanted: AVX-512 VNNI and AMX CPUs): one
+ * x16 copy each (kernels.h; each tile one linear stream, no transpose or scale gather per block), and the
+ * mapped GGUF pages released (token_embd's rows are still read by the embedding lookup: a tied output
+ * keeps them). VLMSPEC_REPACK=0 turns it off. */
 static vs_status pack_weights(vs_lm *lm, vs_error *err) {
-    if (!vs_q4x16_wanted()) return VS_OK;
+    if (!vs_x16_wanted(VS_TYPE_Q8_0) && !vs_x16_wanted(VS_TYPE_Q4_0)) return VS_OK;
     vs_lm_mat **mats = vs_malloc(sizeof(vs_lm_mat *) * (size_t)(7 * lm->cfg.n_layer + 1));
     if (!mats) return vs_error_set(err, VS_ERR_NOMEM, "%s: out of memory", vs_gguf_name(lm->g));
     int n = lm_mats(lm, mats);
     size_t total = 0;
     for (int i = 0; i < n; i++)
-        if (mats[i]->type == VS_TYPE_Q4_0) total += vs_q4x16_bytes(mats[i]->n_out, mats[i]->n_in);
+        if (vs_x16_wanted(mats[i]->type)) total += vs_x16_bytes(mats[i]->type, mats[i]->n_out, mats[i]->n_in);
     if (total && !(lm->packed = vs_malloc(total))) {
         vs_free(mats);
-        return vs_error_set(err, VS_ERR_NOMEM, "%s: out of memory for the %zu MB repacked Q4_0 copy "
-                            "(VLMSPEC_Q4_REPACK=0 runs without it)", vs_gguf_name(lm->g), total >> 20);
+        return vs_error_set(err, VS_ERR_NOMEM, "%s: out of memory for the %zu MB repacked weight copy "
+                            "(VLMSPEC_REPACK=0 runs without it)", vs_gguf_name(lm->g), total >> 20);
     }
     size_t off = 0;
     for (int i = 0; i < n && total; i++) {
         vs_lm_mat *m = mats[i];
-        if (m->type != VS_TYPE_Q4_0) continue;
-        vs_q4x16_pack(m->data, m->n_out, m->n_in, lm->packed + off);
+        if (!vs_x16_wanted(m->type)) continue;
+        vs_x16_pack(m->type, m->data, m->n_out, m->n_in, lm->packed + off);
         m->packed = lm->packed + off;
-        off += vs_q4x16_bytes(m->n_out, m->n_in);
+        off += vs_x16_bytes(m->type, m->n_out, m->n_in);
         if (m->data != lm->w.tok_embd.data)
             vs_gguf_release(lm->g, m->data, vs_type_row_bytes(m->type, m->n_in) * (size_t)m->n_out);
     }
@@ -822,7 +823,7 @@ static void job_swiglu(void *p, int ith, int nth) {
 
 static void matmul_ex(vs_threadpool *tp, const vs_lm_mat *m, const float *x, int n, float *y,
                       unsigned flags) {
-    if (m->packed) vs_matmul_q4x16(tp, m->data, m->packed, m->n_out, m->n_in, x, n, y);
+    if (m->packed) vs_matmul_x16(tp, m->type, m->data, m->packed, m->n_out, m->n_in, x, n, y);
     else vs_matmul_ex(tp, m->type, m->data, m->n_out, m->n_in, x, n, y, flags);
 }
 

@@ -86,7 +86,7 @@ vs_status vs_feat_check_opts(const char *what, int32_t tree_top_k, int32_t tree_
 }
 
 void vs_feat_lm_head(vs_threadpool *tp, const vs_lm_mat *out, const float *f, int32_t n, float *logits) {
-    if (out->packed) vs_matmul_q4x16(tp, out->data, out->packed, out->n_out, out->n_in, f, n, logits);
+    if (out->packed) vs_matmul_x16(tp, out->type, out->data, out->packed, out->n_out, out->n_in, f, n, logits);
     else vs_matmul(tp, out->type, out->data, out->n_out, out->n_in, f, n, logits);
 }
 

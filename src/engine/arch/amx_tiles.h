@@ -1,4 +1,4 @@
-/* amx_tiles: the AMX tile plumbing shared by the arch/ files that use tiles (kernels_amx_avx512.c,
+/* amx_tiles: the AMX tile plumbing shared by the arch/ files that use tiles (kernels_quant_avx512.c,
  * kernels_amxbf16_avx512.c, train_gemm_amx_avx512.c). Owns: the tile configuration record and the
  * tile instructions, written as inline asm (no -mamx flags needed; binutils knows them). Tile numbers
  * are literals. The CPU check and the OS permission are in kernels.c / vs_amx_request. */

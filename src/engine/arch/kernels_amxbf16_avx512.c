@@ -25,7 +25,7 @@
  * rows x (hi, lo) in f32. The tile shapes are the same for every row count (one row is a group of 8 with
  * 7 zero rows), so every (output, row) element sees the same instruction sequence whatever n_rows is
  * (batch invariance, kernels.h).
- * Tile instructions are inline asm like kernels_amx_avx512.c (no -mamx flags needed); the fp16 arithmetic
+ * Tile instructions are inline asm like kernels_quant_avx512.c (no -mamx flags needed); the fp16 arithmetic
  * needs AVX512-FP16, enabled for this file alone by src/CMakeLists.txt (-mavx512fp16; every CPU with
  * AMX-BF16 has it, and vs_cpu_amx_bf16 checks it). */
 #include <assert.h>

@@ -8,14 +8,8 @@
  * same q and d; only the memory layout differs:
  *  - scalar / AVX2 layout, vs_xq_row_bytes_ref(n_in) bytes per row: int8 q[n_in], then float d[n_in/32]
  *    (at offset round_up(n_in, 64)).
- *  - AVX-512 layout, vs_xq_row_bytes_avx512(n_in) bytes per row, depends on the weight type:
- *      for each pair of blocks p (a = 2p, c = 2p+1; a missing c has q 0), 128 bytes:
- *        int8 q[64]: Q8_0 order [a 0..31, c 0..31]; Q4_0 [a 0..15, c 0..15, a 16..31, c 16..31] (the
- *          order in which the kernel unpacks the nibbles of two weight blocks);
- *        int32 cinit[16]: -K * (sum of the lane's 4 q), K = 128 (Q8_0) or 8 (Q4_0). vpdpbusd wants an
- *          unsigned operand: Q8_0 weights are used as w + 128 (x 0x80), Q4_0 nibbles as stored (q + 8);
- *          starting each dot from cinit removes the offset exactly;
- *      then float d[ng * 16] (ng = ceil(nb / 16); 0 past nb).
+ *  - AVX-512 VNNI and AMX layout (Q8_0 / Q4_0 on every CPU with AVX-512 VNNI): the "AMX layout" below,
+ *    whose row groups are what the 16-output-lane kernels and the tiles consume.
  */
 #ifndef VS_KERNELS_ARCH_H
 #define VS_KERNELS_ARCH_H
@@ -69,7 +63,7 @@ static inline float vs_kq_acc_result(vs_type t, const vs_kq_acc *acc) {
 typedef struct vs_mm_job {
     vs_type wtype;
     const uint8_t *w;   /* (n_out, w_row_bytes) */
-    const uint8_t *wp;  /* Q4_0 on AMX: the same weights in the q4x16 layout (kernels.h), or NULL */
+    const uint8_t *wp;  /* Q8_0 / Q4_0 on AVX-512 VNNI: the same weights in the x16 layout (kernels.h), or NULL */
     size_t w_row_bytes; /* vs_type_row_bytes(wtype, n_in) */
     int64_t n_out, n_in, n_rows;
     const float *x;      /* (n_rows, n_in) */
@@ -87,15 +81,16 @@ void vs_xq_block_ref(const float *x, int8_t *q, float *d);
 size_t vs_xq_row_bytes_ref(int64_t n_in);
 void vs_xq_quantize_row_ref(const float *x, int64_t n_in, uint8_t *row);
 
-/* AMX layout (ISA VS_ISA_AMX, Q8_0/Q4_0 with several rows): rows are grouped by 16 into G groups of
+/* AMX layout (Q8_0 / Q4_0 on AVX-512 VNNI and AMX CPUs, every row count): rows are grouped by 16 into G groups of
  * N columns (N = 16, or the next power of two >= n_rows when n_rows < 16; padding rows are zero).
  * For each block b and group g, one chunk of vs_xq_amx_chunk(N) bytes at ((b * G) + g) * chunk:
  *   int8 q, 32 N bytes: Q8_0: q[8][N][4], the 32 q of row (N g + c) at [k][c][j] for value 4 k + j (the
  *     VNNI order of an AMX B tile: 8 rows of N * 4 bytes); Q4_0: q[N][32], row c's 32 q in value order
  *     (an AMX A tile: N rows of 32 bytes);
  *   float d[16]: the d of row N g + c at [c] (0 for padding);
- *   int32 corr[16]: Q4_0: -8 * sum of the row's 32 q at [c] (added to the dot of the unsigned nibbles,
- *     which are q + 8); Q8_0: 0. */
+ *   int32 corr[16]: -K * sum of the row's 32 q at [c], K = 8 for Q4_0 (whose unsigned nibbles are q + 8),
+ *     128 for Q8_0 (used as w + 128 by the VNNI kernels; the Q8_0 tiles multiply signed values and ignore
+ *     it); 0 for padding rows. */
 static inline int vs_xq_amx_N(int64_t n_rows) {
     int N = 1;
     while (N < 16 && N < n_rows) N *= 2;
@@ -113,10 +108,15 @@ void vs_mm_amx(const vs_mm_job *job, int64_t o0, int64_t o1);
 /* Outputs [o0, o1) of 1 to 4 rows (n_rows <= 4) from the AMX layout, with AVX-512 VNNI instead of tiles
  * (cheaper for one row, and for Q4_0 up to a few); bitwise equal to vs_mm_amx on the same rows. */
 void vs_mm_amx_vnni(const vs_mm_job *job, int64_t o0, int64_t o1);
-/* Outputs [o0, o1) of Q4_0 weights for any number of rows from the AMX layout: VNNI on 16-output lanes
- * (best up to 4 rows), or tiles with the transposed weights as B (5+); bitwise equal to each other. */
-void vs_mm_amx_q4_vnni(const vs_mm_job *job, int64_t o0, int64_t o1);
+/* Outputs [o0, o1) of Q8_0 or Q4_0 weights for any number of rows from the AMX layout with AVX-512 VNNI
+ * on 16-output lanes (no tile instructions: the quantised-weight kernel of every AVX-512 VNNI CPU; on AMX
+ * CPUs Q4_0 up to 4 rows), or Q4_0 with AMX tiles, the transposed weights as B (5+ rows); bitwise equal to
+ * each other and to vs_mm_amx / vs_mm_amx_vnni. job->wp: the x16 copy (kernels.h) or NULL. */
+void vs_mm_lanes_vnni(const vs_mm_job *job, int64_t o0, int64_t o1);
 void vs_mm_amx_q4_tiles(const vs_mm_job *job, int64_t o0, int64_t o1);
+/* Bytes of one 16-output tile's block in the x16 layout (kernels.h): Q8_0 8 x 64 quant bytes + 32 scale
+ * bytes, Q4_0 4 x 64 + 32. */
+static inline size_t vs_x16_block_bytes(vs_type t) { return t == VS_TYPE_Q8_0 ? 544 : 288; }
 /* Asks the OS for AMX tile state (once per process); false if unavailable. */
 bool vs_amx_request(void);
 
@@ -172,9 +172,8 @@ void vs_softmax_avx2(float *x, int64_t n);
 float vs_dot_f32_avx2(const float *a, const float *b, int64_t n);
 void vs_axpy_f32_avx2(float *y, float a, const float *x, int64_t n);
 
-/* AVX-512 (+VNNI). */
-size_t vs_xq_row_bytes_avx512(int64_t n_in);
-void vs_xq_quantize_row_avx512(const float *x, int64_t n_in, vs_type wtype, uint8_t *row);
+/* AVX-512 (F/BW/VL/DQ). */
+/* F32 / F16 / BF16 only (quantised weights: vs_mm_lanes_vnni). */
 void vs_mm_avx512(const vs_mm_job *job, int64_t o0, int64_t o1);
 void vs_rmsnorm_avx512(float *out, const float *x, const float *weight, int64_t n, float eps);
 void vs_softmax_avx512(float *x, int64_t n);

@@ -1,8 +1,7 @@
-/* kernels_avx512: AVX-512 (F/BW/VL/DQ + VNNI) versions of the kernels (contract: kernels_arch.h).
- * Quantised weights: vpdpbusd takes the weights as the unsigned operand (Q8_0 as w + 128, Q4_0 nibbles
- * as stored, i.e. q + 8) and starts from the activation's precomputed -K * sum(q) per lane, so each
- * integer dot is exact. Two 32-value blocks fill a zmm; per-lane int32 sums are scaled per lane
- * (d_w * d_x; the 16 weight scales of 8 pairs come from one gather) and accumulated in f32. */
+/* kernels_avx512: AVX-512 (F/BW/VL/DQ) versions of the float kernels (contract: kernels_arch.h): F32 / F16 /
+ * BF16 weights times activation rows by register-blocked FMA, conversions, the vector ops and the
+ * bandwidth probe. Quantised Q8_0 / Q4_0 weights run the 16-output-lane VNNI kernels of
+ * kernels_quant_avx512.c (vs_mm_lanes_vnni), which need no AMX. */
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
@@ -11,138 +10,6 @@
 
 #define VS_INLINE static inline __attribute__((always_inline))
 #define VS_UNROLL _Pragma("GCC unroll 16")
-
-/* ---- activation quantisation (AVX-512 layout, see kernels_arch.h) ---- */
-
-size_t vs_xq_row_bytes_avx512(int64_t n_in) {
-    int64_t nb = n_in / 32, np = (nb + 1) / 2, ng = (nb + 15) / 16;
-    return (size_t)(np * 128 + ng * 64);
-}
-
-/* One block: q (32 int8) and d, by the shared quantiser (kernels_arch.h). */
-VS_INLINE __m256i quant_block(const float *x, float *d) {
-    __m512i i0, i1;
-    vs_xq_block_avx512(x, &i0, &i1, d);
-    return _mm256_set_m128i(_mm512_cvtepi32_epi8(i1), _mm512_cvtepi32_epi8(i0));
-}
-
-void vs_xq_quantize_row_avx512(const float *x, int64_t n_in, vs_type wtype, uint8_t *row) {
-    const int64_t nb = n_in / 32, np = (nb + 1) / 2, ng = (nb + 15) / 16;
-    const bool q4 = wtype == VS_TYPE_Q4_0;
-    const __m512i kmul = _mm512_set1_epi8(q4 ? 8 : (char)128);
-    float *dx = (float *)(row + np * 128);
-    for (int64_t p = 0; p < np; p++) {
-        float da, dc = 0.0f;
-        __m256i qa = quant_block(x + 2 * p * 32, &da), qc = _mm256_setzero_si256();
-        if (2 * p + 1 < nb) qc = quant_block(x + (2 * p + 1) * 32, &dc);
-        __m512i q;
-        if (!q4) {
-            q = _mm512_inserti64x4(_mm512_castsi256_si512(qa), qc, 1);
-        } else { /* [a lo, c lo, a hi, c hi] with lo = values 0..15, hi = 16..31 */
-            __m256i lo = _mm256_permute2x128_si256(qa, qc, 0x20), hi = _mm256_permute2x128_si256(qa, qc, 0x31);
-            q = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-        }
-        /* -K * (sum of each lane's 4 q): the dot starts from it, cancelling the weights' offset */
-        __m512i cinit = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), kmul, q));
-        _mm512_store_si512(row + p * 128, q);
-        _mm512_store_si512(row + p * 128 + 64, cinit);
-        dx[2 * p] = da;
-        dx[2 * p + 1] = dc;
-    }
-    for (int64_t b = 2 * np; b < ng * 16; b++) dx[b] = 0.0f;
-}
-
-/* Lane patterns picking, from 16 gathered block scales, the scales of pair lp (blocks 2 lp, 2 lp + 1) in
- * the lane order of the activation layout. */
-static const int32_t k_pat_q8[8][16] __attribute__((aligned(64))) = {
-#define P8(a) {a, a, a, a, a, a, a, a, a + 1, a + 1, a + 1, a + 1, a + 1, a + 1, a + 1, a + 1}
-    P8(0), P8(2), P8(4), P8(6), P8(8), P8(10), P8(12), P8(14)
-#undef P8
-};
-static const int32_t k_pat_q4[8][16] __attribute__((aligned(64))) = {
-#define P4(a) {a, a, a, a, a + 1, a + 1, a + 1, a + 1, a, a, a, a, a + 1, a + 1, a + 1, a + 1}
-    P4(0), P4(2), P4(4), P4(6), P4(8), P4(10), P4(12), P4(14)
-#undef P4
-};
-
-/* Scales (f32) of blocks b0 .. b0 + 15 of one weight row (0 past nb), by one gather. */
-VS_INLINE __m512 gather_row_scales(const uint8_t *wr, int64_t b0, int64_t nb, int bbytes) {
-    const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    int64_t left = nb - b0;
-    __mmask16 m = left >= 16 ? 0xffff : (__mmask16)((1u << left) - 1);
-    __m512i g = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, _mm512_mullo_epi32(iota, _mm512_set1_epi32(bbytes)),
-                                            wr + b0 * bbytes, 1);
-    return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g));
-}
-
-/* Weight blocks 2p, 2p + 1 as 64 unsigned bytes in the activation layout's order (Q8_0: w + 128;
- * Q4_0: the nibbles). A missing second block reads nothing and contributes 0 (its q are 0). */
-VS_INLINE __m512i load_wpair(vs_type t, const uint8_t *wr, int64_t p, int two) {
-    if (t == VS_TYPE_Q8_0) {
-        const vs_block_q8_0 *blk = (const vs_block_q8_0 *)wr + 2 * p;
-        __m256i lo = _mm256_loadu_si256((const __m256i *)blk[0].qs);
-        __m512i w = two ? _mm512_inserti64x4(_mm512_castsi256_si512(lo), _mm256_loadu_si256((const __m256i *)blk[1].qs), 1)
-                        : _mm512_castsi256_si512(lo);
-        return _mm512_xor_si512(w, _mm512_set1_epi8((char)0x80));
-    }
-    const vs_block_q4_0 *blk = (const vs_block_q4_0 *)wr + 2 * p;
-    __m128i a = _mm_loadu_si128((const __m128i *)blk[0].qs);
-    __m256i t2 = two ? _mm256_inserti128_si256(_mm256_castsi128_si256(a), _mm_loadu_si128((const __m128i *)blk[1].qs), 1)
-                     : _mm256_castsi128_si256(a);
-    __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(t2), _mm256_srli_epi16(t2, 4), 1);
-    return _mm512_and_si512(z, _mm512_set1_epi8(0x0f));
-}
-
-/* One output o times rows r0 .. r0 + R - 1: each weight pair is loaded once and applied to all R rows.
- * Per 16 blocks and row, s = d_w * d_x for the 16 blocks (one multiply); per pair and row: the exact
- * integer dot (started from the row's offset correction), its conversion, and one FMA with the pair's
- * lanes of s. Two accumulators per row (even / odd pairs) hide the FMA latency. */
-VS_INLINE void quant_pair(const uint8_t *const *xr, __m512 *acc, const __m512 *s16, __m512i w, __m512i pat,
-                          int64_t p, const int R) {
-    VS_UNROLL
-    for (int r = 0; r < R; r++) {
-        const uint8_t *xp = xr[r] + p * 128;
-        __m512i isum = _mm512_dpbusd_epi32(_mm512_load_si512(xp + 64), w, _mm512_load_si512(xp));
-        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_permutexvar_ps(pat, s16[r]), acc[r]);
-    }
-}
-
-VS_INLINE void mm_quant_tile(const vs_mm_job *jb, int64_t o, int64_t r0, const int R) {
-    const vs_type t = jb->wtype;
-    const int64_t nb = jb->n_in / 32, np = (nb + 1) / 2;
-    const int bbytes = t == VS_TYPE_Q8_0 ? 34 : 18;
-    const uint8_t *wr = jb->w + o * jb->w_row_bytes;
-    const int32_t(*pat)[16] = t == VS_TYPE_Q8_0 ? k_pat_q8 : k_pat_q4;
-    const uint8_t *xr[4];
-    const float *dx[4];
-    __m512 acc0[4], acc1[4], s16[4];
-    VS_UNROLL
-    for (int r = 0; r < R; r++) {
-        xr[r] = jb->xq + (r0 + r) * jb->xq_row_bytes;
-        dx[r] = (const float *)(xr[r] + np * 128);
-        acc0[r] = acc1[r] = _mm512_setzero_ps();
-    }
-    const int64_t npf = nb / 2; /* pairs with both blocks present */
-    __m512 dw_next = gather_row_scales(wr, 0, nb, bbytes);
-    for (int64_t p0 = 0, g = 0; p0 < np; p0 += 8, g++) {
-        /* the gather for the next 16 blocks is issued a group ahead to hide its latency */
-        __m512 dw16 = dw_next;
-        if (p0 + 8 < np) dw_next = gather_row_scales(wr, 2 * (p0 + 8), nb, bbytes);
-        VS_UNROLL
-        for (int r = 0; r < R; r++) s16[r] = _mm512_mul_ps(dw16, _mm512_load_ps(dx[r] + 16 * g));
-        int64_t pe = VS_MIN(npf, p0 + 8), p = p0;
-        for (; p + 2 <= pe; p += 2) {
-            __m512i w0 = load_wpair(t, wr, p, 1), w1 = load_wpair(t, wr, p + 1, 1);
-            quant_pair(xr, acc0, s16, w0, _mm512_load_si512(pat[p - p0]), p, R);
-            quant_pair(xr, acc1, s16, w1, _mm512_load_si512(pat[p + 1 - p0]), p + 1, R);
-        }
-        for (; p < VS_MIN(np, p0 + 8); p++) /* a leftover full pair, or the last half pair */
-            quant_pair(xr, acc0, s16, load_wpair(t, wr, p, 2 * p + 1 < nb), _mm512_load_si512(pat[p - p0]), p, R);
-    }
-    VS_UNROLL
-    for (int r = 0; r < R; r++)
-        jb->y[(r0 + r) * jb->n_out + o] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[r], acc1[r]));
-}
 
 VS_INLINE __m512 load_w16(vs_type t, const uint8_t *wr, int64_t i, __mmask16 m) {
     if (t == VS_TYPE_F32) return _mm512_maskz_loadu_ps(m, (const float *)wr + i);
@@ -205,33 +72,16 @@ static void mm_float_block(const vs_mm_job *jb, int64_t o, int64_t r0, int O, in
     }
 }
 
-#define VS_TILE_SWITCH4(fn, R, ...)                                                                 \
-    switch (R) {                                                                                  \
-    case 1: fn(__VA_ARGS__, 1); break;                                                            \
-    case 2: fn(__VA_ARGS__, 2); break;                                                            \
-    case 3: fn(__VA_ARGS__, 3); break;                                                            \
-    default: fn(__VA_ARGS__, 4); break;                                                           \
-    }
 void vs_mm_avx512(const vs_mm_job *jb, int64_t o0, int64_t o1) {
-    bool quant = jb->wtype == VS_TYPE_Q8_0 || jb->wtype == VS_TYPE_Q4_0;
-    const int RT = 4;
-    /* Many rows: blocks of rows whose activations stay in L2 while every output streams past them. */
-    size_t xrow = quant ? jb->xq_row_bytes : (size_t)jb->n_in * sizeof(float);
-    int64_t rb = VS_MAX((int64_t)RT, (int64_t)((512 << 10) / VS_MAX(xrow, (size_t)1)) / RT * RT);
+    /* Many rows: blocks of rows whose activations stay in L2 while every output streams past them;
+     * 4 outputs at a time, their weight rows staying in L1 across the row tiles. */
+    const size_t xrow = (size_t)jb->n_in * sizeof(float);
+    const int64_t rb = VS_MAX((int64_t)4, (int64_t)((512 << 10) / VS_MAX(xrow, (size_t)1)) / 4 * 4);
     for (int64_t rb0 = 0; rb0 < jb->n_rows; rb0 += rb) {
-        int64_t rb1 = VS_MIN(jb->n_rows, rb0 + rb);
-        if (!quant) { /* 4 outputs at a time; their weight rows stay in L1 across the row tiles */
-            for (int64_t o = o0; o < o1; o += 4)
-                for (int64_t r0 = rb0; r0 < rb1; r0 += 4)
-                    mm_float_block(jb, o, r0, (int)VS_MIN(4, o1 - o), (int)VS_MIN(4, rb1 - r0));
-            continue;
-        }
-        for (int64_t o = o0; o < o1; o++) {
-            for (int64_t r0 = rb0; r0 < rb1; r0 += RT) {
-                int R = (int)VS_MIN(RT, rb1 - r0);
-                VS_TILE_SWITCH4(mm_quant_tile, R, jb, o, r0);
-            }
-        }
+        const int64_t rb1 = VS_MIN(jb->n_rows, rb0 + rb);
+        for (int64_t o = o0; o < o1; o += 4)
+            for (int64_t r0 = rb0; r0 < rb1; r0 += 4)
+                mm_float_block(jb, o, r0, (int)VS_MIN(4, o1 - o), (int)VS_MIN(4, rb1 - r0));
     }
 }
 

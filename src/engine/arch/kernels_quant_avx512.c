@@ -1,18 +1,19 @@
-/* kernels_amx_avx512: Q8_0 / Q4_0 weights times activation rows on CPUs with AMX-INT8 (all row counts).
- * Why: with VNNI every (weight block, row) pair costs ~4 vector ops, so 6 or 16 rows are compute-bound;
- * a tile dot product does 16 outputs x up to 16 rows x one 32-value block in one instruction, leaving
- * only the per-block scaling (d_w * d_x, f32) to the vector units, so the weights stream at memory speed.
- *
- * Four kernels over the AMX activation layout (kernels_arch.h), all bitwise equal per row:
- *  - Q8_0, 2+ rows, amx_tile: A = the 16 weight blocks loaded straight from the rows with a stride,
- *    B = the activation chunk, C = A.B (int32, 16 x N, exact), scaled into f32 accumulators whose lanes
- *    are (output, row) pairs;
- *  - Q8_0, 1 row, vnni_rows: VNNI dot products, two outputs per vector and a reduction tree;
- *  - Q4_0, 1-4 rows, q4_group, and 5+ rows, q4_tiles: the 16 rows' nibbles transposed so that lane o is
- *    output o (q4_lanes), then VNNI dot products per row, or that transposed block as the B tile of a
- *    tile product whose A is the rows' activations. With the q4x16 copy the LM loader makes (kernels.h,
- *    job->wp) the nibbles are already in lane order and the 16 scales contiguous: 4 loads replace the
- *    transpose and the scale gather, with the same integer and float operations (bitwise equal).
+/* kernels_quant_avx512: Q8_0 / Q4_0 weights times activation rows on CPUs with AVX-512 VNNI, with and
+ * without AMX-INT8 (all row counts), over the AMX activation layout (kernels_arch.h); all kernels of an
+ * ISA are bitwise equal per row (batch invariance).
+ *  - lane_group (vs_mm_lanes_vnni): lanes = the 16 outputs of a tile; per block the tile's weights in
+ *    lane order (from the load-time x16 copy, kernels.h, or transposed from the GGUF rows), then per row
+ *    8 VNNI dot products with broadcast activation dwords and one scaled FMA. The only Q8_0 / Q4_0
+ *    kernel of AVX-512 CPUs without AMX; on AMX CPUs Q4_0 with 1-4 rows.
+ *  - AMX only: Q8_0, 2+ rows, amx_tile: A = the 16 weight blocks loaded straight from the rows with a
+ *    stride, B = the activation chunk, C = A.B (int32, 16 x N, exact), scaled into f32 accumulators whose
+ *    lanes are (output, row) pairs; Q8_0, 1 row, vnni_rows: VNNI dot products, two outputs per vector and
+ *    a reduction tree; Q4_0, 5+ rows, q4_tiles: lane_group's transposed block as the B tile of a tile
+ *    product whose A is the rows' activations.
+ * Why lanes and tiles: with two blocks per vector every (weight block, row) pair costs ~4 vector ops
+ * (a dot, a scale permute, a conversion, an FMA), so 6 or 16 rows are compute-bound; with lanes = outputs
+ * a row costs 8 dot products and 3 ops per 16 x 32 weights, and a tile product does 16 outputs x up to
+ * 16 rows x one block in one instruction.
  * Tile instructions are written as inline asm (no -mamx flags needed; binutils knows them); the CPU
  * check and the OS permission are in kernels.c / vs_amx_request. */
 #include <immintrin.h>
@@ -51,7 +52,7 @@ void vs_xq_quantize_row_amx(const float *x, int64_t n_in, vs_type wtype, int64_t
             __m512i i0, i1;
             vs_xq_block_avx512(x + b * 32, &i0, &i1, &d); /* the shared quantiser (kernels_arch.h) */
             __m256i qv = _mm256_set_m128i(_mm512_cvtepi32_epi8(i1), _mm512_cvtepi32_epi8(i0));
-            if (wtype == VS_TYPE_Q4_0) corr = -8 * _mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1));
+            corr = (wtype == VS_TYPE_Q4_0 ? -8 : -128) * _mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1));
             _mm256_store_si256((__m256i *)q, qv);
         }
         if (wtype == VS_TYPE_Q4_0) memcpy(ch + 32 * c, q, 32); /* rows of 32: an AMX A tile */
@@ -316,17 +317,20 @@ void vs_mm_amx_vnni(const vs_mm_job *jb, int64_t o0, int64_t o1) {
     }
 }
 
-/* ---- Q4_0, any number of rows, with AVX-512 VNNI on 16-output lanes ----
- * The tile's 16 weight rows are transposed once per block so that lane o holds output o: 16 x 16 nibble
- * bytes -> 4 vectors P_i (dword i of every row, 8 permutes), whose low nibbles are values 4i..4i+3 and
- * high nibbles values 16+4i..16+4i+3. Each row then costs 8 vpdpbusd with its chunk's q dwords (value
- * order) broadcast from memory, started from the row's -8 * sum(q) (the unsigned nibbles are q + 8), and
- * one scaled FMA: acc = fma((float)isum_b, d_w * d_x, acc) for b = 0, 1, ..., the float operations of
- * every kernel here (batch invariance). Rows go in their AMX groups; a group's rows share the unpacked
- * weights. Before (an A tile of nibbles unpacked through memory, stored right after its product, and a
- * two-outputs-per-vector VNNI kernel with a reduction tree) 6 rows cost 2.2x one row from DRAM. */
+/* ---- Q8_0 and Q4_0, any number of rows, with AVX-512 VNNI on 16-output lanes ----
+ * The kernel of every AVX-512 VNNI CPU without AMX (all row counts), and of AMX CPUs for Q4_0 with 1-4
+ * rows. A 16-output tile's weights are brought into lane order once per block: 8 vectors W[j] whose lane o
+ * holds output o's 4 weights that meet activation dword j (Q8_0: values 4j..4j+3 as w + 128, by an xor;
+ * Q4_0: the nibbles, q + 8: low nibbles of dword j are values 4j..4j+3, high nibbles 16+4j..16+4j+3).
+ * From GGUF rows that is a transpose (16 x 16 bytes per 4 dwords: 8 permutes); from the load-time x16
+ * copy (kernels.h) plain loads. Each row then costs 8 vpdpbusd with its chunk's q dwords broadcast from
+ * memory, started from the row's -K * sum(q) (K = 128 or 8, the weights' offset), and one scaled FMA:
+ * acc = fma((float)isum_b, d_w * d_x, acc) for b = 0, 1, ..., the float operations of every kernel here
+ * (batch invariance). Rows go in their AMX groups; a group's rows share the weights in registers. (Before
+ * this, CPUs without AMX ran a kernel with two blocks per vector whose per-row cost, a dot, a scale
+ * permute, a conversion and an FMA per block pair, made 6 rows cost 2.3x one row.) */
 
-/* The permutes of q4_lanes. Stage 1 (a pair of 4-row vectors -> 8 rows' dwords 0,1 or 2,3): lane
+/* The permutes of lanes4. Stage 1 (a pair of 4-row vectors -> 8 rows' dwords 0,1 or 2,3): lane
  * 2r + d takes row r's dword d, from the first vector (rows 0-3) or the second (+16). Stage 2 (the two
  * 8-row halves -> dword i of all 16 rows): lane l takes lane 2 (l % 8) + (i % 2) of the first half or
  * the second (+16). */
@@ -335,43 +339,44 @@ static const int32_t k_q4_stage1[2][16] = {{0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20
 static const int32_t k_q4_stage2[2][16] = {{0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30},
                                            {1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31}};
 
-/* A 16-output tile's weights: the 16 GGUF rows (rows past `valid` repeat the last one) at their nibbles,
- * or (pn != NULL) the tile of the q4x16 copy (kernels.h): nibbles already in lane order at pn, 16
+/* A 16-output tile's weights: the 16 GGUF rows (rows past `valid` repeat the last one) at their quants,
+ * or (pn != NULL) the tile of the x16 copy (kernels.h): quants already in lane order at pn, 16
  * contiguous fp16 scales per block at ps. */
-typedef struct q4_src {
+typedef struct lane_src {
     const uint8_t *wt; /* the tile's first GGUF row */
-    size_t rb;
+    size_t rb, bbytes; /* GGUF row bytes; bytes of one block (34 or 18) */
     int valid;
     const uint8_t *wrow[16];
     const uint8_t *pn, *ps;
-} q4_src;
+} lane_src;
 
-VS_INLINE void q4_src_init(q4_src *src, const vs_mm_job *jb, int64_t o, int valid) {
+VS_INLINE void lane_src_init(lane_src *src, const vs_mm_job *jb, int64_t o, int valid) {
     src->rb = jb->w_row_bytes;
+    src->bbytes = jb->wtype == VS_TYPE_Q8_0 ? 34 : 18;
     src->wt = jb->w + o * src->rb;
     src->valid = valid;
     for (int k = 0; k < 16; k++) src->wrow[k] = src->wt + (size_t)VS_MIN(k, valid - 1) * src->rb + 2;
     src->pn = src->ps = NULL;
     if (jb->wp) {
         const int64_t nb = jb->n_in / 32;
-        src->pn = jb->wp + (size_t)(o / 16 * nb) * 288;
-        src->ps = src->pn + (size_t)nb * 256;
+        src->pn = jb->wp + (size_t)(o / 16 * nb) * vs_x16_block_bytes(jb->wtype);
+        src->ps = src->pn + (size_t)nb * (vs_x16_block_bytes(jb->wtype) - 32);
     }
 }
 
-/* The next tile's bytes and start, for the linear prefetch of q4_group / q4_tiles. */
-VS_INLINE const uint8_t *q4_next(const q4_src *src, const vs_mm_job *jb) {
-    return src->pn ? src->pn + (size_t)(jb->n_in / 32) * 288 : src->wt + 16 * src->rb;
+/* The next tile's bytes and start, for the linear prefetch of lane_group / q4_tiles. */
+VS_INLINE const uint8_t *lane_next(const lane_src *src, const vs_mm_job *jb) {
+    return src->pn ? src->pn + (size_t)(jb->n_in / 32) * vs_x16_block_bytes(jb->wtype) : src->wt + 16 * src->rb;
 }
 
-/* The 16 weight rows' nibbles of block `boff` as 8 vectors: W[j] lane o = values 4j..4j+3 of row o. */
-VS_INLINE void q4_lanes(const q4_src *src, size_t boff, __m512i W[8]) {
+/* The 16 weight rows' 16 bytes at byte offset off as 4 vectors: P[i] lane o = dword i of row o. */
+VS_INLINE void lanes4(const lane_src *src, size_t off, __m512i P[4]) {
     const uint8_t *const *wrow = src->wrow;
     __m512i z[4]; /* z[k] = rows 4k..4k+3, 16 bytes each: lane 4m + i = dword i of row 4k + m */
     VS_UNROLL
     for (int k = 0; k < 4; k++) {
-        __m256i lo = _mm256_loadu2_m128i((const __m128i *)(wrow[4 * k + 1] + boff), (const __m128i *)(wrow[4 * k] + boff));
-        __m256i hi = _mm256_loadu2_m128i((const __m128i *)(wrow[4 * k + 3] + boff), (const __m128i *)(wrow[4 * k + 2] + boff));
+        __m256i lo = _mm256_loadu2_m128i((const __m128i *)(wrow[4 * k + 1] + off), (const __m128i *)(wrow[4 * k] + off));
+        __m256i hi = _mm256_loadu2_m128i((const __m128i *)(wrow[4 * k + 3] + off), (const __m128i *)(wrow[4 * k + 2] + off));
         z[k] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
     }
     /* a[h]: rows 8h..8h+7, dwords 0,1 (a[h][0]) or 2,3 (a[h][1]), lane 2 * row + (dword & 1) */
@@ -380,62 +385,81 @@ VS_INLINE void q4_lanes(const q4_src *src, size_t boff, __m512i W[8]) {
     for (int h = 0; h < 2; h++)
         for (int d = 0; d < 2; d++)
             a[h][d] = _mm512_permutex2var_epi32(z[2 * h], _mm512_loadu_si512(k_q4_stage1[d]), z[2 * h + 1]);
-    const __m512i m = _mm512_set1_epi8(0x0f);
     VS_UNROLL
-    for (int i = 0; i < 4; i++) { /* dword i of all rows */
-        __m512i p = _mm512_permutex2var_epi32(a[0][i / 2], _mm512_loadu_si512(k_q4_stage2[i % 2]), a[1][i / 2]);
-        W[i] = _mm512_and_si512(p, m);
-        W[4 + i] = _mm512_and_si512(_mm512_srli_epi16(p, 4), m);
-    }
+    for (int i = 0; i < 4; i++) /* dword i of all rows */
+        P[i] = _mm512_permutex2var_epi32(a[0][i / 2], _mm512_loadu_si512(k_q4_stage2[i % 2]), a[1][i / 2]);
 }
 
-/* Block b of the tile: its nibbles as q4_lanes' 8 vectors (from the q4x16 copy: 4 loads, no transpose). */
-VS_INLINE void q4_block(const q4_src *src, int64_t b, __m512i W[8], const bool P) {
-    if (!P) {
-        q4_lanes(src, (size_t)b * 18, W);
+/* Block b of the tile as the 8 vectors W[j] (see above). Q8 says the type (Q8_0 or Q4_0), P whether
+ * the x16 copy is read. */
+VS_INLINE void lane_block(const lane_src *src, int64_t b, __m512i W[8], const bool P, const bool Q8) {
+    if (Q8) {
+        const __m512i x80 = _mm512_set1_epi8((char)0x80);
+        if (P) {
+            VS_UNROLL
+            for (int j = 0; j < 8; j++) W[j] = _mm512_loadu_si512(src->pn + 512 * b + 64 * j);
+        } else {
+            lanes4(src, (size_t)b * 34, W);
+            lanes4(src, (size_t)b * 34 + 16, W + 4);
+        }
+        VS_UNROLL
+        for (int j = 0; j < 8; j++) W[j] = _mm512_xor_si512(W[j], x80);
         return;
     }
     const __m512i m = _mm512_set1_epi8(0x0f);
+    __m512i p[4];
+    if (P) {
+        VS_UNROLL
+        for (int i = 0; i < 4; i++) p[i] = _mm512_loadu_si512(src->pn + 256 * b + 64 * i);
+    } else {
+        lanes4(src, (size_t)b * 18, p);
+    }
     VS_UNROLL
     for (int i = 0; i < 4; i++) {
-        __m512i p = _mm512_loadu_si512(src->pn + 256 * b + 64 * i);
-        W[i] = _mm512_and_si512(p, m);
-        W[4 + i] = _mm512_and_si512(_mm512_srli_epi16(p, 4), m);
+        W[i] = _mm512_and_si512(p[i], m);
+        W[4 + i] = _mm512_and_si512(_mm512_srli_epi16(p[i], 4), m);
     }
 }
 
-/* Block b's 16 weight scales as f32 (0 past `valid`; the q4x16 copy holds zeros there). */
-VS_INLINE __m512 q4_scales(const q4_src *src, int64_t b, const bool P) {
+/* Block b's 16 weight scales as f32 (0 past `valid`; the x16 copy holds zeros there). */
+VS_INLINE __m512 lane_scales(const lane_src *src, int64_t b, const bool P) {
     if (P) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(src->ps + 32 * b)));
-    return gather_scales(src->wt, src->rb, (size_t)b * 18, src->valid);
+    return gather_scales(src->wt, src->rb, (size_t)b * src->bbytes, src->valid);
 }
 
-VS_INLINE void q4_group(const vs_mm_job *jb, int64_t o, int valid, int64_t g, size_t next_bytes, const int R,
-                        const bool P) {
+VS_INLINE void lane_group(const vs_mm_job *jb, int64_t o, int valid, int64_t g, size_t next_bytes, const int R,
+                          const bool P, const bool Q8) {
     const int N = vs_xq_amx_N(jb->n_rows);
     const int64_t nb = jb->n_in / 32, G = vs_xq_amx_G(jb->n_rows);
     const size_t chunk = vs_xq_amx_chunk(N);
-    q4_src src;
-    q4_src_init(&src, jb, o, valid);
+    lane_src src;
+    lane_src_init(&src, jb, o, valid);
     __m512 acc[16];
     VS_UNROLL
     for (int c = 0; c < R; c++) acc[c] = _mm512_setzero_ps();
-    const uint8_t *next = q4_next(&src, jb); /* the next tile's weights, prefetched linearly (see vnni_rows) */
+    const uint8_t *next = lane_next(&src, jb); /* the next tile's weights, prefetched linearly (see vnni_rows) */
     size_t pf = 0;
     for (int64_t b = 0; b < nb; b++) {
         for (size_t pe = next_bytes * (size_t)(b + 1) / (size_t)nb; pf < pe; pf += 64)
             _mm_prefetch((const char *)next + pf, _MM_HINT_T0);
         __m512i W[8];
-        q4_block(&src, b, W, P);
-        const __m512 dwv = q4_scales(&src, b, P);
+        lane_block(&src, b, W, P, Q8);
+        const __m512 dwv = lane_scales(&src, b, P);
         const uint8_t *ch = jb->xq + (size_t)(b * G + g) * chunk;
         const int32_t *xd = (const int32_t *)ch, *corr = (const int32_t *)(ch + 32 * N + 64);
         const float *dx = (const float *)(ch + 32 * N);
         VS_UNROLL
         for (int c = 0; c < R; c++) {
-            __m512i v = _mm512_set1_epi32(corr[c]);
+            /* row c's dword j: Q8_0 a B tile's order ([j][N]), Q4_0 an A tile's ([N][8]). Few rows: two
+             * chains of dot products (integer sums, exact in any order) to hide their latency. */
+            __m512i v = _mm512_set1_epi32(corr[c]), v2 = _mm512_setzero_si512();
             VS_UNROLL
-            for (int j = 0; j < 8; j++) v = _mm512_dpbusd_epi32(v, W[j], _mm512_set1_epi32(xd[8 * c + j]));
+            for (int j = 0; j < 8; j++) {
+                const __m512i xj = _mm512_set1_epi32(xd[Q8 ? j * N + c : 8 * c + j]);
+                if (R <= 2 && (j & 1)) v2 = _mm512_dpbusd_epi32(v2, W[j], xj);
+                else v = _mm512_dpbusd_epi32(v, W[j], xj);
+            }
+            if (R <= 2) v = _mm512_add_epi32(v, v2);
             acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(v), _mm512_mul_ps(dwv, _mm512_set1_ps(dx[c])), acc[c]);
         }
     }
@@ -459,9 +483,9 @@ static void amx_q4_config(int N) {
 }
 
 /* Block b's weights, unpacked into its B buffer. */
-VS_INLINE void q4_prepare(const q4_src *src, uint8_t *bb, int64_t b, const bool P) {
+VS_INLINE void q4_prepare(const lane_src *src, uint8_t *bb, int64_t b, const bool P) {
     __m512i W[8];
-    q4_block(src, b, W, P);
+    lane_block(src, b, W, P, false);
     VS_UNROLL
     for (int j = 0; j < 8; j++) _mm512_store_si512(bb + 64 * j, W[j]);
 }
@@ -500,14 +524,14 @@ VS_INLINE void q4_tiles(const vs_mm_job *jb, int64_t o, int valid, int64_t g, si
     const int N = vs_xq_amx_N(jb->n_rows);
     const int64_t nb = jb->n_in / 32, G = vs_xq_amx_G(jb->n_rows);
     const size_t chunk = vs_xq_amx_chunk(N);
-    q4_src src;
-    q4_src_init(&src, jb, o, valid);
+    lane_src src;
+    lane_src_init(&src, jb, o, valid);
     _Alignas(64) uint8_t bbuf[4][512];
     _Alignas(64) int32_t cbuf[4][256];
     __m512 acc[16];
     VS_UNROLL
     for (int c = 0; c < R; c++) acc[c] = _mm512_setzero_ps();
-    const uint8_t *next = q4_next(&src, jb);
+    const uint8_t *next = lane_next(&src, jb);
     size_t pf = 0;
     /* stages: unpack block b + 3, tile product of block b + 2, epilogue of block b */
     for (int64_t b = 0; b < VS_MIN(nb, 3); b++) q4_prepare(&src, bbuf[b & 3], b, P);
@@ -519,7 +543,7 @@ VS_INLINE void q4_tiles(const vs_mm_job *jb, int64_t o, int valid, int64_t g, si
         if (b + 3 < nb) q4_prepare(&src, bbuf[(b + 3) & 3], b + 3, P);
         if (b + 2 < nb) q4_issue(jb, bbuf, b + 2, g, G, chunk);
         if (b + 1 < nb) q4_store(cbuf, b + 1);
-        const __m512 dwv = q4_scales(&src, b, P);
+        const __m512 dwv = lane_scales(&src, b, P);
         const uint8_t *ch = jb->xq + (size_t)(b * G + g) * chunk;
         const int32_t *corr = (const int32_t *)(ch + 32 * N + 64), *cb = cbuf[b & 3];
         const float *dx = (const float *)(ch + 32 * N);
@@ -534,30 +558,34 @@ VS_INLINE void q4_tiles(const vs_mm_job *jb, int64_t o, int valid, int64_t g, si
     for (int c = 0; c < R; c++) _mm512_mask_storeu_ps(jb->y + (g * N + c) * jb->n_out + o, m, acc[c]);
 }
 
-/* Both Q4_0 kernels: 16-output tiles x row groups, the group's row count a compile-time constant. */
-static void q4_driver(const vs_mm_job *jb, int64_t o0, int64_t o1, bool tiles) {
+/* The lane kernels (and Q4_0's tiles): 16-output tiles x row groups, the group's row count a compile-time
+ * constant. */
+static void lane_driver(const vs_mm_job *jb, int64_t o0, int64_t o1, bool tiles) {
     const int N = vs_xq_amx_N(jb->n_rows);
     const int64_t G = vs_xq_amx_G(jb->n_rows);
+    const bool q8 = jb->wtype == VS_TYPE_Q8_0;
     if (tiles) amx_q4_config(N);
     for (int64_t o = o0; o < o1; o += 16) {
         const int valid = (int)VS_MIN(16, o1 - o);
         const size_t nx = o + 16 >= o1 ? 0
-                          : jb->wp     ? (size_t)(jb->n_in / 32) * 288
+                          : jb->wp     ? (size_t)(jb->n_in / 32) * vs_x16_block_bytes(jb->wtype)
                                        : (size_t)VS_MIN(16, o1 - o - 16) * jb->w_row_bytes;
         for (int64_t g = 0; g < G; g++) {
             const size_t pfb = g == 0 ? nx : 0;
             switch ((int)VS_MIN((int64_t)N, jb->n_rows - g * N)) {
-#define VS_Q4_CASE(r)                                                                     \
+#define VS_LANE_CASE(r)                                                                   \
     case r:                                                                               \
         if (tiles && jb->wp) q4_tiles(jb, o, valid, g, pfb, r, true);                     \
         else if (tiles) q4_tiles(jb, o, valid, g, pfb, r, false);                         \
-        else if (jb->wp) q4_group(jb, o, valid, g, pfb, r, true);                         \
-        else q4_group(jb, o, valid, g, pfb, r, false);                                    \
+        else if (q8 && jb->wp) lane_group(jb, o, valid, g, pfb, r, true, true);           \
+        else if (q8) lane_group(jb, o, valid, g, pfb, r, false, true);                    \
+        else if (jb->wp) lane_group(jb, o, valid, g, pfb, r, true, false);                \
+        else lane_group(jb, o, valid, g, pfb, r, false, false);                           \
         break;
-                VS_Q4_CASE(1) VS_Q4_CASE(2) VS_Q4_CASE(3) VS_Q4_CASE(4) VS_Q4_CASE(5) VS_Q4_CASE(6)
-                VS_Q4_CASE(7) VS_Q4_CASE(8) VS_Q4_CASE(9) VS_Q4_CASE(10) VS_Q4_CASE(11) VS_Q4_CASE(12)
-                VS_Q4_CASE(13) VS_Q4_CASE(14) VS_Q4_CASE(15) VS_Q4_CASE(16)
-#undef VS_Q4_CASE
+                VS_LANE_CASE(1) VS_LANE_CASE(2) VS_LANE_CASE(3) VS_LANE_CASE(4) VS_LANE_CASE(5) VS_LANE_CASE(6)
+                VS_LANE_CASE(7) VS_LANE_CASE(8) VS_LANE_CASE(9) VS_LANE_CASE(10) VS_LANE_CASE(11) VS_LANE_CASE(12)
+                VS_LANE_CASE(13) VS_LANE_CASE(14) VS_LANE_CASE(15) VS_LANE_CASE(16)
+#undef VS_LANE_CASE
             default: break;
             }
         }
@@ -565,5 +593,5 @@ static void q4_driver(const vs_mm_job *jb, int64_t o0, int64_t o1, bool tiles) {
     if (tiles) TILE_RELEASE();
 }
 
-void vs_mm_amx_q4_vnni(const vs_mm_job *jb, int64_t o0, int64_t o1) { q4_driver(jb, o0, o1, false); }
-void vs_mm_amx_q4_tiles(const vs_mm_job *jb, int64_t o0, int64_t o1) { q4_driver(jb, o0, o1, true); }
+void vs_mm_lanes_vnni(const vs_mm_job *jb, int64_t o0, int64_t o1) { lane_driver(jb, o0, o1, false); }
+void vs_mm_amx_q4_tiles(const vs_mm_job *jb, int64_t o0, int64_t o1) { lane_driver(jb, o0, o1, true); }
