@@ -399,7 +399,7 @@ VS_INLINE void mm_float_block(const vs_mm_job *jb, int64_t o, int64_t r0, const 
  * group's weight rows (mm_float_block_pf): the tiles' arithmetic then
  * overlaps the next weights' trip from memory (vlmspec kbench, F16, AMD Zen 3 AVX2, 6 alternating
  * rounds: 6 rows 0.70-0.75x the time for 512-wide inputs, 0.90x for 1408; 16 rows 0.86-1.00x). One row
- * is left to the hardware prefetcher (streaming its own rows, it is bandwidth-bound already). */
+ * prefetches the group after next. */
 static void mm_float(const vs_mm_job *jb, int64_t o0, int64_t o1) {
     for (int64_t og = o0; og < o1; og += 4) {
         const int64_t oe = VS_MIN(o1, og + 4);
@@ -410,9 +410,9 @@ static void mm_float(const vs_mm_job *jb, int64_t o0, int64_t o1) {
             int64_t o = og;
             if (oe - og == 4) {
                 switch (R) {
-                case 1: /* one row: one output at a time measured faster in decoding (the LM's mixed
-                         * matrices) although 4 x 1 is faster on one matrix alone */
-                    for (int k = 0; k < 4; k++) mm_float_block(jb, o + k, r0, 1, 1);
+                case 1: /* one row: 4 x 1 prefetching the group two ahead (decoding the shipped target on
+                         * Zen 5 capped at AVX2: 529-543 t/s one output at a time, 1068-1341 so) */
+                    mm_float_block_pf(jb, o, r0, 4, 1, og + 12 <= o1 ? og + 8 : -1);
                     break;
                 case 2: mm_float_block_pf(jb, o, r0, 4, 2, pf); break;
                 case 3: mm_float_block_pf(jb, o, r0, 4, 3, pf); break;
