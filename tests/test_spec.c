@@ -112,8 +112,10 @@ static void make_text_prompt(text_prompt *t, int n, int n_seg, int V, uint64_t s
 }
 
 /* Plain greedy decoding with vs_lm_forward directly: the whole prompt in one batch, then one row per
- * step. Independent of the engine; returns the number of tokens (no EOS handling). */
-static int plain_greedy(vs_lm *lm, const int32_t *prompt, int n, int n_predict, int32_t *out) {
+ * step. Independent of the engine; returns the number of tokens. tok: end-of-generation tokens are never
+ * picked (the engine's ignore_eos; NULL: no EOS handling). */
+static int plain_greedy(vs_lm *lm, const vs_tokenizer *tok, const int32_t *prompt, int n, int n_predict,
+                        int32_t *out) {
     vs_error err = {0};
     const int V = vs_lm_cfg(lm)->n_vocab;
     vs_kv *kv = vs_lm_kv_new(lm, 1, n + n_predict + 1, VS_TYPE_F32, &err);
@@ -124,6 +126,8 @@ static int plain_greedy(vs_lm *lm, const int32_t *prompt, int n, int n_predict, 
     vs_lm_out o = {.logits = lg, .attn_layer = -1};
     VT_REQUIRE(vs_lm_forward(lm, kv, NULL, rows, n, &o, &err) == VS_OK, "%s", err.msg);
     for (int k = 0; k < n_predict; k++) {
+        for (int t = 0; tok && t < V; t++)
+            if (vs_tokenizer_is_eog(tok, t)) lg[t] = -INFINITY;
         out[k] = vs_argmax(lg, V);
         vs_lm_row r = {.token = out[k], .pos = n + k, .want_logits = true};
         VT_REQUIRE(vs_lm_forward(lm, kv, NULL, &r, 1, &o, &err) == VS_OK, "%s", err.msg);
@@ -192,6 +196,9 @@ static void check_pair(const char *what, st_engine *e, vs_spec_drafter *d,
         bool ignore_eos = pi % 2 == 0;
         run(e, NULL, prompts[pi], 0, n_predict, ignore_eos, &base);
         VT_CHECK(base.n_blocks == base.n_tokens, "%s: target-only takes one step per token", what);
+        int n_eog = 0; /* ignore_eos as llama.cpp's --ignore-eos: end-of-generation tokens are never chosen */
+        for (int i = 0; ignore_eos && i < base.n_tokens; i++) n_eog += vs_tokenizer_is_eog(e->tok, base.tokens[i]);
+        VT_CHECK(n_eog == 0, "%s: prompt %d: %d end-of-generation tokens generated with ignore_eos", what, pi, n_eog);
         for (int gi = 0; gi < 4; gi++) {
             int64_t ev0 = vs_draft_lm_rows_evaluated(d);
             run(e, d, prompts[pi], GAMMAS[gi], n_predict, ignore_eos, &spec);
@@ -563,7 +570,7 @@ static void test_random_pairs(tally *t) {
             int32_t ref[40];
             vs_spec_log log;
             vs_spec_log_init(&log);
-            plain_greedy(target, tp[i].tok, lens[i], 40, ref);
+            plain_greedy(target, e.tok, tp[i].tok, lens[i], 40, ref);
             run(&e, NULL, pp[i], 0, 40, true, &log);
             VT_CHECK(log.n_tokens == 40 && memcmp(log.tokens, ref, sizeof(ref)) == 0,
                      "%s prompt %d: engine target-only decode differs from a plain decode", targets[ti].name,

@@ -50,7 +50,7 @@ static void usage(FILE *f) {
            "  --ctx N               target cache rows (default the model's context)\n"
            "  --kv-type T           the target's KV cache: f16 (default) or f32\n"
            "  --draft-kv-type T     the drafters' KV caches: bf16 (default), f16 or f32\n"
-           "  --ignore-eos          do not stop at end-of-generation tokens\n"
+           "  --ignore-eos          never generate end-of-generation tokens (as llama.cpp's)\n"
            "  --seed S              sampling seed (default 1)\n"
            "  -t, --threads N       threads (default 1)\n"
            "output:\n"

@@ -97,7 +97,7 @@ static void usage(FILE *f) {
            "  -t, --threads N         threads (default 2)\n"
            "  -c, --ctx N             KV cache rows (default: the model's context)\n"
            "  --kv-type T             the target's KV cache storage: f16 (default) or f32\n"
-           "  --ignore-eos            do not stop a reply at end-of-generation tokens\n"
+           "  --ignore-eos            never end a reply: end-of-generation tokens are never generated\n"
            "  --dump PREFIX           write each turn's full prompt text to PREFIX.turnN.prompt.txt and its\n"
            "                          reply (as printed) to PREFIX.turnN.reply.txt (tests, debugging)\n"
            "  -q, --quiet             no statistics lines\n"

@@ -52,7 +52,8 @@ static void usage(FILE *f) {
             "  --kv-type T          the target's KV cache storage: f16 (default) or f32\n"
             "  --no-bos             do not add BOS to the prompt\n"
             "  --special            parse special-token text (<s>, </s>) in the prompt\n"
-            "  --ignore-eos         keep generating after end-of-generation tokens\n"
+            "  --ignore-eos         never generate end-of-generation tokens (their logits -inf, as\n"
+            "                       llama.cpp's --ignore-eos): the text runs to -n\n"
             "  --ids                print token ids instead of text\n"
             "  -q, --quiet          no statistics on stderr\n"
             "  -h, --help           this help\n");

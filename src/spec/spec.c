@@ -310,6 +310,7 @@ struct vs_spec {
     void *verify_ctx;
     vs_threadpool *tp;
     const vs_tokenizer *tok;
+    int32_t eog[8], n_eog; /* the tokenizer's end-of-generation tokens (first 8), for --ignore-eos */
     int32_t n_vocab, n_embd, n_ctx, n_batch;
     int64_t *hist;       /* [n_ctx] key of each cached row (vs_spec_segment_key; a token id after the
                           * prompt) */
@@ -356,6 +357,8 @@ vs_spec *vs_spec_new(vs_lm *target, const vs_spec_config *cfg, vs_error *err) {
     s->lm = target;
     s->tp = cfg->tp;
     s->tok = cfg->tok;
+    for (int32_t t = 0; s->tok && t < vs_tokenizer_n_vocab(s->tok) && s->n_eog < 8; t++)
+        if (vs_tokenizer_is_eog(s->tok, t)) s->eog[s->n_eog++] = t;
     s->n_vocab = c->n_vocab;
     s->n_embd = c->n_embd;
     s->n_ctx = cfg->kv ? vs_kv_n_ctx(cfg->kv) : cfg->n_ctx > 0 ? cfg->n_ctx : c->n_ctx_train;
@@ -584,6 +587,15 @@ static void prompt_row(prompt_cursor *c, vs_lm_row *r, int64_t *key, int32_t n_e
 
 static bool is_eog(const vs_spec *s, const vs_spec_params *pr, int32_t t) {
     return !pr->ignore_eos && s->tok && vs_tokenizer_is_eog(s->tok, t);
+}
+
+/* ignore_eos as llama.cpp's --ignore-eos: the target never picks an end-of-generation token (its logit is
+ * -inf in every verified row), so the text goes on; a drafted one has probability 0 and is rejected like
+ * any other mismatch, so the output stays the target's own. */
+static void ban_eog(const vs_spec *s, const vs_spec_params *pr, float *logits, int32_t n_rows) {
+    if (!pr->ignore_eos) return;
+    for (int32_t r = 0; r < n_rows; r++)
+        for (int32_t i = 0; i < s->n_eog; i++) logits[(size_t)r * (size_t)s->n_vocab + s->eog[i]] = -INFINITY;
 }
 
 /* Checks a proposal against the limits (node count, token range, parents before children, depth =
@@ -999,6 +1011,7 @@ vs_status vs_spec_generate(vs_spec *s, vs_spec_drafter *d, const vs_spec_prompt 
         st = s->verify ? s->verify(s->verify_ctx, s->lm, s->kv, s->tp, rows, k + 1, &out, err)
                        : vs_lm_forward(s->lm, s->kv, s->tp, rows, k + 1, &out, err);
         if (st) goto done;
+        ban_eog(s, pr, s->logits, k + 1);
         block_L = L;
 
         /* 3. accept */

@@ -114,7 +114,8 @@ typedef struct vs_spec_params {
                                  * its last row, which stays pending as between requests, and the
                                  * request stops at once with VS_SPEC_STOP_LIMIT and no tokens) */
     vs_sampler_params sampling; /* the user's sampling (temperature 0 = greedy) and seed */
-    bool ignore_eos;            /* do not stop at end-of-generation tokens */
+    bool ignore_eos;            /* end-of-generation tokens are never generated (logits -inf in every
+                                 * verified row, as llama.cpp's --ignore-eos): the text runs to n_predict */
     bool reuse_prefix;          /* keep the cached rows whose keys (vs_spec_segment_key: tokens, and
                                  * image rows of images with an image_id) equal the new prompt's leading
                                  * rows (chat turns, repeated requests); drafters do the same with their
