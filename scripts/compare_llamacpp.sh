@@ -6,6 +6,9 @@
 #       per file: pp64 and tg32 (tokens/s), and the time of one forward over k rows after a 64-row
 #       prompt (llama-bench -d 64 -p k; vlmspec bench --verify-prompt 64 --ks), with T(k)/T(1) and
 #       the ratio vlmspec / llama.cpp (> 1: vlmspec faster).
+#   scripts/compare_llamacpp.sh load [--rounds N] [--busy LIST] FILE
+#       decoding (tg32, both engines) on a quiet machine and beside B busy processes (`yes > /dev/null`)
+#       for each B of LIST (default 1,3), alternating; prints each speed as a share of the quiet one.
 #   scripts/compare_llamacpp.sh spec --target T --draft D [--prompts FILE] [-n N] [--draft-max G]
 #                                    [--rounds N] [--threads N]
 #       speculative decoding, greedy: llama-speculative against `vlmspec generate -md` on each prompt
@@ -38,7 +41,8 @@ peer_bin() {
 }
 
 mode=bench
-if [ "${1:-}" = spec ]; then mode=spec; shift; fi
+case "${1:-}" in spec|load) mode=$1; shift ;; esac
+busy=1,3
 rounds=3 reps=5 ks=1,2,4,6,8,16,32 threads=2
 target="" draft="" prompts="" n_predict=64 gmax=5
 files=()
@@ -53,7 +57,8 @@ while [ $# -gt 0 ]; do
     --prompts) prompts=$2; shift 2 ;;
     -n) n_predict=$2; shift 2 ;;
     --draft-max) gmax=$2; shift 2 ;;
-    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --busy) busy=$2; shift 2 ;;
+    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) die "unknown option $1 (--help lists them)" ;;
     *) files+=("$1"); shift ;;
   esac
@@ -110,6 +115,49 @@ print("| T(k)/T(1) | " + ", ".join(f"{k}: {med(L, ('k', k)) / l1:.2f}" for k in 
       + ", ".join(f"{k}: {med(V, ('k', k)) / v1:.2f}" for k in ks[1:]) + " | |")
 EOF
   done
+  exit 0
+fi
+
+# ---- load mode ----
+if [ "$mode" = load ]; then
+  [ ${#files[@]} -eq 1 ] && [ -f "${files[0]}" ] || die "load mode wants one GGUF file"
+  [[ "$busy" =~ ^[0-9]+(,[0-9]+)*$ ]] || die "--busy wants a comma list of process counts"
+  f=${files[0]}
+  pids=()
+  stop_busy() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; pids=(); }
+  trap 'stop_busy; rm -rf "$tmp"' EXIT
+  : >"$tmp/load.txt"
+  for r in $(seq 1 "$rounds"); do
+    for b in 0 ${busy//,/ }; do
+      for ((i = 0; i < b; i++)); do yes >/dev/null & pids+=($!); done
+      sleep 0.5
+      echo "compare_llamacpp: load round $r/$rounds, $b busy" >&2
+      "$bin/llama-bench" -m "$f" -t "$threads" -p 0 -n 32 -r "$reps" -o json >"$tmp/l.json" 2>/dev/null ||
+        die "llama-bench failed on $f"
+      "$VLMSPEC" bench -m "$f" -t "$threads" --pp "" --tg 32 --ks "" -r "$reps" --json "$tmp/v.json" \
+        >/dev/null 2>"$tmp/v.err" || { cat "$tmp/v.err" >&2; die "vlmspec bench failed"; }
+      stop_busy
+      "$PY" - "$tmp" "$b" >>"$tmp/load.txt" <<'EOF'
+import json, statistics, sys, os
+tmp, b = sys.argv[1], sys.argv[2]
+l = [t for t in json.load(open(os.path.join(tmp, "l.json"))) if t["n_gen"] > 0][0]
+v = [t for t in json.load(open(os.path.join(tmp, "v.json")))["tests"] if t["test"] == "tg32"][0]
+print(b, l["n_gen"] / (statistics.median(l["samples_ns"]) / 1e9), v["tokens_per_s"])
+EOF
+    done
+  done
+  "$PY" - "$tmp/load.txt" "$rounds" "$(basename "$f")" <<'EOF'
+import statistics, sys
+rows = [l.split() for l in open(sys.argv[1]) if l.strip()]
+by = {}
+for b, l, v in rows: by.setdefault(int(b), ([], []))[0].append(float(l)); by[int(b)][1].append(float(v))
+ql, qv = statistics.median(by[0][0]), statistics.median(by[0][1])
+print(f"\n{sys.argv[3]}: tg32 t/s beside busy processes, {sys.argv[2]} alternating rounds, medians (share of quiet)")
+print("| busy processes | llama.cpp | vlmspec | vlmspec / llama.cpp |\n| --- | ---: | ---: | ---: |")
+for b in sorted(by):
+    l, v = statistics.median(by[b][0]), statistics.median(by[b][1])
+    print(f"| {b} | {l:.1f} ({100 * l / ql:.0f}%) | {v:.1f} ({100 * v / qv:.0f}%) | {v / l:.2f} |")
+EOF
   exit 0
 fi
 

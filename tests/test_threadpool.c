@@ -1,8 +1,9 @@
 /* test_threadpool: vs_split_range covers [0, n) exactly with aligned chunks; pools of 1..4 threads run
  * every share exactly once per job, with as many shares as threads or any other count, over many tiny
  * jobs back to back (the decode pattern), after idling long enough for the workers to fall asleep, and
- * beside a busy process (shares are claimed by whichever thread runs); scratch memory grows and stays
- * aligned. */
+ * beside a busy process (shares are claimed by whichever thread runs); a share that keeps the caller
+ * waiting (a descheduled worker) makes the caller run the next jobs alone, then the workers again;
+ * scratch memory grows and stays aligned. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -95,8 +96,58 @@ static void *spinner(void *p) {
     return NULL;
 }
 
+/* A share that sleeps 3 ms when a worker runs it (what a worker descheduled mid-share looks like) and
+ * works 20 us on the caller. */
+typedef struct straggle_job {
+    pthread_t caller;
+    atomic_int on_worker; /* shares run by a worker */
+} straggle_job;
+
+static void straggle_fn(void *p, int ith, int nth) {
+    (void)ith, (void)nth;
+    straggle_job *j = p;
+    if (pthread_equal(pthread_self(), j->caller)) { /* 20 us of work: time for a worker to claim a share */
+        const double t0 = vs_time_now();
+        while (vs_time_now() - t0 < 20e-6) {
+        }
+        return;
+    }
+    atomic_fetch_add(&j->on_worker, 1);
+    struct timespec ts = {0, 3 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+}
+
+static void test_solo(void) {
+    vs_error err;
+    vs_threadpool *tp = vs_threadpool_new(2, &err);
+    VT_REQUIRE(tp, "pool: %s", err.msg);
+    straggle_job j = {.caller = pthread_self()};
+    /* until a worker claims a share (it may still be waking for the first jobs) */
+    for (int k = 0; k < 200 && vs_threadpool_solo_count(tp) == 0; k++) vs_threadpool_run_shares(tp, straggle_fn, &j, 8);
+    VT_CHECK(vs_threadpool_solo_count(tp) == 1 && atomic_load(&j.on_worker) > 0,
+             "a straggling share puts the caller in solo mode (count %lld)", (long long)vs_threadpool_solo_count(tp));
+    /* solo: the next jobs run on the caller alone */
+    const int before = atomic_load(&j.on_worker);
+    for (int k = 0; k < 20; k++) vs_threadpool_run_shares(tp, straggle_fn, &j, 8); /* 3.2 ms of the 20 */
+    VT_CHECK(atomic_load(&j.on_worker) == before, "solo mode: %d shares ran on a worker",
+             atomic_load(&j.on_worker) - before);
+    /* after the solo window the workers take part again */
+    struct timespec ts = {0, 30 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    for (int k = 0; k < 200 && atomic_load(&j.on_worker) == before; k++) run_many(tp, 2, 1, 1000, "after solo");
+    for (int k = 0; k < 200 && atomic_load(&j.on_worker) == before; k++) {
+        vs_threadpool_run_shares(tp, straggle_fn, &j, 8);
+        nanosleep(&(struct timespec){0, 30 * 1000 * 1000}, NULL);
+    }
+    VT_CHECK(atomic_load(&j.on_worker) > before, "the workers run shares again after the solo window");
+    printf("threadpool: solo mode after a straggling share, workers back after it: %lld solo episodes\n",
+           (long long)vs_threadpool_solo_count(tp));
+    vs_threadpool_free(tp);
+}
+
 int main(void) {
     test_split();
+    test_solo();
     VT_CHECK(vs_threadpool_size(NULL) == 1, "NULL pool size");
     vs_error err;
     VT_CHECK(vs_threadpool_new(0, &err) == NULL && err.code == VS_ERR_INVALID, "0 threads rejected");

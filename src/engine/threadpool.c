@@ -27,6 +27,14 @@
  * and 2 ms kept the quiet speed within noise and decoded 15-60% faster beside one busy process. */
 #define VS_TP_SPIN_SECONDS 0.00001
 #define VS_TP_MAX_SHARES 0xffff
+/* Oversubscribed cores: when the caller, done with the shares it could claim, waits longer than
+ * VS_TP_STRAGGLE_SECONDS and longer than its own part of the job for shares another thread claimed, that
+ * thread was descheduled mid-share (a quiet machine never shows it: shares run at the same speed on every
+ * core). The caller then runs the next jobs alone for VS_TP_SOLO_SECONDS, and tries the workers again.
+ * Decoding is memory-bound (one thread reads ~90% of what two do), so beside another busy process one
+ * thread on a core of its own beats two threads sharing cores with it. Measured in docs/kernels.md. */
+#define VS_TP_STRAGGLE_SECONDS 0.001
+#define VS_TP_SOLO_SECONDS 0.02
 
 struct vs_threadpool {
     int n_threads;
@@ -43,6 +51,8 @@ struct vs_threadpool {
     void *ctx;
     _Alignas(64) atomic_int pending; /* shares of the current job not finished */
     atomic_bool caller_sleeping;
+    double solo_until; /* the caller runs jobs alone until then (vs_time_now; see VS_TP_STRAGGLE_SECONDS) */
+    int64_t n_solo;    /* how often the caller went solo (vs_threadpool_solo_count) */
     /* Scratch owned by the pool for kernels (see vs_threadpool_scratch). */
     void *scratch;
     size_t scratch_bytes;
@@ -174,10 +184,11 @@ int vs_threadpool_size(const vs_threadpool *tp) { return tp ? tp->n_threads : 1;
 void vs_threadpool_run_shares(vs_threadpool *tp, vs_task_fn fn, void *ctx, int n_shares) {
     if (n_shares < 1) n_shares = 1;
     if (n_shares > VS_TP_MAX_SHARES) n_shares = VS_TP_MAX_SHARES;
-    if (!tp || tp->n_threads == 1 || n_shares == 1) {
+    if (!tp || tp->n_threads == 1 || n_shares == 1 || (tp->solo_until > 0.0 && vs_time_now() < tp->solo_until)) {
         for (int i = 0; i < n_shares; i++) fn(ctx, i, n_shares);
         return;
     }
+    const double t_start = vs_time_now();
     tp->fn = fn;
     tp->ctx = ctx;
     atomic_store_explicit(&tp->pending, n_shares, memory_order_relaxed);
@@ -190,7 +201,8 @@ void vs_threadpool_run_shares(vs_threadpool *tp, vs_task_fn fn, void *ctx, int n
         pthread_mutex_unlock(&tp->mu);
     }
     run_shares(tp);
-    double t0 = 0.0;
+    double t0 = 0.0, t_own = 0.0;
+    if (atomic_load_explicit(&tp->pending, memory_order_acquire) > 0) t_own = vs_time_now();
     for (unsigned spins = 0; atomic_load_explicit(&tp->pending, memory_order_acquire) > 0; spins++) {
         cpu_relax();
         if ((spins & 63) == 63) {
@@ -206,7 +218,16 @@ void vs_threadpool_run_shares(vs_threadpool *tp, vs_task_fn fn, void *ctx, int n
         atomic_store(&tp->caller_sleeping, false);
         pthread_mutex_unlock(&tp->mu);
     }
+    if (t_own > 0.0) {
+        const double now = vs_time_now(), waited = now - t_own;
+        if (waited > VS_TP_STRAGGLE_SECONDS && waited > 2.0 * (t_own - t_start)) {
+            tp->solo_until = now + VS_TP_SOLO_SECONDS;
+            tp->n_solo++;
+        }
+    }
 }
+
+int64_t vs_threadpool_solo_count(const vs_threadpool *tp) { return tp ? tp->n_solo : 0; }
 
 void vs_threadpool_run(vs_threadpool *tp, vs_task_fn fn, void *ctx) {
     vs_threadpool_run_shares(tp, fn, ctx, vs_threadpool_size(tp));

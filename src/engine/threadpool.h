@@ -3,7 +3,9 @@
  * share with (ctx, ith, nth), share ith of nth; the caller's thread takes part, so a pool of n threads
  * starts n - 1 OS threads. Shares are claimed by whichever threads are running: a share runs on exactly
  * one thread (per-share scratch indexed by ith needs no lock) but not on a fixed one, so a job never
- * waits for a thread the OS has not scheduled. Passing a NULL pool anywhere means "run on the caller". */
+ * waits for a thread the OS has not scheduled; when shares claimed by a thread the OS then descheduled keep
+ * the caller waiting, the caller runs the next jobs alone for a while. Passing a NULL pool anywhere means
+ * "run on the caller". */
 #ifndef VS_THREADPOOL_H
 #define VS_THREADPOOL_H
 
@@ -22,6 +24,10 @@ void vs_threadpool_run(vs_threadpool *tp, vs_task_fn fn, void *ctx);
  * the load when a thread is slowed (shared cores) at the cost of one atomic claim per share. A share's
  * result must not depend on which thread or how many threads run the others. */
 void vs_threadpool_run_shares(vs_threadpool *tp, vs_task_fn fn, void *ctx, int n_shares);
+/* Oversubscribed cores: when a job's caller waits for a share another thread claimed longer than 0.3 ms
+ * and longer than its own part took (that thread was descheduled), the caller runs the jobs of the next
+ * 20 ms alone, then tries the workers again. How often that happened: */
+int64_t vs_threadpool_solo_count(const vs_threadpool *tp);
 /* Splits [0, n) into nth contiguous chunks aligned to `align`; chunk ith is [*lo, *hi). */
 void vs_split_range(int64_t n, int ith, int nth, int64_t align, int64_t *lo, int64_t *hi);
 /* Scratch memory owned by the pool (64-byte aligned, grown on demand, freed with the pool), for kernels
