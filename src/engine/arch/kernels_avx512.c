@@ -18,16 +18,20 @@ VS_INLINE __m512 load_w16(vs_type t, const uint8_t *wr, int64_t i, __mmask16 m) 
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
+/* Rows per float tile: 4 x 6 accumulators, 4 weight and 1-2 activation registers of the 32. */
+#define VS_FLOAT_RT 6
+
 /* O outputs (o .. o + O - 1) times R rows of f32 activations, O x R accumulators: each 16-value step
  * loads O weight vectors and R activation vectors for O * R FMAs (register blocking, so neither the
  * activations nor the weights limit the FMA rate), and four outputs give four independent FMA chains
- * even for one row. */
+ * even for one row. Each (output, row) is one FMA chain over the inputs whatever O and R (batch
+ * invariance). */
 VS_INLINE void mm_float_tile(const vs_mm_job *jb, int64_t o, int64_t r0, const uint8_t *pf, const int O,
                              const int R) {
     const int64_t n = jb->n_in;
     const uint8_t *wr[4];
-    const float *x[4];
-    __m512 acc[4][4];
+    const float *x[VS_FLOAT_RT];
+    __m512 acc[4][VS_FLOAT_RT];
     VS_UNROLL
     for (int k = 0; k < O; k++) wr[k] = jb->w + (o + k) * jb->w_row_bytes;
     VS_UNROLL
@@ -43,7 +47,7 @@ VS_INLINE void mm_float_tile(const vs_mm_job *jb, int64_t o, int64_t r0, const u
         if (pf) /* the weights PF_GROUPS tiles ahead, a step's share per step */
             for (size_t k = 0; k < step_bytes; k += 64)
                 _mm_prefetch((const char *)pf + (size_t)(i / 16) * step_bytes + k, _MM_HINT_T0);
-        __m512 xv[4];
+        __m512 xv[VS_FLOAT_RT];
         VS_UNROLL
         for (int r = 0; r < R; r++) xv[r] = _mm512_maskz_loadu_ps(m, x[r] + i);
         VS_UNROLL
@@ -65,7 +69,9 @@ VS_INLINE void mm_float_tile(const vs_mm_job *jb, int64_t o, int64_t r0, const u
     case 1: mm_float_tile(__VA_ARGS__, O, 1); break;                                              \
     case 2: mm_float_tile(__VA_ARGS__, O, 2); break;                                              \
     case 3: mm_float_tile(__VA_ARGS__, O, 3); break;                                              \
-    default: mm_float_tile(__VA_ARGS__, O, 4); break;                                             \
+    case 4: mm_float_tile(__VA_ARGS__, O, 4); break;                                              \
+    case 5: mm_float_tile(__VA_ARGS__, O, 5); break;                                              \
+    default: mm_float_tile(__VA_ARGS__, O, 6); break;                                             \
     }
 
 static void mm_float_block(const vs_mm_job *jb, int64_t o, int64_t r0, const uint8_t *pf, int O, int R) {
@@ -87,14 +93,17 @@ void vs_mm_avx512(const vs_mm_job *jb, int64_t o0, int64_t o1) {
     /* Many rows: blocks of rows whose activations stay in L2 while every output streams past them;
      * 4 outputs at a time, their weight rows staying in L1 across the row tiles. */
     const size_t xrow = (size_t)jb->n_in * sizeof(float);
-    const int64_t rb = VS_MAX((int64_t)4, (int64_t)((512 << 10) / VS_MAX(xrow, (size_t)1)) / 4 * 4);
+    const int64_t RT = VS_FLOAT_RT;
+    const int64_t rb = VS_MAX(RT, (int64_t)((512 << 10) / VS_MAX(xrow, (size_t)1)) / RT * RT);
     for (int64_t rb0 = 0; rb0 < jb->n_rows; rb0 += rb) {
         const int64_t rb1 = VS_MIN(jb->n_rows, rb0 + rb);
+        /* the block's rows in ceil(rows / RT) groups of nearly equal size (16 rows: 6, 5, 5) */
+        const int64_t ng = (rb1 - rb0 + RT - 1) / RT, per = (rb1 - rb0 + ng - 1) / ng;
         for (int64_t o = o0; o < o1; o += 4)
-            for (int64_t r0 = rb0; r0 < rb1; r0 += 4) {
+            for (int64_t r0 = rb0; r0 < rb1; r0 += per) {
                 const bool pf = r0 == rb0 && o + 4 * (PF_GROUPS + 1) <= o1;
                 mm_float_block(jb, o, r0, pf ? jb->w + (o + 4 * PF_GROUPS) * jb->w_row_bytes : NULL,
-                               (int)VS_MIN(4, o1 - o), (int)VS_MIN(4, rb1 - r0));
+                               (int)VS_MIN(4, o1 - o), (int)VS_MIN(per, rb1 - r0));
             }
     }
 }
