@@ -61,7 +61,9 @@ static inline bool st_same_tokens(const vs_spec_log *a, const vs_spec_log *b, bo
 static inline bool st_file_has(const char *path, const char *needle) { return vt_file_has(path, needle); }
 
 /* Drafted rows a drafter evaluated and then rolled back, per drafting row: a block of W branches of depth
- * k feeds W (k - 1) nodes (never the last depth) and keeps min(accepted, k - 1) (chain: W = 1). */
+ * k feeds W (k - 1) nodes (never the last depth) and keeps min(accepted, k - 1) (chain: W = 1). A chain
+ * whose drafting stopped early (adaptive draft length) fed all its k nodes: its drafter steps (step 0, the
+ * pending rows, then one per fed depth) say which. */
 static inline int64_t st_wasted_drafts(const vs_spec_log *log) {
     int64_t w = 0;
     for (int i = 0; i < log->n_blocks; i++) {
@@ -69,7 +71,8 @@ static inline int64_t st_wasted_drafts(const vs_spec_log *log) {
         if (b->n_draft == 0) continue;
         const int k = b->n_depth > 0 ? b->n_depth : b->n_draft, W = b->n_draft / k;
         VT_CHECK(W * k == b->n_draft, "block %d: %d nodes are not %d full branches", i, b->n_draft, k);
-        w += W * (k - 1) - VS_MIN(b->n_accept, k - 1);
+        const int fed = W == 1 ? VS_MIN(k, b->n_steps - 1) : k - 1; /* depths fed */
+        w += W * fed - VS_MIN(b->n_accept, fed);
     }
     return w;
 }

@@ -55,14 +55,21 @@ static vs_lm *load_model(const char *path) {
 }
 
 /* A draft-LM drafter drafting width-`width` trees (1 = chains). */
-static vs_spec_drafter *make_drafter_w(vs_lm *draft, vs_lm *target, vs_draft_lm_mode mode,
-                                       const vs_vision_projector *proj, const vs_vision_tower *tower,
-                                       int n_ctx, int width) {
+static vs_spec_drafter *make_drafter_wp(vs_lm *draft, vs_lm *target, vs_draft_lm_mode mode,
+                                        const vs_vision_projector *proj, const vs_vision_tower *tower,
+                                        int n_ctx, int width, float p_min) {
     vs_error err = {0};
-    vs_draft_lm_opts o = {.mode = mode, .n_ctx = n_ctx, .proj = proj, .tower = tower, .tree_width = width};
+    vs_draft_lm_opts o = {.mode = mode, .n_ctx = n_ctx, .proj = proj, .tower = tower, .tree_width = width,
+                          .p_min = p_min};
     vs_spec_drafter *d = vs_draft_lm_new(draft, target, &o, &err);
     VT_REQUIRE(d, "drafter: %s", err.msg);
     return d;
+}
+
+static vs_spec_drafter *make_drafter_w(vs_lm *draft, vs_lm *target, vs_draft_lm_mode mode,
+                                       const vs_vision_projector *proj, const vs_vision_tower *tower,
+                                       int n_ctx, int width) {
+    return make_drafter_wp(draft, target, mode, proj, tower, n_ctx, width, 0);
 }
 
 static vs_spec_drafter *make_drafter(vs_lm *draft, vs_lm *target, vs_draft_lm_mode mode,
@@ -589,18 +596,27 @@ static void test_random_pairs(tally *t) {
                 draft = make_model(&ps->draft, dname);
             }
             int first_acc[NP * 4];
-            for (int width = 1; width <= 3; width++) {
-                vs_spec_drafter *d = make_drafter_w(draft, target, VS_DRAFT_LM_TEXT, NULL, NULL, 0, width);
+            /* chains, chains with the adaptive draft length (p_min 0.1: on these random drafters a third to
+             * nine tenths of the fixed length's drafts, blocks stopping at every depth), trees */
+            int64_t drafted[2] = {0, 0};
+            for (int v = 0; v < 4; v++) {
+                const int width = v < 2 ? 1 : v;
+                const float p_min = v == 1 ? 0.1f : 0.0f;
+                vs_spec_drafter *d = make_drafter_wp(draft, target, VS_DRAFT_LM_TEXT, NULL, NULL, 0, width, p_min);
                 char what[128];
-                snprintf(what, sizeof(what), "%s / %s / width %d", targets[ti].name, ps->name, width);
+                snprintf(what, sizeof(what), "%s / %s / width %d%s", targets[ti].name, ps->name, width,
+                         p_min > 0 ? " p-min 0.1" : "");
                 tally before = *t;
-                check_pair(what, &e, d, pp, NP, rows, 32, t, width, first_acc);
+                check_pair(what, &e, d, pp, NP, rows, 32, t, width, p_min > 0 ? NULL : first_acc);
                 printf("  %-46s %3d combos, %5lld drafted, %5lld accepted, tau %.3f\n", what,
                        t->combos - before.combos, (long long)(t->drafted - before.drafted),
                        (long long)(t->accepted - before.accepted),
                        (double)(t->tokens - before.tokens) / (double)VS_MAX(t->blocks - before.blocks, 1));
+                if (v < 2) drafted[v] = t->drafted - before.drafted;
                 vs_spec_drafter_free(d);
             }
+            VT_CHECK(drafted[1] > 0 && drafted[1] < drafted[0], "%s / %s: p-min 0.1 drafted %lld of the fixed %lld",
+                     targets[ti].name, ps->name, (long long)drafted[1], (long long)drafted[0]);
             vs_lm_free(draft);
         }
         st_free_engine(&e);

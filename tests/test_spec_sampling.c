@@ -58,6 +58,7 @@ typedef struct config {
     bool broken;
     int width; /* token-tree width (0 / 1: chains) */
     bool far;  /* draft with the unrelated model (low acceptance: later siblings are reached often) */
+    float p_min; /* adaptive draft length (chains): drafting stops before a token of q below it */
 } config;
 
 /* Returns the chi-square p-value of n speculative samples against the exact distribution. */
@@ -76,7 +77,7 @@ static double run_config(vs_lm *target, vs_lm *draft, const config *c, int n, co
     vs_spec_config ec = {.n_ctx = 32, .tok = tok};
     vs_spec *eng = vs_spec_new(target, &ec, &err);
     VT_REQUIRE(eng, "%s", err.msg);
-    vs_draft_lm_opts dopt = {.greedy = c->greedy_draft, .n_ctx = 32, .tree_width = c->width};
+    vs_draft_lm_opts dopt = {.greedy = c->greedy_draft, .n_ctx = 32, .tree_width = c->width, .p_min = c->p_min};
     vs_spec_drafter *d = vs_draft_lm_new(draft, target, &dopt, &err);
     VT_REQUIRE(d, "%s", err.msg);
     vs_spec_params par = vs_spec_params_default();
@@ -87,7 +88,7 @@ static double run_config(vs_lm *target, vs_lm *draft, const config *c, int n, co
     par.debug_break_residual = c->broken;
 
     int64_t *cnt = calloc(NCAT, sizeof(int64_t));
-    int64_t drafted = 0, accepted = 0, tree_blocks = 0;
+    int64_t drafted = 0, accepted = 0, tree_blocks = 0, short_blocks = 0;
     vs_spec_log log;
     vs_spec_log_init(&log);
     for (int i = 0; i < n; i++) {
@@ -99,12 +100,16 @@ static double run_config(vs_lm *target, vs_lm *draft, const config *c, int n, co
         for (int b = 0; b < log.n_blocks; b++) {
             drafted += log.blocks[b].n_eval, accepted += log.blocks[b].n_accept;
             tree_blocks += log.blocks[b].n_draft > log.blocks[b].n_depth;
+            short_blocks += log.blocks[b].n_draft < VS_MIN(c->gamma, 3 - log.blocks[b].n_accept);
         }
     }
     *accept_rate = drafted ? (double)accepted / (double)drafted : 0;
     if (c->width > 1)
         VT_CHECK(tree_blocks > n / 2, "%s: only %lld tree blocks in %d samples", c->name,
                  (long long)tree_blocks, n);
+    if (c->p_min > 0)
+        VT_CHECK(short_blocks > n / 10, "%s: only %lld blocks stopped early in %d samples", c->name,
+                 (long long)short_blocks, n);
 
     /* chi-square over bins with expected count >= 5; the rest pooled into one bin */
     double chi2;
@@ -147,23 +152,25 @@ int main(int argc, char **argv) {
     /* the temperature / top-p sweep with 200k samples each; two further configurations (top-k, greedy
      * drafts) with 100k to keep the test near half a minute of CPU */
     const config cfgs[] = {
-        {"T 1.0, gamma 2", 1.0f, 1.0f, 0, 2, false, false, 1, false},
-        {"T 0.7, top-p 0.9, gamma 2", 0.7f, 0.9f, 0, 2, false, false, 1, false},
-        {"T 1.5, top-p 0.8, gamma 1", 1.5f, 0.8f, 0, 1, false, false, 1, false},
-        {"T 1.0, top-k 6, gamma 3", 1.0f, 1.0f, 6, 3, false, false, 1, false},
-        {"T 1.0, greedy drafts, gamma 2", 1.0f, 1.0f, 0, 2, true, false, 1, false},
+        {"T 1.0, gamma 2", 1.0f, 1.0f, 0, 2, false, false, 1, false, 0},
+        {"T 0.7, top-p 0.9, gamma 2", 0.7f, 0.9f, 0, 2, false, false, 1, false, 0},
+        {"T 1.5, top-p 0.8, gamma 1", 1.5f, 0.8f, 0, 1, false, false, 1, false, 0},
+        {"T 1.0, top-k 6, gamma 3", 1.0f, 1.0f, 6, 3, false, false, 1, false, 0},
+        {"T 1.0, greedy drafts, gamma 2", 1.0f, 1.0f, 0, 2, true, false, 1, false, 0},
+        /* the adaptive draft length: blocks that stop before an unconfident token */
+        {"T 1.0, p-min 0.3, gamma 3", 1.0f, 1.0f, 0, 3, false, false, 1, false, 0.3f},
         /* token trees: siblings drawn without replacement (SpecInfer / MCSD walk), deterministic top-w
          * siblings (EAGLE's rule) */
-        {"tree width 2, T 1.0, gamma 2", 1.0f, 1.0f, 0, 2, false, false, 2, false},
-        {"tree width 3, T 0.7, top-p 0.9, gamma 2", 0.7f, 0.9f, 0, 2, false, false, 3, false},
-        {"tree width 3, T 1.0, top-k 6, gamma 1", 1.0f, 1.0f, 6, 1, false, false, 3, false},
-        {"tree width 3, greedy drafts, T 1.0, gamma 2", 1.0f, 1.0f, 0, 2, true, false, 3, false},
-        {"tree width 3, unrelated draft, T 1.0, gamma 2", 1.0f, 1.0f, 0, 2, false, false, 3, true},
+        {"tree width 2, T 1.0, gamma 2", 1.0f, 1.0f, 0, 2, false, false, 2, false, 0},
+        {"tree width 3, T 0.7, top-p 0.9, gamma 2", 0.7f, 0.9f, 0, 2, false, false, 3, false, 0},
+        {"tree width 3, T 1.0, top-k 6, gamma 1", 1.0f, 1.0f, 6, 1, false, false, 3, false, 0},
+        {"tree width 3, greedy drafts, T 1.0, gamma 2", 1.0f, 1.0f, 0, 2, true, false, 3, false, 0},
+        {"tree width 3, unrelated draft, T 1.0, gamma 2", 1.0f, 1.0f, 0, 2, false, false, 3, true, 0},
     };
     for (size_t i = 0; i < VS_ARRAY_LEN(cfgs); i++) {
         double acc;
         const bool tree = cfgs[i].width > 1;
-        double p = run_config(target, cfgs[i].far ? far : draft, &cfgs[i], i < 3 ? N : tree ? N / 4 : N / 2,
+        double p = run_config(target, cfgs[i].far ? far : draft, &cfgs[i], i < 3 ? N : tree || cfgs[i].p_min > 0 ? N / 4 : N / 2,
                               prompt, 4, &acc);
         VT_CHECK(p > 0.001, "%s: speculative sampling differs from target-only sampling (p = %g)",
                  cfgs[i].name, p);
@@ -180,8 +187,8 @@ int main(int argc, char **argv) {
         vs_lm *kd = make_model_t(256, 256, 0.45f * k, 101, "draft16-q6k.gguf", VS_TYPE_Q6_K);
         VT_REQUIRE(vs_lm_cfg(kt)->wtype == VS_TYPE_Q4_K && vs_lm_cfg(kd)->wtype == VS_TYPE_Q6_K, "K-quant pair");
         const config kc[] = {
-            {"Q4_K target, Q6_K draft, T 1.0, gamma 2", 1.0f, 1.0f, 0, 2, false, false, 1, false},
-            {"Q4_K / Q6_K, tree width 3, T 1.0, gamma 2", 1.0f, 1.0f, 0, 2, false, false, 3, false},
+            {"Q4_K target, Q6_K draft, T 1.0, gamma 2", 1.0f, 1.0f, 0, 2, false, false, 1, false, 0},
+            {"Q4_K / Q6_K, tree width 3, T 1.0, gamma 2", 1.0f, 1.0f, 0, 2, false, false, 3, false, 0},
         };
         for (size_t i = 0; i < VS_ARRAY_LEN(kc); i++) {
             double acc;
@@ -189,7 +196,7 @@ int main(int argc, char **argv) {
             VT_CHECK(p > 0.001, "%s: speculative sampling differs from target-only sampling (p = %g)", kc[i].name, p);
             VT_CHECK(acc > 0.05 && acc < 0.99, "%s: acceptance %g does not exercise both branches", kc[i].name, acc);
         }
-        const config kb = {"BROKEN residual (must fail), Q4_K / Q6_K", 1.0f, 1.0f, 0, 2, false, true, 1, false};
+        const config kb = {"BROKEN residual (must fail), Q4_K / Q6_K", 1.0f, 1.0f, 0, 2, false, true, 1, false, 0};
         double acc;
         double p = run_config(kt, kd, &kb, N / 10, prompt, 4, &acc);
         VT_CHECK(p < 1e-6, "the test did not detect the broken residual on the K-quant pair (p = %g)", p);
@@ -197,13 +204,13 @@ int main(int argc, char **argv) {
         vs_lm_free(kt);
     }
     /* the deliberately broken residual must be caught */
-    const config broken = {"BROKEN residual (must fail), T 1.0", 1.0f, 1.0f, 0, 2, false, true, 1, false};
+    const config broken = {"BROKEN residual (must fail), T 1.0", 1.0f, 1.0f, 0, 2, false, true, 1, false, 0};
     double acc;
     double p = run_config(target, draft, &broken, N / 4, prompt, 4, &acc);
     VT_CHECK(p < 1e-6, "the test did not detect the broken residual (p = %g)", p);
     /* and in the tree walk (the residual update after a rejected sibling skipped) */
     const config broken_tree = {
-        "BROKEN residual (must fail), tree width 3", 1.0f, 1.0f, 0, 2, false, true, 3, false};
+        "BROKEN residual (must fail), tree width 3", 1.0f, 1.0f, 0, 2, false, true, 3, false, 0};
     p = run_config(target, draft, &broken_tree, N / 4, prompt, 4, &acc);
     VT_CHECK(p < 1e-6, "the test did not detect the broken tree residual (p = %g)", p);
     vs_lm_free(far);

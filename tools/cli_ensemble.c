@@ -6,6 +6,7 @@
 #include "outfile.h"
 
 #include <stdlib.h>
+#include <math.h>
 #include <string.h>
 
 #include "cli.h"
@@ -230,6 +231,8 @@ static void make_request(const vs_cli_spec_opts *s, const vs_cli_ens_opts *eo, b
         rq->draft.opts.tree_top_k = s->tree_top_k;
         rq->draft.opts.tree_nodes = s->tree_nodes;
         rq->draft.opts.greedy = s->greedy_draft;
+        /* --draft-p-min: not given (< 0) the method's default, 0 fixed length */
+        rq->draft.opts.p_min = s->p_min < 0 ? 0 : s->p_min == 0 ? VS_P_MIN_OFF : (int32_t)lroundf(s->p_min * 100.0f);
         if (s->method) {
             rq->draft.method = s->method;
         } else {

@@ -16,6 +16,7 @@ void vs_cli_spec_opts_init(vs_cli_spec_opts *o) {
     o->tree_width = 1;
     o->tree_top_k = 0;
     o->tree_nodes = 0;
+    o->p_min = -1; /* not given: the method's default */
     o->draft_kv_type = VS_TYPE_BF16;
     o->compare = false;
     o->json = false;
@@ -51,6 +52,10 @@ void vs_cli_spec_usage(FILE *f) {
             "                           nodes by cumulative probability are verified in one pass; 1..16\n"
             "                           (default 0: off)\n"
             "  --tree-nodes N           nodes of an EAGLE-2 tree; 1..256 (default 8 K)\n"
+            "  --draft-p-min P          adaptive draft length (chains of the small-LM drafters): a block\n"
+            "                           stops before a drafted token of probability below P; 0..0.99 in\n"
+            "                           steps of 0.01 (default 0.40; 0 = fixed length; also\n"
+            "                           --spec-draft-p-min, NAME@pP)\n"
             "  --draft-kv-type T        the drafter's KV cache: bf16 (default; the drafters' interleaved\n"
             "                           layout, cheaper attention), f16 or f32\n"
             "  --compare                also run target-only decoding of the same request: speedups\n"
@@ -79,6 +84,7 @@ void vs_cli_spec_flags(cli_flags *fs, vs_cli_spec_opts *o) {
     cli_flag_add(fs, "--tree-width", CLI_INT, &o->tree_width, 1, VS_DRAFT_ENS_MAX_WIDTH);
     cli_flag_add(fs, "--tree-top-k", CLI_INT, &o->tree_top_k, 1, VS_TREE_MAX_TOP_K);
     cli_flag_add(fs, "--tree-nodes", CLI_INT, &o->tree_nodes, 1, VS_TREE_MAX_NODES);
+    cli_flag_add(fs, "--draft-p-min|--spec-draft-p-min", CLI_F32, &o->p_min, 0, 0.99);
     cli_flag_add(fs, "--draft-kv-type", CLI_KV_DRAFT, &o->draft_kv_type, 0, 0);
     cli_flag_add(fs, "--draft-greedy", CLI_BOOL, &o->greedy_draft, 0, 0);
     cli_flag_add(fs, "--compare", CLI_BOOL, &o->compare, 0, 0);
@@ -87,7 +93,7 @@ void vs_cli_spec_flags(cli_flags *fs, vs_cli_spec_opts *o) {
 const char *vs_cli_spec_needs_draft(const cli_flags *fs, const vs_cli_spec_opts *o) {
     const void *only[] = {&o->mmproj_draft, &o->method,       &o->gamma,        &o->tree_width,
                           &o->tree_top_k,   &o->tree_nodes,   &o->draft_kv_type, &o->greedy_draft,
-                          &o->compare};
+                          &o->compare,      &o->p_min};
     for (size_t k = 0; k < VS_ARRAY_LEN(only); k++)
         if (cli_flag_given(fs, only[k]) && !(only[k] == &o->method && !strcmp(o->method, "ar")))
             return cli_flag_seen(fs, only[k]);

@@ -102,6 +102,7 @@ typedef struct ens {
     vs_sampler *sampler;
     bool greedy, force_greedy, debug_reject;
     int32_t width; /* configured tree width (1 = chains) */
+    float p_min;   /* adaptive draft length (vs_draft_ens_opts.p_min; chains) */
     int32_t topk, tnodes; /* EAGLE-2 trees: K (0 = off), nodes per proposal */
     /* buffers */
     float *logits; /* [max(width, topk)][m][V] the rows' logits of the current step (branch-major) */
@@ -500,7 +501,7 @@ static int32_t argmin(const float *x, int32_t n) {
  * commit's history), else into one scratch row that stays in L1 (the block's qrow lines would come from
  * memory: the target's verification streams its weights through the caches between blocks). m = 1
  * greedy: *qo = NULL (the logits decide; no history for m = 1). */
-static vs_status dist(ens *d, const float *lg, int32_t id, vs_spec_proposal *out, const float **qo,
+static vs_status dist(ens *d, const float *lg, int32_t id, vs_spec_proposal *out, float **qo,
                       vs_error *err) {
     const int32_t m = d->m, V = d->n_vocab;
     vs_status st;
@@ -580,7 +581,7 @@ static vs_status ensure_nodes(ens *d, int32_t n, vs_error *err) {
 static vs_status expand(ens *d, const float *lg, int32_t qid, int32_t parent, vs_spec_proposal *out,
                         int32_t *n_cand, vs_error *err) {
     const int32_t V = d->n_vocab;
-    const float *q;
+    float *q;
     vs_status st = dist(d, lg, qid, out, &q, err);
     if (st) return st;
     int32_t tok[VS_TREE_MAX_TOP_K];
@@ -655,6 +656,27 @@ static vs_status propose_eagle2(ens *d, int32_t k, int32_t N, vs_spec_proposal *
     return VS_OK;
 }
 
+/* The adaptive draft length: whether drafted token t (drawn from q, or the logits' argmax when q is NULL)
+ * is confident enough to propose: q[t] (greedy, m = 1: softmax of the logits at t) >= p_min. A sampled
+ * draft that passes is then a draw from q restricted to A = {x : q(x) >= p_min}: its q row becomes q / q(A)
+ * on A and 0 elsewhere, the distribution verification must test it against (with probability q(A) a
+ * token is proposed from q_A, else the target samples alone: both give the target's distribution). */
+static bool confident(const ens *d, const float *lg, float *q, int32_t t) {
+    if (!q) {
+        const float top = lg[t];
+        double s = 0;
+        for (int32_t i = 0; i < d->n_vocab; i++) s += expf(lg[i] - top);
+        return 1.0 / s >= d->p_min;
+    }
+    if (q[t] < d->p_min) return false;
+    if (d->greedy) return true; /* one-hot for verification (q_row -1): nothing to restrict */
+    double mass = 0;
+    for (int32_t i = 0; i < d->n_vocab; i++) mass += q[i] >= d->p_min ? q[i] : 0;
+    const float inv = (float)(1.0 / mass);
+    for (int32_t i = 0; i < d->n_vocab; i++) q[i] = q[i] >= d->p_min ? q[i] * inv : 0.0f;
+    return true;
+}
+
 static vs_status en_propose(vs_spec_drafter *base, const vs_spec_limits *lim, vs_spec_proposal *out,
                             vs_error *err) {
     ens *d = (ens *)base;
@@ -727,10 +749,11 @@ static vs_status en_propose(vs_spec_drafter *base, const vs_spec_limits *lim, vs
     if ((st = ensure_nodes(d, W * k, err))) return st;
 
     /* depth 1: W siblings from distribution 0 */
-    const float *q;
+    float *q;
     int32_t got = 0;
     if ((st = dist(d, d->logits, 0, out, &q, err))) return st;
     if ((st = pick(d, d->logits, q, W, out->token, &got, err))) return st;
+    if (d->p_min > 0 && !confident(d, d->logits, q, out->token[0])) return VS_OK; /* nothing proposed */
     W = got;
     d->wcur = W;
     for (int32_t b = 0; b < W; b++) {
@@ -770,6 +793,7 @@ static vs_status en_propose(vs_spec_drafter *base, const vs_spec_limits *lim, vs
         d->n_fed++;
         out->n_steps++;
         d->stats.draft_steps++;
+        bool stop = false;
         for (int32_t b = 0; b < W; b++) {
             const int32_t node = j * W + b, par = (j - 1) * W + b;
             const float *lg = d->logits + (size_t)b * m * V;
@@ -778,12 +802,15 @@ static vs_status en_propose(vs_spec_drafter *base, const vs_spec_limits *lim, vs
             out->parent[node] = par;
             out->depth[node] = j + 1;
             out->q_row[node] = d->greedy ? -1 : node;
+            stop = d->p_min > 0 && !confident(d, lg, q, out->token[node]); /* chains: W = 1 */
         }
+        if (stop) break; /* the chain ends before its first unconfident token */
         out->n = (j + 1) * W;
     }
-    /* node x (depth-major) sits in slot x when its depth was fed; the distribution after it is x + W */
+    /* node x (depth-major) sits in slot x when its depth was fed (the last proposed depth is fed only when
+     * drafting stopped early); the distribution after it is x + W */
     for (int32_t x = 0; x < out->n; x++) {
-        const bool fed = x < (k - 1) * W;
+        const bool fed = x < d->n_fed * W;
         d->node_slot[x] = fed ? x : -1;
         d->node_qid[x] = fed ? x + W : -1;
     }
@@ -969,6 +996,11 @@ vs_spec_drafter *vs_draft_ens_new(vs_lm *draft, const vs_lm *target, const vs_dr
                      o->tree_nodes, VS_TREE_MAX_NODES);
         return NULL;
     }
+    if (!(o->p_min >= 0 && o->p_min < 1) || (o->p_min > 0 && (o->tree_top_k > 0 || o->tree_width > 1))) {
+        vs_error_set(err, VS_ERR_INVALID, "draft-ens: draft p-min %g: wants [0, 1), and chains (no token trees)",
+                     (double)o->p_min);
+        return NULL;
+    }
     if (o->tree_top_k > 0 && o->tree_width > 1) {
         vs_error_set(err, VS_ERR_INVALID,
                      "ensemble drafter: EAGLE-2 trees (top-k %d) and width-%d trees exclude each other",
@@ -1048,6 +1080,7 @@ vs_spec_drafter *vs_draft_ens_new(vs_lm *draft, const vs_lm *target, const vs_dr
     d->force_greedy = o->greedy;
     d->debug_reject = o->debug_reject;
     d->width = VS_MAX(o->tree_width, 1);
+    d->p_min = o->p_min;
     d->topk = o->tree_top_k;
     d->tnodes = o->tree_nodes > 0 ? o->tree_nodes : vs_tree_default_nodes(o->tree_top_k);
     d->seed = o->seed;

@@ -119,6 +119,10 @@ typedef struct vs_draft_ens_opts {
     int32_t tree_top_k;              /* EAGLE-2 dynamic trees: K (1 .. VS_TREE_MAX_TOP_K); 0 = off */
     int32_t tree_nodes;              /* EAGLE-2 trees: nodes per proposal (1 .. VS_TREE_MAX_NODES);
                                       * 0 = 8 K */
+    /* Adaptive draft length (chains): a block's drafting stops before a token whose drafted probability
+     * (the drafter's q, softmax of its logits when greedy) is below p_min, as llama.cpp's --draft-p-min;
+     * 0 = off, [0, 1). Proposing fewer tokens never changes the output (verification decides). */
+    float p_min;
     bool trace;                      /* keep the per-block weight trace (vs_draft_ens_trace) */
     /* DEBUG / BENCHMARK ONLY: run the draft model as usual but propose the LEAST likely token
      * (m = 1: argmin of the logits; m > 1: argmin of q_ens over softmax(z_r)), deterministically and

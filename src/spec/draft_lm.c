@@ -30,6 +30,7 @@ vs_spec_drafter *vs_draft_lm_new(vs_lm *draft, const vs_lm *target, const vs_dra
     o.tree_width = opts->tree_width;
     o.tree_top_k = opts->tree_top_k;
     o.tree_nodes = opts->tree_nodes;
+    o.p_min = opts->p_min;
     o.debug_reject = opts->debug_reject;
     o.seed = DRAFT_LM_SEED_MIX;
     return vs_draft_ens_new(draft, target, &o, err);

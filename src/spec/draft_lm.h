@@ -52,6 +52,7 @@ typedef struct vs_draft_lm_opts {
     /* Width-d token trees (draft_ensemble.h): d branches per block from the first drafted distribution,
      * each continued chain-wise; 0 or 1 = chains. */
     int32_t tree_width;
+    float p_min; /* adaptive draft length (chains): vs_draft_ens_opts.p_min */
     /* EAGLE-2 dynamic trees (draft_ensemble.h): K children per beam, K beams per depth, the best
      * tree_nodes nodes (0 = 8 K) of depth gamma; 0 = off. Excludes tree_width > 1. */
     int32_t tree_top_k, tree_nodes;

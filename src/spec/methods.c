@@ -71,7 +71,8 @@ static vs_spec_drafter *make_lm(const vs_method *m, const vs_method_models *mm, 
                            .greedy = o->greedy,
                            .tree_width = o->tree_width,
                            .tree_top_k = o->tree_top_k,
-                           .tree_nodes = o->tree_nodes};
+                           .tree_nodes = o->tree_nodes,
+                           .p_min = vs_method_p_min(o)};
     if (lo.mode == VS_DRAFT_LM_MM) {
         if (!mm->proj[m->role]) {
             vs_error_set(err, VS_ERR_INVALID, "method %s (multimodal drafting) needs the drafter's projector "
@@ -117,6 +118,7 @@ static vs_spec_drafter *make_ens(const vs_method *m, const vs_method_models *mm,
     eo.tree_width = o->tree_width;
     eo.tree_top_k = o->tree_top_k;
     eo.tree_nodes = o->tree_nodes;
+    eo.p_min = vs_method_p_min(o);
     return vs_draft_ens_new(draft, mm->target, &eo, err);
 }
 
@@ -176,11 +178,11 @@ static bool parse_num(const char **s, int32_t *v) {
     return true;
 }
 
-/* "wD", "kK[nN]", then optionally "vP" (or "vP" alone) into o's tree fields and visual_keep; false when
- * malformed or out of range. */
+/* "wD", "kK[nN]", then optionally "vP", then optionally "pP" (each alone too) into o's tree fields,
+ * visual_keep and (when given) p_min; false when malformed or out of range. */
 static bool parse_shape(const char *s, vs_method_opts *o) {
     vs_method_opts t = *o;
-    t.tree_width = t.tree_top_k = t.tree_nodes = t.visual_keep = 0;
+    t.tree_width = t.tree_top_k = t.tree_nodes = t.visual_keep = 0; /* p_min: kept unless the shape sets it */
     bool any = false;
     if (*s == 'w') {
         s++;
@@ -198,6 +200,12 @@ static bool parse_shape(const char *s, vs_method_opts *o) {
     if (*s == 'v') {
         s++;
         if (!parse_num(&s, &t.visual_keep) || t.visual_keep < 1 || t.visual_keep > 100) return false;
+        any = true;
+    }
+    if (*s == 'p') {
+        s++;
+        if (!parse_num(&s, &t.p_min) || t.p_min > 99) return false;
+        if (t.p_min == 0) t.p_min = VS_P_MIN_OFF; /* @p0: fixed length */
         any = true;
     }
     if (*s || !any) return false;
@@ -247,8 +255,10 @@ void vs_method_names(char *buf, size_t cap) {
     size_t l = strlen(buf);
     snprintf(buf + l, cap - l,
              "; token trees: NAME@wD (width D, 2..%d) or NAME@kK[nN] (EAGLE-2, K 1..%d, N 1..%d); dream's visual "
-             "token compression: NAME@vP or NAME@kK[nN]vP (keep P%% of each image's rows, 1..100)",
-             VS_DRAFT_ENS_MAX_WIDTH, VS_TREE_MAX_TOP_K, VS_TREE_MAX_NODES);
+             "token compression: NAME@vP or NAME@kK[nN]vP (keep P%% of each image's rows, 1..100); adaptive draft "
+             "length of the small-LM drafters' chains: NAME@pP (stop before a drafted token below P%%, 1..99; default %d; "
+             "@p0 fixed)",
+             VS_DRAFT_ENS_MAX_WIDTH, VS_TREE_MAX_TOP_K, VS_TREE_MAX_NODES, VS_P_MIN_DEFAULT);
 }
 
 vs_spec_drafter *vs_method_drafter_new(const vs_method *m, const vs_method_models *mm, const vs_method_opts *o,
@@ -262,6 +272,12 @@ vs_spec_drafter *vs_method_drafter_new(const vs_method *m, const vs_method_model
     if (o->visual_keep < 0 || o->visual_keep > 100 || (o->visual_keep && o->visual_keep < 100 && m->make != make_dream)) {
         vs_error_set(err, VS_ERR_INVALID, "method %s: visual token compression (@vP, P in 1..100) is DREAM's (method "
                      "dream); %d%% given", m->name, o->visual_keep);
+        return NULL;
+    }
+    if ((o->p_min < 0 && o->p_min != VS_P_MIN_OFF) || o->p_min > 99 ||
+        (o->p_min > 0 && m->make != make_lm && m->make != make_ens)) {
+        vs_error_set(err, VS_ERR_INVALID, "method %s: the adaptive draft length (@pP, P in 1..99) is the small-LM "
+                     "drafters' (m, t, c, p, the ensembles, massv); %d%% given", m->name, o->p_min);
         return NULL;
     }
     return m->make(m, mm, o, err);

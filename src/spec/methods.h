@@ -61,7 +61,23 @@ typedef struct vs_method_opts {
     bool greedy;        /* draft greedily even when the request samples */
     int32_t visual_keep; /* percent of each image's rows the drafter keeps (DREAM's visual token
                           * compression); 0 or 100 = all; other methods refuse anything else */
+    int32_t p_min;       /* adaptive draft length of the small-LM drafters' chains (draft_ensemble.h
+                          * p_min), percent: a block stops before a drafted token below P%; 1..99,
+                          * VS_P_MIN_OFF, or 0 = the default (VS_P_MIN_DEFAULT for chains, off for
+                          * trees and the other drafters) */
 } vs_method_opts;
+
+#define VS_P_MIN_OFF (-1)
+/* The default adaptive draft length, measured with `bench spec` on the world's test requests (shipped
+ * models, 2 threads, greedy, gamma 5, median decode speedups; docs/spec.md): first turns (24 runs) T
+ * fixed 1.39x, P 30 / 50 / 70 1.49x / 1.48x / 1.37x; first and second turns (52 runs) T fixed 1.71x,
+ * P 30 / 40 / 50 1.77x / 1.76x / 1.72x, M fixed 1.85x, P 40 1.85x (mean 1.75x -> 1.77x). */
+#define VS_P_MIN_DEFAULT 40
+/* The p_min (0..1) a chain drafter of these options runs with. */
+static inline float vs_method_p_min(const vs_method_opts *o) {
+    const bool chain = o->tree_width <= 1 && o->tree_top_k <= 0;
+    return o->p_min > 0 ? (float)o->p_min / 100.0f : o->p_min == 0 && chain ? VS_P_MIN_DEFAULT / 100.0f : 0.0f;
+}
 
 typedef struct vs_method vs_method;
 typedef vs_spec_drafter *(*vs_method_make_fn)(const vs_method *m, const vs_method_models *mm,

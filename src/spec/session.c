@@ -383,8 +383,9 @@ static bool is_target_only(const vs_draft_cfg *c) {
 }
 
 static void drafter_key(const vs_draft_cfg *c, char *k, size_t cap) {
-    int n = snprintf(k, cap, "%s|%d|%d|%d|%d|%d", c->method ? c->method : "custom", (int)c->opts.tree_width,
-                     (int)c->opts.tree_top_k, (int)c->opts.tree_nodes, (int)c->opts.greedy, (int)c->opts.visual_keep);
+    int n = snprintf(k, cap, "%s|%d|%d|%d|%d|%d|%d", c->method ? c->method : "custom", (int)c->opts.tree_width,
+                     (int)c->opts.tree_top_k, (int)c->opts.tree_nodes, (int)c->opts.greedy, (int)c->opts.visual_keep,
+                     (int)c->opts.p_min);
     if (c->method) return;
     const vs_ens_weights_cfg *w = &c->weights;
     n += snprintf(k + n, cap - (size_t)n, "|%d|%d|%d|%d|%d|%d|%g|%d|%d|%g|", (int)c->pool_k, (int)c->trace,
@@ -442,6 +443,7 @@ static vs_spec_drafter *custom_drafter(vs_session *s, const vs_draft_cfg *c, vs_
     eo.tree_width = c->opts.tree_width;
     eo.tree_top_k = c->opts.tree_top_k;
     eo.tree_nodes = c->opts.tree_nodes;
+    eo.p_min = c->debug_reject ? 0.0f : vs_method_p_min(&c->opts); /* the reject drafter is never confident */
     eo.trace = c->trace;
     eo.debug_reject = c->debug_reject;
     return vs_draft_ens_new(draft, s->m->target, &eo, err);
