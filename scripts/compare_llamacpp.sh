@@ -10,10 +10,11 @@
 #       decoding (tg32, both engines) on a quiet machine and beside B busy processes (`yes > /dev/null`)
 #       for each B of LIST (default 1,3), alternating; prints each speed as a share of the quiet one.
 #   scripts/compare_llamacpp.sh spec --target T --draft D [--prompts FILE] [-n N] [--draft-max G]
-#                                    [--rounds N] [--threads N]
+#                                    [--p-min P] [--rounds N] [--threads N]
 #       speculative decoding, greedy: llama-speculative against `vlmspec generate -md` on each prompt
 #       (one per line of FILE; default: eight built-in text prompts), the median decode time per token
-#       of each side and whether the two produced the same text.
+#       of each side and whether the two produced the same text. --p-min P: both engines' adaptive draft
+#       length (default 0: the same fixed length on both sides).
 #
 # Environment: LLAMA_BIN (a folder with llama-bench and llama-speculative; default: build the peer into
 # /tmp/llama.cpp-peer), VLMSPEC (the vlmspec binary; default build/vlmspec). Quote the printed ratios
@@ -44,7 +45,7 @@ mode=bench
 case "${1:-}" in spec|load) mode=$1; shift ;; esac
 busy=1,3
 rounds=3 reps=5 ks=1,2,4,6,8,16,32 threads=2
-target="" draft="" prompts="" n_predict=64 gmax=5
+target="" draft="" prompts="" n_predict=64 gmax=5 pmin=0
 files=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -58,6 +59,7 @@ while [ $# -gt 0 ]; do
     -n) n_predict=$2; shift 2 ;;
     --draft-max) gmax=$2; shift 2 ;;
     --busy) busy=$2; shift 2 ;;
+    --p-min) pmin=$2; shift 2 ;;
     -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) die "unknown option $1 (--help lists them)" ;;
     *) files+=("$1"); shift ;;
@@ -187,14 +189,15 @@ for r in $(seq 1 "$rounds"); do
     i=$((i + 1))
     echo "compare_llamacpp: spec round $r/$rounds prompt $i/$n_prompts" >&2
     "$bin/llama-speculative" -m "$target" -md "$draft" -p "$p" -n "$n_predict" --spec-draft-n-max "$gmax" \
-      --spec-draft-n-min 0 --temp 0 -t "$threads" -td "$threads" --ignore-eos >"$tmp/l-$r-$i.out" 2>"$tmp/l-$r-$i.err" ||
+      --spec-draft-n-min 0 --spec-draft-p-min "$pmin" --temp 0 -t "$threads" -td "$threads" --ignore-eos >"$tmp/l-$r-$i.out" 2>"$tmp/l-$r-$i.err" ||
       { tail -5 "$tmp/l-$r-$i.err" >&2; die "llama-speculative failed"; }
-    "$VLMSPEC" generate -m "$target" -md "$draft" --raw -p "$p" -n "$n_predict" --draft-max "$gmax" --temp 0 \
+    "$VLMSPEC" generate -m "$target" -md "$draft" --raw -p "$p" -n "$n_predict" --draft-max "$gmax" \
+      --draft-p-min "$pmin" --temp 0 \
       -t "$threads" --ignore-eos --json "$tmp/v-$r-$i.json" >/dev/null 2>"$tmp/v.err" ||
       { cat "$tmp/v.err" >&2; die "vlmspec generate failed"; }
   done <"$tmp/prompts.txt"
 done
-"$PY" - "$tmp" "$rounds" "$n_prompts" "$n_predict" <<'EOF'
+"$PY" - "$tmp" "$rounds" "$n_prompts" "$n_predict" "$pmin" <<'EOF'
 import json, re, statistics, sys, os
 tmp, rounds, n_prompts, n_predict = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 prompts = [l.rstrip("\n") for l in open(os.path.join(tmp, "prompts.txt")) if l.strip()]
@@ -220,7 +223,8 @@ for r in range(1, rounds + 1):
         n = 0
         while n < min(len(rest), len(v["text"])) and rest[n] == v["text"][n]: n += 1
         match.append(n / max(1, len(v["text"])))
-print(f"\nspeculative decoding, greedy, {n_prompts} prompts x {rounds} alternating rounds, {n_predict} tokens each")
+print(f"\nspeculative decoding, greedy, {n_prompts} prompts x {rounds} alternating rounds, {n_predict} tokens each, "
+      f"draft p-min {sys.argv[5]}")
 print("| figure | llama-speculative | vlmspec generate -md | ratio |\n| --- | ---: | ---: | ---: |")
 a, b = statistics.median(lt) * 1e3, statistics.median(vt) * 1e3
 print(f"| median decode ms/token | {a:.3f} | {b:.3f} | {a / b:.2f} |")
