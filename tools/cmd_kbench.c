@@ -135,7 +135,7 @@ static int bench_type(vs_threadpool *tp, vs_type t, int64_t n_out, int64_t n_in,
         if (t1 > 0) snprintf(ratio, sizeof(ratio), "%.2f", med / t1);
         printf("%6lld %12.1f %10.1f %10.1f %10s %8.0f%% %10.1f  %s%s\n", (long long)n, med * 1e6, gbs, gflops,
                ratio, bw > 0 ? 100.0 * gbs / bw : 0.0, cpu[reps / 2] * 1e6,
-               vs_matmul_path(t, n_out, n_in, n, VS_MM_DEFAULT), pk ? " (x16)" : "");
+               vs_matmul_path(t, n_out, n_in, n, VS_MM_DEFAULT), pk && vs_isa_active() >= VS_ISA_AVX512 ? " (x16)" : "");
     }
     printf("roofline at %.1f GB/s: %.1f us per call\n", bw, (double)mat / (bw * 1e9) * 1e6);
     vs_free(times);

@@ -744,8 +744,9 @@ void vs_matmul_multi(vs_threadpool *tp, vs_type wtype, int64_t n_in, const vs_mm
 bool vs_x16_wanted(vs_type t) {
     const char *e = getenv("VLMSPEC_REPACK");
     if (e && !strcmp(e, "0")) return false;
-    vs_isa isa = vs_isa_detect();
-    return t == VS_TYPE_Q4_0 ? isa >= VS_ISA_AVX512 : t == VS_TYPE_Q8_0 && isa == VS_ISA_AVX512;
+    /* the ISA in force (a VLMSPEC_ISA=avx2 run never reads the copy); Q8_0's AMX tiles read the GGUF rows */
+    const vs_isa isa = vs_isa_active(), cpu = vs_isa_detect();
+    return t == VS_TYPE_Q4_0 ? isa >= VS_ISA_AVX512 : t == VS_TYPE_Q8_0 && isa >= VS_ISA_AVX512 && cpu == VS_ISA_AVX512;
 }
 
 size_t vs_x16_bytes(vs_type t, int64_t n_out, int64_t n_in) {

@@ -82,8 +82,9 @@ void vs_matmul_multi(vs_threadpool *tp, vs_type wtype, int64_t n_in, const vs_mm
  *           bytes 4i..4i+3 of output o's block b quants (Q8_0: 8 parts, the int8 values 4i..4i+3 as
  *           stored; Q4_0: 4 parts, values 4i..4i+3 in the low nibbles, 16+4i.. in the high);
  *   scales: nb x 32 bytes at nb * (B - 32): block b's 16 fp16 scales at 32 b, output o at [o].
- * vs_x16_wanted: whether this CPU's kernels read the layout for type t (Q4_0: AVX-512 VNNI or AMX; Q8_0:
- * AVX-512 VNNI without AMX, whose Q8_0 tiles read the GGUF rows) and VLMSPEC_REPACK is not 0. */
+ * vs_x16_wanted: whether the kernels of the ISA in force (vs_isa_active) read the layout for type t (Q4_0:
+ * AVX-512 VNNI or AMX; Q8_0: AVX-512 VNNI on a CPU without AMX, whose Q8_0 tiles read the GGUF rows) and
+ * VLMSPEC_REPACK is not 0. */
 bool vs_x16_wanted(vs_type t);
 size_t vs_x16_bytes(vs_type t, int64_t n_out, int64_t n_in);
 void vs_x16_pack(vs_type t, const void *w, int64_t n_out, int64_t n_in, void *dst);
