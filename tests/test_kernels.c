@@ -844,6 +844,28 @@ int main(void) {
         VT_CHECK(!strcmp(vs_matmul_path(VS_TYPE_F32, 1408, 512, 1, VS_MM_AMX_BF16), "avx512-fma"),
                  "F32 forced");
     }
+    if (best >= VS_ISA_AVX512 && !vs_cpu_amx_bf16()) {
+        /* F16 / BF16 never go to BLAS on AVX-512 (the tiles are faster), so a prompt-sized batch keeps every
+         * row's bits; F32 does from 128 rows when BLAS is built in and allowed */
+        VT_CHECK(!strcmp(vs_matmul_path(VS_TYPE_F16, 1408, 512, 200, 0), "avx512-fma") &&
+                     !strcmp(vs_matmul_path(VS_TYPE_BF16, 1408, 512, 600, 0), "avx512-fma"),
+                 "F16 / BF16 with 200 / 600 rows on AVX-512: %s", vs_matmul_path(VS_TYPE_F16, 1408, 512, 200, 0));
+        const int64_t n_out = 37, n_in = 96, n = 130;
+        uint16_t *w = malloc(sizeof(uint16_t) * n_out * n_in);
+        float *x = malloc(sizeof(float) * n * n_in), *y = malloc(sizeof(float) * n * n_out), y1[37];
+        vs_rng rng;
+        vs_rng_seed(&rng, 5);
+        for (int64_t i = 0; i < n_out * n_in; i++) w[i] = vs_fp32_to_fp16(vs_rng_normal(&rng));
+        for (int64_t i = 0; i < n * n_in; i++) x[i] = vs_rng_normal(&rng);
+        vs_matmul(pools[1], VS_TYPE_F16, w, n_out, n_in, x, n, y);
+        int bad = 0;
+        for (int64_t r = 0; r < n; r += 43) {
+            vs_matmul(pools[1], VS_TYPE_F16, w, n_out, n_in, x + r * n_in, 1, y1);
+            bad += memcmp(y1, y + r * n_out, sizeof(y1)) != 0;
+        }
+        VT_CHECK(bad == 0, "F16 on AVX-512, 130 rows with BLAS allowed: %d rows differ from the row alone", bad);
+        free(w), free(x), free(y);
+    }
     if (vs_cpu_amx_bf16() && !getenv("VLMSPEC_AMX_BF16")) /* bigger matrices keep the FMA kernel by default */
         VT_CHECK(!strcmp(vs_matmul_path(VS_TYPE_F16, 5632, 2048, 6, 0), "avx512-fma"),
                  "path(F16 5632 x 2048) = %s",

@@ -572,6 +572,22 @@ static bool matmul_blas(vs_threadpool *tp, vs_type wtype, const void *w, int64_t
 }
 #endif
 
+/* Whether a product of n_rows rows over these weights goes to OpenBLAS (when built with it): F32 from
+ * VS_BLAS_MIN_ROWS rows on every ISA; F16 / BF16 only on AVX2 (the AVX-512 tiles convert the halves in
+ * registers and beat sgemm plus a conversion pass at every size measured: Zen 5, 2 threads, F16 1408 x 512
+ * 128 / 512 rows 0.56 / 2.0 ms against 0.92 / 2.5 with OpenBLAS's own AVX-512 kernels, 5632 x 2048 7.4 /
+ * 28 against 13 / 40; F32 stays: 0.59 / 2.0 against 0.58 / 1.9, 12.5 / 38 against 9.1 / 28). With no
+ * BLAS, F16 / BF16 on AVX-512 are batch-invariant for every row count. */
+static bool use_blas(vs_type t, vs_isa isa, int64_t n_rows, bool amxbf) {
+#ifdef VS_HAVE_OPENBLAS
+    return !is_quant(t) && n_rows >= VS_BLAS_MIN_ROWS && isa != VS_ISA_SCALAR && blas_allowed() && !amxbf &&
+           (t == VS_TYPE_F32 || isa < VS_ISA_AVX512);
+#else
+    (void)t, (void)isa, (void)n_rows, (void)amxbf;
+    return false;
+#endif
+}
+
 bool vs_matmul_set_blas(bool on) {
 #ifdef VS_HAVE_OPENBLAS
     atomic_store(&g_blas, on ? 1 : 0);
@@ -586,8 +602,7 @@ const char *vs_matmul_path(vs_type wtype, int64_t n_out, int64_t n_in, int64_t n
     vs_isa isa = isa_current();
     bool amxbf = isa == VS_ISA_AMX && use_amx_bf16(wtype, n_out, n_in, flags);
 #ifdef VS_HAVE_OPENBLAS
-    if (!is_quant(wtype) && n_rows >= VS_BLAS_MIN_ROWS && isa != VS_ISA_SCALAR && blas_allowed() && !amxbf)
-        return "blas";
+    if (use_blas(wtype, isa, n_rows, amxbf)) return "blas";
 #endif
     if (vs_type_is_kquant(wtype)) return isa >= VS_ISA_AVX2 ? "avx2" : "scalar"; /* AVX-512 kernels: not yet */
     if (isa == VS_ISA_AMX && is_quant(wtype) && n_rows >= amx_min_rows(wtype))
@@ -638,8 +653,7 @@ static void matmul_impl(vs_threadpool *tp, vs_type wtype, const void *w, const v
 #ifdef VS_HAVE_OPENBLAS
     /* F16 / BF16 on AMX-BF16 tiles beat sgemm at every size (kbench, 1408 x 512, one thread: 256 rows 1.9 vs
      * 5.8 ms CPU) and stay batch-invariant: no BLAS for them */
-    if (!is_quant(wtype) && n_rows >= VS_BLAS_MIN_ROWS && isa_current() != VS_ISA_SCALAR && blas_allowed() &&
-        !(isa_current() == VS_ISA_AMX && use_amx_bf16(wtype, n_out, n_in, flags)) &&
+    if (use_blas(wtype, isa_current(), n_rows, isa_current() == VS_ISA_AMX && use_amx_bf16(wtype, n_out, n_in, flags)) &&
         matmul_blas(tp, wtype, w, n_out, n_in, x, n_rows, y))
         return;
 #endif

@@ -42,7 +42,8 @@ vs_isa vs_isa_active(void); /* the ISA vs_matmul and the vector ops use now: min
  *   - F32 / F16 / BF16: n_rows < 128 always, and every n_rows when BLAS is off (vs_matmul_set_blas,
  *     VLMSPEC_NO_BLAS=1). With BLAS, batches of 128+ rows (prompt prefill, the vision tower) use
  *     sgemm, whose summation order is its own: such rows may differ from single-row results in the
- *     last bits. Verification batches (gamma + 1 <= 65 rows) and decoding never reach it.
+ *     last bits. Verification batches (gamma + 1 <= 65 rows) and decoding never reach it. F16 / BF16
+ *     on AVX-512 CPUs never use BLAS (the tiles are faster): every n_rows.
  *     Exception to the exception: F16 / BF16 matrices on the AMX-BF16 path (vs_matmul_path "amx-bf16")
  *     never use BLAS and are invariant for every n_rows.
  * Different ISAs (scalar / AVX2 / AVX-512 / AMX) give results that differ in f32 rounding only.
@@ -98,8 +99,9 @@ void vs_matmul_x16(vs_threadpool *tp, vs_type t, const void *w, const void *pack
 void vs_matmul_ref(vs_type wtype, const void *w, int64_t n_out, int64_t n_in, const float *x,
                    int64_t n_rows, float *y);
 
-/* F32/F16/BF16 weights with 128+ rows use OpenBLAS sgemm when the build has it (VS_HAVE_OPENBLAS) unless
- * turned off here or by VLMSPEC_NO_BLAS=1. Returns whether BLAS is now in use (false without it). */
+/* F32 weights with 128+ rows (F16/BF16 too on AVX2 CPUs) use OpenBLAS sgemm when the build has it
+ * (VS_HAVE_OPENBLAS) unless turned off here or by VLMSPEC_NO_BLAS=1. Returns whether BLAS is now in use
+ * (false without it). */
 bool vs_matmul_set_blas(bool on);
 
 /* The kernel vs_matmul_ex runs now for this weight matrix, row count and flags (for benchmarks and logs):
