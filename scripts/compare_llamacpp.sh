@@ -13,13 +13,13 @@
 #                                    [--p-min P] [--rounds N] [--threads N]
 #       speculative decoding, greedy: llama-speculative against `vlmspec generate -md` on each prompt
 #       (one per line of FILE; default: eight built-in text prompts), the median decode time per token
-#       of each side and whether the two produced the same text. --p-min P: both engines' adaptive draft
-#       length (default 0: the same fixed length on both sides).
+#       of each side and whether the two produced the same text. --p-min P: vlmspec's adaptive draft
+#       length (default 0: a fixed length, as llama-speculative's, whose example does not read p-min).
 #
 # Environment: LLAMA_BIN (a folder with llama-bench and llama-speculative; default: build the peer into
 # /tmp/llama.cpp-peer), VLMSPEC (the vlmspec binary; default build/vlmspec). Quote the printed ratios
 # with the machine's ISA and bandwidth (vlmspec kbench prints both); figures from different machines or
-# sittings are not comparable.
+# sittings are not comparable. KEEP_TMP=1 keeps the runs' raw output (its folder is printed).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 VLMSPEC=${VLMSPEC:-$root/build/vlmspec}
@@ -60,7 +60,7 @@ while [ $# -gt 0 ]; do
     --draft-max) gmax=$2; shift 2 ;;
     --busy) busy=$2; shift 2 ;;
     --p-min) pmin=$2; shift 2 ;;
-    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) die "unknown option $1 (--help lists them)" ;;
     *) files+=("$1"); shift ;;
   esac
@@ -71,7 +71,7 @@ done
 [[ "$ks" =~ ^[0-9]+(,[0-9]+)*$ ]] || die "--ks wants a comma list of row counts (got '$ks')"
 bin=$(peer_bin)
 tmp=$(mktemp -d)
-[ -n "${KEEP_TMP:-}" ] || trap 'rm -rf "$tmp"' EXIT
+if [ -n "${KEEP_TMP:-}" ]; then echo "compare_llamacpp: raw output kept in $tmp" >&2; else trap 'rm -rf "$tmp"' EXIT; fi
 
 if [ "$mode" = bench ]; then
   [ ${#files[@]} -gt 0 ] || die "no GGUF files given (--help)"
@@ -127,14 +127,14 @@ if [ "$mode" = load ]; then
   f=${files[0]}
   pids=()
   stop_busy() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; pids=(); }
-  trap 'stop_busy; rm -rf "$tmp"' EXIT
+  if [ -n "${KEEP_TMP:-}" ]; then trap 'stop_busy' EXIT; else trap 'stop_busy; rm -rf "$tmp"' EXIT; fi
   : >"$tmp/load.txt"
   for r in $(seq 1 "$rounds"); do
     for b in 0 ${busy//,/ }; do
       for ((i = 0; i < b; i++)); do yes >/dev/null & pids+=($!); done
       sleep 0.5
       echo "compare_llamacpp: load round $r/$rounds, $b busy" >&2
-      "$bin/llama-bench" -m "$f" -t "$threads" -p 0 -n 32 -r "$reps" -o json >"$tmp/l.json" 2>/dev/null ||
+      "$bin/llama-bench" -m "$f" -t "$threads" -p 0 -n 32 -r "$reps" -o json </dev/null >"$tmp/l.json" 2>/dev/null ||
         die "llama-bench failed on $f"
       "$VLMSPEC" bench -m "$f" -t "$threads" --pp "" --tg 32 --ks "" -r "$reps" --json "$tmp/v.json" \
         >/dev/null 2>"$tmp/v.err" || { cat "$tmp/v.err" >&2; die "vlmspec bench failed"; }
@@ -180,20 +180,20 @@ Write a short story about a red star and a blue circle.
 The most important rule of the game is
 EOF
 fi
-n_prompts=$(grep -c . "$tmp/prompts.txt")
+n_prompts=$(grep -c '[^[:space:]]' "$tmp/prompts.txt" || true)
 [ "$n_prompts" -ge 1 ] || die "the prompt file has no prompts"
 for r in $(seq 1 "$rounds"); do
   i=0
   while IFS= read -r p; do
-    [ -n "$p" ] || continue
+    [[ "$p" =~ [^[:space:]] ]] || continue
     i=$((i + 1))
     echo "compare_llamacpp: spec round $r/$rounds prompt $i/$n_prompts" >&2
     "$bin/llama-speculative" -m "$target" -md "$draft" -p "$p" -n "$n_predict" --spec-draft-n-max "$gmax" \
-      --spec-draft-n-min 0 --spec-draft-p-min "$pmin" --temp 0 -t "$threads" -td "$threads" --ignore-eos >"$tmp/l-$r-$i.out" 2>"$tmp/l-$r-$i.err" ||
+      --spec-draft-n-min 0 --temp 0 -t "$threads" -td "$threads" --ignore-eos </dev/null >"$tmp/l-$r-$i.out" 2>"$tmp/l-$r-$i.err" ||
       { tail -5 "$tmp/l-$r-$i.err" >&2; die "llama-speculative failed"; }
     "$VLMSPEC" generate -m "$target" -md "$draft" --raw -p "$p" -n "$n_predict" --draft-max "$gmax" \
       --draft-p-min "$pmin" --temp 0 \
-      -t "$threads" --ignore-eos --json "$tmp/v-$r-$i.json" >/dev/null 2>"$tmp/v.err" ||
+      -t "$threads" --ignore-eos --json "$tmp/v-$r-$i.json" </dev/null >/dev/null 2>"$tmp/v.err" ||
       { cat "$tmp/v.err" >&2; die "vlmspec generate failed"; }
   done <"$tmp/prompts.txt"
 done
@@ -224,7 +224,7 @@ for r in range(1, rounds + 1):
         while n < min(len(rest), len(v["text"])) and rest[n] == v["text"][n]: n += 1
         match.append(n / max(1, len(v["text"])))
 print(f"\nspeculative decoding, greedy, {n_prompts} prompts x {rounds} alternating rounds, {n_predict} tokens each, "
-      f"draft p-min {sys.argv[5]}")
+      f"vlmspec draft p-min {sys.argv[5]} (llama-speculative: a fixed length)")
 print("| figure | llama-speculative | vlmspec generate -md | ratio |\n| --- | ---: | ---: | ---: |")
 a, b = statistics.median(lt) * 1e3, statistics.median(vt) * 1e3
 print(f"| median decode ms/token | {a:.3f} | {b:.3f} | {a / b:.2f} |")

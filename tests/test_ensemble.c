@@ -811,9 +811,10 @@ static void test_cli(void) {
     }
     write_file(CAP, "cli-img1.ppm\tsome dots\ncli-img0.ppm\ta gradient\n");
     const char *P = "'USER: <image>\nwhat <image> is it? ASSISTANT:'";
-    /* MTCP, inverse KL, captions from a file, trace */
+    /* MTCP, inverse KL, captions from a file, trace; a fixed draft length (these random models are never as
+     * sure as the default adaptive length wants, and would draft nothing) */
     int rc =
-        vt_run("%s generate --raw -m %s --mmproj %s -md %s --mmproj-draft %s --draft 4 --draft-mode m,t,c,p "
+        vt_run("%s generate --raw -m %s --mmproj %s -md %s --mmproj-draft %s --draft 4 --draft-p-min 0 --draft-mode m,t,c,p "
                "--weights inv-kl --weights-tau 0.5 --history 8 --pool 2 --captions %s --trace-weights %s "
                "--image %s --image %s -p %s -n 24 --temp 0 --compare --json - > %s 2>&1",
                vt_cli(), T, TM, D, DM, CAP, TR, I0, I1, P, OUT);
@@ -829,7 +830,7 @@ static void test_cli(void) {
     VT_CHECK(rc == 0 && st_file_has(SVG, "w_c"), "plot weights --all-inputs (rc %d)", rc);
     /* MTC with the drafter captioning on its own thread, grid weights, text statistics */
     rc = vt_run(
-        "%s generate --raw -m %s --mmproj %s -md %s --mmproj-draft %s --draft 3 --draft-mode mtc --weights grid "
+        "%s generate --raw -m %s --mmproj %s -md %s --mmproj-draft %s --draft 3 --draft-p-min 0 --draft-mode mtc --weights grid "
         "--image %s --image %s -p %s -n 16 --temp 0 --compare > %s 2>&1",
         vt_cli(), T, TM, D, DM, I0, I1, P, OUT);
     VT_CHECK(rc == 0 && st_file_has(OUT, "is identical to") && st_file_has(OUT, "captions:") &&
@@ -837,7 +838,7 @@ static void test_cli(void) {
              "CLI MTC captioner run (rc %d)", rc);
     /* sampling with an ensemble */
     rc =
-        vt_run("%s generate --raw -m %s --mmproj %s -md %s --mmproj-draft %s --draft-mode m,t --weights static:2,1 "
+        vt_run("%s generate --raw -m %s --mmproj %s -md %s --mmproj-draft %s --draft-p-min 0 --draft-mode m,t --weights static:2,1 "
                "--image %s --image %s -p %s -n 12 --temp 0.8 --seed 3 > %s 2>&1",
                vt_cli(), T, TM, D, DM, I0, I1, P, OUT);
     VT_CHECK(rc == 0 && st_file_has(OUT, "tau"), "CLI sampling ensemble run (rc %d)", rc);
@@ -860,6 +861,15 @@ static void test_cli(void) {
         rc = vt_run("%s generate --raw -m %s -md %s %s -p x > %s 2>&1", vt_cli(), T, D, bad_tree[k][0], OUT);
         VT_CHECK(rc == 2 && st_file_has(OUT, bad_tree[k][1]), "CLI %s (rc %d)", bad_tree[k][0], rc);
     }
+    /* the adaptive draft length is for chains; out of range is a usage error */
+    rc = vt_run("%s generate --raw -m %s -md %s --tree-width 2 --draft-p-min 0.5 -p x > %s 2>&1", vt_cli(), T, D, OUT);
+    VT_CHECK(rc == 2 && st_file_has(OUT, "for chains"), "CLI --draft-p-min with a tree (rc %d)", rc);
+    rc = vt_run("%s generate --raw -m %s -md %s --method t@k2p50 -p x -n 2 > %s 2>&1", vt_cli(), T, D, OUT);
+    VT_CHECK(rc != 0 && st_file_has(OUT, "chains"), "CLI t@k2p50 (rc %d)", rc);
+    rc = vt_run("%s generate --raw -m %s -md %s --draft-p-min 1.5 -p x > %s 2>&1", vt_cli(), T, D, OUT);
+    VT_CHECK(rc == 2 && st_file_has(OUT, "--draft-p-min"), "CLI --draft-p-min 1.5 (rc %d)", rc);
+    rc = vt_run("%s generate --raw -m %s --draft-p-min 0.3 -p x > %s 2>&1", vt_cli(), T, OUT);
+    VT_CHECK(rc == 2 && st_file_has(OUT, "-md"), "CLI --draft-p-min without a drafter (rc %d)", rc);
     /* bad input */
     rc = vt_run("%s generate --raw -m %s -md %s --draft-mode m,t --weights tabed -p x > %s 2>&1", vt_cli(), T, D,
                 OUT);

@@ -201,6 +201,8 @@ static int check_usage(const char *cmd, const vs_cli_spec_opts *s, const vs_cli_
         return cli_fail(cmd, "--tree-nodes sizes EAGLE-2 trees: give --tree-top-k K too"), 2;
     if (s->tree_top_k > 0 && s->tree_width > 1)
         return cli_fail(cmd, "--tree-top-k (EAGLE-2 trees) and --tree-width (width trees) exclude each other"), 2;
+    if (s->p_min > 0 && (s->tree_top_k > 0 || s->tree_width > 1))
+        return cli_fail(cmd, "--draft-p-min (the adaptive draft length) is for chains: drop --tree-width / --tree-top-k"), 2;
     if (s->method && strchr(s->method, '@') && (s->tree_width > 1 || s->tree_top_k > 0))
         return cli_fail(cmd, "--method %s names its tree shape: drop --tree-width / --tree-top-k / --tree-nodes",
                         s->method), 2;
@@ -232,7 +234,9 @@ static void make_request(const vs_cli_spec_opts *s, const vs_cli_ens_opts *eo, b
         rq->draft.opts.tree_nodes = s->tree_nodes;
         rq->draft.opts.greedy = s->greedy_draft;
         /* --draft-p-min: not given (< 0) the method's default, 0 fixed length */
-        rq->draft.opts.p_min = s->p_min < 0 ? 0 : s->p_min == 0 ? VS_P_MIN_OFF : (int32_t)lroundf(s->p_min * 100.0f);
+        rq->draft.opts.p_min = s->p_min < 0    ? 0
+                               : s->p_min == 0 ? VS_P_MIN_OFF
+                                               : VS_MAX(1, (int32_t)lroundf(s->p_min * 100.0f));
         if (s->method) {
             rq->draft.method = s->method;
         } else {

@@ -46,7 +46,8 @@ typedef struct vs_cli_spec_opts {
     int tree_width;           /* --tree-width D: width-D token trees (default 1 = chains) */
     int tree_top_k;           /* --tree-top-k K: EAGLE-2 dynamic trees (default 0 = off) */
     int tree_nodes;           /* --tree-nodes N: their nodes per block (default 0 = 8 K) */
-    float p_min;              /* --draft-p-min P: adaptive draft length (default 0 = off) */
+    float p_min;              /* --draft-p-min P: adaptive draft length (< 0, not given: the method's
+                               * default; 0: a fixed length) */
     vs_type draft_kv_type;    /* --draft-kv-type: the drafter's cache (default VS_TYPE_BF16) */
     bool compare;             /* --compare */
     const char *json_path;    /* --json FILE: the run as one JSON object ('-' = standard output) */

@@ -28,9 +28,11 @@
 #define VS_TP_SPIN_SECONDS 0.00001
 #define VS_TP_MAX_SHARES 0xffff
 /* Oversubscribed cores: when the caller, done with the shares it could claim, waits longer than
- * VS_TP_STRAGGLE_SECONDS and longer than its own part of the job for shares another thread claimed, that
- * thread was descheduled mid-share (a quiet machine never shows it: shares run at the same speed on every
- * core). The caller then runs the next jobs alone for VS_TP_SOLO_SECONDS, and tries the workers again.
+ * VS_TP_STRAGGLE_SECONDS and longer than twice its own part of the job for shares another thread claimed,
+ * that thread was descheduled mid-share (a quiet machine never shows it: shares run at the same speed on
+ * every core). Only jobs split finer than the pool (n_shares > threads: the matrix products, near-equal
+ * shares) are judged: a job of one share per thread may split its work unevenly (an empty share), and
+ * then a long wait says nothing. The caller then runs the next jobs alone for VS_TP_SOLO_SECONDS, and tries the workers again.
  * Decoding is memory-bound (one thread reads ~90% of what two do), so beside another busy process one
  * thread on a core of its own beats two threads sharing cores with it. Measured in docs/kernels.md. */
 #define VS_TP_STRAGGLE_SECONDS 0.001
@@ -218,7 +220,7 @@ void vs_threadpool_run_shares(vs_threadpool *tp, vs_task_fn fn, void *ctx, int n
         atomic_store(&tp->caller_sleeping, false);
         pthread_mutex_unlock(&tp->mu);
     }
-    if (t_own > 0.0) {
+    if (t_own > 0.0 && n_shares > tp->n_threads) {
         const double now = vs_time_now(), waited = now - t_own;
         if (waited > VS_TP_STRAGGLE_SECONDS && waited > 2.0 * (t_own - t_start)) {
             tp->solo_until = now + VS_TP_SOLO_SECONDS;

@@ -24,9 +24,10 @@ void vs_threadpool_run(vs_threadpool *tp, vs_task_fn fn, void *ctx);
  * the load when a thread is slowed (shared cores) at the cost of one atomic claim per share. A share's
  * result must not depend on which thread or how many threads run the others. */
 void vs_threadpool_run_shares(vs_threadpool *tp, vs_task_fn fn, void *ctx, int n_shares);
-/* Oversubscribed cores: when a job's caller waits for a share another thread claimed longer than 0.3 ms
- * and longer than its own part took (that thread was descheduled), the caller runs the jobs of the next
- * 20 ms alone, then tries the workers again. How often that happened: */
+/* Oversubscribed cores: when the caller of a job of more shares than threads waits for a share another
+ * thread claimed longer than 1 ms and longer than twice its own part took (that thread was descheduled),
+ * the caller runs the jobs of the next 20 ms alone, then tries the workers again. How often that
+ * happened: */
 int64_t vs_threadpool_solo_count(const vs_threadpool *tp);
 /* Splits [0, n) into nth contiguous chunks aligned to `align`; chunk ith is [*lo, *hi). */
 void vs_split_range(int64_t n, int ith, int nth, int64_t align, int64_t *lo, int64_t *hi);

@@ -753,7 +753,10 @@ static vs_status en_propose(vs_spec_drafter *base, const vs_spec_limits *lim, vs
     int32_t got = 0;
     if ((st = dist(d, d->logits, 0, out, &q, err))) return st;
     if ((st = pick(d, d->logits, q, W, out->token, &got, err))) return st;
-    if (d->p_min > 0 && !confident(d, d->logits, q, out->token[0])) return VS_OK; /* nothing proposed */
+    if (d->p_min > 0 && !confident(d, d->logits, q, out->token[0])) { /* nothing proposed */
+        d->k = 0;
+        return VS_OK;
+    }
     W = got;
     d->wcur = W;
     for (int32_t b = 0; b < W; b++) {
@@ -804,7 +807,10 @@ static vs_status en_propose(vs_spec_drafter *base, const vs_spec_limits *lim, vs
             out->q_row[node] = d->greedy ? -1 : node;
             stop = d->p_min > 0 && !confident(d, lg, q, out->token[node]); /* chains: W = 1 */
         }
-        if (stop) break; /* the chain ends before its first unconfident token */
+        if (stop) { /* the chain ends before its first unconfident token */
+            d->k = j;
+            break;
+        }
         out->n = (j + 1) * W;
     }
     /* node x (depth-major) sits in slot x when its depth was fed (the last proposed depth is fed only when

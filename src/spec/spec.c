@@ -310,7 +310,8 @@ struct vs_spec {
     void *verify_ctx;
     vs_threadpool *tp;
     const vs_tokenizer *tok;
-    int32_t eog[8], n_eog; /* the tokenizer's end-of-generation tokens (first 8), for --ignore-eos */
+    int32_t eog[32], n_eog; /* the tokenizer's end-of-generation tokens, for --ignore-eos */
+    bool eog_more;          /* more than 32 of them: ban_eog asks the tokenizer for every token */
     int32_t n_vocab, n_embd, n_ctx, n_batch;
     int64_t *hist;       /* [n_ctx] key of each cached row (vs_spec_segment_key; a token id after the
                           * prompt) */
@@ -357,8 +358,11 @@ vs_spec *vs_spec_new(vs_lm *target, const vs_spec_config *cfg, vs_error *err) {
     s->lm = target;
     s->tp = cfg->tp;
     s->tok = cfg->tok;
-    for (int32_t t = 0; s->tok && t < vs_tokenizer_n_vocab(s->tok) && s->n_eog < 8; t++)
-        if (vs_tokenizer_is_eog(s->tok, t)) s->eog[s->n_eog++] = t;
+    for (int32_t t = 0; s->tok && t < vs_tokenizer_n_vocab(s->tok); t++)
+        if (vs_tokenizer_is_eog(s->tok, t)) {
+            if (s->n_eog < (int32_t)VS_ARRAY_LEN(s->eog)) s->eog[s->n_eog++] = t;
+            else s->eog_more = true;
+        }
     s->n_vocab = c->n_vocab;
     s->n_embd = c->n_embd;
     s->n_ctx = cfg->kv ? vs_kv_n_ctx(cfg->kv) : cfg->n_ctx > 0 ? cfg->n_ctx : c->n_ctx_train;
@@ -594,8 +598,15 @@ static bool is_eog(const vs_spec *s, const vs_spec_params *pr, int32_t t) {
  * any other mismatch, so the output stays the target's own. */
 static void ban_eog(const vs_spec *s, const vs_spec_params *pr, float *logits, int32_t n_rows) {
     if (!pr->ignore_eos) return;
-    for (int32_t r = 0; r < n_rows; r++)
-        for (int32_t i = 0; i < s->n_eog; i++) logits[(size_t)r * (size_t)s->n_vocab + s->eog[i]] = -INFINITY;
+    for (int32_t r = 0; r < n_rows; r++) {
+        float *lg = logits + (size_t)r * (size_t)s->n_vocab;
+        if (s->eog_more) {
+            for (int32_t t = 0; t < s->n_vocab && t < vs_tokenizer_n_vocab(s->tok); t++)
+                if (vs_tokenizer_is_eog(s->tok, t)) lg[t] = -INFINITY;
+        } else {
+            for (int32_t i = 0; i < s->n_eog; i++) lg[s->eog[i]] = -INFINITY;
+        }
+    }
 }
 
 /* Checks a proposal against the limits (node count, token range, parents before children, depth =

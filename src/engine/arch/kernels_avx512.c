@@ -97,13 +97,16 @@ void vs_mm_avx512(const vs_mm_job *jb, int64_t o0, int64_t o1) {
     const int64_t rb = VS_MAX(RT, (int64_t)((512 << 10) / VS_MAX(xrow, (size_t)1)) / RT * RT);
     for (int64_t rb0 = 0; rb0 < jb->n_rows; rb0 += rb) {
         const int64_t rb1 = VS_MIN(jb->n_rows, rb0 + rb);
-        /* the block's rows in ceil(rows / RT) groups of nearly equal size (16 rows: 6, 5, 5) */
-        const int64_t ng = (rb1 - rb0 + RT - 1) / RT, per = (rb1 - rb0 + ng - 1) / ng;
+        /* the block's rows in ng = ceil(rows / RT) groups of nearly equal size: the first rows % ng groups
+         * one row more (16 rows: 6, 5, 5; 31: 6, 5, 5, 5, 5, 5) */
+        const int64_t nr = rb1 - rb0, ng = (nr + RT - 1) / RT, base = nr / ng, extra = nr % ng;
         for (int64_t o = o0; o < o1; o += 4)
-            for (int64_t r0 = rb0; r0 < rb1; r0 += per) {
-                const bool pf = r0 == rb0 && o + 4 * (PF_GROUPS + 1) <= o1;
+            for (int64_t g = 0, r0 = rb0; g < ng; g++) {
+                const int R = (int)(base + (g < extra ? 1 : 0));
+                const bool pf = g == 0 && o + 4 * (PF_GROUPS + 1) <= o1;
                 mm_float_block(jb, o, r0, pf ? jb->w + (o + 4 * PF_GROUPS) * jb->w_row_bytes : NULL,
-                               (int)VS_MIN(4, o1 - o), (int)VS_MIN(per, rb1 - r0));
+                               (int)VS_MIN(4, o1 - o), R);
+                r0 += R;
             }
     }
 }
