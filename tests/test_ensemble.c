@@ -814,8 +814,8 @@ static void test_cli(void) {
     /* MTCP, inverse KL, captions from a file, trace; a fixed draft length (these random models are never as
      * sure as the default adaptive length wants, and would draft nothing) */
     int rc =
-        vt_run("%s generate --raw -m %s --mmproj %s -md %s --mmproj-draft %s --draft 4 --draft-p-min 0 --draft-mode m,t,c,p "
-               "--weights inv-kl --weights-tau 0.5 --history 8 --pool 2 --captions %s --trace-weights %s "
+        vt_run("%s generate --raw -m %s --mmproj %s -md %s --mmproj-draft %s --draft 4 --draft-p-min 0 "
+               "--draft-mode m,t,c,p --weights inv-kl --weights-tau 0.5 --history 8 --pool 2 --captions %s --trace-weights %s "
                "--image %s --image %s -p %s -n 24 --temp 0 --compare --json - > %s 2>&1",
                vt_cli(), T, TM, D, DM, CAP, TR, I0, I1, P, OUT);
     VT_CHECK(rc == 0 && st_file_has(OUT, "\"identical\":true") &&

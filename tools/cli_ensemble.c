@@ -202,7 +202,8 @@ static int check_usage(const char *cmd, const vs_cli_spec_opts *s, const vs_cli_
     if (s->tree_top_k > 0 && s->tree_width > 1)
         return cli_fail(cmd, "--tree-top-k (EAGLE-2 trees) and --tree-width (width trees) exclude each other"), 2;
     if (s->p_min > 0 && (s->tree_top_k > 0 || s->tree_width > 1))
-        return cli_fail(cmd, "--draft-p-min (the adaptive draft length) is for chains: drop --tree-width / --tree-top-k"), 2;
+        return cli_fail(cmd, "--draft-p-min (the adaptive draft length) is for chains: drop --tree-width / "
+                             "--tree-top-k"), 2;
     if (s->method && strchr(s->method, '@') && (s->tree_width > 1 || s->tree_top_k > 0))
         return cli_fail(cmd, "--method %s names its tree shape: drop --tree-width / --tree-top-k / --tree-nodes",
                         s->method), 2;

@@ -653,7 +653,8 @@ static void matmul_impl(vs_threadpool *tp, vs_type wtype, const void *w, const v
 #ifdef VS_HAVE_OPENBLAS
     /* F16 / BF16 on AMX-BF16 tiles beat sgemm at every size (kbench, 1408 x 512, one thread: 256 rows 1.9 vs
      * 5.8 ms CPU) and stay batch-invariant: no BLAS for them */
-    if (use_blas(wtype, isa_current(), n_rows, isa_current() == VS_ISA_AMX && use_amx_bf16(wtype, n_out, n_in, flags)) &&
+    const bool amxbf = isa_current() == VS_ISA_AMX && use_amx_bf16(wtype, n_out, n_in, flags);
+    if (use_blas(wtype, isa_current(), n_rows, amxbf) &&
         matmul_blas(tp, wtype, w, n_out, n_in, x, n_rows, y))
         return;
 #endif

@@ -32,9 +32,10 @@
  * that thread was descheduled mid-share (a quiet machine never shows it: shares run at the same speed on
  * every core). Only jobs split finer than the pool (n_shares > threads: the matrix products, near-equal
  * shares) are judged: a job of one share per thread may split its work unevenly (an empty share), and
- * then a long wait says nothing. The caller then runs the next jobs alone for VS_TP_SOLO_SECONDS, and tries the workers again.
- * Decoding is memory-bound (one thread reads ~90% of what two do), so beside another busy process one
- * thread on a core of its own beats two threads sharing cores with it. Measured in docs/kernels.md. */
+ * then a long wait says nothing. The caller then runs the next jobs alone for VS_TP_SOLO_SECONDS, and
+ * tries the workers again. Decoding is memory-bound (one thread reads ~90% of what two do), so beside
+ * another busy process one thread on a core of its own beats two threads sharing cores with it. Measured
+ * in docs/kernels.md. */
 #define VS_TP_STRAGGLE_SECONDS 0.001
 #define VS_TP_SOLO_SECONDS 0.02
 

@@ -256,8 +256,8 @@ void vs_method_names(char *buf, size_t cap) {
     snprintf(buf + l, cap - l,
              "; token trees: NAME@wD (width D, 2..%d) or NAME@kK[nN] (EAGLE-2, K 1..%d, N 1..%d); dream's visual "
              "token compression: NAME@vP or NAME@kK[nN]vP (keep P%% of each image's rows, 1..100); adaptive draft "
-             "length of the small-LM drafters' chains: NAME@pP (stop before a drafted token below P%%, 1..99; default %d; "
-             "@p0 fixed)",
+             "length of the small-LM drafters' chains: NAME@pP (stop before a drafted token below P%%, 1..99; "
+             "default %d; @p0 fixed)",
              VS_DRAFT_ENS_MAX_WIDTH, VS_TREE_MAX_TOP_K, VS_TREE_MAX_NODES, VS_P_MIN_DEFAULT);
 }
 
