@@ -60,12 +60,6 @@ struct vs_train_dream {
     bool have_forward;
 };
 
-static float *take(float **cur, size_t n) {
-    float *p = *cur;
-    *cur += (n + 15) & ~(size_t)15;
-    return p;
-}
-
 vs_train_dream *vs_train_dream_new(const vs_dream_shape *shape, const float *lm_head, int max_B, int max_T,
                                    vs_error *err) {
     if (vs_dream_shape_check(shape, err)) return NULL;
@@ -86,16 +80,11 @@ vs_train_dream *vs_train_dream_new(const vs_dream_shape *shape, const float *lm_
     m->C = shape->width, m->H = shape->n_head, m->KVH = m->s.n_head_kv, m->D = m->C / m->H;
     m->HD = m->H * m->D, m->KVD = m->KVH * m->D, m->F = shape->n_ff, m->V = shape->n_vocab;
     vs_train_tensor t[VS_DREAM_N_TENSORS];
-    memset(t, 0, sizeof(t));
     for (int i = 0; i < VS_DREAM_N_TENSORS; i++) {
         int64_t ne[2];
         int nd;
         vs_dream_tensor_ne(&m->s, i, ne, &nd);
-        snprintf(t[i].name, sizeof(t[i].name), "%s", vs_dream_tensor_name(i));
-        t[i].ndim = nd;
-        if (nd == 1) t[i].shape[0] = ne[0];
-        else t[i].shape[0] = ne[1], t[i].shape[1] = ne[0]; /* row-major (outputs, inputs) */
-        t[i].decay = nd == 2;
+        vs_train_tensor_from_ne(&t[i], vs_dream_tensor_name(i), ne, nd);
     }
     if (vs_train_params_init(&m->params, t, VS_DREAM_N_TENSORS, err)) {
         vs_free(m);
@@ -134,26 +123,26 @@ vs_train_dream *vs_train_dream_new(const vs_dream_shape *shape, const float *lm_
     blk *bs[2] = {&m->b1, &m->b3};
     for (int i = 0; i < 2; i++) {
         blk *b = bs[i];
-        b->ln1 = take(&c, N * C), b->r1 = take(&c, N), b->q = take(&c, N * HD), b->k = take(&c, N * KVD);
-        b->v = take(&c, N * KVD), b->att = take(&c, att), b->atty = take(&c, N * HD), b->res1 = take(&c, N * C);
-        b->ln2 = take(&c, N * C), b->r2 = take(&c, N), b->gate = take(&c, N * F), b->up = take(&c, N * F);
-        b->hmid = take(&c, N * F), b->out = take(&c, N * C);
+        b->ln1 = vs_train_take(&c, N * C), b->r1 = vs_train_take(&c, N), b->q = vs_train_take(&c, N * HD), b->k = vs_train_take(&c, N * KVD);
+        b->v = vs_train_take(&c, N * KVD), b->att = vs_train_take(&c, att), b->atty = vs_train_take(&c, N * HD), b->res1 = vs_train_take(&c, N * C);
+        b->ln2 = vs_train_take(&c, N * C), b->r2 = vs_train_take(&c, N), b->gate = vs_train_take(&c, N * F), b->up = vs_train_take(&c, N * F);
+        b->hmid = vs_train_take(&c, N * F), b->out = vs_train_take(&c, N * C);
     }
-    m->x0 = take(&c, N * C);
-    m->xln = take(&c, N * C), m->xr1 = take(&c, N), m->qraw = take(&c, N * HD), m->qn = take(&c, N * HD);
-    m->qrs = take(&c, NH), m->kin = take(&c, N * C), m->kraw = take(&c, N * KVD), m->kn = take(&c, N * KVD);
-    m->krs = take(&c, NKV), m->xv = take(&c, N * KVD), m->xatt = take(&c, att), m->xatty = take(&c, N * HD);
-    m->o = take(&c, N * C), m->x2 = take(&c, N * C), m->fln = take(&c, N * C), m->fr = take(&c, N);
-    m->xgate = take(&c, N * F), m->xup = take(&c, N * F), m->xhmid = take(&c, N * F), m->mo = take(&c, N * C);
-    m->x2b = take(&c, N * C), m->dn = take(&c, N * C), m->fr3 = take(&c, N), m->tmp = take(&c, N * C);
-    m->rope_cs = take(&c, (size_t)max_T * m->D);
-    m->lw = take(&c, N), m->pred = take(&c, N * C), m->tgt = take(&c, N * C), m->mpred = take(&c, N * C);
-    m->mtgt = take(&c, N * C), m->lg = take(&c, N * V), m->probs = take(&c, N * V), m->tprobs = take(&c, N * V);
-    m->dpred = take(&c, N * C), m->dmpred = take(&c, N * C), m->dlg = take(&c, N * V), m->dx = take(&c, N * C);
-    m->dln = take(&c, N * C), m->dtmp = take(&c, N * C);
-    m->dq = take(&c, N * HD), m->dk = take(&c, N * KVD), m->dv = take(&c, N * KVD), m->dqr = take(&c, N * HD);
-    m->dkr = take(&c, N * KVD), m->datty = take(&c, N * HD), m->datt = take(&c, att);
-    m->dgate = take(&c, N * F), m->dup = take(&c, N * F), m->dh = take(&c, N * F);
+    m->x0 = vs_train_take(&c, N * C);
+    m->xln = vs_train_take(&c, N * C), m->xr1 = vs_train_take(&c, N), m->qraw = vs_train_take(&c, N * HD), m->qn = vs_train_take(&c, N * HD);
+    m->qrs = vs_train_take(&c, NH), m->kin = vs_train_take(&c, N * C), m->kraw = vs_train_take(&c, N * KVD), m->kn = vs_train_take(&c, N * KVD);
+    m->krs = vs_train_take(&c, NKV), m->xv = vs_train_take(&c, N * KVD), m->xatt = vs_train_take(&c, att), m->xatty = vs_train_take(&c, N * HD);
+    m->o = vs_train_take(&c, N * C), m->x2 = vs_train_take(&c, N * C), m->fln = vs_train_take(&c, N * C), m->fr = vs_train_take(&c, N);
+    m->xgate = vs_train_take(&c, N * F), m->xup = vs_train_take(&c, N * F), m->xhmid = vs_train_take(&c, N * F), m->mo = vs_train_take(&c, N * C);
+    m->x2b = vs_train_take(&c, N * C), m->dn = vs_train_take(&c, N * C), m->fr3 = vs_train_take(&c, N), m->tmp = vs_train_take(&c, N * C);
+    m->rope_cs = vs_train_take(&c, (size_t)max_T * m->D);
+    m->lw = vs_train_take(&c, N), m->pred = vs_train_take(&c, N * C), m->tgt = vs_train_take(&c, N * C), m->mpred = vs_train_take(&c, N * C);
+    m->mtgt = vs_train_take(&c, N * C), m->lg = vs_train_take(&c, N * V), m->probs = vs_train_take(&c, N * V), m->tprobs = vs_train_take(&c, N * V);
+    m->dpred = vs_train_take(&c, N * C), m->dmpred = vs_train_take(&c, N * C), m->dlg = vs_train_take(&c, N * V), m->dx = vs_train_take(&c, N * C);
+    m->dln = vs_train_take(&c, N * C), m->dtmp = vs_train_take(&c, N * C);
+    m->dq = vs_train_take(&c, N * HD), m->dk = vs_train_take(&c, N * KVD), m->dv = vs_train_take(&c, N * KVD), m->dqr = vs_train_take(&c, N * HD);
+    m->dkr = vs_train_take(&c, N * KVD), m->datty = vs_train_take(&c, N * HD), m->datt = vs_train_take(&c, att);
+    m->dgate = vs_train_take(&c, N * F), m->dup = vs_train_take(&c, N * F), m->dh = vs_train_take(&c, N * F);
     vs_train_rope_table(m->rope_cs, max_T, m->D, m->s.rope_base);
     return m;
 }
@@ -263,15 +252,21 @@ static void cross_forward(vs_train_dream *m, vs_threadpool *tp, const float *in)
 }
 
 /* Block 2's backward in place: m->dx holds d(x2b) and becomes d(in). */
+/* A gated residual y = x + tanh(g) b backwards: the gate's gradient gets (1 - tanh(g)^2) sum(dy b) (summed
+ * in double) and db = tanh(g) dy goes to dtmp. */
+static void gate_backward(const float *dy, const float *b, float tg, size_t n, float *dtmp, float *dg) {
+    double s = 0;
+    for (size_t i = 0; i < n; i++) s += (double)dy[i] * b[i], dtmp[i] = tg * dy[i];
+    *dg += (float)((1.0 - (double)tg * tg) * s);
+}
+
 static void cross_backward(vs_train_dream *m, vs_threadpool *tp, const float *in) {
     const int N = m->B * m->T, C = m->C, H = m->H, KVH = m->KVH, D = m->D, HD = m->HD, KVD = m->KVD, F = m->F;
     float *const *w = m->w + T_X, *const *g = m->g + T_X;
     const float ga = tanhf(w[X_AG][0]), gf = tanhf(w[X_FG][0]);
     const size_t NC = (size_t)N * C;
     /* x2b = x2 + tanh(g_f) mo */
-    double s = 0;
-    for (size_t i = 0; i < NC; i++) s += (double)m->dx[i] * m->mo[i], m->dtmp[i] = gf * m->dx[i];
-    g[X_FG][0] += (float)((1.0 - (double)gf * gf) * s);
+    gate_backward(m->dx, m->mo, gf, NC, m->dtmp, &g[X_FG][0]);
     zero(tp, m->dh, (size_t)N * F);
     vs_train_linear_backward(tp, m->dh, g[X_DOWN], NULL, m->dtmp, m->xhmid, w[X_DOWN], N, F, C);
     zero(tp, m->dgate, (size_t)N * F);
@@ -282,9 +277,7 @@ static void cross_backward(vs_train_dream *m, vs_threadpool *tp, const float *in
     vs_train_linear_backward(tp, m->dln, g[X_UP], NULL, m->dup, m->fln, w[X_UP], N, C, F);
     vs_train_rmsnorm_backward_tp(tp, m->dx, g[X_FN], m->dln, m->x2, w[X_FN], m->fr, N, C);
     /* x2 = in + tanh(g_a) o */
-    s = 0;
-    for (size_t i = 0; i < NC; i++) s += (double)m->dx[i] * m->o[i], m->dtmp[i] = ga * m->dx[i];
-    g[X_AG][0] += (float)((1.0 - (double)ga * ga) * s);
+    gate_backward(m->dx, m->o, ga, NC, m->dtmp, &g[X_AG][0]);
     zero(tp, m->datty, (size_t)N * HD);
     vs_train_linear_backward(tp, m->datty, g[X_O], NULL, m->dtmp, m->xatty, w[X_O], N, HD, C);
     zero(tp, m->dq, (size_t)N * HD);

@@ -48,12 +48,6 @@ struct vs_train_msd {
     bool have_forward;
 };
 
-static float *take(float **cur, size_t n) {
-    float *p = *cur;
-    *cur += (n + 15) & ~(size_t)15;
-    return p;
-}
-
 vs_train_msd *vs_train_msd_new(const vs_msd_shape *shape, const float *lm_head, int max_B, int max_T,
                                vs_error *err) {
     if (vs_msd_shape_check(shape, err)) return NULL;
@@ -74,16 +68,11 @@ vs_train_msd *vs_train_msd_new(const vs_msd_shape *shape, const float *lm_head, 
     m->C = shape->width, m->H = shape->n_head, m->KVH = m->s.n_head_kv, m->D = m->C / m->H;
     m->HD = m->H * m->D, m->KVD = m->KVH * m->D, m->F = shape->n_ff, m->V = shape->n_vocab;
     vs_train_tensor t[VS_MSD_N_TENSORS];
-    memset(t, 0, sizeof(t));
     for (int i = 0; i < VS_MSD_N_TENSORS; i++) {
         int64_t ne[2];
         int nd;
         vs_msd_tensor_ne(&m->s, i, ne, &nd);
-        snprintf(t[i].name, sizeof(t[i].name), "%s", vs_msd_tensor_name(i));
-        t[i].ndim = nd;
-        if (nd == 1) t[i].shape[0] = ne[0];
-        else t[i].shape[0] = ne[1], t[i].shape[1] = ne[0]; /* row-major (outputs, inputs) */
-        t[i].decay = nd == 2;
+        vs_train_tensor_from_ne(&t[i], vs_msd_tensor_name(i), ne, nd);
     }
     if (vs_train_params_init(&m->params, t, VS_MSD_N_TENSORS, err)) {
         vs_free(m);
@@ -112,16 +101,16 @@ vs_train_msd *vs_train_msd_new(const vs_msd_shape *shape, const float *lm_head, 
         return NULL;
     }
     float *c = m->arena;
-    m->cat = take(&c, N * 2 * C), m->x = take(&c, N * C), m->q = take(&c, N * HD), m->k = take(&c, N * KVD);
-    m->v = take(&c, N * KVD), m->att = take(&c, att), m->atty = take(&c, N * HD), m->res1 = take(&c, N * C);
-    m->ln2 = take(&c, N * C), m->r2 = take(&c, N), m->gate = take(&c, N * F), m->up = take(&c, N * F);
-    m->hmid = take(&c, N * F), m->out = take(&c, N * C), m->tmp = take(&c, N * C);
-    m->rope_cs = take(&c, (size_t)max_T * m->D), m->lw = take(&c, N), m->pred = take(&c, N * C);
-    m->tgt = take(&c, N * C), m->lg = take(&c, N * V), m->probs = take(&c, N * V), m->tprobs = take(&c, N * V);
-    m->dpred = take(&c, N * C), m->dlg = take(&c, N * V), m->dx = take(&c, N * C), m->dln = take(&c, N * C);
-    m->dq = take(&c, N * HD), m->dk = take(&c, N * KVD), m->dv = take(&c, N * KVD), m->dqr = take(&c, N * HD);
-    m->dkr = take(&c, N * KVD), m->datty = take(&c, N * HD), m->datt = take(&c, att);
-    m->dgate = take(&c, N * F), m->dup = take(&c, N * F), m->dh = take(&c, N * F);
+    m->cat = vs_train_take(&c, N * 2 * C), m->x = vs_train_take(&c, N * C), m->q = vs_train_take(&c, N * HD), m->k = vs_train_take(&c, N * KVD);
+    m->v = vs_train_take(&c, N * KVD), m->att = vs_train_take(&c, att), m->atty = vs_train_take(&c, N * HD), m->res1 = vs_train_take(&c, N * C);
+    m->ln2 = vs_train_take(&c, N * C), m->r2 = vs_train_take(&c, N), m->gate = vs_train_take(&c, N * F), m->up = vs_train_take(&c, N * F);
+    m->hmid = vs_train_take(&c, N * F), m->out = vs_train_take(&c, N * C), m->tmp = vs_train_take(&c, N * C);
+    m->rope_cs = vs_train_take(&c, (size_t)max_T * m->D), m->lw = vs_train_take(&c, N), m->pred = vs_train_take(&c, N * C);
+    m->tgt = vs_train_take(&c, N * C), m->lg = vs_train_take(&c, N * V), m->probs = vs_train_take(&c, N * V), m->tprobs = vs_train_take(&c, N * V);
+    m->dpred = vs_train_take(&c, N * C), m->dlg = vs_train_take(&c, N * V), m->dx = vs_train_take(&c, N * C), m->dln = vs_train_take(&c, N * C);
+    m->dq = vs_train_take(&c, N * HD), m->dk = vs_train_take(&c, N * KVD), m->dv = vs_train_take(&c, N * KVD), m->dqr = vs_train_take(&c, N * HD);
+    m->dkr = vs_train_take(&c, N * KVD), m->datty = vs_train_take(&c, N * HD), m->datt = vs_train_take(&c, att);
+    m->dgate = vs_train_take(&c, N * F), m->dup = vs_train_take(&c, N * F), m->dh = vs_train_take(&c, N * F);
     vs_train_rope_table(m->rope_cs, max_T, m->D, m->s.rope_base);
     return m;
 }

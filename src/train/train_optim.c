@@ -12,6 +12,15 @@
 /* ---------------------------------------------------------------------------------------------- */
 /* Parameter sets */
 
+void vs_train_tensor_from_ne(vs_train_tensor *t, const char *name, const int64_t ne[2], int nd) {
+    memset(t, 0, sizeof(*t));
+    snprintf(t->name, sizeof(t->name), "%s", name);
+    t->ndim = nd;
+    if (nd == 1) t->shape[0] = ne[0];
+    else t->shape[0] = ne[1], t->shape[1] = ne[0]; /* row-major (outputs, inputs) */
+    t->decay = nd == 2;
+}
+
 vs_status vs_train_params_init(vs_train_params *p, const vs_train_tensor *tensors, int n_tensors,
                                vs_error *err) {
     memset(p, 0, sizeof(*p));

@@ -41,6 +41,16 @@ typedef struct vs_train_params {
     bool frozen[VS_TRAIN_MAX_GROUPS];    /* group g is not trained */
 } vs_train_params;
 
+/* A table entry from a GGUF-style tensor (ne[0] the fastest dimension, nd of ne used): 2-D tensors become
+ * row-major (ne[1] outputs, ne[0] inputs) with weight decay, 1-D ones (norms, gates) without; group 0. */
+void vs_train_tensor_from_ne(vs_train_tensor *t, const char *name, const int64_t ne[2], int nd);
+/* Bump allocation from a scratch buffer: n floats at *cur, *cur advanced to the next 64-byte boundary. */
+static inline float *vs_train_take(float **cur, size_t n) {
+    float *p = *cur;
+    *cur += (n + 15) & ~(size_t)15;
+    return p;
+}
+
 /* Copies the table, lays the tensors out in order and allocates the four buffers (zeroed). */
 vs_status vs_train_params_init(vs_train_params *p, const vs_train_tensor *tensors, int n_tensors,
                                vs_error *err);
