@@ -717,8 +717,8 @@ static void test_kquant(vs_isa best, vs_threadpool **pools) {
     static const vs_type kt[] = {VS_TYPE_Q4_K, VS_TYPE_Q5_K, VS_TYPE_Q6_K};
     vs_rng rng;
     vs_rng_seed(&rng, 4242);
-    int twin_bad = 0, inv_bad = 0, runs = 0, xk_bad = 0;
-    double worst_ref = 0;
+    int twin_bad = 0, inv_bad = 0, runs = 0, xk_bad = 0, x16_layout_bad = 0, x16_bad = 0, x16_runs = 0;
+    double worst_ref = 0, worst_x16 = 0;
     for (size_t ti = 0; ti < VS_ARRAY_LEN(kt); ti++) {
         const vs_type t = kt[ti];
         const int64_t n_out = ti == 1 ? 19 : 37, n_in = 256 * (int64_t)(1 + ti), R = 65;
@@ -733,7 +733,9 @@ static void test_kquant(vs_isa best, vs_threadpool **pools) {
         }
         if (best >= VS_ISA_AVX2) xk_bad += memcmp(xq, xq2, (size_t)R * xrb) != 0;
         float *yr = malloc(sizeof(float) * (size_t)(R * n_out)), *y = malloc(sizeof(float) * (size_t)(R * n_out));
+        float *yx = malloc(sizeof(float) * (size_t)(R * n_out));
         vs_matmul_ref(t, p.w, n_out, n_in, p.x, R, yr);
+        vs_matmul_x16_ref(t, p.w, n_out, n_in, p.x, R, yx);
         for (int64_t r = 0; r < R; r++) {
             const int8_t *q = (const int8_t *)(xq + r * xrb);
             const float *d = (const float *)(xq + r * xrb + vs_xk_d_offset(n_in));
@@ -755,6 +757,10 @@ static void test_kquant(vs_isa best, vs_threadpool **pools) {
                 worst_ref = fmax(worst_ref, e);
                 VT_CHECK(e <= 1.0, "%s twin row %lld out %lld: %.9g vs double %.9g (S' %g)", vs_type_name(t),
                          (long long)r, (long long)o, yr[r * n_out + o], s, a);
+                e = fabs((double)yx[r * n_out + o] - s) / (TOL_KQ * a + 1e-30); /* the x16 kernels' steps */
+                worst_x16 = fmax(worst_x16, e);
+                VT_CHECK(e <= 1.0, "%s x16 twin row %lld out %lld: %.9g vs double %.9g (S' %g)", vs_type_name(t),
+                         (long long)r, (long long)o, yx[r * n_out + o], s, a);
             }
         }
         for (int isa = VS_ISA_SCALAR; isa <= (int)best; isa++) {
@@ -770,13 +776,62 @@ static void test_kquant(vs_isa best, vs_threadpool **pools) {
                 vs_matmul(pools[1], t, p.w, n_out, n_in, p.x + r * n_in, 1, y);
                 inv_bad += memcmp(y, yr + r * n_out, sizeof(float) * (size_t)n_out) != 0;
             }
-            VT_CHECK(!strcmp(vs_matmul_path(t, n_out, n_in, 3, 0), isa >= VS_ISA_AVX2 ? "avx2" : "scalar"),
-                     "%s path on %s: %s", vs_type_name(t), vs_isa_name((vs_isa)isa),
-                     vs_matmul_path(t, n_out, n_in, 3, 0));
+            const char *want = isa >= VS_ISA_AVX512 && vs_x16_wanted(t) ? "avx512-vnni"
+                               : isa >= VS_ISA_AVX2                        ? "avx2"
+                                                                           : "scalar";
+            VT_CHECK(!strcmp(vs_matmul_path(t, n_out, n_in, 3, 0), want), "%s path on %s: %s", vs_type_name(t),
+                     vs_isa_name((vs_isa)isa), vs_matmul_path(t, n_out, n_in, 3, 0));
+            if (isa < VS_ISA_AVX512 || !vs_x16_wanted(t)) continue;
+            /* the x16 copy: its documented layout (values dequantised from it equal the GGUF rows'), then the
+             * kernel that reads it bitwise against vs_matmul_x16_ref, batched and alone */
+            const size_t pb = vs_x16_bytes(t, n_out, n_in), B = pb / (size_t)((n_out + 15) / 16 * (n_in / 256));
+            uint8_t *pk = vs_malloc(pb);
+            memset(pk, 0xa5, pb);
+            vs_x16_pack(t, p.w, n_out, n_in, pk);
+            for (int64_t o = 0; o < (n_out + 15) / 16 * 16; o++)
+                for (int64_t i = 0; i < n_in; i++) {
+                    const uint8_t *sb = pk + (size_t)(o / 16 * (n_in / 256) + i / 256) * B;
+                    const int l = (int)(o % 16), v = (int)(i % 256), c = v / 32, k = (v % 32) / 4, e4 = v % 4;
+                    uint16_t h16;
+                    float val;
+                    if (t == VS_TYPE_Q6_K) {
+                        const int h = c / 4, kk = c % 4;
+                        const uint8_t qlb = sb[1024 * h + 512 * (kk & 1) + 64 * k + 4 * l + e4];
+                        const uint8_t qhb = sb[2048 + 512 * h + 64 * k + 4 * l + e4];
+                        const int code = ((qlb >> (4 * (kk / 2))) & 15) | (((qhb >> (2 * kk)) & 3) << 4);
+                        memcpy(&h16, sb + 3328 + 2 * l, 2);
+                        val = vs_fp16_to_fp32(h16) * (float)(int8_t)sb[3072 + 32 * c + 2 * l + (v % 32) / 16] *
+                              (float)(code - 32);
+                    } else {
+                        const size_t off = t == VS_TYPE_Q5_K ? 2560 : 2048;
+                        int code = (sb[512 * (c / 2) + 64 * k + 4 * l + e4] >> (4 * (c % 2))) & 15;
+                        if (t == VS_TYPE_Q5_K) code |= ((sb[2048 + 64 * k + 4 * l + e4] >> c) & 1) << 4;
+                        uint16_t m16;
+                        memcpy(&h16, sb + off + 256 + 2 * l, 2);
+                        memcpy(&m16, sb + off + 288 + 2 * l, 2);
+                        val = vs_fp16_to_fp32(h16) * (float)sb[off + 16 * c + l] * (float)code -
+                              vs_fp16_to_fp32(m16) * (float)sb[off + 128 + 16 * c + l];
+                    }
+                    const float want_v = o < n_out ? p.wdq[o * n_in + i] : 0.0f;
+                    x16_layout_bad += fabsf(val - want_v) > 1e-6f * (1.0f + fabsf(want_v));
+                }
+            for (int pi = 0; pi < 2; pi++)
+                for (int64_t n = 1; n <= R; n++) {
+                    for (int64_t k = 0; k < n * n_out; k++) y[k] = NAN;
+                    vs_matmul_x16(pools[pi], t, p.w, pk, n_out, n_in, p.x, n, y);
+                    x16_bad += memcmp(y, yx, sizeof(float) * (size_t)(n * n_out)) != 0;
+                    x16_runs++;
+                }
+            for (int64_t r = 0; r < R; r += 7) {
+                vs_matmul_x16(pools[1], t, p.w, pk, n_out, n_in, p.x + r * n_in, 1, y);
+                inv_bad += memcmp(y, yx + r * n_out, sizeof(float) * (size_t)n_out) != 0;
+            }
+            vs_free(pk);
         }
         vs_isa_set_max(VS_ISA_AMX);
         free(y);
         free(yr);
+        free(yx);
         free(xq);
         free(xq2);
         problem_free(&p);
@@ -785,6 +840,11 @@ static void test_kquant(vs_isa best, vs_threadpool **pools) {
     VT_CHECK(twin_bad == 0, "K-quant matmul: %d of %d runs (1..65 rows, 1 and 2 threads, each ISA) differ "
              "bitwise from the twin", twin_bad, runs);
     VT_CHECK(inv_bad == 0, "K-quant matmul: %d single rows differ from their batched results", inv_bad);
+    VT_CHECK(x16_layout_bad == 0, "K-quant x16 copy: %d values differ from the documented layout", x16_layout_bad);
+    VT_CHECK(x16_bad == 0, "K-quant x16 kernel: %d of %d runs differ bitwise from vs_matmul_x16_ref", x16_bad,
+             x16_runs);
+    printf("kernels: K-quant x16 kernel: %d runs bitwise equal to its twin (%d differ); its twin vs double: worst "
+           "|diff| / (%g S') = %.2g\n", x16_runs, x16_bad, TOL_KQ, worst_x16);
     printf("kernels: K-quants (Q4_K/Q5_K/Q6_K): %d runs bitwise equal to the twin (%d differ), single rows %s; "
            "twin vs double with dequantised activations: worst |diff| / (%g S') = %.2g\n",
            runs, twin_bad, inv_bad ? "DIFFER" : "equal", TOL_KQ, worst_ref);

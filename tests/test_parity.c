@@ -5,8 +5,8 @@
  * NAME.f32. Limits (max abs): F32 1e-3, F16 2e-2, Q8_0 1e-1, Q4_0 2e-1 (by the type of blk.0.attn_q).
  * K-quant models run on the AVX2 path (when the CPU has it) with a limit of 1e-5: rmsnorm, attention and
  * the K-quant dots take llama.cpp's AVX2 float steps, so only f32 rounding differences of ~5e-7 remain
- * and no 8-bit activation code flips; on the CPU's best path when that is another one (AVX-512, AMX,
- * scalar), 3e-2. Skips (77) without ../shared; a missing folder is skipped with a message. */
+ * and no 8-bit activation code flips; on the CPU's best path when that is another one (AVX-512 and AMX,
+ * whose K-quant kernel reads the load-time copy with float steps of its own, or scalar), 3e-2. Skips (77) without ../shared; a missing folder is skipped with a message. */
 #include <dirent.h>
 #include <string.h>
 
@@ -72,6 +72,8 @@ static void run_model(const char *dir, const char *stem, vs_threadpool *tp, bool
     VT_REQUIRE(lm, "%s", err.msg);
     const vs_lm_config *c = vs_lm_cfg(lm);
     VT_REQUIRE(c->n_vocab == n_vocab, "%s: n_vocab %d vs %ld", stem, c->n_vocab, n_vocab);
+    if (kquant_set && vs_x16_wanted(c->wtype)) /* AVX-512: the K-quant kernel of the repacked copy is what runs */
+        VT_CHECK(vs_lm_w(lm)->layers[0].w_gate.packed != NULL, "%s: K-quant matrices repacked on this CPU", stem);
     vs_kv *kv = vs_lm_kv_new(lm, 1, np + ng + 1, VS_TYPE_F32, &err);
     VT_REQUIRE(kv, "%s", err.msg);
     float *got = malloc(sizeof(float) * (size_t)rows * n_vocab);

@@ -32,7 +32,7 @@ static void usage(FILE *f) {
             "Columns: median wall time per call; weight bytes / time; 2*out*in*rows / time; ratio to rows=1;\n"
             "weight streaming as a share of the measured bandwidth; cpu_us: median process CPU time per call\n"
             "(with --threads 1 the kernel's own compute time, robust when other processes share the cores);\n"
-            "path: the kernel vs_matmul used (docs/kernels.md, \"vs_matmul paths\"); \"(x16)\": Q8_0 / Q4_0 read\n"
+            "path: the kernel vs_matmul used (docs/kernels.md, \"vs_matmul paths\"); \"(x16)\": quantised weights read\n"
             "from the repacked copy the LM loader makes on AVX-512 VNNI CPUs (VLMSPEC_REPACK=0: the GGUF rows).\n");
 }
 

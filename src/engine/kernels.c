@@ -313,10 +313,25 @@ static float kq_dot_ref(vs_type t, const uint8_t *wr, const uint8_t *xrow, int64
     return vs_kq_acc_result(t, &acc);
 }
 
+/* The same with the float steps of the kernels that read the x16 copy (vs_kq_x16_block). */
+static float kq_dot_x16_ref(vs_type t, const uint8_t *wr, const uint8_t *xrow, int64_t n_in) {
+    const float *dx = (const float *)(xrow + vs_xk_d_offset(n_in));
+    const int16_t *bs = (const int16_t *)(xrow + vs_xk_bsum_offset(n_in));
+    float acc = 0.0f, macc = 0.0f;
+    for (int64_t b = 0; b < n_in / 256; b++) {
+        int32_t sumi[8], m, s = 0;
+        float d, dmin;
+        kblock_idot(t, wr, b, (const int8_t *)xrow + b * 256, bs + b * 16, sumi, &m, &d, &dmin);
+        for (int k = 0; k < 8; k++) s += sumi[k];
+        vs_kq_x16_block(&acc, &macc, d, dmin, dx[b], s, m);
+    }
+    return t == VS_TYPE_Q6_K ? acc : acc + macc;
+}
+
 static bool is_quant(vs_type t) { return t == VS_TYPE_Q8_0 || t == VS_TYPE_Q4_0 || vs_type_is_kquant(t); }
 
-void vs_matmul_ref(vs_type wtype, const void *w, int64_t n_out, int64_t n_in, const float *x,
-                   int64_t n_rows, float *y) {
+static void matmul_ref(vs_type wtype, const void *w, int64_t n_out, int64_t n_in, const float *x, int64_t n_rows,
+                       float *y, bool x16_steps) {
     size_t rb = vs_type_row_bytes(wtype, n_in);
     assert(vs_type_supported(wtype) && (rb > 0 || n_in == 0));
     const uint8_t *wb = w;
@@ -334,7 +349,8 @@ void vs_matmul_ref(vs_type wtype, const void *w, int64_t n_out, int64_t n_in, co
         assert(xq);
         for (int64_t r = 0; r < n_rows; r++) {
             vs_xk_quantize_row_ref(x + r * n_in, n_in, xq);
-            for (int64_t o = 0; o < n_out; o++) y[r * n_out + o] = kq_dot_ref(wtype, wb + o * rb, xq, n_in);
+            for (int64_t o = 0; o < n_out; o++)
+                y[r * n_out + o] = (x16_steps ? kq_dot_x16_ref : kq_dot_ref)(wtype, wb + o * rb, xq, n_in);
         }
         vs_free(xq);
         return;
@@ -355,6 +371,16 @@ void vs_matmul_ref(vs_type wtype, const void *w, int64_t n_out, int64_t n_in, co
             }
         }
     }
+}
+
+void vs_matmul_ref(vs_type wtype, const void *w, int64_t n_out, int64_t n_in, const float *x, int64_t n_rows,
+                   float *y) {
+    matmul_ref(wtype, w, n_out, n_in, x, n_rows, y, false);
+}
+
+void vs_matmul_x16_ref(vs_type wtype, const void *w, int64_t n_out, int64_t n_in, const float *x, int64_t n_rows,
+                       float *y) {
+    matmul_ref(wtype, w, n_out, n_in, x, n_rows, y, vs_type_is_kquant(wtype));
 }
 
 /* The threaded scalar path (ISA cap "scalar"): same math, reading the scalar xq layout. */
@@ -463,8 +489,8 @@ static void quant_rows(mm_ctx *c, int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; r++) {
         const float *xr = c->job.x + r * c->job.n_in;
         uint8_t *dst = c->xq_out + r * c->job.xq_row_bytes;
-        if (vs_type_is_kquant(c->job.wtype)) { /* one layout; the ISA is at most AVX2 (matmul_impl) */
-            if (c->isa == VS_ISA_AVX2) vs_xk_quantize_row_avx2(xr, c->job.n_in, dst);
+        if (vs_type_is_kquant(c->job.wtype)) { /* one layout for every ISA */
+            if (c->isa >= VS_ISA_AVX2) vs_xk_quantize_row_avx2(xr, c->job.n_in, dst);
             else vs_xk_quantize_row_ref(xr, c->job.n_in, dst);
             continue;
         }
@@ -497,7 +523,10 @@ static void mm_task(void *p, int ith, int nth) {
         else if (c->job.n_rows <= amx_vnni_max_rows(c->job.wtype)) vs_mm_amx_vnni(&c->job, o0, o1);
         else vs_mm_amx(&c->job, o0, o1);
         break;
-    case VS_ISA_AVX512: (is_quant(c->job.wtype) ? vs_mm_lanes_vnni : vs_mm_avx512)(&c->job, o0, o1); break;
+    case VS_ISA_AVX512:
+        if (vs_type_is_kquant(c->job.wtype)) vs_mm_kq_lanes(&c->job, o0, o1);
+        else (is_quant(c->job.wtype) ? vs_mm_lanes_vnni : vs_mm_avx512)(&c->job, o0, o1);
+        break;
     case VS_ISA_AVX2: vs_mm_avx2(&c->job, o0, o1); break;
     default: mm_scalar(&c->job, o0, o1); break;
     }
@@ -604,7 +633,8 @@ const char *vs_matmul_path(vs_type wtype, int64_t n_out, int64_t n_in, int64_t n
 #ifdef VS_HAVE_OPENBLAS
     if (use_blas(wtype, isa, n_rows, amxbf)) return "blas";
 #endif
-    if (vs_type_is_kquant(wtype)) return isa >= VS_ISA_AVX2 ? "avx2" : "scalar"; /* AVX-512 kernels: not yet */
+    if (vs_type_is_kquant(wtype)) /* AVX-512: the kernel that reads the x16 copy (which vs_lm makes) */
+        return isa >= VS_ISA_AVX512 && vs_x16_wanted(wtype) ? "avx512-vnni" : isa >= VS_ISA_AVX2 ? "avx2" : "scalar";
     if (isa == VS_ISA_AMX && is_quant(wtype) && n_rows >= amx_min_rows(wtype))
         return n_rows <= amx_vnni_max_rows(wtype) ? "amx-vnni" : "amx-int8";
     if (amxbf) return "amx-bf16";
@@ -668,8 +698,9 @@ static void matmul_impl(vs_threadpool *tp, vs_type wtype, const void *w, const v
     mm_ctx c = {.job = {.wtype = wtype, .w = w, .w_row_bytes = rb, .n_out = n_out, .n_in = n_in,
                         .n_rows = n_rows, .x = x, .y = y},
                 .isa = isa_current(), .q_rows = n_rows};
-    if (vs_type_is_kquant(wtype) && c.isa > VS_ISA_AVX2) c.isa = VS_ISA_AVX2; /* no AVX-512 K kernels yet */
-    if (c.isa >= VS_ISA_AVX512 && (wtype == VS_TYPE_Q4_0 || wtype == VS_TYPE_Q8_0)) c.job.wp = packed;
+    if (vs_type_is_kquant(wtype) && c.isa > VS_ISA_AVX2) /* AVX-512: only from the x16 copy */
+        c.isa = packed ? VS_ISA_AVX512 : VS_ISA_AVX2;
+    if (c.isa >= VS_ISA_AVX512 && is_quant(wtype)) c.job.wp = packed;
     if (c.isa == VS_ISA_AMX &&
         !(is_quant(wtype) ? n_rows >= amx_min_rows(wtype) : use_amx_bf16(wtype, n_out, n_in, flags)))
         c.isa = VS_ISA_AVX512;
@@ -761,14 +792,64 @@ bool vs_x16_wanted(vs_type t) {
     if (e && !strcmp(e, "0")) return false;
     /* the ISA in force (a VLMSPEC_ISA=avx2 run never reads the copy); Q8_0's AMX tiles read the GGUF rows */
     const vs_isa isa = vs_isa_active(), cpu = vs_isa_detect();
-    return t == VS_TYPE_Q4_0 ? isa >= VS_ISA_AVX512 : t == VS_TYPE_Q8_0 && isa >= VS_ISA_AVX512 && cpu == VS_ISA_AVX512;
+    if (t == VS_TYPE_Q4_0 || vs_type_is_kquant(t)) return isa >= VS_ISA_AVX512;
+    return t == VS_TYPE_Q8_0 && isa >= VS_ISA_AVX512 && cpu == VS_ISA_AVX512;
 }
 
 size_t vs_x16_bytes(vs_type t, int64_t n_out, int64_t n_in) {
-    return (size_t)((n_out + 15) / 16) * (size_t)(n_in / 32) * (t == VS_TYPE_Q8_0 ? 544 : 288);
+    return (size_t)((n_out + 15) / 16) * (size_t)(n_in / vs_type_block_size(t)) * vs_x16_block_bytes(t);
+}
+
+/* K-quants: tile tl's super-block b at (tl * nb + b) * B (the layout in kernels.h). */
+static void x16_pack_kquant(vs_type t, const void *w, int64_t n_out, int64_t n_in, uint8_t *dst) {
+    const int64_t nb = n_in / 256;
+    const size_t rb = vs_type_row_bytes(t, n_in), bb = vs_type_block_bytes(t), B = vs_x16_block_bytes(t);
+    static const uint8_t zero[210]; /* the largest K block: a zero block has d = 0 */
+    for (int64_t tl = 0; tl < (n_out + 15) / 16; tl++)
+        for (int64_t b = 0; b < nb; b++) {
+            uint8_t *p = dst + (size_t)(tl * nb + b) * B;
+            if (t == VS_TYPE_Q6_K) memset(p + 3360, 0, B - 3360); /* padding to whole cache lines */
+            for (int l = 0; l < 16; l++) {
+                const int64_t o = 16 * tl + l;
+                const uint8_t *blk = o < n_out ? (const uint8_t *)w + (size_t)o * rb + (size_t)b * bb : zero;
+                if (t == VS_TYPE_Q6_K) {
+                    const vs_block_q6_k *k6 = (const vs_block_q6_k *)blk;
+                    for (int h = 0; h < 2; h++)
+                        for (int k = 0; k < 8; k++) {
+                            for (int s2 = 0; s2 < 2; s2++)
+                                memcpy(p + 1024 * h + 512 * s2 + 64 * k + 4 * l, k6->ql + 64 * h + 32 * s2 + 4 * k, 4);
+                            memcpy(p + 2048 + 512 * h + 64 * k + 4 * l, k6->qh + 32 * h + 4 * k, 4);
+                        }
+                    for (int i = 0; i < 8; i++) memcpy(p + 3072 + 32 * i + 2 * l, k6->scales + 2 * i, 2);
+                    memcpy(p + 3328 + 2 * l, &k6->d, 2);
+                    continue;
+                }
+                const vs_block_q4_k *k4 = (const vs_block_q4_k *)blk; /* d, dmin, scales: the same in Q5_K */
+                const uint8_t *qs = t == VS_TYPE_Q4_K ? k4->qs : ((const vs_block_q5_k *)blk)->qs;
+                for (int j = 0; j < 4; j++)
+                    for (int k = 0; k < 8; k++) memcpy(p + 512 * j + 64 * k + 4 * l, qs + 32 * j + 4 * k, 4);
+                size_t off = 2048;
+                if (t == VS_TYPE_Q5_K) {
+                    for (int k = 0; k < 8; k++) memcpy(p + 2048 + 64 * k + 4 * l, ((const vs_block_q5_k *)blk)->qh + 4 * k, 4);
+                    off = 2560;
+                }
+                for (int j = 0; j < 8; j++) {
+                    int sc, mn;
+                    vs_kq_scale_min(j, k4->scales, &sc, &mn);
+                    p[off + 16 * j + l] = (uint8_t)sc;
+                    p[off + 128 + 16 * j + l] = (uint8_t)mn;
+                }
+                memcpy(p + off + 256 + 2 * l, &k4->d, 2);
+                memcpy(p + off + 288 + 2 * l, &k4->dmin, 2);
+            }
+        }
 }
 
 void vs_x16_pack(vs_type t, const void *w, int64_t n_out, int64_t n_in, void *dst) {
+    if (vs_type_is_kquant(t)) {
+        x16_pack_kquant(t, w, n_out, n_in, dst);
+        return;
+    }
     const int64_t nb = n_in / 32;
     const size_t rb = vs_type_row_bytes(t, n_in), bb = t == VS_TYPE_Q8_0 ? 34 : 18, qb = bb - 2;
     static const uint8_t zero[34];

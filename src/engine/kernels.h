@@ -74,27 +74,44 @@ typedef struct vs_mm_part {
 #define VS_MM_MAX_PARTS 4
 void vs_matmul_multi(vs_threadpool *tp, vs_type wtype, int64_t n_in, const vs_mm_part *parts, int n_parts,
                      const float *x, int64_t n_rows, unsigned flags);
-/* Q8_0 / Q4_0 weights repacked at load time (the "x16" layout) for the kernels whose lanes are the 16
+/* Quantised weights repacked at load time (the "x16" layout) for the kernels whose lanes are the 16
  * outputs of a tile (AVX-512 VNNI and the AMX Q4_0 kernels, docs/kernels.md). On GGUF rows those kernels
  * transpose 16 rows' bytes and gather 16 scales per block; repacked, they load each tile as one linear
- * stream. Tile t (outputs 16t..16t+15; outputs past n_out are zero) of a matrix with nb = n_in / 32 blocks
- * holds nb * B bytes at t * nb * B, B = 544 (Q8_0) or 288 (Q4_0):
+ * stream. Outputs past n_out are zero blocks.
+ * Q8_0 / Q4_0: tile t (outputs 16t..16t+15) of a matrix with nb = n_in / 32 blocks holds nb * B bytes at
+ * t * nb * B, B = 544 (Q8_0) or 288 (Q4_0):
  *   quants: nb x (B - 32) bytes; block b at (B - 32) b: parts of 64 bytes, lane o's 4 bytes of part i =
  *           bytes 4i..4i+3 of output o's block b quants (Q8_0: 8 parts, the int8 values 4i..4i+3 as
  *           stored; Q4_0: 4 parts, values 4i..4i+3 in the low nibbles, 16+4i.. in the high);
  *   scales: nb x 32 bytes at nb * (B - 32): block b's 16 fp16 scales at 32 b, output o at [o].
- * vs_x16_wanted: whether the kernels of the ISA in force (vs_isa_active) read the layout for type t (Q4_0:
- * AVX-512 VNNI or AMX; Q8_0: AVX-512 VNNI on a CPU without AMX, whose Q8_0 tiles read the GGUF rows) and
- * VLMSPEC_REPACK is not 0. */
+ * K-quants (nb = n_in / 256 super-blocks): tile t's super-block b is B bytes at (t * nb + b) * B; "lane o's
+ * dword k" below is 4 bytes at 64 k + 4 o of a 512-byte part.
+ *   Q4_K (B = 2368): qs parts j = 0..3 at 512 j (lane o's dword k = qs[32 j + 4k ..]: chunk 2 j in the low
+ *     nibbles, 2 j + 1 in the high), then at 2048: scales [8][16] and mins [8][16] as bytes (sub-block j,
+ *     output o), fp16 d [16], fp16 dmin [16].
+ *   Q5_K (B = 2880): Q4_K's qs parts, qh at 2048 (lane o's dword k = qh[4k ..]), then Q4_K's scales,
+ *     mins, d and dmin at 2560.
+ *   Q6_K (B = 3392): ql parts (h, s) at 1024 h + 512 s (lane o's dword k = ql[64 h + 32 s + 4k ..]), qh
+ *     parts h at 2048 + 512 h (qh[32 h + 4k ..]), the int8 scale pairs [8][16][2] at 3072 (pair i, output
+ *     o: scales 2i, 2i + 1), fp16 d [16] at 3328, 32 bytes of zeros (whole cache lines).
+ * vs_x16_wanted: whether the kernels of the ISA in force (vs_isa_active) read the layout for type t (Q4_0
+ * and K-quants: AVX-512 VNNI or AMX; Q8_0: AVX-512 VNNI on a CPU without AMX, whose Q8_0 tiles read the
+ * GGUF rows) and VLMSPEC_REPACK is not 0. */
 bool vs_x16_wanted(vs_type t);
 size_t vs_x16_bytes(vs_type t, int64_t n_out, int64_t n_in);
 void vs_x16_pack(vs_type t, const void *w, int64_t n_out, int64_t n_in, void *dst);
-/* vs_matmul of Q8_0 / Q4_0 weights w with their repacked copy `packed` (NULL: plain vs_matmul). Kernels
- * that read the layout take `packed`, with results BITWISE equal to vs_matmul on w (same quantised
- * activations, same integer dots, same float operations); the others read w. Batch invariance as
- * vs_matmul. */
+/* vs_matmul of quantised weights w with their repacked copy `packed` (NULL: plain vs_matmul). Kernels
+ * that read the layout take `packed`; the others read w. Q8_0 / Q4_0: results BITWISE equal to vs_matmul
+ * on w (same quantised activations, same integer dots, same float operations). K-quants: the AVX-512
+ * kernel exists only for the copy and keeps one integer sum per super-block (kernels_arch.h,
+ * vs_kq_x16_block) where vs_matmul keeps llama.cpp's eight lanes, so it is bitwise equal to
+ * vs_matmul_x16_ref, and within float rounding of vs_matmul. Batch invariance as vs_matmul. */
 void vs_matmul_x16(vs_threadpool *tp, vs_type t, const void *w, const void *packed, int64_t n_out, int64_t n_in,
                    const float *x, int64_t n_rows, float *y);
+/* The scalar twin of what vs_matmul_x16 computes where the ISA in force reads the copy (vs_x16_wanted):
+ * vs_matmul_ref with the K-quants' float steps of the x16 kernel. */
+void vs_matmul_x16_ref(vs_type wtype, const void *w, int64_t n_out, int64_t n_in, const float *x, int64_t n_rows,
+                       float *y);
 /* The scalar reference twin (single thread, double accumulation not required). */
 void vs_matmul_ref(vs_type wtype, const void *w, int64_t n_out, int64_t n_in, const float *x,
                    int64_t n_rows, float *y);

@@ -267,12 +267,12 @@ static int lm_mats(vs_lm *lm, vs_lm_mat **out) {
     return n;
 }
 
-/* Q8_0 / Q4_0 matrices read by the 16-output-lane kernels (vs_x16_wanted: AVX-512 VNNI and AMX CPUs): one
+/* Quantised matrices read by the 16-output-lane kernels (vs_x16_wanted: AVX-512 VNNI and AMX CPUs): one
  * x16 copy each (kernels.h; each tile one linear stream, no transpose or scale gather per block), and the
  * mapped GGUF pages released (token_embd's rows are still read by the embedding lookup: a tied output
  * keeps them). VLMSPEC_REPACK=0 turns it off. */
 static vs_status pack_weights(vs_lm *lm, vs_error *err) {
-    if (!vs_x16_wanted(VS_TYPE_Q8_0) && !vs_x16_wanted(VS_TYPE_Q4_0)) return VS_OK;
+    if (!vs_x16_wanted(VS_TYPE_Q8_0) && !vs_x16_wanted(VS_TYPE_Q4_0) && !vs_x16_wanted(VS_TYPE_Q4_K)) return VS_OK;
     vs_lm_mat **mats = vs_malloc(sizeof(vs_lm_mat *) * (size_t)(7 * lm->cfg.n_layer + 1));
     if (!mats) return vs_error_set(err, VS_ERR_NOMEM, "%s: out of memory", vs_gguf_name(lm->g));
     int n = lm_mats(lm, mats);

@@ -60,10 +60,24 @@ static inline float vs_kq_acc_result(vs_type t, const vs_kq_acc *acc) {
     return t == VS_TYPE_Q6_K ? s : s + acc->mins;
 }
 
+/* The float steps of the K-quant kernels that read the x16 copy (vs_mm_kq_lanes and its twin
+ * vs_matmul_x16_ref): per super-block one exact integer S = sum of scale * code * q over the 256 values
+ * (Q6_K minus 32 * sum_j scale_j * bsum_j) and, for Q4_K / Q5_K, m = sum_j min_j * (bsum_2j + bsum_2j+1);
+ * then acc = fma(dx * d, (float)S, acc) and macc = macc + (-dx * dmin) * (float)m (not fused); the result
+ * is acc + macc (Q4_K / Q5_K) or acc (Q6_K). One FMA per super-block instead of vs_kq_acc_block's eight
+ * lanes: with the outputs in vector lanes, eight separately scaled integer sums per output would cost
+ * more than the dot products themselves. */
+static inline void vs_kq_x16_block(float *acc, float *macc, float d, float dmin, float dx, int32_t s, int32_t m) {
+    const float dd = dx * d, dm = -dx * dmin;
+    *acc = fmaf(dd, (float)s, *acc);
+    const float tm = dm * (float)m; /* its own statement: no compiler setting may fuse it into the add */
+    *macc += tm;
+}
+
 typedef struct vs_mm_job {
     vs_type wtype;
     const uint8_t *w;   /* (n_out, w_row_bytes) */
-    const uint8_t *wp;  /* Q8_0 / Q4_0 on AVX-512 VNNI: the same weights in the x16 layout (kernels.h), or NULL */
+    const uint8_t *wp;  /* Q8_0 / Q4_0 / K-quants on AVX-512 VNNI: the same weights in the x16 layout (kernels.h), or NULL */
     size_t w_row_bytes; /* vs_type_row_bytes(wtype, n_in) */
     int64_t n_out, n_in, n_rows;
     const float *x;      /* (n_rows, n_in) */
@@ -115,8 +129,19 @@ void vs_mm_amx_vnni(const vs_mm_job *job, int64_t o0, int64_t o1);
 void vs_mm_lanes_vnni(const vs_mm_job *job, int64_t o0, int64_t o1);
 void vs_mm_amx_q4_tiles(const vs_mm_job *job, int64_t o0, int64_t o1);
 /* Bytes of one 16-output tile's block in the x16 layout (kernels.h): Q8_0 8 x 64 quant bytes + 32 scale
- * bytes, Q4_0 4 x 64 + 32. */
-static inline size_t vs_x16_block_bytes(vs_type t) { return t == VS_TYPE_Q8_0 ? 544 : 288; }
+ * bytes, Q4_0 4 x 64 + 32; per super-block of 256 Q4_K 2368, Q5_K 2880, Q6_K 3392. */
+static inline size_t vs_x16_block_bytes(vs_type t) {
+    switch (t) {
+    case VS_TYPE_Q8_0: return 544;
+    case VS_TYPE_Q4_K: return 2368;
+    case VS_TYPE_Q5_K: return 2880;
+    case VS_TYPE_Q6_K: return 3392;
+    default: return 288;
+    }
+}
+/* Q4_K / Q5_K / Q6_K from the x16 copy (job->wp, never NULL here) with AVX-512 VNNI, any number of rows
+ * (arch/kernels_kquant_avx512.c): the float steps of vs_kq_x16_block, bitwise equal to vs_matmul_x16_ref. */
+void vs_mm_kq_lanes(const vs_mm_job *job, int64_t o0, int64_t o1);
 /* Asks the OS for AMX tile state (once per process); false if unavailable. */
 bool vs_amx_request(void);
 
