@@ -5,6 +5,9 @@
 #   2. tokenizer  vlmspec tokenizer train -> $WORK/tok.gguf     (skipped when present)
 #   2b. vision    with VISION_STEPS > 0: vlmspec train vision -> $WORK/vision/vision-mmproj.gguf, in
 #                 resumable chunks; the target then starts from that tower (--vision-init)
+#   2c. text      with TEXT_PER_SUITE > 0: LM text pretraining on a text-and-drill world of its own
+#                 ($WORK/text-world) -> $WORK/text, in resumable chunks; the target then starts from its
+#                 weights (--init; with 2b the tower is the pretrained one)
 #   3. training   vlmspec train target --resume, in chunks of at most $CHUNK_SECONDS each (every chunk
 #                 ends with a checkpoint; the next one continues exactly) until $WORK/train/target.gguf
 #                 exists; with FINISH_AT, until step FINISH_AT, then a finishing run in $WORK/train-finish
@@ -24,6 +27,8 @@
 #   SEED             world seed (default 1)
 #   TRAIN_PER_SUITE  training conversations per suite (default 4000)
 #   TEST_PER_SUITE   test conversations per suite (default 100)
+#   SUITES           the world's suites (`data gen --suites`; default: data gen's default, as the shipped
+#                    target; `all` adds the drills)
 #   VOCAB            BPE vocabulary (default 2048)
 #   TOKENIZER_PRE    the BPE's pre-tokeniser: gpt-2 (default, as the shipped target) or starcoder (single
 #                    digits, so sums see digits rather than ~100 number tokens; docs/target.md)
@@ -38,6 +43,14 @@
 #                    the target's training (default 0: none, as the shipped target)
 #   VISION_FLAGS     extra `vlmspec train vision` flags (--batch, --lr ...; the tower's shape flags must
 #                    match TRAIN_FLAGS', which --vision-init checks)
+#   TEXT_PER_SUITE   conversations per suite (text, drill) of the text stage's world (default 0: no text
+#                    stage, as the shipped target)
+#   TEXT_TEST        its test conversations per suite (default 200)
+#   TEXT_SEED        its world seed (default 3)
+#   TEXT_EPOCHS      its passes over that world (default 1)
+#   TEXT_FLAGS       extra `vlmspec train target` flags of the text stage (--lr, --warmup ...; not --steps:
+#                    the stage gives --epochs; the model's shape flags must be TRAIN_FLAGS', since the main
+#                    run starts from its weights)
 #   NORM_CAP         keep the projector's image rows within this multiple of the token embeddings' mean
 #                    norm (`train target --norm-cap`; default 0: off, as the shipped target)
 #   TRAIN_FLAGS      extra `vlmspec train target` flags (sizes, --lr, --batch ...; default none: the
@@ -79,6 +92,12 @@ VISION_WARMUP=${VISION_WARMUP:-500}
 VISION_LR=${VISION_LR:-0.1}
 VISION_STEPS=${VISION_STEPS:-0}
 VISION_FLAGS=${VISION_FLAGS:-}
+SUITES=${SUITES:-}
+TEXT_PER_SUITE=${TEXT_PER_SUITE:-0}
+TEXT_TEST=${TEXT_TEST:-200}
+TEXT_SEED=${TEXT_SEED:-3}
+TEXT_EPOCHS=${TEXT_EPOCHS:-1}
+TEXT_FLAGS=${TEXT_FLAGS:-}
 NORM_CAP=${NORM_CAP:-0}
 TRAIN_FLAGS=${TRAIN_FLAGS:-}
 THREADS=${THREADS:-2}
@@ -109,8 +128,11 @@ if [ -f "$WORK/world/world.json" ]; then
     log "data: $WORK/world exists"
 else
     log "data: generating seed $SEED, $TRAIN_PER_SUITE train + $TEST_PER_SUITE test per suite"
+    SUITE_FLAGS=""
+    [ -n "$SUITES" ] && SUITE_FLAGS="--suites $SUITES"
+    # shellcheck disable=SC2086 # SUITE_FLAGS is a list of flags
     "$VLMSPEC" data gen --out "$WORK/world" --seed "$SEED" --train "$TRAIN_PER_SUITE" \
-        --test "$TEST_PER_SUITE" --quiet
+        --test "$TEST_PER_SUITE" --quiet $SUITE_FLAGS
 fi
 
 # 2. tokenizer
@@ -136,6 +158,30 @@ if [ "$VISION_STEPS" -gt 0 ]; then
         fi
     done
     VISION_INIT="--vision-init $WORK/vision/vision-mmproj.gguf"
+fi
+
+# 2c. LM text pretraining, in resumable chunks (its target.gguf is written last: its presence means done;
+#     its final checkpoint holds the same weights and is what the main run starts from)
+TEXT_INIT=""
+if [ "$TEXT_PER_SUITE" -gt 0 ]; then
+    if [ -f "$WORK/text-world/world.json" ]; then
+        log "text: $WORK/text-world exists"
+    else
+        log "text: generating seed $TEXT_SEED, $TEXT_PER_SUITE train + $TEXT_TEST test per suite (text, drill)"
+        "$VLMSPEC" data gen --out "$WORK/text-world" --seed "$TEXT_SEED" --train "$TEXT_PER_SUITE" \
+            --test "$TEXT_TEST" --suites text,drill --quiet
+    fi
+    while [ ! -f "$WORK/text/target.gguf" ]; do
+        log "text: chunk of at most $CHUNK_SECONDS s ($TEXT_EPOCHS epochs)"
+        # shellcheck disable=SC2086 # TEXT_FLAGS is a list of flags
+        "$VLMSPEC" train target --data "$WORK/text-world" --tokenizer "$WORK/tok.gguf" --out "$WORK/text" \
+            --epochs "$TEXT_EPOCHS" --threads "$THREADS" --resume --time-limit "$CHUNK_SECONDS" $TEXT_FLAGS
+        if [ "$ONE_CHUNK" = 1 ] && [ ! -f "$WORK/text/target.gguf" ]; then
+            log "text: chunk done (ONE_CHUNK=1); run again to continue"
+            exit 0
+        fi
+    done
+    TEXT_INIT="--init $WORK/text/ckpt/ckpt.gguf"
 fi
 
 # 3. training, in resumable chunks. With GEMM_SWITCH > 0 the first GEMM_SWITCH steps use OpenBLAS's F32
@@ -182,7 +228,7 @@ while ! main_done; do
     # shellcheck disable=SC2086 # the *_FLAGS are lists of flags
     "$VLMSPEC" train target --data "$WORK/world" --tokenizer "$WORK/tok.gguf" --out "$WORK/train" \
         --epochs "$EPOCHS" --threads "$THREADS" --resume --time-limit "$CHUNK_SECONDS" $CAPTION_FLAGS \
-        $VISION_INIT $NORM_FLAGS $GEMM_FLAGS $TRAIN_FLAGS
+        $VISION_INIT $TEXT_INIT $NORM_FLAGS $GEMM_FLAGS $TRAIN_FLAGS
     if [ "$ONE_CHUNK" = 1 ] && ! main_done; then
         log "training: chunk done (ONE_CHUNK=1); run again to continue"
         exit 0

@@ -1,7 +1,8 @@
 /* test_scripts: the model-making scripts end to end, on a tiny world and tiny models, so the documented
  * commands that reproduce the shipped models keep working:
- *   - scripts/make_models.sh: world, tokenizer, vision pretraining (VISION_STEPS), target training in chunks
- *     from that tower with the norm cap (NORM_CAP, both in run.json), eval, results in OUT. On a CPU
+ *   - scripts/make_models.sh: world (SUITES), tokenizer, vision pretraining (VISION_STEPS), LM text
+ *     pretraining on a world of its own (TEXT_PER_SUITE), target training in chunks from that tower and
+ *     that LM with the norm cap (NORM_CAP, all in run.json), eval, results in OUT. On a CPU
  *     with the AMX products the run switches attention at ATTENTION_SWITCH: the first chunk stops there
  *     with --attention direct, the next runs --attention gemm, and OUT/attention keeps "direct"; with
  *     FINISH_AT the run stops there and a short run from that checkpoint (train-finish/) makes the model;
@@ -61,6 +62,9 @@ int main(void) {
     static const char *const model_env =
         "TRAIN_PER_SUITE=3 TEST_PER_SUITE=1 VOCAB=300 EPOCHS=1 FREEZE_VISION=1 VISION_WARMUP=1 "
         "ATTENTION_SWITCH=2 FINISH_AT=4 FINISH_STEPS=2 FINISH_WARMUP=1 THREADS=2 NORM_CAP=2 VISION_STEPS=2 "
+        "SUITES=all TEXT_PER_SUITE=2 TEXT_TEST=1 TEXT_EPOCHS=2 "
+        "TEXT_FLAGS='--warmup 1 --batch 4 --accum 1 --width 32 --layers 2 --heads 2 --kv-heads 1 --ffn 64 "
+        "--v-width 32 --v-blocks 1 --v-heads 2 --v-ffn 64 --ctx 1024 -q' "
         "VISION_FLAGS='--batch 2 --eval-images 4 --eval-every 1 --v-width 32 --v-blocks 1 --v-heads 2 --v-ffn 64 "
         "--width 32 -q' "
         "EVAL_FLAGS='--limit 1 --max-tokens 8' "
@@ -92,6 +96,14 @@ int main(void) {
              "run.json lacks the script's vision warm-up and rate");
     VT_CHECK(vt_file_has(path, "vision/vision-mmproj.gguf") && vt_file_has(path, "\"norm_cap\":2"),
              "run.json lacks the pretrained tower (VISION_STEPS) or the norm cap (NORM_CAP)");
+    VT_CHECK(vt_file_has(path, "text/ckpt/ckpt.gguf"), "run.json lacks the text stage's weights (TEXT_PER_SUITE)");
+    snprintf(path, sizeof(path), "%s/text/run.json", work);
+    VT_CHECK(vt_file_has(path, "text-world") && vt_file_has(path, "\"steps\":2"),
+             "the text stage did not run its 2 epochs of 1 step on its own world (%s)", path);
+    VT_CHECK(exists(work, "text/target.gguf") && count_lines_with(log1, "text: chunk of at most") == 1,
+             "the text stage did not finish in one chunk (log %s)", log1);
+    snprintf(path, sizeof(path), "%s/world/world.json", work);
+    VT_CHECK(vt_file_has(path, "drill"), "SUITES=all did not reach the world (%s)", path);
     snprintf(path, sizeof(path), "%s/vision/vision.json", work);
     VT_CHECK(vt_file_has(path, "\"steps\":2"), "the vision stage did not run its 2 steps (%s)", path);
     /* FINISH_AT: the main run stops at step 4 and a 2-step run from that checkpoint makes the model */
@@ -110,6 +122,7 @@ int main(void) {
                 log2);
     VT_CHECK(rc == 0, "make_models.sh (second run) exit %d", rc);
     VT_CHECK(count_lines_with(log2, "training: chunk") == 0 && count_lines_with(log2, "finish: run") == 0 &&
+                 count_lines_with(log2, "text: chunk") == 0 &&
                  count_lines_with(log2, "eval: test split") == 0 &&
                  count_lines_with(log2, "up to date") == 1,
              "the second make_models.sh run trained or evaluated again (log %s)", log2);
@@ -125,8 +138,9 @@ int main(void) {
     snprintf(path, sizeof(path), "%s/train/draft-llava.gguf", dwork);
     VT_CHECK(access(path, R_OK) == 0, "make_drafters.sh did not finish the LLaVA recipe (log %s)", log3);
     snprintf(path, sizeof(path), "%s/distill.jsonl", dwork);
-    /* the recipes keep the single-image and text suites: 6 conversations, one setting */
-    VT_CHECK(count_lines_with(path, "\"suite\"") == 6, "expected 6 distilled records in %s", path);
+    /* the recipes keep the single-image and text suites (SUITES=all: drills too): 7 conversations, one
+     * setting */
+    VT_CHECK(count_lines_with(path, "\"suite\":\"") == 7, "expected 7 distilled records in %s", path);
     const bool usable = count_lines_with(path, "\"eos\":true") > 0;
     if (usable) {
         VT_CHECK(rc == 0, "make_drafters.sh exit %d (log %s)", rc, log3);
