@@ -50,7 +50,10 @@
 #   TEXT_EPOCHS      its passes over that world (default 1)
 #   TEXT_FLAGS       extra `vlmspec train target` flags of the text stage (--lr, --warmup ...; not --steps:
 #                    the stage gives --epochs; the model's shape flags must be TRAIN_FLAGS', since the main
-#                    run starts from its weights)
+#                    run starts from its weights). The stage trains no image weights, but AdamW's decay
+#                    still shrinks the untouched tower and projector (the tower is replaced with
+#                    VISION_STEPS > 0; the projector starts the main run smaller than its initialisation).
+#                    The tokenizer is trained on the main world: SUITES=all lets it see the drills.
 #   NORM_CAP         keep the projector's image rows within this multiple of the token embeddings' mean
 #                    norm (`train target --norm-cap`; default 0: off, as the shipped target)
 #   TRAIN_FLAGS      extra `vlmspec train target` flags (sizes, --lr, --batch ...; default none: the
@@ -72,7 +75,7 @@
 #   FINISH_WARMUP    its warm-up steps (default 50: its AdamW moments start at zero)
 #   FINISH_SEED      its data order (default 2)
 #   CHUNK_SECONDS    wall-time limit of one training run (default 7000, under 2 hours)
-#   ONE_CHUNK        1: stop after one training chunk (default 0: train to the end)
+#   ONE_CHUNK        1: stop after one training chunk of any stage (default 0: train to the end)
 #   EVAL_FLAGS       extra `vlmspec eval` flags (e.g. --limit 20; default none: the whole test split)
 #   WORK             scratch directory (default out/models; not committed)
 #   OUT              results directory (default models)
@@ -116,6 +119,15 @@ WORK=${WORK:-out/models}
 OUT=${OUT:-models}
 
 log() { printf '[make_models %s] %s\n' "$(date '+%H:%M:%S')" "$*"; }
+# Called before every training chunk of every stage: with ONE_CHUNK=1 the second one stops the script.
+RAN=0
+chunk_gate() {
+    if [ "$ONE_CHUNK" = 1 ] && [ "$RAN" = 1 ]; then
+        log "$1: one chunk ran (ONE_CHUNK=1); run again to continue"
+        exit 0
+    fi
+    RAN=1
+}
 
 if [ ! -x "$VLMSPEC" ]; then
     echo "make_models: $VLMSPEC not found (build first: cmake --build build)" >&2
@@ -144,18 +156,18 @@ else
     mv "$WORK/tok.gguf.tmp" "$WORK/tok.gguf"
 fi
 
+HAS_AMX=0
+"$VLMSPEC" version | grep -q "training products:.* amx-bf16x3" && HAS_AMX=1
+
 # 2b. vision pretraining, in resumable chunks (its mmproj is written last: its presence means done)
 VISION_INIT=""
 if [ "$VISION_STEPS" -gt 0 ]; then
     while [ ! -f "$WORK/vision/vision-mmproj.gguf" ]; do
+        chunk_gate vision
         log "vision: chunk of at most $CHUNK_SECONDS s ($VISION_STEPS steps in all)"
         # shellcheck disable=SC2086 # VISION_FLAGS is a list of flags
         "$VLMSPEC" train vision --out "$WORK/vision" --steps "$VISION_STEPS" --threads "$THREADS" --resume \
             --time-limit "$CHUNK_SECONDS" $VISION_FLAGS
-        if [ "$ONE_CHUNK" = 1 ] && [ ! -f "$WORK/vision/vision-mmproj.gguf" ]; then
-            log "vision: chunk done (ONE_CHUNK=1); run again to continue"
-            exit 0
-        fi
     done
     VISION_INIT="--vision-init $WORK/vision/vision-mmproj.gguf"
 fi
@@ -171,15 +183,15 @@ if [ "$TEXT_PER_SUITE" -gt 0 ]; then
         "$VLMSPEC" data gen --out "$WORK/text-world" --seed "$TEXT_SEED" --train "$TEXT_PER_SUITE" \
             --test "$TEXT_TEST" --suites text,drill --quiet
     fi
+    TEXT_GEMM="" # the products of the main run after its switches (a text-only LM has no image rows)
+    [ "$HAS_AMX" = 1 ] && TEXT_GEMM="--gemm amx-bf16x3 --attention gemm"
     while [ ! -f "$WORK/text/target.gguf" ]; do
-        log "text: chunk of at most $CHUNK_SECONDS s ($TEXT_EPOCHS epochs)"
-        # shellcheck disable=SC2086 # TEXT_FLAGS is a list of flags
+        chunk_gate text
+        log "text: chunk of at most $CHUNK_SECONDS s ($TEXT_EPOCHS epochs) $TEXT_GEMM"
+        # shellcheck disable=SC2086 # TEXT_GEMM and TEXT_FLAGS are lists of flags
         "$VLMSPEC" train target --data "$WORK/text-world" --tokenizer "$WORK/tok.gguf" --out "$WORK/text" \
-            --epochs "$TEXT_EPOCHS" --threads "$THREADS" --resume --time-limit "$CHUNK_SECONDS" $TEXT_FLAGS
-        if [ "$ONE_CHUNK" = 1 ] && [ ! -f "$WORK/text/target.gguf" ]; then
-            log "text: chunk done (ONE_CHUNK=1); run again to continue"
-            exit 0
-        fi
+            --epochs "$TEXT_EPOCHS" --threads "$THREADS" --resume --time-limit "$CHUNK_SECONDS" $TEXT_GEMM \
+            $TEXT_FLAGS
     done
     TEXT_INIT="--init $WORK/text/ckpt/ckpt.gguf"
 fi
@@ -202,8 +214,6 @@ CAPTION_FLAGS=""
 [ "$VISION_LR" != 1 ] && CAPTION_FLAGS="$CAPTION_FLAGS --vision-lr $VISION_LR"
 NORM_FLAGS=""
 [ "$NORM_CAP" != 0 ] && NORM_FLAGS="--norm-cap $NORM_CAP"
-HAS_AMX=0
-"$VLMSPEC" version | grep -q "training products:.* amx-bf16x3" && HAS_AMX=1
 main_done() { # the schedule's run is complete, or has reached FINISH_AT
     [ -f "$WORK/train/target.gguf" ] || { [ "$FINISH_AT" -gt 0 ] && [ "$(step_now)" -ge "$FINISH_AT" ]; }
 }
@@ -224,15 +234,12 @@ while ! main_done; do
         STOP_AT=$FINISH_AT
     fi
     [ "$STOP_AT" -gt 0 ] && GEMM_FLAGS="$GEMM_FLAGS --chunk-steps $((STOP_AT - STEP))"
+    chunk_gate training
     log "training: chunk of at most $CHUNK_SECONDS s $GEMM_FLAGS"
     # shellcheck disable=SC2086 # the *_FLAGS are lists of flags
     "$VLMSPEC" train target --data "$WORK/world" --tokenizer "$WORK/tok.gguf" --out "$WORK/train" \
         --epochs "$EPOCHS" --threads "$THREADS" --resume --time-limit "$CHUNK_SECONDS" $CAPTION_FLAGS \
         $VISION_INIT $TEXT_INIT $NORM_FLAGS $GEMM_FLAGS $TRAIN_FLAGS
-    if [ "$ONE_CHUNK" = 1 ] && ! main_done; then
-        log "training: chunk done (ONE_CHUNK=1); run again to continue"
-        exit 0
-    fi
 done
 TRAINED=$WORK/train
 if [ "$FINISH_AT" -gt 0 ]; then
@@ -250,14 +257,11 @@ if [ "$FINISH_AT" -gt 0 ]; then
     [ "$VISION_LR" != 1 ] && FINISH_FLAGS="$FINISH_FLAGS --vision-lr $VISION_LR"
     [ "$HAS_AMX" = 1 ] && FINISH_FLAGS="$FINISH_FLAGS --gemm amx-bf16x3 --attention gemm"
     while [ ! -f "$TRAINED/target.gguf" ]; do
+        chunk_gate finish
         log "finish: run of $FINISH_STEPS steps from step $FINISH_AT, a chunk of at most $CHUNK_SECONDS s"
         # shellcheck disable=SC2086
         "$VLMSPEC" train target --data "$WORK/world" --tokenizer "$WORK/tok.gguf" --out "$TRAINED" \
             --threads "$THREADS" --resume --time-limit "$CHUNK_SECONDS" $FINISH_FLAGS $NORM_FLAGS $TRAIN_FLAGS
-        if [ "$ONE_CHUNK" = 1 ] && [ ! -f "$TRAINED/target.gguf" ]; then
-            log "finish: chunk done (ONE_CHUNK=1); run again to continue"
-            exit 0
-        fi
     done
 fi
 log "training: done ($TRAINED/target.gguf)"

@@ -776,11 +776,12 @@ static void test_kquant(vs_isa best, vs_threadpool **pools) {
                 vs_matmul(pools[1], t, p.w, n_out, n_in, p.x + r * n_in, 1, y);
                 inv_bad += memcmp(y, yr + r * n_out, sizeof(float) * (size_t)n_out) != 0;
             }
-            const char *want = isa >= VS_ISA_AVX512 && vs_x16_wanted(t) ? "avx512-vnni"
-                               : isa >= VS_ISA_AVX2                        ? "avx2"
-                                                                           : "scalar";
-            VT_CHECK(!strcmp(vs_matmul_path(t, n_out, n_in, 3, 0), want), "%s path on %s: %s", vs_type_name(t),
-                     vs_isa_name((vs_isa)isa), vs_matmul_path(t, n_out, n_in, 3, 0));
+            const char *want = isa >= VS_ISA_AVX2 ? "avx2" : "scalar"; /* vs_matmul: the GGUF rows */
+            const char *want16 = isa >= VS_ISA_AVX512 && vs_x16_wanted(t) ? "avx512-vnni" : want;
+            VT_CHECK(!strcmp(vs_matmul_path(t, n_out, n_in, 3, 0), want) &&
+                         !strcmp(vs_matmul_x16_path(t, n_out, n_in, 3), want16),
+                     "%s paths on %s: %s, x16 %s", vs_type_name(t), vs_isa_name((vs_isa)isa),
+                     vs_matmul_path(t, n_out, n_in, 3, 0), vs_matmul_x16_path(t, n_out, n_in, 3));
             if (isa < VS_ISA_AVX512 || !vs_x16_wanted(t)) continue;
             /* the x16 copy: its documented layout (values dequantised from it equal the GGUF rows'), then the
              * kernel that reads it bitwise against vs_matmul_x16_ref, batched and alone */

@@ -98,7 +98,7 @@ int main(void) {
              "run.json lacks the pretrained tower (VISION_STEPS) or the norm cap (NORM_CAP)");
     VT_CHECK(vt_file_has(path, "text/ckpt/ckpt.gguf"), "run.json lacks the text stage's weights (TEXT_PER_SUITE)");
     snprintf(path, sizeof(path), "%s/text/run.json", work);
-    VT_CHECK(vt_file_has(path, "text-world") && vt_file_has(path, "\"steps\":2"),
+    VT_CHECK(vt_file_has(path, "text-world") && vt_file_has(path, "\"steps\":2,"),
              "the text stage did not run its 2 epochs of 1 step on its own world (%s)", path);
     VT_CHECK(exists(work, "text/target.gguf") && count_lines_with(log1, "text: chunk of at most") == 1,
              "the text stage did not finish in one chunk (log %s)", log1);
@@ -126,6 +126,26 @@ int main(void) {
                  count_lines_with(log2, "eval: test split") == 0 &&
                  count_lines_with(log2, "up to date") == 1,
              "the second make_models.sh run trained or evaluated again (log %s)", log2);
+
+    /* 2b. ONE_CHUNK=1 from scratch: one chunk of one stage (the vision stage's, which finishes that stage),
+     * then the script stops before the text stage's chunk; each further call runs the next chunk */
+    char work1[700], out1[700], log_one[700];
+    snprintf(work1, sizeof(work1), "%s/work-one", tmp);
+    snprintf(out1, sizeof(out1), "%s/models-one", tmp);
+    snprintf(log_one, sizeof(log_one), "%s/make_models_one.log", tmp);
+    int calls = 0, chunk_lines = 0;
+    for (; calls < 6 && !exists(out1, "target.gguf"); calls++) {
+        rc = vt_run("ONE_CHUNK=1 VLMSPEC=%s WORK=%s OUT=%s %s sh scripts/make_models.sh > %s 2>&1", abs_cli, work1,
+                    out1, model_env, log_one);
+        VT_CHECK(rc == 0, "make_models.sh ONE_CHUNK=1 exit %d (log %s)", rc, log_one);
+        const int n = count_lines_with(log_one, "chunk of at most"); /* every stage's chunk line says it */
+        VT_CHECK(n == 1, "ONE_CHUNK=1 call %d ran %d chunks (log %s)", calls + 1, n, log_one);
+        chunk_lines += n;
+    }
+    /* vision, text, the main run (to FINISH_AT; with the AMX products: two chunks), the finishing run */
+    VT_CHECK(exists(out1, "target.gguf") && calls == (amx ? 5 : 4) && chunk_lines == calls,
+             "ONE_CHUNK=1: %d calls, %d chunks, model %s", calls, chunk_lines,
+             exists(out1, "target.gguf") ? "written" : "missing");
 
     /* 3. the drafters of that target. MASSV tunes on the target's complete answers; this barely trained
      * target may never stop within the distillation's token limit, and then the script must stop with

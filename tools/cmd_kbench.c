@@ -62,7 +62,7 @@ static int parse_list(const char *s, int64_t *out, int max, int64_t lo, int64_t 
     return n;
 }
 
-/* One product as the LM computes it: Q8_0 / Q4_0 from their repacked copy when there is one. */
+/* One product as the LM computes it: quantised weights from their repacked copy when there is one. */
 static void run_mm(vs_threadpool *tp, vs_type t, const uint8_t *w, const uint8_t *pk, int64_t n_out, int64_t n_in,
                    const float *x, int64_t n, float *y) {
     if (pk) vs_matmul_x16(tp, t, w, pk, n_out, n_in, x, n, y);
@@ -96,7 +96,7 @@ static int bench_type(vs_threadpool *tp, vs_type t, int64_t n_out, int64_t n_in,
         vs_quantize_row(t, tmp, w + (size_t)o * rb, n_in);
     }
     for (int c = 1; c < copies; c++) memcpy(w + (size_t)c * mat, w, mat);
-    /* Q8_0 / Q4_0 as the LM runs them: repacked when the kernels read that (VLMSPEC_REPACK=0: not) */
+    /* quantised weights as the LM runs them: repacked when the kernels read that (VLMSPEC_REPACK=0: not) */
     size_t pmat = vs_x16_wanted(t) ? vs_x16_bytes(t, n_out, n_in) : 0;
     uint8_t *pk = pmat ? vs_malloc(pmat * (size_t)copies) : NULL;
     if (pmat && !pk) {
@@ -129,13 +129,14 @@ static int bench_type(vs_threadpool *tp, vs_type t, int64_t n_out, int64_t n_in,
         qsort(cpu, (size_t)reps, sizeof(double), cmp_double);
         double med = times[reps / 2];
         if (n == 1) t1 = med;
-        double gbs = (double)mat / med / 1e9;
+        double gbs = (double)(pk ? pmat : mat) / med / 1e9; /* the bytes the kernel streams */
         double gflops = 2.0 * (double)n_out * (double)n_in * (double)n / med / 1e9;
         char ratio[32] = "-";
         if (t1 > 0) snprintf(ratio, sizeof(ratio), "%.2f", med / t1);
         printf("%6lld %12.1f %10.1f %10.1f %10s %8.0f%% %10.1f  %s%s\n", (long long)n, med * 1e6, gbs, gflops,
                ratio, bw > 0 ? 100.0 * gbs / bw : 0.0, cpu[reps / 2] * 1e6,
-               vs_matmul_path(t, n_out, n_in, n, VS_MM_DEFAULT), pk && vs_isa_active() >= VS_ISA_AVX512 ? " (x16)" : "");
+               pk ? vs_matmul_x16_path(t, n_out, n_in, n) : vs_matmul_path(t, n_out, n_in, n, VS_MM_DEFAULT),
+               pk && vs_isa_active() >= VS_ISA_AVX512 ? " (x16)" : "");
     }
     printf("roofline at %.1f GB/s: %.1f us per call\n", bw, (double)mat / (bw * 1e9) * 1e6);
     vs_free(times);

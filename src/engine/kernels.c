@@ -633,13 +633,18 @@ const char *vs_matmul_path(vs_type wtype, int64_t n_out, int64_t n_in, int64_t n
 #ifdef VS_HAVE_OPENBLAS
     if (use_blas(wtype, isa, n_rows, amxbf)) return "blas";
 #endif
-    if (vs_type_is_kquant(wtype)) /* AVX-512: the kernel that reads the x16 copy (which vs_lm makes) */
-        return isa >= VS_ISA_AVX512 && vs_x16_wanted(wtype) ? "avx512-vnni" : isa >= VS_ISA_AVX2 ? "avx2" : "scalar";
+    if (vs_type_is_kquant(wtype)) /* without the x16 copy: AVX2 on AVX-512 CPUs too (vs_matmul_x16_path) */
+        return isa >= VS_ISA_AVX2 ? "avx2" : "scalar";
     if (isa == VS_ISA_AMX && is_quant(wtype) && n_rows >= amx_min_rows(wtype))
         return n_rows <= amx_vnni_max_rows(wtype) ? "amx-vnni" : "amx-int8";
     if (amxbf) return "amx-bf16";
     if (isa >= VS_ISA_AVX512) return is_quant(wtype) ? "avx512-vnni" : "avx512-fma";
     return isa == VS_ISA_AVX2 ? "avx2" : "scalar";
+}
+
+const char *vs_matmul_x16_path(vs_type wtype, int64_t n_out, int64_t n_in, int64_t n_rows) {
+    if (vs_type_is_kquant(wtype) && isa_current() >= VS_ISA_AVX512 && vs_x16_wanted(wtype)) return "avx512-vnni";
+    return vs_matmul_path(wtype, n_out, n_in, n_rows, VS_MM_DEFAULT);
 }
 
 void vs_matmul(vs_threadpool *tp, vs_type wtype, const void *w, int64_t n_out, int64_t n_in,
@@ -785,7 +790,7 @@ void vs_matmul_multi(vs_threadpool *tp, vs_type wtype, int64_t n_in, const vs_mm
     vs_free(owned);
 }
 
-/* ---- Q8_0 / Q4_0 repacked for the 16-output-lane kernels (the x16 layout in kernels.h) ---- */
+/* ---- quantised weights repacked for the 16-output-lane kernels (the x16 layout in kernels.h) ---- */
 
 bool vs_x16_wanted(vs_type t) {
     const char *e = getenv("VLMSPEC_REPACK");
@@ -804,7 +809,12 @@ size_t vs_x16_bytes(vs_type t, int64_t n_out, int64_t n_in) {
 static void x16_pack_kquant(vs_type t, const void *w, int64_t n_out, int64_t n_in, uint8_t *dst) {
     const int64_t nb = n_in / 256;
     const size_t rb = vs_type_row_bytes(t, n_in), bb = vs_type_block_bytes(t), B = vs_x16_block_bytes(t);
-    static const uint8_t zero[210]; /* the largest K block: a zero block has d = 0 */
+    static const union { /* a zero block of any K type (d = 0), aligned as the blocks */
+        vs_block_q4_k q4;
+        vs_block_q5_k q5;
+        vs_block_q6_k q6;
+    } zero_block;
+    const uint8_t *zero = (const uint8_t *)&zero_block;
     for (int64_t tl = 0; tl < (n_out + 15) / 16; tl++)
         for (int64_t b = 0; b < nb; b++) {
             uint8_t *p = dst + (size_t)(tl * nb + b) * B;

@@ -36,7 +36,8 @@ vs_isa vs_isa_active(void); /* the ISA vs_matmul and the vector ops use now: min
  * the pool's thread count, for
  *   - Q4_K / Q5_K / Q6_K: every n_rows, and the scalar and AVX2 paths agree BITWISE too (exact integer
  *     lanes per super-block, then llama.cpp's AVX2 float steps, vs_kq_acc_block in arch/kernels_arch.h;
- *     on AVX-512 / AMX CPUs these types run the AVX2 kernel for now);
+ *     on AVX-512 / AMX CPUs vs_matmul runs the AVX2 kernel for these types, while vs_matmul_x16 with the
+ *     load-time copy, which the LM uses, runs the AVX-512 kernel with float steps of its own);
  *   - Q8_0 / Q4_0: every n_rows (one activation quantiser; per output and row, the exact integer block
  *     dots scaled and added in block order by the same float operations on every path of an ISA);
  *   - F32 / F16 / BF16: n_rows < 128 always, and every n_rows when BLAS is off (vs_matmul_set_blas,
@@ -127,6 +128,9 @@ bool vs_matmul_set_blas(bool on);
  * halves, results within 2^-16 * sum|w x| of exact; by default for matrices of 256 KiB to 4 MiB, n_in >= 256;
  * VLMSPEC_AMX_BF16=all|off overrides) or "blas". */
 const char *vs_matmul_path(vs_type wtype, int64_t n_out, int64_t n_in, int64_t n_rows, unsigned flags);
+/* The same for vs_matmul_x16 with a copy: the K-quants' AVX-512 kernel ("avx512-vnni") where the ISA in
+ * force reads the copy (vs_x16_wanted), else vs_matmul_path. */
+const char *vs_matmul_x16_path(vs_type wtype, int64_t n_out, int64_t n_in, int64_t n_rows);
 
 /* Vectorised vs_dequantize_row (same results): n values of a row of type t to f32. */
 void vs_row_to_f32(vs_type t, const void *src, float *dst, int64_t n);

@@ -19,7 +19,7 @@ struct vs_lm {
     double *inv_freq; /* [rope_dim / 2]: rope_base^(-2i / rope_dim) */
     int64_t n_params;
     size_t n_bytes;
-    uint8_t *packed;  /* the x16 copies of the Q8_0 / Q4_0 matrices (VS_LM_MAT.packed points in), or NULL */
+    uint8_t *packed;  /* the x16 copies of the quantised matrices (VS_LM_MAT.packed points in), or NULL */
     int attn_isa;     /* ISA of the attention kernels in this forward: 0 scalar, 1 AVX2, 2 AVX-512 */
     const char *arch; /* "llama", or VS_LM_ARCH_HEAD / VS_LM_ARCH_DREAM (embedding rows in, hidden states out) */
 

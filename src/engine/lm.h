@@ -49,13 +49,14 @@ typedef struct vs_lm_config {
     vs_type wtype;    /* type of blk.0.attn_q.weight (what "an F16 model" means) */
 } vs_lm_config;
 
-/* A weight matrix: n_out rows of n_in values of `type`, row-major, pointing into the mapping; Q8_0 / Q4_0
- * matrices on AVX-512 VNNI CPUs also have a repacked copy (kernels.h, x16) that the products read. */
+/* A weight matrix: n_out rows of n_in values of `type`, row-major, pointing into the mapping; quantised
+ * matrices (Q8_0, Q4_0, K-quants) on AVX-512 VNNI CPUs also have a repacked copy (kernels.h, x16) that the
+ * products read. */
 typedef struct vs_lm_mat {
     vs_type type;
     int64_t n_out, n_in;
     const void *data;
-    const void *packed; /* Q8_0 / Q4_0: the x16 copy (owned by the vs_lm), or NULL */
+    const void *packed; /* quantised types: the x16 copy (owned by the vs_lm), or NULL */
 } vs_lm_mat;
 
 typedef struct vs_lm_layer {

@@ -41,7 +41,8 @@ void vs_xk_quantize_row_avx2(const float *x, int64_t n_in, uint8_t *row);
  * m = sum_j min_j * (bsum_2j + bsum_2j+1) (Q4_K/Q5_K). Then, block by block,
  *   lane[k] = fma(dx * d, (float)sumi[k], lane[k]);   mins = mins + (-dx * dmin) * (float)m (not fused)
  * and the result is ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)) (+ mins for Q4_K/Q5_K). Every path
- * (scalar twins; the AVX2 tiles do the same steps lane-wise) follows them, so all agree bitwise. */
+ * on the GGUF rows (scalar twins; the AVX2 tiles do the same steps lane-wise) follows them, so all agree
+ * bitwise; the AVX-512 kernel of the x16 copy has steps of its own (vs_kq_x16_block below). */
 typedef struct vs_kq_acc {
     float lane[8];
     float mins;

@@ -9,7 +9,8 @@
  * mins' m = sum(min_j * bsum pair j) is formed, both as `vpdpwssd` over the activations' int16 block sums;
  * then the float steps of vs_kq_x16_block (kernels_arch.h): one FMA per row and super-block. Integer sums
  * are exact in any order, so every row count and tiling gives the scalar twin's bits (vs_matmul_x16_ref).
- * Rows go in groups of up to KQ_G over a tile (the tile's super-block stays in L1 between groups).
+ * Rows go in groups of up to KQ_G over a tile (the tile's weights, nb super-blocks, stay in L2 between
+ * groups).
  * Measured (Zen 5, one thread, kbench 5632 x 2048 from DRAM): Q4_K 1/6/16/32 rows 213/258/654/1261 us;
  * with the chunk loop fully unrolled GCC spilled codes and sums: 199/372/927/1622. */
 #include <immintrin.h>
@@ -20,6 +21,7 @@
 #define VS_INLINE static inline __attribute__((always_inline))
 /* Rows per group (4, 8 and 16 measured within noise of each other: the per-row work dominates). */
 #define KQ_G 8
+_Static_assert(KQ_G == 8, "kq_driver's switch has cases 1..8");
 #define VS_UNROLL _Pragma("GCC unroll 16")
 
 /* dst = a | (b & mask) */
