@@ -75,6 +75,58 @@ static void test_reference(vs_type type, double tol, vs_threadpool *tp) {
     vs_lm_free(lm);
 }
 
+/* K-quant models (width 256, the super-block) on the kernel of the load-time copy where the CPU reads it
+ * (AVX-512 VNNI: float steps of its own, kernels.h) against the same file without the copy (the AVX2
+ * kernel, llama.cpp's steps): logits within float rounding of each other, except that a value landing on
+ * a rounding boundary of the 8-bit activation quantiser can flip one code (measured: Q5_K here, 6.4e-2
+ * from the row of the flip on, ~1e-6 before it), hence the limit 0.1; and on the copy's path one row at
+ * a time bitwise equal to the batched rows. */
+static void test_kquant_copy(vs_threadpool *tp) {
+    static const vs_type types[] = {VS_TYPE_Q4_K, VS_TYPE_Q5_K, VS_TYPE_Q6_K};
+    for (size_t ti = 0; ti < VS_ARRAY_LEN(types); ti++) {
+        const vs_type t = types[ti];
+        vs_lm_random_opts o = tm_small_opts(t, 77 + ti);
+        o.n_embd = 256, o.n_ff = 512, o.n_vocab = 128, o.init_std = 0.08f;
+        char name[64];
+        snprintf(name, sizeof(name), "kq-%s.gguf", vs_type_name(t));
+        vs_lm *lm = tm_model(&o, name);
+        vs_error err = {0};
+        setenv("VLMSPEC_REPACK", "0", 1);
+        vs_lm *plain = vs_lm_load(tm_path(name), &err);
+        unsetenv("VLMSPEC_REPACK");
+        VT_REQUIRE(plain, "loading %s: %s", name, err.msg);
+        const bool copy = vs_x16_wanted(t);
+        VT_CHECK(copy == (vs_lm_w(lm)->layers[0].w_gate.packed != NULL) && !vs_lm_w(plain)->layers[0].w_gate.packed,
+                 "%s: the copy is made exactly where the kernels read it", vs_type_name(t));
+        enum { N = 12, KV_VOCAB = 128 };
+        int32_t tok[N];
+        for (int i = 0; i < N; i++) tok[i] = (i * 37 + 5) % KV_VOCAB;
+        float *a = malloc(sizeof(float) * N * KV_VOCAB), *b = malloc(sizeof(float) * N * KV_VOCAB), *st = malloc(sizeof(float) * N * KV_VOCAB);
+        vs_kv *ka = vs_lm_kv_new(lm, 1, 0, VS_TYPE_F32, &err), *kb = vs_lm_kv_new(plain, 1, 0, VS_TYPE_F32, &err);
+        VT_REQUIRE(ka && kb, "kv: %s", err.msg);
+        VT_CHECK(tm_feed(lm, ka, tp, 0, tok, N, a, &err) == VS_OK, "%s", err.msg);
+        VT_CHECK(tm_feed(plain, kb, tp, 0, tok, N, b, &err) == VS_OK, "%s", err.msg);
+        vs_kv_clear(ka);
+        for (int i = 0; i < N; i++)
+            VT_CHECK(tm_feed(lm, ka, tp, 0, tok + i, 1, st + (size_t)i * KV_VOCAB, &err) == VS_OK, "%s", err.msg);
+        double d = max_diff(a, b, (size_t)N * KV_VOCAB), ss = 0;
+        for (int i = 0; i < N * KV_VOCAB; i++) ss += (double)b[i] * b[i];
+        printf("  %-5s %s vs GGUF rows: max abs diff %.3g (logit rms %.2f); one row at a time vs batched: %s\n",
+               vs_type_name(t), copy ? "x16 copy" : "no copy on this CPU,", d, sqrt(ss / (N * KV_VOCAB)),
+               memcmp(a, st, sizeof(float) * N * KV_VOCAB) ? "DIFFER" : "bitwise equal");
+        int first = N; /* the first row past float rounding: a flipped code there reaches every later row */
+        for (int r = N - 1; r >= 0; r--)
+            if (max_diff(a + (size_t)r * KV_VOCAB, b + (size_t)r * KV_VOCAB, KV_VOCAB) > 1e-4) first = r;
+        if (first < N) printf("        (rows 0..%d within 1e-4, a flipped activation code from row %d on)\n", first - 1, first);
+        VT_CHECK(d <= 0.1, "%s: the copy's logits differ by %g", vs_type_name(t), d);
+        VT_CHECK(copy || d == 0, "%s: without a copy both loads run the same kernel", vs_type_name(t));
+        VT_CHECK(!memcmp(a, st, sizeof(float) * N * KV_VOCAB), "%s: one row at a time differs from batched", vs_type_name(t));
+        free(a), free(b), free(st);
+        vs_kv_free(ka), vs_kv_free(kb);
+        vs_lm_free(plain), vs_lm_free(lm);
+    }
+}
+
 /* Rows of three sequences interleaved in one batch (two of them with a cached prefix) equal each
  * sequence evaluated alone. */
 static void test_multi_seq(vs_lm *lm, vs_threadpool *tp) {
@@ -1016,6 +1068,8 @@ int main(void) {
      * these types against llama.cpp itself. */
     test_reference(VS_TYPE_Q8_0, 0.2, tp);
     test_reference(VS_TYPE_Q4_0, 0.2, tp);
+    printf("K-quants with and without the load-time copy:\n");
+    test_kquant_copy(tp);
 
     vs_lm_random_opts o = tm_small_opts(VS_TYPE_F32, 42);
     vs_lm *lm = tm_model(&o, "small-f32.gguf");
