@@ -77,6 +77,34 @@ bool vs_cpu_amx_bf16(void) {
     }
     return v;
 }
+static atomic_int g_avxvnni = -1, g_avxvnni_allow = -1;
+
+bool vs_cpu_avxvnni(void) {
+    int v = atomic_load_explicit(&g_avxvnni, memory_order_relaxed);
+    if (v < 0) {
+        v = 0;
+#ifdef VS_X86
+        unsigned a, b, c, d;
+        if (vs_isa_detect() >= VS_ISA_AVX2 && __get_cpuid_count(7, 1, &a, &b, &c, &d)) v = (a >> 4) & 1;
+#endif
+        atomic_store(&g_avxvnni, v);
+    }
+    int allow = atomic_load_explicit(&g_avxvnni_allow, memory_order_relaxed);
+    if (allow < 0) {
+        const char *e = getenv("VLMSPEC_AVXVNNI");
+        allow = !(e && !strcmp(e, "0"));
+        int expected = -1;
+        atomic_compare_exchange_strong(&g_avxvnni_allow, &expected, allow);
+        allow = atomic_load(&g_avxvnni_allow);
+    }
+    return v && allow;
+}
+
+bool vs_avxvnni_allow(bool allow) {
+    atomic_store(&g_avxvnni_allow, allow ? 1 : 0);
+    return vs_cpu_avxvnni();
+}
+
 static atomic_int g_cap = -1;
 
 vs_isa vs_isa_detect(void) {
@@ -527,7 +555,10 @@ static void mm_task(void *p, int ith, int nth) {
         if (vs_type_is_kquant(c->job.wtype)) vs_mm_kq_lanes(&c->job, o0, o1);
         else (is_quant(c->job.wtype) ? vs_mm_lanes_vnni : vs_mm_avx512)(&c->job, o0, o1);
         break;
-    case VS_ISA_AVX2: vs_mm_avx2(&c->job, o0, o1); break;
+    case VS_ISA_AVX2:
+        if (vs_type_is_kquant(c->job.wtype) && c->job.wp) vs_mm_kq_lanes_avxvnni(&c->job, o0, o1);
+        else vs_mm_avx2(&c->job, o0, o1);
+        break;
     default: mm_scalar(&c->job, o0, o1); break;
     }
 }
@@ -643,7 +674,8 @@ const char *vs_matmul_path(vs_type wtype, int64_t n_out, int64_t n_in, int64_t n
 }
 
 const char *vs_matmul_x16_path(vs_type wtype, int64_t n_out, int64_t n_in, int64_t n_rows) {
-    if (vs_type_is_kquant(wtype) && isa_current() >= VS_ISA_AVX512 && vs_x16_wanted(wtype)) return "avx512-vnni";
+    if (vs_type_is_kquant(wtype) && vs_x16_wanted(wtype))
+        return isa_current() >= VS_ISA_AVX512 ? "avx512-vnni" : "avx-vnni";
     return vs_matmul_path(wtype, n_out, n_in, n_rows, VS_MM_DEFAULT);
 }
 
@@ -706,6 +738,8 @@ static void matmul_impl(vs_threadpool *tp, vs_type wtype, const void *w, const v
     if (vs_type_is_kquant(wtype) && c.isa > VS_ISA_AVX2) /* AVX-512: only from the x16 copy */
         c.isa = packed ? VS_ISA_AVX512 : VS_ISA_AVX2;
     if (c.isa >= VS_ISA_AVX512 && is_quant(wtype)) c.job.wp = packed;
+    if (c.isa == VS_ISA_AVX2 && vs_type_is_kquant(wtype) && wtype != VS_TYPE_Q6_K && vs_cpu_avxvnni())
+        c.job.wp = packed; /* AVX-VNNI (vs_x16_wanted) */
     if (c.isa == VS_ISA_AMX &&
         !(is_quant(wtype) ? n_rows >= amx_min_rows(wtype) : use_amx_bf16(wtype, n_out, n_in, flags)))
         c.isa = VS_ISA_AVX512;
@@ -797,7 +831,9 @@ bool vs_x16_wanted(vs_type t) {
     if (e && !strcmp(e, "0")) return false;
     /* the ISA in force (a VLMSPEC_ISA=avx2 run never reads the copy); Q8_0's AMX tiles read the GGUF rows */
     const vs_isa isa = vs_isa_active(), cpu = vs_isa_detect();
-    if (t == VS_TYPE_Q4_0 || vs_type_is_kquant(t)) return isa >= VS_ISA_AVX512;
+    if (vs_type_is_kquant(t)) /* AVX2 + AVX-VNNI: Q4_K / Q5_K (Q6_K's AVX2 kernel is faster at one row) */
+        return isa >= VS_ISA_AVX512 || (isa == VS_ISA_AVX2 && t != VS_TYPE_Q6_K && vs_cpu_avxvnni());
+    if (t == VS_TYPE_Q4_0) return isa >= VS_ISA_AVX512;
     return t == VS_TYPE_Q8_0 && isa >= VS_ISA_AVX512 && cpu == VS_ISA_AVX512;
 }
 

@@ -143,6 +143,13 @@ static inline size_t vs_x16_block_bytes(vs_type t) {
 /* Q4_K / Q5_K / Q6_K from the x16 copy (job->wp, never NULL here) with AVX-512 VNNI, any number of rows
  * (arch/kernels_kquant_avx512.c): the float steps of vs_kq_x16_block, bitwise equal to vs_matmul_x16_ref. */
 void vs_mm_kq_lanes(const vs_mm_job *job, int64_t o0, int64_t o1);
+/* The same kernel for Q4_K / Q5_K on 8-output halves with AVX2 + AVX-VNNI (arch/kernels_kquant_avxvnni.c;
+ * CPUs without AVX-512 or `VLMSPEC_ISA=avx2`): bitwise equal to vs_mm_kq_lanes. Call only when
+ * vs_cpu_avxvnni(). */
+void vs_mm_kq_lanes_avxvnni(const vs_mm_job *job, int64_t o0, int64_t o1);
+/* Whether the CPU has AVX-VNNI (CPUID.(7,1):EAX bit 4) with the AVX2 level usable, and VLMSPEC_AVXVNNI is
+ * not 0 (read once). */
+bool vs_cpu_avxvnni(void);
 /* Asks the OS for AMX tile state (once per process); false if unavailable. */
 bool vs_amx_request(void);
 
