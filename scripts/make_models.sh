@@ -48,6 +48,8 @@
 #   TEXT_TEST        its test conversations per suite (default 200)
 #   TEXT_SEED        its world seed (default 3)
 #   TEXT_EPOCHS      its passes over that world (default 1)
+#   TEXT_EVAL_LIMIT  test conversations per suite the stage's model is evaluated on once it is trained
+#                    ($WORK/text/eval.txt, the text and drill accuracy the main run starts from; default 100)
 #   TEXT_FLAGS       extra `vlmspec train target` flags of the text stage (--lr, --warmup ...; not --steps:
 #                    the stage gives --epochs; the model's shape flags must be TRAIN_FLAGS', since the main
 #                    run starts from its weights). The stage trains no image weights, but AdamW's decay
@@ -101,6 +103,7 @@ TEXT_TEST=${TEXT_TEST:-200}
 TEXT_SEED=${TEXT_SEED:-3}
 TEXT_EPOCHS=${TEXT_EPOCHS:-1}
 TEXT_FLAGS=${TEXT_FLAGS:-}
+TEXT_EVAL_LIMIT=${TEXT_EVAL_LIMIT:-100}
 NORM_CAP=${NORM_CAP:-0}
 TRAIN_FLAGS=${TRAIN_FLAGS:-}
 THREADS=${THREADS:-2}
@@ -193,6 +196,14 @@ if [ "$TEXT_PER_SUITE" -gt 0 ]; then
             --epochs "$TEXT_EPOCHS" --threads "$THREADS" --resume --time-limit "$CHUNK_SECONDS" $TEXT_GEMM \
             $TEXT_FLAGS
     done
+    if [ ! -f "$WORK/text/eval.txt" ]; then
+        log "text: eval on $TEXT_EVAL_LIMIT test conversations per suite, greedy"
+        "$VLMSPEC" eval --model "$WORK/text/target.gguf" --mmproj "$WORK/text/target-mmproj.gguf" \
+            --data "$WORK/text-world" --limit "$TEXT_EVAL_LIMIT" --threads "$THREADS" --quiet \
+            --json "$WORK/text/eval.json" > "$WORK/text/eval.txt.tmp"
+        mv "$WORK/text/eval.txt.tmp" "$WORK/text/eval.txt"
+    fi
+    cat "$WORK/text/eval.txt"
     TEXT_INIT="--init $WORK/text/ckpt/ckpt.gguf"
 fi
 

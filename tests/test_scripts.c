@@ -62,7 +62,7 @@ int main(void) {
     static const char *const model_env =
         "TRAIN_PER_SUITE=3 TEST_PER_SUITE=1 VOCAB=300 EPOCHS=1 FREEZE_VISION=1 VISION_WARMUP=1 "
         "ATTENTION_SWITCH=2 FINISH_AT=4 FINISH_STEPS=2 FINISH_WARMUP=1 THREADS=2 NORM_CAP=2 VISION_STEPS=2 "
-        "SUITES=all TEXT_PER_SUITE=2 TEXT_TEST=1 TEXT_EPOCHS=2 "
+        "SUITES=all TEXT_PER_SUITE=2 TEXT_TEST=1 TEXT_EPOCHS=2 TEXT_EVAL_LIMIT=1 "
         "TEXT_FLAGS='--warmup 1 --batch 4 --accum 1 --width 32 --layers 2 --heads 2 --kv-heads 1 --ffn 64 "
         "--v-width 32 --v-blocks 1 --v-heads 2 --v-ffn 64 --ctx 1024 -q' "
         "VISION_FLAGS='--batch 2 --eval-images 4 --eval-every 1 --v-width 32 --v-blocks 1 --v-heads 2 --v-ffn 64 "
@@ -102,6 +102,9 @@ int main(void) {
              "the text stage did not run its 2 epochs of 1 step on its own world (%s)", path);
     VT_CHECK(exists(work, "text/target.gguf") && count_lines_with(log1, "text: chunk of at most") == 1,
              "the text stage did not finish in one chunk (log %s)", log1);
+    VT_CHECK(exists(work, "text/eval.txt") && exists(work, "text/eval.json") &&
+                 count_lines_with(log1, "text: eval on 1 test") == 1,
+             "the text stage's model was not evaluated once (log %s)", log1);
     snprintf(path, sizeof(path), "%s/world/world.json", work);
     VT_CHECK(vt_file_has(path, "drill"), "SUITES=all did not reach the world (%s)", path);
     snprintf(path, sizeof(path), "%s/vision/vision.json", work);
@@ -122,7 +125,7 @@ int main(void) {
                 log2);
     VT_CHECK(rc == 0, "make_models.sh (second run) exit %d", rc);
     VT_CHECK(count_lines_with(log2, "training: chunk") == 0 && count_lines_with(log2, "finish: run") == 0 &&
-                 count_lines_with(log2, "text: chunk") == 0 &&
+                 count_lines_with(log2, "text: chunk") == 0 && count_lines_with(log2, "text: eval") == 0 &&
                  count_lines_with(log2, "eval: test split") == 0 &&
                  count_lines_with(log2, "up to date") == 1,
              "the second make_models.sh run trained or evaluated again (log %s)", log2);
