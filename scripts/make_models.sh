@@ -49,7 +49,8 @@
 #   TEXT_SEED        its world seed (default 3)
 #   TEXT_EPOCHS      its passes over that world (default 1)
 #   TEXT_EVAL_LIMIT  test conversations per suite the stage's model is evaluated on once it is trained
-#                    ($WORK/text/eval.txt, the text and drill accuracy the main run starts from; default 100)
+#                    ($WORK/text/eval.txt, the text and drill accuracy the main run starts from, with
+#                    EVAL_FLAGS; default 100; 0: no eval)
 #   TEXT_FLAGS       extra `vlmspec train target` flags of the text stage (--lr, --warmup ...; not --steps:
 #                    the stage gives --epochs; the model's shape flags must be TRAIN_FLAGS', since the main
 #                    run starts from its weights). The stage trains no image weights, but AdamW's decay
@@ -196,14 +197,17 @@ if [ "$TEXT_PER_SUITE" -gt 0 ]; then
             --epochs "$TEXT_EPOCHS" --threads "$THREADS" --resume --time-limit "$CHUNK_SECONDS" $TEXT_GEMM \
             $TEXT_FLAGS
     done
-    if [ ! -f "$WORK/text/eval.txt" ]; then
-        log "text: eval on $TEXT_EVAL_LIMIT test conversations per suite, greedy"
-        "$VLMSPEC" eval --model "$WORK/text/target.gguf" --mmproj "$WORK/text/target-mmproj.gguf" \
-            --data "$WORK/text-world" --limit "$TEXT_EVAL_LIMIT" --threads "$THREADS" --quiet \
-            --json "$WORK/text/eval.json" > "$WORK/text/eval.txt.tmp"
-        mv "$WORK/text/eval.txt.tmp" "$WORK/text/eval.txt"
+    if [ "$TEXT_EVAL_LIMIT" -gt 0 ]; then
+        if [ ! -f "$WORK/text/eval.txt" ] || [ "$WORK/text/target.gguf" -nt "$WORK/text/eval.txt" ]; then
+            log "text: eval on $TEXT_EVAL_LIMIT test conversations per suite, greedy"
+            # shellcheck disable=SC2086 # EVAL_FLAGS is a list of flags
+            "$VLMSPEC" eval --model "$WORK/text/target.gguf" --mmproj "$WORK/text/target-mmproj.gguf" \
+                --data "$WORK/text-world" --limit "$TEXT_EVAL_LIMIT" --threads "$THREADS" --quiet \
+                --json "$WORK/text/eval.json" $EVAL_FLAGS > "$WORK/text/eval.txt.tmp"
+            mv "$WORK/text/eval.txt.tmp" "$WORK/text/eval.txt"
+        fi
+        cat "$WORK/text/eval.txt"
     fi
-    cat "$WORK/text/eval.txt"
     TEXT_INIT="--init $WORK/text/ckpt/ckpt.gguf"
 fi
 

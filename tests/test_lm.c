@@ -76,7 +76,7 @@ static void test_reference(vs_type type, double tol, vs_threadpool *tp) {
 }
 
 /* K-quant models (width 256, the super-block) on the kernel of the load-time copy where the CPU reads it
- * (AVX-512 VNNI: float steps of its own, kernels.h) against the same file without the copy (the AVX2
+ * (AVX-512 VNNI, or AVX-VNNI for Q4_K / Q5_K: float steps of their own, kernels.h) against the same file without the copy (the AVX2
  * kernel, llama.cpp's steps): logits within float rounding of each other, except that a value landing on
  * a rounding boundary of the 8-bit activation quantiser can flip one code (measured: Q5_K here, 6.4e-2
  * from the row of the flip on, ~1e-6 before it), hence the limit 0.1; and on the copy's path one row at

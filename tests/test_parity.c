@@ -73,7 +73,7 @@ static void run_model(const char *dir, const char *stem, vs_threadpool *tp, bool
     VT_REQUIRE(lm, "%s", err.msg);
     const vs_lm_config *c = vs_lm_cfg(lm);
     VT_REQUIRE(c->n_vocab == n_vocab, "%s: n_vocab %d vs %ld", stem, c->n_vocab, n_vocab);
-    if (kquant_set && vs_x16_wanted(c->wtype)) /* AVX-512: the K-quant kernel of the repacked copy is what runs */
+    if (kquant_set && vs_x16_wanted(c->wtype)) /* the K-quant kernel of the repacked copy is what runs */
         VT_CHECK(vs_lm_w(lm)->layers[0].w_gate.packed != NULL, "%s: K-quant matrices repacked on this CPU", stem);
     vs_kv *kv = vs_lm_kv_new(lm, 1, np + ng + 1, VS_TYPE_F32, &err);
     VT_REQUIRE(kv, "%s", err.msg);
@@ -164,11 +164,13 @@ int main(void) {
                 vs_isa_set_max(VS_ISA_AVX2);
                 /* the AVX2 kernel (llama.cpp's float steps); on CPUs with AVX-VNNI also its Q4_K / Q5_K
                  * kernel of the x16 copy, which has steps of its own */
-                const bool vnni = vs_avxvnni_allow(true);
+                const char *env = getenv("VLMSPEC_AVXVNNI");
+                const bool allowed = !(env && !strcmp(env, "0")), vnni = vs_avxvnni_allow(true);
                 vs_avxvnni_allow(false);
                 run_model(dir, names[i], tp, kq);
                 vs_avxvnni_allow(true);
                 if (vnni) run_model(dir, names[i], tp, kq);
+                vs_avxvnni_allow(allowed); /* as VLMSPEC_AVXVNNI said */
                 vs_isa_set_max(best);
                 if (best != VS_ISA_AVX2) run_model(dir, names[i], tp, kq);
             } else {

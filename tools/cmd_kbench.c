@@ -33,7 +33,8 @@ static void usage(FILE *f) {
             "weight streaming as a share of the measured bandwidth; cpu_us: median process CPU time per call\n"
             "(with --threads 1 the kernel's own compute time, robust when other processes share the cores);\n"
             "path: the kernel vs_matmul used (docs/kernels.md, \"vs_matmul paths\"); \"(x16)\": quantised weights read\n"
-            "from the repacked copy the LM loader makes on AVX-512 VNNI CPUs (VLMSPEC_REPACK=0: the GGUF rows).\n");
+            "from the repacked copy the LM loader makes where a kernel reads it (AVX-512 VNNI CPUs; Q4_K / Q5_K also\n"
+            "AVX2 CPUs with AVX-VNNI; VLMSPEC_REPACK=0: the GGUF rows).\n");
 }
 
 static double cpu_now(void) {
@@ -136,7 +137,7 @@ static int bench_type(vs_threadpool *tp, vs_type t, int64_t n_out, int64_t n_in,
         printf("%6lld %12.1f %10.1f %10.1f %10s %8.0f%% %10.1f  %s%s\n", (long long)n, med * 1e6, gbs, gflops,
                ratio, bw > 0 ? 100.0 * gbs / bw : 0.0, cpu[reps / 2] * 1e6,
                pk ? vs_matmul_x16_path(t, n_out, n_in, n) : vs_matmul_path(t, n_out, n_in, n, VS_MM_DEFAULT),
-               pk && vs_isa_active() >= VS_ISA_AVX512 ? " (x16)" : "");
+               pk ? " (x16)" : "");
     }
     printf("roofline at %.1f GB/s: %.1f us per call\n", bw, (double)mat / (bw * 1e9) * 1e6);
     vs_free(times);

@@ -829,7 +829,8 @@ void vs_matmul_multi(vs_threadpool *tp, vs_type wtype, int64_t n_in, const vs_mm
 bool vs_x16_wanted(vs_type t) {
     const char *e = getenv("VLMSPEC_REPACK");
     if (e && !strcmp(e, "0")) return false;
-    /* the ISA in force (a VLMSPEC_ISA=avx2 run never reads the copy); Q8_0's AMX tiles read the GGUF rows */
+    /* the ISA in force (a VLMSPEC_ISA=avx2 run reads it only for Q4_K / Q5_K with AVX-VNNI); Q8_0's AMX
+     * tiles read the GGUF rows */
     const vs_isa isa = vs_isa_active(), cpu = vs_isa_detect();
     if (vs_type_is_kquant(t)) /* AVX2 + AVX-VNNI: Q4_K / Q5_K (Q6_K's AVX2 kernel is faster at one row) */
         return isa >= VS_ISA_AVX512 || (isa == VS_ISA_AVX2 && t != VS_TYPE_Q6_K && vs_cpu_avxvnni());

@@ -109,8 +109,8 @@ size_t vs_x16_bytes(vs_type t, int64_t n_out, int64_t n_in);
 void vs_x16_pack(vs_type t, const void *w, int64_t n_out, int64_t n_in, void *dst);
 /* vs_matmul of quantised weights w with their repacked copy `packed` (NULL: plain vs_matmul). Kernels
  * that read the layout take `packed`; the others read w. Q8_0 / Q4_0: results BITWISE equal to vs_matmul
- * on w (same quantised activations, same integer dots, same float operations). K-quants: the AVX-512
- * kernel exists only for the copy and keeps one integer sum per super-block (kernels_arch.h,
+ * on w (same quantised activations, same integer dots, same float operations). K-quants: the AVX-512 and
+ * AVX-VNNI kernels exist only for the copy and keep one integer sum per super-block (kernels_arch.h,
  * vs_kq_x16_block) where vs_matmul keeps llama.cpp's eight lanes, so it is bitwise equal to
  * vs_matmul_x16_ref, and within float rounding of vs_matmul. Batch invariance as vs_matmul. */
 void vs_matmul_x16(vs_threadpool *tp, vs_type t, const void *w, const void *packed, int64_t n_out, int64_t n_in,
@@ -134,8 +134,8 @@ bool vs_matmul_set_blas(bool on);
  * halves, results within 2^-16 * sum|w x| of exact; by default for matrices of 256 KiB to 4 MiB, n_in >= 256;
  * VLMSPEC_AMX_BF16=all|off overrides) or "blas". */
 const char *vs_matmul_path(vs_type wtype, int64_t n_out, int64_t n_in, int64_t n_rows, unsigned flags);
-/* The same for vs_matmul_x16 with a copy: the K-quants' AVX-512 kernel ("avx512-vnni") where the ISA in
- * force reads the copy (vs_x16_wanted), else vs_matmul_path. */
+/* The same for vs_matmul_x16 with a copy: the K-quants' AVX-512 kernel ("avx512-vnni") or AVX-VNNI kernel
+ * ("avx-vnni", AVX2 CPUs) where the ISA in force reads the copy (vs_x16_wanted), else vs_matmul_path. */
 const char *vs_matmul_x16_path(vs_type wtype, int64_t n_out, int64_t n_in, int64_t n_rows);
 
 /* Vectorised vs_dequantize_row (same results): n values of a row of type t to f32. */

@@ -50,8 +50,8 @@ typedef struct vs_lm_config {
 } vs_lm_config;
 
 /* A weight matrix: n_out rows of n_in values of `type`, row-major, pointing into the mapping; quantised
- * matrices (Q8_0, Q4_0, K-quants) on AVX-512 VNNI CPUs also have a repacked copy (kernels.h, x16) that the
- * products read. */
+ * matrices (Q8_0, Q4_0, K-quants) on AVX-512 VNNI CPUs (Q4_K / Q5_K also on AVX2 CPUs with AVX-VNNI) also
+ * have a repacked copy (kernels.h, x16, vs_x16_wanted) that the products read. */
 typedef struct vs_lm_mat {
     vs_type type;
     int64_t n_out, n_in;

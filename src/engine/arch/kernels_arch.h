@@ -78,7 +78,7 @@ static inline void vs_kq_x16_block(float *acc, float *macc, float d, float dmin,
 typedef struct vs_mm_job {
     vs_type wtype;
     const uint8_t *w;   /* (n_out, w_row_bytes) */
-    const uint8_t *wp;  /* Q8_0 / Q4_0 / K-quants on AVX-512 VNNI: the same weights in the x16 layout (kernels.h), or NULL */
+    const uint8_t *wp;  /* the same weights in the x16 layout (kernels.h) where a kernel reads it, or NULL */
     size_t w_row_bytes; /* vs_type_row_bytes(wtype, n_in) */
     int64_t n_out, n_in, n_rows;
     const float *x;      /* (n_rows, n_in) */

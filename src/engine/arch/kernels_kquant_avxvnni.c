@@ -9,6 +9,7 @@
  * unpack, which at one row made this layout 1.1-1.5x slower than the AVX2 kernel (Zen 5 capped to AVX2,
  * kbench 5632 x 2048: 302-357 against 237-272 us), though 1.15-1.2x faster at 16-32 rows.
  * Call only when vs_cpu_avxvnni(). */
+#include <assert.h>
 #include <immintrin.h>
 #include <string.h>
 
@@ -54,7 +55,7 @@ VS_INLINE void kv_group(const vs_mm_job *jb, int64_t o, int h, int valid, int64_
     size_t pf = 0;
     for (int64_t b = 0; b < nb; b++) {
         /* the next tile, a share per super-block: the parts' order within a super-block is not one the
-         * hardware prefetchers follow (one row of Q6_K ran at 7 GB/s without this) */
+         * hardware prefetchers follow (a first version that also did Q6_K ran one row of it at 7 GB/s) */
         for (size_t pe = next_bytes * (size_t)(b + 1) / (size_t)nb; pf < pe; pf += 64)
             _mm_prefetch((const char *)next + pf, _MM_HINT_T0);
         const uint8_t *blk = tile + (size_t)b * B;
@@ -137,6 +138,7 @@ VS_INLINE void kv_driver(const vs_mm_job *jb, int64_t o0, int64_t o1, const vs_t
 _Static_assert(KV_G == 4, "kv_driver's switch has cases 1..4");
 
 void vs_mm_kq_lanes_avxvnni(const vs_mm_job *jb, int64_t o0, int64_t o1) {
+    assert(jb->wtype == VS_TYPE_Q4_K || jb->wtype == VS_TYPE_Q5_K); /* Q6_K has no copy on AVX2 */
     if (jb->wtype == VS_TYPE_Q4_K) kv_driver(jb, o0, o1, VS_TYPE_Q4_K);
     else kv_driver(jb, o0, o1, VS_TYPE_Q5_K);
 }
