@@ -972,6 +972,13 @@ static void test_cli(vs_threadpool *tp) {
     const char *helps[] = {"model", "logits", "generate", "bench"};
     for (size_t i = 0; i < VS_ARRAY_LEN(helps); i++)
         VT_CHECK(vt_run("%s %s --help > /dev/null", cli, helps[i]) == 0, "%s --help", helps[i]);
+    /* version names the BLAS library and the core its kernels were picked for, where there is one */
+    char blas[256], vout[600];
+    const bool has_blas = vs_blas_info(blas, sizeof(blas));
+    snprintf(vout, sizeof(vout), "%s/version.txt", dir);
+    VT_CHECK(vt_run("%s version > %s", cli, vout) == 0 && vt_file_has(vout, "vlmspec ") &&
+                 vt_file_has(vout, "BLAS: ") == has_blas && (!has_blas || vt_file_has(vout, ", core ")),
+             "vlmspec version: BLAS line %s expected", has_blas ? "" : "not");
     int rc = vt_run("%s model random --dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 96 --ctx 64 --vocab 48 "
                     "--type Q8_0 --seed 5 -o %s/cli.gguf > /dev/null", cli, dir);
     VT_REQUIRE(rc == 0, "model random exit %d", rc);

@@ -1,5 +1,6 @@
 /* vlmspec version: the version and the CPU features the kernels will use. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels.h"
@@ -8,8 +9,9 @@
 int vs_cmd_version(int argc, char **argv) {
     if (argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
         printf("usage: vlmspec version\nPrints the version, the SIMD path chosen for this CPU (the environment\n"
-               "variable VLMSPEC_ISA=scalar|avx2|avx512 caps it) and the training products it offers\n"
-               "(`vlmspec train ... --gemm`).\n");
+               "variable VLMSPEC_ISA=scalar|avx2|avx512 caps it), the training products it offers\n"
+               "(`vlmspec train ... --gemm`) and the BLAS library with the kernels it picked for this CPU\n"
+               "(OPENBLAS_CORETYPE overrides that choice; an older core's kernels are slower).\n");
         return 0;
     }
     if (argc > 1) {
@@ -22,5 +24,8 @@ int vs_cmd_version(int argc, char **argv) {
                 vs_isa_name(best));
     printf("training products:%s blocked%s\n", strcmp(vs_train_sgemm_backend(), "openblas") ? "" : " openblas",
            vs_train_amx_available() ? " amx-bf16x3" : "");
+    char blas[256];
+    if (vs_blas_info(blas, sizeof(blas)))
+        printf("BLAS: %s%s\n", blas, getenv("OPENBLAS_CORETYPE") ? " (chosen by OPENBLAS_CORETYPE)" : "");
     return 0;
 }

@@ -658,6 +658,17 @@ bool vs_matmul_set_blas(bool on) {
 #endif
 }
 
+bool vs_blas_info(char *buf, size_t cap) {
+    if (cap) buf[0] = 0;
+#ifdef VS_HAVE_OPENBLAS
+    const char *cfg = openblas_get_config(), *core = openblas_get_corename();
+    if (cap) snprintf(buf, cap, "%s, core %s", cfg ? cfg : "OpenBLAS", core ? core : "?");
+    return true;
+#else
+    return false;
+#endif
+}
+
 const char *vs_matmul_path(vs_type wtype, int64_t n_out, int64_t n_in, int64_t n_rows, unsigned flags) {
     vs_isa isa = isa_current();
     bool amxbf = isa == VS_ISA_AMX && use_amx_bf16(wtype, n_out, n_in, flags);

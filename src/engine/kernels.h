@@ -127,6 +127,11 @@ void vs_matmul_ref(vs_type wtype, const void *w, int64_t n_out, int64_t n_in, co
  * (VS_HAVE_OPENBLAS) unless turned off here or by VLMSPEC_NO_BLAS=1. Returns whether BLAS is now in use
  * (false without it). */
 bool vs_matmul_set_blas(bool on);
+/* Writes the BLAS library's description ("OpenBLAS 0.3.21 DYNAMIC_ARCH ..., core SkylakeX") into buf;
+ * false (buf empty) when built without one. OpenBLAS picks its kernels by CPU unless OPENBLAS_CORETYPE
+ * names a core: Haswell kernels on an AVX-512 CPU made F32 sgemm about half as fast (Zen 5: 236 against
+ * 440-456 GFLOP/s, 2 threads) and training steps 1.5x slower. */
+bool vs_blas_info(char *buf, size_t cap);
 
 /* The kernel vs_matmul_ex runs now for this weight matrix, row count and flags (for benchmarks and logs):
  * "scalar", "avx2", "avx512-fma", "avx512-vnni", "amx-int8", "amx-vnni" (Q8_0/Q4_0 few rows on the AMX
