@@ -495,6 +495,12 @@ static bool use_amx_bf16(vs_type t, int64_t n_out, int64_t n_in, unsigned flags)
     return bytes >= VS_AMXBF16_MIN_BYTES && bytes <= VS_AMXBF16_MAX_BYTES && n_in >= VS_AMXBF16_MIN_IN;
 }
 
+/* Whether ISA isa has a K-quant kernel that reads the x16 copy of type t: AVX-512 VNNI (and AMX CPUs)
+ * for all three; AVX2 with AVX-VNNI for Q4_K / Q5_K (Q6_K's AVX2 kernel is faster at one row). */
+static bool kq_reads_copy(vs_type t, vs_isa isa) {
+    return isa >= VS_ISA_AVX512 || (isa == VS_ISA_AVX2 && t != VS_TYPE_Q6_K && vs_cpu_avxvnni());
+}
+
 typedef struct mm_ctx {
     vs_mm_job job;
     vs_isa isa;      /* VS_ISA_AMX only when an AMX kernel runs (INT8 for Q8_0/Q4_0, BF16 for F16/BF16) */
@@ -746,11 +752,13 @@ static void matmul_impl(vs_threadpool *tp, vs_type wtype, const void *w, const v
     mm_ctx c = {.job = {.wtype = wtype, .w = w, .w_row_bytes = rb, .n_out = n_out, .n_in = n_in,
                         .n_rows = n_rows, .x = x, .y = y},
                 .isa = isa_current(), .q_rows = n_rows};
-    if (vs_type_is_kquant(wtype) && c.isa > VS_ISA_AVX2) /* AVX-512: only from the x16 copy */
-        c.isa = packed ? VS_ISA_AVX512 : VS_ISA_AVX2;
-    if (c.isa >= VS_ISA_AVX512 && is_quant(wtype)) c.job.wp = packed;
-    if (c.isa == VS_ISA_AVX2 && vs_type_is_kquant(wtype) && wtype != VS_TYPE_Q6_K && vs_cpu_avxvnni())
-        c.job.wp = packed; /* AVX-VNNI (vs_x16_wanted) */
+    if (vs_type_is_kquant(wtype)) { /* the lane kernels only from the x16 copy, else the AVX2 kernel */
+        const bool lanes = packed && kq_reads_copy(wtype, c.isa);
+        if (c.isa > VS_ISA_AVX2) c.isa = lanes ? VS_ISA_AVX512 : VS_ISA_AVX2;
+        if (lanes) c.job.wp = packed;
+    } else if (c.isa >= VS_ISA_AVX512 && is_quant(wtype)) {
+        c.job.wp = packed;
+    }
     if (c.isa == VS_ISA_AMX &&
         !(is_quant(wtype) ? n_rows >= amx_min_rows(wtype) : use_amx_bf16(wtype, n_out, n_in, flags)))
         c.isa = VS_ISA_AVX512;
@@ -843,8 +851,7 @@ bool vs_x16_wanted(vs_type t) {
     /* the ISA in force (a VLMSPEC_ISA=avx2 run reads it only for Q4_K / Q5_K with AVX-VNNI); Q8_0's AMX
      * tiles read the GGUF rows */
     const vs_isa isa = vs_isa_active(), cpu = vs_isa_detect();
-    if (vs_type_is_kquant(t)) /* AVX2 + AVX-VNNI: Q4_K / Q5_K (Q6_K's AVX2 kernel is faster at one row) */
-        return isa >= VS_ISA_AVX512 || (isa == VS_ISA_AVX2 && t != VS_TYPE_Q6_K && vs_cpu_avxvnni());
+    if (vs_type_is_kquant(t)) return kq_reads_copy(t, isa);
     if (t == VS_TYPE_Q4_0) return isa >= VS_ISA_AVX512;
     return t == VS_TYPE_Q8_0 && isa >= VS_ISA_AVX512 && cpu == VS_ISA_AVX512;
 }

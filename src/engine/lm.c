@@ -3,7 +3,6 @@
 #include "lm.h"
 
 #include <math.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -277,60 +276,49 @@ static int lm_mats(vs_lm *lm, vs_lm_mat **out) {
 typedef struct pack_job {
     vs_lm *lm;
     vs_lm_mat **mats;
-    const size_t *off; /* matrix i's copy at lm->packed + off[i], SIZE_MAX: none */
-    int n;
-    atomic_int next;   /* the next matrix to take */
 } pack_job;
 
-/* Packs the matrices threads take in turn, each then releasing its mapped rows. */
-static void pack_task(void *p, int ith, int nth) {
-    (void)ith, (void)nth;
+/* Share i of the pool's job: matrix i's copy (where it has one), then its mapped rows released. */
+static void pack_task(void *p, int i, int n) {
+    (void)n;
     pack_job *j = p;
-    for (int i; (i = atomic_fetch_add(&j->next, 1)) < j->n;) {
-        vs_lm_mat *m = j->mats[i];
-        if (j->off[i] == SIZE_MAX) continue;
-        vs_x16_pack(m->type, m->data, m->n_out, m->n_in, j->lm->packed + j->off[i]);
-        if (m->data != j->lm->w.tok_embd.data)
-            vs_gguf_release(j->lm->g, m->data, vs_type_row_bytes(m->type, m->n_in) * (size_t)m->n_out);
-    }
+    vs_lm_mat *m = j->mats[i];
+    if (!m->packed) return;
+    uint8_t *dst = j->lm->packed + ((const uint8_t *)m->packed - j->lm->packed); /* writable, the same bytes */
+    vs_x16_pack(m->type, m->data, m->n_out, m->n_in, dst);
+    if (m->data != j->lm->w.tok_embd.data)
+        vs_gguf_release(j->lm->g, m->data, vs_type_row_bytes(m->type, m->n_in) * (size_t)m->n_out);
 }
 
 static vs_status pack_weights(vs_lm *lm, vs_error *err) {
     if (!vs_x16_wanted(VS_TYPE_Q8_0) && !vs_x16_wanted(VS_TYPE_Q4_0) && !vs_x16_wanted(VS_TYPE_Q4_K)) return VS_OK;
-    const size_t cap = (size_t)(7 * lm->cfg.n_layer + 1);
-    vs_lm_mat **mats = vs_malloc(sizeof(vs_lm_mat *) * cap);
-    size_t *offs = vs_malloc(sizeof(size_t) * cap);
-    if (!mats || !offs) {
-        vs_free(mats), vs_free(offs);
-        return vs_error_set(err, VS_ERR_NOMEM, "%s: out of memory", vs_gguf_name(lm->g));
-    }
+    vs_lm_mat **mats = vs_malloc(sizeof(vs_lm_mat *) * (size_t)(7 * lm->cfg.n_layer + 1));
+    if (!mats) return vs_error_set(err, VS_ERR_NOMEM, "%s: out of memory", vs_gguf_name(lm->g));
     int n = lm_mats(lm, mats);
     size_t total = 0;
     for (int i = 0; i < n; i++)
         if (vs_x16_wanted(mats[i]->type)) total += vs_x16_bytes(mats[i]->type, mats[i]->n_out, mats[i]->n_in);
     if (total && !(lm->packed = vs_malloc(total))) {
-        vs_free(mats), vs_free(offs);
+        vs_free(mats);
         return vs_error_set(err, VS_ERR_NOMEM, "%s: out of memory for the %zu MB repacked weight copy "
                             "(VLMSPEC_REPACK=0 runs without it)", vs_gguf_name(lm->g), total >> 20);
     }
     size_t off = 0;
     for (int i = 0; i < n && total; i++) {
         vs_lm_mat *m = mats[i];
-        offs[i] = SIZE_MAX;
         if (!vs_x16_wanted(m->type)) continue;
-        offs[i] = off;
         m->packed = lm->packed + off;
         off += vs_x16_bytes(m->type, m->n_out, m->n_in);
     }
-    /* the copies on every CPU of the machine, a matrix at a time (about 1 s per GB on one thread) */
-    pack_job job = {.lm = lm, .mats = mats, .off = offs, .n = total ? n : 0};
+    /* the copies on every CPU of the machine, a matrix per share (about 1 s per GB on one thread); without
+     * a pool (one CPU, or no memory for one) the caller makes them all */
+    pack_job job = {.lm = lm, .mats = mats};
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     vs_error perr = {0};
-    vs_threadpool *tp = cpus > 1 && job.n > 1 ? vs_threadpool_new((int)VS_MIN(cpus, 8), &perr) : NULL;
-    if (tp) vs_threadpool_run(tp, pack_task, &job);
-    else pack_task(&job, 0, 1); /* one thread (or no memory for a pool): the same copies */
+    vs_threadpool *tp = total && cpus > 1 && n > 1 ? vs_threadpool_new((int)VS_MIN(cpus, 8), &perr) : NULL;
+    if (total) vs_threadpool_run_shares(tp, pack_task, &job, n);
     vs_threadpool_free(tp);
-    vs_free(mats), vs_free(offs);
+    vs_free(mats);
     return VS_OK;
 }
 
