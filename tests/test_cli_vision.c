@@ -167,6 +167,10 @@ int main(void) {
     /* --- mmproj random / info --- */
     VT_CHECK(vt_run("%s mmproj --help > /dev/null", B) == 0, "mmproj --help");
     VT_CHECK(vt_run("%s chat --help > /dev/null", B) == 0, "chat --help");
+    /* the top-level help describes every command: no line is a bare name */
+    VT_CHECK(vt_run("%s --help > %s", B, path_of("help.txt")) == 0 && file_contains(path_of("help.txt"), "  serve ") &&
+                 vt_run("grep -qE '^  [a-z-]+ *$' %s", path_of("help.txt")) != 0,
+             "vlmspec --help lists every command with a description");
     VT_REQUIRE(vt_run("%s mmproj random --image-size 28 --patch 14 --width 32 --layers 2 --heads 4 --ffn 64 "
                       "--proj-dim 64 --seed 11 -o %s 2> /dev/null",
                       B, path_of("mm.gguf")) == 0,

@@ -239,7 +239,9 @@ static void test_xq(vs_isa best) {
         }
         const int8_t *qref = (const int8_t *)ref;
         const float *dref = (const float *)(ref + (n_in + 63) / 64 * 64);
-        if (best >= VS_ISA_AVX512) {
+        /* the AMX layout by its documented rule: the AVX-512 quantiser, and the AVX2 one of AVX-VNNI CPUs */
+        for (int qi = 0; qi < 2; qi++) {
+            if (qi == 0 ? best < VS_ISA_AVX512 : !vs_cpu_avxvnni()) continue;
             for (int ti = 0; ti < 2; ti++) {
                 bool q4 = ti == 1;
                 int64_t n_rows = 5; /* N = 8, G = 1: this row is column 3, rows 5..7 are padding */
@@ -248,7 +250,8 @@ static void test_xq(vs_isa best) {
                 uint8_t *am = vs_malloc(vs_xq_amx_bytes(n_in, n_rows));
                 memset(am, 0x5a, vs_xq_amx_bytes(n_in, n_rows));
                 for (int64_t r = 0; r < N; r++)
-                    vs_xq_quantize_row_amx(r == 3 ? x : NULL, n_in, q4 ? VS_TYPE_Q4_0 : VS_TYPE_Q8_0, n_rows, r, am);
+                    (qi ? vs_xq_quantize_row_amx_avx2 : vs_xq_quantize_row_amx)(r == 3 ? x : NULL, n_in,
+                                                                                q4 ? VS_TYPE_Q4_0 : VS_TYPE_Q8_0, n_rows, r, am);
                 for (int64_t blk = 0; blk < n_in / 32; blk++) {
                     const uint8_t *ch = am + blk * chunk;
                     int sum = 0;
@@ -633,6 +636,68 @@ static void test_x16(vs_isa isa, vs_threadpool **pools, int n_pools) {
            vs_isa_name(isa), bad);
 }
 
+/* Q8_0 / Q4_0 on AVX2 with AVX-VNNI: the path names, and the lane kernel bitwise equal to the AVX-512 one (the
+ * same integers and float steps) on CPUs with both, from the GGUF rows and from the x16 copy. */
+static void test_q_lanes_avxvnni(vs_isa best, vs_threadpool *tp) {
+    if (!vs_cpu_avxvnni()) {
+        printf("kernels: no AVX-VNNI on this CPU (or VLMSPEC_AVXVNNI=0): its Q8_0 / Q4_0 lane kernel not run\n");
+        return;
+    }
+    vs_isa_set_max(VS_ISA_AVX2);
+    VT_CHECK(!strcmp(vs_matmul_path(VS_TYPE_Q8_0, 64, 64, 3, 0), "avx-vnni") &&
+                 !strcmp(vs_matmul_path(VS_TYPE_Q4_0, 64, 64, 1, 0), "avx-vnni") && vs_x16_wanted(VS_TYPE_Q8_0) &&
+                 vs_x16_wanted(VS_TYPE_Q4_0),
+             "AVX2 + AVX-VNNI: Q8_0 / Q4_0 path %s, copies %d %d", vs_matmul_path(VS_TYPE_Q8_0, 64, 64, 3, 0),
+             vs_x16_wanted(VS_TYPE_Q8_0), vs_x16_wanted(VS_TYPE_Q4_0));
+    vs_avxvnni_allow(false);
+    VT_CHECK(!strcmp(vs_matmul_path(VS_TYPE_Q8_0, 64, 64, 3, 0), "avx2") && !vs_x16_wanted(VS_TYPE_Q4_0),
+             "AVX-VNNI off: Q8_0 path %s", vs_matmul_path(VS_TYPE_Q8_0, 64, 64, 3, 0));
+    vs_avxvnni_allow(true);
+    vs_isa_set_max(best);
+    if (best < VS_ISA_AVX512) return;
+    static const int64_t shapes[][2] = {{131, 288}, {37, 576}, {300, 2048}};
+    static const int64_t ns[] = {1, 2, 3, 4, 5, 8, 9, 16, 17, 33};
+    vs_rng rng;
+    vs_rng_seed(&rng, 123);
+    int bad = 0, runs = 0;
+    for (int ti = 0; ti < 2; ti++) {
+        const vs_type t = ti ? VS_TYPE_Q8_0 : VS_TYPE_Q4_0;
+        for (size_t si = 0; si < VS_ARRAY_LEN(shapes); si++) {
+            const int64_t n_out = shapes[si][0], n_in = shapes[si][1], max_rows = 33;
+            const size_t rb = vs_type_row_bytes(t, n_in), ny = (size_t)(max_rows * n_out);
+            uint8_t *w = vs_malloc(rb * (size_t)n_out), *pk = vs_malloc(vs_x16_bytes(t, n_out, n_in));
+            float *x = malloc(sizeof(float) * (size_t)(max_rows * n_in)), *tmp = malloc(sizeof(float) * (size_t)n_in);
+            float *y[4];
+            for (int k = 0; k < 4; k++) y[k] = malloc(sizeof(float) * ny);
+            for (int64_t o = 0; o < n_out; o++) {
+                for (int64_t i = 0; i < n_in; i++) tmp[i] = vs_rng_normal(&rng) * (o % 5 == 1 ? 3.0f : 0.4f);
+                vs_quantize_row(t, tmp, w + o * rb, n_in);
+            }
+            vs_x16_pack(t, w, n_out, n_in, pk);
+            for (int64_t i = 0; i < max_rows * n_in; i++) x[i] = vs_rng_normal(&rng) * (i % 89 == 7 ? 20.0f : 1.0f);
+            for (size_t k = 0; k < VS_ARRAY_LEN(ns); k++) {
+                const int64_t n = ns[k];
+                for (int isa = 0; isa < 2; isa++) { /* AVX-512, then AVX2 + AVX-VNNI; rows, then the copy */
+                    vs_isa_set_max(isa ? VS_ISA_AVX2 : VS_ISA_AVX512);
+                    vs_matmul(tp, t, w, n_out, n_in, x, n, y[2 * isa]);
+                    vs_matmul_x16(tp, t, w, pk, n_out, n_in, x, n, y[2 * isa + 1]);
+                }
+                for (int k2 = 1; k2 < 4; k2++) bad += memcmp(y[0], y[k2], sizeof(float) * (size_t)(n * n_out)) != 0;
+                runs += 3;
+            }
+            vs_free(w);
+            vs_free(pk);
+            free(x);
+            free(tmp);
+            for (int k = 0; k < 4; k++) free(y[k]);
+        }
+    }
+    vs_isa_set_max(best);
+    VT_CHECK(bad == 0, "Q8_0 / Q4_0 on AVX2 + AVX-VNNI: %d of %d runs differ from the AVX-512 lane kernel", bad, runs);
+    printf("kernels: Q8_0 / Q4_0 on AVX2 + AVX-VNNI (rows and copy): %d runs bitwise equal to the AVX-512 lane "
+           "kernel (%d differ)\n", runs, bad);
+}
+
 static void test_vector_ops(vs_isa isa) {
     static const int64_t ns[] = {0, 1, 7, 15, 16, 17, 100, 1000, 4099};
     vs_rng rng;
@@ -877,6 +942,17 @@ int main(void) {
         g_mm_flags = VS_MM_DEFAULT;
         test_x16((vs_isa)isa, pools, 2);
         test_vector_ops((vs_isa)isa);
+    }
+    test_q_lanes_avxvnni(best, pools[1]);
+    if (best >= VS_ISA_AVX2 && vs_cpu_avxvnni()) { /* the AVX2 kernels that AVX-VNNI CPUs no longer run */
+        printf("kernels: avx2 again without AVX-VNNI\n");
+        vs_isa_set_max(VS_ISA_AVX2);
+        vs_avxvnni_allow(false);
+        test_matmul(VS_ISA_AVX2, pools, 3);
+        test_batch_invariance(VS_ISA_AVX2, pools, 2);
+        test_x16(VS_ISA_AVX2, pools, 2);
+        vs_avxvnni_allow(true);
+        vs_isa_set_max(best);
     }
     /* F32/F16/BF16 with 128+ rows go to OpenBLAS when the build has it: the built-in path again */
     if (vs_matmul_set_blas(false) == false) {

@@ -73,8 +73,8 @@ static void run_model(const char *dir, const char *stem, vs_threadpool *tp, bool
     VT_REQUIRE(lm, "%s", err.msg);
     const vs_lm_config *c = vs_lm_cfg(lm);
     VT_REQUIRE(c->n_vocab == n_vocab, "%s: n_vocab %d vs %ld", stem, c->n_vocab, n_vocab);
-    if (kquant_set && vs_x16_wanted(c->wtype)) /* the K-quant kernel of the repacked copy is what runs */
-        VT_CHECK(vs_lm_w(lm)->layers[0].w_gate.packed != NULL, "%s: K-quant matrices repacked on this CPU", stem);
+    if (vs_x16_wanted(c->wtype)) /* the lane kernel of the repacked copy is what runs */
+        VT_CHECK(vs_lm_w(lm)->layers[0].w_gate.packed != NULL, "%s: quantised matrices repacked on this CPU", stem);
     vs_kv *kv = vs_lm_kv_new(lm, 1, np + ng + 1, VS_TYPE_F32, &err);
     VT_REQUIRE(kv, "%s", err.msg);
     float *got = malloc(sizeof(float) * (size_t)rows * n_vocab);
@@ -160,10 +160,11 @@ int main(void) {
         const bool kq = !strcmp(sets[si], "parity-kquant");
         for (int i = 0; i < n; i++) {
             const vs_isa best = vs_isa_active(); /* the CPU's, or the VLMSPEC_ISA cap */
-            if (kq && best >= VS_ISA_AVX2) {
+            const bool quant = kq || strstr(names[i], "q8_0") || strstr(names[i], "q4_0");
+            if (quant && best >= VS_ISA_AVX2) {
                 vs_isa_set_max(VS_ISA_AVX2);
-                /* the AVX2 kernel (llama.cpp's float steps); on CPUs with AVX-VNNI also its Q4_K / Q5_K
-                 * kernel of the x16 copy, which has steps of its own */
+                /* the AVX2 kernel (for K-quants llama.cpp's float steps); on CPUs with AVX-VNNI also the lane
+                 * kernels of the x16 copy (Q8_0, Q4_0, Q4_K, Q5_K), which have steps of their own */
                 const char *env = getenv("VLMSPEC_AVXVNNI");
                 const bool allowed = !(env && !strcmp(env, "0")), vnni = vs_avxvnni_allow(true);
                 vs_avxvnni_allow(false);

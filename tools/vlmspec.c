@@ -49,6 +49,7 @@ static const struct {
     {"mmproj", "random mmproj files (tests, demos) and their description"},
     {"model", "random-weight LLaMA models (tests, benchmarks), model info, weight type conversion"},
     {"plot", "SVG plots of traces (TABED weight shares)"},
+    {"serve", "OpenAI-compatible HTTP server (chat completions with images, speculative decoding, a chat page)"},
     {"tokenize", "text -> token ids and pieces"},
     {"tokenizer", "train a byte-level BPE tokenizer on the world's corpus"},
     {"train", "train the target VLM, export checkpoints, training benchmark"},

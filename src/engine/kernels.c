@@ -501,10 +501,15 @@ static bool kq_reads_copy(vs_type t, vs_isa isa) {
     return isa >= VS_ISA_AVX512 || (isa == VS_ISA_AVX2 && t != VS_TYPE_Q6_K && vs_cpu_avxvnni());
 }
 
+/* Whether Q8_0 / Q4_0 run on the AMX activation layout (kernels_arch.h) at ISA isa: the output-lane
+ * kernels and tiles of AVX-512 VNNI and AMX CPUs, and the lane kernel of AVX2 with AVX-VNNI. */
+static bool q_lanes(vs_isa isa) { return isa >= VS_ISA_AVX512 || (isa == VS_ISA_AVX2 && vs_cpu_avxvnni()); }
+
 typedef struct mm_ctx {
     vs_mm_job job;
     vs_isa isa;      /* VS_ISA_AMX only when an AMX kernel runs (INT8 for Q8_0/Q4_0, BF16 for F16/BF16) */
-    int64_t q_rows;  /* rows to quantise (AMX: padded to whole groups) */
+    int64_t q_rows;  /* rows to quantise (AMX layout: padded to whole groups) */
+    bool lanes;      /* Q8_0 / Q4_0 on the AMX layout (q_lanes), decided once per call */
     uint8_t *xq_out; /* writable view of job.xq for the quantisation pass */
 } mm_ctx;
 
@@ -514,10 +519,11 @@ static void quant_rows(mm_ctx *c, int64_t r0, int64_t r1) {
             vs_xb_convert_group_avx512(c->job.x, c->job.n_in, c->job.wtype, c->job.n_rows, g, c->xq_out);
         return;
     }
-    if (c->isa >= VS_ISA_AVX512 && !vs_type_is_kquant(c->job.wtype)) { /* Q8_0 / Q4_0: the AMX layout */
+    if (c->lanes) { /* Q8_0 / Q4_0: the AMX layout */
         for (int64_t r = r0; r < r1; r++)
-            vs_xq_quantize_row_amx(r < c->job.n_rows ? c->job.x + r * c->job.n_in : NULL, c->job.n_in,
-                                   c->job.wtype, c->job.n_rows, r, c->xq_out);
+            (c->isa >= VS_ISA_AVX512 ? vs_xq_quantize_row_amx : vs_xq_quantize_row_amx_avx2)(
+                r < c->job.n_rows ? c->job.x + r * c->job.n_in : NULL, c->job.n_in, c->job.wtype, c->job.n_rows, r,
+                c->xq_out);
         return;
     }
     for (int64_t r = r0; r < r1; r++) {
@@ -563,6 +569,7 @@ static void mm_task(void *p, int ith, int nth) {
         break;
     case VS_ISA_AVX2:
         if (vs_type_is_kquant(c->job.wtype) && c->job.wp) vs_mm_kq_lanes_avxvnni(&c->job, o0, o1);
+        else if (c->lanes) vs_mm_lanes_avxvnni(&c->job, o0, o1);
         else vs_mm_avx2(&c->job, o0, o1);
         break;
     default: mm_scalar(&c->job, o0, o1); break;
@@ -687,6 +694,7 @@ const char *vs_matmul_path(vs_type wtype, int64_t n_out, int64_t n_in, int64_t n
         return n_rows <= amx_vnni_max_rows(wtype) ? "amx-vnni" : "amx-int8";
     if (amxbf) return "amx-bf16";
     if (isa >= VS_ISA_AVX512) return is_quant(wtype) ? "avx512-vnni" : "avx512-fma";
+    if (isa == VS_ISA_AVX2 && is_quant(wtype) && q_lanes(isa)) return "avx-vnni";
     return isa == VS_ISA_AVX2 ? "avx2" : "scalar";
 }
 
@@ -756,7 +764,8 @@ static void matmul_impl(vs_threadpool *tp, vs_type wtype, const void *w, const v
         const bool lanes = packed && kq_reads_copy(wtype, c.isa);
         if (c.isa > VS_ISA_AVX2) c.isa = lanes ? VS_ISA_AVX512 : VS_ISA_AVX2;
         if (lanes) c.job.wp = packed;
-    } else if (c.isa >= VS_ISA_AVX512 && is_quant(wtype)) {
+    } else if (is_quant(wtype) && q_lanes(c.isa)) {
+        c.lanes = true;
         c.job.wp = packed;
     }
     if (c.isa == VS_ISA_AMX &&
@@ -770,7 +779,7 @@ static void matmul_impl(vs_threadpool *tp, vs_type wtype, const void *w, const v
     if (is_quant(wtype)) {
         size_t xrb = vs_type_is_kquant(wtype) ? vs_xk_row_bytes(n_in) : vs_xq_row_bytes_ref(n_in);
         size_t bytes = xrb * (size_t)n_rows;
-        if (c.isa >= VS_ISA_AVX512 && !vs_type_is_kquant(wtype)) { /* the AMX layout (kernels_arch.h) */
+        if (c.lanes) { /* the AMX layout (kernels_arch.h) */
             xrb = 0;
             bytes = vs_xq_amx_bytes(n_in, n_rows);
             c.q_rows = vs_xq_amx_G(n_rows) * vs_xq_amx_N(n_rows);
@@ -848,10 +857,11 @@ void vs_matmul_multi(vs_threadpool *tp, vs_type wtype, int64_t n_in, const vs_mm
 bool vs_x16_wanted(vs_type t) {
     const char *e = getenv("VLMSPEC_REPACK");
     if (e && !strcmp(e, "0")) return false;
-    /* the ISA in force (a VLMSPEC_ISA=avx2 run reads it only for Q4_K / Q5_K with AVX-VNNI); Q8_0's AMX
-     * tiles read the GGUF rows */
+    /* the ISA in force (VLMSPEC_ISA=avx2 reads it with AVX-VNNI, except Q6_K); Q8_0's AMX tiles read the
+     * GGUF rows */
     const vs_isa isa = vs_isa_active(), cpu = vs_isa_detect();
     if (vs_type_is_kquant(t)) return kq_reads_copy(t, isa);
+    if (isa == VS_ISA_AVX2) return (t == VS_TYPE_Q4_0 || t == VS_TYPE_Q8_0) && q_lanes(isa);
     if (t == VS_TYPE_Q4_0) return isa >= VS_ISA_AVX512;
     return t == VS_TYPE_Q8_0 && isa >= VS_ISA_AVX512 && cpu == VS_ISA_AVX512;
 }

@@ -24,8 +24,8 @@ const char *vs_isa_name(vs_isa isa);
  * avx2|avx512|amx sets the cap at start-up). Returns the ISA now in force. */
 vs_isa vs_isa_set_max(vs_isa isa);
 vs_isa vs_isa_active(void); /* the ISA vs_matmul and the vector ops use now: min(cap, detected) */
-/* Whether the AVX2 level may use AVX-VNNI where the CPU has it (the Q4_K / Q5_K kernel of the x16 copy;
- * default yes, VLMSPEC_AVXVNNI=0 at start-up says no). Tests flip it to check both AVX2 kernels; like the
+/* Whether the AVX2 level may use AVX-VNNI where the CPU has it (the lane kernels of Q8_0 / Q4_0 and of the
+ * Q4_K / Q5_K x16 copy; default yes, VLMSPEC_AVXVNNI=0 at start-up says no). Tests flip it to check both AVX2 kernels; like the
  * ISA cap it must not change while a model made under the other setting is in use. Returns the setting
  * now in force (false on CPUs without AVX-VNNI). */
 bool vs_avxvnni_allow(bool allow);
@@ -45,7 +45,8 @@ bool vs_avxvnni_allow(bool allow);
  *     load-time copy, which the LM uses, runs the AVX-512 kernel with float steps of its own, as does
  *     the AVX-VNNI kernel for Q4_K / Q5_K on AVX2 CPUs that have it);
  *   - Q8_0 / Q4_0: every n_rows (one activation quantiser; per output and row, the exact integer block
- *     dots scaled and added in block order by the same float operations on every path of an ISA);
+ *     dots scaled and added in block order by the same float operations on every path of an ISA; the
+ *     lane kernels of AVX-512 VNNI and of AVX2 + AVX-VNNI give the same bits);
  *   - F32 / F16 / BF16: n_rows < 128 always, and every n_rows when BLAS is off (vs_matmul_set_blas,
  *     VLMSPEC_NO_BLAS=1). With BLAS, batches of 128+ rows (prompt prefill, the vision tower) use
  *     sgemm, whose summation order is its own: such rows may differ from single-row results in the
@@ -102,8 +103,8 @@ void vs_matmul_multi(vs_threadpool *tp, vs_type wtype, int64_t n_in, const vs_mm
  *     parts h at 2048 + 512 h (qh[32 h + 4k ..]), the int8 scale pairs [8][16][2] at 3072 (pair i, output
  *     o: scales 2i, 2i + 1), fp16 d [16] at 3328, 32 bytes of zeros (whole cache lines).
  * vs_x16_wanted: whether the kernels of the ISA in force (vs_isa_active) read the layout for type t (Q4_0
- * and K-quants: AVX-512 VNNI or AMX; Q4_K / Q5_K also AVX2 with AVX-VNNI, vs_avxvnni_allow; Q8_0: AVX-512
- * VNNI on a CPU without AMX, whose Q8_0 tiles read the GGUF rows) and VLMSPEC_REPACK is not 0. */
+ * and K-quants: AVX-512 VNNI or AMX; Q8_0, Q4_0, Q4_K and Q5_K also AVX2 with AVX-VNNI, vs_avxvnni_allow;
+ * Q8_0: AVX-512 VNNI on a CPU without AMX, whose Q8_0 tiles read the GGUF rows) and VLMSPEC_REPACK is not 0. */
 bool vs_x16_wanted(vs_type t);
 size_t vs_x16_bytes(vs_type t, int64_t n_out, int64_t n_in);
 void vs_x16_pack(vs_type t, const void *w, int64_t n_out, int64_t n_in, void *dst);

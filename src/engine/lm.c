@@ -268,8 +268,8 @@ static int lm_mats(vs_lm *lm, vs_lm_mat **out) {
     return n;
 }
 
-/* Quantised matrices read by the output-lane kernels (vs_x16_wanted: AVX-512 VNNI and AMX CPUs; Q4_K /
- * Q5_K also on AVX2 CPUs with AVX-VNNI): one
+/* Quantised matrices read by the output-lane kernels (vs_x16_wanted: AVX-512 VNNI and AMX CPUs; Q8_0,
+ * Q4_0, Q4_K and Q5_K also on AVX2 CPUs with AVX-VNNI): one
  * x16 copy each (kernels.h; each tile one linear stream, no transpose or scale gather per block), and the
  * mapped GGUF pages released (token_embd's rows are still read by the embedding lookup: a tied output
  * keeps them). VLMSPEC_REPACK=0 turns it off. */

@@ -8,13 +8,14 @@
  * same q and d; only the memory layout differs:
  *  - scalar / AVX2 layout, vs_xq_row_bytes_ref(n_in) bytes per row: int8 q[n_in], then float d[n_in/32]
  *    (at offset round_up(n_in, 64)).
- *  - AVX-512 VNNI and AMX layout (Q8_0 / Q4_0 on every CPU with AVX-512 VNNI): the "AMX layout" below,
- *    whose row groups are what the 16-output-lane kernels and the tiles consume.
+ *  - AVX-512 VNNI and AMX layout (Q8_0 / Q4_0 on every CPU with AVX-512 VNNI, and with AVX2 + AVX-VNNI):
+ *    the "AMX layout" below, whose row groups are what the 16-output-lane kernels and the tiles consume.
  */
 #ifndef VS_KERNELS_ARCH_H
 #define VS_KERNELS_ARCH_H
 
 #include <math.h>
+#include <string.h>
 
 #include "kernels.h"
 
@@ -96,7 +97,7 @@ void vs_xq_block_ref(const float *x, int8_t *q, float *d);
 size_t vs_xq_row_bytes_ref(int64_t n_in);
 void vs_xq_quantize_row_ref(const float *x, int64_t n_in, uint8_t *row);
 
-/* AMX layout (Q8_0 / Q4_0 on AVX-512 VNNI and AMX CPUs, every row count): rows are grouped by 16 into G groups of
+/* AMX layout (Q8_0 / Q4_0 on AVX-512 VNNI and AMX CPUs and with AVX-VNNI, every row count): rows are grouped by 16 into G groups of
  * N columns (N = 16, or the next power of two >= n_rows when n_rows < 16; padding rows are zero).
  * For each block b and group g, one chunk of vs_xq_amx_chunk(N) bytes at ((b * G) + g) * chunk:
  *   int8 q, 32 N bytes: Q8_0: q[8][N][4], the 32 q of row (N g + c) at [k][c][j] for value 4 k + j (the
@@ -116,8 +117,24 @@ static inline size_t vs_xq_amx_chunk(int N) { return (size_t)(32 * N + 128); }
 static inline size_t vs_xq_amx_bytes(int64_t n_in, int64_t n_rows) {
     return (size_t)(n_in / 32) * (size_t)vs_xq_amx_G(n_rows) * vs_xq_amx_chunk(vs_xq_amx_N(n_rows));
 }
-/* Row r (0 <= r < G * N: padding rows too) of the AMX layout; x NULL quantises a zero row. */
+/* Row c of a group's chunk ch (N columns): its 32 q (as 8 dwords), d and corr in their places; row 0 also
+ * zeroes the scale and correction slots past N. */
+static inline void vs_xq_amx_put(uint8_t *ch, int N, int c, vs_type wtype, const uint32_t q[8], float d, int32_t corr) {
+    if (wtype == VS_TYPE_Q4_0) memcpy(ch + 32 * c, q, 32); /* rows of 32: an AMX A tile */
+    else
+        for (int k = 0; k < 8; k++) memcpy(ch + (size_t)(k * N + c) * 4, &q[k], 4); /* a B tile */
+    memcpy(ch + 32 * N + 4 * c, &d, 4);
+    memcpy(ch + 32 * N + 64 + 4 * c, &corr, 4);
+    if (c == 0 && N < 16) { /* unused scale / correction slots */
+        memset(ch + 32 * N + 4 * N, 0, (size_t)(64 - 4 * N));
+        memset(ch + 32 * N + 64 + 4 * N, 0, (size_t)(64 - 4 * N));
+    }
+}
+/* Row r (0 <= r < G * N: padding rows too) of the AMX layout; x NULL quantises a zero row. The _avx2 version
+ * (AVX2 CPUs with AVX-VNNI) writes the same bytes. */
 void vs_xq_quantize_row_amx(const float *x, int64_t n_in, vs_type wtype, int64_t n_rows, int64_t r, uint8_t *xq);
+void vs_xq_quantize_row_amx_avx2(const float *x, int64_t n_in, vs_type wtype, int64_t n_rows, int64_t r,
+                                 uint8_t *xq);
 /* Outputs [o0, o1) for all rows from the AMX layout (job->xq); o0 a multiple of 16. */
 void vs_mm_amx(const vs_mm_job *job, int64_t o0, int64_t o1);
 /* Outputs [o0, o1) of 1 to 4 rows (n_rows <= 4) from the AMX layout, with AVX-512 VNNI instead of tiles
@@ -147,6 +164,10 @@ void vs_mm_kq_lanes(const vs_mm_job *job, int64_t o0, int64_t o1);
  * CPUs without AVX-512 or `VLMSPEC_ISA=avx2`): bitwise equal to vs_mm_kq_lanes. Call only when
  * vs_cpu_avxvnni(). */
 void vs_mm_kq_lanes_avxvnni(const vs_mm_job *job, int64_t o0, int64_t o1);
+/* Q8_0 / Q4_0 with AVX2 + AVX-VNNI on 8-output halves of the 16-output tiles, any number of rows, from the
+ * AMX layout and the x16 copy (job->wp) or the GGUF rows (arch/kernels_quant_avxvnni.c): bitwise equal to
+ * vs_mm_lanes_vnni. Call only when vs_cpu_avxvnni(). */
+void vs_mm_lanes_avxvnni(const vs_mm_job *job, int64_t o0, int64_t o1);
 /* Whether the CPU has AVX-VNNI (CPUID.(7,1):EAX bit 4) with the AVX2 level usable, and VLMSPEC_AVXVNNI is
  * not 0 (read once). */
 bool vs_cpu_avxvnni(void);

@@ -55,15 +55,7 @@ void vs_xq_quantize_row_amx(const float *x, int64_t n_in, vs_type wtype, int64_t
             corr = (wtype == VS_TYPE_Q4_0 ? -8 : -128) * _mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1));
             _mm256_store_si256((__m256i *)q, qv);
         }
-        if (wtype == VS_TYPE_Q4_0) memcpy(ch + 32 * c, q, 32); /* rows of 32: an AMX A tile */
-        else
-            for (int k = 0; k < 8; k++) memcpy(ch + (size_t)(k * N + c) * 4, &q[k], 4); /* a B tile */
-        memcpy(ch + 32 * N + 4 * c, &d, 4);
-        memcpy(ch + 32 * N + 64 + 4 * c, &corr, 4);
-        if (c == 0 && N < 16) { /* unused scale / correction slots */
-            memset(ch + 32 * N + 4 * N, 0, (size_t)(64 - 4 * N));
-            memset(ch + 32 * N + 64 + 4 * N, 0, (size_t)(64 - 4 * N));
-        }
+        vs_xq_amx_put(ch, N, c, wtype, q, d, corr);
     }
 }
 
