@@ -83,7 +83,8 @@ typedef struct vs_mm_part {
 void vs_matmul_multi(vs_threadpool *tp, vs_type wtype, int64_t n_in, const vs_mm_part *parts, int n_parts,
                      const float *x, int64_t n_rows, unsigned flags);
 /* Quantised weights repacked at load time (the "x16" layout) for the kernels whose lanes are the 16
- * outputs of a tile (AVX-512 VNNI and the AMX Q4_0 kernels, docs/kernels.md). On GGUF rows those kernels
+ * outputs of a tile (AVX-512 VNNI and the AMX Q4_0 kernels; on AVX2 + AVX-VNNI their 8-output halves,
+ * docs/kernels.md). On GGUF rows those kernels
  * transpose 16 rows' bytes and gather 16 scales per block; repacked, they load each tile as one linear
  * stream. Outputs past n_out are zero blocks.
  * Q8_0 / Q4_0: tile t (outputs 16t..16t+15) of a matrix with nb = n_in / 32 blocks holds nb * B bytes at
@@ -135,8 +136,8 @@ bool vs_matmul_set_blas(bool on);
 bool vs_blas_info(char *buf, size_t cap);
 
 /* The kernel vs_matmul_ex runs now for this weight matrix, row count and flags (for benchmarks and logs):
- * "scalar", "avx2", "avx512-fma", "avx512-vnni", "amx-int8", "amx-vnni" (Q8_0/Q4_0 few rows on the AMX
- * layout), "amx-bf16" (F16/BF16 on AMX-BF16 tiles, every row count: exact fp16 split, bf16 activation
+ * "scalar", "avx2", "avx-vnni" (Q8_0/Q4_0 on AVX2 CPUs with AVX-VNNI), "avx512-fma", "avx512-vnni",
+ * "amx-int8", "amx-vnni" (Q8_0/Q4_0 few rows on the AMX layout), "amx-bf16" (F16/BF16 on AMX-BF16 tiles, every row count: exact fp16 split, bf16 activation
  * halves, results within 2^-16 * sum|w x| of exact; by default for matrices of 256 KiB to 4 MiB, n_in >= 256;
  * VLMSPEC_AMX_BF16=all|off overrides) or "blas". */
 const char *vs_matmul_path(vs_type wtype, int64_t n_out, int64_t n_in, int64_t n_rows, unsigned flags);

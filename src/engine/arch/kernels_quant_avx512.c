@@ -149,7 +149,8 @@ VS_INLINE void amx_tile(const vs_mm_job *jb, int64_t o_t, int valid, int64_t g, 
     ISSUE(0);
     if (nb > 1) ISSUE(1);
     STORE_C(0);
-    const uint8_t *next = wt + 16 * rb; /* the next tile's weights, prefetched linearly (see vnni_rows) */
+    /* the next tile's weights, prefetched linearly (see vnni_rows); none after the last */
+    const uint8_t *next = next_bytes ? wt + 16 * rb : NULL;
     size_t pf = 0;
     for (int64_t b = 0; b < nb; b++) {
         for (size_t pe = next_bytes * (size_t)(b + 1) / (size_t)nb; pf < pe; pf += 64)
@@ -258,8 +259,8 @@ VS_INLINE void vnni_rows(const vs_mm_job *jb, int64_t o0, int64_t o1, const int 
         for (int c = 0; c < R; c++) acc[c] = _mm512_setzero_ps();
         /* The tile's 16 rows are one contiguous range read as 16 interleaved streams, which the hardware
          * prefetchers follow poorly: prefetch the next tile's range linearly, a share per block. */
-        const uint8_t *next = wt + 16 * rb;
         const size_t next_bytes = o + 16 < o1 ? (size_t)VS_MIN(16, o1 - o - 16) * rb : 0;
+        const uint8_t *next = next_bytes ? wt + 16 * rb : NULL;
         size_t pf = 0;
         for (int64_t b = 0; b < nb; b++) {
             for (size_t pe = next_bytes * (size_t)(b + 1) / (size_t)nb; pf < pe; pf += 64)
@@ -429,7 +430,8 @@ VS_INLINE void lane_group(const vs_mm_job *jb, int64_t o, int valid, int64_t g, 
     __m512 acc[16];
     VS_UNROLL
     for (int c = 0; c < R; c++) acc[c] = _mm512_setzero_ps();
-    const uint8_t *next = lane_next(&src, jb); /* the next tile's weights, prefetched linearly (see vnni_rows) */
+    /* the next tile's weights, prefetched linearly (see vnni_rows); none after the last */
+    const uint8_t *next = next_bytes ? lane_next(&src, jb) : NULL;
     size_t pf = 0;
     for (int64_t b = 0; b < nb; b++) {
         for (size_t pe = next_bytes * (size_t)(b + 1) / (size_t)nb; pf < pe; pf += 64)
@@ -523,7 +525,7 @@ VS_INLINE void q4_tiles(const vs_mm_job *jb, int64_t o, int valid, int64_t g, si
     __m512 acc[16];
     VS_UNROLL
     for (int c = 0; c < R; c++) acc[c] = _mm512_setzero_ps();
-    const uint8_t *next = lane_next(&src, jb);
+    const uint8_t *next = next_bytes ? lane_next(&src, jb) : NULL;
     size_t pf = 0;
     /* stages: unpack block b + 3, tile product of block b + 2, epilogue of block b */
     for (int64_t b = 0; b < VS_MIN(nb, 3); b++) q4_prepare(&src, bbuf[b & 3], b, P);

@@ -181,9 +181,11 @@ VS_INLINE void vl_driver(const vs_mm_job *jb, int64_t o0, int64_t o1, const bool
     const int64_t G = vs_xq_amx_G(jb->n_rows), nb = jb->n_in / 32;
     const size_t tile_bytes = (size_t)nb * vs_x16_block_bytes(jb->wtype);
     for (int64_t o = o0; o < o1; o += 16) {
-        /* the next tile, prefetched by the tile's first row group */
-        const uint8_t *next = P ? jb->wp + (size_t)(o / 16 + 1) * tile_bytes : jb->w + (o + 16) * (int64_t)jb->w_row_bytes;
+        /* the next tile, prefetched by the tile's first row group (none after the last) */
         const size_t nx = o + 16 >= o1 ? 0 : P ? tile_bytes : (size_t)VS_MIN(16, o1 - o - 16) * jb->w_row_bytes;
+        const uint8_t *next = !nx ? NULL
+                              : P ? jb->wp + (size_t)(o / 16 + 1) * tile_bytes
+                                  : jb->w + (o + 16) * (int64_t)jb->w_row_bytes;
         vl_src s[2];
         int valid[2];
         const int H = o + 8 < o1 ? 2 : 1;
