@@ -7,15 +7,17 @@
 #   2. llava    vlmspec train drafter --recipe llava --resume, in chunks of at most $CHUNK_SECONDS, until
 #               $WORK/draft-llava.gguf exists: phases a-text (LM on the world's text), b-proj (projector
 #               on captions, LM frozen), c-llava (instruction tuning, single-image + text conversations)
+#   2b. pool    with POOL > 0: vlmspec train drafter --recipe pool --pool $POOL --resume: reuses a-text and
+#               b-proj of step 2, then c-pool (IbED's pooled-finetuned drafter: llava's conversations with
+#               every picture's patch grid average-pooled POOL x POOL, as ensemble mode p drafts from it)
 #   3. distill  vlmspec data distill: the target answers $DISTILL_LIMIT training conversations per suite
 #               at temperatures $DISTILL_TEMPS (top-p $DISTILL_TOP_P), chunks, until complete
 #               ($WORK/distill.done)
 #   4. massv    vlmspec train drafter --recipe massv --distill ... --resume: reuses a-text and b-proj of
 #               step 2 (same settings, same directory), then c-massv (SDViT on the target's answers)
-#   5. results  $OUT/draft-llava.gguf, draft-massv.gguf (the LMs as $DRAFT_TYPE: `vlmspec model convert`),
-#               draft-llava-mmproj.gguf, draft-massv-mmproj.gguf (F16), draft-{llava,massv}-train.json (per
-#               phase: steps, rows, seconds, losses) and the loss curves draft-*-loss-*.svg (copied when
-#               changed)
+#   5. results  $OUT/draft-llava.gguf, draft-massv.gguf, draft-pool.gguf (the LMs as $DRAFT_TYPE: `vlmspec
+#               model convert`), draft-{llava,massv,pool}-mmproj.gguf (F16), draft-*-train.json (per phase:
+#               steps, rows, seconds, losses) and the loss curves draft-*-loss-*.svg (copied when changed)
 #
 # Idempotent: every step is skipped when its output exists, training always passes --resume, so running
 # it again (or from cron with ONE_CHUNK=1) continues where it stopped. Every step is logged with a time
@@ -36,6 +38,8 @@
 #                    LM 192 x 4 layers, steps a / b / c 2000 / 500 / 800 of 32 / 16 / 16 sequences)
 #   LLAVA_FLAGS      extra flags of the llava recipe (default none)
 #   MASSV_FLAGS      extra flags of the massv recipe (default --steps-c 500)
+#   POOL             pooling window of the pool recipe (default 2; 0: no pooled drafter)
+#   POOL_FLAGS       extra flags of the pool recipe (default none)
 #   DISTILL_LIMIT    conversations per suite the target answers (default 100)
 #   DISTILL_TEMPS    sampling temperatures (default 0,0.7,1.0)
 #   DISTILL_TOP_P    top-p (default 0.9)
@@ -62,6 +66,8 @@ ONE_CHUNK=${ONE_CHUNK:-0}
 DRAFTER_FLAGS=${DRAFTER_FLAGS:-}
 LLAVA_FLAGS=${LLAVA_FLAGS:-}
 MASSV_FLAGS=${MASSV_FLAGS:---steps-c 500}
+POOL=${POOL:-2}
+POOL_FLAGS=${POOL_FLAGS:-}
 DISTILL_LIMIT=${DISTILL_LIMIT:-100}
 DISTILL_TEMPS=${DISTILL_TEMPS:-0,0.7,1.0}
 DISTILL_TOP_P=${DISTILL_TOP_P:-0.9}
@@ -88,17 +94,28 @@ common() {
         --time-limit "$CHUNK_SECONDS" $DRAFTER_FLAGS "$@"
 }
 
+# recipe NAME FLAGS...: chunks of `train drafter --recipe NAME` until draft-NAME.gguf exists
+recipe() {
+    r=$1
+    shift
+    while [ ! -f "$WORK/train/draft-$r.gguf" ]; do
+        log "$r: training chunk of at most $CHUNK_SECONDS s"
+        common --recipe "$r" "$@"
+        if [ "$ONE_CHUNK" = 1 ] && [ ! -f "$WORK/train/draft-$r.gguf" ]; then
+            log "$r: chunk done (ONE_CHUNK=1); run again to continue"
+            exit 0
+        fi
+    done
+    log "$r: done ($WORK/train/draft-$r.gguf)"
+}
+
 # 2. the LLaVA recipe
-while [ ! -f "$WORK/train/draft-llava.gguf" ]; do
-    log "llava: training chunk of at most $CHUNK_SECONDS s"
-    # shellcheck disable=SC2086
-    common --recipe llava $LLAVA_FLAGS
-    if [ "$ONE_CHUNK" = 1 ] && [ ! -f "$WORK/train/draft-llava.gguf" ]; then
-        log "llava: chunk done (ONE_CHUNK=1); run again to continue"
-        exit 0
-    fi
-done
-log "llava: done ($WORK/train/draft-llava.gguf)"
+# shellcheck disable=SC2086
+recipe llava $LLAVA_FLAGS
+
+# 2b. the pooled-finetuned drafter, pictures pooled POOL x POOL (phases a-text and b-proj reused from step 2)
+# shellcheck disable=SC2086
+[ "$POOL" = 0 ] || recipe pool --pool "$POOL" $POOL_FLAGS
 
 # 3. the target's answers for SDViT
 while [ ! -f "$WORK/distill.done" ]; do
@@ -119,16 +136,8 @@ done
 log "distill: done ($WORK/distill.jsonl)"
 
 # 4. MASSV (phases a-text and b-proj are reused from step 2)
-while [ ! -f "$WORK/train/draft-massv.gguf" ]; do
-    log "massv: training chunk of at most $CHUNK_SECONDS s"
-    # shellcheck disable=SC2086
-    common --recipe massv --distill "$WORK/distill.jsonl" $MASSV_FLAGS
-    if [ "$ONE_CHUNK" = 1 ] && [ ! -f "$WORK/train/draft-massv.gguf" ]; then
-        log "massv: chunk done (ONE_CHUNK=1); run again to continue"
-        exit 0
-    fi
-done
-log "massv: done ($WORK/train/draft-massv.gguf)"
+# shellcheck disable=SC2086
+recipe massv --distill "$WORK/distill.jsonl" $MASSV_FLAGS
 
 # 5. results
 copy() { cmp -s "$1" "$2" 2> /dev/null || { cp "$1" "$2.tmp" && mv "$2.tmp" "$2" && log "wrote $2"; }; }
@@ -146,7 +155,12 @@ summary() { # recipe, phases...: one JSON object with each phase's done.json and
 }
 summary llava a-text b-proj c-llava
 summary massv a-text b-proj c-massv
-for r in llava massv; do
+RECIPES="llava massv"
+if [ "$POOL" != 0 ]; then
+    summary pool a-text b-proj c-pool
+    RECIPES="$RECIPES pool"
+fi
+for r in $RECIPES; do
     if [ "$DRAFT_TYPE" = F16 ]; then
         copy "$WORK/train/draft-$r.gguf" "$OUT/draft-$r.gguf"
     else

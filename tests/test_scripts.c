@@ -7,8 +7,8 @@
  *     with --attention direct, the next runs --attention gemm, and OUT/attention keeps "direct"; with
  *     FINISH_AT the run stops there and a short run from that checkpoint (train-finish/) makes the model;
  *   - a second make_models.sh run finds everything done and trains nothing;
- *   - scripts/make_drafters.sh: both recipes (LLaVA, and MASSV with its distillation) into OUT, or, when
- *     none of the tiny target's distilled answers ends, the LLaVA recipe and MASSV's clear error;
+ *   - scripts/make_drafters.sh: the recipes (LLaVA, the pooled one, and MASSV with its distillation) into
+ *     OUT, or, when none of the tiny target's distilled answers ends, LLaVA, pool and MASSV's clear error;
  *   - scripts/bench_report.sh on a random model set: the report, then a resumed run compared with it.
  * Needs /bin/sh and the CLI ($VLMSPEC_BIN). */
 #include <string.h>
@@ -160,6 +160,8 @@ int main(void) {
                 abs_cli, out, work, dwork, out, log3);
     snprintf(path, sizeof(path), "%s/train/draft-llava.gguf", dwork);
     VT_CHECK(access(path, R_OK) == 0, "make_drafters.sh did not finish the LLaVA recipe (log %s)", log3);
+    snprintf(path, sizeof(path), "%s/train/draft-pool.gguf", dwork);
+    VT_CHECK(access(path, R_OK) == 0, "make_drafters.sh did not finish the pool recipe (log %s)", log3);
     snprintf(path, sizeof(path), "%s/distill.jsonl", dwork);
     /* the recipes keep the single-image and text suites (SUITES=all: drills too): 7 conversations, one
      * setting */
@@ -169,7 +171,9 @@ int main(void) {
         VT_CHECK(rc == 0, "make_drafters.sh exit %d (log %s)", rc, log3);
         static const char *const draft_files[] = {"draft-llava.gguf",       "draft-llava-mmproj.gguf",
                                                   "draft-massv.gguf",       "draft-massv-mmproj.gguf",
-                                                  "draft-llava-train.json", "draft-massv-train.json"};
+                                                  "draft-llava-train.json", "draft-massv-train.json",
+                                                  "draft-pool.gguf",        "draft-pool-mmproj.gguf",
+                                                  "draft-pool-train.json"};
         for (size_t i = 0; i < sizeof(draft_files) / sizeof(draft_files[0]); i++)
             VT_CHECK(exists(out, draft_files[i]), "make_drafters.sh did not write %s/%s", out, draft_files[i]);
         /* the shipped drafter LMs are converted to BF16 (DRAFT_TYPE) */
@@ -178,7 +182,7 @@ int main(void) {
         vs_lm *dl = vs_lm_load(path, &err);
         VT_CHECK(dl && vs_lm_cfg(dl)->wtype == VS_TYPE_BF16, "%s: not a BF16 LM (%s)", path, dl ? "" : err.msg);
         vs_lm_free(dl);
-        printf("make_drafters.sh: LLaVA and MASSV drafters written (LMs as BF16)\n");
+        printf("make_drafters.sh: LLaVA, pooled and MASSV drafters written (LMs as BF16)\n");
     } else {
         VT_CHECK(rc != 0 && vt_file_has(log3, "no usable answers"),
                  "make_drafters.sh without complete target answers: exit %d, no clear error (log %s)", rc, log3);

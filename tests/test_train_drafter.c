@@ -358,25 +358,40 @@ static void test_resume_other_model(void) {
 }
 
 /* 4. export parity of the drafter */
-static void test_parity(const vs_world_dataset *train, const vs_tokenizer *tok) {
+/* Phase c's checkpoint (pooled k x k: the pool recipe) exported F32 and run by the engine (pictures pooled
+ * the same way) against the training forward. */
+/* Phase c (from phase b's weights) trained the projector and the LM, not the tower. */
+static void check_phase_c_groups(const char *out, const char *phase) {
+    vs_train_vlm *b = load_ckpt(out, "b-proj"), *c = load_ckpt(out, phase);
+    VT_CHECK(same_group(b, c, VS_TRAIN_GROUP_VISION) && !same_group(b, c, VS_TRAIN_GROUP_LM) &&
+                 !same_group(b, c, VS_TRAIN_GROUP_PROJECTOR),
+             "%s: wrong groups trained", phase);
+    vs_train_vlm_free(b), vs_train_vlm_free(c);
+}
+
+static void test_parity(const vs_world_dataset *train, const vs_tokenizer *tok, const char *phase, int pool) {
     vs_error err = {0};
     char out[600], lm_path[700], mm_path[700];
     snprintf(out, sizeof(out), "%s/d-straight", g_tmp);
+    const int side = (4 + pool - 1) / pool, rows_per_image = side * side; /* the tiny tower: 4 x 4 patches */
+    VT_REQUIRE(pool > 1 || rows_per_image == NP, "NP");
     vs_train_seqs q;
     memset(&q, 0, sizeof(q));
-    VT_REQUIRE(vs_train_seqs_add_instruct(&q, train, tok, NP, &err) == VS_OK, "%s", err.msg);
+    VT_REQUIRE(vs_train_seqs_add_instruct(&q, train, tok, rows_per_image, &err) == VS_OK, "%s", err.msg);
     vs_train_vlm_config cfg = wt_config(vs_tokenizer_n_vocab(tok));
     vs_train_data_opts o = {
-        .seq_len = 2048, .batch = 4, .image_rows = NP, .preproc = wt_preproc(&cfg), .seed = 3};
+        .seq_len = 2048, .batch = 4, .image_rows = rows_per_image, .preproc = wt_preproc(&cfg), .seed = 3};
     vs_train_data *r = vs_train_data_new_items(vs_train_seqs_items(&q), q.n, &o, &err);
     VT_REQUIRE(r, "%s", err.msg);
     int max_B, max_T, max_I;
     vs_train_data_capacity(r, &max_B, &max_T, &max_I);
     char ck[800];
-    snprintf(ck, sizeof(ck), "%s/c-llava/ckpt/ckpt.gguf", out);
+    snprintf(ck, sizeof(ck), "%s/%s/ckpt/ckpt.gguf", out, phase);
     vs_train_state st;
     vs_train_vlm *m = vs_train_vlm_load(ck, max_B, max_T, max_I, &st, &err);
     VT_REQUIRE(m, "%s", err.msg);
+    VT_REQUIRE(vs_train_vlm_set_pool(m, pool, &err) == VS_OK && vs_train_vlm_image_rows(m) == rows_per_image,
+               "pool %d: %s", pool, err.msg);
     snprintf(lm_path, sizeof(lm_path), "%s/draft-f32.gguf", g_tmp);
     snprintf(mm_path, sizeof(mm_path), "%s/draft-mmproj-f32.gguf", g_tmp);
     vs_gguf *tg = vs_gguf_open(g_tok, &err);
@@ -408,7 +423,7 @@ static void test_parity(const vs_world_dataset *train, const vs_tokenizer *tok) 
         const vs_world_sample *s = vs_train_data_sample(r, pick[k]);
         vs_mm_image imgs[VS_WORLD_MAX_IMAGES];
         VT_REQUIRE(vs_mm_images_from_files(vs_mmproj_tower(mm), vs_mmproj_projector(mm), tp,
-                                           (const char *const *)s->images, s->n_images, VS_PREPROC_LLAVA, 1,
+                                           (const char *const *)s->images, s->n_images, VS_PREPROC_LLAVA, pool,
                                            imgs, &err) == VS_OK,
                    "%s", err.msg);
         char *text = vs_train_conversation(s);
@@ -434,13 +449,34 @@ static void test_parity(const vs_world_dataset *train, const vs_tokenizer *tok) 
         vs_mm_prompt_free(&pq);
         vs_mm_images_free(imgs, s->n_images);
     }
-    printf("drafter export parity (engine vs training forward, 3 conversations): worst %.2e\n", worst);
+    printf("drafter export parity (%s, engine vs training forward, 3 conversations): worst %.2e\n", phase, worst);
     vs_mmproj_free(mm);
     vs_lm_free(lm);
     vs_threadpool_free(tp);
     vs_train_vlm_free(m);
     vs_train_data_free(r);
     vs_train_seqs_free(&q);
+}
+
+/* IbED's pooled-finetuned drafter: the pool recipe reuses phases a and b, trains phase c on 2x2-pooled
+ * pictures (4 rows instead of 16), exports draft-pool; the engine's pooled rows give the training forward's
+ * logits; --pool without the pool recipe and a window larger than the patch grid are refused. */
+static void test_pool(const vs_world_dataset *train, const vs_tokenizer *tok) {
+    char out[600], p[800];
+    snprintf(out, sizeof(out), "%s/d-straight", g_tmp);
+    VT_REQUIRE(run_recipe("pool", out, "") == 0, "pool recipe failed (%s.log)", out);
+    VT_CHECK(vt_run("grep -q 'phase %s/b-proj: done' %s.log", out, out) == 0, "pool did not reuse phase b");
+    VT_CHECK(vt_run("grep -q 'pictures pooled 2x2: 4 rows each' %s.log", out) == 0, "pool: no data line");
+    snprintf(p, sizeof(p), "%s/draft-pool-mmproj.gguf", out);
+    check_tower_bytes(p, 32);
+    check_phase_c_groups(out, "c-pool");
+    test_parity(train, tok, "c-pool", 2);
+    char bad[700];
+    snprintf(bad, sizeof(bad), "%s/d-bad-pool", g_tmp);
+    VT_CHECK(run_recipe("llava", bad, "--pool 2") == 2 && vt_run("grep -q 'is for --recipe pool' %s.log", bad) == 0,
+             "--pool with the llava recipe was accepted");
+    VT_CHECK(run_recipe("pool", bad, "--pool 5") == 1 && vt_run("grep -q 'pool size 5' %s.log", bad) == 0,
+             "a window larger than the 4 x 4 patch grid was accepted");
 }
 
 static int distill_cmd(const char *out, const char *extra) {
@@ -600,11 +636,7 @@ static void test_massv_and_errors(const vs_world_dataset *train) {
     char p[800];
     snprintf(p, sizeof(p), "%s/draft-massv-mmproj.gguf", out);
     check_tower_bytes(p, 32);
-    vs_train_vlm *b = load_ckpt(out, "b-proj"), *c = load_ckpt(out, "c-massv");
-    VT_CHECK(same_group(b, c, VS_TRAIN_GROUP_VISION) && !same_group(b, c, VS_TRAIN_GROUP_LM) &&
-                 !same_group(b, c, VS_TRAIN_GROUP_PROJECTOR),
-             "massv phase c: wrong groups trained");
-    vs_train_vlm_free(b), vs_train_vlm_free(c);
+    check_phase_c_groups(out, "c-massv");
 
     /* a retrained target (another tower in the same file) is not mistaken for the old one */
     char moved[700];
@@ -683,7 +715,8 @@ int main(void) {
     test_data(train, caps, tok);
     test_recipe();
     test_resume_other_model();
-    test_parity(train, tok);
+    test_parity(train, tok, "c-llava", 1);
+    test_pool(train, tok);
     test_distill(train);
     test_massv_and_errors(train);
     vs_tokenizer_free(tok);

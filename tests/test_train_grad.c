@@ -422,6 +422,35 @@ static void test_drop_cls(void) {
     vs_free(c.inp), vs_free(c.out), vs_free(c.r), vs_free(di);
 }
 
+typedef struct {
+    int B, G, k, C;
+    float *inp, *out, *r;
+} pool_ctx;
+
+static double pool_L(void *p) {
+    pool_ctx *c = p;
+    vs_train_pool_grid_forward(c->out, c->inp, c->B, c->G, c->k, c->C);
+    const int Gk = (c->G + c->k - 1) / c->k;
+    return dot_d(c->out, c->r, (size_t)c->B * Gk * Gk * c->C);
+}
+
+/* k x k pooling, windows inside the grid (G 4, k 2) and at its edge (G 5, k 2 and 3) */
+static void test_pool_grid(int G, int k) {
+    pool_ctx c = {.B = 2, .G = G, .k = k, .C = 5};
+    const int Gk = (G + k - 1) / k;
+    size_t ni = (size_t)c.B * G * G * c.C, no = (size_t)c.B * Gk * Gk * c.C;
+    c.inp = randn(ni, 1), c.out = zeros(no), c.r = randn(no, 1);
+    float *di = zeros(ni);
+    vs_train_pool_grid_backward(di, c.r, c.B, G, k, c.C);
+    char name[32];
+    snprintf(name, sizeof(name), "pool grid %dx%d /%d", G, G, k);
+    check_grad(name, "inp", pool_L, &c, c.inp, ni, di);
+    /* the forward is the engine's pooling: an edge window averages only what is inside */
+    const float *last = c.inp + ((size_t)(G * G) - 1) * c.C; /* image 0's bottom-right patch */
+    if (G % k == 1) VT_CHECK(c.out[((size_t)Gk * Gk - 1) * c.C] == last[0], "edge window of one patch");
+    vs_free(c.inp), vs_free(c.out), vs_free(c.r), vs_free(di);
+}
+
 /* ---------------------------------------------------------------------------------------------- */
 /* losses */
 typedef struct {
@@ -902,6 +931,9 @@ int main(void) {
     test_patch_embed(tp);
     test_vit_embed();
     test_drop_cls();
+    test_pool_grid(4, 2);
+    test_pool_grid(5, 2);
+    test_pool_grid(5, 3);
     for (int k = 0; k < 4; k++) test_loss(k);
     test_norm_cap();
     printf("worst relative error over all ops: %.2e\n", g_worst);

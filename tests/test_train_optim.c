@@ -6,7 +6,8 @@
  *   - freezing: frozen groups get no gradient and no update, the others' gradients are unchanged;
  *   - checkpoints: N steps straight == N/2 steps, save, load into a fresh model, N/2 steps
  *     (bit-identical parameters, moments and state); damaged files give errors;
- *   - batch validation; loss curve CSV round trip and SVG plot. */
+ *   - batch validation; loss curve CSV round trip and SVG plot;
+ *   - pooled image rows: the model's gradients against central differences. */
 #include <string.h>
 
 #include "kernels.h"
@@ -583,6 +584,74 @@ static void test_norm_cap(vs_threadpool *tp) {
     vs_train_vlm_free(m);
 }
 
+/* Pooled image rows (vs_train_vlm_set_pool, IbED's pooled-finetuned drafter): a 3 x 3 patch grid pooled
+ * 2 x 2 gives 4 rows per image (windows of 4, 2, 2 and 1 patches); the model's gradients of the tower, the
+ * projector and the LM against central differences of its loss; a batch that takes a fifth row of an
+ * image and pool sizes outside 1 .. 3 are refused. */
+static void test_pooled_grad(vs_threadpool *tp) {
+    vs_error err = {0};
+    vs_train_vlm_config c = tiny_cfg();
+    c.image_size = 12; /* patch 4: a 3 x 3 grid */
+    vs_train_vlm *m = vs_train_vlm_new(&c, 2, 12, 2, &err);
+    VT_REQUIRE(m, "%s", err.msg);
+    vs_train_vlm_init(m, 21);
+    vs_train_params *p = vs_train_vlm_params(m);
+    for (size_t i = 0; i < p->n; i++) p->data[i] *= 4.0f;
+    VT_CHECK(vs_train_vlm_set_pool(m, 0, &err) == VS_ERR_INVALID && vs_train_vlm_set_pool(m, 4, &err) == VS_ERR_INVALID,
+             "pool sizes outside 1 .. G refused");
+    VT_REQUIRE(vs_train_vlm_set_pool(m, 2, &err) == VS_OK && vs_train_vlm_image_rows(m) == 4, "%s", err.msg);
+    vs_rng r;
+    vs_rng_seed(&r, 8);
+    static float pixels[2 * 3 * 12 * 12];
+    int32_t tokens[24], img_row[24], targets[24];
+    float mask[24];
+    for (size_t i = 0; i < VS_ARRAY_LEN(pixels); i++) pixels[i] = vs_rng_normal(&r);
+    for (int i = 0; i < 24; i++) {
+        const int t = i % 12, sq = i / 12;
+        img_row[i] = t >= 1 && t <= 4 ? sq * 4 + (t - 1) : -1;
+        tokens[i] = img_row[i] >= 0 ? -1 : (int32_t)vs_rng_below(&r, 32);
+    }
+    for (int i = 0; i < 24; i++) {
+        const bool text_next = i % 12 < 11 && img_row[i + 1] < 0;
+        targets[i] = text_next ? tokens[i + 1] : 0;
+        mask[i] = text_next && i % 12 >= 4 ? 1.0f : 0.0f;
+    }
+    vs_train_batch b = {.B = 2, .T = 12, .n_images = 2, .pixels = pixels, .tokens = tokens, .img_row = img_row,
+                        .targets = targets, .loss_mask = mask};
+    float loss;
+    fwd_bwd(m, tp, &b, &loss);
+    static const char *const names[] = {"v.patch_embd", "v.attn_q.weight", "v.post_ln.weight", "mm.0.weight",
+                                        "mm.2.bias", "attn_q"};
+    double worst = 0;
+    for (size_t k = 0; k < VS_ARRAY_LEN(names); k++) {
+        const vs_train_tensor *t = vs_train_params_find(p, names[k]);
+        VT_REQUIRE(t, "tensor %s", names[k]);
+        double max_err = 0, max_g = 0;
+        for (size_t j = 0; j < t->numel; j += t->numel / 7 + 1) {
+            float *w = p->data + t->offset + j;
+            const float w0 = *w, h = 3e-3f, an = p->grad[t->offset + j]; /* 1e-2: curvature gave 8e-2 */
+            float lp, lm;
+            *w = w0 + h;
+            VT_REQUIRE(vs_train_vlm_forward(m, tp, &b, &lp, &err) == VS_OK, "%s", err.msg);
+            *w = w0 - h;
+            VT_REQUIRE(vs_train_vlm_forward(m, tp, &b, &lm, &err) == VS_OK, "%s", err.msg);
+            *w = w0;
+            const double num = ((double)lp - lm) / (2.0 * h);
+            max_err = fmax(max_err, fabs(num - an));
+            max_g = fmax(max_g, fabs(num));
+        }
+        const double rel = max_err / fmax(max_g, 1e-3);
+        worst = fmax(worst, rel);
+        VT_CHECK(rel <= 2e-2, "pooled model: d loss / d %s relative error %.3g (max |grad| %.3g)", names[k], rel,
+                 max_g);
+    }
+    img_row[1] = 4 * 2; /* a row past the two images' 8 pooled rows */
+    VT_CHECK(vs_train_vlm_forward(m, tp, &b, &loss, &err) == VS_ERR_INVALID, "a ninth pooled image row accepted");
+    printf("pooled image rows (3 x 3 grid, 2 x 2 windows): model gradients vs central differences, worst rel "
+           "err %.2g\n", worst);
+    vs_train_vlm_free(m);
+}
+
 int main(void) {
     vs_error err = {0};
     vs_threadpool *tp = vs_threadpool_new(2, &err);
@@ -598,6 +667,7 @@ int main(void) {
     test_batch_validation(tp);
     test_curve();
     test_norm_cap(tp);
+    test_pooled_grad(tp);
     vs_threadpool_free(tp);
     return vt_finish("train_optim");
 }

@@ -20,6 +20,7 @@
 #include "cli.h"
 #include "outfile.h"
 #include "distill.h"
+#include "image.h"
 #include "json.h"
 #include "msd_run.h"
 #include "quant.h"
@@ -741,13 +742,19 @@ typedef struct drafter_opts {
     int batch[N_PHASES];
     double lr[N_PHASES], warmup[N_PHASES];
     vs_drafter_lm_shape lm;
-    bool massv;
+    bool massv, pooled; /* --recipe massv / pool */
+    int pool;           /* pool: the window of phase c's image rows (--pool, default 2) */
 } drafter_opts;
+
+/* Phase c's directory name: c-<recipe>. */
+static const char *tune_dir(const drafter_opts *o) {
+    return o->massv ? "c-massv" : o->pooled ? "c-pool" : "c-llava";
+}
 
 static void drafter_usage(FILE *f) {
     fprintf(
         f,
-        "usage: vlmspec train drafter --recipe llava|massv --data DIR --tokenizer TOK.gguf\n"
+        "usage: vlmspec train drafter --recipe llava|massv|pool --data DIR --tokenizer TOK.gguf\n"
         "                             --target-mmproj T-mmproj.gguf [--target T.gguf] --out DIR [options]\n"
         "Trains a draft VLM for the target: the target's vision tower (frozen, copied), a new projector\n"
         "(vision width -> drafter width) and a small LLaMA LM with the target's tokenizer, in phases:\n"
@@ -758,12 +765,16 @@ static void drafter_usage(FILE *f) {
         "     conversations (no diff, no story, new-image second turns cut)         -> OUT/c-llava/\n"
         "     massv: SDViT, the same conversations answered by the target (--distill FILE from\n"
         "     'vlmspec data distill')                                               -> OUT/c-massv/\n"
+        "     pool: IbED's pooled-finetuned drafter, llava's conversations with every picture's patch\n"
+        "     grid average-pooled --pool K x K before the projector (the rows it drafts from in\n"
+        "     ensemble mode p: generate --draft-mode p --pool K)                    -> OUT/c-pool/\n"
         "Each phase is a resumable run (ckpt/, run.json, loss.csv, loss.svg) starting from the previous\n"
         "phase's weights with a fresh optimiser; a finished phase (done.json) is reused, so both recipes\n"
         "can share OUT/a-text and OUT/b-proj. Each phase exports draft.gguf + draft-mmproj.gguf (F16);\n"
         "the last one also OUT/draft-<recipe>.gguf + OUT/draft-<recipe>-mmproj.gguf.\n\n"
         "inputs:\n"
-        "  --recipe R          llava or massv\n"
+        "  --recipe R          llava, massv or pool\n"
+        "  --pool K            pool: the pooling window of phase c (default 2; 8x8 patches -> 4x4 rows)\n"
         "  --data DIR          the world ('vlmspec data gen'): train and captions splits\n"
         "  --tokenizer FILE    the target's tokenizer GGUF (copied into the exported LM)\n"
         "  --target-mmproj F   the target's mmproj: its vision tower is copied and frozen\n"
@@ -816,6 +827,7 @@ static int drafter_parse(int argc, char **argv, drafter_opts *o) {
     cli_flag_add(&fs, "--distill", CLI_STR, &o->distill, 0, 0);
     cli_flag_add(&fs, "--out", CLI_STR, &o->out, 0, 0);
     cli_flag_add(&fs, "--phase", CLI_STR, &o->phase, 0, 0);
+    cli_flag_add(&fs, "--pool", CLI_INT, &o->pool, 1, 64);
     static const char *const names[N_PHASES] = {"a", "b", "c"};
     static char flag_names[N_PHASES][4][16];
     for (int p = 0; p < N_PHASES; p++) {
@@ -839,9 +851,12 @@ static int drafter_parse(int argc, char **argv, drafter_opts *o) {
     o->lm.n_kv_heads = shape.n_kv_heads, o->lm.ffn = shape.ffn;
     if (!o->recipe || !o->data || !o->tokenizer || !o->target_mm || !o->out)
         return cli_fail(cmd, "--recipe, --data, --tokenizer, --target-mmproj and --out are required"), 2;
-    if (strcmp(o->recipe, "llava") && strcmp(o->recipe, "massv"))
-        return cli_fail(cmd, "--recipe must be llava or massv, not '%s'", o->recipe), 2;
+    if (strcmp(o->recipe, "llava") && strcmp(o->recipe, "massv") && strcmp(o->recipe, "pool"))
+        return cli_fail(cmd, "--recipe must be llava, massv or pool, not '%s'", o->recipe), 2;
     o->massv = !strcmp(o->recipe, "massv");
+    o->pooled = !strcmp(o->recipe, "pool");
+    if (cli_flag_given(&fs, &o->pool) && !o->pooled) return cli_fail(cmd, "--pool is for --recipe pool"), 2;
+    if (o->pooled && !o->pool) o->pool = 2;
     if (o->massv && !o->distill)
         return cli_fail(cmd, "--recipe massv needs --distill FILE (vlmspec data distill)"), 2;
     if (!o->massv && o->distill) return cli_fail(cmd, "--distill is for --recipe massv"), 2;
@@ -873,11 +888,7 @@ static char *phase_settings(const drafter_run *r, int ph) {
     vs_json_writer w;
     vs_json_writer_init(&w);
     vs_json_obj_begin(&w);
-    vs_json_kv_str(&w, "phase",
-                   ph == PH_TEXT   ? "a-text"
-                   : ph == PH_PROJ ? "b-proj"
-                   : o->massv      ? "c-massv"
-                                   : "c-llava");
+    vs_json_kv_str(&w, "phase", ph == PH_TEXT ? "a-text" : ph == PH_PROJ ? "b-proj" : tune_dir(o));
     vs_json_kv_str(&w, "data", o->data);
     vs_json_kv_str(&w, "target_mmproj", o->target_mm);
     char hash[32]; /* the tower's contents: a retrained target is not mistaken for the old one */
@@ -888,6 +899,7 @@ static char *phase_settings(const drafter_run *r, int ph) {
         vs_json_kv_str(&w, "distill", o->distill);
         vs_json_kv_int(&w, "distill_records", r->dist.n);
     }
+    if (ph == PH_TUNE && o->pooled) vs_json_kv_int(&w, "pool", o->pool);
     vs_json_kv_int(&w, "vocab", c->vocab);
     vs_json_kv_int(&w, "steps", o->steps[ph]);
     vs_json_kv_int(&w, "batch", o->batch[ph]);
@@ -921,9 +933,11 @@ static char *phase_settings(const drafter_run *r, int ph) {
 static vs_status phase_data(drafter_run *r, int ph, vs_train_data **out, vs_error *err) {
     const vs_train_vlm_config *c = &r->cfg;
     const int G = c->image_size / c->patch_size;
+    /* rows per picture: the patch grid, pooled in phase c of the pool recipe */
+    const int Gk = ph == PH_TUNE && r->o.pooled ? vs_pool_out_side(G, r->o.pool) : G, rows = Gk * Gk;
     vs_train_data_opts dopts = {.seq_len = r->o.s.seq,
                                 .batch = r->o.batch[ph],
-                                .image_rows = G * G,
+                                .image_rows = rows,
                                 .preproc = {.size = c->image_size, .mode = VS_PREPROC_LLAVA},
                                 .bucket = r->o.s.bucket,
                                 .seed = (uint64_t)r->o.s.seed + (uint64_t)ph};
@@ -945,10 +959,11 @@ static vs_status phase_data(drafter_run *r, int ph, vs_train_data **out, vs_erro
                 printf("phase a data: %lld text documents (answers, captions, text conversations)\n",
                        (long long)q.n);
         } else if (!r->o.massv) {
-            s = vs_train_seqs_add_instruct(&q, r->train, r->tok, G * G, err);
+            s = vs_train_seqs_add_instruct(&q, r->train, r->tok, rows, err);
             if (s == VS_OK) {
-                printf("phase c data (llava): %lld conversations kept; dropped (multi-image):",
-                       (long long)q.n);
+                printf("phase c data (%s): %lld conversations kept", r->o.recipe, (long long)q.n);
+                if (r->o.pooled) printf(" (pictures pooled %dx%d: %d rows each)", r->o.pool, r->o.pool, rows);
+                printf("; dropped (multi-image):");
                 for (int su = 0; su < VS_WORLD_N_SUITES; su++)
                     if (q.dropped[su])
                         printf(" %s %lld", vs_world_suite_name((vs_world_suite)su), (long long)q.dropped[su]);
@@ -1081,10 +1096,7 @@ static vs_status drafter_phase(drafter_run *r, int ph, bool *finished, vs_error 
         return s;
     }
     char title[128];
-    snprintf(title, sizeof(title), "drafter phase %s: training loss",
-             ph < PH_TUNE ? k_phase_dir[ph]
-             : o->massv   ? "c-massv"
-                          : "c-llava");
+    snprintf(title, sizeof(title), "drafter phase %s: training loss", ph < PH_TUNE ? k_phase_dir[ph] : tune_dir(o));
     L.cmd = k_drafter_cmd, L.label = ph == PH_TEXT ? "phase a" : ph == PH_PROJ ? "phase b" : "phase c";
     L.title = title;
     L.o = o->s;
@@ -1105,6 +1117,7 @@ static vs_status drafter_phase(drafter_run *r, int ph, bool *finished, vs_error 
         if (s == VS_OK) vs_train_loop_fresh_state(&L);
     }
     vs_free(settings);
+    if (s == VS_OK && ph == PH_TUNE && o->pooled) s = vs_train_vlm_set_pool(L.m, o->pool, err);
     if (s == VS_OK) {
         phase_freeze(L.m, ph);
         const vs_train_data_stats *ds = vs_train_data_get_stats(L.data);
@@ -1158,10 +1171,7 @@ static vs_status drafter_train(drafter_run *r, vs_error *err) {
     }
     if ((s = vs_train_mkdir(o->out, err))) return s;
     for (int p = 0; p < N_PHASES; p++)
-        snprintf(r->phase_dir[p], sizeof(r->phase_dir[p]), "%s/%s", o->out,
-                 p < PH_TUNE ? k_phase_dir[p]
-                 : o->massv  ? "c-massv"
-                             : "c-llava");
+        snprintf(r->phase_dir[p], sizeof(r->phase_dir[p]), "%s/%s", o->out, p < PH_TUNE ? k_phase_dir[p] : tune_dir(o));
     if (!(r->train = vs_world_load(o->data, "train", VS_WORLD_ALL_SUITES, err))) return VS_ERR_INVALID;
     if (!(r->captions = vs_world_load(o->data, "captions", VS_WORLD_ALL_SUITES, err))) return VS_ERR_INVALID;
     if (r->train->image_size != r->cfg.image_size)

@@ -162,6 +162,11 @@ void vs_train_vit_embed_backward(float *dpatches, float *dcls, float *dpos, cons
 /* Drops the class token: out (B, NP, C) = inp (B, NP + 1, C) rows 1..NP. */
 void vs_train_drop_cls_forward(float *out, const float *inp, int B, int NP, int C);
 void vs_train_drop_cls_backward(float *dinp, const float *dout, int B, int NP, int C);
+/* k x k average pooling of each image's G x G patch grid, as the engine pools a drafter's features
+ * (image.h's vs_pool_grid_avg: row-major windows, those at the edge average what is inside):
+ * out (B, Gk * Gk, C), Gk = ceil(G / k), from inp (B, G * G, C). The backward accumulates into dinp. */
+void vs_train_pool_grid_forward(float *out, const float *inp, int B, int G, int k, int C);
+void vs_train_pool_grid_backward(float *dinp, const float *dout, int B, int G, int k, int C);
 
 /* ---------------------------------------------------------------------------------------------- */
 /* Losses. Every loss is a weighted sum over rows, loss = sum_n w[n] * l_n, with w (N) given by the

@@ -7,7 +7,8 @@
  * from, handed to vs_train_data_new_items):
  *   text      phase (a): every answer of the training split, every caption, and the text suite's
  *             conversations, as plain documents (no images, loss on every token);
- *   instruct  phase (c): the training conversations the selection rule keeps, the reference answers;
+ *   instruct  phase (c): the training conversations the selection rule keeps, the reference answers
+ *             (the pooled recipe lays each picture out as its pooled rows: image_rows below);
  *   distill   MASSV's SDViT: the same conversations answered by the target (distill.h's file).
  * Phase (b) (projector pretraining) reads the world's captions split directly (vs_train_data_new).
  *

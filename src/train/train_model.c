@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "image.h"
 #include "train_model_internal.h"
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -182,6 +183,7 @@ vs_train_vlm *vs_train_vlm_new(const vs_train_vlm_config *cfg, int max_B, int ma
     m->G = cfg->image_size / cfg->patch_size;
     m->NP = m->G * m->G;
     m->TV = m->NP + 1;
+    m->pool_k = 1, m->NR = m->NP;
     m->D = cfg->width / cfg->n_heads;
     m->HD = cfg->n_heads * m->D;
     m->KVD = cfg->n_kv_heads * m->D;
@@ -242,6 +244,7 @@ vs_train_vlm *vs_train_vlm_new(const vs_train_vlm_config *cfg, int max_B, int ma
     plan(&ap, &a->v_post_mean, Np);
     plan(&ap, &a->v_post_rstd, Np);
     plan(&ap, &a->v_feat, Np * W);
+    plan(&ap, &a->v_pool, Np * W);
     plan(&ap, &a->mm_h, Np * C);
     plan(&ap, &a->mm_act, Np * C);
     plan(&ap, &a->mm_out, Np * C);
@@ -285,6 +288,7 @@ vs_train_vlm *vs_train_vlm_new(const vs_train_vlm_config *cfg, int max_B, int ma
     plan(&ap, &d->dmm_act, Np * C);
     plan(&ap, &d->dmm_h, Np * C);
     plan(&ap, &d->dfeat, Np * W);
+    plan(&ap, &d->dpool, Np * W);
     plan(&ap, &d->dfeat_raw, Np * W);
     plan(&ap, &d->dvx, Nv * W);
     plan(&ap, &d->dvln, Nv * W);
@@ -373,7 +377,7 @@ static vs_status check_batch(const vs_train_vlm *m, const vs_train_batch *b, vs_
                             m->max_images, b->pixels ? "given" : "missing");
     if (!b->tokens || !b->targets || !b->loss_mask)
         return vs_error_set(err, VS_ERR_INVALID, "VLM batch: tokens, targets and loss_mask are required");
-    int64_t n_img_rows = (int64_t)b->n_images * m->NP;
+    int64_t n_img_rows = (int64_t)b->n_images * m->NR;
     for (int64_t i = 0; i < (int64_t)b->B * b->T; i++) {
         int32_t ir = b->img_row ? b->img_row[i] : -1;
         if (ir >= 0) {
@@ -445,9 +449,14 @@ static void vision_forward(vs_train_vlm *m, vs_threadpool *tp, const float *pixe
     const vs_train_vlm_config *c = &m->cfg;
     const vs_train_vlm_tensors *w = &m->w;
     vlm_acts *a = &m->a;
-    int W = c->v_width, C = c->width, Np = NI * m->NP;
+    int W = c->v_width, C = c->width, Np = NI * m->NR;
     tower_forward(m, tp, pixels, NI);
-    vs_train_linear_forward(tp, a->mm_h, a->v_feat, w->mm0_w, w->mm0_b, Np, W, C);
+    const float *feat = a->v_feat;
+    if (m->pool_k > 1) {
+        vs_train_pool_grid_forward(a->v_pool, a->v_feat, NI, m->G, m->pool_k, W);
+        feat = a->v_pool;
+    }
+    vs_train_linear_forward(tp, a->mm_h, feat, w->mm0_w, w->mm0_b, Np, W, C);
     vs_train_gelu_erf_forward(a->mm_act, a->mm_h, (size_t)Np * C);
     vs_train_linear_forward(tp, a->mm_out, a->mm_act, w->mm2_w, w->mm2_b, Np, C, C);
 }
@@ -498,6 +507,17 @@ static double lm_forward(vs_train_vlm *m, vs_threadpool *tp, int B, int T) {
     return vs_train_xent_forward_tp(tp, a->probs, a->logits, m->targets, a->lw, N, V);
 }
 
+vs_status vs_train_vlm_set_pool(vs_train_vlm *m, int k, vs_error *err) {
+    if (k < 1 || k > m->G)
+        return vs_error_set(err, VS_ERR_INVALID, "VLM: pool size %d (1 .. the %d x %d patch grid)", k, m->G, m->G);
+    const int Gk = vs_pool_out_side(m->G, k);
+    m->pool_k = k, m->NR = Gk * Gk;
+    m->have_forward = false;
+    return VS_OK;
+}
+
+int vs_train_vlm_image_rows(const vs_train_vlm *m) { return m->NR; }
+
 void vs_train_vlm_set_norm_cap(vs_train_vlm *m, float ratio, float weight) {
     m->cap_ratio = ratio > 0 ? ratio : 0;
     m->cap_weight = ratio > 0 && weight > 0 ? weight : 0;
@@ -531,7 +551,7 @@ vs_status vs_train_vlm_forward(vs_train_vlm *m, vs_threadpool *tp, const vs_trai
         const int C = m->cfg.width;
         m->cap_tau = (float)(m->cap_ratio * vs_mean_row_norm(m->w.wte, m->cfg.vocab, C));
         if (m->cap_tau > 0)
-            m->cap_loss = m->cap_weight * vs_train_norm_cap_forward(m->a.mm_out, b->n_images * m->NP, C, m->cap_tau);
+            m->cap_loss = m->cap_weight * vs_train_norm_cap_forward(m->a.mm_out, b->n_images * m->NR, C, m->cap_tau);
         l += m->cap_loss;
     }
     if (loss) *loss = (float)l;
@@ -607,7 +627,7 @@ static void lm_backward(vs_train_vlm *m, vs_threadpool *tp, bool train_lm, bool 
     }
     if (train_lm) vs_train_embed_backward(m->g.wte, d->dx, m->tokens, N, C);
     if (want_img) {
-        zero(tp, d->dmm_out, (size_t)m->NI * m->NP * C);
+        zero(tp, d->dmm_out, (size_t)m->NI * m->NR * C);
         for (int n = 0; n < N; n++)
             if (m->img_row[n] >= 0) {
                 float *dst = d->dmm_out + (size_t)m->img_row[n] * C;
@@ -626,17 +646,24 @@ static void vision_backward(vs_train_vlm *m, vs_threadpool *tp, bool train_proj,
     const vs_train_vlm_tensors *w = &m->w;
     vlm_acts *a = &m->a;
     vlm_grads *d = &m->d;
-    int W = c->v_width, C = c->width, Np = m->NI * m->NP;
+    int W = c->v_width, C = c->width, Np = m->NI * m->NR;
+    const bool pooled = m->pool_k > 1;
 #define GP(field) (train_proj ? m->g.field : NULL)
     zero(tp, d->dmm_act, (size_t)Np * C);
     vs_train_linear_backward(tp, d->dmm_act, GP(mm2_w), GP(mm2_b), d->dmm_out, a->mm_act, w->mm2_w, Np, C, C);
     zero(tp, d->dmm_h, (size_t)Np * C);
     vs_train_gelu_erf_backward(d->dmm_h, d->dmm_act, a->mm_h, (size_t)Np * C);
-    if (train_vis) zero(tp, d->dfeat, (size_t)Np * W);
-    vs_train_linear_backward(tp, train_vis ? d->dfeat : NULL, GP(mm0_w), GP(mm0_b), d->dmm_h, a->v_feat,
-                             w->mm0_w, Np, W, C);
+    float *dproj_in = pooled ? d->dpool : d->dfeat;
+    if (train_vis) zero(tp, dproj_in, (size_t)Np * W);
+    vs_train_linear_backward(tp, train_vis ? dproj_in : NULL, GP(mm0_w), GP(mm0_b), d->dmm_h,
+                             pooled ? a->v_pool : a->v_feat, w->mm0_w, Np, W, C);
 #undef GP
-    if (train_vis) tower_backward(m, tp, d->dfeat);
+    if (!train_vis) return;
+    if (pooled) {
+        zero(tp, d->dfeat, (size_t)m->NI * m->NP * W);
+        vs_train_pool_grid_backward(d->dfeat, d->dpool, m->NI, m->G, m->pool_k, W);
+    }
+    tower_backward(m, tp, d->dfeat);
 }
 
 /* The tower's backward from dfeat = dL/d(v_feat) (NI * NP, W), accumulated into its gradients. */
@@ -714,7 +741,7 @@ vs_status vs_train_vlm_backward(vs_train_vlm *m, vs_threadpool *tp, vs_error *er
     if (!train_lm && !want_img) return VS_OK;
     lm_backward(m, tp, train_lm, want_img);
     if (want_img && m->cap_weight > 0 && m->cap_tau > 0) /* the norm cap's pull on the image rows */
-        vs_train_norm_cap_backward(m->d.dmm_out, m->a.mm_out, m->cap_weight, m->NI * m->NP, m->cfg.width,
+        vs_train_norm_cap_backward(m->d.dmm_out, m->a.mm_out, m->cap_weight, m->NI * m->NR, m->cfg.width,
                                    m->cap_tau);
     if (want_img) vision_backward(m, tp, train_proj, train_vis);
     return VS_OK;
@@ -743,12 +770,12 @@ double vs_train_vlm_flops(const vs_train_vlm *m, int B, int T, int n_images) {
     const vs_train_vlm_config *c = &m->cfg;
     double W = c->v_width, VF = c->v_ffn, C = c->width, F = c->ffn, V = c->vocab;
     double NI = n_images, TV = m->TV, NP = m->NP, PP3 = 3.0 * c->patch_size * c->patch_size;
-    double Nv = NI * TV, Np = NI * NP, N = (double)B * T, HD = m->HD, KVD = m->KVD;
+    double Nv = NI * TV, Np = NI * NP, Nr = NI * m->NR, N = (double)B * T, HD = m->HD, KVD = m->KVD;
     double fwd = 0;
     if (n_images > 0) {
         fwd += 2 * Np * PP3 * W;
         fwd += c->v_blocks * (2 * Nv * W * W * 4 + 2 * Nv * W * VF * 2 + 4 * NI * TV * TV * W);
-        fwd += 2 * Np * W * C + 2 * Np * C * C;
+        fwd += 2 * Nr * W * C + 2 * Nr * C * C;
     }
     double causal_keys = (T + 1) / 2.0;
     fwd += c->n_layers * (2 * N * C * (HD + 2 * KVD) + 2 * N * HD * C + 2 * N * C * F * 3 +

@@ -87,7 +87,8 @@ typedef struct vs_train_vlm_tensors {
 #define VS_TRAIN_VLM_N_TENSORS 39
 
 /* One training batch: B sequences of T rows. Row (b, t) is a text token (tokens >= 0, img_row < 0)
- * or an image row (img_row = image * NP + patch, tokens < 0). Pad a short sequence at its end with
+ * or an image row (img_row = image * NP + patch, tokens < 0; NP: vs_train_vlm_image_rows). Pad a short
+ * sequence at its end with
  * any token and loss_mask 0 (causal attention never lets earlier rows see it). */
 typedef struct vs_train_batch {
     int B, T;
@@ -139,6 +140,12 @@ vs_status vs_train_vlm_backward(vs_train_vlm *m, vs_threadpool *tp, vs_error *er
  * term is per forward (a micro-batch): divide the weight by the accumulation count for a per-step one.
  * norm_cap_loss: the term the last forward added (0 when off). */
 void vs_train_vlm_set_norm_cap(vs_train_vlm *m, float ratio, float weight);
+/* Pooled image rows (IbED's pooled-finetuned drafter): with k > 1 the tower's G x G patch features are
+ * average-pooled k x k (vs_train_pool_grid_forward, the engine's pooling) before the projector, so an
+ * image gives ceil(G / k)^2 rows (batch.img_row = image * that + row); k = 1 (the default) pools nothing.
+ * VS_ERR_INVALID when k is not in 1 .. G. vs_train_vlm_image_rows: the rows per image now. */
+vs_status vs_train_vlm_set_pool(vs_train_vlm *m, int k, vs_error *err);
+int vs_train_vlm_image_rows(const vs_train_vlm *m);
 double vs_train_vlm_norm_cap_loss(const vs_train_vlm *m);
 /* (B, T, V) logits of the last forward. */
 const float *vs_train_vlm_logits(const vs_train_vlm *m);

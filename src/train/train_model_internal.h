@@ -26,6 +26,7 @@ typedef struct vlm_acts {
     float *v_feat_raw;              /* (Np, W) last block's output, class token dropped */
     float *v_post_mean, *v_post_rstd; /* (Np) */
     float *v_feat;                  /* (Np, W) post-LN(v_feat_raw): the projector's input */
+    float *v_pool;                  /* (NI * NR, W) v_feat pooled (pool_k > 1): then the projector's input */
     float *mm_h, *mm_act, *mm_out;  /* (Np, C) projector: mm.0, GELU, mm.2 = image rows */
     /* LM: N = max_B * max_T rows per layer slice */
     float *x_emb;                   /* (N, C) */
@@ -53,6 +54,7 @@ typedef struct vlm_grads {
     float *dgate, *dup, *dh;                  /* (N, F) */
     float *dmm_out, *dmm_act, *dmm_h;         /* (Np, C) */
     float *dfeat, *dfeat_raw, *dvpatch;       /* (Np, W) */
+    float *dpool;                             /* (NI * NR, W) */
     float *dvx, *dvln, *dvq, *dvk, *dvv, *dvatty; /* (Nv, W) */
     float *dvact, *dvfc1;                     /* (Nv, VF) */
 } vlm_grads;
@@ -61,6 +63,7 @@ struct vs_train_vlm {
     vs_train_vlm_config cfg;
     int max_B, max_T, max_images;
     int G, NP, TV, D, HD, KVD; /* derived sizes */
+    int pool_k, NR;            /* vs_train_vlm_set_pool; image rows per image: NP, or ceil(G / pool_k)^2 */
     vs_train_params params;
     vs_train_vlm_tensors w, g; /* views of params.data and params.grad */
     float *arena;              /* all activations and gradient scratch */

@@ -6,6 +6,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "image.h"
 #include "kernels.h"
 
 /* Dot product and axpy with eight fixed lanes, so the compiler vectorises them at -O2 and the
@@ -960,6 +961,25 @@ void vs_train_drop_cls_forward(float *out, const float *inp, int B, int NP, int 
 void vs_train_drop_cls_backward(float *dinp, const float *dout, int B, int NP, int C) {
     for (int b = 0; b < B; b++)
         axpy8(dinp + ((size_t)b * (NP + 1) + 1) * C, 1.0f, dout + (size_t)b * NP * C, NP * C);
+}
+
+void vs_train_pool_grid_forward(float *out, const float *inp, int B, int G, int k, int C) {
+    const int Gk = vs_pool_out_side(G, k);
+    for (int b = 0; b < B; b++)
+        vs_pool_grid_avg(inp + (size_t)b * G * G * C, G, G, C, k, out + (size_t)b * Gk * Gk * C, NULL, NULL);
+}
+
+void vs_train_pool_grid_backward(float *dinp, const float *dout, int B, int G, int k, int C) {
+    const int Gk = vs_pool_out_side(G, k);
+    for (int b = 0; b < B; b++)
+        for (int r = 0; r < Gk; r++)
+            for (int c = 0; c < Gk; c++) {
+                const int r1 = VS_MIN(r * k + k, G), c1 = VS_MIN(c * k + k, G);
+                const float inv = 1.0f / (float)((r1 - r * k) * (c1 - c * k)); /* the forward's scale */
+                const float *d = dout + (((size_t)b * Gk + r) * Gk + c) * C;
+                for (int y = r * k; y < r1; y++)
+                    for (int x = c * k; x < c1; x++) axpy8(dinp + (((size_t)b * G + y) * G + x) * C, inv, d, C);
+            }
 }
 
 /* ---------------------------------------------------------------------------------------------- */
