@@ -1,5 +1,5 @@
 #!/bin/sh
-# make_drafters.sh: the LLaVA-recipe and MASSV drafters of the finished target (docs/training.md,
+# make_drafters.sh: the LLaVA-recipe, pooled and MASSV drafters of the finished target (docs/training.md,
 # "Drafters"). Run it after scripts/make_models.sh.
 #
 #   1. inputs   the target ($TARGET_DIR/target.gguf + target-mmproj.gguf), its tokenizer (the target
@@ -19,7 +19,8 @@
 #               model convert`), draft-{llava,massv,pool}-mmproj.gguf (F16), draft-*-train.json (per phase:
 #               steps, rows, seconds, losses) and the loss curves draft-*-loss-*.svg (copied when changed)
 #
-# Idempotent: every step is skipped when its output exists, training always passes --resume, so running
+# Idempotent: every step is skipped when its output exists (so changing a recipe's settings, POOL
+# included, takes removing its output first), training always passes --resume, so running
 # it again (or from cron with ONE_CHUNK=1) continues where it stopped. Every step is logged with a time
 # stamp. It runs from the repository root.
 #

@@ -460,7 +460,8 @@ static void test_parity(const vs_world_dataset *train, const vs_tokenizer *tok, 
 
 /* IbED's pooled-finetuned drafter: the pool recipe reuses phases a and b, trains phase c on 2x2-pooled
  * pictures (4 rows instead of 16), exports draft-pool; the engine's pooled rows give the training forward's
- * logits; --pool without the pool recipe and a window larger than the patch grid are refused. */
+ * logits, also resumed in chunks; --pool without the pool recipe, --pool 1 and a window larger than the
+ * patch grid (before any training) are refused. */
 static void test_pool(const vs_world_dataset *train, const vs_tokenizer *tok) {
     char out[600], p[800];
     snprintf(out, sizeof(out), "%s/d-straight", g_tmp);
@@ -471,12 +472,25 @@ static void test_pool(const vs_world_dataset *train, const vs_tokenizer *tok) {
     check_tower_bytes(p, 32);
     check_phase_c_groups(out, "c-pool");
     test_parity(train, tok, "c-pool", 2);
+    /* resumed in chunks of 2 steps (phases a and b done by the llava chunks): the same export */
+    char out2[600], p2[800];
+    snprintf(out2, sizeof(out2), "%s/d-chunks", g_tmp);
+    snprintf(p2, sizeof(p2), "%s/draft-pool.gguf", out2);
+    int runs = 0;
+    for (; runs < 6 && vt_run("test -f '%s'", p2) != 0; runs++)
+        VT_REQUIRE(run_recipe("pool", out2, "--resume --chunk-steps 2") == 0, "pool chunk %d failed (%s.log)", runs,
+                   out2);
+    snprintf(p, sizeof(p), "%s/draft-pool.gguf", out);
+    VT_CHECK(runs == 2 && files_equal(p, p2), "pool recipe resumed in %d chunks: export %s", runs,
+             files_equal(p, p2) ? "equal" : "DIFFERS");
     char bad[700];
     snprintf(bad, sizeof(bad), "%s/d-bad-pool", g_tmp);
     VT_CHECK(run_recipe("llava", bad, "--pool 2") == 2 && vt_run("grep -q 'is for --recipe pool' %s.log", bad) == 0,
              "--pool with the llava recipe was accepted");
-    VT_CHECK(run_recipe("pool", bad, "--pool 5") == 1 && vt_run("grep -q 'pool size 5' %s.log", bad) == 0,
-             "a window larger than the 4 x 4 patch grid was accepted");
+    VT_CHECK(run_recipe("pool", bad, "--pool 1") == 2, "--pool 1 (no pooling) was accepted");
+    VT_CHECK(run_recipe("pool", bad, "--pool 5") == 1 && vt_run("grep -q 'larger than the target' %s.log", bad) == 0 &&
+                 vt_run("test -e '%s/a-text/done.json'", bad) != 0,
+             "a window larger than the 4 x 4 patch grid was not refused before training");
 }
 
 static int distill_cmd(const char *out, const char *extra) {

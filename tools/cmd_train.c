@@ -769,12 +769,13 @@ static void drafter_usage(FILE *f) {
         "     grid average-pooled --pool K x K before the projector (the rows it drafts from in\n"
         "     ensemble mode p: generate --draft-mode p --pool K)                    -> OUT/c-pool/\n"
         "Each phase is a resumable run (ckpt/, run.json, loss.csv, loss.svg) starting from the previous\n"
-        "phase's weights with a fresh optimiser; a finished phase (done.json) is reused, so both recipes\n"
-        "can share OUT/a-text and OUT/b-proj. Each phase exports draft.gguf + draft-mmproj.gguf (F16);\n"
+        "phase's weights with a fresh optimiser; a finished phase (done.json) is reused, so the recipes\n"
+        "share OUT/a-text and OUT/b-proj. Each phase exports draft.gguf + draft-mmproj.gguf (F16);\n"
         "the last one also OUT/draft-<recipe>.gguf + OUT/draft-<recipe>-mmproj.gguf.\n\n"
         "inputs:\n"
         "  --recipe R          llava, massv or pool\n"
-        "  --pool K            pool: the pooling window of phase c (default 2; 8x8 patches -> 4x4 rows)\n"
+        "  --pool K            pool: the pooling window of phase c, 2 .. the patch grid's side (default 2;\n"
+        "                      the world's 8x8 patches -> 4x4 rows)\n"
         "  --data DIR          the world ('vlmspec data gen'): train and captions splits\n"
         "  --tokenizer FILE    the target's tokenizer GGUF (copied into the exported LM)\n"
         "  --target-mmproj F   the target's mmproj: its vision tower is copied and frozen\n"
@@ -827,7 +828,7 @@ static int drafter_parse(int argc, char **argv, drafter_opts *o) {
     cli_flag_add(&fs, "--distill", CLI_STR, &o->distill, 0, 0);
     cli_flag_add(&fs, "--out", CLI_STR, &o->out, 0, 0);
     cli_flag_add(&fs, "--phase", CLI_STR, &o->phase, 0, 0);
-    cli_flag_add(&fs, "--pool", CLI_INT, &o->pool, 1, 64);
+    cli_flag_add(&fs, "--pool", CLI_INT, &o->pool, 2, 64); /* 1 pools nothing: the llava recipe */
     static const char *const names[N_PHASES] = {"a", "b", "c"};
     static char flag_names[N_PHASES][4][16];
     for (int p = 0; p < N_PHASES; p++) {
@@ -1118,6 +1119,13 @@ static vs_status drafter_phase(drafter_run *r, int ph, bool *finished, vs_error 
     }
     vs_free(settings);
     if (s == VS_OK && ph == PH_TUNE && o->pooled) s = vs_train_vlm_set_pool(L.m, o->pool, err);
+    if (s == VS_OK) { /* the model lays pictures out as the data does (pooled in phase c of the pool recipe) */
+        const int G = r->cfg.image_size / r->cfg.patch_size;
+        const int side = ph == PH_TUNE && o->pooled ? vs_pool_out_side(G, o->pool) : G;
+        if (vs_train_vlm_image_rows(L.m) != side * side)
+            s = vs_error_set(err, VS_ERR_INVALID, "phase %s: the model gives %d rows per picture, the data %d",
+                             L.dir, vs_train_vlm_image_rows(L.m), side * side);
+    }
     if (s == VS_OK) {
         phase_freeze(L.m, ph);
         const vs_train_data_stats *ds = vs_train_data_get_stats(L.data);
@@ -1160,6 +1168,10 @@ static vs_status drafter_train(drafter_run *r, vs_error *err) {
         if (s != VS_OK) return s;
     }
     if ((s = vs_drafter_config(r->tmm, vs_tokenizer_n_vocab(r->tok), &o->lm, &r->cfg, err))) return s;
+    const int grid = r->cfg.image_size / r->cfg.patch_size;
+    if (o->pooled && o->pool > grid) /* before phases a and b, which may take hours */
+        return vs_error_set(err, VS_ERR_INVALID, "--pool %d is larger than the target tower's %d x %d patch grid",
+                            o->pool, grid, grid);
     if (o->massv) {
         if ((s = vs_distill_read(o->distill, false, &r->dist, err))) return s;
         if (r->dist.h.vocab != r->cfg.vocab)

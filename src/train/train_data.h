@@ -74,7 +74,7 @@ vs_status vs_train_encode_text(const char *text, const vs_tokenizer *tok, vs_tra
 typedef struct vs_train_data_opts {
     int seq_len;        /* longest sequence in rows (T); longer conversations are skipped */
     int batch;          /* sequences per batch (B) */
-    int image_rows;     /* rows per image = the model's patches NP */
+    int image_rows;     /* rows per image = the model's (vs_train_vlm_image_rows: NP, or pooled) */
     vs_preproc preproc; /* image preprocessing (size = the ViT's S, mean/std as exported) */
     int bucket;         /* batches per length-sorted chunk; <= 1: no length grouping */
     uint64_t seed;      /* seeds the epoch RNG of a fresh state */
