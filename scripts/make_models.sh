@@ -36,6 +36,9 @@
 #   CAPTIONS         1: also train on the captions split, one caption per training image (default 1)
 #   FREEZE_VISION    steps the vision tower keeps its initial weights while the projector and LM learn
 #                    to read its features (default 4000; without it the tower collapsed, docs/target.md)
+#   FREEZE_LM        steps the LM keeps the weights it starts from (with TEXT_PER_SUITE, the text stage's)
+#                    while the projector learns to feed it: LLaVA's stage 1 (`train target --freeze-lm`;
+#                    default 0)
 #   VISION_WARMUP    steps over which the unfrozen tower's learning rate ramps up (default 500)
 #   VISION_LR        the tower's learning rate as a multiple of the schedule's (default 0.1; at the full
 #                    rate the tower drifted away from OCR and charts, docs/target.md)
@@ -94,6 +97,7 @@ TOKENIZER_PRE=${TOKENIZER_PRE:-gpt-2}
 EPOCHS=${EPOCHS:-3}
 CAPTIONS=${CAPTIONS:-1}
 FREEZE_VISION=${FREEZE_VISION:-4000}
+FREEZE_LM=${FREEZE_LM:-0}
 VISION_WARMUP=${VISION_WARMUP:-500}
 VISION_LR=${VISION_LR:-0.1}
 VISION_STEPS=${VISION_STEPS:-0}
@@ -227,6 +231,7 @@ CAPTION_FLAGS=""
 [ "$FREEZE_VISION" -gt 0 ] && CAPTION_FLAGS="$CAPTION_FLAGS --freeze-vision $FREEZE_VISION"
 [ "$FREEZE_VISION" -gt 0 ] && [ "$VISION_WARMUP" -gt 0 ] && CAPTION_FLAGS="$CAPTION_FLAGS --vision-warmup $VISION_WARMUP"
 [ "$VISION_LR" != 1 ] && CAPTION_FLAGS="$CAPTION_FLAGS --vision-lr $VISION_LR"
+[ "$FREEZE_LM" -gt 0 ] && CAPTION_FLAGS="$CAPTION_FLAGS --freeze-lm $FREEZE_LM"
 NORM_FLAGS=""
 [ "$NORM_CAP" != 0 ] && NORM_FLAGS="--norm-cap $NORM_CAP"
 main_done() { # the schedule's run is complete, or has reached FINISH_AT

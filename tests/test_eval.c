@@ -569,6 +569,31 @@ static void test_cli(const char *dir, const char *tok) {
         printf("train target --freeze-vision: tower unchanged while frozen, trained after (differently with "
                "--vision-warmup or --vision-lr 0.5, not at all with --vision-lr 0)\n");
     }
+    /* --freeze-lm N: the LM keeps its initial weights for N steps (the LM file of a run frozen throughout
+     * equals that of a run at learning rate 0) while the projector and tower train, then it trains */
+    {
+        static const char *const lm_runs[3][2] = {
+            {"lr0", "--lr 0 --lr-min 0"}, {"flm4", "--freeze-lm 4"}, {"flm2", "--freeze-lm 2"}};
+        for (int i = 0; i < 3; i++) {
+            /* the run's flags after the tiny model's, whose --lr they override */
+            rc = vt_run("%s train target --data %s --tokenizer %s --out %s/%s --steps 4 --f32 %s %s > %s/%s.log 2>&1",
+                        cli, dir, tok, tmp, lm_runs[i][0], tiny, lm_runs[i][1], tmp, lm_runs[i][0]);
+            VT_CHECK(rc == 0, "train target %s exit %d", lm_runs[i][1], rc);
+        }
+        char a0[700], a4[700], a2[700];
+        snprintf(a0, sizeof(a0), "%s/lr0/target-f32.gguf", tmp);
+        snprintf(a4, sizeof(a4), "%s/flm4/target-f32.gguf", tmp);
+        snprintf(a2, sizeof(a2), "%s/flm2/target-f32.gguf", tmp);
+        VT_CHECK(same_file(a0, a4), "--freeze-lm 4: the LM changed while frozen");
+        VT_CHECK(!same_file(a0, a2), "--freeze-lm 2: the LM did not train after the freeze");
+        snprintf(a0, sizeof(a0), "%s/lr0/target-mmproj-f32.gguf", tmp);
+        snprintf(a4, sizeof(a4), "%s/flm4/target-mmproj-f32.gguf", tmp);
+        VT_CHECK(!same_file(a0, a4), "--freeze-lm 4: the projector and tower did not train");
+        snprintf(path, sizeof(path), "%s/flm4/run.json", tmp);
+        VT_CHECK(vt_file_has(path, "\"freeze_lm\":4"), "--freeze-lm is not in %s", path);
+        printf("train target --freeze-lm: the LM unchanged while frozen (its file equals a learning-rate-0 "
+               "run's), trained after; the projector trains meanwhile\n");
+    }
     /* --init: the straight run's final weights start a new run (zeroed moments, its own schedule); one step
      * + --resume one step equals two straight steps; the init is part of run.json; a checkpoint of another
      * model is refused with the mismatch named */

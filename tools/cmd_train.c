@@ -373,6 +373,9 @@ static void target_usage(FILE *f) {
         "  --captions          also train on the captions split (one caption per training image)\n"
         "  --freeze-vision N   keep the vision tower at its initial weights for the first N steps (the\n"
         "                      projector and LM learn to read its random features first; default 0)\n"
+        "  --freeze-lm N       keep the LM (embeddings, blocks, head) at its initial weights for the first\n"
+        "                      N steps: the projector learns to feed a fixed LM first, LLaVA's stage 1\n"
+        "                      (with --init from a text-pretrained LM; default 0)\n"
         "  --vision-warmup N   after the freeze, ramp the tower's learning rate up from 0 over N steps (its\n"
         "                      AdamW moments start at zero; default 0: the full rate at once)\n"
         "  --vision-lr F       the tower's learning rate as a multiple of the schedule's (default 1)\n"
@@ -449,6 +452,7 @@ static int target_parse(int argc, char **argv, target_opts *o) {
     cli_flag_add(&fs, "--name", CLI_STR, &o->name, 0, 0);
     cli_flag_add(&fs, "--captions", CLI_BOOL, &o->captions, 0, 0);
     cli_flag_add(&fs, "--freeze-vision", CLI_I64, &s->freeze_vision, 0, (double)(INT64_C(1) << 40));
+    cli_flag_add(&fs, "--freeze-lm", CLI_I64, &s->freeze_lm, 0, (double)(INT64_C(1) << 40));
     cli_flag_add(&fs, "--vision-warmup", CLI_I64, &s->vision_warmup, 0, (double)(INT64_C(1) << 40));
     cli_flag_add(&fs, "--vision-lr", CLI_F64, &s->vision_lr, 0, 100);
     cli_flag_add(&fs, "--norm-cap", CLI_F64, &s->norm_cap, 0, 1e6);
@@ -490,6 +494,7 @@ static char *target_settings(const target_opts *o, int64_t total, int vocab) {
     vs_json_key(&w, "data"), vs_json_str(&w, o->data);
     vs_json_key(&w, "captions"), vs_json_bool(&w, o->captions);
     if (o->s.freeze_vision) vs_json_key(&w, "freeze_vision"), vs_json_int(&w, o->s.freeze_vision);
+    if (o->s.freeze_lm) vs_json_key(&w, "freeze_lm"), vs_json_int(&w, o->s.freeze_lm);
     if (o->s.vision_warmup) vs_json_key(&w, "vision_warmup"), vs_json_int(&w, o->s.vision_warmup);
     if (o->s.vision_lr != 1) vs_json_key(&w, "vision_lr"), vs_json_num(&w, o->s.vision_lr);
     if (o->s.norm_cap > 0) {
@@ -592,7 +597,7 @@ static vs_status export_models(target_run *r, double final_loss, vs_error *err) 
 
 /* --init: another run's checkpoint gives the weights and nothing else. The AdamW moments and update
  * count start at zero (this run's warm-up starts from them), every group starts unfrozen (this run's
- * --freeze-vision decides), and the data order and schedule are this run's. The flags must describe the
+ * --freeze-vision and --freeze-lm decide), and the data order and schedule are this run's. The flags must describe the
  * checkpoint's model. */
 static vs_status target_init_from(vs_train_loop *L, const char *path, const vs_train_vlm_config *c, int max_B,
                                   int max_T, int max_I, vs_error *err) {

@@ -237,6 +237,7 @@ vs_status vs_train_loop_run(vs_train_loop *L, vs_error *err) {
     while (L->st.step < L->total && !stop) {
         const float lr = vs_train_lr(&sched, L->st.step);
         if (o->freeze_vision > 0) p->frozen[VS_TRAIN_GROUP_VISION] = L->st.step < o->freeze_vision;
+        if (o->freeze_lm > 0) p->frozen[VS_TRAIN_GROUP_LM] = L->st.step < o->freeze_lm;
         const int64_t norm = vs_train_data_counted_ahead(L->data, o->accum);
         vs_train_params_zero_grad(p);
         double loss = 0, rows = 0;

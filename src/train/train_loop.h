@@ -28,6 +28,8 @@ typedef struct vs_train_sched {
     double lr, lr_min, warmup, wd, clip, beta2, time_limit;
     int64_t seed;
     int64_t freeze_vision; /* target: the vision tower is frozen for steps < this (0: never) */
+    int64_t freeze_lm;     /* target: the LM is frozen for steps < this (0: never): the projector aligns
+                            * to a fixed LM first, LLaVA's stage 1 */
     int64_t vision_warmup; /* target: the unfrozen tower's lr ramps up linearly over this many steps */
     double vision_lr;      /* target: the tower's lr as a multiple of the schedule's (1: the same) */
     double norm_cap;        /* target: cap image rows at this multiple of the token embeddings' mean norm (0: off) */
