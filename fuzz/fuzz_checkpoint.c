@@ -81,7 +81,9 @@ static bool too_large(const uint8_t *data, size_t size) {
     double S = v[0], P = v[1], W = v[2], VF = v[3], VH = v[4], VL = v[5], V = v[6], C = v[7], L = v[8],
            H = v[9], KVH = v[10], F = v[11], MS = v[12];
     double G = floor(S / P), TV = G * G + 1, D = floor(C / H), HD = H * D, KVD = KVH * D;
-    double params = W * 3 * P * P + TV * W + VL * (4 * W * W + 2 * W * VF + 9 * W + VF) + C * W + C * C +
+    /* a tower of zero blocks still allocates one block's stacked tensors (vs_train_vlm_new) */
+    double VLt = VL > 0 ? VL : 1;
+    double params = W * 3 * P * P + TV * W + VLt * (4 * W * W + 2 * W * VF + 9 * W + VF) + C * W + C * C +
                     2 * V * C + L * (2 * C + 2 * HD * C + 2 * KVD * C + 3 * F * C) + 8 * W + 3 * C + 39 * 16;
     double act = VL * TV * (12 * W + 2 * VF + VH * TV + 6) + TV * (12 * W + 2 * VF + VH * TV) +
                  (TV - 1) * (3 * P * P + 8 * W + 6 * C) + L * (12 * C + 4 * F + 4 * HD) + 3 * V + MS * D;
