@@ -281,7 +281,7 @@ if [ "$FINISH_AT" -gt 0 ]; then
         log "finish: run of $FINISH_STEPS steps from step $FINISH_AT, a chunk of at most $CHUNK_SECONDS s"
         # shellcheck disable=SC2086
         "$VLMSPEC" train target --data "$WORK/world" --tokenizer "$WORK/tok.gguf" --out "$TRAINED" \
-            --threads "$THREADS" --resume --time-limit "$CHUNK_SECONDS" $FINISH_FLAGS $NORM_FLAGS $TRAIN_FLAGS
+            --threads "$THREADS" --resume --time-limit "$CHUNK_SECONDS" $TRAIN_FLAGS $NORM_FLAGS $FINISH_FLAGS
     done
 fi
 log "training: done ($TRAINED/target.gguf)"

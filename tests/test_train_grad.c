@@ -625,17 +625,16 @@ static void test_sgemm(vs_threadpool *tp) {
            worst);
 }
 
-/* The AMX-BF16 x3 product vs the double reference: |err| <= 2^-14 * sum_p |a_ip b_pj| + 1e-30 per
- * element (the split's bound is about 2^-15), on shapes with every edge case (rows, columns and depth
- * that are and are not multiples of the 32 x 32 block and of the 512-deep slice, several 256-column
- * panels), every transpose, alpha, beta 0 / 0.5 / 1, padded strides; columns past n stay untouched. */
-static void test_sgemm_amx(vs_threadpool *tp) {
-    if (!vs_train_amx_available()) {
-        printf("sgemm amx-bf16x3: not run (no AMX-BF16 on this CPU)\n");
-        return;
-    }
+/* A bf16 product (amx-bf16x3 or avx512-bf16) vs the double reference: |err| <= 2^log2_bound * sum_p
+ * |a_ip b_pj| + 1e-6 per element, on shapes with every edge case (rows, columns and depth that are and
+ * are not multiples of the register and tile blocks and of the 256-deep slice, several 1024-column
+ * panels), every transpose, alpha, beta 0 / 0.5 / 1, padded strides; columns past n stay untouched, C's
+ * old contents are not read when beta is 0, and the result has the same bits with 1 and 2 threads. */
+typedef void (*sgemm_fn)(vs_threadpool *, bool, bool, int, int, int, float, const float *, int, const float *,
+                         int, float, float *, int);
+static void test_sgemm_bf16_path(vs_threadpool *tp, const char *name, sgemm_fn fn, int log2_bound) {
     static const int dims[][3] = {{1, 1, 1},   {3, 5, 7},     {16, 16, 32},  {32, 32, 32}, {33, 31, 65},
-                                  {70, 300, 270}, {129, 65, 513}, {64, 600, 1100}, {300, 48, 40}};
+                                  {70, 300, 270}, {129, 65, 513}, {64, 600, 1100}, {300, 48, 40}, {9, 1100, 17}};
     double worst = 0;
     for (size_t d = 0; d < VS_ARRAY_LEN(dims); d++)
         for (int t = 0; t < 4; t++) {
@@ -643,15 +642,17 @@ static void test_sgemm_amx(vs_threadpool *tp) {
             const int m = g.m, n = g.n, k = g.k, lda = g.lda, ldb = g.ldb, ldc = g.ldc;
             const bool ta = g.ta, tb = g.tb;
             const float *A = g.A, *B = g.B, *C0 = g.C0;
-            float *C1 = copy_c(&g), *C2 = copy_c(&g);
+            float *C1 = copy_c(&g), *C2 = copy_c(&g), *C3 = copy_c(&g);
             float alpha = d % 3 ? 0.75f : 1.0f, beta = d % 3 == 0 ? 0.0f : d % 3 == 1 ? 0.5f : 1.0f;
             if (beta == 0.0f) /* C's old contents must not be read: NaN there stays out of the result */
                 for (int i = 0; i < m; i++)
-                    for (int j = 0; j < n; j++) C1[(size_t)i * ldc + j] = C2[(size_t)i * ldc + j] = NAN;
+                    for (int j = 0; j < n; j++)
+                        C1[(size_t)i * ldc + j] = C2[(size_t)i * ldc + j] = C3[(size_t)i * ldc + j] = NAN;
             vs_train_sgemm_ref(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C1, ldc);
-            vs_train_sgemm_amx(tp, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C2, ldc);
+            fn(tp, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C2, ldc);
+            fn(NULL, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C3, ldc);
             int bad = 0;
-            bool pad_ok = true;
+            bool pad_ok = true, same = true;
             for (int i = 0; i < m; i++) {
                 for (int j = 0; j < n; j++) {
                     double s = 0;
@@ -661,18 +662,40 @@ static void test_sgemm_amx(vs_threadpool *tp) {
                         s += fabs(a * b);
                     }
                     size_t o = (size_t)i * ldc + j;
-                    double e = fabs((double)C2[o] - (double)C1[o]), bound = ldexp(fabs(alpha) * s, -14) + 1e-6;
+                    double e = fabs((double)C2[o] - (double)C1[o]);
+                    double bound = ldexp(fabs(alpha) * s, log2_bound) + 1e-6;
                     bad += !(e <= bound);
                     worst = fmax(worst, e / (fabs(alpha) * s + 1e-30));
+                    same &= memcmp(&C2[o], &C3[o], sizeof(float)) == 0;
                 }
                 for (int j = n; j < ldc; j++) pad_ok &= C2[(size_t)i * ldc + j] == C0[(size_t)i * ldc + j];
             }
-            VT_CHECK(bad == 0, "sgemm amx-bf16x3 %dx%dx%d ta=%d tb=%d: %d elements off", m, n, k, ta, tb, bad);
-            VT_CHECK(pad_ok, "sgemm amx-bf16x3 wrote past n in a row of C");
-            gemm_case_free(&g), vs_free(C1), vs_free(C2);
+            VT_CHECK(bad == 0, "sgemm %s %dx%dx%d ta=%d tb=%d: %d elements off", name, m, n, k, ta, tb, bad);
+            VT_CHECK(pad_ok, "sgemm %s wrote past n in a row of C", name);
+            VT_CHECK(same, "sgemm %s %dx%dx%d ta=%d tb=%d: 1 and 2 threads differ", name, m, n, k, ta, tb);
+            gemm_case_free(&g), vs_free(C1), vs_free(C2), vs_free(C3);
         }
-    printf("sgemm amx-bf16x3 vs reference: worst error / sum |a b| = %.2e (bound 2^-14 = %.2e)\n", worst,
-           ldexp(1, -14));
+    printf("sgemm %s vs reference: worst error / sum |a b| = %.2e (bound 2^%d = %.2e)\n", name, worst, log2_bound,
+           ldexp(1, log2_bound));
+}
+
+static void test_sgemm_amx(vs_threadpool *tp) {
+    if (!vs_train_amx_available()) {
+        printf("sgemm amx-bf16x3: not run (no AMX-BF16 on this CPU)\n");
+        return;
+    }
+    test_sgemm_bf16_path(tp, "amx-bf16x3", vs_train_sgemm_amx, -14); /* the split's bound is about 2^-15 */
+}
+
+/* One bf16 rounding per operand (2^-9 each) and f32 sums: 2^-7 per term is a safe bound. */
+static void test_sgemm_bf16(vs_threadpool *tp) {
+    if (!vs_train_bf16_available()) {
+        printf("sgemm avx512-bf16: not run (no AVX512-BF16 on this CPU, or capped by VLMSPEC_ISA)\n");
+        return;
+    }
+    test_sgemm_bf16_path(tp, "avx512-bf16", vs_train_sgemm_bf16, -7);
+    VT_CHECK(vs_train_set_gemm("avx512-bf16") && !strcmp(vs_train_sgemm_backend(), "avx512-bf16"), "select");
+    VT_CHECK(vs_train_set_gemm("default"), "back to the default");
 }
 
 /* The attention output and gradients are the same with 1 and 2 threads (fixed reduction order). */
@@ -939,7 +962,7 @@ int main(void) {
     printf("worst relative error over all ops: %.2e\n", g_worst);
     test_sgemm(tp);
     test_sgemm_amx(tp);
-    test_sgemm_amx(NULL);
+    test_sgemm_bf16(tp);
     test_thread_invariance(tp);
     test_attention_paths(tp);
     test_attention_paths(NULL);

@@ -22,8 +22,8 @@ int vs_cmd_version(int argc, char **argv) {
     if (active == best) printf("vlmspec 0.1.0 (kernels: %s)\n", vs_isa_name(active));
     else printf("vlmspec 0.1.0 (kernels: %s, capped by VLMSPEC_ISA; CPU supports %s)\n", vs_isa_name(active),
                 vs_isa_name(best));
-    printf("training products:%s blocked%s\n", strcmp(vs_train_sgemm_backend(), "openblas") ? "" : " openblas",
-           vs_train_amx_available() ? " amx-bf16x3" : "");
+    printf("training products:%s blocked%s%s\n", strcmp(vs_train_sgemm_backend(), "openblas") ? "" : " openblas",
+           vs_train_amx_available() ? " amx-bf16x3" : "", vs_train_bf16_available() ? " avx512-bf16" : "");
     char blas[256];
     if (vs_blas_info(blas, sizeof(blas)))
         printf("BLAS: %s%s\n", blas, getenv("OPENBLAS_CORETYPE") ? " (chosen by OPENBLAS_CORETYPE)" : "");

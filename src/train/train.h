@@ -34,16 +34,23 @@
  * else vs_train_sgemm_blocked. */
 void vs_train_sgemm(vs_threadpool *tp, bool ta, bool tb, int m, int n, int k, float alpha,
                     const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
-/* Selects vs_train_sgemm's product for the process: "openblas" (builds with OpenBLAS), "blocked", or
- * "amx-bf16x3" (CPUs with AMX-BF16, vs_train_amx_available); "default" = openblas if built, else
- * blocked. false (and no change) for an unknown or unavailable name. */
+/* Selects vs_train_sgemm's product for the process: "openblas" (builds with OpenBLAS), "blocked",
+ * "amx-bf16x3" (CPUs with AMX-BF16, vs_train_amx_available) or "avx512-bf16" (AVX-512 with BF16,
+ * vs_train_bf16_available); "default" = openblas if built, else blocked. false (and no change) for an
+ * unknown or unavailable name. */
 bool vs_train_set_gemm(const char *name);
 bool vs_train_amx_available(void);
+bool vs_train_bf16_available(void);
 /* AMX-BF16 tiles, each F32 input split into two bf16 halves and three of the four products kept
  * (arch/train_gemm_amx_avx512.c): about 2^-15 relative error per term (F32: 2^-24), 3-5x the F32
  * throughput; not bitwise equal to the other products. Only when vs_train_amx_available(). */
 void vs_train_sgemm_amx(vs_threadpool *tp, bool ta, bool tb, int m, int n, int k, float alpha,
                         const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
+/* AVX512-BF16 (arch/train_gemm_bf16_avx512.c): both operands rounded to bf16, one product per term
+ * accumulated in f32 (VDPBF16PS): about 2^-8 relative error per term, the mixed precision of GPU
+ * training; the bits do not depend on the thread count. Only when vs_train_bf16_available(). */
+void vs_train_sgemm_bf16(vs_threadpool *tp, bool ta, bool tb, int m, int n, int k, float alpha,
+                         const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
 /* Plain-C cache-blocked product, rows of C split across tp. */
 void vs_train_sgemm_blocked(vs_threadpool *tp, bool ta, bool tb, int m, int n, int k, float alpha,
                             const float *A, int lda, const float *B, int ldb, float beta, float *C,
@@ -51,7 +58,7 @@ void vs_train_sgemm_blocked(vs_threadpool *tp, bool ta, bool tb, int m, int n, i
 /* Naive reference twin (double accumulation, single thread). */
 void vs_train_sgemm_ref(bool ta, bool tb, int m, int n, int k, float alpha, const float *A, int lda,
                         const float *B, int ldb, float beta, float *C, int ldc);
-/* "openblas", "blocked" or "amx-bf16x3": what vs_train_sgemm uses now. */
+/* "openblas", "blocked", "amx-bf16x3" or "avx512-bf16": what vs_train_sgemm uses now. */
 const char *vs_train_sgemm_backend(void);
 /* Threads OpenBLAS uses (process-wide OpenBLAS setting; no-op for the blocked backend, which uses the
  * pool it is given). */

@@ -160,10 +160,13 @@ void vs_train_sgemm_blocked(vs_threadpool *tp, bool ta, bool tb, int m, int n, i
     vs_threadpool_run(tp, gemm_task, &g);
 }
 
-typedef enum { GEMM_DEFAULT, GEMM_OPENBLAS, GEMM_BLOCKED, GEMM_AMX } gemm_kind;
+typedef enum { GEMM_DEFAULT, GEMM_OPENBLAS, GEMM_BLOCKED, GEMM_AMX, GEMM_BF16 } gemm_kind;
 static _Atomic int g_gemm = GEMM_DEFAULT;
 
 bool vs_train_amx_available(void) { return vs_isa_active() >= VS_ISA_AMX && vs_cpu_amx_bf16(); }
+
+/* VS_ISA_AVX512 includes AVX512-BF16 (kernels.c's detection requires it) */
+bool vs_train_bf16_available(void) { return vs_isa_active() >= VS_ISA_AVX512; }
 
 bool vs_train_set_gemm(const char *name) {
     gemm_kind k;
@@ -173,6 +176,7 @@ bool vs_train_set_gemm(const char *name) {
 #endif
     else if (!strcmp(name, "blocked")) k = GEMM_BLOCKED;
     else if (!strcmp(name, "amx-bf16x3") && vs_train_amx_available()) k = GEMM_AMX;
+    else if (!strcmp(name, "avx512-bf16") && vs_train_bf16_available()) k = GEMM_BF16;
     else return false;
     atomic_store(&g_gemm, k);
     return true;
@@ -182,6 +186,7 @@ void vs_train_sgemm(vs_threadpool *tp, bool ta, bool tb, int m, int n, int k, fl
                     const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
     switch (atomic_load(&g_gemm)) {
     case GEMM_AMX: vs_train_sgemm_amx(tp, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc); return;
+    case GEMM_BF16: vs_train_sgemm_bf16(tp, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc); return;
     case GEMM_BLOCKED: vs_train_sgemm_blocked(tp, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc); return;
     default: break;
     }
@@ -197,6 +202,7 @@ void vs_train_sgemm(vs_threadpool *tp, bool ta, bool tb, int m, int n, int k, fl
 const char *vs_train_sgemm_backend(void) {
     switch (atomic_load(&g_gemm)) {
     case GEMM_AMX: return "amx-bf16x3";
+    case GEMM_BF16: return "avx512-bf16";
     case GEMM_BLOCKED: return "blocked";
     default: break;
     }
