@@ -63,11 +63,13 @@
 #   NORM_CAP         keep the projector's image rows within this multiple of the token embeddings' mean
 #                    norm (`train target --norm-cap`; default 0: off, as the shipped target)
 #   TRAIN_FLAGS      extra `vlmspec train target` flags (sizes, --lr, --batch ...; default none: the
-#                    command's defaults, a 28.8M-parameter target)
+#                    command's defaults, a 28.8M-parameter target); the finishing run's FINISH_* settings
+#                    win over the same flags here. On AVX-512 CPUs without AMX (Zen 4 / 5), `--gemm
+#                    avx512-bf16` here trains about 1.4x faster (bf16 products, docs/training.md)
 #   THREADS          threads (default 2)
 #   GEMM_SWITCH      the step at which training switches from OpenBLAS's F32 products to amx-bf16x3
 #                    (default 0: amx-bf16x3 from the start, as the shipped target; only on CPUs with
-#                    AMX-BF16, elsewhere the whole run uses OpenBLAS)
+#                    AMX-BF16, elsewhere the whole run uses OpenBLAS unless TRAIN_FLAGS names a --gemm)
 #   ATTENTION_SWITCH the step at which the attention switches from the direct F32 kernels to per-head
 #                    products on the AMX-BF16 tiles (`--attention gemm`, ~1.9x faster steps; default
 #                    4000, as the shipped target; 0: gemm from the start; only with amx-bf16x3)
