@@ -115,6 +115,12 @@ static void test_batches(void) {
     VT_REQUIRE(vs_image_preprocess(&img, &k_pp, px, &err) == VS_OK, "%s", err.msg);
     VT_CHECK(!memcmp(px, x.pixels, sizeof(px)), "image 0 is the preprocessed rendering of the first scene");
     VT_CHECK(x.label[VS_VHEAD_KIND][0] == (int32_t)sc.kind && x.label[VS_VHEAD_BG][0] == sc.bg, "image 0's labels");
+    /* position heads: a 2 x 2 grid, rows and columns in eighths (1 + 0 or 1 + 4), every image alike */
+    static const int32_t rows[4] = {1, 1, 5, 5}, cols[4] = {1, 5, 1, 5};
+    for (int i = 0; i < 6; i++)
+        VT_CHECK(!memcmp(x.label[VS_VHEAD_ROW] + 4 * i, rows, sizeof(rows)) &&
+                     !memcmp(x.label[VS_VHEAD_COLUMN] + 4 * i, cols, sizeof(cols)),
+                 "image %d's position labels", i);
     vs_free(img.rgb);
     /* a different seed gives other images */
     vs_rng_seed(&r1, 43);
@@ -250,7 +256,7 @@ static void test_run(void) {
     VT_CHECK(same_file(fa, fb), "2 + resume 2 steps export the same tower as 4 straight steps");
     snprintf(fa, sizeof(fa), "%s/eval.csv", a), snprintf(fb, sizeof(fb), "%s/eval.csv", b);
     VT_CHECK(same_file(fa, fb), "and the same held-out evaluations");
-    VT_CHECK(vt_file_has(fa, "step,loss,shape,colour,size,char,value,kind,objects,items,background"), "eval.csv header");
+    VT_CHECK(vt_file_has(fa, "step,loss,shape,colour,size,char,value,row,column,kind,objects,items,background"), "eval.csv header");
     for (int k = 0; k < VS_VHEAD_N; k++) VT_CHECK(ra.acc[k] == rb.acc[k], "accuracy of %s", vs_vision_head_name(k));
     /* a finished run resumed again trains nothing and repeats no evaluation */
     VT_REQUIRE(vs_train_vision_run(&o, &rb, &err) == VS_OK, "%s", err.msg);

@@ -15,11 +15,12 @@
 #include "vision.h"
 #include "world.h"
 
-static const char *const k_head_names[VS_VHEAD_N] = {"shape", "colour", "size",  "char", "value",
-                                                     "kind",  "objects", "items", "background"};
-static const int k_head_classes[VS_VHEAD_N] = {VS_WORLD_N_SHAPES + 1, VS_WORLD_N_COLORS + 1, 3,
-                                               VS_WORLD_N_CHARS + 1,  10,                    3,
-                                               VS_WORLD_MAX_OBJECTS + 1, VS_WORLD_MAX_BARS + 1, VS_WORLD_N_BGS};
+static const char *const k_head_names[VS_VHEAD_N] = {"shape", "colour", "size",    "char",  "value",     "row",
+                                                     "column", "kind", "objects", "items", "background"};
+static const int k_head_classes[VS_VHEAD_N] = {VS_WORLD_N_SHAPES + 1, VS_WORLD_N_COLORS + 1,    3,
+                                               VS_WORLD_N_CHARS + 1,  10,                       9,
+                                               9,                     3,                        VS_WORLD_MAX_OBJECTS + 1,
+                                               VS_WORLD_MAX_BARS + 1, VS_WORLD_N_BGS};
 
 const char *vs_vision_head_name(int h) { return h >= 0 && h < VS_VHEAD_N ? k_head_names[h] : "?"; }
 int vs_vision_head_classes(int h) { return h >= 0 && h < VS_VHEAD_N ? k_head_classes[h] : 0; }
@@ -62,8 +63,11 @@ static vs_status label_image(vs_vision_batch *b, int i, const vs_world_scene *sc
                              vs_error *err) {
     vs_status s = vs_world_patch_labels(sc, b->S, b->P, pl, err);
     if (s) return s;
+    const int side = b->S / b->P;
     for (int p = 0; p < b->NP; p++) {
         const size_t k = (size_t)i * b->NP + p;
+        b->label[VS_VHEAD_ROW][k] = (p / side) * 8 / side + 1;
+        b->label[VS_VHEAD_COLUMN][k] = (p % side) * 8 / side + 1;
         b->label[VS_VHEAD_SHAPE][k] = pl[p].shape + 1;
         b->label[VS_VHEAD_COLOR][k] = pl[p].color + 1;
         b->label[VS_VHEAD_SIZE][k] = pl[p].size + 1;

@@ -13,21 +13,25 @@
 #include "train_model.h"
 #include "train_optim.h"
 
-/* The heads: five per patch (on each patch feature), four per image (on the mean of its patches).
- * Class 0 of a patch head is "nothing of this kind here". */
+/* The heads: seven per patch (on each patch feature), four per image (on the mean of its patches).
+ * Class 0 of a patch head is "nothing of this kind here". The two position heads label every patch with
+ * its row / column in eighths of the image (classes 1-8), so the tower keeps where each patch is in the
+ * rows the LM reads (the world's answers name cells; content heads alone do not ask for position). */
 typedef enum vs_vision_head {
     VS_VHEAD_SHAPE = 0, /* 9 classes: none, the 8 shapes */
     VS_VHEAD_COLOR,     /* 10: none, the 9 colours (objects, text lines, bars) */
     VS_VHEAD_SIZE,      /* 3: none, small, large */
     VS_VHEAD_CHAR,      /* 37: none, A-Z, 0-9 (glyph text, chart labels and values) */
     VS_VHEAD_VALUE,     /* 10: none, a bar's value 1-9 */
+    VS_VHEAD_ROW,       /* 9: (unused), the patch's row in eighths of the image, top first */
+    VS_VHEAD_COLUMN,    /* 9: (unused), the patch's column in eighths, left first */
     VS_VHEAD_KIND,      /* 3: shapes, glyph text, chart */
     VS_VHEAD_OBJECTS,   /* 9: objects in a shapes scene, 0..8 */
     VS_VHEAD_ITEMS,     /* 7: text lines or bars, 0..6 */
     VS_VHEAD_BG,        /* 4: the background colour */
     VS_VHEAD_N
 } vs_vision_head;
-#define VS_VHEAD_N_PATCH 5
+#define VS_VHEAD_N_PATCH 7
 const char *vs_vision_head_name(int h);
 int vs_vision_head_classes(int h);
 
