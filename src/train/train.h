@@ -30,6 +30,16 @@
 /* Matrix products. C(m, n) = alpha * op(A)(m, k) * op(B)(k, n) + beta * C, row-major; op(X) = X or
  * X^T (ta / tb); lda, ldb, ldc are row strides in elements. beta == 0 ignores C's old contents. */
 
+/* One product's arguments, as the products' drivers pass them to their threads. */
+typedef struct vs_gemm_job {
+    bool ta, tb;
+    int m, n, k;
+    float alpha, beta;
+    const float *A, *B;
+    int lda, ldb, ldc;
+    float *C;
+} vs_gemm_job;
+
 /* The product selected by vs_train_set_gemm: by default OpenBLAS's cblas_sgemm when the build has it,
  * else vs_train_sgemm_blocked. */
 void vs_train_sgemm(vs_threadpool *tp, bool ta, bool tb, int m, int n, int k, float alpha,

@@ -32,14 +32,6 @@ void vs_train_sgemm_ref(bool ta, bool tb, int m, int n, int k, float alpha, cons
  * and the MR x NR accumulator tile stay close to the core. */
 enum { MR = 4, NR = 8, KC = 256, NC = 256, MC = 64 };
 
-typedef struct gemm_job {
-    bool ta, tb;
-    int m, n, k;
-    float alpha, beta;
-    const float *A, *B;
-    int lda, ldb, ldc;
-    float *C;
-} gemm_job;
 
 /* acc(MR, NR) = sum_p ap[p](MR) x bp[p](NR). With GCC/Clang the NR-wide rows are vector-extension
  * values (SSE/AVX registers of whatever ISA the file is built for); otherwise plain loops. */
@@ -75,7 +67,7 @@ static void micro_kernel(int kc, const float *restrict ap, const float *restrict
 #endif
 
 /* Packs op(B)(pc.., jc..) (kc x nc) as NR-column panels, zero-padded: bp[panel][p][NR]. */
-static void pack_b(const gemm_job *g, float *bp, int pc, int jc, int kc, int nc) {
+static void pack_b(const vs_gemm_job *g, float *bp, int pc, int jc, int kc, int nc) {
     const float *B = g->B;
     int ldb = g->ldb;
     bool tb = g->tb;
@@ -89,7 +81,7 @@ static void pack_b(const gemm_job *g, float *bp, int pc, int jc, int kc, int nc)
 }
 
 /* Packs alpha * op(A)(ic.., pc..) (mc x kc) as MR-row panels, zero-padded: ap[panel][p][MR]. */
-static void pack_a(const gemm_job *g, float *ap, int ic, int pc, int mc, int kc) {
+static void pack_a(const vs_gemm_job *g, float *ap, int ic, int pc, int mc, int kc) {
     const float *A = g->A;
     int lda = g->lda;
     bool ta = g->ta;
@@ -103,7 +95,7 @@ static void pack_a(const gemm_job *g, float *ap, int ic, int pc, int mc, int kc)
 }
 
 /* Rows [lo, hi) of C. Each thread packs its own B panels (cheap next to the product). */
-static void gemm_rows(const gemm_job *g, int lo, int hi, float *ap, float *bp) {
+static void gemm_rows(const vs_gemm_job *g, int lo, int hi, float *ap, float *bp) {
     for (int i = lo; i < hi; i++) {
         float *c = g->C + (size_t)i * g->ldc;
         if (g->beta == 0.0f) memset(c, 0, (size_t)g->n * sizeof(float));
@@ -133,7 +125,7 @@ static void gemm_rows(const gemm_job *g, int lo, int hi, float *ap, float *bp) {
 }
 
 static void gemm_task(void *ctx, int ith, int nth) {
-    const gemm_job *g = ctx;
+    const vs_gemm_job *g = ctx;
     int64_t lo, hi;
     vs_split_range(g->m, ith, nth, MR, &lo, &hi);
     if (lo >= hi) return;
@@ -155,7 +147,7 @@ void vs_train_sgemm_blocked(vs_threadpool *tp, bool ta, bool tb, int m, int n, i
                             const float *A, int lda, const float *B, int ldb, float beta, float *C,
                             int ldc) {
     if (m <= 0 || n <= 0) return;
-    gemm_job g = {ta, tb, m, n, k, alpha, beta, A, B, lda, ldb, ldc, C};
+    vs_gemm_job g = {ta, tb, m, n, k, alpha, beta, A, B, lda, ldb, ldc, C};
     if (k <= 0) g.alpha = 0.0f; /* C = beta * C */
     vs_threadpool_run(tp, gemm_task, &g);
 }

@@ -76,28 +76,11 @@ static void micro(int ks, const uint8_t *a0, const uint8_t *a1, const uint8_t *b
     TILE_STORE(3, c + 16 * ldc + 16, cs);
 }
 
-/* One (column panel, depth slice) of the product: the packed B panel is shared by the threads. */
-typedef struct panel {
-    const vs_gemm_job *g;
-    int jc, nc, pc, ks;
-    bool zero;   /* C starts at 0: the first slice of a beta = 0 product (C was not cleared) */
-    uint8_t *bp; /* [column group of 16][k step][hi, lo] */
-} panel;
-
-static void pack_b_task(void *ctx, int ith, int nth) {
-    const panel *P = ctx;
-    const int ngroups = (P->nc + 31) / 32 * 2, units = ngroups * P->ks;
-    int64_t lo, hi;
-    vs_split_range(units, ith, nth, 1, &lo, &hi);
-    for (int64_t u = lo; u < hi; u++) {
-        int jg = (int)(u / P->ks), s = (int)(u % P->ks);
-        pack_b_tile(P->g, P->pc + 32 * s, P->jc + 16 * jg, P->bp + (size_t)u * 2 * TILE_BYTES, true);
-    }
-}
+static void pack_b_task(void *ctx, int ith, int nth) { pack_b_units(ctx, ith, nth, true); }
 
 /* Rows of C in 32-row blocks split across the threads; each packs its own A blocks. */
 static void panel_task(void *ctx, int ith, int nth) {
-    const panel *P = ctx;
+    const vs_gemm_panel *P = ctx;
     const vs_gemm_job *g = P->g;
     int64_t lo64, hi64;
     vs_split_range(g->m, ith, nth, 32, &lo64, &hi64);
@@ -106,10 +89,7 @@ static void panel_task(void *ctx, int ith, int nth) {
     _Alignas(64) float edge[32 * 32];
     uint8_t *ap = vs_malloc((size_t)(MC / 16) * (KC / 32) * 2 * TILE_BYTES);
     if (!ap) { /* out of memory for the A buffer: the reference gives this slice */
-        vs_train_sgemm_ref(g->ta, g->tb, hi - lo, P->nc, VS_MIN(KC, g->k - P->pc), g->alpha,
-                           g->ta ? g->A + (size_t)P->pc * g->lda + lo : g->A + (size_t)lo * g->lda + P->pc, g->lda,
-                           g->tb ? g->B + (size_t)P->jc * g->ldb + P->pc : g->B + (size_t)P->pc * g->ldb + P->jc,
-                           g->ldb, P->zero ? 0.0f : 1.0f, g->C + (size_t)lo * g->ldc + P->jc, g->ldc);
+        panel_rows_ref(P, lo, hi);
         return;
     }
     vs_amx_config_full();
@@ -143,22 +123,6 @@ static void panel_task(void *ctx, int ith, int nth) {
 
 void vs_train_sgemm_amx(vs_threadpool *tp, bool ta, bool tb, int m, int n, int k, float alpha, const float *A,
                         int lda, const float *B, int ldb, float beta, float *C, int ldc) {
-    if (m <= 0 || n <= 0) return;
-    vs_gemm_job g = {ta, tb, m, n, k, alpha, beta, A, B, lda, ldb, ldc, C};
-    /* beta = 0 with products to add: the first depth slice writes every element of C, starting from 0 */
-    const bool zero_first = beta == 0.0f && k > 0 && alpha != 0.0f;
-    if (!zero_first) vs_threadpool_run(tp, beta_task, &g);
-    if (k <= 0 || alpha == 0.0f) return;
-    uint8_t *bp = vs_malloc((size_t)(NC / 16) * (KC / 32) * 2 * TILE_BYTES);
-    if (!bp) { /* out of memory for the B panel: the reference */
-        vs_train_sgemm_ref(ta, tb, m, n, k, alpha, A, lda, B, ldb, zero_first ? 0.0f : 1.0f, C, ldc);
-        return;
-    }
-    for (int jc = 0; jc < n; jc += NC)
-        for (int pc = 0; pc < k; pc += KC) {
-            panel P = {&g, jc, VS_MIN(NC, n - jc), pc, (VS_MIN(KC, k - pc) + 31) / 32, zero_first && pc == 0, bp};
-            vs_threadpool_run(tp, pack_b_task, &P);
-            vs_threadpool_run(tp, panel_task, &P);
-        }
-    vs_free(bp);
+    const vs_gemm_job g = {ta, tb, m, n, k, alpha, beta, A, B, lda, ldb, ldc, C};
+    gemm_drive(tp, &g, NC, KC, 2 * TILE_BYTES, pack_b_task, panel_task);
 }

@@ -18,19 +18,11 @@
 
 #include "common.h"
 #include "threadpool.h"
+#include "train.h"
 
 #define VS_INLINE static inline __attribute__((always_inline))
 
 enum { TILE_BYTES = 1024 }; /* one packed tile: 16 rows x 64 bytes */
-
-typedef struct vs_gemm_job { /* one product: C = alpha op(A) op(B) + beta C */
-    bool ta, tb;
-    int m, n, k;
-    float alpha, beta;
-    const float *A, *B;
-    int lda, ldb, ldc;
-    float *C;
-} vs_gemm_job;
 
 /* 16 x 16 floats: rows r of in (stride ld_in) -> columns of out (16 vectors). */
 VS_INLINE void transpose16(const float *in, size_t ld_in, __m512 out[16]) {
@@ -148,6 +140,60 @@ static inline void beta_task(void *ctx, int ith, int nth) {
         else if (g->beta != 1.0f)
             for (int j = 0; j < g->n; j++) c[j] *= g->beta;
     }
+}
+
+/* One (column panel, depth slice) of a product: the packed B panel is shared by the threads. */
+typedef struct vs_gemm_panel {
+    const vs_gemm_job *g;
+    int jc, nc, pc, ks;
+    bool zero;   /* C starts at 0: the first slice of a beta = 0 product (C was not cleared) */
+    uint8_t *bp; /* [column group of 16][k step] B tiles (with lo: a hi, lo pair per unit) */
+} vs_gemm_panel;
+
+/* The panel's B tiles, units (column group, k step) split across the threads. */
+VS_INLINE void pack_b_units(const vs_gemm_panel *P, int ith, int nth, bool with_lo) {
+    const int ngroups = (P->nc + 31) / 32 * 2, units = ngroups * P->ks;
+    int64_t lo, hi;
+    vs_split_range(units, ith, nth, 1, &lo, &hi);
+    for (int64_t u = lo; u < hi; u++) {
+        int jg = (int)(u / P->ks), s = (int)(u % P->ks);
+        pack_b_tile(P->g, P->pc + 32 * s, P->jc + 16 * jg, P->bp + (size_t)u * (with_lo ? 2 : 1) * TILE_BYTES, with_lo);
+    }
+}
+
+/* Rows [lo, hi) of the panel by the reference (a thread without memory for its A blocks). */
+static inline void panel_rows_ref(const vs_gemm_panel *P, int lo, int hi) {
+    const vs_gemm_job *g = P->g;
+    vs_train_sgemm_ref(g->ta, g->tb, hi - lo, P->nc, VS_MIN(P->ks * 32, g->k - P->pc),
+                       g->alpha, g->ta ? g->A + (size_t)P->pc * g->lda + lo : g->A + (size_t)lo * g->lda + P->pc,
+                       g->lda, g->tb ? g->B + (size_t)P->jc * g->ldb + P->pc : g->B + (size_t)P->pc * g->ldb + P->jc,
+                       g->ldb, P->zero ? 0.0f : 1.0f, g->C + (size_t)lo * g->ldc + P->jc, g->ldc);
+}
+
+/* The drivers' loop (GotoBLAS): C = beta C first unless the first depth slice of a beta = 0 product
+ * writes it; then per NC-column panel and KC-deep slice the threads pack op(B) together (pack_b) and
+ * each computes its rows (panel); unit_bytes per packed B unit. The reference when the B buffer cannot be
+ * had. */
+static inline void gemm_drive(vs_threadpool *tp, const vs_gemm_job *g, int NC, int KC, size_t unit_bytes,
+                              vs_task_fn pack_b, vs_task_fn panel) {
+    if (g->m <= 0 || g->n <= 0) return;
+    /* beta = 0 with products to add: the first depth slice writes every element of C, starting from 0 */
+    const bool zero_first = g->beta == 0.0f && g->k > 0 && g->alpha != 0.0f;
+    if (!zero_first) vs_threadpool_run(tp, beta_task, (void *)g);
+    if (g->k <= 0 || g->alpha == 0.0f) return;
+    uint8_t *bp = vs_malloc((size_t)(NC / 16) * (KC / 32) * unit_bytes);
+    if (!bp) { /* out of memory for the B panel: the reference */
+        vs_train_sgemm_ref(g->ta, g->tb, g->m, g->n, g->k, g->alpha, g->A, g->lda, g->B, g->ldb,
+                           zero_first ? 0.0f : 1.0f, g->C, g->ldc);
+        return;
+    }
+    for (int jc = 0; jc < g->n; jc += NC)
+        for (int pc = 0; pc < g->k; pc += KC) {
+            vs_gemm_panel P = {g, jc, VS_MIN(NC, g->n - jc), pc, (VS_MIN(KC, g->k - pc) + 31) / 32, zero_first && pc == 0, bp};
+            vs_threadpool_run(tp, pack_b, &P);
+            vs_threadpool_run(tp, panel, &P);
+        }
+    vs_free(bp);
 }
 
 #endif
