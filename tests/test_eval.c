@@ -172,6 +172,31 @@ static void test_oracles(const vs_world_dataset *d) {
     VT_CHECK(vs_eval_accuracy(&r.suite[VS_WORLD_VQA]) == 1.0 &&
                  vs_eval_accuracy(&r.suite[VS_WORLD_OCR]) < 1.0,
              "vqa-only oracle");
+    /* per kind of question: the checker's verdicts on each turn, summing to the suite's counts */
+    static int64_t want_q[VS_WORLD_N_SUITES][VS_WORLD_N_QUERY_TYPES][3]; /* turns, correct, first turns */
+    memset(want_q, 0, sizeof(want_q));
+    for (int64_t i = 0; i < d->n; i++)
+        for (int t = 0; t < d->samples[i].n_turns; t++) {
+            int64_t *w = want_q[d->samples[i].suite][d->samples[i].turns[t].query.type];
+            w[0]++, w[2] += t == 0;
+            w[1] += d->samples[i].suite == VS_WORLD_VQA || vs_world_check(&d->samples[i], t, "", NULL);
+        }
+    int n_kinds = 0;
+    for (int su = 0; su < VS_WORLD_N_SUITES; su++) {
+        int64_t turns_s = 0, correct_s = 0;
+        for (int q = 0; q < VS_WORLD_N_QUERY_TYPES; q++) {
+            const vs_eval_counts *c = &r.question[su][q];
+            VT_CHECK(c->turns == want_q[su][q][0] && c->correct == want_q[su][q][1] &&
+                         c->first_turns == want_q[su][q][2] && c->samples == c->first_turns,
+                     "%s / %s: %lld of %lld correct, checker %lld of %lld", vs_world_suite_name((vs_world_suite)su),
+                     vs_world_query_name((vs_world_query_type)q), (long long)c->correct, (long long)c->turns,
+                     (long long)want_q[su][q][1], (long long)want_q[su][q][0]);
+            turns_s += c->turns, correct_s += c->correct, n_kinds += c->turns > 0;
+        }
+        VT_CHECK(turns_s == r.suite[su].turns && correct_s == r.suite[su].correct, "%s: kinds sum to the suite",
+                 vs_world_suite_name((vs_world_suite)su));
+    }
+    VT_CHECK(n_kinds > VS_WORLD_N_SUITES, "only %d (suite, kind of question) pairs", n_kinds);
 
     /* limit and suites */
     o = (oracle){0};
@@ -208,8 +233,18 @@ static void test_oracles(const vs_world_dataset *d) {
                  vs_json_get_int(vs_json_get(vs_json_get(vs_json_root(doc), "suites"), "vqa"), "turns", -1) ==
                      r.suite[VS_WORLD_VQA].turns,
              "JSON report");
+    const vs_json *qv = vs_json_get(vs_json_get(vs_json_root(doc), "questions"), "vqa");
+    int64_t q_turns = 0;
+    for (int q = 0; q < VS_WORLD_N_QUERY_TYPES; q++)
+        q_turns += vs_json_get_int(vs_json_get(qv, vs_world_query_name((vs_world_query_type)q)), "turns", 0);
+    VT_CHECK(qv && q_turns == r.suite[VS_WORLD_VQA].turns, "JSON questions: vqa kinds sum to %lld turns",
+             (long long)q_turns);
     vs_json_doc_free(doc);
     vs_json_writer_free(&w);
+    table = vs_eval_question_table(&r);
+    VT_CHECK(table && strstr(table, "question") && strstr(table, "vqa ") && strstr(table, "100.0%"), "question table");
+    printf("%s", table ? table : "");
+    vs_free(table);
 
     /* prompt cleaning: one leading space and image markers are dropped from model answers */
     const vs_world_sample *s2 = NULL;
@@ -678,9 +713,13 @@ static void test_cli(const char *dir, const char *tok) {
     snprintf(path, sizeof(path), "%s/eval.json", tmp);
     rc = vt_run(
         "%s eval --model %s/straight/target.gguf --mmproj %s/straight/target-mmproj.gguf --data %s --limit 1 "
-        "--max-tokens 6 --threads 1 -q --json %s > %s/eval.log 2>&1",
-        cli, tmp, tmp, dir, path, tmp);
+        "--max-tokens 6 --threads 1 -q --json %s --by-question --details %s/eval.details > %s/eval.log 2>&1",
+        cli, tmp, tmp, dir, path, tmp, tmp);
     VT_CHECK(rc == 0, "eval exit %d", rc);
+    snprintf(p2, sizeof(p2), "%s/eval.log", tmp);
+    VT_CHECK(vt_file_has(p2, "question") && vt_file_has(p2, "describe   describe"), "eval --by-question table");
+    snprintf(p2, sizeof(p2), "%s/eval.details", tmp);
+    VT_CHECK(vt_file_has(p2, "\"question\":\"describe\""), "eval --details names the kind of question");
     uint8_t *js = NULL;
     size_t n = 0;
     vs_error err = {0};

@@ -33,8 +33,10 @@ static void usage(FILE *f) {
             "  --kv-type T          KV cache f16 (default) or f32\n"
             "  -t, --threads N      threads (default 2)\n"
             "  --json FILE          write the results as JSON ('-' = stdout)\n"
-            "  --details FILE       write one JSON line per turn (id, suite, turn, kind, correct, expected,\n"
-            "                       found, tokens, eos, answer)\n"
+            "  --details FILE       write one JSON line per turn (id, suite, turn, kind, question, correct,\n"
+            "                       expected, found, tokens, eos, answer)\n"
+            "  --by-question        also print the accuracy per suite and kind of question (count, color,\n"
+            "                       position, exists, read_line, bar_value, ...; the JSON always has it)\n"
             "  -q, --quiet          no progress line\n"
             "  -h, --help           this help\n");
 }
@@ -58,6 +60,7 @@ static void on_turn(void *ctx, const vs_eval_turn *t) {
         vs_json_key(w, "suite"), vs_json_str(w, vs_world_suite_name(t->sample->suite));
         vs_json_key(w, "turn"), vs_json_int(w, t->turn);
         vs_json_key(w, "kind"), vs_json_str(w, vs_world_turn_kind_name(t->sample->turns[t->turn].kind));
+        vs_json_key(w, "question"), vs_json_str(w, vs_world_query_name(t->sample->turns[t->turn].query.type));
         vs_json_key(w, "correct"), vs_json_bool(w, t->verdict.correct);
         vs_json_key(w, "expected"), vs_json_str(w, t->verdict.expected);
         vs_json_key(w, "found"), vs_json_str(w, t->verdict.found);
@@ -78,7 +81,7 @@ static void on_turn(void *ctx, const vs_eval_turn *t) {
 typedef struct eval_args {
     const char *model, *mmproj, *data, *split, *suites, *json, *details;
     int threads;
-    bool quiet;
+    bool quiet, by_question;
     vs_eval_lm_opts lo;
     vs_eval_opts eo; /* eo.limit: --limit */
 } eval_args;
@@ -131,6 +134,7 @@ static int eval_parse(int argc, char **argv, eval_args *a) {
     cli_flag_add(&fs, "-t|--threads", CLI_INT, &a->threads, 1, 1024);
     cli_flag_add(&fs, "--json", CLI_STR, &a->json, 0, 0);
     cli_flag_add(&fs, "--details", CLI_STR, &a->details, 0, 0);
+    cli_flag_add(&fs, "--by-question", CLI_BOOL, &a->by_question, 0, 0);
     cli_flag_add(&fs, "-q|--quiet", CLI_BOOL, &a->quiet, 0, 0);
     const int r = cli_flags_parse(CMD, argc, argv, &fs, usage);
     if (r >= 0) return r;
@@ -219,6 +223,11 @@ static bool eval_answer(eval_args *a, eval_models *m, vs_eval_lm *e, eval_cli_ct
     char *table = vs_eval_table(res);
     if (table) fputs(table, stdout);
     vs_free(table);
+    if (a->by_question) {
+        table = vs_eval_question_table(res);
+        if (table) fputs("\n", stdout), fputs(table, stdout);
+        vs_free(table);
+    }
     int64_t pre, reu, dec;
     vs_eval_lm_counters(e, &pre, &reu, &dec);
     printf("%.1f s: %lld answer tokens (%.1f tokens/s including prefill); prefilled %lld rows, reused %lld\n",

@@ -147,6 +147,12 @@ vs_status vs_eval_run(const vs_world_dataset *d, const vs_eval_opts *o, vs_eval_
             vs_world_check(s, t, ans, &r.verdict);
             count(&res->suite[su], t, r.verdict.correct, n_tok, eos, sec);
             count(&res->total, t, r.verdict.correct, n_tok, eos, sec);
+            const int qt = (int)s->turns[t].query.type;
+            if (qt >= 0 && qt < VS_WORLD_N_QUERY_TYPES) {
+                vs_eval_counts *qc = &res->question[su][qt];
+                qc->samples += t == 0; /* samples whose first turn asks this */
+                count(qc, t, r.verdict.correct, n_tok, eos, sec);
+            }
             if (o->on_turn) o->on_turn(o->on_turn_ctx, &r);
             own[t] = ans;
             vs_free(prompt);
@@ -187,6 +193,29 @@ char *vs_eval_table(const vs_eval_result *r) {
     return buf;
 }
 
+char *vs_eval_question_table(const vs_eval_result *r) {
+    size_t cap = 256 + (size_t)VS_WORLD_N_SUITES * VS_WORLD_N_QUERY_TYPES * 96, len;
+    char *buf = vs_malloc(cap);
+    if (!buf) return NULL;
+    int n = snprintf(buf, cap, "%-10s %-12s %6s %9s %7s %7s %11s\n", "suite", "question", "turns", "accuracy", "first",
+                     "second", "mean tokens");
+    len = (size_t)n;
+    for (int s = 0; s < VS_WORLD_N_SUITES; s++)
+        for (int q = 0; q < VS_WORLD_N_QUERY_TYPES; q++) {
+            const vs_eval_counts *c = &r->question[s][q];
+            if (!c->turns || len >= cap) continue;
+            char f[16] = "-", sc[16] = "-";
+            if (c->first_turns) snprintf(f, sizeof(f), "%.1f%%", 100.0 * frac(c->first_correct, c->first_turns));
+            if (c->second_turns) snprintf(sc, sizeof(sc), "%.1f%%", 100.0 * frac(c->second_correct, c->second_turns));
+            n = snprintf(buf + len, cap - len, "%-10s %-12s %6lld %8.1f%% %7s %7s %11.1f\n",
+                         vs_world_suite_name((vs_world_suite)s), vs_world_query_name((vs_world_query_type)q),
+                         (long long)c->turns, 100.0 * vs_eval_accuracy(c), f, sc, vs_eval_mean_tokens(c));
+            len += n > 0 ? (size_t)n : 0;
+        }
+    if (len >= cap) buf[cap - 1] = 0;
+    return buf;
+}
+
 static void json_counts(vs_json_writer *w, const vs_eval_counts *c) {
     vs_json_obj_begin(w);
     vs_json_key(w, "samples"), vs_json_int(w, c->samples);
@@ -216,6 +245,20 @@ void vs_eval_json(const vs_eval_result *r, vs_json_writer *w) {
     vs_json_obj_end(w);
     vs_json_key(w, "total");
     json_counts(w, &r->total);
+    vs_json_key(w, "questions");
+    vs_json_obj_begin(w);
+    for (int s = 0; s < VS_WORLD_N_SUITES; s++) {
+        if (!r->suite[s].turns) continue;
+        vs_json_key(w, vs_world_suite_name((vs_world_suite)s));
+        vs_json_obj_begin(w);
+        for (int q = 0; q < VS_WORLD_N_QUERY_TYPES; q++)
+            if (r->question[s][q].turns) {
+                vs_json_key(w, vs_world_query_name((vs_world_query_type)q));
+                json_counts(w, &r->question[s][q]);
+            }
+        vs_json_obj_end(w);
+    }
+    vs_json_obj_end(w);
     vs_json_obj_end(w);
 }
 

@@ -76,6 +76,9 @@ typedef struct vs_eval_counts {
 typedef struct vs_eval_result {
     vs_eval_counts suite[VS_WORLD_N_SUITES];
     vs_eval_counts total;
+    /* the same counts per suite and kind of question (the turn's query type: count, color, position,
+     * exists, read_line, bar_value, ...), which says what a model can and cannot read in its images */
+    vs_eval_counts question[VS_WORLD_N_SUITES][VS_WORLD_N_QUERY_TYPES];
 } vs_eval_result;
 
 static inline double vs_eval_accuracy(const vs_eval_counts *c) {
@@ -96,8 +99,12 @@ char *vs_eval_prompt(const vs_world_sample *s, int t, const char *const *answers
 /* A plain-text table: one line per suite with samples, turns, accuracy (all / first / second
  * turns), mean answer tokens, cut answers; then the total. vs_malloc'd. */
 char *vs_eval_table(const vs_eval_result *r);
+/* One line per suite and kind of question that occurred: turns, accuracy (all / first / second turns),
+ * mean answer tokens. vs_malloc'd. */
+char *vs_eval_question_table(const vs_eval_result *r);
 /* {"suites":{"vqa":{"samples":..,"turns":..,"correct":..,"accuracy":..,"first_accuracy":..,
- *  "second_accuracy":..,"mean_answer_tokens":..,"no_eos":..,"seconds":..},...},"total":{...}} */
+ *  "second_accuracy":..,"mean_answer_tokens":..,"no_eos":..,"seconds":..},...},"total":{...},
+ *  "questions":{"vqa":{"count":{...the same fields...},...},...}} */
 void vs_eval_json(const vs_eval_result *r, vs_json_writer *w);
 
 /* ---------------------------------------------------------------------------------------------- */

@@ -166,6 +166,9 @@ typedef enum vs_world_query_type {
                         * objects; glyph: the words; chart: the number of bars) */
     VS_Q_FACT_MAX,     /* encyclopedia: which of entity..entity4 (3 or 4 of them) has the largest attr */
 } vs_world_query_type;
+#define VS_WORLD_N_QUERY_TYPES (VS_Q_FACT_MAX + 1)
+/* "describe", "count", "color", ..., "fact_max" (the names the samples' JSON uses); "?" out of range. */
+const char *vs_world_query_name(vs_world_query_type t);
 
 typedef enum vs_world_relation { VS_REL_LEFT = 0, VS_REL_RIGHT, VS_REL_ABOVE, VS_REL_BELOW } vs_world_relation;
 

@@ -225,6 +225,7 @@ _Static_assert(VS_ARRAY_LEN(query_names) == VS_Q_FACT_MAX + 1, "query name table
 const char *world_query_type_name(vs_world_query_type t) {
     return (int)t >= 0 && (size_t)t < VS_ARRAY_LEN(query_names) ? query_names[t] : "?";
 }
+const char *vs_world_query_name(vs_world_query_type t) { return world_query_type_name(t); }
 int world_query_type_from_name(const char *s) {
     for (size_t i = 0; i < VS_ARRAY_LEN(query_names); i++)
         if (strcmp(s, query_names[i]) == 0) return (int)i;
