@@ -46,13 +46,18 @@ typedef enum vs_world_suite {
     VS_WORLD_TEXT,         /* NQ / GSM8K: no image */
     VS_WORLD_DRILL,        /* terse arithmetic and fact drills for LM pretraining (opt-in: not generated
                             * unless asked for) */
+    VS_WORLD_LOOK,         /* LLaVA-1.5's short-answer VQA: a vqa, pope, ocr or chart question answered by a
+                            * word or phrase (opt-in, like drill) */
     VS_WORLD_CAPTION,      /* caption-only pretraining pairs (split "captions"); always last */
     VS_WORLD_N_SUITES
 } vs_world_suite;
 #define VS_WORLD_SUITE_BIT(s) (1u << (s))
 #define VS_WORLD_ALL_SUITES ((1u << VS_WORLD_N_SUITES) - 1u)
-/* What `data gen` makes unless told otherwise: the benchmark suites (no drills; captions follow train). */
-#define VS_WORLD_DEFAULT_SUITES (VS_WORLD_ALL_SUITES & ~VS_WORLD_SUITE_BIT(VS_WORLD_CAPTION) & ~VS_WORLD_SUITE_BIT(VS_WORLD_DRILL))
+/* What `data gen` makes unless told otherwise: the benchmark suites (no drills or short answers; captions
+ * follow train). */
+#define VS_WORLD_DEFAULT_SUITES                                                                                    \
+    (VS_WORLD_ALL_SUITES & ~VS_WORLD_SUITE_BIT(VS_WORLD_CAPTION) & ~VS_WORLD_SUITE_BIT(VS_WORLD_DRILL) &            \
+     ~VS_WORLD_SUITE_BIT(VS_WORLD_LOOK))
 const char *vs_world_suite_name(vs_world_suite s); /* "describe", "vqa", ... */
 int vs_world_suite_from_name(const char *name);     /* -1 if unknown */
 /* Parses "vqa,pope,chart" (or "all") into a suite mask; VS_ERR_INVALID naming the bad entry. */

@@ -19,6 +19,9 @@ typedef struct gen {
     bool test;
 } gen;
 
+/* A single-image suite's turn about image `img` of the sample. */
+typedef void (*turn_fn)(gen *, int, vs_world_turn *, vs_world_turn_kind);
+
 static int rnd(gen *g, int n) { return (int)vs_rng_below(g->r, (uint32_t)n); }
 static bool chance(gen *g, double p) { return vs_rng_uniform(g->r) < p; }
 
@@ -1672,6 +1675,29 @@ static void turn_drill(gen *g, vs_world_turn *t) {
 }
 
 /* ---------------------------------------------------------------------------------------------- */
+/* look: LLaVA-1.5's short-answer VQA (its VQAv2 / GQA / OCR-VQA instruction), an opt-in suite: a question
+ * of vqa, pope, ocr or chart about one picture, answered by the short answer alone. Every answer token
+ * depends on the picture (where the benchmark suites' answers are mostly explanation), so training on it
+ * asks the model to find the object, the line or the bar the question names. */
+
+#define LOOK_Q "Answer the question using a single word or phrase."
+
+static void turn_look(gen *g, vs_world_turn *t) {
+    static const turn_fn fns[4] = {turn_vqa, turn_pope, turn_ocr, turn_chart};
+    fns[rnd(g, 4)](g, 0, t, VS_TURN_FIRST);
+    static const char prefix[] = "<image> " TABED_Q " ";
+    const bool tabed = strncmp(t->user, prefix, sizeof(prefix) - 1) == 0; /* every single-image question is */
+    wsb u;
+    wsb_init(&u);
+    wsb_puts(&u, "<image> " LOOK_Q " ");
+    wsb_puts(&u, t->user + (tabed ? sizeof(prefix) - 1 : strlen("<image> ")));
+    vs_free(t->user);
+    vs_free(t->assistant);
+    t->user = wsb_take(&u);
+    t->assistant = vs_strdup(t->answer);
+}
+
+/* ---------------------------------------------------------------------------------------------- */
 /* second turns */
 
 static bool followup(gen *g, vs_world_turn *t) {
@@ -1817,7 +1843,6 @@ static bool followup(gen *g, vs_world_turn *t) {
     return true;
 }
 
-typedef void (*turn_fn)(gen *, int, vs_world_turn *, vs_world_turn_kind);
 
 static void second_turn(gen *g, vs_world_turn_kind kind, turn_fn fn) {
     vs_world_turn *t = &g->s->turns[1];
@@ -1953,6 +1978,10 @@ vs_status vs_world_generate_sample(const vs_world_config *cfg, const char *split
     case VS_WORLD_DRILL:
         turn_drill(&g, &out->turns[0]);
         out->n_images = 0;
+        break;
+    case VS_WORLD_LOOK:
+        turn_look(&g, &out->turns[0]);
+        out->n_images = 1;
         break;
     default: break;
     }

@@ -164,8 +164,8 @@ const char *world_number_word(int64_t n) { return n >= 0 && n <= 20 ? number_wor
 static const char *const ordinals[6] = {"first", "second", "third", "fourth", "fifth", "sixth"};
 const char *world_ordinal(int i) { return i >= 0 && i < 6 ? ordinals[i] : "next"; }
 
-static const char *const suite_names[VS_WORLD_N_SUITES] = {"describe", "vqa",  "pope",  "ocr",    "chart",
-                                                           "diff",     "story", "text", "drill", "caption"};
+static const char *const suite_names[VS_WORLD_N_SUITES] = {"describe", "vqa",   "pope", "ocr",  "chart",  "diff",
+                                                           "story",    "text",  "drill", "look", "caption"};
 const char *vs_world_suite_name(vs_world_suite s) {
     return (int)s >= 0 && s < VS_WORLD_N_SUITES ? suite_names[s] : "?";
 }
