@@ -28,7 +28,7 @@
 #   TRAIN_PER_SUITE  training conversations per suite (default 4000)
 #   TEST_PER_SUITE   test conversations per suite (default 100)
 #   SUITES           the world's suites (`data gen --suites`; default: data gen's default, as the shipped
-#                    target; `all` adds the drills)
+#                    target; `all` adds the drills and the short-answer look suite)
 #   VOCAB            BPE vocabulary (default 2048)
 #   TOKENIZER_PRE    the BPE's pre-tokeniser: gpt-2 (default, as the shipped target) or starcoder (single
 #                    digits, so sums see digits rather than ~100 number tokens; docs/target.md)

@@ -163,9 +163,9 @@ int main(void) {
     snprintf(path, sizeof(path), "%s/train/draft-pool.gguf", dwork);
     VT_CHECK(access(path, R_OK) == 0, "make_drafters.sh did not finish the pool recipe (log %s)", log3);
     snprintf(path, sizeof(path), "%s/distill.jsonl", dwork);
-    /* the recipes keep the single-image and text suites (SUITES=all: drills too): 7 conversations, one
-     * setting */
-    VT_CHECK(count_lines_with(path, "\"suite\":\"") == 7, "expected 7 distilled records in %s", path);
+    /* the recipes keep the single-image and text suites (SUITES=all: drills and short answers too): 8
+     * conversations, one setting */
+    VT_CHECK(count_lines_with(path, "\"suite\":\"") == 8, "expected 8 distilled records in %s", path);
     const bool usable = count_lines_with(path, "\"eos\":true") > 0;
     if (usable) {
         VT_CHECK(rc == 0, "make_drafters.sh exit %d (log %s)", rc, log3);
