@@ -25,7 +25,7 @@
 #define VS_WORLD_MAX_LINES 3   /* text lines of a glyph scene */
 #define VS_WORLD_MAX_BARS 6    /* bars of a chart */
 #define VS_WORLD_MAX_IMAGES 6  /* images per sample (story: 5, story + new image never happens) */
-#define VS_WORLD_MAX_TURNS 2
+#define VS_WORLD_MAX_TURNS 8  /* turns per sample (look: up to 8 questions about one picture; others: 1-2) */
 #define VS_WORLD_WORD_MAX 12 /* bytes of a glyph word incl. NUL */
 
 enum { VS_WORLD_N_SHAPES = 8, VS_WORLD_N_COLORS = 9, VS_WORLD_N_BGS = 4, VS_WORLD_N_CELLS = 9 };
@@ -69,7 +69,9 @@ typedef enum vs_world_turn_kind {
     VS_TURN_FOLLOWUP,      /* text-only question about the first answer (depends on prior response) */
     VS_TURN_UNRELATED,     /* unrelated text task (arithmetic / encyclopedia) after an image turn */
     VS_TURN_NEW_IMAGE,     /* question about a new image of the same suite */
+    VS_TURN_MORE,          /* another question about the picture of the first turn (look's later turns) */
 } vs_world_turn_kind;
+#define VS_WORLD_N_TURN_KINDS 5
 const char *vs_world_turn_kind_name(vs_world_turn_kind k); /* "first", "followup", ... */
 
 /* ---------------------------------------------------------------------------------------------- */

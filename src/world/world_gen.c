@@ -1675,26 +1675,316 @@ static void turn_drill(gen *g, vs_world_turn *t) {
 }
 
 /* ---------------------------------------------------------------------------------------------- */
-/* look: LLaVA-1.5's short-answer VQA (its VQAv2 / GQA / OCR-VQA instruction), an opt-in suite: a question
- * of vqa, pope, ocr or chart about one picture, answered by the short answer alone. Every answer token
- * depends on the picture (where the benchmark suites' answers are mostly explanation), so training on it
- * asks the model to find the object, the line or the bar the question names. */
+/* look: LLaVA-1.5's short-answer VQA (its VQAv2 / GQA / OCR-VQA instruction), an opt-in suite. The first
+ * turn is a question of vqa, pope, ocr or chart about one picture, answered by the short answer alone; up to
+ * LOOK_TURNS - 1 more short-answer questions about the same picture follow, as LLaVA-1.5 packs the questions
+ * of one image into one conversation. Every answer token depends on the picture (where the benchmark
+ * suites' answers are mostly explanation), so training on it asks the model to find the object, the line or
+ * the bar each question names; the later turns give it several such answers for one encoding of the
+ * picture. */
 
 #define LOOK_Q "Answer the question using a single word or phrase."
+#define LOOK_TURNS VS_WORLD_MAX_TURNS
+#define LOOK_CANDIDATES 64
 
-static void turn_look(gen *g, vs_world_turn *t) {
+typedef struct look_q {
+    char *text; /* the question (vs_malloc'd) */
+    char ans[64];
+    vs_world_query q;
+} look_q;
+
+typedef struct look_set {
+    look_q c[LOOK_CANDIDATES];
+    int n;
+} look_set;
+
+static look_q *look_add(look_set *ls, const vs_world_query *q, const char *ans) {
+    if (ls->n >= LOOK_CANDIDATES) return NULL;
+    look_q *c = &ls->c[ls->n++];
+    c->text = NULL;
+    snprintf(c->ans, sizeof(c->ans), "%s", ans);
+    c->q = *q;
+    return c;
+}
+
+/* The candidates for a shapes picture: colour, shape and size of an object its shape or colour names
+ * alone, the position of a colour-shape pair, pairs that are and are not there (half of the absent ones
+ * share an attribute with an object, as pope's), counts by colour and by shape. */
+static void look_shapes(gen *g, const vs_world_scene *sc, look_set *ls) {
+    wsb b;
+    for (int i = 0; i < sc->n_objects; i++) {
+        const vs_world_object *o = &sc->objects[i];
+        const char *shape = vs_world_shape_name(o->shape), *color = vs_world_color_name(o->color);
+        vs_world_sel by_shape = sel_any(), by_color = sel_any(), by_pair = sel_any();
+        by_shape.shape = o->shape;
+        by_color.color = o->color;
+        by_pair.shape = o->shape, by_pair.color = o->color;
+        look_q *c;
+        vs_world_query q;
+        if (count_match(sc, by_shape) == 1) {
+            q = query_new(VS_Q_COLOR, 0);
+            q.sel = by_shape;
+            if ((c = look_add(ls, &q, color))) {
+                wsb_init(&b);
+                wsb_say(&b, g->r, "{What color is the %s?|Which color does the %s have?|What is the color of the %s?}", shape);
+                c->text = wsb_take(&b);
+            }
+            q = query_new(VS_Q_SIZE, 0);
+            q.sel = by_shape;
+            if ((c = look_add(ls, &q, vs_world_size_name(o->size)))) {
+                wsb_init(&b);
+                wsb_say(&b, g->r, "{Is the %s small or large?|What size is the %s?|How big is the %s, small or large?}", shape);
+                c->text = wsb_take(&b);
+            }
+        }
+        if (count_match(sc, by_color) == 1) {
+            q = query_new(VS_Q_SHAPE, 0);
+            q.sel = by_color;
+            if ((c = look_add(ls, &q, shape))) {
+                wsb_init(&b);
+                wsb_say(&b, g->r, "{What shape is the %s object?|What kind of shape is %s in this image?|Which shape has the color %s?}", color);
+                c->text = wsb_take(&b);
+            }
+        }
+        /* pairs are unique in every shapes scene but counting's */
+        if (count_match(sc, by_pair) == 1) {
+            q = query_new(VS_Q_POSITION, 0);
+            q.sel = by_pair;
+            if ((c = look_add(ls, &q, vs_world_cell_name(o->cell)))) {
+                wsb_init(&b);
+                wsb_say(&b, g->r, "{Where is the %s %s?|In which part of the image is the %s %s?|Where can you find the %s %s in the picture?}", color, shape);
+                c->text = wsb_take(&b);
+            }
+        }
+        q = query_new(VS_Q_EXISTS, 0);
+        q.sel = by_pair;
+        if ((c = look_add(ls, &q, "yes"))) {
+            char what[48];
+            snprintf(what, sizeof(what), "%s %s", color, shape);
+            wsb_init(&b);
+            wsb_say(&b, g->r, "{Is there %s %s in the image?|Does the image contain %s %s?|Can you see %s %s in this picture?}", article(what), what);
+            c->text = wsb_take(&b);
+        }
+    }
+    /* as many absent pairs as present ones (at most 3) */
+    int n_no = VS_MIN(sc->n_objects, 3);
+    for (int k = 0; k < n_no && sc->n_objects; k++) {
+        int shape, color, guard = 0;
+        const vs_world_object *o = &sc->objects[rnd(g, sc->n_objects)];
+        bool near = chance(g, 0.5), keep_shape = chance(g, 0.5);
+        do {
+            shape = near && keep_shape ? o->shape : rnd(g, VS_WORLD_N_SHAPES);
+            color = near && !keep_shape ? o->color : rnd(g, VS_WORLD_N_COLORS);
+        } while (pair_used(sc, shape, color) && ++guard < 100);
+        if (pair_used(sc, shape, color)) continue;
+        vs_world_query q = query_new(VS_Q_EXISTS, 0);
+        q.sel.shape = (int8_t)shape, q.sel.color = (int8_t)color;
+        look_q *c = look_add(ls, &q, "no");
+        if (!c) break;
+        char what[48];
+        snprintf(what, sizeof(what), "%s %s", vs_world_color_name(color), vs_world_shape_name(shape));
+        wsb_init(&b);
+        wsb_say(&b, g->r, "{Is there %s %s in the image?|Does the image contain %s %s?|Can you see %s %s in this picture?}", article(what), what);
+        c->text = wsb_take(&b);
+    }
+    /* counts of the colours and shapes the picture holds */
+    for (int by_shape = 0; by_shape < 2; by_shape++) {
+        int n_kinds = by_shape ? VS_WORLD_N_SHAPES : VS_WORLD_N_COLORS;
+        for (int v = 0; v < n_kinds; v++) {
+            vs_world_sel sel = sel_any();
+            if (by_shape) sel.shape = (int8_t)v;
+            else sel.color = (int8_t)v;
+            int n = count_match(sc, sel);
+            if (!n) continue;
+            vs_world_query q = query_new(VS_Q_COUNT, 0);
+            q.sel = sel;
+            char ans[16];
+            snprintf(ans, sizeof(ans), "%d", n);
+            look_q *c = look_add(ls, &q, ans);
+            if (!c) return;
+            wsb_init(&b);
+            if (by_shape) wsb_say(&b, g->r, "{How many %s are there in the image?|How many %s are there in the picture?|How many %s can you see?|Count the %s in the picture.}", world_shape_plural(v));
+            else wsb_say(&b, g->r, "{How many %s objects are there in the image?|How many %s objects are there in the picture?|How many shapes are %s?}", vs_world_color_name(v));
+            c->text = wsb_take(&b);
+        }
+    }
+}
+
+/* The candidates for a text picture: every line by its place, a line by its colour when no other line
+ * has it, all lines, the number of lines. */
+static void look_glyph(gen *g, const vs_world_scene *sc, look_set *ls) {
+    wsb b;
+    int n = sc->n_lines;
+    look_q *c;
+    vs_world_query q = query_new(VS_Q_LINE_COUNT, 0);
+    char ans[64];
+    snprintf(ans, sizeof(ans), "%d", n);
+    if ((c = look_add(ls, &q, ans))) {
+        wsb_init(&b);
+        wsb_say(&b, g->r, "{How many lines of text are in the image?|How many lines of text can you see?|Count the lines of text in this picture.}");
+        c->text = wsb_take(&b);
+    }
+    q = query_new(VS_Q_READ_ALL, 0);
+    ans[0] = 0;
+    for (int i = 0; i < n; i++) {
+        size_t k = strlen(ans);
+        snprintf(ans + k, sizeof(ans) - k, "%s%s", i ? " " : "", sc->lines[i].text);
+    }
+    if ((c = look_add(ls, &q, ans))) {
+        wsb_init(&b);
+        if (n == 1 && is_digits(sc->lines[0].text))
+            wsb_say(&b, g->r, "{What number is shown in the image?|Which number is written in the picture?|What does the text in the image say?}");
+        else if (n == 1) wsb_say(&b, g->r, "{What word is written in the image?|What does the text in the image say?|Read the word in this picture.}");
+        else wsb_say(&b, g->r, "{What does the text say? Read all the lines from top to bottom.|Read all the text in the image, from top to bottom.|What is written in this image? Read every line.}");
+        c->text = wsb_take(&b);
+    }
+    for (int i = 0; i < n && n > 1; i++) {
+        const vs_world_line *l = &sc->lines[i];
+        q = query_new(VS_Q_READ_LINE, 0);
+        q.index = i;
+        if ((c = look_add(ls, &q, l->text))) {
+            const char *which = i == 0 && chance(g, 0.4) ? "top" : i == n - 1 && chance(g, 0.4) ? "bottom" : world_ordinal(i);
+            wsb_init(&b);
+            wsb_say(&b, g->r, "{What is written on the %s line?|What does the %s line say?|Read the %s line of text.}", which);
+            c->text = wsb_take(&b);
+        }
+        int same = 0;
+        for (int j = 0; j < n; j++) same += sc->lines[j].color == l->color;
+        if (same != 1) continue;
+        q = query_new(VS_Q_READ_COLOR, 0);
+        q.sel.color = l->color;
+        if ((c = look_add(ls, &q, l->text))) {
+            wsb_init(&b);
+            wsb_say(&b, g->r, "{Which word is written in %s?|What is written in %s?|What does the %s text say?}", vs_world_color_name(l->color));
+            c->text = wsb_take(&b);
+        }
+    }
+}
+
+/* The candidates for a chart: every bar's value, the tallest and the shortest bar, comparisons and
+ * differences of pairs with different values. */
+static void look_chart(gen *g, const vs_world_scene *sc, look_set *ls) {
+    wsb b;
+    int n = sc->n_bars, imax = 0, imin = 0;
+    look_q *c;
+    char ans[16];
+    for (int i = 0; i < n; i++) {
+        const vs_world_bar *bar = &sc->bars[i];
+        if (bar->value > sc->bars[imax].value) imax = i;
+        if (bar->value < sc->bars[imin].value) imin = i;
+        vs_world_query q = query_new(VS_Q_BAR_VALUE, 0);
+        q.label = bar->label;
+        snprintf(ans, sizeof(ans), "%d", bar->value);
+        if ((c = look_add(ls, &q, ans))) {
+            wsb_init(&b);
+            wsb_say(&b, g->r, "{What is the value of bar %c?|How high is the bar labeled %c?|What value does %c have in the chart?}", bar->label);
+            c->text = wsb_take(&b);
+        }
+    }
+    for (int mx = 0; mx < 2; mx++) {
+        const vs_world_bar *bar = &sc->bars[mx ? imax : imin];
+        int ties = 0;
+        for (int i = 0; i < n; i++) ties += sc->bars[i].value == bar->value;
+        if (ties != 1) continue;
+        vs_world_query q = query_new(mx ? VS_Q_BAR_MAX : VS_Q_BAR_MIN, 0);
+        snprintf(ans, sizeof(ans), "%c", bar->label);
+        if (!(c = look_add(ls, &q, ans))) return;
+        wsb_init(&b);
+        if (mx) wsb_say(&b, g->r, "{Which bar is the tallest?|Which label has the highest value?|Which bar has the largest value in the chart?}");
+        else wsb_say(&b, g->r, "{Which bar is the shortest?|Which label has the lowest value?|Which bar has the smallest value in the chart?}");
+        c->text = wsb_take(&b);
+    }
+    for (int k = 0; k < 2 && n >= 2; k++) {
+        int i = rnd(g, n), j;
+        do j = rnd(g, n);
+        while (j == i);
+        const vs_world_bar *B1 = &sc->bars[i], *B2 = &sc->bars[j];
+        if (B1->value == B2->value) continue;
+        const vs_world_bar *hi = B1->value > B2->value ? B1 : B2, *lo = hi == B1 ? B2 : B1;
+        vs_world_query q = query_new(VS_Q_BAR_CMP, 0);
+        q.label = B1->label, q.label2 = B2->label;
+        snprintf(ans, sizeof(ans), "%c", hi->label);
+        if (!(c = look_add(ls, &q, ans))) return;
+        wsb_init(&b);
+        wsb_say(&b, g->r, "{Which is larger, %c or %c?|Which bar is higher, %c or %c?|Is %c or %c bigger?}", B1->label, B2->label);
+        c->text = wsb_take(&b);
+        q = query_new(VS_Q_BAR_DIFF, 0);
+        q.label = hi->label, q.label2 = lo->label;
+        snprintf(ans, sizeof(ans), "%d", hi->value - lo->value);
+        if (!(c = look_add(ls, &q, ans))) return;
+        wsb_init(&b);
+        wsb_say(&b, g->r, "{How much larger is %c than %c?|By how much does %c exceed %c?|What is the difference between %c and %c?}", hi->label, lo->label);
+        c->text = wsb_take(&b);
+    }
+}
+
+static bool same_sel(vs_world_sel a, vs_world_sel b) {
+    return a.shape == b.shape && a.color == b.color && a.size == b.size && a.cell == b.cell;
+}
+
+/* Two questions about one picture that ask the same thing. */
+static bool same_query(const vs_world_query *a, const vs_world_query *b) {
+    return a->type == b->type && same_sel(a->sel, b->sel) && same_sel(a->sel2, b->sel2) && a->index == b->index &&
+           a->label == b->label && a->label2 == b->label2 && a->relation == b->relation;
+}
+
+static void look_turn(vs_world_turn *t, vs_world_turn_kind kind, int n_images, const char *question, const char *ans,
+                      const vs_world_query *q) {
+    wsb u, a;
+    wsb_init(&u);
+    wsb_init(&a);
+    wsb_puts(&u, n_images ? "<image> " LOOK_Q " " : LOOK_Q " ");
+    wsb_puts(&u, question);
+    wsb_puts(&a, ans);
+    set_turn(t, kind, kind == VS_TURN_FIRST ? 0 : 1, n_images, &u, &a, ans, q);
+}
+
+static void sample_look(gen *g) {
+    vs_world_sample *s = g->s;
+    vs_world_turn *t = &s->turns[0];
     static const turn_fn fns[4] = {turn_vqa, turn_pope, turn_ocr, turn_chart};
     fns[rnd(g, 4)](g, 0, t, VS_TURN_FIRST);
     static const char prefix[] = "<image> " TABED_Q " ";
     const bool tabed = strncmp(t->user, prefix, sizeof(prefix) - 1) == 0; /* every single-image question is */
-    wsb u;
-    wsb_init(&u);
-    wsb_puts(&u, "<image> " LOOK_Q " ");
-    wsb_puts(&u, t->user + (tabed ? sizeof(prefix) - 1 : strlen("<image> ")));
+    char *question = vs_strdup(t->user + (tabed ? sizeof(prefix) - 1 : strlen("<image> ")));
+    char *answer = vs_strdup(t->answer);
+    vs_world_query q0 = t->query;
     vs_free(t->user);
     vs_free(t->assistant);
-    t->user = wsb_take(&u);
-    t->assistant = vs_strdup(t->answer);
+    vs_free(t->answer);
+    t->user = t->assistant = t->answer = NULL;
+    s->n_images = 1;
+    s->n_turns = 1;
+    if (!question || !answer) {
+        vs_free(question);
+        vs_free(answer);
+        return; /* the caller reports the missing strings as out of memory */
+    }
+    look_turn(t, VS_TURN_FIRST, 1, question, answer, &q0);
+    /* the later turns: distinct candidates, neither the first question's query nor its text again */
+    const vs_world_scene *sc = &s->scenes[0];
+    look_set *ls = vs_malloc(sizeof(*ls));
+    if (ls) {
+        ls->n = 0;
+        if (sc->kind == VS_SCENE_SHAPES) look_shapes(g, sc, ls);
+        else if (sc->kind == VS_SCENE_GLYPH) look_glyph(g, sc, ls);
+        else look_chart(g, sc, ls);
+        int order[LOOK_CANDIDATES];
+        for (int i = 0; i < ls->n; i++) order[i] = i;
+        shuffle_int(g, order, ls->n);
+        int want = 1 + rnd(g, LOOK_TURNS); /* 1..LOOK_TURNS turns in all */
+        for (int k = 0; k < ls->n && s->n_turns < want; k++) {
+            const look_q *c = &ls->c[order[k]];
+            bool dup = !c->text;
+            for (int tt = 0; tt < s->n_turns && !dup; tt++)
+                dup = same_query(&s->turns[tt].query, &c->q) || strstr(s->turns[tt].user, c->text) != NULL;
+            if (!dup) look_turn(&s->turns[s->n_turns++], VS_TURN_MORE, 0, c->text, c->ans, &c->q);
+        }
+        for (int i = 0; i < ls->n; i++) vs_free(ls->c[i].text);
+        vs_free(ls);
+    }
+    vs_free(question);
+    vs_free(answer);
 }
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -1979,10 +2269,7 @@ vs_status vs_world_generate_sample(const vs_world_config *cfg, const char *split
         turn_drill(&g, &out->turns[0]);
         out->n_images = 0;
         break;
-    case VS_WORLD_LOOK:
-        turn_look(&g, &out->turns[0]);
-        out->n_images = 1;
-        break;
+    case VS_WORLD_LOOK: sample_look(&g); break;
     default: break;
     }
     if (fn) {

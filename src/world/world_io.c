@@ -235,6 +235,9 @@ typedef struct rd {
     bool bad;
 } rd;
 
+#define IO_STR2(x) #x
+#define IO_STR(x) IO_STR2(x)
+
 static bool rfail(rd *r, const char *fmt, const char *a) {
     if (!r->bad) {
         r->bad = true;
@@ -498,7 +501,7 @@ static bool read_sample(rd *r, const vs_json *j, const char *dir, vs_world_sampl
         s->captions[i] = vs_strdup(caps->items[i].str);
         if (!read_scene(r, &scenes->items[i], &s->scenes[i])) return false;
     }
-    if (turns->len < 1 || turns->len > VS_WORLD_MAX_TURNS) return rfail(r, "%s", "a sample has 1 or 2 turns");
+    if (turns->len < 1 || turns->len > VS_WORLD_MAX_TURNS) return rfail(r, "%s", "a sample has 1 to " IO_STR(VS_WORLD_MAX_TURNS) " turns");
     s->n_turns = (int)turns->len;
     int next_image = 0;
     for (int t = 0; t < s->n_turns; t++) {
@@ -508,7 +511,7 @@ static bool read_sample(rd *r, const vs_json *j, const char *dir, vs_world_sampl
         int64_t fi, ni;
         const char *user = req_str(r, tj, "user"), *asst = req_str(r, tj, "assistant"), *ans = req_str(r, tj, "answer");
         if (!user || !asst || !ans) return false;
-        if (!name_field(r, tj, "kind", turn_kind_name_int, 4, &kind) || !name_field(r, tj, "check", check_name_int, VS_CHECK_STORY + 1, &check) ||
+        if (!name_field(r, tj, "kind", turn_kind_name_int, VS_WORLD_N_TURN_KINDS, &kind) || !name_field(r, tj, "check", check_name_int, VS_CHECK_STORY + 1, &check) ||
             !req_int(r, tj, "first_image", 0, VS_WORLD_MAX_IMAGES, &fi) || !req_int(r, tj, "n_images", 0, VS_WORLD_MAX_IMAGES, &ni))
             return false;
         const vs_json *qj = req(r, tj, "query", VS_JSON_OBJECT);

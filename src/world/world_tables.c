@@ -204,9 +204,9 @@ vs_status vs_world_parse_suites(const char *list, uint32_t *mask, vs_error *err)
     return VS_OK;
 }
 
-static const char *const turn_kind_names[4] = {"first", "followup", "unrelated", "new_image"};
+static const char *const turn_kind_names[VS_WORLD_N_TURN_KINDS] = {"first", "followup", "unrelated", "new_image", "more"};
 const char *vs_world_turn_kind_name(vs_world_turn_kind k) {
-    return (int)k >= 0 && k < 4 ? turn_kind_names[k] : "?";
+    return (int)k >= 0 && k < VS_WORLD_N_TURN_KINDS ? turn_kind_names[k] : "?";
 }
 
 static const char *const check_names[] = {"yesno", "number",  "color", "shape", "size", "position",
