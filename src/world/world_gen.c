@@ -5,6 +5,7 @@
  *  - an "answer-first" answer states the short answer before any other word of its category and
  *    never says "answer is"; a "reasoned" answer ends with "... the answer is X";
  *  - descriptions, differences and stories name objects as "<colour> <shape>". */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1698,20 +1699,29 @@ typedef struct look_set {
     int n;
 } look_set;
 
-static look_q *look_add(look_set *ls, const vs_world_query *q, const char *ans) {
-    if (ls->n >= LOOK_CANDIDATES) return NULL;
+/* Adds a candidate whose question is wsb_say(fmt, ...); false when the set is full. */
+static bool look_add(gen *g, look_set *ls, const vs_world_query *q, const char *ans, const char *fmt, ...) {
+    if (ls->n >= LOOK_CANDIDATES) return false;
     look_q *c = &ls->c[ls->n++];
-    c->text = NULL;
     snprintf(c->ans, sizeof(c->ans), "%s", ans);
     c->q = *q;
-    return c;
+    wsb b;
+    wsb_init(&b);
+    va_list ap;
+    va_start(ap, fmt);
+    wsb_vsay(&b, g->r, fmt, ap);
+    va_end(ap);
+    c->text = wsb_take(&b);
+    return true;
 }
+
+#define LOOK_EXISTS "{Is there %s %s in the image?|Does the image contain %s %s?|Can you see %s %s in this picture?}"
 
 /* The candidates for a shapes picture: colour, shape and size of an object its shape or colour names
  * alone, the position of a colour-shape pair, pairs that are and are not there (half of the absent ones
  * share an attribute with an object, as pope's), counts by colour and by shape. */
 static void look_shapes(gen *g, const vs_world_scene *sc, look_set *ls) {
-    wsb b;
+    char what[48];
     for (int i = 0; i < sc->n_objects; i++) {
         const vs_world_object *o = &sc->objects[i];
         const char *shape = vs_world_shape_name(o->shape), *color = vs_world_color_name(o->color);
@@ -1719,52 +1729,34 @@ static void look_shapes(gen *g, const vs_world_scene *sc, look_set *ls) {
         by_shape.shape = o->shape;
         by_color.color = o->color;
         by_pair.shape = o->shape, by_pair.color = o->color;
-        look_q *c;
         vs_world_query q;
         if (count_match(sc, by_shape) == 1) {
             q = query_new(VS_Q_COLOR, 0);
             q.sel = by_shape;
-            if ((c = look_add(ls, &q, color))) {
-                wsb_init(&b);
-                wsb_say(&b, g->r, "{What color is the %s?|Which color does the %s have?|What is the color of the %s?}", shape);
-                c->text = wsb_take(&b);
-            }
+            look_add(g, ls, &q, color, "{What color is the %s?|Which color does the %s have?|What is the color of the %s?}", shape);
             q = query_new(VS_Q_SIZE, 0);
             q.sel = by_shape;
-            if ((c = look_add(ls, &q, vs_world_size_name(o->size)))) {
-                wsb_init(&b);
-                wsb_say(&b, g->r, "{Is the %s small or large?|What size is the %s?|How big is the %s, small or large?}", shape);
-                c->text = wsb_take(&b);
-            }
+            look_add(g, ls, &q, vs_world_size_name(o->size),
+                     "{Is the %s small or large?|What size is the %s?|How big is the %s, small or large?}", shape);
         }
         if (count_match(sc, by_color) == 1) {
             q = query_new(VS_Q_SHAPE, 0);
             q.sel = by_color;
-            if ((c = look_add(ls, &q, shape))) {
-                wsb_init(&b);
-                wsb_say(&b, g->r, "{What shape is the %s object?|What kind of shape is %s in this image?|Which shape has the color %s?}", color);
-                c->text = wsb_take(&b);
-            }
+            look_add(g, ls, &q, shape,
+                     "{What shape is the %s object?|What kind of shape is %s in this image?|Which shape has the color %s?}", color);
         }
         /* pairs are unique in every shapes scene but counting's */
         if (count_match(sc, by_pair) == 1) {
             q = query_new(VS_Q_POSITION, 0);
             q.sel = by_pair;
-            if ((c = look_add(ls, &q, vs_world_cell_name(o->cell)))) {
-                wsb_init(&b);
-                wsb_say(&b, g->r, "{Where is the %s %s?|In which part of the image is the %s %s?|Where can you find the %s %s in the picture?}", color, shape);
-                c->text = wsb_take(&b);
-            }
+            look_add(g, ls, &q, vs_world_cell_name(o->cell),
+                     "{Where is the %s %s?|In which part of the image is the %s %s?|Where can you find the %s %s in the picture?}",
+                     color, shape);
         }
         q = query_new(VS_Q_EXISTS, 0);
         q.sel = by_pair;
-        if ((c = look_add(ls, &q, "yes"))) {
-            char what[48];
-            snprintf(what, sizeof(what), "%s %s", color, shape);
-            wsb_init(&b);
-            wsb_say(&b, g->r, "{Is there %s %s in the image?|Does the image contain %s %s?|Can you see %s %s in this picture?}", article(what), what);
-            c->text = wsb_take(&b);
-        }
+        snprintf(what, sizeof(what), "%s %s", color, shape);
+        look_add(g, ls, &q, "yes", LOOK_EXISTS, article(what), what);
     }
     /* as many absent pairs as present ones (at most 3) */
     int n_no = VS_MIN(sc->n_objects, 3);
@@ -1779,13 +1771,8 @@ static void look_shapes(gen *g, const vs_world_scene *sc, look_set *ls) {
         if (pair_used(sc, shape, color)) continue;
         vs_world_query q = query_new(VS_Q_EXISTS, 0);
         q.sel.shape = (int8_t)shape, q.sel.color = (int8_t)color;
-        look_q *c = look_add(ls, &q, "no");
-        if (!c) break;
-        char what[48];
         snprintf(what, sizeof(what), "%s %s", vs_world_color_name(color), vs_world_shape_name(shape));
-        wsb_init(&b);
-        wsb_say(&b, g->r, "{Is there %s %s in the image?|Does the image contain %s %s?|Can you see %s %s in this picture?}", article(what), what);
-        c->text = wsb_take(&b);
+        if (!look_add(g, ls, &q, "no", LOOK_EXISTS, article(what), what)) break;
     }
     /* counts of the colours and shapes the picture holds */
     for (int by_shape = 0; by_shape < 2; by_shape++) {
@@ -1800,12 +1787,15 @@ static void look_shapes(gen *g, const vs_world_scene *sc, look_set *ls) {
             q.sel = sel;
             char ans[16];
             snprintf(ans, sizeof(ans), "%d", n);
-            look_q *c = look_add(ls, &q, ans);
-            if (!c) return;
-            wsb_init(&b);
-            if (by_shape) wsb_say(&b, g->r, "{How many %s are there in the image?|How many %s are there in the picture?|How many %s can you see?|Count the %s in the picture.}", world_shape_plural(v));
-            else wsb_say(&b, g->r, "{How many %s objects are there in the image?|How many %s objects are there in the picture?|How many shapes are %s?}", vs_world_color_name(v));
-            c->text = wsb_take(&b);
+            bool added = by_shape ? look_add(g, ls, &q, ans,
+                                             "{How many %s are there in the image?|How many %s are there in the picture?|"
+                                             "How many %s can you see?|Count the %s in the picture.}",
+                                             world_shape_plural(v))
+                                  : look_add(g, ls, &q, ans,
+                                             "{How many %s objects are there in the image?|How many %s objects are there in the "
+                                             "picture?|How many shapes are %s?}",
+                                             vs_world_color_name(v));
+            if (!added) return;
         }
     }
 }
@@ -1813,60 +1803,46 @@ static void look_shapes(gen *g, const vs_world_scene *sc, look_set *ls) {
 /* The candidates for a text picture: every line by its place, a line by its colour when no other line
  * has it, all lines, the number of lines. */
 static void look_glyph(gen *g, const vs_world_scene *sc, look_set *ls) {
-    wsb b;
     int n = sc->n_lines;
-    look_q *c;
     vs_world_query q = query_new(VS_Q_LINE_COUNT, 0);
     char ans[64];
     snprintf(ans, sizeof(ans), "%d", n);
-    if ((c = look_add(ls, &q, ans))) {
-        wsb_init(&b);
-        wsb_say(&b, g->r, "{How many lines of text are in the image?|How many lines of text can you see?|Count the lines of text in this picture.}");
-        c->text = wsb_take(&b);
-    }
+    look_add(g, ls, &q, ans,
+             "{How many lines of text are in the image?|How many lines of text can you see?|Count the lines of text in this picture.}");
     q = query_new(VS_Q_READ_ALL, 0);
     ans[0] = 0;
     for (int i = 0; i < n; i++) {
         size_t k = strlen(ans);
         snprintf(ans + k, sizeof(ans) - k, "%s%s", i ? " " : "", sc->lines[i].text);
     }
-    if ((c = look_add(ls, &q, ans))) {
-        wsb_init(&b);
-        if (n == 1 && is_digits(sc->lines[0].text))
-            wsb_say(&b, g->r, "{What number is shown in the image?|Which number is written in the picture?|What does the text in the image say?}");
-        else if (n == 1) wsb_say(&b, g->r, "{What word is written in the image?|What does the text in the image say?|Read the word in this picture.}");
-        else wsb_say(&b, g->r, "{What does the text say? Read all the lines from top to bottom.|Read all the text in the image, from top to bottom.|What is written in this image? Read every line.}");
-        c->text = wsb_take(&b);
-    }
+    if (n == 1 && is_digits(sc->lines[0].text))
+        look_add(g, ls, &q, ans, "{What number is shown in the image?|Which number is written in the picture?|What does the text in the image say?}");
+    else if (n == 1)
+        look_add(g, ls, &q, ans, "{What word is written in the image?|What does the text in the image say?|Read the word in this picture.}");
+    else
+        look_add(g, ls, &q, ans,
+                 "{What does the text say? Read all the lines from top to bottom.|Read all the text in the image, from top to "
+                 "bottom.|What is written in this image? Read every line.}");
     for (int i = 0; i < n && n > 1; i++) {
         const vs_world_line *l = &sc->lines[i];
         q = query_new(VS_Q_READ_LINE, 0);
         q.index = i;
-        if ((c = look_add(ls, &q, l->text))) {
-            const char *which = i == 0 && chance(g, 0.4) ? "top" : i == n - 1 && chance(g, 0.4) ? "bottom" : world_ordinal(i);
-            wsb_init(&b);
-            wsb_say(&b, g->r, "{What is written on the %s line?|What does the %s line say?|Read the %s line of text.}", which);
-            c->text = wsb_take(&b);
-        }
+        const char *which = i == 0 && chance(g, 0.4) ? "top" : i == n - 1 && chance(g, 0.4) ? "bottom" : world_ordinal(i);
+        look_add(g, ls, &q, l->text, "{What is written on the %s line?|What does the %s line say?|Read the %s line of text.}", which);
         int same = 0;
         for (int j = 0; j < n; j++) same += sc->lines[j].color == l->color;
         if (same != 1) continue;
         q = query_new(VS_Q_READ_COLOR, 0);
         q.sel.color = l->color;
-        if ((c = look_add(ls, &q, l->text))) {
-            wsb_init(&b);
-            wsb_say(&b, g->r, "{Which word is written in %s?|What is written in %s?|What does the %s text say?}", vs_world_color_name(l->color));
-            c->text = wsb_take(&b);
-        }
+        look_add(g, ls, &q, l->text, "{Which word is written in %s?|What is written in %s?|What does the %s text say?}",
+                 vs_world_color_name(l->color));
     }
 }
 
 /* The candidates for a chart: every bar's value, the tallest and the shortest bar, comparisons and
  * differences of pairs with different values. */
 static void look_chart(gen *g, const vs_world_scene *sc, look_set *ls) {
-    wsb b;
     int n = sc->n_bars, imax = 0, imin = 0;
-    look_q *c;
     char ans[16];
     for (int i = 0; i < n; i++) {
         const vs_world_bar *bar = &sc->bars[i];
@@ -1875,11 +1851,8 @@ static void look_chart(gen *g, const vs_world_scene *sc, look_set *ls) {
         vs_world_query q = query_new(VS_Q_BAR_VALUE, 0);
         q.label = bar->label;
         snprintf(ans, sizeof(ans), "%d", bar->value);
-        if ((c = look_add(ls, &q, ans))) {
-            wsb_init(&b);
-            wsb_say(&b, g->r, "{What is the value of bar %c?|How high is the bar labeled %c?|What value does %c have in the chart?}", bar->label);
-            c->text = wsb_take(&b);
-        }
+        look_add(g, ls, &q, ans, "{What is the value of bar %c?|How high is the bar labeled %c?|What value does %c have in the chart?}",
+                 bar->label);
     }
     for (int mx = 0; mx < 2; mx++) {
         const vs_world_bar *bar = &sc->bars[mx ? imax : imin];
@@ -1888,11 +1861,10 @@ static void look_chart(gen *g, const vs_world_scene *sc, look_set *ls) {
         if (ties != 1) continue;
         vs_world_query q = query_new(mx ? VS_Q_BAR_MAX : VS_Q_BAR_MIN, 0);
         snprintf(ans, sizeof(ans), "%c", bar->label);
-        if (!(c = look_add(ls, &q, ans))) return;
-        wsb_init(&b);
-        if (mx) wsb_say(&b, g->r, "{Which bar is the tallest?|Which label has the highest value?|Which bar has the largest value in the chart?}");
-        else wsb_say(&b, g->r, "{Which bar is the shortest?|Which label has the lowest value?|Which bar has the smallest value in the chart?}");
-        c->text = wsb_take(&b);
+        if (!look_add(g, ls, &q, ans,
+                      mx ? "{Which bar is the tallest?|Which label has the highest value?|Which bar has the largest value in the chart?}"
+                         : "{Which bar is the shortest?|Which label has the lowest value?|Which bar has the smallest value in the chart?}"))
+            return;
     }
     for (int k = 0; k < 2 && n >= 2; k++) {
         int i = rnd(g, n), j;
@@ -1904,17 +1876,16 @@ static void look_chart(gen *g, const vs_world_scene *sc, look_set *ls) {
         vs_world_query q = query_new(VS_Q_BAR_CMP, 0);
         q.label = B1->label, q.label2 = B2->label;
         snprintf(ans, sizeof(ans), "%c", hi->label);
-        if (!(c = look_add(ls, &q, ans))) return;
-        wsb_init(&b);
-        wsb_say(&b, g->r, "{Which is larger, %c or %c?|Which bar is higher, %c or %c?|Is %c or %c bigger?}", B1->label, B2->label);
-        c->text = wsb_take(&b);
+        if (!look_add(g, ls, &q, ans, "{Which is larger, %c or %c?|Which bar is higher, %c or %c?|Is %c or %c bigger?}", B1->label,
+                      B2->label))
+            return;
         q = query_new(VS_Q_BAR_DIFF, 0);
         q.label = hi->label, q.label2 = lo->label;
         snprintf(ans, sizeof(ans), "%d", hi->value - lo->value);
-        if (!(c = look_add(ls, &q, ans))) return;
-        wsb_init(&b);
-        wsb_say(&b, g->r, "{How much larger is %c than %c?|By how much does %c exceed %c?|What is the difference between %c and %c?}", hi->label, lo->label);
-        c->text = wsb_take(&b);
+        if (!look_add(g, ls, &q, ans,
+                      "{How much larger is %c than %c?|By how much does %c exceed %c?|What is the difference between %c and %c?}",
+                      hi->label, lo->label))
+            return;
     }
 }
 

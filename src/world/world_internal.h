@@ -4,6 +4,8 @@
 #ifndef VS_WORLD_INTERNAL_H
 #define VS_WORLD_INTERNAL_H
 
+#include <stdarg.h>
+
 #include "json.h"
 #include "world.h"
 
@@ -22,6 +24,7 @@ void wsb_printf(wsb *b, const char *fmt, ...) __attribute__((format(printf, 2, 3
  * a printf format for the arguments. Every alternative of a choice must use the same conversions.
  * A sentence start ("^" at the start of fmt) capitalises the first letter written. */
 void wsb_say(wsb *b, vs_rng *r, const char *fmt, ...);
+void wsb_vsay(wsb *b, vs_rng *r, const char *fmt, va_list ap);
 char *wsb_take(wsb *b); /* vs_malloc'd string (never NULL unless out of memory) */
 /* Number of words (runs of non-space) in s. */
 int world_word_count(const char *s);

@@ -65,7 +65,7 @@ void wsb_printf(wsb *b, const char *fmt, ...) {
     va_end(ap);
 }
 
-void wsb_say(wsb *b, vs_rng *r, const char *fmt, ...) {
+void wsb_vsay(wsb *b, vs_rng *r, const char *fmt, va_list ap) {
     char expanded[2048];
     size_t o = 0;
     bool cap = false;
@@ -95,11 +95,15 @@ void wsb_say(wsb *b, vs_rng *r, const char *fmt, ...) {
     }
     expanded[o] = 0;
     size_t start = b->n;
+    wsb_vprintf(b, expanded, ap);
+    if (cap && !b->oom && b->n > start) b->p[start] = (char)toupper((unsigned char)b->p[start]);
+}
+
+void wsb_say(wsb *b, vs_rng *r, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    wsb_vprintf(b, expanded, ap);
+    wsb_vsay(b, r, fmt, ap);
     va_end(ap);
-    if (cap && !b->oom && b->n > start) b->p[start] = (char)toupper((unsigned char)b->p[start]);
 }
 
 char *wsb_take(wsb *b) {
