@@ -10,7 +10,7 @@
  *   3. CLI: `vlmspec train target` run 4 steps straight and 2 + --resume 2 gives byte-identical
  *      exported models and the same loss curve; a resume with other settings is refused; `train
  *      export` of the last checkpoint equals the end-of-training export; `vlmspec eval` runs on the
- *      result and writes its JSON. */
+ *      result and writes its JSON; `vlmspec data rows` writes exactly the trainer's encoding. */
 #include <string.h>
 #include <unistd.h>
 
@@ -18,6 +18,63 @@
 #include "mmprompt.h"
 #include "sample.h"
 #include "world_tiny.h"
+
+/* `vlmspec data rows`: the files hold exactly vs_train_encode's rows, turns and the turns' query types,
+ * and the JSON counts them; an unwritable prefix fails (exit 1) and leaves no file behind. */
+static void test_cli_rows(const char *cli, const char *dir, const char *tok_path, const char *tmp) {
+    int rc = vt_run("%s data rows %s --split test --tokenizer %s -o %s/rows > %s/rows.log", cli, dir, tok_path,
+                    tmp, tmp);
+    VT_CHECK(rc == 0, "data rows exit %d", rc);
+    vs_error err = {0};
+    vs_world_dataset *d = vs_world_load(dir, "test", VS_WORLD_ALL_SUITES, &err);
+    vs_tokenizer *tok = vs_tokenizer_load(tok_path, &err);
+    VT_REQUIRE(d && tok, "%s", err.msg);
+    static const char *const ext[5] = {"tokens.i32", "answer.u8", "offsets.i64", "turns.i32", "query.i32"};
+    uint8_t *f[5] = {0};
+    size_t n[5] = {0};
+    char path[1024];
+    for (int i = 0; i < 5; i++) {
+        snprintf(path, sizeof(path), "%s/rows.%s", tmp, ext[i]);
+        VT_REQUIRE(vs_read_file(path, &f[i], &n[i], &err) == VS_OK, "%s", err.msg);
+    }
+    const int32_t *tokens = (const int32_t *)f[0], *turns = (const int32_t *)f[3], *query = (const int32_t *)f[4];
+    const int64_t *off = (const int64_t *)f[2];
+    const int MT = VS_WORLD_MAX_TURNS;
+    VT_REQUIRE(n[2] == sizeof(int64_t) * (size_t)(d->n + 1) && n[3] == sizeof(int32_t) * 2 * MT * (size_t)d->n &&
+                   n[4] == sizeof(int32_t) * MT * (size_t)d->n && off[0] == 0,
+               "rows files sized for another sample count");
+    int64_t bad = 0, rows = 0;
+    for (int64_t i = 0; i < d->n; i++) {
+        vs_train_example ex;
+        VT_REQUIRE(vs_train_encode(&d->samples[i], tok, 64, &ex, &err) == VS_OK, "%s", err.msg);
+        bad += off[i + 1] - off[i] != ex.n_rows || (size_t)off[i + 1] * 4 > n[0];
+        for (int32_t r = 0; r < ex.n_rows && !bad; r++)
+            bad += tokens[off[i] + r] != ex.tokens[r] || f[1][off[i] + r] != ex.answer[r];
+        for (int t = 0; t < MT; t++) {
+            const bool in = t < ex.n_turns;
+            bad += turns[i * 2 * MT + 2 * t] != (in ? ex.turn_start[t] : -1) ||
+                   turns[i * 2 * MT + 2 * t + 1] != (in ? ex.turn_end[t] : -1) ||
+                   query[i * MT + t] != (in ? (int32_t)d->samples[i].turns[t].query.type : -1);
+        }
+        rows += ex.n_rows;
+        vs_train_example_free(&ex);
+    }
+    VT_CHECK(bad == 0 && n[0] == 4 * (size_t)rows && n[1] == (size_t)rows, "data rows: %lld mismatches",
+             (long long)bad);
+    snprintf(path, sizeof(path), "%s/rows.json", tmp);
+    char want[64];
+    snprintf(want, sizeof(want), "\"rows\":%lld", (long long)rows);
+    VT_CHECK(vt_file_has(path, want) && vt_file_has(path, "\"query_names\":[\"none\""), "%s: counts", path);
+    for (int i = 0; i < 5; i++) vs_free(f[i]);
+    rc = vt_run("%s data rows %s --split test --tokenizer %s -o %s/missing/rows > %s/rows-bad.log 2>&1", cli, dir,
+                tok_path, tmp, tmp);
+    snprintf(path, sizeof(path), "%s/missing", tmp);
+    VT_CHECK(rc == 1 && access(path, F_OK) != 0, "data rows into a missing folder: exit %d", rc);
+    printf("data rows: %lld samples, %lld rows equal vs_train_encode's (tokens, answers, turns, queries)\n",
+           (long long)d->n, (long long)rows);
+    vs_tokenizer_free(tok);
+    vs_world_dataset_free(d);
+}
 
 /* ---------------------------------------------------------------------------------------------- */
 /* 1. oracles */
@@ -507,6 +564,7 @@ static void test_cli(const char *dir, const char *tok) {
         "--patch 16 --v-width 16 --v-ffn 32 --v-heads 2 --v-blocks 1 --width 32 --layers 2 "
         "--heads 4 --kv-heads 2 --ffn 64 --batch 3 --accum 2 --warmup 2 --lr 3e-3 --threads 1 -q";
     const char *tmp = vt_tmpdir();
+    test_cli_rows(cli, dir, tok, tmp);
     int rc = vt_run(
         "%s train target --data %s --tokenizer %s --out %s/straight --steps 4 --f32 %s > %s/straight.log",
         cli, dir, tok, tmp, tiny, tmp);
@@ -628,6 +686,32 @@ static void test_cli(const char *dir, const char *tok) {
         VT_CHECK(vt_file_has(path, "\"freeze_lm\":4"), "--freeze-lm is not in %s", path);
         printf("train target --freeze-lm: the LM unchanged while frozen (its file equals a learning-rate-0 "
                "run's), trained after; the projector trains meanwhile\n");
+    }
+    /* --prompt-loss W: prompt text rows join the loss (the LM trains differently, the stats line counts
+     * them, run.json records W); a negative weight is refused */
+    {
+        static const char *const pl_runs[2][2] = {{"pl0", ""}, {"pl1", "--prompt-loss 1"}};
+        for (int i = 0; i < 2; i++) {
+            rc = vt_run("%s train target --data %s --tokenizer %s --out %s/%s --steps 2 --f32 %s %s > %s/%s.log 2>&1",
+                        cli, dir, tok, tmp, pl_runs[i][0], tiny, pl_runs[i][1], tmp, pl_runs[i][0]);
+            VT_CHECK(rc == 0, "train target %s exit %d", pl_runs[i][1], rc);
+        }
+        char a0[700], a1[700];
+        snprintf(a0, sizeof(a0), "%s/pl0/target-f32.gguf", tmp);
+        snprintf(a1, sizeof(a1), "%s/pl1/target-f32.gguf", tmp);
+        VT_CHECK(!same_file(a0, a1), "--prompt-loss 1: the LM trained as without it");
+        snprintf(path, sizeof(path), "%s/pl1/run.json", tmp);
+        VT_CHECK(vt_file_has(path, "\"prompt_loss\":1"), "--prompt-loss is not in %s", path);
+        snprintf(path, sizeof(path), "%s/pl1.log", tmp);
+        VT_CHECK(vt_file_has(path, "prompt text rows at weight 1"), "%s does not count the prompt rows", path);
+        snprintf(path, sizeof(path), "%s/pl0/run.json", tmp);
+        VT_CHECK(!vt_file_has(path, "prompt_loss"), "%s names a prompt loss it does not use", path);
+        rc = vt_run("%s train target --data %s --tokenizer %s --out %s/plbad --steps 1 %s --prompt-loss -1 > "
+                    "%s/plbad.log 2>&1",
+                    cli, dir, tok, tmp, tiny, tmp);
+        VT_CHECK(rc == 2, "--prompt-loss -1: exit %d, want 2", rc);
+        printf("train target --prompt-loss: trains the LM differently, counted in the stats and run.json; "
+               "-1 refused\n");
     }
     /* --init: the straight run's final weights start a new run (zeroed moments, its own schedule); one step
      * + --resume one step equals two straight steps; the init is part of run.json; a checkpoint of another

@@ -4,11 +4,13 @@
  *   2. no silent truncation: too-long conversations are skipped and counted, per suite;
  *   3. batches: targets, loss mask, padding, image rows and pixels (= the image file preprocessed);
  *      every epoch visits every sequence once; length buckets; look-ahead loss counts;
+ *      prompt_loss weights prompt text rows (and the look-ahead sums the weights);
  *   4. resuming from a state gives the batches an uninterrupted reader gives;
  *   5. export parity on world samples WITH images: a tiny VLM trained a few steps on the tiny world,
  *      exported (F32), run by vs_vision + vs_lm through mmprompt (images loaded from the PNG files,
  *      prompt text laid out by vs_mm_prompt_build) gives the training forward's logits within 1e-4,
  *      row for row, for multi-image, two-turn, story and text-only samples. */
+#include <math.h>
 #include <string.h>
 
 #include "kv.h"
@@ -149,11 +151,13 @@ static void test_skip(const vs_world_dataset *d, const vs_tokenizer *tok) {
     vs_free(rows);
 }
 
-/* Checks one batch against the sequences' encodings. */
-static void check_batch(vs_train_data *r, const vs_tokenizer *tok, const vs_train_batch *b,
-                        const vs_train_batch_info *info, bool check_pixels) {
+/* Checks one batch against the sequences' encodings; pw: the reader's prompt_loss. Returns the sum of
+ * the batch's loss weights. */
+static double check_batch(vs_train_data *r, const vs_tokenizer *tok, const vs_train_batch *b,
+                          const vs_train_batch_info *info, bool check_pixels, float pw) {
     vs_error err = {0};
     int64_t counted = 0, real = 0;
+    double weight = 0;
     int img_base = 0;
     for (int k = 0; k < b->B; k++) {
         const vs_world_sample *s = vs_train_data_sample(r, info->seqs[k]);
@@ -170,10 +174,13 @@ static void check_batch(vs_train_data *r, const vs_tokenizer *tok, const vs_trai
             } else {
                 VT_CHECK(b->img_row[i] == -1 && b->tokens[i] >= 0, "padding row %d", t);
             }
-            bool c = t + 1 < ex.n_rows && ex.answer[t + 1];
-            VT_CHECK(b->loss_mask[i] == (c ? 1.0f : 0.0f), "%s row %d mask %g", s->id, t, b->loss_mask[i]);
-            if (c) VT_CHECK(b->targets[i] == ex.tokens[t + 1], "%s row %d target", s->id, t);
-            counted += c;
+            /* answers weigh 1, other text rows after BOS pw, image rows and padding 0 */
+            const bool in = t + 1 < ex.n_rows;
+            const float w = !in ? 0.0f : ex.answer[t + 1] ? 1.0f : ex.tokens[t + 1] >= 0 ? pw : 0.0f;
+            VT_CHECK(b->loss_mask[i] == w, "%s row %d mask %g, want %g", s->id, t, b->loss_mask[i], w);
+            if (w > 0) VT_CHECK(b->targets[i] == ex.tokens[t + 1], "%s row %d target", s->id, t);
+            counted += w > 0;
+            weight += w;
         }
         if (check_pixels && s->n_images > 0) {
             vs_image img;
@@ -195,6 +202,7 @@ static void check_batch(vs_train_data *r, const vs_tokenizer *tok, const vs_trai
     VT_CHECK(counted == info->counted && real == info->rows, "counted %lld/%lld rows %lld/%lld",
              (long long)counted, (long long)info->counted, (long long)real, (long long)info->rows);
     VT_CHECK(b->loss_norm == 0 && b->pos == NULL, "loss_norm / pos");
+    return weight;
 }
 
 /* 3 + 4. batches, epochs, resuming */
@@ -215,7 +223,7 @@ static void test_batches(const vs_world_dataset *d, const vs_tokenizer *tok) {
     int64_t *counted = vs_calloc((size_t)total, sizeof(int64_t));
     VT_REQUIRE(log && log_n && seen && counted, "alloc");
     vs_train_data_state at4;
-    int64_t ahead = -1;
+    double ahead = -1;
     for (int k = 0; k < total; k++) {
         if (k == 4) vs_train_data_get_state(r, &at4), ahead = vs_train_data_counted_ahead(r, (int)nb);
         vs_train_batch b;
@@ -223,7 +231,7 @@ static void test_batches(const vs_world_dataset *d, const vs_tokenizer *tok) {
         VT_REQUIRE(vs_train_data_next(r, &b, &info, &err) == VS_OK, "%s", err.msg);
         VT_CHECK(info.epoch == (uint64_t)(k / nb) && info.index == (uint64_t)(k % nb),
                  "batch %d is %llu/%llu", k, (unsigned long long)info.epoch, (unsigned long long)info.index);
-        check_batch(r, tok, &b, &info, k < 3);
+        check_batch(r, tok, &b, &info, k < 3, 0.0f);
         log_n[k] = b.B;
         counted[k] = info.counted;
         for (int j = 0; j < b.B; j++) log[k][j] = info.seqs[j], seen[info.seqs[j]]++;
@@ -235,7 +243,7 @@ static void test_batches(const vs_world_dataset *d, const vs_tokenizer *tok) {
     }
     int64_t want_ahead = 0;
     for (int k = 4; k < 4 + nb; k++) want_ahead += counted[k];
-    VT_CHECK(ahead == want_ahead, "counted ahead %lld vs %lld (crosses an epoch)", (long long)ahead,
+    VT_CHECK(ahead == (double)want_ahead, "counted ahead %.0f vs %lld (crosses an epoch)", ahead,
              (long long)want_ahead);
     /* epochs are shuffled differently */
     bool differ = false;
@@ -300,6 +308,48 @@ static void test_batches(const vs_world_dataset *d, const vs_tokenizer *tok) {
            "resume, seeds, buckets\n",
            (long long)n, (long long)nb);
     vs_free(log), vs_free(log_n), vs_free(seen), vs_free(counted);
+}
+
+/* 3b. prompt_loss: prompt text rows weigh prompt_loss, answers 1, image rows and padding 0; the
+ * look-ahead sum (gradient accumulation's divisor) is the batches' summed weights, across an epoch end;
+ * a negative or non-finite weight is refused. */
+static void test_prompt_loss(const vs_world_dataset *d, const vs_tokenizer *tok) {
+    vs_error err = {0};
+    vs_train_vlm_config c = wt_config(vs_tokenizer_n_vocab(tok));
+    vs_train_data_opts o = {
+        .seq_len = 4096, .batch = 3, .image_rows = NP, .preproc = wt_preproc(&c), .bucket = 2, .seed = 7};
+    o.prompt_loss = 0.25f;
+    vs_train_data *r = vs_train_data_new(&d, 1, tok, &o, &err);
+    VT_REQUIRE(r, "%s", err.msg);
+    const int64_t nb = vs_train_data_get_stats(r)->n_batches;
+    const int k = (int)nb + 2; /* crosses into the second epoch */
+    const double ahead = vs_train_data_counted_ahead(r, k);
+    double sum = 0, answers = 0;
+    for (int i = 0; i < k; i++) {
+        vs_train_batch b;
+        vs_train_batch_info info;
+        VT_REQUIRE(vs_train_data_next(r, &b, &info, &err) == VS_OK, "%s", err.msg);
+        sum += check_batch(r, tok, &b, &info, false, o.prompt_loss);
+        for (int j = 0; j < b.B; j++) {
+            vs_train_example ex;
+            VT_REQUIRE(vs_train_encode(vs_train_data_sample(r, info.seqs[j]), tok, NP, &ex, &err) == VS_OK,
+                       "%s", err.msg);
+            answers += ex.n_answer;
+            vs_train_example_free(&ex);
+        }
+    }
+    VT_CHECK(fabs(ahead - sum) <= 1e-9 * sum, "weights ahead %.3f, in the batches %.3f", ahead, sum);
+    VT_CHECK(sum > answers + 1, "prompt rows add no weight (%.3f vs %.0f answer rows)", sum, answers);
+    vs_train_data_free(r);
+    const float bad[] = {-0.5f, NAN, INFINITY};
+    for (int i = 0; i < 3; i++) {
+        o.prompt_loss = bad[i];
+        VT_CHECK(vs_train_data_new(&d, 1, tok, &o, &err) == NULL && err.code == VS_ERR_INVALID,
+                 "prompt_loss %g accepted", bad[i]);
+    }
+    printf("prompt_loss 0.25: %d batches, weights %.1f (%.0f answer rows), look-ahead equal; bad weights "
+           "refused\n",
+           k, sum, answers);
 }
 
 /* 5. export parity on world samples */
@@ -437,6 +487,7 @@ int main(void) {
     test_encode(d, tok);
     test_skip(d, tok);
     test_batches(d, tok);
+    test_prompt_loss(d, tok);
     test_parity(d, tok, tok_path);
     vs_tokenizer_free(tok);
     vs_world_dataset_free(d);

@@ -3,6 +3,8 @@
  *   data stats DIR [--split S] [--tokenizer TOK.gguf]
  *   data preview DIR -o SHEET.png [--split S] [--per-suite N]
  *   data check DIR [--split S]      (re-derives every answer and scores the reference texts)
+ *   data rows DIR --tokenizer TOK.gguf -o PREFIX [--split S] [--image-rows N]
+ *                                   (the rows the trainer sees, as flat arrays: train_data.h)
  *   data distill --model T.gguf --mmproj T-mm.gguf --data DIR --out FILE [options]
  *                                   (the target's answers for self-distillation, distill.h) */
 #include <ctype.h>
@@ -15,8 +17,11 @@
 #include "distill.h"
 #include "font.h"
 #include "image.h"
+#include "json.h"
+#include "outfile.h"
 #include "png_write.h"
 #include "tokenizer.h"
+#include "train_data.h"
 #include "world.h"
 
 static void usage(FILE *f) {
@@ -26,6 +31,7 @@ static void usage(FILE *f) {
             "       vlmspec data stats DIR [--split train|test|captions] [--tokenizer TOK.gguf]\n"
             "       vlmspec data preview DIR -o SHEET.png [--split test|train] [--per-suite N]\n"
             "       vlmspec data check DIR [--split test|train|captions]\n"
+            "       vlmspec data rows DIR --tokenizer TOK.gguf -o PREFIX [--split S] [--image-rows N]\n"
             "       vlmspec data distill --model T.gguf --mmproj T-mmproj.gguf --data DIR --out FILE\n"
             "       (vlmspec data distill --help)\n"
             "\n"
@@ -43,7 +49,14 @@ static void usage(FILE *f) {
             "stats    per suite: samples, turns, images per sample, answer length in words (and tokens with\n"
             "         --tokenizer), vocabulary size. --split defaults to train.\n"
             "preview  a contact sheet PNG tiling samples of every suite (--split test, --per-suite 4).\n"
-            "check    runs the checker on every reference answer; exit 1 if any disagrees.\n");
+            "check    runs the checker on every reference answer; exit 1 if any disagrees.\n"
+            "rows     the rows `train target` trains on (docs/training.md), for analysis outside vlmspec:\n"
+            "         PREFIX.tokens.i32 (token id per row, -1 on image rows), PREFIX.answer.u8 (1 on\n"
+            "         answer rows), PREFIX.offsets.i64 (samples + 1 row offsets), PREFIX.turns.i32 (per\n"
+            "         sample %d x (first answer row, one past its </s>), -1 padded), PREFIX.query.i32\n"
+            "         (per sample %d query types, -1 padded) and PREFIX.json (counts, query type names).\n"
+            "         Little-endian. --split defaults to train, --image-rows (rows per image) to 64.\n",
+            VS_WORLD_MAX_TURNS, VS_WORLD_MAX_TURNS);
 }
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -402,6 +415,115 @@ static int cmd_check(int argc, char **argv) {
 }
 
 /* ---------------------------------------------------------------------------------------------- */
+/* rows: the encoded conversations (vs_train_encode) as flat little-endian arrays */
+
+enum { ROWS_TOKENS, ROWS_ANSWER, ROWS_OFFSETS, ROWS_TURNS, ROWS_QUERY, ROWS_N_FILES };
+static const char *const k_rows_ext[ROWS_N_FILES] = {"tokens.i32", "answer.u8", "offsets.i64", "turns.i32",
+                                                     "query.i32"};
+
+static vs_status rows_write_json(const char *path, const char *dir, const char *split, const char *tok_path,
+                                 int64_t n, int64_t rows, int64_t answer_rows, int vocab, int image_rows,
+                                 vs_error *err) {
+    vs_json_writer w;
+    vs_json_writer_init(&w);
+    vs_json_obj_begin(&w);
+    vs_json_kv_str(&w, "format", "vlmspec-rows");
+    vs_json_kv_int(&w, "version", 1);
+    vs_json_kv_str(&w, "data", dir);
+    vs_json_kv_str(&w, "split", split);
+    vs_json_kv_str(&w, "tokenizer", tok_path);
+    vs_json_kv_int(&w, "samples", n);
+    vs_json_kv_int(&w, "rows", rows);
+    vs_json_kv_int(&w, "answer_rows", answer_rows);
+    vs_json_kv_int(&w, "vocab", vocab);
+    vs_json_kv_int(&w, "image_rows", image_rows);
+    vs_json_kv_int(&w, "max_turns", VS_WORLD_MAX_TURNS);
+    vs_json_key(&w, "query_names");
+    vs_json_arr_begin(&w);
+    for (int q = 0; q < VS_WORLD_N_QUERY_TYPES; q++) vs_json_str(&w, vs_world_query_name((vs_world_query_type)q));
+    vs_json_arr_end(&w);
+    vs_json_obj_end(&w);
+    size_t len = 0;
+    char *txt = vs_json_writer_take(&w, &len);
+    vs_status st = txt ? vs_write_file(path, txt, len, err) : vs_error_set(err, VS_ERR_NOMEM, "out of memory");
+    vs_free(txt);
+    vs_json_writer_free(&w);
+    return st;
+}
+
+static int cmd_rows(int argc, char **argv) {
+    const char *cmd = "data rows", *dir = NULL, *out = NULL, *split = "train", *tok_path = NULL;
+    int image_rows = 64;
+    cli_flags fs = {0};
+    cli_flag_add(&fs, "-o|--out", CLI_STR, &out, 0, 0);
+    cli_flag_add(&fs, "--split", CLI_STR, &split, 0, 0);
+    cli_flag_add(&fs, "--tokenizer", CLI_STR, &tok_path, 0, 0);
+    cli_flag_add(&fs, "--image-rows", CLI_INT, &image_rows, 1, 1 << 16);
+    const int r = parse_with_dir(cmd, argc, argv, &fs, &dir);
+    if (r >= 0) return r;
+    if (!dir || !out || !tok_path) return cli_fail(cmd, "DIR, --tokenizer TOK.gguf and -o PREFIX are required"), 2;
+    vs_error err = {0};
+    vs_tokenizer *tok = vs_tokenizer_load(tok_path, &err);
+    if (!tok) return cli_fail_err(cmd, &err);
+    vs_world_dataset *d = vs_world_load(dir, split, VS_WORLD_ALL_SUITES, &err);
+    if (!d) {
+        vs_tokenizer_free(tok);
+        return cli_fail_err(cmd, &err);
+    }
+    vs_outfile f[ROWS_N_FILES];
+    memset(f, 0, sizeof(f));
+    char path[4096];
+    vs_status st = VS_OK;
+    for (int i = 0; i < ROWS_N_FILES && st == VS_OK; i++) {
+        if ((size_t)snprintf(path, sizeof(path), "%s.%s", out, k_rows_ext[i]) >= sizeof(path))
+            st = vs_error_set(&err, VS_ERR_INVALID, "-o %s: path too long", out);
+        else
+            st = vs_outfile_open(&f[i], path, &err);
+    }
+    int64_t off = 0, answer_rows = 0;
+    if (st == VS_OK) fwrite(&off, sizeof(off), 1, f[ROWS_OFFSETS].f);
+    for (int64_t i = 0; i < d->n && st == VS_OK; i++) {
+        const vs_world_sample *s = &d->samples[i];
+        vs_train_example ex;
+        if ((st = vs_train_encode(s, tok, image_rows, &ex, &err)) != VS_OK) {
+            vs_error e2 = err;
+            vs_error_set(&err, st, "%s: %s", s->id, e2.msg);
+            break;
+        }
+        int32_t turns[2 * VS_WORLD_MAX_TURNS], query[VS_WORLD_MAX_TURNS];
+        for (int t = 0; t < VS_WORLD_MAX_TURNS; t++) {
+            const bool in = t < ex.n_turns;
+            turns[2 * t] = in ? ex.turn_start[t] : -1;
+            turns[2 * t + 1] = in ? ex.turn_end[t] : -1;
+            query[t] = in ? (int32_t)s->turns[t].query.type : -1;
+        }
+        fwrite(ex.tokens, sizeof(int32_t), (size_t)ex.n_rows, f[ROWS_TOKENS].f);
+        fwrite(ex.answer, 1, (size_t)ex.n_rows, f[ROWS_ANSWER].f);
+        off += ex.n_rows, answer_rows += ex.n_answer;
+        fwrite(&off, sizeof(off), 1, f[ROWS_OFFSETS].f);
+        fwrite(turns, sizeof(turns), 1, f[ROWS_TURNS].f);
+        fwrite(query, sizeof(query), 1, f[ROWS_QUERY].f);
+        vs_train_example_free(&ex);
+    }
+    for (int i = 0; i < ROWS_N_FILES; i++) {
+        if (st == VS_OK) st = vs_outfile_commit(&f[i], &err);
+        else vs_outfile_abort(&f[i]);
+    }
+    if (st == VS_OK) {
+        snprintf(path, sizeof(path), "%s.json", out);
+        st = rows_write_json(path, dir, split, tok_path, d->n, off, answer_rows, vs_tokenizer_n_vocab(tok),
+                             image_rows, &err);
+    }
+    if (st == VS_OK)
+        printf("%s split '%s': %lld samples, %lld rows (%lld answer rows) -> %s.{tokens.i32,answer.u8,offsets.i64,"
+               "turns.i32,query.i32,json}\n",
+               dir, split, (long long)d->n, (long long)off, (long long)answer_rows, out);
+    vs_world_dataset_free(d);
+    vs_tokenizer_free(tok);
+    return st == VS_OK ? 0 : cli_fail_err(cmd, &err);
+}
+
+/* ---------------------------------------------------------------------------------------------- */
 /* distill: the target's answers for MASSV's self-distillation (distill.h) */
 
 static void distill_usage(FILE *f) {
@@ -515,6 +637,7 @@ int vs_cmd_data(int argc, char **argv) {
     if (!strcmp(argv[1], "stats")) return cmd_stats(argc - 1, argv + 1);
     if (!strcmp(argv[1], "preview")) return cmd_preview(argc - 1, argv + 1);
     if (!strcmp(argv[1], "check")) return cmd_check(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "rows")) return cmd_rows(argc - 1, argv + 1);
     if (!strcmp(argv[1], "distill")) return cmd_distill(argc - 1, argv + 1);
     fprintf(stderr, "vlmspec data: unknown subcommand '%s'\n", argv[1]);
     usage(stderr);

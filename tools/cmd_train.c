@@ -325,7 +325,7 @@ static int cmd_bench(int argc, char **argv) {
 /* Shared pieces of a training run: directories, settings, checkpoints, the loop */
 
 static void print_data_stats(const vs_train_data_stats *s, const vs_world_dataset *const *sets, int n_sets,
-                             int seq) {
+                             int seq, double prompt_loss) {
     printf("data:");
     for (int k = 0; k < n_sets; k++)
         printf(" %s/%s.jsonl (%lld)", sets[k]->dir, sets[k]->split, (long long)sets[k]->n);
@@ -337,9 +337,9 @@ static void print_data_stats(const vs_train_data_stats *s, const vs_world_datase
         if (s->kept[su] || s->skipped[su])
             printf("    %-9s kept %6lld  skipped %4lld\n", vs_world_suite_name((vs_world_suite)su),
                    (long long)s->kept[su], (long long)s->skipped[su]);
-    printf("  per epoch: %lld rows (%lld answer rows in the loss), %lld images, %lld batches; longest %lld "
-           "rows\n",
-           (long long)s->rows, (long long)s->answer_rows, (long long)s->images, (long long)s->n_batches,
+    printf("  per epoch: %lld rows (%lld answer rows in the loss", (long long)s->rows, (long long)s->answer_rows);
+    if (prompt_loss > 0) printf(", %lld prompt text rows at weight %g", (long long)s->prompt_rows, prompt_loss);
+    printf("), %lld images, %lld batches; longest %lld rows\n", (long long)s->images, (long long)s->n_batches,
            (long long)s->longest);
 }
 
@@ -354,6 +354,7 @@ typedef struct target_opts {
     vs_train_sched s;
     int ctx;
     bool captions, f32;
+    double prompt_loss; /* weight of prompt text rows in the loss (train_data.h) */
     vs_train_vlm_config cfg;
     bool image_size_given;
 } target_opts;
@@ -372,6 +373,10 @@ static void target_usage(FILE *f) {
         "  --tokenizer FILE    tokenizer GGUF ('vlmspec tokenizer train'); its vocabulary sizes the LM\n"
         "  --out DIR           output directory (created)\n"
         "  --captions          also train on the captions split (one caption per training image)\n"
+        "  --prompt-loss W     also count the prompts' text rows in the loss, with weight W (answers\n"
+        "                      weigh 1; image rows never count): a text-only world then trains the LM on\n"
+        "                      the whole conversation, scene descriptions included (default 0: answers\n"
+        "                      only)\n"
         "  --freeze-vision N   keep the vision tower at its initial weights for the first N steps (the\n"
         "                      projector and LM learn to read its random features first; default 0)\n"
         "  --freeze-lm N       keep the LM (embeddings, blocks, head) at its initial weights for the first\n"
@@ -454,6 +459,7 @@ static int target_parse(int argc, char **argv, target_opts *o) {
     cli_flag_add(&fs, "--out", CLI_STR, &o->out, 0, 0);
     cli_flag_add(&fs, "--name", CLI_STR, &o->name, 0, 0);
     cli_flag_add(&fs, "--captions", CLI_BOOL, &o->captions, 0, 0);
+    cli_flag_add(&fs, "--prompt-loss", CLI_F64, &o->prompt_loss, 0, 1e6);
     cli_flag_add(&fs, "--freeze-vision", CLI_I64, &s->freeze_vision, 0, (double)(INT64_C(1) << 40));
     cli_flag_add(&fs, "--freeze-lm", CLI_I64, &s->freeze_lm, 0, (double)(INT64_C(1) << 40));
     cli_flag_add(&fs, "--vision-warmup", CLI_I64, &s->vision_warmup, 0, (double)(INT64_C(1) << 40));
@@ -496,6 +502,7 @@ static char *target_settings(const target_opts *o, int64_t total, int vocab) {
     vs_json_obj_begin(&w);
     vs_json_key(&w, "data"), vs_json_str(&w, o->data);
     vs_json_key(&w, "captions"), vs_json_bool(&w, o->captions);
+    if (o->prompt_loss > 0) vs_json_key(&w, "prompt_loss"), vs_json_num(&w, o->prompt_loss);
     if (o->s.freeze_vision) vs_json_key(&w, "freeze_vision"), vs_json_int(&w, o->s.freeze_vision);
     if (o->s.freeze_lm) vs_json_key(&w, "freeze_lm"), vs_json_int(&w, o->s.freeze_lm);
     if (o->s.vision_warmup) vs_json_key(&w, "vision_warmup"), vs_json_int(&w, o->s.vision_warmup);
@@ -570,6 +577,7 @@ static vs_status write_summary(target_run *r, double final_loss, vs_error *err) 
     vs_json_key(&w, "rows_trained"), vs_json_int(&w, (int64_t)r->L.st.tokens);
     vs_json_key(&w, "rows_per_epoch"), vs_json_int(&w, ds->rows);
     vs_json_key(&w, "answer_rows_per_epoch"), vs_json_int(&w, ds->answer_rows);
+    if (r->o.prompt_loss > 0) vs_json_key(&w, "prompt_rows_per_epoch"), vs_json_int(&w, ds->prompt_rows);
     vs_json_key(&w, "sequences"), vs_json_int(&w, ds->n_seqs);
     vs_json_key(&w, "skipped"), vs_json_int(&w, ds->n_skipped);
     vs_json_key(&w, "train_seconds"), vs_json_num(&w, r->L.st.elapsed_s);
@@ -669,6 +677,7 @@ static vs_status target_train(target_run *r, vs_error *err) {
                                 .image_rows = G * G,
                                 .preproc = {.size = c->image_size, .mode = VS_PREPROC_LLAVA},
                                 .bucket = o->s.bucket,
+                                .prompt_loss = (float)o->prompt_loss,
                                 .seed = (uint64_t)o->s.seed};
     for (int i = 0; i < 3; i++)
         dopts.preproc.mean[i] = c->image_mean[i], dopts.preproc.std[i] = c->image_std[i];
@@ -677,7 +686,7 @@ static vs_status target_train(target_run *r, vs_error *err) {
               vs_train_data_new((const vs_world_dataset *const *)r->sets, r->n_sets, r->tok, &dopts, err)))
         return VS_ERR_INVALID;
     const vs_train_data_stats *ds = vs_train_data_get_stats(L->data);
-    print_data_stats(ds, (const vs_world_dataset *const *)r->sets, r->n_sets, o->s.seq);
+    print_data_stats(ds, (const vs_world_dataset *const *)r->sets, r->n_sets, o->s.seq, o->prompt_loss);
     printf("  encoded in %.1f s\n", vs_time_now() - t0);
     L->total = o->s.steps > 0 ? o->s.steps : (int64_t)ceil(o->s.epochs * (double)ds->n_batches / o->s.accum);
     if (L->total < 1) L->total = 1;
@@ -995,7 +1004,7 @@ static vs_status phase_data(drafter_run *r, int ph, vs_train_data **out, vs_erro
         r->seqs = q; /* kept until the phase ends: the reader loads images from q's samples */
         if (s != VS_OK) return s;
     }
-    print_data_stats(vs_train_data_get_stats(*out), NULL, 0, r->o.s.seq);
+    print_data_stats(vs_train_data_get_stats(*out), NULL, 0, r->o.s.seq, 0);
     printf("  encoded in %.1f s\n", vs_time_now() - t0);
     return VS_OK;
 }

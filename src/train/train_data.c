@@ -198,6 +198,7 @@ typedef struct seq_entry {
     const vs_world_sample *sample;
     int64_t off; /* into the row arrays */
     int32_t n_rows, n_images, n_answer;
+    int32_t n_prompt; /* text rows after BOS that are not answers (weighted by prompt_loss) */
 } seq_entry;
 
 struct vs_train_data {
@@ -321,9 +322,11 @@ static vs_status build_epoch(vs_train_data *d, vs_error *err) {
 
 /* Building a reader: begin, add every sequence, finish. */
 static vs_train_data *reader_begin(const vs_train_data_opts *opts, int64_t total, vs_error *err) {
-    if (!opts || opts->seq_len < 2 || opts->batch < 1 || opts->image_rows < 1 || opts->preproc.size < 1) {
+    if (!opts || opts->seq_len < 2 || opts->batch < 1 || opts->image_rows < 1 || opts->preproc.size < 1 ||
+        !(opts->prompt_loss >= 0.0f && opts->prompt_loss <= 1e6f)) {
         vs_error_set(err, VS_ERR_INVALID,
-                     "training data: bad options (seq_len >= 2, batch >= 1, image rows >= 1)");
+                     "training data: bad options (seq_len >= 2, batch >= 1, image rows >= 1, "
+                     "0 <= prompt_loss <= 1e6)");
         return NULL;
     }
     vs_train_data *d = vs_calloc(1, sizeof(*d));
@@ -349,9 +352,11 @@ static vs_status reader_add(vs_train_data *d, int64_t *cap, const vs_train_examp
         return VS_OK;
     }
     if (!push_rows(d, cap, ex)) return vs_error_set(err, VS_ERR_NOMEM, "training data: out of memory");
-    d->seqs[d->n_seq++] = (seq_entry){s, S->rows, ex->n_rows, ex->n_images, ex->n_answer};
+    int32_t n_prompt = 0;
+    for (int32_t r = 1; r < ex->n_rows; r++) n_prompt += ex->tokens[r] >= 0 && !ex->answer[r];
+    d->seqs[d->n_seq++] = (seq_entry){s, S->rows, ex->n_rows, ex->n_images, ex->n_answer, n_prompt};
     S->n_seqs++, S->kept[su]++;
-    S->rows += ex->n_rows, S->answer_rows += ex->n_answer, S->images += ex->n_images;
+    S->rows += ex->n_rows, S->answer_rows += ex->n_answer, S->prompt_rows += n_prompt, S->images += ex->n_images;
     S->longest = VS_MAX(S->longest, ex->n_rows);
     S->max_images = VS_MAX(S->max_images, ex->n_images);
     return VS_OK;
@@ -493,6 +498,7 @@ vs_status vs_train_data_batch(vs_train_data *d, const int64_t *seqs, int n, vs_t
     }
     if (NI > d->max_images) return vs_error_set(err, VS_ERR_INVALID, "training batch: %d images", NI);
     const int32_t pad = 0;
+    const float pw = d->o.prompt_loss;
     const size_t npx = (size_t)3 * d->o.preproc.size * d->o.preproc.size;
     int64_t rows = 0, counted = 0;
     int img_base = 0;
@@ -510,10 +516,11 @@ vs_status vs_train_data_batch(vs_train_data *d, const int64_t *seqs, int n, vs_t
             } else {
                 bt[t] = pad, bi[t] = -1;
             }
-            bool c = t + 1 < e->n_rows && ans[t + 1];
-            tg[t] = c ? tok[t + 1] : 0;
-            mk[t] = c ? 1.0f : 0.0f;
-            counted += c;
+            const bool in = t + 1 < e->n_rows;
+            const float w = !in ? 0.0f : ans[t + 1] ? 1.0f : tok[t + 1] >= 0 ? pw : 0.0f;
+            tg[t] = w > 0 ? tok[t + 1] : 0;
+            mk[t] = w;
+            counted += w > 0;
         }
         for (int i = 0; i < e->n_images; i++) {
             vs_status st = load_pixels(d, e->sample, i, d->pixels + (size_t)(img_base + i) * npx, err);
@@ -554,12 +561,12 @@ vs_status vs_train_data_next(vs_train_data *d, vs_train_batch *b, vs_train_batch
     return st;
 }
 
-int64_t vs_train_data_counted_ahead(const vs_train_data *d, int k) {
+double vs_train_data_counted_ahead(const vs_train_data *d, int k) {
     /* batches past the end of this epoch come from an order not drawn yet: draw it on a copy */
     vs_train_data tmp = *d;
     int64_t *order = NULL, *first = NULL;
     int32_t *len = NULL;
-    int64_t sum = 0;
+    int64_t ans = 0, prompt = 0;
     for (int i = 0; i < k; i++) {
         if (tmp.st.pos >= (uint64_t)tmp.n_batches) {
             if (!order) {
@@ -573,8 +580,11 @@ int64_t vs_train_data_counted_ahead(const vs_train_data *d, int k) {
             if (build_epoch(&tmp, NULL) != VS_OK) break;
         }
         const int64_t b = (int64_t)tmp.st.pos++;
-        for (int j = 0; j < tmp.b_len[b]; j++) sum += d->seqs[tmp.order[tmp.b_first[b] + j]].n_answer;
+        for (int j = 0; j < tmp.b_len[b]; j++) {
+            const seq_entry *e = &d->seqs[tmp.order[tmp.b_first[b] + j]];
+            ans += e->n_answer, prompt += e->n_prompt;
+        }
     }
     vs_free(order), vs_free(first), vs_free(len);
-    return sum;
+    return (double)ans + (double)d->o.prompt_loss * (double)prompt;
 }

@@ -12,9 +12,11 @@
  * `vlmspec eval` and the benchmark feed, vs_world_prompt(s, t, false)) is checked to lay out as a
  * prefix of these rows, so the model is trained on exactly the rows it is later prompted with.
  *
- * Loss: row i predicts row i + 1; it is counted when row i + 1 is a token of an answer (each answer's
- * tokens and the "</s>" that closes it; every turn of the conversation). Prompts, image rows and
- * padding are never counted.
+ * Loss: row i predicts row i + 1; it is counted with weight 1 when row i + 1 is a token of an answer
+ * (each answer's tokens and the "</s>" that closes it; every turn of the conversation), with weight
+ * prompt_loss (default 0: not counted) when row i + 1 is any other text token after BOS (the
+ * prompts: questions, and in text-only worlds the scene or document they are about). Image rows and
+ * padding are never counted. The loss is the weighted mean over the counted rows.
  *
  * Sequence-length policy (no silent truncation): one conversation per sequence (no packing: causal
  * attention would let a sample see another's images); a conversation longer than seq_len rows is
@@ -77,6 +79,7 @@ typedef struct vs_train_data_opts {
     int image_rows;     /* rows per image = the model's (vs_train_vlm_image_rows: NP, or pooled) */
     vs_preproc preproc; /* image preprocessing (size = the ViT's S, mean/std as exported) */
     int bucket;         /* batches per length-sorted chunk; <= 1: no length grouping */
+    float prompt_loss;  /* weight of prompt text rows in the loss (0: answers only; 1: every text row) */
     uint64_t seed;      /* seeds the epoch RNG of a fresh state */
 } vs_train_data_opts;
 
@@ -88,7 +91,8 @@ typedef struct vs_train_data_stats {
     int64_t longest_skipped; /* rows of the longest skipped conversation (0: none) */
     int64_t longest;         /* rows of the longest kept sequence */
     int64_t rows;            /* rows of all kept sequences */
-    int64_t answer_rows;     /* rows counted in the loss */
+    int64_t answer_rows;     /* answer rows: counted in the loss with weight 1 */
+    int64_t prompt_rows;     /* prompt text rows after BOS: counted with weight prompt_loss */
     int64_t images;          /* images of the kept sequences */
     int64_t max_images;      /* most images in one kept sequence */
     int64_t n_batches;       /* batches per epoch */
@@ -105,7 +109,7 @@ typedef struct vs_train_data_state {
 /* What a batch holds besides the vs_train_batch. */
 typedef struct vs_train_batch_info {
     int64_t rows;    /* rows that are not padding */
-    int64_t counted; /* rows counted in the loss */
+    int64_t counted; /* rows counted in the loss (weight > 0) */
     uint64_t epoch;  /* the batch is number `index` of epoch `epoch` */
     uint64_t index;
     const int64_t *seqs; /* (batch.B) its sequences (vs_train_data_sample), valid until the next batch */
@@ -144,9 +148,9 @@ vs_status vs_train_data_set_state(vs_train_data *d, const vs_train_data_state *s
  * reader and stay valid until the next call; b->loss_norm is 0 (this batch's counted rows). Image
  * files are loaded and preprocessed here (errors name the file). */
 vs_status vs_train_data_next(vs_train_data *d, vs_train_batch *b, vs_train_batch_info *info, vs_error *err);
-/* Rows counted in the loss over the next k batches, without moving (gradient accumulation's
- * loss_norm). */
-int64_t vs_train_data_counted_ahead(const vs_train_data *d, int k);
+/* The summed loss weights of the next k batches (answer rows, plus prompt_loss times the prompt text
+ * rows), without moving: gradient accumulation's loss_norm. */
+double vs_train_data_counted_ahead(const vs_train_data *d, int k);
 
 /* Kept sequences, in dataset order: the sample behind sequence i (NULL for an item without one). */
 int64_t vs_train_data_n_seqs(const vs_train_data *d);

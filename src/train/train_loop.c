@@ -238,7 +238,7 @@ vs_status vs_train_loop_run(vs_train_loop *L, vs_error *err) {
         const float lr = vs_train_lr(&sched, L->st.step);
         if (o->freeze_vision > 0) p->frozen[VS_TRAIN_GROUP_VISION] = L->st.step < o->freeze_vision;
         if (o->freeze_lm > 0) p->frozen[VS_TRAIN_GROUP_LM] = L->st.step < o->freeze_lm;
-        const int64_t norm = vs_train_data_counted_ahead(L->data, o->accum);
+        const double norm = vs_train_data_counted_ahead(L->data, o->accum);
         vs_train_params_zero_grad(p);
         double loss = 0, rows = 0;
         for (int k = 0; k < o->accum; k++) {
@@ -246,7 +246,7 @@ vs_status vs_train_loop_run(vs_train_loop *L, vs_error *err) {
             vs_train_batch_info info;
             float l;
             if ((s = vs_train_data_next(L->data, &b, &info, err))) return s;
-            b.loss_norm = (double)norm;
+            b.loss_norm = norm;
             if ((s = vs_train_vlm_forward(L->m, L->tp, &b, &l, err))) return s;
             if ((s = vs_train_vlm_backward(L->m, L->tp, err))) return s;
             loss += l, rows += (double)info.rows;

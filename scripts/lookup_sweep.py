@@ -1,0 +1,284 @@
+#!/usr/bin/env python3
+"""How fast does the target's LM learn to look things up? A PyTorch mirror of vlmspec's LM for sweeps
+on a GPU (docs/target.md, "What makes the lookup learnable"). Research aid: nothing in vlmspec depends
+on it, and the shipped models are trained by `vlmspec train` alone.
+
+The model is the LM of `vlmspec train target` (LLaMA block: RMSNorm eps 1e-5, RoPE base 1e4 on
+adjacent pairs, grouped-query attention, SwiGLU, untied output; N(0, 0.02) initialisation with the
+attention and MLP output matrices scaled by 1/sqrt(2 layers); AdamW b1 0.9 b2 0.95, weight decay 0.1
+on matrices and embeddings, clipping at 1, linear warm-up; its 4 x 256 shape has exactly the 4,000,000
+LM parameters vlmspec counts). It trains on the rows `vlmspec data rows` writes for a text-only world,
+loss on the answer rows (weight 1) and --full W on the other text rows (vlmspec's --prompt-loss W).
+The learning rate is constant after the warm-up (runs stopped at any step compare) unless --steps N
+is given without --const: then a cosine to lr / 10 over N steps.
+Test metric, per question: every answer row's argmax equals the reference (teacher forcing with the
+reference history, i.e. greedy exact match as `vlmspec eval --history reference` would count it
+when the checker reads the exact answer).
+
+  vlmspec data rows WORLD --split train --tokenizer TOK.gguf -o rows/train   (and --split test)
+  lookup_sweep.py run NAME ROWS_DIR OUT_DIR [--batch B] [--lr LR] [--layers L] [--width W] [--heads H]
+                  [--kv K] [--ffn F] [--full W] [--deadline S] [--steps N] [--const] [--eval-every E]
+  lookup_sweep.py all ROWS_DIR OUT_DIR DEADLINE [NAME,NAME...]   (the CONFIGS below, in parallel)
+
+Each run appends JSON lines to OUT_DIR/NAME.log: step, rows trained, test and train-subset accuracy,
+accuracy per query type. Needs PyTorch (CUDA when present, bf16 autocast there).
+"""
+import json, math, os, subprocess, sys, time, argparse
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def load(rows_dir, split):
+    """tokens, answer mask, offsets, turns (n, 2 * max_turns), query names per question, in order."""
+    p = os.path.join(rows_dir, split)
+    meta = json.load(open(p + ".json"))
+    tok = np.fromfile(p + ".tokens.i32", dtype=np.int32).astype(np.int64)
+    if (tok < 0).any():
+        raise SystemExit(f"{p}: image rows: lookup_sweep.py takes text-only worlds")
+    ans = np.fromfile(p + ".answer.u8", dtype=np.uint8).astype(bool)
+    off = np.fromfile(p + ".offsets.i64", dtype=np.int64)
+    turns = np.fromfile(p + ".turns.i32", dtype=np.int32).reshape(-1, 2 * meta["max_turns"])
+    query = np.fromfile(p + ".query.i32", dtype=np.int32)
+    cats = [meta["query_names"][q] for q in query if q >= 0]
+    return (tok, ans, off, turns), cats, meta
+
+
+class RMSNorm(nn.Module):
+    def __init__(s, C, eps):
+        super().__init__()
+        s.weight, s.eps = nn.Parameter(torch.ones(C)), eps
+
+    def forward(s, x):
+        xf = x.float()
+        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + s.eps)).type_as(x) * s.weight
+
+
+def sdpa(q, k, v):
+    if hasattr(F, "scaled_dot_product_attention"):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    T = q.shape[-2]
+    a = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
+    a = a.masked_fill(torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
+    return a.softmax(-1) @ v
+
+
+class Block(nn.Module):
+    def __init__(s, C, H, KV, FF):
+        super().__init__()
+        s.H, s.KV, s.D = H, KV, C // H
+        s.n1, s.n2 = RMSNorm(C, 1e-5), RMSNorm(C, 1e-5)
+        s.q = nn.Linear(C, H * s.D, bias=False)
+        s.k = nn.Linear(C, KV * s.D, bias=False)
+        s.v = nn.Linear(C, KV * s.D, bias=False)
+        s.o = nn.Linear(H * s.D, C, bias=False)
+        s.g = nn.Linear(C, FF, bias=False)
+        s.u = nn.Linear(C, FF, bias=False)
+        s.d = nn.Linear(FF, C, bias=False)
+
+    def forward(s, x, cos, sin):
+        B, T, C = x.shape
+        h = s.n1(x)
+        q = s.q(h).view(B, T, s.H, s.D)
+        k = s.k(h).view(B, T, s.KV, s.D)
+        v = s.v(h).view(B, T, s.KV, s.D)
+        q, k = rope(q, cos, sin), rope(k, cos, sin)
+        rep = s.H // s.KV
+        k = k.repeat_interleave(rep, dim=2)
+        v = v.repeat_interleave(rep, dim=2)
+        a = sdpa(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
+        x = x + s.o(a.transpose(1, 2).reshape(B, T, C))
+        h = s.n2(x)
+        return x + s.d(F.silu(s.g(h)) * s.u(h))
+
+
+def rope(x, cos, sin):  # adjacent pairs (x0, x1), (x2, x3), ...
+    T = x.shape[1]
+    c, s_ = cos[:T][None, :, None, :], sin[:T][None, :, None, :]
+    x0, x1 = x[..., 0::2], x[..., 1::2]
+    return torch.stack((x0 * c - x1 * s_, x0 * s_ + x1 * c), dim=-1).flatten(-2)
+
+
+class LM(nn.Module):
+    def __init__(s, V, C, L, H, KV, FF, T=1024):
+        super().__init__()
+        s.emb = nn.Embedding(V, C)
+        s.blocks = nn.ModuleList(Block(C, H, KV, FF) for _ in range(L))
+        s.nf = RMSNorm(C, 1e-5)
+        s.out = nn.Linear(C, V, bias=False)
+        D = C // H
+        inv = 10000.0 ** (-2.0 * torch.arange(D // 2, dtype=torch.float64) / D)
+        ang = torch.arange(T, dtype=torch.float64)[:, None] * inv[None]
+        s.register_buffer("cos", ang.cos().float(), persistent=False)
+        s.register_buffer("sin", ang.sin().float(), persistent=False)
+        for n, p in s.named_parameters():
+            if p.dim() == 2:
+                std = 0.02 / math.sqrt(2 * L) if n.endswith(("o.weight", "d.weight")) else 0.02
+                nn.init.normal_(p, 0, std)
+
+    def forward(s, idx):
+        x = s.emb(idx)
+        for b in s.blocks:
+            x = b(x, s.cos, s.sin)
+        return s.out(s.nf(x))
+
+
+def make_batch(tok, ans, off, turns, idx, full, dev):
+    """inputs, next-token targets and loss weights (answers 1, other text rows `full`), padded to 64."""
+    lens = [int(off[i + 1] - off[i]) for i in idx]
+    T = (max(lens) - 1 + 63) // 64 * 64
+    x = np.zeros((len(idx), T), np.int64)
+    y = np.zeros((len(idx), T), np.int64)
+    w = np.zeros((len(idx), T), np.float32)
+    for j, i in enumerate(idx):
+        r, a = tok[off[i]:off[i + 1]], ans[off[i]:off[i + 1]]
+        n = len(r)
+        x[j, :n - 1], y[j, :n - 1] = r[:-1], r[1:]
+        w[j, :n - 1] = np.where(a[1:], 1.0, full)
+    return (torch.from_numpy(x).to(dev), torch.from_numpy(y).to(dev), torch.from_numpy(w).to(dev))
+
+
+@torch.no_grad()
+def evaluate(model, tok, ans, off, turns, n, dev, amp):
+    model.eval()
+    ok = []
+    for s in range(0, n, 50):
+        idx = list(range(s, min(n, s + 50)))
+        x, y, _ = make_batch(tok, ans, off, turns, idx, 0.0, dev)
+        with torch.autocast(dev.type, torch.bfloat16, enabled=amp):
+            pred = model(x).argmax(-1)
+        good = (pred == y).cpu().numpy()
+        for j, i in enumerate(idx):
+            tu = turns[i]
+            for t in range(len(tu) // 2):
+                a, b = tu[2 * t], tu[2 * t + 1]
+                if a < 0:
+                    break
+                ok.append(bool(good[j, a - 1:b - 1].all()))  # row r-1 predicts row r
+    model.train()
+    return ok
+
+
+def run(a):
+    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    amp = dev.type == "cuda"
+    torch.manual_seed(a.seed)
+    rng = np.random.default_rng(a.seed)
+    tr, _, meta = load(a.data, "train")
+    te, cats, _ = load(a.data, "test")
+    V = meta["vocab"]
+    model = LM(V, a.width, a.layers, a.heads, a.kv, a.ffn).to(dev)
+    decay = [p for p in model.parameters() if p.dim() == 2]
+    nodecay = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": nodecay, "weight_decay": 0.0}],
+                            lr=a.lr, betas=(0.9, 0.95), eps=1e-8, **({"fused": True} if dev.type == "cuda" else {}))
+    nseq = len(tr[2]) - 1
+    order, pos, epoch = rng.permutation(nseq), 0, 0
+    log = open(os.path.join(a.out, a.name + ".log"), "w")
+    t0 = time.time()
+    rows = 0
+    step = 0
+    lsum, lcnt = 0.0, 0
+
+    def say(d):
+        s = json.dumps(d)
+        print(a.name, s, flush=True)
+        log.write(s + "\n")
+        log.flush()
+
+    say({"config": vars(a), "params_lm": sum(p.numel() for p in model.parameters()), "device": str(dev)})
+    while True:
+        if pos + a.batch > nseq:
+            order, pos, epoch = rng.permutation(nseq), 0, epoch + 1
+        idx = order[pos:pos + a.batch]
+        pos += a.batch
+        x, y, w = make_batch(*tr, idx, a.full, dev)
+        lr = a.lr * min(1.0, (step + 1) / a.warmup)
+        if not a.const and a.steps:
+            p = min(1.0, step / a.steps)
+            lr = lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * p)))
+        for g in opt.param_groups:
+            g["lr"] = lr
+        with torch.autocast(dev.type, torch.bfloat16, enabled=amp):
+            logits = model(x)
+        l = F.cross_entropy(logits.float().view(-1, V), y.view(-1), reduction="none")
+        loss = (l * w.view(-1)).sum() / w.sum().clamp(min=1)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        step += 1
+        rows += int(sum(int(tr[2][i + 1] - tr[2][i]) for i in idx))
+        lsum += float(loss.detach()) if step % 50 == 0 else 0.0
+        lcnt += 1 if step % 50 == 0 else 0
+        done = (a.steps and step >= a.steps) or time.time() - t0 > a.deadline
+        if step % a.eval_every == 0 or done:
+            ok = evaluate(model, *te, len(te[2]) - 1, dev, amp)
+            per = {}
+            for c, o in zip(cats, ok):
+                per.setdefault(c, []).append(o)
+            trok = evaluate(model, *tr, 200, dev, amp)
+            say({"step": step, "rows": rows, "epoch": epoch, "secs": round(time.time() - t0, 1),
+                 "loss": round(lsum / max(lcnt, 1), 4), "acc": round(100 * sum(ok) / len(ok), 1),
+                 "train_acc": round(100 * sum(trok) / len(trok), 1),
+                 "per": {c: round(100 * sum(v) / len(v)) for c, v in sorted(per.items())}})
+            lsum, lcnt = 0.0, 0
+        if done:
+            break
+
+
+# The sets docs/target.md reports (4 x 256 unless named otherwise; answer-only loss unless "full").
+CONFIGS = [
+    ("base16", "--batch 16"),
+    ("b64", "--batch 64"),
+    ("b64-lr3", "--batch 64 --lr 3e-3"),
+    ("b64-full", "--batch 64 --full 1"),
+    ("b64-h8", "--batch 64 --heads 8 --kv 4"),
+    ("b64-L8", "--batch 64 --layers 8"),
+    ("b64-w512", "--batch 64 --width 512 --layers 8 --heads 8 --kv 4 --ffn 1408"),
+    ("full16", "--batch 16 --full 1"),
+    ("full64-h8", "--batch 64 --full 1 --heads 8 --kv 4"),
+    ("full64-L8", "--batch 64 --full 1 --layers 8"),
+    ("full64-w512", "--batch 64 --full 1 --width 512 --layers 8 --heads 8 --kv 4 --ffn 1408"),
+    ("full64-q", "--batch 64 --full 0.25"),
+]
+
+
+def main():
+    if sys.argv[1] == "all":
+        data, out, dl = sys.argv[2], sys.argv[3], sys.argv[4]
+        only = sys.argv[5].split(",") if len(sys.argv) > 5 else None
+        procs = []
+        for name, args in CONFIGS:
+            if only and name not in only:
+                continue
+            cmd = [sys.executable, __file__, "run", name, data, out, "--deadline", dl] + args.split()
+            procs.append(subprocess.Popen(cmd))
+        for p in procs:
+            p.wait()
+        return
+    ap = argparse.ArgumentParser()
+    ap.add_argument("cmd")
+    ap.add_argument("name")
+    ap.add_argument("data")
+    ap.add_argument("out")
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--width", type=int, default=256)
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--kv", type=int, default=2)
+    ap.add_argument("--ffn", type=int, default=704)
+    ap.add_argument("--full", type=float, default=0.0)
+    ap.add_argument("--deadline", type=float, default=60)
+    ap.add_argument("--steps", type=int, default=0)
+    ap.add_argument("--warmup", type=int, default=100)
+    ap.add_argument("--eval-every", type=int, default=500)
+    ap.add_argument("--const", action="store_true")
+    ap.add_argument("--seed", type=int, default=1)
+    run(ap.parse_args())
+
+
+if __name__ == "__main__":
+    main()
