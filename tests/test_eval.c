@@ -47,7 +47,7 @@ static void test_cli_rows(const char *cli, const char *dir, const char *tok_path
     for (int64_t i = 0; i < d->n; i++) {
         vs_train_example ex;
         VT_REQUIRE(vs_train_encode(&d->samples[i], tok, 64, &ex, &err) == VS_OK, "%s", err.msg);
-        bad += off[i + 1] - off[i] != ex.n_rows || (size_t)off[i + 1] * 4 > n[0];
+        bad += off[i + 1] - off[i] != ex.n_rows || (size_t)off[i + 1] * 4 > n[0] || (size_t)off[i + 1] > n[1];
         for (int32_t r = 0; r < ex.n_rows && !bad; r++)
             bad += tokens[off[i] + r] != ex.tokens[r] || f[1][off[i] + r] != ex.answer[r];
         for (int t = 0; t < MT; t++) {
