@@ -172,9 +172,11 @@ typedef enum vs_world_query_type {
     VS_Q_CAPTION,      /* the facts a short caption of `image` states (shapes: SET of the listed
                         * objects; glyph: the words; chart: the number of bars) */
     VS_Q_FACT_MAX,     /* encyclopedia: which of entity..entity4 (3 or 4 of them) has the largest attr */
+    VS_Q_BARS,         /* chart: every bar's label and value, left to right (BARS check) */
 } vs_world_query_type;
-#define VS_WORLD_N_QUERY_TYPES (VS_Q_FACT_MAX + 1)
-/* "describe", "count", "color", ..., "fact_max" (the names the samples' JSON uses); "?" out of range. */
+#define VS_WORLD_N_QUERY_TYPES (VS_Q_BARS + 1)
+/* "describe", "count", "color", ..., "fact_max", "bars" (the names the samples' JSON uses); "?" out of
+ * range. */
 const char *vs_world_query_name(vs_world_query_type t);
 
 typedef enum vs_world_relation { VS_REL_LEFT = 0, VS_REL_RIGHT, VS_REL_ABOVE, VS_REL_BELOW } vs_world_relation;
@@ -214,6 +216,7 @@ typedef enum vs_world_check_type {
     VS_CHECK_LABEL,   /* a chart bar label */
     VS_CHECK_SET,     /* the set of "<colour> <shape>" pairs mentioned */
     VS_CHECK_STORY,   /* hero mentioned and its final position */
+    VS_CHECK_BARS,    /* every bar as "<label> <value>", left to right */
 } vs_world_check_type;
 const char *vs_world_check_name(vs_world_check_type c);
 

@@ -8,7 +8,9 @@
  *   set     = every "<colour> <shape>" pair named anywhere: all expected pairs named, none outside
  *            the pairs the images show;
  *   story   = set rule over the story's pairs, the hero named, and the first position of the region
- *            is where the hero ends. */
+ *            is where the hero ends;
+ *   bars    = every "<label> <value>" (one of the chart's labels, then a number) of the region, in
+ *            order, is the chart's bars left to right. */
 #include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,8 +27,9 @@ typedef struct expect {
     char answer[128];
     int64_t number;                  /* NUMBER */
     int word_kind, attr;             /* WORD */
-    char labels[VS_WORLD_MAX_BARS];  /* LABEL */
+    char labels[VS_WORLD_MAX_BARS];  /* LABEL, BARS */
     int n_labels;
+    int values[VS_WORLD_MAX_BARS];   /* BARS */
     int n_phrase;                    /* PHRASE */
     char phrase[VS_WORLD_MAX_LINES][VS_WORLD_WORD_MAX];
     bool want[N_PAIRS], allow[N_PAIRS]; /* SET / STORY */
@@ -411,6 +414,16 @@ static vs_status derive(const vs_world_sample *s, int t, expect *e, int depth, v
             set_number(e, sc->n_bars);
         }
         return VS_OK;
+    case VS_Q_BARS:
+        if ((st = scene_at(s, q->image, VS_SCENE_CHART, &sc, err))) return st;
+        e->check = VS_CHECK_BARS;
+        for (int i = 0; i < sc->n_bars; i++) {
+            e->labels[e->n_labels] = sc->bars[i].label;
+            e->values[e->n_labels++] = sc->bars[i].value;
+            size_t n = strlen(e->answer);
+            snprintf(e->answer + n, sizeof(e->answer) - n, "%s%c %d", i ? ", " : "", sc->bars[i].label, sc->bars[i].value);
+        }
+        return VS_OK;
     case VS_Q_NONE: break;
     }
     return vs_error_set(err, VS_ERR_INVALID, "turn %d has no checkable query", t);
@@ -685,6 +698,22 @@ bool vs_world_check(const vs_world_sample *s, int t, const char *text, vs_world_
             break;
         }
         break;
+    case VS_CHECK_BARS: {
+        int k = 0;
+        ok = true;
+        for (int i = r0; i + 1 < n; i++) {
+            bool num;
+            if (toks[i].n != 1 || !memchr(e.labels, toks[i].p[0], (size_t)e.n_labels)) continue;
+            int64_t val = tok_number(toks[i + 1], &num);
+            if (!num) continue;
+            size_t fl = strlen(v->found);
+            snprintf(v->found + fl, sizeof(v->found) - fl, "%s%c %lld", k ? ", " : "", toks[i].p[0], (long long)val);
+            ok &= k < e.n_labels && toks[i].p[0] == e.labels[k] && val == e.values[k];
+            k++, i++;
+        }
+        ok &= k == e.n_labels;
+        break;
+    }
     case VS_CHECK_SET: {
         bool named[N_PAIRS] = {0};
         mentioned_pairs(toks, n, named);

@@ -1677,12 +1677,14 @@ static void turn_drill(gen *g, vs_world_turn *t) {
 
 /* ---------------------------------------------------------------------------------------------- */
 /* look: LLaVA-1.5's short-answer VQA (its VQAv2 / GQA / OCR-VQA instruction), an opt-in suite. The first
- * turn is a question of vqa, pope, ocr or chart about one picture, answered by the short answer alone; up to
- * LOOK_TURNS - 1 more short-answer questions about the same picture follow, as LLaVA-1.5 packs the questions
- * of one image into one conversation. Every answer token depends on the picture (where the benchmark
+ * turn is a question of vqa, pope, ocr or chart about one picture, answered by the short answer alone; as
+ * many more short-answer questions about the same picture follow as it offers, up to LOOK_TURNS - 2, as
+ * LLaVA-1.5 packs the questions of one image into one conversation; the last turn asks for the whole
+ * picture written out (look_transcript). Every answer token depends on the picture (where the benchmark
  * suites' answers are mostly explanation), so training on it asks the model to find the object, the line or
  * the bar each question names; the later turns give it several such answers for one encoding of the
- * picture. */
+ * picture, and the transcript binds every object's place, size, colour and shape (every line's or bar's
+ * text, value and colour) in one answer. */
 
 #define LOOK_Q "Answer the question using a single word or phrase."
 #define LOOK_TURNS VS_WORLD_MAX_TURNS
@@ -1899,6 +1901,57 @@ static bool same_query(const vs_world_query *a, const vs_world_query *b) {
            a->label == b->label && a->label2 == b->label2 && a->relation == b->relation;
 }
 
+/* The transcript turn: the picture written out, one entry per object (in cell order), line (top to
+ * bottom) or bar (left to right), then the background: "top left: large red ring; center: small blue
+ * star on a white background." It is checked as describe's colour-shape set, as read_all's lines in
+ * order, or as every bar's label and value in order. */
+static void look_transcript(gen *g, const vs_world_scene *sc, vs_world_turn *t) {
+    wsb u, a;
+    wsb_init(&u);
+    wsb_init(&a);
+    vs_world_query q = query_new(VS_Q_NONE, 0);
+    char ans[128] = "";
+    if (sc->kind == VS_SCENE_SHAPES) {
+        wsb_say(&u, g->r, "{List every object in the image with its place, size and color.|Describe each shape in the picture: "
+                          "where it is, its size and its color.}");
+        bool want[VS_WORLD_N_SHAPES * VS_WORLD_N_COLORS] = {0};
+        int k = 0;
+        for (int c = 0; c < VS_WORLD_N_CELLS; c++)
+            for (int i = 0; i < sc->n_objects; i++) {
+                const vs_world_object *o = &sc->objects[i];
+                if (o->cell != c) continue;
+                wsb_printf(&a, "%s%s: %s %s %s", k++ ? "; " : "", vs_world_cell_name(c), vs_world_size_name(o->size),
+                           vs_world_color_name(o->color), vs_world_shape_name(o->shape));
+                want[o->shape * VS_WORLD_N_COLORS + o->color] = true;
+            }
+        pairs_answer(want, ans, sizeof(ans));
+        q = query_new(VS_Q_DESCRIBE, 0);
+    } else if (sc->kind == VS_SCENE_GLYPH) {
+        wsb_say(&u, g->r, "{Transcribe every line of text in the image with its color.|What does the text in the image say? "
+                          "Give each line and its color.}");
+        for (int i = 0; i < sc->n_lines; i++) {
+            const vs_world_line *l = &sc->lines[i];
+            wsb_printf(&a, "%s\"%s\" in %s", i ? "; " : "", l->text, vs_world_color_name(l->color));
+            size_t n = strlen(ans);
+            snprintf(ans + n, sizeof(ans) - n, "%s%s", i ? " " : "", l->text);
+        }
+        wsb_printf(&a, ", at the %s", vs_world_cell_name(sc->align));
+        q = query_new(VS_Q_READ_ALL, 0);
+    } else {
+        wsb_say(&u, g->r, "{List the bars of the chart with their values and colors.|Read every bar of the chart from left to "
+                          "right: its label, value and color.}");
+        for (int i = 0; i < sc->n_bars; i++) {
+            const vs_world_bar *b = &sc->bars[i];
+            wsb_printf(&a, "%s%c %d %s", i ? "; " : "", b->label, b->value, vs_world_color_name(b->color));
+            size_t n = strlen(ans);
+            snprintf(ans + n, sizeof(ans) - n, "%s%c %d", i ? ", " : "", b->label, b->value);
+        }
+        q = query_new(VS_Q_BARS, 0);
+    }
+    wsb_printf(&a, " on a %s background.", vs_world_bg_name(sc->bg));
+    set_turn(t, VS_TURN_MORE, 1, 0, &u, &a, ans, &q);
+}
+
 static void look_turn(vs_world_turn *t, vs_world_turn_kind kind, int n_images, const char *question, const char *ans,
                       const vs_world_query *q) {
     wsb u, a;
@@ -1943,8 +1996,7 @@ static void sample_look(gen *g) {
         int order[LOOK_CANDIDATES];
         for (int i = 0; i < ls->n; i++) order[i] = i;
         shuffle_int(g, order, ls->n);
-        int want = 1 + rnd(g, LOOK_TURNS); /* 1..LOOK_TURNS turns in all */
-        for (int k = 0; k < ls->n && s->n_turns < want; k++) {
+        for (int k = 0; k < ls->n && s->n_turns < LOOK_TURNS - 1; k++) {
             const look_q *c = &ls->c[order[k]];
             bool dup = !c->text;
             for (int tt = 0; tt < s->n_turns && !dup; tt++)
@@ -1954,6 +2006,7 @@ static void sample_look(gen *g) {
         for (int i = 0; i < ls->n; i++) vs_free(ls->c[i].text);
         vs_free(ls);
     }
+    look_transcript(g, sc, &s->turns[s->n_turns++]);
     vs_free(question);
     vs_free(answer);
 }

@@ -511,7 +511,7 @@ static bool read_sample(rd *r, const vs_json *j, const char *dir, vs_world_sampl
         int64_t fi, ni;
         const char *user = req_str(r, tj, "user"), *asst = req_str(r, tj, "assistant"), *ans = req_str(r, tj, "answer");
         if (!user || !asst || !ans) return false;
-        if (!name_field(r, tj, "kind", turn_kind_name_int, VS_WORLD_N_TURN_KINDS, &kind) || !name_field(r, tj, "check", check_name_int, VS_CHECK_STORY + 1, &check) ||
+        if (!name_field(r, tj, "kind", turn_kind_name_int, VS_WORLD_N_TURN_KINDS, &kind) || !name_field(r, tj, "check", check_name_int, VS_CHECK_BARS + 1, &check) ||
             !req_int(r, tj, "first_image", 0, VS_WORLD_MAX_IMAGES, &fi) || !req_int(r, tj, "n_images", 0, VS_WORLD_MAX_IMAGES, &ni))
             return false;
         const vs_json *qj = req(r, tj, "query", VS_JSON_OBJECT);

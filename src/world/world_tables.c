@@ -213,8 +213,9 @@ const char *vs_world_turn_kind_name(vs_world_turn_kind k) {
     return (int)k >= 0 && k < VS_WORLD_N_TURN_KINDS ? turn_kind_names[k] : "?";
 }
 
-static const char *const check_names[] = {"yesno", "number",  "color", "shape", "size", "position",
-                                          "word",  "phrase",  "label", "set",   "story"};
+static const char *const check_names[] = {"yesno", "number", "color", "shape", "size", "position",
+                                          "word",  "phrase", "label", "set",   "story", "bars"};
+_Static_assert(VS_ARRAY_LEN(check_names) == VS_CHECK_BARS + 1, "check name table out of date");
 const char *vs_world_check_name(vs_world_check_type c) {
     return (int)c >= 0 && (size_t)c < VS_ARRAY_LEN(check_names) ? check_names[c] : "?";
 }
@@ -224,8 +225,8 @@ static const char *const query_names[] = {
     "relation",   "exists",    "read_all", "read_line", "read_color", "line_count",   "bar_max",
     "bar_min",    "bar_value", "bar_cmp",  "bar_diff",  "diff",       "story",        "arith",
     "fact",       "fact_cmp",  "fact_span", "prev_plus", "prev_times", "prev_letters", "prev_warmth",
-    "prev_same",  "diff_count", "caption",  "fact_max"};
-_Static_assert(VS_ARRAY_LEN(query_names) == VS_Q_FACT_MAX + 1, "query name table out of date");
+    "prev_same",  "diff_count", "caption",  "fact_max",  "bars"};
+_Static_assert(VS_ARRAY_LEN(query_names) == VS_WORLD_N_QUERY_TYPES, "query name table out of date");
 const char *world_query_type_name(vs_world_query_type t) {
     return (int)t >= 0 && (size_t)t < VS_ARRAY_LEN(query_names) ? query_names[t] : "?";
 }
