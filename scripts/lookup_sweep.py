@@ -220,17 +220,32 @@ def tower_rows(mmproj, paths, dev):
     return torch.cat(out).numpy()
 
 
+def feature_key(world, mmproj):
+    """What a features cache was made from: the world's splits and the mmproj (paths, sizes, times)."""
+    files = [os.path.join(world, sp + ".jsonl") for sp in ("train", "test")] + [mmproj]
+    return [[os.path.abspath(f), os.path.getsize(f), int(os.path.getmtime(f))] for f in files]
+
+
 def features(world, mmproj, out, dev):
     """OUT/feat-SPLIT.npy (pictures, G*G, D) and OUT/feat-SPLIT.first.npy (per sample, its first picture's
-    index; samples + 1 entries) for the train and test splits."""
+    index; samples + 1 entries) for the train and test splits; OUT/feat.json (written last) names what
+    they were made from."""
+    os.makedirs(out, exist_ok=True)
+    meta = os.path.join(out, "feat.json")
+    if os.path.exists(meta):
+        os.remove(meta)
     for split in ("train", "test"):
         per = world_images(world, split)
         first = np.cumsum([0] + [len(p) for p in per]).astype(np.int64)
         t0 = time.time()
         f = tower_rows(mmproj, [p for ps in per for p in ps], dev)
-        np.save(os.path.join(out, f"feat-{split}.npy"), f)
-        np.save(os.path.join(out, f"feat-{split}.first.npy"), first)
+        for name, arr in ((f"feat-{split}.npy", f), (f"feat-{split}.first.npy", first)):
+            with open(os.path.join(out, name + ".tmp"), "wb") as fh:
+                np.save(fh, arr)
+            os.replace(os.path.join(out, name + ".tmp"), os.path.join(out, name))
         print(f"features {split}: {f.shape[0]} pictures {f.shape[1:]} in {time.time() - t0:.1f} s", flush=True)
+    with open(meta, "w") as fh:
+        json.dump({"made_from": feature_key(world, mmproj)}, fh)
 
 
 def make_batch(tok, ans, off, turns, idx, full, dev, pics=None):
@@ -295,9 +310,12 @@ def run(a):
     n_lm = sum(p.numel() for p in model.parameters())
     trp = tep = None
     if a.world is not None:
+        if a.mmproj is None:
+            raise SystemExit("--world needs --mmproj (the tower that reads its pictures)")
         fdir = a.feat or a.out
-        if not os.path.exists(os.path.join(fdir, "feat-test.npy")):
-            features(a.world, a.mmproj, fdir, dev)
+        meta = os.path.join(fdir, "feat.json")
+        if not os.path.exists(meta) or json.load(open(meta))["made_from"] != feature_key(a.world, a.mmproj):
+            features(a.world, a.mmproj, fdir, dev)  # none yet, or made from another world or tower
         trp, tep = ((torch.from_numpy(np.load(os.path.join(fdir, f"feat-{sp}.npy"))).to(dev),
                      np.load(os.path.join(fdir, f"feat-{sp}.first.npy"))) for sp in ("train", "test"))
         for sp, (rows, pics) in (("train", (tr, trp)), ("test", (te, tep))):
@@ -362,8 +380,10 @@ def run(a):
             for c, o in zip(cats, ok):
                 per.setdefault(c, []).append(o)
             trok = evaluate(model, *tr, 200, dev, amp, trp)
+            short = [o for c, o in zip(cats, ok) if c not in TRANSCRIPTS]
             say({"step": step, "rows": rows, "epoch": epoch, "secs": round(time.time() - t0, 1),
                  "loss": round(lsum / max(lcnt, 1), 4), "acc": round(100 * sum(ok) / len(ok), 1),
+                 "acc_short": round(100 * sum(short) / max(len(short), 1), 1),
                  "train_acc": round(100 * sum(trok) / len(trok), 1),
                  "per": {c: round(100 * sum(v) / len(v)) for c, v in sorted(per.items())}})
             lsum, lcnt = 0.0, 0
@@ -372,6 +392,10 @@ def run(a):
     if a.save:
         torch.save(model.state_dict(), a.save)
 
+
+# Query types of look's transcript turns (the picture written out; "caption" in the older prototype
+# worlds): `acc_short` leaves them out.
+TRANSCRIPTS = {"describe", "lines", "bars", "caption"}
 
 # The sets docs/target.md reports (4 x 256 unless named otherwise; answer-only loss unless "full").
 CONFIGS = [
@@ -430,7 +454,7 @@ def main():
     ap.add_argument("--world", default=None, help="the world of the rows (its pictures' paths)")
     ap.add_argument("--mmproj", default=None, help="the frozen tower (with --world)")
     ap.add_argument("--feat", default=None, help="where `features` cached the tower rows (default OUT_DIR)")
-    ap.add_argument("--norm-cap", type=float, default=2.0, help="R of train target --norm-cap (0: none)")
+    ap.add_argument("--norm-cap", type=float, default=0.0, help="R of train target --norm-cap (0: none, its default)")
     ap.add_argument("--init", default=None, help="start the LM from a --save file (projector fresh)")
     ap.add_argument("--save", default=None, help="write the model's state here at the end")
     run(ap.parse_args())

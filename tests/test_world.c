@@ -329,6 +329,42 @@ static void test_checker(const vs_world_dataset *d, int *corrupt_tested, int *co
     VT_CHECK(agree == turns, "checker agreement %lld/%lld", (long long)agree, (long long)turns);
 }
 
+/* The bars rule on a look chart's transcript turn: the bars in order, each with its value, and nothing
+ * else; a wrong order, a missing, repeated or foreign bar, or a wrong value fails. */
+static void test_bars_rule(const vs_world_dataset *d) {
+    const vs_world_sample *s = NULL;
+    for (int64_t i = 0; i < d->n && !s; i++)
+        if (d->samples[i].scenes[0].kind == VS_SCENE_CHART && d->samples[i].scenes[0].n_bars >= 3) s = &d->samples[i];
+    VT_REQUIRE(s, "no look chart with 3 bars or more");
+    const vs_world_scene *sc = &s->scenes[0];
+    const int t = s->n_turns - 1, n = sc->n_bars;
+    char foreign = 'B'; /* the first letter that may label a bar and labels none here */
+    for (bool used = true; used; foreign++) {
+        used = foreign == 'I';
+        for (int b = 0; b < n; b++) used |= sc->bars[b].label == foreign;
+        if (!used) break;
+    }
+    char text[256];
+    for (int variant = 0; variant < 6; variant++) {
+        text[0] = 0;
+        for (int k = 0; k < n + (variant == 3 || variant == 4); k++) {
+            int b = variant == 1 ? (k + 1) % n : k;              /* 1: rotated order */
+            if (variant == 2 && k == n - 1) break;               /* 2: the last bar missing */
+            if (variant == 3 && k == n) b = 0;                   /* 3: the first bar again */
+            char label = sc->bars[b < n ? b : 0].label;
+            int value = sc->bars[b < n ? b : 0].value;
+            if (variant == 4 && k == n) label = foreign, value = 5; /* 4: a bar the chart lacks */
+            if (variant == 5 && k == 1) value = value == 9 ? 8 : value + 1; /* 5: a wrong value */
+            size_t m = strlen(text);
+            snprintf(text + m, sizeof(text) - m, "%s%c %d blue", k ? "; " : "", label, value);
+        }
+        vs_world_verdict v;
+        bool ok = vs_world_check(s, t, text, &v);
+        VT_CHECK(ok == (variant == 0), "%s bars variant %d: \"%s\" read '%s' -> %s", s->id, variant, text, v.found,
+                 ok ? "accepted" : "rejected");
+    }
+}
+
 /* An opt-in suite (drill, look) generated alone into tmp/name: not in the default configuration, and the
  * checker agrees with every reference answer of its train and test splits. */
 static void opt_in_suite(const char *tmp, const char *name, vs_world_suite suite, uint64_t seed, int n_train,
@@ -859,7 +895,7 @@ int main(void) {
                      "%s: %s -> %s", x->id, t->user, t->assistant);
             const vs_world_turn *tr = &x->turns[x->n_turns - 1];
             const vs_world_scene_kind sk = x->scenes[0].kind;
-            const vs_world_query_type want_tr = sk == VS_SCENE_SHAPES ? VS_Q_DESCRIBE : sk == VS_SCENE_GLYPH ? VS_Q_READ_ALL : VS_Q_BARS;
+            const vs_world_query_type want_tr = sk == VS_SCENE_SHAPES ? VS_Q_DESCRIBE : sk == VS_SCENE_GLYPH ? VS_Q_LINES : VS_Q_BARS;
             size_t al = strlen(tr->assistant);
             VT_CHECK(x->n_turns >= 2 && tr->kind == VS_TURN_MORE && tr->n_images == 0 && tr->first_image == 1 &&
                          tr->query.type == want_tr && tr->query.image == 0 && al > 11 &&
@@ -886,9 +922,10 @@ int main(void) {
                  "look later kinds: %d", n_later);
         VT_CHECK(by_turns[1] == 0 && by_turns[VS_WORLD_MAX_TURNS] > ltr->n / 2, "turns per sample: 1: %d, %d: %d", by_turns[1],
                  VS_WORLD_MAX_TURNS, by_turns[VS_WORLD_MAX_TURNS]);
-        VT_CHECK(transcripts[VS_Q_DESCRIBE] && transcripts[VS_Q_READ_ALL] && transcripts[VS_Q_BARS],
-                 "transcripts: shapes %d, glyph %d, chart %d", transcripts[VS_Q_DESCRIBE], transcripts[VS_Q_READ_ALL],
+        VT_CHECK(transcripts[VS_Q_DESCRIBE] && transcripts[VS_Q_LINES] && transcripts[VS_Q_BARS],
+                 "transcripts: shapes %d, glyph %d, chart %d", transcripts[VS_Q_DESCRIBE], transcripts[VS_Q_LINES],
                  transcripts[VS_Q_BARS]);
+        test_bars_rule(ltr);
         printf("  look: %lld train + %lld test, checker agrees, %d kinds of first question, %d of later ones;"
                " samples by turns:", (long long)ltr->n, (long long)lte->n, n_kinds, n_later);
         for (int k = 1; k <= VS_WORLD_MAX_TURNS; k++) printf(" %d", by_turns[k]);

@@ -214,7 +214,7 @@ static int count_words(const char *s) {
 /* One suite's block of `data stats` (nothing when the split has no sample of it); adds its words to
  * all_vocab. */
 static void stats_suite(const vs_world_dataset *d, int su, vs_tokenizer *tok, strset *all_vocab) {
-    int64_t n = 0, n_img = 0, kinds[4] = {0}, turns = 0;
+    int64_t n = 0, n_img = 0, kinds[VS_WORLD_N_TURN_KINDS] = {0}, turns = 0;
     ivec words = {0}, toks = {0};
     strset vocab = {0};
     vs_error err;
@@ -226,7 +226,7 @@ static void stats_suite(const vs_world_dataset *d, int su, vs_tokenizer *tok, st
         for (int t = 0; t < s->n_turns; t++) {
             const char *a = s->turns[t].assistant;
             turns++;
-            kinds[s->turns[t].kind]++;
+            if ((unsigned)s->turns[t].kind < VS_WORLD_N_TURN_KINDS) kinds[s->turns[t].kind]++;
             ivec_push(&words, count_words(a));
             add_words(&vocab, a);
             add_words(all_vocab, a);
@@ -242,9 +242,10 @@ static void stats_suite(const vs_world_dataset *d, int su, vs_tokenizer *tok, st
     }
     if (n) {
         printf("\n%s: %lld samples, %.2f images/sample, %lld turns (first %lld, followup %lld, unrelated %lld, "
-               "new image %lld), answer vocabulary %zu words\n",
+               "new image %lld, more %lld), answer vocabulary %zu words\n",
                vs_world_suite_name((vs_world_suite)su), (long long)n, (double)n_img / (double)n, (long long)turns,
-               (long long)kinds[0], (long long)kinds[1], (long long)kinds[2], (long long)kinds[3], vocab.n);
+               (long long)kinds[VS_TURN_FIRST], (long long)kinds[VS_TURN_FOLLOWUP], (long long)kinds[VS_TURN_UNRELATED],
+               (long long)kinds[VS_TURN_NEW_IMAGE], (long long)kinds[VS_TURN_MORE], vocab.n);
         print_dist("answer words", &words);
         if (tok) print_dist("answer tokens", &toks);
     }

@@ -173,10 +173,11 @@ typedef enum vs_world_query_type {
                         * objects; glyph: the words; chart: the number of bars) */
     VS_Q_FACT_MAX,     /* encyclopedia: which of entity..entity4 (3 or 4 of them) has the largest attr */
     VS_Q_BARS,         /* chart: every bar's label and value, left to right (BARS check) */
+    VS_Q_LINES,        /* glyph: every line (with its colour), top to bottom: checked as read_all */
 } vs_world_query_type;
-#define VS_WORLD_N_QUERY_TYPES (VS_Q_BARS + 1)
-/* "describe", "count", "color", ..., "fact_max", "bars" (the names the samples' JSON uses); "?" out of
- * range. */
+#define VS_WORLD_N_QUERY_TYPES (VS_Q_LINES + 1)
+/* "describe", "count", "color", ..., "fact_max", "bars", "lines" (the names the samples' JSON uses); "?"
+ * out of range. */
 const char *vs_world_query_name(vs_world_query_type t);
 
 typedef enum vs_world_relation { VS_REL_LEFT = 0, VS_REL_RIGHT, VS_REL_ABOVE, VS_REL_BELOW } vs_world_relation;

@@ -9,8 +9,8 @@
  *            the pairs the images show;
  *   story   = set rule over the story's pairs, the hero named, and the first position of the region
  *            is where the hero ends;
- *   bars    = every "<label> <value>" (one of the chart's labels, then a number) of the region, in
- *            order, is the chart's bars left to right. */
+ *   bars    = every "<letter> <value>" of the region (a capital letter other than A and I, then a
+ *            number), in order, is the chart's bars left to right: each label with its value, no other. */
 #include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -202,6 +202,7 @@ static vs_status derive(const vs_world_sample *s, int t, expect *e, int depth, v
         snprintf(e->answer, sizeof(e->answer), "%s", n_matching(sc, q->sel, NULL) ? "yes" : "no");
         return VS_OK;
     case VS_Q_READ_ALL:
+    case VS_Q_LINES: /* the transcript of a text picture: its lines are checked as read_all's */
         if ((st = scene_at(s, q->image, VS_SCENE_GLYPH, &sc, err))) return st;
         if (sc->n_lines == 1) {
             set_glyph_text(e, sc->lines[0].text);
@@ -703,12 +704,13 @@ bool vs_world_check(const vs_world_sample *s, int t, const char *text, vs_world_
         ok = true;
         for (int i = r0; i + 1 < n; i++) {
             bool num;
-            if (toks[i].n != 1 || !memchr(e.labels, toks[i].p[0], (size_t)e.n_labels)) continue;
+            const char c = toks[i].p[0];
+            if (toks[i].n != 1 || c < 'B' || c > 'Z' || c == 'I') continue; /* bar labels never are A or I */
             int64_t val = tok_number(toks[i + 1], &num);
             if (!num) continue;
             size_t fl = strlen(v->found);
             snprintf(v->found + fl, sizeof(v->found) - fl, "%s%c %lld", k ? ", " : "", toks[i].p[0], (long long)val);
-            ok &= k < e.n_labels && toks[i].p[0] == e.labels[k] && val == e.values[k];
+            ok &= k < e.n_labels && c == e.labels[k] && val == e.values[k];
             k++, i++;
         }
         ok &= k == e.n_labels;

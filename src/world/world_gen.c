@@ -1904,7 +1904,9 @@ static bool same_query(const vs_world_query *a, const vs_world_query *b) {
 /* The transcript turn: the picture written out, one entry per object (in cell order), line (top to
  * bottom) or bar (left to right), then the background: "top left: large red ring; center: small blue
  * star on a white background." It is checked as describe's colour-shape set, as read_all's lines in
- * order, or as every bar's label and value in order. */
+ * order (query `lines`), or as every bar's label and value in order (`bars`). Its words repeat answers of
+ * the earlier turns (a line's text, an object's colour): with those answers in the context, its score
+ * partly measures copying, which is why it has query types of its own. */
 static void look_transcript(gen *g, const vs_world_scene *sc, vs_world_turn *t) {
     wsb u, a;
     wsb_init(&u);
@@ -1936,7 +1938,7 @@ static void look_transcript(gen *g, const vs_world_scene *sc, vs_world_turn *t) 
             snprintf(ans + n, sizeof(ans) - n, "%s%s", i ? " " : "", l->text);
         }
         wsb_printf(&a, ", at the %s", vs_world_cell_name(sc->align));
-        q = query_new(VS_Q_READ_ALL, 0);
+        q = query_new(VS_Q_LINES, 0);
     } else {
         wsb_say(&u, g->r, "{List the bars of the chart with their values and colors.|Read every bar of the chart from left to "
                           "right: its label, value and color.}");

@@ -225,7 +225,7 @@ static const char *const query_names[] = {
     "relation",   "exists",    "read_all", "read_line", "read_color", "line_count",   "bar_max",
     "bar_min",    "bar_value", "bar_cmp",  "bar_diff",  "diff",       "story",        "arith",
     "fact",       "fact_cmp",  "fact_span", "prev_plus", "prev_times", "prev_letters", "prev_warmth",
-    "prev_same",  "diff_count", "caption",  "fact_max",  "bars"};
+    "prev_same",  "diff_count", "caption",  "fact_max",  "bars",       "lines"};
 _Static_assert(VS_ARRAY_LEN(query_names) == VS_WORLD_N_QUERY_TYPES, "query name table out of date");
 const char *world_query_type_name(vs_world_query_type t) {
     return (int)t >= 0 && (size_t)t < VS_ARRAY_LEN(query_names) ? query_names[t] : "?";
