@@ -133,14 +133,14 @@ static vs_status oracle_answer(void *ctx, const vs_world_sample *s, const char *
  * got with the sample whose turn was asked. */
 typedef struct ablate_probe {
     const vs_world_sample *got; /* the image-source sample of the last call */
-    int64_t calls, markers, bad, own, swapped;
+    int64_t calls, markers, bad, own, swapped, pictures; /* pictures: prompts holding a picture in words */
 } ablate_probe;
 
 static vs_status ablate_answer(void *ctx, const vs_world_sample *s, const char *prompt, int n_images, char **answer,
                                int64_t *n_tokens, bool *eos, vs_error *err) {
     (void)err;
     ablate_probe *p = ctx;
-    p->calls++, p->markers += n_images, p->got = s;
+    p->calls++, p->markers += n_images, p->got = s, p->pictures += strstr(prompt, "Picture: ") != NULL;
     if (n_images != vs_mm_count_markers(prompt, strlen(prompt), NULL) || n_images > s->n_images) p->bad++;
     *answer = vs_strdup("");
     *n_tokens = 0, *eos = true;
@@ -159,11 +159,12 @@ static void ablate_turn(void *ctx, const vs_eval_turn *t) {
 }
 
 /* --ablate-images: swap hands every sample with images another sample of its suite with as many
- * images (samples without images keep their own); none removes every marker. */
+ * images (samples without images keep their own); none removes every marker; words writes every picture
+ * out in the prompt instead. */
 static void test_ablation(const vs_world_dataset *d) {
     vs_error err = {0};
     vs_eval_result r;
-    ablate_probe base = {0}, sw = {0}, none = {0};
+    ablate_probe base = {0}, sw = {0}, none = {0}, words = {0};
     int64_t turns_img = 0, turns_all = 0;
     for (int64_t i = 0; i < d->n; i++)
         turns_all += d->samples[i].n_turns, turns_img += d->samples[i].n_images ? d->samples[i].n_turns : 0;
@@ -174,6 +175,12 @@ static void test_ablation(const vs_world_dataset *d) {
     VT_REQUIRE(vs_eval_run(d, &eo, ablate_answer, &none, &r, &err) == VS_OK, "%s", err.msg);
     VT_CHECK(none.calls == base.calls && none.markers == 0 && none.bad == 0,
              "none: %lld markers left of %lld", (long long)none.markers, (long long)base.markers);
+    eo.ablate = VS_EVAL_IMAGES_WORDS, eo.on_turn_ctx = &words;
+    VT_REQUIRE(vs_eval_run(d, &eo, ablate_answer, &words, &r, &err) == VS_OK, "%s", err.msg);
+    VT_CHECK(words.calls == base.calls && words.markers == 0 && words.bad == 0 && words.pictures == turns_img &&
+                 base.pictures == 0,
+             "words: %lld markers, %lld prompts with pictures in words of %lld turns with images", (long long)words.markers,
+             (long long)words.pictures, (long long)turns_img);
     eo.ablate = VS_EVAL_IMAGES_SWAP, eo.on_turn_ctx = &sw;
     VT_REQUIRE(vs_eval_run(d, &eo, ablate_answer, &sw, &r, &err) == VS_OK, "%s", err.msg);
     VT_CHECK(sw.markers == base.markers && sw.bad == 0 && sw.swapped == turns_img && sw.own == turns_all - turns_img,
@@ -712,6 +719,18 @@ static void test_cli(const char *dir, const char *tok) {
         VT_CHECK(rc == 2, "--prompt-loss -1: exit %d, want 2", rc);
         printf("train target --prompt-loss: trains the LM differently, counted in the stats and run.json; "
                "-1 refused\n");
+        /* --images-as-text: the same samples with every picture in words: no images in the stats, another LM,
+         * recorded in run.json */
+        rc = vt_run("%s train target --data %s --tokenizer %s --out %s/pw --steps 2 --f32 %s --images-as-text > %s/pw.log 2>&1",
+                    cli, dir, tok, tmp, tiny, tmp);
+        VT_CHECK(rc == 0, "train target --images-as-text exit %d", rc);
+        snprintf(a1, sizeof(a1), "%s/pw/target-f32.gguf", tmp);
+        VT_CHECK(!same_file(a0, a1), "--images-as-text: the LM trained as with the pictures");
+        snprintf(path, sizeof(path), "%s/pw.log", tmp);
+        VT_CHECK(vt_file_has(path, " 0 images,"), "%s counts images in words", path);
+        snprintf(path, sizeof(path), "%s/pw/run.json", tmp);
+        VT_CHECK(vt_file_has(path, "\"images_as_text\":true"), "--images-as-text is not in %s", path);
+        printf("train target --images-as-text: no images, another LM, in run.json\n");
     }
     /* --init: the straight run's final weights start a new run (zeroed moments, its own schedule); one step
      * + --resume one step equals two straight steps; the init is part of run.json; a checkpoint of another

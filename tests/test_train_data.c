@@ -353,6 +353,59 @@ static void test_prompt_loss(const vs_world_dataset *d, const vs_tokenizer *tok)
 }
 
 /* 5. export parity on world samples */
+/* Pictures in words: the same answers on the same rows' text, every image marker replaced by its scene
+ * written out, no image rows; the reader built on it loads no pixels. */
+static void test_words(const vs_world_dataset *d, const vs_tokenizer *tok) {
+    vs_error err = {0};
+    int with_images = 0;
+    for (int64_t i = 0; i < d->n; i++) {
+        const vs_world_sample *s = &d->samples[i];
+        vs_train_example ex, im;
+        VT_REQUIRE(vs_train_encode_words(s, tok, &ex, &err) == VS_OK, "%s", err.msg);
+        VT_REQUIRE(vs_train_encode(s, tok, NP, &im, &err) == VS_OK, "%s", err.msg);
+        VT_CHECK(ex.n_images == 0 && ex.n_turns == s->n_turns && ex.n_answer == im.n_answer, "%s: %d images, %d answer rows",
+                 s->id, ex.n_images, ex.n_answer);
+        for (int32_t r = 0; r < ex.n_rows; r++)
+            VT_CHECK(ex.tokens[r] >= 0 && ex.img_row[r] == -1, "%s row %d is an image row", s->id, r);
+        for (int t = 0; t < s->n_turns; t++) {
+            int32_t a = ex.turn_start[t], b = ex.turn_end[t];
+            char *txt = vs_detokenize(tok, ex.tokens + a, b - 1 - a, 0, NULL, &err);
+            VT_REQUIRE(txt, "%s", err.msg);
+            VT_CHECK(txt[0] == ' ' && !strcmp(txt + 1, s->turns[t].assistant), "%s turn %d answer: '%.60s'", s->id, t, txt);
+            vs_free(txt);
+        }
+        char *all = vs_detokenize(tok, ex.tokens + 1, ex.n_rows - 1, 0, NULL, &err);
+        VT_REQUIRE(all, "%s", err.msg);
+        VT_CHECK(!strstr(all, "<image>"), "%s: an image marker is left", s->id);
+        for (int k = 0; k < s->n_images; k++) {
+            char *w = vs_world_scene_words(&s->scenes[k]), want[1024];
+            VT_REQUIRE(w, "out of memory");
+            snprintf(want, sizeof(want), "Picture: %s", w);
+            VT_CHECK(strstr(all, want) != NULL, "%s: picture %d is not written out (%.80s)", s->id, k, want);
+            vs_free(w);
+        }
+        with_images += s->n_images > 0;
+        vs_free(all);
+        vs_train_example_free(&ex);
+        vs_train_example_free(&im);
+    }
+    VT_CHECK(with_images > 0, "no sample with pictures");
+    vs_train_vlm_config c = wt_config(vs_tokenizer_n_vocab(tok));
+    vs_train_data_opts o = {.seq_len = 4096, .batch = 3, .image_rows = NP, .preproc = wt_preproc(&c), .bucket = 2,
+                            .images_as_text = true, .seed = 7};
+    vs_train_data *r = vs_train_data_new(&d, 1, tok, &o, &err);
+    VT_REQUIRE(r, "%s", err.msg);
+    const vs_train_data_stats *st = vs_train_data_get_stats(r);
+    VT_CHECK(st->images == 0 && st->n_seqs == d->n, "in words: %lld images, %lld of %lld sequences", (long long)st->images,
+             (long long)st->n_seqs, (long long)d->n);
+    vs_train_batch b;
+    vs_train_batch_info info;
+    VT_REQUIRE(vs_train_data_next(r, &b, &info, &err) == VS_OK, "%s", err.msg);
+    VT_CHECK(b.n_images == 0, "a batch in words holds %d images", b.n_images);
+    for (int64_t k = 0; k < (int64_t)b.B * b.T; k++) VT_CHECK(!b.img_row || b.img_row[k] < 0, "image row in a batch in words");
+    vs_train_data_free(r);
+}
+
 static void test_parity(const vs_world_dataset *d, const vs_tokenizer *tok, const char *tok_path) {
     vs_error err = {0};
     vs_threadpool *tp = vs_threadpool_new(2, &err);
@@ -488,6 +541,7 @@ int main(void) {
     test_skip(d, tok);
     test_batches(d, tok);
     test_prompt_loss(d, tok);
+    test_words(d, tok);
     test_parity(d, tok, tok_path);
     vs_tokenizer_free(tok);
     vs_world_dataset_free(d);

@@ -901,6 +901,10 @@ int main(void) {
                          tr->query.type == want_tr && tr->query.image == 0 && al > 11 &&
                          !strcmp(tr->assistant + al - 11, "background.") && !strstr(tr->user, "<image>"),
                      "%s transcript: %s -> %s", x->id, tr->user, tr->assistant);
+            char *words = vs_world_scene_words(&x->scenes[0]);
+            VT_CHECK(words && !strcmp(tr->assistant, words), "%s transcript '%s' is not the scene in words '%s'", x->id,
+                     tr->assistant, words ? words : "(null)");
+            vs_free(words);
             transcripts[want_tr]++;
             for (int k = 1; k < x->n_turns - 1; k++) {
                 const vs_world_turn *u = &x->turns[k];

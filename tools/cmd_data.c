@@ -3,7 +3,7 @@
  *   data stats DIR [--split S] [--tokenizer TOK.gguf]
  *   data preview DIR -o SHEET.png [--split S] [--per-suite N]
  *   data check DIR [--split S]      (re-derives every answer and scores the reference texts)
- *   data rows DIR --tokenizer TOK.gguf -o PREFIX [--split S] [--image-rows N]
+ *   data rows DIR --tokenizer TOK.gguf -o PREFIX [--split S] [--image-rows N] [--images-as-text]
  *                                   (the rows the trainer sees, as flat arrays: train_data.h)
  *   data distill --model T.gguf --mmproj T-mm.gguf --data DIR --out FILE [options]
  *                                   (the target's answers for self-distillation, distill.h) */
@@ -32,6 +32,7 @@ static void usage(FILE *f) {
             "       vlmspec data preview DIR -o SHEET.png [--split test|train] [--per-suite N]\n"
             "       vlmspec data check DIR [--split test|train|captions]\n"
             "       vlmspec data rows DIR --tokenizer TOK.gguf -o PREFIX [--split S] [--image-rows N]\n"
+            "                 [--images-as-text]\n"
             "       vlmspec data distill --model T.gguf --mmproj T-mmproj.gguf --data DIR --out FILE\n"
             "       (vlmspec data distill --help)\n"
             "\n"
@@ -55,7 +56,8 @@ static void usage(FILE *f) {
             "         answer rows), PREFIX.offsets.i64 (samples + 1 row offsets), PREFIX.turns.i32 (per\n"
             "         sample %d x (first answer row, one past its </s>), -1 padded), PREFIX.query.i32\n"
             "         (per sample %d query types, -1 padded) and PREFIX.json (counts, query type names).\n"
-            "         Little-endian. --split defaults to train, --image-rows (rows per image) to 64.\n",
+            "         Little-endian. --split defaults to train, --image-rows (rows per image) to 64;\n"
+            "         --images-as-text: every picture in words, as `train target --images-as-text`.\n",
             VS_WORLD_MAX_TURNS, VS_WORLD_MAX_TURNS);
 }
 
@@ -424,7 +426,7 @@ static const char *const k_rows_ext[ROWS_N_FILES] = {"tokens.i32", "answer.u8", 
 
 static vs_status rows_write_json(const char *path, const char *dir, const char *split, const char *tok_path,
                                  int64_t n, int64_t rows, int64_t answer_rows, int vocab, int image_rows,
-                                 vs_error *err) {
+                                 bool words, vs_error *err) {
     vs_json_writer w;
     vs_json_writer_init(&w);
     vs_json_obj_begin(&w);
@@ -437,7 +439,8 @@ static vs_status rows_write_json(const char *path, const char *dir, const char *
     vs_json_kv_int(&w, "rows", rows);
     vs_json_kv_int(&w, "answer_rows", answer_rows);
     vs_json_kv_int(&w, "vocab", vocab);
-    vs_json_kv_int(&w, "image_rows", image_rows);
+    vs_json_kv_int(&w, "image_rows", words ? 0 : image_rows);
+    if (words) vs_json_kv_bool(&w, "images_as_text", true);
     vs_json_kv_int(&w, "max_turns", VS_WORLD_MAX_TURNS);
     vs_json_key(&w, "query_names");
     vs_json_arr_begin(&w);
@@ -455,8 +458,10 @@ static vs_status rows_write_json(const char *path, const char *dir, const char *
 static int cmd_rows(int argc, char **argv) {
     const char *cmd = "data rows", *dir = NULL, *out = NULL, *split = "train", *tok_path = NULL;
     int image_rows = 64;
+    bool words = false;
     cli_flags fs = {0};
     cli_flag_add(&fs, "-o|--out", CLI_STR, &out, 0, 0);
+    cli_flag_add(&fs, "--images-as-text", CLI_BOOL, &words, 0, 0);
     cli_flag_add(&fs, "--split", CLI_STR, &split, 0, 0);
     cli_flag_add(&fs, "--tokenizer", CLI_STR, &tok_path, 0, 0);
     cli_flag_add(&fs, "--image-rows", CLI_INT, &image_rows, 1, 1 << 16);
@@ -486,7 +491,8 @@ static int cmd_rows(int argc, char **argv) {
     for (int64_t i = 0; i < d->n && st == VS_OK; i++) {
         const vs_world_sample *s = &d->samples[i];
         vs_train_example ex;
-        if ((st = vs_train_encode(s, tok, image_rows, &ex, &err)) != VS_OK) {
+        if ((st = words ? vs_train_encode_words(s, tok, &ex, &err) : vs_train_encode(s, tok, image_rows, &ex, &err)) !=
+            VS_OK) {
             vs_error e2 = err;
             vs_error_set(&err, st, "%s: %s", s->id, e2.msg);
             break;
@@ -513,7 +519,7 @@ static int cmd_rows(int argc, char **argv) {
     if (st == VS_OK) {
         snprintf(path, sizeof(path), "%s.json", out);
         st = rows_write_json(path, dir, split, tok_path, d->n, off, answer_rows, vs_tokenizer_n_vocab(tok),
-                             image_rows, &err);
+                             image_rows, words, &err);
     }
     if (st == VS_OK)
         printf("%s split '%s': %lld samples, %lld rows (%lld answer rows) -> %s.{tokens.i32,answer.u8,offsets.i64,"

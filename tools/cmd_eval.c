@@ -28,8 +28,11 @@ static void usage(FILE *f) {
             "  --history H          own (default) or reference: the first answer second turns see\n"
             "  --ablate-images A    swap: each sample gets the images of the next sample of its suite\n"
             "                       with as many images; none: the prompt's image markers are removed.\n"
-            "                       A model that looks at its images falls towards chance. Samples\n"
-            "                       without images are evaluated unchanged (an error if all are)\n"
+            "                       A model that looks at its images falls towards chance. words:\n"
+            "                       every picture written out in the prompt instead (\"Picture: top left:\n"
+            "                       large red ring; ...\"), for an LM trained with train target\n"
+            "                       --images-as-text. Samples without images are evaluated unchanged\n"
+            "                       (an error if all are)\n"
             "  --kv-type T          KV cache f16 (default) or f32\n"
             "  -t, --threads N      threads (default 2)\n"
             "  --json FILE          write the results as JSON ('-' = stdout)\n"
@@ -86,7 +89,7 @@ typedef struct eval_args {
     vs_eval_opts eo; /* eo.limit: --limit */
 } eval_args;
 
-static const char *const ablate_names[] = {"own", "swapped", "none"}; /* by vs_eval_ablate */
+static const char *const ablate_names[] = {"own", "swapped", "none", "words"}; /* by vs_eval_ablate */
 
 /* --limit N: int64_t in [1, INT64_MAX] (a double range cannot hold INT64_MAX). */
 static bool parse_limit(const char *cmd, const char *flag, const char *v, void *dst) {
@@ -103,13 +106,16 @@ static bool parse_history(const char *cmd, const char *flag, const char *v, void
     return false;
 }
 
-/* --ablate-images swap|none: sets the vs_eval_ablate at dst. */
+/* --ablate-images swap|none|words: sets the vs_eval_ablate at dst. */
 static bool parse_ablate(const char *cmd, const char *flag, const char *v, void *dst) {
-    if (!strcmp(v, "swap") || !strcmp(v, "none")) {
-        *(vs_eval_ablate *)dst = !strcmp(v, "swap") ? VS_EVAL_IMAGES_SWAP : VS_EVAL_IMAGES_NONE;
-        return true;
-    }
-    cli_fail(cmd, "%s %s: expected swap or none", flag, v);
+    static const char *const names[] = {"swap", "none", "words"};
+    static const vs_eval_ablate modes[] = {VS_EVAL_IMAGES_SWAP, VS_EVAL_IMAGES_NONE, VS_EVAL_IMAGES_WORDS};
+    for (int i = 0; i < 3; i++)
+        if (!strcmp(v, names[i])) {
+            *(vs_eval_ablate *)dst = modes[i];
+            return true;
+        }
+    cli_fail(cmd, "%s %s: expected swap, none or words", flag, v);
     return false;
 }
 

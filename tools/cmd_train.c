@@ -354,7 +354,8 @@ typedef struct target_opts {
     vs_train_sched s;
     int ctx;
     bool captions, f32;
-    double prompt_loss; /* weight of prompt text rows in the loss (train_data.h) */
+    bool images_as_text; /* every picture in words (train_data.h) */
+    double prompt_loss;  /* weight of prompt text rows in the loss (train_data.h) */
     vs_train_vlm_config cfg;
     bool image_size_given;
 } target_opts;
@@ -377,6 +378,9 @@ static void target_usage(FILE *f) {
         "                      weigh 1; image rows never count): a text-only world then trains the LM on\n"
         "                      the whole conversation, scene descriptions included (default 0: answers\n"
         "                      only)\n"
+        "  --images-as-text    every picture of the data in words instead of image rows (\"Picture: top\n"
+        "                      left: large red ring; ... on a white background.\"): the world's facts for\n"
+        "                      the LM alone (a text stage); the image weights get no gradient\n"
         "  --freeze-vision N   keep the vision tower at its initial weights for the first N steps (the\n"
         "                      projector and LM learn to read its random features first; default 0)\n"
         "  --freeze-lm N       keep the LM (embeddings, blocks, head) at its initial weights for the first\n"
@@ -460,6 +464,7 @@ static int target_parse(int argc, char **argv, target_opts *o) {
     cli_flag_add(&fs, "--name", CLI_STR, &o->name, 0, 0);
     cli_flag_add(&fs, "--captions", CLI_BOOL, &o->captions, 0, 0);
     cli_flag_add(&fs, "--prompt-loss", CLI_F64, &o->prompt_loss, 0, 1e6);
+    cli_flag_add(&fs, "--images-as-text", CLI_BOOL, &o->images_as_text, 0, 0);
     cli_flag_add(&fs, "--freeze-vision", CLI_I64, &s->freeze_vision, 0, (double)(INT64_C(1) << 40));
     cli_flag_add(&fs, "--freeze-lm", CLI_I64, &s->freeze_lm, 0, (double)(INT64_C(1) << 40));
     cli_flag_add(&fs, "--vision-warmup", CLI_I64, &s->vision_warmup, 0, (double)(INT64_C(1) << 40));
@@ -503,6 +508,7 @@ static char *target_settings(const target_opts *o, int64_t total, int vocab) {
     vs_json_key(&w, "data"), vs_json_str(&w, o->data);
     vs_json_key(&w, "captions"), vs_json_bool(&w, o->captions);
     if (o->prompt_loss > 0) vs_json_key(&w, "prompt_loss"), vs_json_num(&w, o->prompt_loss);
+    if (o->images_as_text) vs_json_key(&w, "images_as_text"), vs_json_bool(&w, true);
     if (o->s.freeze_vision) vs_json_key(&w, "freeze_vision"), vs_json_int(&w, o->s.freeze_vision);
     if (o->s.freeze_lm) vs_json_key(&w, "freeze_lm"), vs_json_int(&w, o->s.freeze_lm);
     if (o->s.vision_warmup) vs_json_key(&w, "vision_warmup"), vs_json_int(&w, o->s.vision_warmup);
@@ -678,6 +684,7 @@ static vs_status target_train(target_run *r, vs_error *err) {
                                 .preproc = {.size = c->image_size, .mode = VS_PREPROC_LLAVA},
                                 .bucket = o->s.bucket,
                                 .prompt_loss = (float)o->prompt_loss,
+                                .images_as_text = o->images_as_text,
                                 .seed = (uint64_t)o->s.seed};
     for (int i = 0; i < 3; i++)
         dopts.preproc.mean[i] = c->image_mean[i], dopts.preproc.std[i] = c->image_std[i];

@@ -28,7 +28,7 @@ static char *clean_answer(const char *a) {
     return out;
 }
 
-char *vs_eval_prompt(const vs_world_sample *s, int t, const char *const *answers) {
+static char *eval_prompt(const vs_world_sample *s, int t, const char *const *answers, bool words) {
     if (t < 0 || t >= s->n_turns) return NULL;
     vs_world_sample tmp = *s;
     char *clean[VS_WORLD_MAX_TURNS] = {0};
@@ -39,9 +39,13 @@ char *vs_eval_prompt(const vs_world_sample *s, int t, const char *const *answers
             ok &= clean[i] != NULL;
             tmp.turns[i].assistant = clean[i];
         }
-    char *p = ok ? vs_world_prompt(&tmp, t, false) : NULL;
+    char *p = ok ? (words ? vs_world_prompt_words : vs_world_prompt)(&tmp, t, false) : NULL;
     for (int i = 0; i < VS_WORLD_MAX_TURNS; i++) vs_free(clean[i]);
     return p;
+}
+
+char *vs_eval_prompt(const vs_world_sample *s, int t, const char *const *answers) {
+    return eval_prompt(s, t, answers, false);
 }
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -113,7 +117,8 @@ vs_status vs_eval_run(const vs_world_dataset *d, const vs_eval_opts *o, vs_eval_
         char *own[VS_WORLD_MAX_TURNS] = {0};
         vs_status st = VS_OK;
         for (int t = 0; t < s->n_turns; t++) {
-            char *prompt = vs_eval_prompt(s, t, o->reference_history ? NULL : (const char *const *)own);
+            char *prompt = eval_prompt(s, t, o->reference_history ? NULL : (const char *const *)own,
+                                       o->ablate == VS_EVAL_IMAGES_WORDS);
             if (!prompt) {
                 st = vs_error_set(err, VS_ERR_NOMEM, "eval: out of memory");
                 break;

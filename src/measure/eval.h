@@ -52,6 +52,8 @@ typedef enum vs_eval_ablate {
                              * suite with as many images (cyclic, over the whole split); the question,
                              * the history and the expected answer stay the sample's own */
     VS_EVAL_IMAGES_NONE,    /* the "<image>" markers are taken out of the prompt: no image rows at all */
+    VS_EVAL_IMAGES_WORDS,   /* every picture in words (vs_world_prompt_words), no image rows: what an LM
+                             * trained with `train target --images-as-text` reads */
 } vs_eval_ablate;
 
 typedef struct vs_eval_opts {

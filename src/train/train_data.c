@@ -10,8 +10,8 @@
 /* ---------------------------------------------------------------------------------------------- */
 /* Encoding */
 
-char *vs_train_conversation(const vs_world_sample *s) {
-    char *p = vs_world_prompt(s, s->n_turns - 1, true);
+static char *conversation(const vs_world_sample *s, bool words) {
+    char *p = (words ? vs_world_prompt_words : vs_world_prompt)(s, s->n_turns - 1, true);
     if (!p) return NULL;
     size_t n = strlen(p);
     char *out = vs_malloc(n + 5);
@@ -22,6 +22,8 @@ char *vs_train_conversation(const vs_world_sample *s) {
     vs_free(p);
     return out;
 }
+
+char *vs_train_conversation(const vs_world_sample *s) { return conversation(s, false); }
 
 /* Lays text out as inference does (mmprompt), every image a run of image_rows rows of width 1 over
  * the shared dummy buffer (the rows' contents are never read; image_first tells the images apart). */
@@ -53,9 +55,9 @@ void vs_train_example_free(vs_train_example *ex) {
 }
 
 /* Rows of the text after appending "</s>" to vs_world_prompt(s, t, with_answer) when close. */
-static vs_status turn_prompt(const vs_world_sample *s, int t, bool with_answer, const vs_tokenizer *tok,
+static vs_status turn_prompt(const vs_world_sample *s, int t, bool with_answer, bool words, const vs_tokenizer *tok,
                              int image_rows, const float *dummy, vs_mm_prompt *q, vs_error *err) {
-    char *txt = vs_world_prompt(s, t, with_answer);
+    char *txt = (words ? vs_world_prompt_words : vs_world_prompt)(s, t, with_answer);
     if (!txt) return vs_error_set(err, VS_ERR_NOMEM, "out of memory");
     vs_status st;
     if (with_answer) {
@@ -75,8 +77,8 @@ static vs_status turn_prompt(const vs_world_sample *s, int t, bool with_answer, 
     return st;
 }
 
-vs_status vs_train_encode(const vs_world_sample *s, const vs_tokenizer *tok, int image_rows,
-                          vs_train_example *ex, vs_error *err) {
+static vs_status encode(const vs_world_sample *s, const vs_tokenizer *tok, int image_rows, bool words,
+                        vs_train_example *ex, vs_error *err) {
     memset(ex, 0, sizeof(*ex));
     const char *id = s && s->id ? s->id : "?";
     if (!s || !tok || image_rows < 1 || s->n_turns < 1 || s->n_turns > VS_WORLD_MAX_TURNS)
@@ -84,14 +86,14 @@ vs_status vs_train_encode(const vs_world_sample *s, const vs_tokenizer *tok, int
     const int32_t eos = vs_tokenizer_eos(tok);
     if (eos < 0) return vs_error_set(err, VS_ERR_INVALID, "encode %s: the tokenizer has no EOS token", id);
     float *dummy = vs_calloc((size_t)image_rows, sizeof(float));
-    char *conv = vs_train_conversation(s);
+    char *conv = conversation(s, words);
     vs_mm_prompt full = {0}, q = {0};
     vs_status st = VS_OK;
     if (!dummy || !conv) st = vs_error_set(err, VS_ERR_NOMEM, "encode %s: out of memory", id);
     if (st == VS_OK) st = layout(conv, tok, image_rows, dummy, &full, err);
-    if (st == VS_OK && full.n_images != s->n_images)
-        st = vs_error_set(err, VS_ERR_INVALID, "encode %s: %d image markers but %d images", id, full.n_images,
-                          s->n_images);
+    if (st == VS_OK && full.n_images != (words ? 0 : s->n_images))
+        st = vs_error_set(err, VS_ERR_INVALID, "encode %s: %d image markers but %d images%s", id, full.n_images,
+                          s->n_images, words ? " (in words: a user text holds a marker of its own)" : "");
     if (st == VS_OK && full.n_rows > INT32_MAX / 2)
         st = vs_error_set(err, VS_ERR_RANGE, "encode %s: %lld rows", id, (long long)full.n_rows);
     if (st == VS_OK) {
@@ -113,7 +115,7 @@ vs_status vs_train_encode(const vs_world_sample *s, const vs_tokenizer *tok, int
     int32_t prev_end = 0;
     for (int t = 0; st == VS_OK && t < s->n_turns; t++) {
         for (int with_answer = 0; st == VS_OK && with_answer < 2; with_answer++) {
-            st = turn_prompt(s, t, with_answer, tok, image_rows, dummy, &q, err);
+            st = turn_prompt(s, t, with_answer, words, tok, image_rows, dummy, &q, err);
             if (st != VS_OK) break;
             if (!is_prefix(&q, &full))
                 st = vs_error_set(err, VS_ERR_INVALID,
@@ -152,6 +154,16 @@ vs_status vs_train_encode(const vs_world_sample *s, const vs_tokenizer *tok, int
     vs_free(dummy);
     if (st != VS_OK) vs_train_example_free(ex);
     return st;
+}
+
+vs_status vs_train_encode(const vs_world_sample *s, const vs_tokenizer *tok, int image_rows,
+                          vs_train_example *ex, vs_error *err) {
+    return encode(s, tok, image_rows, false, ex, err);
+}
+
+vs_status vs_train_encode_words(const vs_world_sample *s, const vs_tokenizer *tok, vs_train_example *ex,
+                                vs_error *err) {
+    return encode(s, tok, 1, true, ex, err);
 }
 
 vs_status vs_train_encode_text(const char *text, const vs_tokenizer *tok, vs_train_example *ex,
@@ -421,7 +433,8 @@ vs_train_data *vs_train_data_new(const vs_world_dataset *const *sets, int n_sets
         for (int64_t i = 0; st == VS_OK && i < sets[k]->n; i++) {
             const vs_world_sample *s = &sets[k]->samples[i];
             vs_train_example ex;
-            st = vs_train_encode(s, tok, opts->image_rows, &ex, err);
+            st = opts->images_as_text ? vs_train_encode_words(s, tok, &ex, err)
+                                      : vs_train_encode(s, tok, opts->image_rows, &ex, err);
             if (st != VS_OK) {
                 vs_error_wrap(err, "%s/%s.jsonl", sets[k]->dir, sets[k]->split);
                 break;

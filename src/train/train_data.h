@@ -62,6 +62,10 @@ char *vs_train_conversation(const vs_world_sample *s);
  * rows than training did). */
 vs_status vs_train_encode(const vs_world_sample *s, const vs_tokenizer *tok, int image_rows,
                           vs_train_example *ex, vs_error *err);
+/* The same with every picture in words (vs_world_prompt_words): no image rows; the LM-only form of a
+ * world's conversations (`train target --images-as-text`). */
+vs_status vs_train_encode_words(const vs_world_sample *s, const vs_tokenizer *tok, vs_train_example *ex,
+                                vs_error *err);
 void vs_train_example_free(vs_train_example *ex);
 
 /* Encodes a plain text document (language-model pretraining, no chat template): BOS, the tokens of
@@ -80,6 +84,7 @@ typedef struct vs_train_data_opts {
     vs_preproc preproc; /* image preprocessing (size = the ViT's S, mean/std as exported) */
     int bucket;         /* batches per length-sorted chunk; <= 1: no length grouping */
     float prompt_loss;  /* weight of prompt text rows in the loss (0: answers only; 1: every text row) */
+    bool images_as_text; /* every picture in words (vs_train_encode_words) instead of image rows */
     uint64_t seed;      /* seeds the epoch RNG of a fresh state */
 } vs_train_data_opts;
 

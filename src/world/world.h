@@ -252,6 +252,14 @@ void vs_world_sample_clear(vs_world_sample *s);
  *   "USER: {user 0} ASSISTANT: {assistant 0}</s>USER: {user 1} ASSISTANT:"
  * No leading "<s>" (the tokenizer adds BOS). with_answer appends turn t's assistant text too. */
 char *vs_world_prompt(const vs_world_sample *s, int t, bool with_answer);
+/* The same with every picture in words: the k-th "<image>" marker replaced by "Picture: " and scene k
+ * written out (vs_world_scene_words), so an LM alone can be trained and tested on the picture's facts. */
+char *vs_world_prompt_words(const vs_world_sample *s, int t, bool with_answer);
+/* A scene written out (vs_malloc'd; NULL when out of memory): one entry per object in cell order, line
+ * top to bottom or bar left to right, then the background: "top left: large red ring; center: small
+ * blue star on a white background.", "\"OCEAN\" in red; \"121\" in blue, at the top left on a beige
+ * background.", "C 3 blue; U 9 pink on a white background." (look's transcript answers). */
+char *vs_world_scene_words(const vs_world_scene *sc);
 
 /* ---------------------------------------------------------------------------------------------- */
 /* Checker */

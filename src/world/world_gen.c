@@ -1907,6 +1907,31 @@ static bool same_query(const vs_world_query *a, const vs_world_query *b) {
  * order (query `lines`), or as every bar's label and value in order (`bars`). Its words repeat answers of
  * the earlier turns (a line's text, an object's colour): with those answers in the context, its score
  * partly measures copying, which is why it has query types of its own. */
+char *vs_world_scene_words(const vs_world_scene *sc) {
+    wsb a;
+    wsb_init(&a);
+    if (sc->kind == VS_SCENE_SHAPES) {
+        int k = 0;
+        for (int c = 0; c < VS_WORLD_N_CELLS; c++)
+            for (int i = 0; i < sc->n_objects; i++) {
+                const vs_world_object *o = &sc->objects[i];
+                if (o->cell == c)
+                    wsb_printf(&a, "%s%s: %s %s %s", k++ ? "; " : "", vs_world_cell_name(c), vs_world_size_name(o->size),
+                               vs_world_color_name(o->color), vs_world_shape_name(o->shape));
+            }
+    } else if (sc->kind == VS_SCENE_GLYPH) {
+        for (int i = 0; i < sc->n_lines; i++)
+            wsb_printf(&a, "%s\"%s\" in %s", i ? "; " : "", sc->lines[i].text, vs_world_color_name(sc->lines[i].color));
+        wsb_printf(&a, ", at the %s", vs_world_cell_name(sc->align));
+    } else {
+        for (int i = 0; i < sc->n_bars; i++)
+            wsb_printf(&a, "%s%c %d %s", i ? "; " : "", sc->bars[i].label, sc->bars[i].value,
+                       vs_world_color_name(sc->bars[i].color));
+    }
+    wsb_printf(&a, " on a %s background.", vs_world_bg_name(sc->bg));
+    return wsb_take(&a);
+}
+
 static void look_transcript(gen *g, const vs_world_scene *sc, vs_world_turn *t) {
     wsb u, a;
     wsb_init(&u);
@@ -1917,40 +1942,29 @@ static void look_transcript(gen *g, const vs_world_scene *sc, vs_world_turn *t) 
         wsb_say(&u, g->r, "{List every object in the image with its place, size and color.|Describe each shape in the picture: "
                           "where it is, its size and its color.}");
         bool want[VS_WORLD_N_SHAPES * VS_WORLD_N_COLORS] = {0};
-        int k = 0;
-        for (int c = 0; c < VS_WORLD_N_CELLS; c++)
-            for (int i = 0; i < sc->n_objects; i++) {
-                const vs_world_object *o = &sc->objects[i];
-                if (o->cell != c) continue;
-                wsb_printf(&a, "%s%s: %s %s %s", k++ ? "; " : "", vs_world_cell_name(c), vs_world_size_name(o->size),
-                           vs_world_color_name(o->color), vs_world_shape_name(o->shape));
-                want[o->shape * VS_WORLD_N_COLORS + o->color] = true;
-            }
+        for (int i = 0; i < sc->n_objects; i++) want[sc->objects[i].shape * VS_WORLD_N_COLORS + sc->objects[i].color] = true;
         pairs_answer(want, ans, sizeof(ans));
         q = query_new(VS_Q_DESCRIBE, 0);
     } else if (sc->kind == VS_SCENE_GLYPH) {
         wsb_say(&u, g->r, "{Transcribe every line of text in the image with its color.|What does the text in the image say? "
                           "Give each line and its color.}");
         for (int i = 0; i < sc->n_lines; i++) {
-            const vs_world_line *l = &sc->lines[i];
-            wsb_printf(&a, "%s\"%s\" in %s", i ? "; " : "", l->text, vs_world_color_name(l->color));
             size_t n = strlen(ans);
-            snprintf(ans + n, sizeof(ans) - n, "%s%s", i ? " " : "", l->text);
+            snprintf(ans + n, sizeof(ans) - n, "%s%s", i ? " " : "", sc->lines[i].text);
         }
-        wsb_printf(&a, ", at the %s", vs_world_cell_name(sc->align));
         q = query_new(VS_Q_LINES, 0);
     } else {
         wsb_say(&u, g->r, "{List the bars of the chart with their values and colors.|Read every bar of the chart from left to "
                           "right: its label, value and color.}");
         for (int i = 0; i < sc->n_bars; i++) {
-            const vs_world_bar *b = &sc->bars[i];
-            wsb_printf(&a, "%s%c %d %s", i ? "; " : "", b->label, b->value, vs_world_color_name(b->color));
             size_t n = strlen(ans);
-            snprintf(ans + n, sizeof(ans) - n, "%s%c %d", i ? ", " : "", b->label, b->value);
+            snprintf(ans + n, sizeof(ans) - n, "%s%c %d", i ? ", " : "", sc->bars[i].label, sc->bars[i].value);
         }
         q = query_new(VS_Q_BARS, 0);
     }
-    wsb_printf(&a, " on a %s background.", vs_world_bg_name(sc->bg));
+    char *w = vs_world_scene_words(sc);
+    if (w) wsb_puts(&a, w);
+    vs_free(w);
     set_turn(t, VS_TURN_MORE, 1, 0, &u, &a, ans, &q);
 }
 

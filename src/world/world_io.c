@@ -28,13 +28,29 @@ void vs_world_sample_clear(vs_world_sample *s) {
     memset(s, 0, sizeof(*s));
 }
 
-char *vs_world_prompt(const vs_world_sample *s, int t, bool with_answer) {
+/* Appends user text u with its "<image>" markers replaced by the pictures in words, from scene *k on. */
+static void put_words(wsb *b, const vs_world_sample *s, const char *u, int *k) {
+    static const char marker[] = "<image>";
+    for (const char *m; (m = strstr(u, marker)) != NULL; u = m + sizeof(marker) - 1) {
+        wsb_printf(b, "%.*s", (int)(m - u), u);
+        char *w = *k < s->n_images ? vs_world_scene_words(&s->scenes[*k]) : NULL;
+        wsb_puts(b, "Picture: ");
+        wsb_puts(b, w ? w : "?");
+        vs_free(w);
+        ++*k;
+    }
+    wsb_puts(b, u);
+}
+
+static char *prompt(const vs_world_sample *s, int t, bool with_answer, bool words) {
     if (t < 0 || t >= s->n_turns) return NULL;
     wsb b;
     wsb_init(&b);
+    int k = 0;
     for (int i = 0; i <= t; i++) {
         wsb_puts(&b, "USER: ");
-        wsb_puts(&b, s->turns[i].user);
+        if (words) put_words(&b, s, s->turns[i].user, &k);
+        else wsb_puts(&b, s->turns[i].user);
         wsb_puts(&b, " ASSISTANT:");
         if (i < t || with_answer) {
             wsb_puts(&b, " ");
@@ -44,6 +60,9 @@ char *vs_world_prompt(const vs_world_sample *s, int t, bool with_answer) {
     }
     return wsb_take(&b);
 }
+
+char *vs_world_prompt(const vs_world_sample *s, int t, bool with_answer) { return prompt(s, t, with_answer, false); }
+char *vs_world_prompt_words(const vs_world_sample *s, int t, bool with_answer) { return prompt(s, t, with_answer, true); }
 
 /* ---------------------------------------------------------------------------------------------- */
 /* content key */
