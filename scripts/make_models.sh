@@ -8,6 +8,9 @@
 #   2c. text      with TEXT_PER_SUITE > 0: LM text pretraining on a text-and-drill world of its own
 #                 ($WORK/text-world) -> $WORK/text, in resumable chunks; the target then starts from its
 #                 weights (--init; with 2b the tower is the pretrained one)
+#   2d. look      with LOOK_PER_SUITE > 0: the short-answer look suite on a world of its own
+#                 ($WORK/look-world) with the tower frozen throughout -> $WORK/look, in resumable chunks,
+#                 from 2b's tower and 2c's LM; the target then starts from its weights (--init)
 #   3. training   vlmspec train target --resume, in chunks of at most $CHUNK_SECONDS each (every chunk
 #                 ends with a checkpoint; the next one continues exactly) until $WORK/train/target.gguf
 #                 exists; with FINISH_AT, until step FINISH_AT, then a finishing run in $WORK/train-finish
@@ -51,6 +54,9 @@
 #   TEXT_TEST        its test conversations per suite (default 200)
 #   TEXT_SEED        its world seed (default 3)
 #   TEXT_EPOCHS      its passes over that world (default 1)
+#   TEXT_SUITES      the text stage world's suites (default text,drill; with look, and --images-as-text in
+#                    TEXT_FLAGS, the LM learns the pictures' facts from their scenes in words)
+#   TEXT_EVAL_FLAGS  extra flags of the text stage's eval (e.g. --ablate-images words with look in words)
 #   TEXT_EVAL_LIMIT  test conversations per suite the stage's model is evaluated on once it is trained
 #                    ($WORK/text/eval.txt, the text and drill accuracy the main run starts from, with
 #                    EVAL_FLAGS; default 100; 0: no eval)
@@ -60,6 +66,14 @@
 #                    still shrinks the untouched tower and projector (the tower is replaced with
 #                    VISION_STEPS > 0; the projector starts the main run smaller than its initialisation).
 #                    The tokenizer is trained on the main world: SUITES=all lets it see the drills.
+#   LOOK_PER_SUITE   training pictures of the look stage's world (default 0: no look stage)
+#   LOOK_TEST        its test pictures (default 200)
+#   LOOK_SEED        its world seed (default 4)
+#   LOOK_EPOCHS      its passes over that world (default 1)
+#   LOOK_FLAGS       extra `vlmspec train target` flags of the look stage (--lr, --batch, --prompt-loss ...;
+#                    the shape flags must be TRAIN_FLAGS'). Its model is evaluated on the look test split
+#                    with the reference history, own and swapped pictures ($WORK/look/eval.txt,
+#                    eval-swap.txt; LOOK_EVAL_LIMIT pictures, default 200, 0: no eval)
 #   NORM_CAP         keep the projector's image rows within this multiple of the token embeddings' mean
 #                    norm (`train target --norm-cap`; default 0: off, as the shipped target)
 #   TRAIN_FLAGS      extra `vlmspec train target` flags (sizes, --lr, --batch ...; default none: the
@@ -110,7 +124,15 @@ TEXT_TEST=${TEXT_TEST:-200}
 TEXT_SEED=${TEXT_SEED:-3}
 TEXT_EPOCHS=${TEXT_EPOCHS:-1}
 TEXT_FLAGS=${TEXT_FLAGS:-}
+TEXT_SUITES=${TEXT_SUITES:-text,drill}
+TEXT_EVAL_FLAGS=${TEXT_EVAL_FLAGS:-}
 TEXT_EVAL_LIMIT=${TEXT_EVAL_LIMIT:-100}
+LOOK_PER_SUITE=${LOOK_PER_SUITE:-0}
+LOOK_TEST=${LOOK_TEST:-200}
+LOOK_SEED=${LOOK_SEED:-4}
+LOOK_EPOCHS=${LOOK_EPOCHS:-1}
+LOOK_FLAGS=${LOOK_FLAGS:-}
+LOOK_EVAL_LIMIT=${LOOK_EVAL_LIMIT:-200}
 NORM_CAP=${NORM_CAP:-0}
 TRAIN_FLAGS=${TRAIN_FLAGS:-}
 THREADS=${THREADS:-2}
@@ -189,9 +211,9 @@ if [ "$TEXT_PER_SUITE" -gt 0 ]; then
     if [ -f "$WORK/text-world/world.json" ]; then
         log "text: $WORK/text-world exists"
     else
-        log "text: generating seed $TEXT_SEED, $TEXT_PER_SUITE train + $TEXT_TEST test per suite (text, drill)"
+        log "text: generating seed $TEXT_SEED, $TEXT_PER_SUITE train + $TEXT_TEST test per suite ($TEXT_SUITES)"
         "$VLMSPEC" data gen --out "$WORK/text-world" --seed "$TEXT_SEED" --train "$TEXT_PER_SUITE" \
-            --test "$TEXT_TEST" --suites text,drill --quiet
+            --test "$TEXT_TEST" --suites "$TEXT_SUITES" --quiet
     fi
     TEXT_GEMM="" # the products of the main run after its switches (a text-only LM has no image rows)
     [ "$HAS_AMX" = 1 ] && TEXT_GEMM="--gemm amx-bf16x3 --attention gemm"
@@ -206,15 +228,55 @@ if [ "$TEXT_PER_SUITE" -gt 0 ]; then
     if [ "$TEXT_EVAL_LIMIT" -gt 0 ]; then
         if [ ! -f "$WORK/text/eval.txt" ] || [ "$WORK/text/target.gguf" -nt "$WORK/text/eval.txt" ]; then
             log "text: eval on $TEXT_EVAL_LIMIT test conversations per suite, greedy"
-            # shellcheck disable=SC2086 # EVAL_FLAGS is a list of flags
+            # shellcheck disable=SC2086 # EVAL_FLAGS and TEXT_EVAL_FLAGS are lists of flags
             "$VLMSPEC" eval --model "$WORK/text/target.gguf" --mmproj "$WORK/text/target-mmproj.gguf" \
                 --data "$WORK/text-world" --limit "$TEXT_EVAL_LIMIT" --threads "$THREADS" --quiet \
-                --json "$WORK/text/eval.json" $EVAL_FLAGS > "$WORK/text/eval.txt.tmp"
+                --json "$WORK/text/eval.json" $EVAL_FLAGS $TEXT_EVAL_FLAGS > "$WORK/text/eval.txt.tmp"
             mv "$WORK/text/eval.txt.tmp" "$WORK/text/eval.txt"
         fi
         cat "$WORK/text/eval.txt"
     fi
     TEXT_INIT="--init $WORK/text/ckpt/ckpt.gguf"
+fi
+
+# 2d. the look stage, in resumable chunks: short answers about one picture and its transcript, the tower
+#     kept as 2b made it (a fresh LM lets it collapse, docs/target.md); the main run starts from it
+if [ "$LOOK_PER_SUITE" -gt 0 ]; then
+    if [ -f "$WORK/look-world/world.json" ]; then
+        log "look: $WORK/look-world exists"
+    else
+        log "look: generating seed $LOOK_SEED, $LOOK_PER_SUITE train + $LOOK_TEST test pictures"
+        "$VLMSPEC" data gen --out "$WORK/look-world" --seed "$LOOK_SEED" --train "$LOOK_PER_SUITE" \
+            --test "$LOOK_TEST" --suites look --quiet
+    fi
+    LOOK_NORM=""
+    [ "$NORM_CAP" != 0 ] && LOOK_NORM="--norm-cap $NORM_CAP"
+    while [ ! -f "$WORK/look/target.gguf" ]; do
+        chunk_gate look
+        log "look: chunk of at most $CHUNK_SECONDS s ($LOOK_EPOCHS epochs, tower frozen)"
+        # shellcheck disable=SC2086 # the *_INIT, LOOK_NORM and LOOK_FLAGS are lists of flags
+        "$VLMSPEC" train target --data "$WORK/look-world" --tokenizer "$WORK/tok.gguf" --out "$WORK/look" \
+            --epochs "$LOOK_EPOCHS" --threads "$THREADS" --resume --time-limit "$CHUNK_SECONDS" \
+            --freeze-vision 1000000000000 $VISION_INIT $TEXT_INIT $LOOK_NORM $LOOK_FLAGS
+    done
+    if [ "$LOOK_EVAL_LIMIT" -gt 0 ]; then
+        if [ ! -f "$WORK/look/eval-swap.txt" ] || [ "$WORK/look/target.gguf" -nt "$WORK/look/eval-swap.txt" ]; then
+            log "look: eval on $LOOK_EVAL_LIMIT test pictures, reference history, own and swapped pictures"
+            for A in own swap; do
+                ABL="" SUF=""
+                [ "$A" = swap ] && ABL="--ablate-images swap" SUF="-swap"
+                # shellcheck disable=SC2086 # ABL and EVAL_FLAGS are lists of flags
+                "$VLMSPEC" eval --model "$WORK/look/target.gguf" --mmproj "$WORK/look/target-mmproj.gguf" \
+                    --data "$WORK/look-world" --limit "$LOOK_EVAL_LIMIT" --history reference --by-question \
+                    --threads "$THREADS" --quiet --json "$WORK/look/eval$SUF.json" $ABL $EVAL_FLAGS \
+                    > "$WORK/look/eval$SUF.txt.tmp"
+                mv "$WORK/look/eval$SUF.txt.tmp" "$WORK/look/eval$SUF.txt"
+            done
+        fi
+        cat "$WORK/look/eval.txt"
+        sed -n 2p "$WORK/look/eval-swap.txt"
+    fi
+    TEXT_INIT="--init $WORK/look/ckpt/ckpt.gguf" # the main run starts from the look stage's weights
 fi
 
 # 3. training, in resumable chunks. With GEMM_SWITCH > 0 the first GEMM_SWITCH steps use OpenBLAS's F32

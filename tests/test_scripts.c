@@ -1,8 +1,10 @@
 /* test_scripts: the model-making scripts end to end, on a tiny world and tiny models, so the documented
  * commands that reproduce the shipped models keep working:
  *   - scripts/make_models.sh: world (SUITES), tokenizer, vision pretraining (VISION_STEPS), LM text
- *     pretraining on a world of its own (TEXT_PER_SUITE), target training in chunks from that tower and
- *     that LM with the norm cap (NORM_CAP, all in run.json), eval, results in OUT. On a CPU
+ *     pretraining on a world of its own (TEXT_PER_SUITE; its look pictures in words, TEXT_SUITES), the look
+ *     stage from that tower and LM with the tower frozen (LOOK_PER_SUITE, evaluated with own and swapped
+ *     pictures), target training in chunks from the look stage with the norm cap (NORM_CAP, all in
+ *     run.json), eval, results in OUT. On a CPU
  *     with the AMX products the run switches attention at ATTENTION_SWITCH: the first chunk stops there
  *     with --attention direct, the next runs --attention gemm, and OUT/attention keeps "direct"; with
  *     FINISH_AT the run stops there and a short run from that checkpoint (train-finish/) makes the model;
@@ -62,8 +64,12 @@ int main(void) {
     static const char *const model_env =
         "TRAIN_PER_SUITE=3 TEST_PER_SUITE=1 VOCAB=300 EPOCHS=1 FREEZE_VISION=1 VISION_WARMUP=1 "
         "ATTENTION_SWITCH=2 FINISH_AT=4 FINISH_STEPS=2 FINISH_WARMUP=1 THREADS=2 NORM_CAP=2 VISION_STEPS=2 "
-        "SUITES=all TEXT_PER_SUITE=2 TEXT_TEST=1 TEXT_EPOCHS=2 TEXT_EVAL_LIMIT=1 "
+        "SUITES=all TEXT_PER_SUITE=2 TEXT_TEST=1 TEXT_EPOCHS=2 TEXT_EVAL_LIMIT=1 TEXT_SUITES=text,drill,look "
+        "TEXT_EVAL_FLAGS='--ablate-images words' "
         "TEXT_FLAGS='--warmup 1 --batch 4 --accum 1 --width 32 --layers 2 --heads 2 --kv-heads 1 --ffn 64 "
+        "--v-width 32 --v-blocks 1 --v-heads 2 --v-ffn 64 --ctx 1024 --images-as-text --prompt-loss 1 -q' "
+        "LOOK_PER_SUITE=2 LOOK_TEST=2 LOOK_EVAL_LIMIT=1 "
+        "LOOK_FLAGS='--warmup 1 --batch 2 --accum 1 --width 32 --layers 2 --heads 2 --kv-heads 1 --ffn 64 "
         "--v-width 32 --v-blocks 1 --v-heads 2 --v-ffn 64 --ctx 1024 -q' "
         "VISION_FLAGS='--batch 2 --eval-images 4 --eval-every 1 --v-width 32 --v-blocks 1 --v-heads 2 --v-ffn 64 "
         "--width 32 -q' "
@@ -96,10 +102,21 @@ int main(void) {
              "run.json lacks the script's vision warm-up and rate");
     VT_CHECK(vt_file_has(path, "vision/vision-mmproj.gguf") && vt_file_has(path, "\"norm_cap\":2"),
              "run.json lacks the pretrained tower (VISION_STEPS) or the norm cap (NORM_CAP)");
-    VT_CHECK(vt_file_has(path, "text/ckpt/ckpt.gguf"), "run.json lacks the text stage's weights (TEXT_PER_SUITE)");
+    VT_CHECK(vt_file_has(path, "look/ckpt/ckpt.gguf"), "run.json lacks the look stage's weights (LOOK_PER_SUITE)");
     snprintf(path, sizeof(path), "%s/text/run.json", work);
-    VT_CHECK(vt_file_has(path, "text-world") && vt_file_has(path, "\"steps\":2,"),
-             "the text stage did not run its 2 epochs of 1 step on its own world (%s)", path);
+    VT_CHECK(vt_file_has(path, "text-world") && vt_file_has(path, "\"images_as_text\":true"),
+             "the text stage did not run on its own world with the pictures in words (%s)", path);
+    snprintf(path, sizeof(path), "%s/text-world/world.json", work);
+    VT_CHECK(vt_file_has(path, "look"), "TEXT_SUITES did not reach the text world (%s)", path);
+    snprintf(path, sizeof(path), "%s/look/run.json", work);
+    VT_CHECK(vt_file_has(path, "look-world") && vt_file_has(path, "text/ckpt/ckpt.gguf") &&
+                 vt_file_has(path, "vision/vision-mmproj.gguf") && vt_file_has(path, "\"freeze_vision\":1000000000000"),
+             "the look stage did not start from the text stage's LM and the pretrained tower, frozen (%s)", path);
+    VT_CHECK(exists(work, "look/target.gguf") && exists(work, "look/eval.txt") && exists(work, "look/eval-swap.txt") &&
+                 count_lines_with(log1, "look: chunk of at most") == 1 && count_lines_with(log1, "look: eval on 1 test") == 1,
+             "the look stage did not finish in one chunk and get evaluated once (log %s)", log1);
+    snprintf(path, sizeof(path), "%s/look/eval-swap.json", work);
+    VT_CHECK(vt_file_has(path, "\"images\":\"swapped\""), "%s is not the swapped-pictures eval", path);
     VT_CHECK(exists(work, "text/target.gguf") && count_lines_with(log1, "text: chunk of at most") == 1,
              "the text stage did not finish in one chunk (log %s)", log1);
     VT_CHECK(exists(work, "text/eval.txt") && exists(work, "text/eval.json") &&
@@ -137,7 +154,7 @@ int main(void) {
     snprintf(out1, sizeof(out1), "%s/models-one", tmp);
     snprintf(log_one, sizeof(log_one), "%s/make_models_one.log", tmp);
     int calls = 0, chunk_lines = 0;
-    for (; calls < 6 && !exists(out1, "target.gguf"); calls++) {
+    for (; calls < 7 && !exists(out1, "target.gguf"); calls++) {
         rc = vt_run("ONE_CHUNK=1 VLMSPEC=%s WORK=%s OUT=%s %s sh scripts/make_models.sh > %s 2>&1", abs_cli, work1,
                     out1, model_env, log_one);
         VT_CHECK(rc == 0, "make_models.sh ONE_CHUNK=1 exit %d (log %s)", rc, log_one);
@@ -145,8 +162,8 @@ int main(void) {
         VT_CHECK(n == 1, "ONE_CHUNK=1 call %d ran %d chunks (log %s)", calls + 1, n, log_one);
         chunk_lines += n;
     }
-    /* vision, text, the main run (to FINISH_AT; with the AMX products: two chunks), the finishing run */
-    VT_CHECK(exists(out1, "target.gguf") && calls == (amx ? 5 : 4) && chunk_lines == calls,
+    /* vision, text, look, the main run (to FINISH_AT; with the AMX products: two chunks), the finishing run */
+    VT_CHECK(exists(out1, "target.gguf") && calls == (amx ? 6 : 5) && chunk_lines == calls,
              "ONE_CHUNK=1: %d calls, %d chunks, model %s", calls, chunk_lines,
              exists(out1, "target.gguf") ? "written" : "missing");
 
