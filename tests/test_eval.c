@@ -20,7 +20,8 @@
 #include "world_tiny.h"
 
 /* `vlmspec data rows`: the files hold exactly vs_train_encode's rows, turns and the turns' query types,
- * and the JSON counts them; an unwritable prefix fails (exit 1) and leaves no file behind. */
+ * and the JSON counts them; an unwritable prefix fails (exit 1) and leaves no file behind; with
+ * --images-as-text no row is an image row, and --image-rows beside it is refused (exit 2). */
 static void test_cli_rows(const char *cli, const char *dir, const char *tok_path, const char *tmp) {
     int rc = vt_run("%s data rows %s --split test --tokenizer %s -o %s/rows > %s/rows.log", cli, dir, tok_path,
                     tmp, tmp);
@@ -70,6 +71,25 @@ static void test_cli_rows(const char *cli, const char *dir, const char *tok_path
                 tok_path, tmp, tmp);
     snprintf(path, sizeof(path), "%s/missing", tmp);
     VT_CHECK(rc == 1 && access(path, F_OK) != 0, "data rows into a missing folder: exit %d", rc);
+    /* --images-as-text: the same samples with the pictures in words: no image rows; --image-rows with it is refused */
+    rc = vt_run("%s data rows %s --split test --tokenizer %s -o %s/words --images-as-text > %s/words.log", cli, dir,
+                tok_path, tmp, tmp);
+    snprintf(path, sizeof(path), "%s/words.tokens.i32", tmp);
+    uint8_t *wb = NULL;
+    size_t nw = 0;
+    const bool read = rc == 0 && vs_read_file(path, &wb, &nw, &err) == VS_OK;
+    int64_t neg = 0;
+    for (size_t i = 0; read && i + 4 <= nw; i += 4) {
+        int32_t v;
+        memcpy(&v, wb + i, 4);
+        neg += v < 0;
+    }
+    VT_CHECK(read && nw > 0 && neg == 0, "data rows --images-as-text: exit %d, %lld image rows", rc, (long long)neg);
+    vs_free(wb);
+    rc = vt_run("%s data rows %s --split test --tokenizer %s -o %s/words2 --images-as-text --image-rows 4 > %s/words2.log "
+                "2>&1", cli, dir, tok_path, tmp, tmp);
+    snprintf(path, sizeof(path), "%s/words2.log", tmp);
+    VT_CHECK(rc == 2 && vt_file_has(path, "take no image rows"), "--image-rows with --images-as-text: exit %d", rc);
     printf("data rows: %lld samples, %lld rows equal vs_train_encode's (tokens, answers, turns, queries)\n",
            (long long)d->n, (long long)rows);
     vs_tokenizer_free(tok);

@@ -338,12 +338,10 @@ static void test_bars_rule(const vs_world_dataset *d) {
     VT_REQUIRE(s, "no look chart with 3 bars or more");
     const vs_world_scene *sc = &s->scenes[0];
     const int t = s->n_turns - 1, n = sc->n_bars;
+    char labels[VS_WORLD_MAX_BARS + 1] = {0};
+    for (int b = 0; b < n; b++) labels[b] = sc->bars[b].label;
     char foreign = 'B'; /* the first letter that may label a bar and labels none here */
-    for (bool used = true; used; foreign++) {
-        used = foreign == 'I';
-        for (int b = 0; b < n; b++) used |= sc->bars[b].label == foreign;
-        if (!used) break;
-    }
+    while (foreign == 'I' || strchr(labels, foreign)) foreign++;
     char text[256];
     for (int variant = 0; variant < 6; variant++) {
         text[0] = 0;

@@ -468,6 +468,8 @@ static int cmd_rows(int argc, char **argv) {
     const int r = parse_with_dir(cmd, argc, argv, &fs, &dir);
     if (r >= 0) return r;
     if (!dir || !out || !tok_path) return cli_fail(cmd, "DIR, --tokenizer TOK.gguf and -o PREFIX are required"), 2;
+    if (words && cli_flag_given(&fs, &image_rows))
+        return cli_fail(cmd, "--image-rows with --images-as-text: pictures in words take no image rows"), 2;
     vs_error err = {0};
     vs_tokenizer *tok = vs_tokenizer_load(tok_path, &err);
     if (!tok) return cli_fail_err(cmd, &err);

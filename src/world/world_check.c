@@ -709,7 +709,7 @@ bool vs_world_check(const vs_world_sample *s, int t, const char *text, vs_world_
             int64_t val = tok_number(toks[i + 1], &num);
             if (!num) continue;
             size_t fl = strlen(v->found);
-            snprintf(v->found + fl, sizeof(v->found) - fl, "%s%c %lld", k ? ", " : "", toks[i].p[0], (long long)val);
+            snprintf(v->found + fl, sizeof(v->found) - fl, "%s%c %lld", k ? ", " : "", c, (long long)val);
             ok &= k < e.n_labels && c == e.labels[k] && val == e.values[k];
             k++, i++;
         }
