@@ -1,7 +1,8 @@
 /* Sessions on several threads that share one target cache and merge their verify forwards (batch.h): every
  * request's greedy output equals the one it gets alone (chains, trees, target-only), blocks really merge
- * (fewer forwards than blocks), and a finished request leaves the others running. Uses the shipped models
- * (skips without them). */
+ * (fewer forwards than blocks), a finished request leaves the others running, and with drafting paused
+ * while 2+ requests run (vs_batch_set_draft_pause) blocks go undrafted and the outputs stay the same.
+ * Uses the shipped models (skips without them). */
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -23,6 +24,7 @@ typedef struct job {
     int n_predict;
     int32_t tokens[256];
     int32_t n_tokens;
+    int32_t undrafted; /* blocks that verified no draft */
     vs_status st;
     char err[512];
 } job;
@@ -41,6 +43,8 @@ static void run_one(job *j) {
     snprintf(j->err, sizeof(j->err), "%s", err.msg);
     j->n_tokens = VS_MIN(res.log.n_tokens, 256);
     memcpy(j->tokens, res.log.tokens, sizeof(int32_t) * (size_t)j->n_tokens);
+    j->undrafted = 0;
+    for (int32_t b = 0; b < res.log.n_blocks; b++) j->undrafted += res.log.blocks[b].n_draft == 0;
     vs_result_free(&res);
 }
 
@@ -101,7 +105,16 @@ int main(void) {
         run_one(&ref[i]);
         VT_REQUIRE(ref[i].st == VS_OK && ref[i].n_tokens > 0, "reference %d: %s", i, ref[i].err);
     }
-    for (int round = 0; round < 2; round++) { /* the second round reuses the caches' prefixes */
+    vs_batch_stats bs;
+    int undrafted[3];
+    /* rounds 0, 1: drafting throughout (the second reuses the caches' prefixes); round 2: drafting paused
+     * while two or more requests run */
+    for (int round = 0; round < 3; round++) {
+        if (round == 2) {
+            vs_batch_get_stats(batch, &bs);
+            VT_CHECK(bs.paused == 0, "no block is undrafted without a pause (%lld)", (long long)bs.paused);
+            vs_batch_set_draft_pause(batch, 2);
+        }
         pthread_t th[N_THREADS];
         for (int i = 0; i < N_THREADS; i++) {
             par[i] = (job){.sess = sess[i], .batch = batch, .draft = cfg[i], .question = QUESTIONS[i],
@@ -109,6 +122,11 @@ int main(void) {
             VT_REQUIRE(!pthread_create(&th[i], NULL, thread_main, &par[i]), "thread");
         }
         for (int i = 0; i < N_THREADS; i++) pthread_join(th[i], NULL);
+        undrafted[round] = 0;
+        for (int i = 0; i < N_THREADS; i++) undrafted[round] += par[i].undrafted;
+        if (round == 2) /* the drafters' own stops (p-min) leave some blocks undrafted in every round */
+            VT_CHECK(undrafted[2] > undrafted[1], "the pause leaves blocks undrafted: %d against %d without it",
+                     undrafted[2], undrafted[1]);
         for (int i = 0; i < N_THREADS; i++) {
             VT_CHECK(par[i].st == VS_OK, "round %d request %d: %s", round, i, par[i].err);
             VT_CHECK(par[i].n_tokens == ref[i].n_tokens &&
@@ -117,12 +135,15 @@ int main(void) {
                      cfg[i].method, cfg[i].opts.tree_width > 1 ? " tree" : "", par[i].n_tokens, ref[i].n_tokens);
         }
     }
-    vs_batch_stats bs;
+    const int64_t paused_before = bs.paused;
     vs_batch_get_stats(batch, &bs);
+    VT_CHECK(bs.paused > paused_before, "drafting paused in the third round: %lld undrafted blocks",
+             (long long)(bs.paused - paused_before));
     VT_CHECK(bs.blocks > 0 && bs.forwards < bs.blocks && bs.merged_rows > 0,
              "blocks merge: %lld blocks in %lld forwards (%lld merged rows)", (long long)bs.blocks,
              (long long)bs.forwards, (long long)bs.merged_rows);
-    printf("batch: %lld verify blocks in %lld forwards\n", (long long)bs.blocks, (long long)bs.forwards);
+    printf("batch: %lld verify blocks in %lld forwards, %lld undrafted\n", (long long)bs.blocks,
+           (long long)bs.forwards, (long long)bs.paused);
     for (int i = 0; i < N_THREADS; i++) vs_session_free(sess[i]);
     vs_session_free(alone);
     vs_batch_free(batch);

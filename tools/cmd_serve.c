@@ -34,6 +34,8 @@ static void usage(FILE *f) {
             "  --tree-width D          width-D token trees (1..8, default 1: chains)\n"
             "  --draft-greedy          draft greedily even when sampling\n"
             "  --draft-kv-type T       the drafters' KV cache: bf16 (default), f16 or f32\n"
+            "  --draft-pause N         drafting pauses while N or more requests run: their blocks verify\n"
+            "                          one row each, merged (0: never; default 3)\n"
             "sampling defaults (a request's fields override):\n"
             "  --temp T                temperature (default 0.8; 0 = greedy)\n"
             "  --top-k K               (default 40)   --top-p P  (default 0.95)   --min-p P  (default 0.05)\n"
@@ -91,6 +93,7 @@ int vs_cmd_serve(int argc, char **argv) {
     cli_flag_add(&fs, "--port", CLI_INT, &o.port, 0, 65535);
     cli_flag_add(&fs, "-np|--parallel", CLI_INT, &o.n_slots, 1, 256);
     cli_flag_add(&fs, "--queue", CLI_INT, &o.queue, 0, 1 << 20);
+    cli_flag_add(&fs, "--draft-pause", CLI_INT, &o.draft_pause, 0, 1 << 20);
     cli_flag_add(&fs, "-c|--ctx-size", CLI_INT, &o.n_ctx, 1, 1 << 24);
     cli_flag_add(&fs, "--kv-type", CLI_KV, &o.kv_type, 0, 0);
     cli_flag_add(&fs, "-t|--threads", CLI_INT, &threads, 1, 1024);

@@ -480,6 +480,7 @@ static bool load_models(vs_server *s) {
     vs_kv *kv = slots ? vs_lm_kv_new(vs_models_target(m), s->o.n_slots, n_ctx, s->o.kv_type, &err) : NULL;
     vs_batch *batch = kv ? vs_batch_new(0, &err) : NULL;
     if (slots && !batch) goto fail;
+    if (batch) vs_batch_set_draft_pause(batch, s->o.draft_pause);
     vs_session_opts so = {.n_ctx = n_ctx, .kv_type = s->o.kv_type, .draft_n_ctx = n_ctx,
                           .draft_kv_type = s->o.draft_kv_type, .kv = kv, .batch = batch};
     for (int32_t i = 0; slots && i < s->o.n_slots; i++) {
@@ -814,6 +815,8 @@ static enum MHD_Result handle_metrics(vs_server *s, struct MHD_Connection *c) {
     if (s->batch) vs_batch_get_stats(s->batch, &bs);
     COUNTER("verify_blocks_total", "Verify blocks of all requests.", bs.blocks);
     COUNTER("verify_forwards_total", "Target forwards that ran them (merged blocks share one).", bs.forwards);
+    COUNTER("verify_blocks_undrafted_total", "Verify blocks that drafted nothing because drafting was paused "
+            "(--draft-pause).", bs.paused);
     fprintf(f, "# HELP vlmspec_draft_accepted_at_position_total Verify passes whose first N drafted tokens were "
                "accepted.\n# TYPE vlmspec_draft_accepted_at_position_total counter\n");
     for (int p = 0; p < N_POS; p++)
@@ -942,6 +945,7 @@ void vs_server_opts_default(vs_server_opts *o) {
     o->port = 8080;
     o->n_slots = 1;
     o->queue = 64;
+    o->draft_pause = 3;
     o->kv_type = VS_TYPE_F16;
     o->draft_kv_type = VS_TYPE_BF16;
     vs_draft_cfg_default(&o->draft);
@@ -955,8 +959,8 @@ void vs_server_opts_default(vs_server_opts *o) {
 
 vs_server *vs_server_start(const vs_server_opts *o, vs_error *err) {
     if (!o->models.model) return vs_error_set(err, VS_ERR_INVALID, "serve: no model"), NULL;
-    if (o->n_slots < 1 || o->queue < 0 || o->max_images < 0 || o->port < 0 || o->port > 65535)
-        return vs_error_set(err, VS_ERR_INVALID, "serve: invalid slots, queue, image limit or port"), NULL;
+    if (o->n_slots < 1 || o->queue < 0 || o->draft_pause < 0 || o->max_images < 0 || o->port < 0 || o->port > 65535)
+        return vs_error_set(err, VS_ERR_INVALID, "serve: invalid slots, queue, draft pause, image limit or port"), NULL;
     struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)o->port)};
     if (inet_pton(AF_INET, o->host ? o->host : "127.0.0.1", &addr.sin_addr) != 1)
         return vs_error_set(err, VS_ERR_INVALID, "serve: --host '%s' is not an IPv4 address", o->host), NULL;

@@ -30,6 +30,8 @@ typedef struct vs_server_opts {
     vs_models_opts models; /* what the inference thread loads */
     int32_t n_slots;      /* -np (default 1) */
     int32_t queue;        /* requests waiting beyond the running one before 503 (default 64) */
+    int32_t draft_pause;  /* drafting pauses while this many requests run (vs_batch_set_draft_pause;
+                           * 0: never; default 3) */
     int32_t n_ctx;        /* per slot (<= 0: the model's n_ctx_train) */
     vs_type kv_type;      /* the target's cache */
     vs_type draft_kv_type;

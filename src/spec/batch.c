@@ -27,6 +27,7 @@ struct vs_batch {
     pending *p[MAX_PENDING];
     int n_p;
     int32_t max_rows;
+    int draft_pause; /* drafting pauses at this many active threads; 0 never */
     /* the merged forward's scratch */
     vs_lm_row *rows;
     int32_t *anc;
@@ -186,6 +187,21 @@ vs_status vs_batch_verify(void *ctx, vs_lm *lm, vs_kv *kv, vs_threadpool *tp, co
     pthread_mutex_unlock(&b->mu);
     if (me.st && err) *err = me.err;
     return me.st;
+}
+
+void vs_batch_set_draft_pause(vs_batch *b, int n_active) {
+    pthread_mutex_lock(&b->mu);
+    b->draft_pause = n_active > 0 ? n_active : 0;
+    pthread_mutex_unlock(&b->mu);
+}
+
+int32_t vs_batch_draft_limit(void *ctx) {
+    vs_batch *b = ctx;
+    pthread_mutex_lock(&b->mu);
+    const bool pause = b->draft_pause > 0 && b->active >= b->draft_pause;
+    if (pause) b->stats.paused++;
+    pthread_mutex_unlock(&b->mu);
+    return pause ? 0 : -1;
 }
 
 void vs_batch_get_stats(vs_batch *b, vs_batch_stats *s) {

@@ -31,10 +31,19 @@ void vs_batch_leave(vs_batch *b); /* runs the waiting blocks when every other ac
 vs_status vs_batch_verify(void *ctx, vs_lm *lm, vs_kv *kv, vs_threadpool *tp, const vs_lm_row *rows, int n,
                           const vs_lm_out *out, vs_error *err);
 
+/* Drafting pauses while n_active or more threads are between enter and leave (0: never): their blocks
+ * then verify one row each (vs_spec_config.draft_limit = vs_batch_draft_limit, ctx = the vs_batch).
+ * Where the target's rows are bound by arithmetic, several requests' one-row steps merged cost little
+ * more than one, while drafts add rows and the drafters' own forwards: beyond a few requests drafting
+ * costs more than it saves. Lossless either way (a drafter may always propose fewer tokens). */
+void vs_batch_set_draft_pause(vs_batch *b, int n_active);
+int32_t vs_batch_draft_limit(void *ctx); /* 0 while paused, else -1 (no limit) */
+
 typedef struct vs_batch_stats {
     int64_t forwards;    /* target forwards run for verify blocks */
     int64_t blocks;      /* verify blocks */
     int64_t merged_rows; /* rows of the forwards that merged two or more blocks */
+    int64_t paused;      /* blocks that drafted nothing because drafting was paused */
 } vs_batch_stats;
 void vs_batch_get_stats(vs_batch *b, vs_batch_stats *s);
 

@@ -229,7 +229,10 @@ static vs_spec *engine_make(vs_session *s, int64_t rows, vs_error *err) {
     const int32_t n_ctx = s->o.n_ctx > 0 ? s->o.n_ctx : rows > 0 ? (int32_t)VS_MIN(rows, (int64_t)train) : train;
     vs_spec_config ec = {.n_ctx = n_ctx, .kv_type = s->o.kv_type, .n_batch = s->o.n_batch, .tp = s->m->tp,
                          .tok = s->m->tok, .kv = s->o.kv, .seq = s->o.seq};
-    if (s->o.batch) ec.verify = vs_batch_verify, ec.verify_ctx = s->o.batch;
+    if (s->o.batch) {
+        ec.verify = vs_batch_verify, ec.verify_ctx = s->o.batch;
+        ec.draft_limit = vs_batch_draft_limit, ec.draft_limit_ctx = s->o.batch;
+    }
     return s->eng = vs_spec_new(s->m->target, &ec, err);
 }
 

@@ -308,6 +308,8 @@ struct vs_spec {
     int32_t seq; /* the engine's sequence of kv */
     vs_spec_verify_fn verify;
     void *verify_ctx;
+    int32_t (*draft_limit)(void *ctx);
+    void *draft_limit_ctx;
     vs_threadpool *tp;
     const vs_tokenizer *tok;
     int32_t eog[32], n_eog; /* the tokenizer's end-of-generation tokens, for --ignore-eos */
@@ -369,6 +371,8 @@ vs_spec *vs_spec_new(vs_lm *target, const vs_spec_config *cfg, vs_error *err) {
     s->seq = cfg->kv ? cfg->seq : 0;
     s->verify = cfg->verify;
     s->verify_ctx = cfg->verify_ctx;
+    s->draft_limit = cfg->draft_limit;
+    s->draft_limit_ctx = cfg->draft_limit_ctx;
     if (cfg->kv && (cfg->seq < 0 || cfg->seq >= vs_kv_n_seq(cfg->kv) || vs_kv_n_layer(cfg->kv) != c->n_layer ||
                     vs_kv_n_head_kv(cfg->kv) != c->n_head_kv || vs_kv_head_dim(cfg->kv) != c->head_dim)) {
         vs_error_set(err, VS_ERR_INVALID, "spec: the shared cache does not fit the target (shape or sequence %d)",
@@ -976,7 +980,11 @@ vs_status vs_spec_generate(vs_spec *s, vs_spec_drafter *d, const vs_spec_prompt 
         /* 1. propose: at most gamma, never past the token limit or the cache */
         s->prop.n = 0;
         s->prop.n_steps = 0;
-        const int32_t k_max = VS_MIN(VS_MIN(pr->gamma, remaining - 1), room);
+        int32_t k_max = VS_MIN(VS_MIN(pr->gamma, remaining - 1), room);
+        if (s->draft_limit && k_max > 0) {
+            const int32_t lim = s->draft_limit(s->draft_limit_ctx);
+            if (lim >= 0) k_max = VS_MIN(k_max, lim);
+        }
         bool chain = true;
         if (d && k_max > 0) {
             /* every node takes a cache slot behind the pending row */

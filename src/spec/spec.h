@@ -338,6 +338,11 @@ typedef struct vs_spec_config {
     int32_t seq;
     vs_spec_verify_fn verify; /* NULL: vs_lm_forward */
     void *verify_ctx;
+    /* Called before each block: the most tokens the drafter may propose for it (< 0: no limit beyond
+     * gamma). 0 verifies the pending row alone (a plain decoding step; the drafter is not asked and sees
+     * the block's token in its commit). Lossless whatever it returns. NULL: no limit. */
+    int32_t (*draft_limit)(void *ctx);
+    void *draft_limit_ctx;
 } vs_spec_config;
 
 typedef struct vs_spec vs_spec;

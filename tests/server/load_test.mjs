@@ -1,7 +1,12 @@
 // Load on `vlmspec serve` (loopback only), also a benchmark (docs/server.md):
 //   node tests/server/load_test.mjs [--clients 8] [--requests 25] [--slots 1,4] [--disconnects 200] [--tokens 32]
+//                                   [--pictures 4]    (distinct requests, a picture each; the clients cycle through them)
 //                                   [--method NAME]   (the requests' drafting method; default: the server's, m)
-// For each slot count it starts a server with the shipped models, runs CLIENTS concurrent streaming clients
+//                                   [--server-args "ARGS"] (more `vlmspec serve` flags, split at spaces)
+//                                   [--model LM --mmproj P] [--draft LM|none --mmproj-draft P]
+//                                   (other models than the shipped ones: e.g. a target whose forward is bound by
+//                                   reading its weights; --draft none serves the target alone, method ar)
+// For each slot count it starts a server with the shipped models (or the ones named), runs CLIENTS concurrent streaming clients
 // of REQUESTS requests each (greedy, each with one of 4 pictures), and checks: no errors, every answer equals
 // the single-client answer to the same request, the server's peak RSS (VmHWM); then DISCONNECTS clients that
 // go away after their first token, after which no slot is busy and no request waits. Prints tokens/s per slot
@@ -13,9 +18,12 @@ import { join } from "node:path";
 
 const arg = (name, def) => { const i = process.argv.indexOf(`--${name}`); return i > 0 ? process.argv[i + 1] : def; };
 const CLIENTS = Number(arg("clients", 8)), REQUESTS = Number(arg("requests", 25)), DISCONNECTS = Number(arg("disconnects", 200));
-const TOKENS = Number(arg("tokens", 32)), SLOTS = arg("slots", "1,4").split(",").map(Number), METHOD = arg("method", null);
+const PICTURES = Number(arg("pictures", 4)), TOKENS = Number(arg("tokens", 32)), SLOTS = arg("slots", "1,4").split(",").map(Number), METHOD = arg("method", null);
 const BIN = process.env.VLMSPEC_BIN || "build/vlmspec";
-const FILES = ["target.gguf", "target-mmproj.gguf", "draft-llava.gguf", "draft-llava-mmproj.gguf"].map((f) => join("models", f));
+const SERVER_ARGS = (arg("server-args", "") || "").split(" ").filter((a) => a);
+const DRAFT = arg("draft", join("models", "draft-llava.gguf"));
+const FILES = [arg("model", join("models", "target.gguf")), arg("mmproj", join("models", "target-mmproj.gguf")),
+  ...(DRAFT === "none" ? [] : [DRAFT, arg("mmproj-draft", join("models", "draft-llava-mmproj.gguf"))])];
 for (const f of FILES) if (!existsSync(f)) { console.log(`server_load: SKIPPED: ${f} is missing`); process.exit(77); }
 
 let failures = 0;
@@ -24,7 +32,7 @@ const tmp = mkdtempSync(join(tmpdir(), "vlmspec-load-"));
 let server = null;
 process.on("exit", () => { server?.kill("SIGKILL"); rmSync(tmp, { recursive: true, force: true }); });
 
-execFileSync(BIN, ["data", "gen", "--out", join(tmp, "world"), "--seed", "14", "--train", "1", "--test", "4", "--suites", "vqa", "--quiet"]);
+execFileSync(BIN, ["data", "gen", "--out", join(tmp, "world"), "--seed", "14", "--train", "1", "--test", String(PICTURES), "--suites", "vqa", "--quiet"]);
 const samples = readFileSync(join(tmp, "world", "test.jsonl"), "utf8").trim().split("\n").map((l) => JSON.parse(l));
 const bodies = samples.map((s) => ({ temperature: 0, max_tokens: TOKENS, stream: true, stream_options: { include_usage: true },
   ...(METHOD ? { vlmspec: { method: METHOD } } : {}),
@@ -34,8 +42,9 @@ const bodies = samples.map((s) => ({ temperature: 0, max_tokens: TOKENS, stream:
 
 function start(slots) {
   return new Promise((resolve, reject) => {
-    server = spawn(BIN, ["serve", "-m", FILES[0], "--mmproj", FILES[1], "-md", FILES[2], "--mmproj-draft", FILES[3], "--port", "0",
-      "-np", String(slots), "--queue", "1024"], { stdio: ["ignore", "ignore", "pipe"] });
+    server = spawn(BIN, ["serve", "-m", FILES[0], "--mmproj", FILES[1],
+      ...(FILES.length > 2 ? ["-md", FILES[2], "--mmproj-draft", FILES[3]] : []), "--port", "0",
+      "-np", String(slots), "--queue", "1024", ...SERVER_ARGS], { stdio: ["ignore", "ignore", "pipe"] });
     let err = "";
     server.stderr.on("data", (d) => { err += d; const m = /listening on (http:\/\/127\.0\.0\.1:\d+)/.exec(err); if (m) resolve(m[1]); });
     server.on("exit", (c) => reject(new Error(`server exited ${c}: ${err}`)));
@@ -50,7 +59,8 @@ async function ask(url, body, signal) {
   const ev = (await r.text()).split("\n\n").filter((e) => e.startsWith("data: ") && e !== "data: [DONE]").map((e) => JSON.parse(e.slice(6)));
   const err = ev.find((e) => e.error);
   if (err) throw new Error(err.error.message);
-  return { text: ev.map((e) => e.choices[0]?.delta?.content ?? "").join(""), tokens: ev.at(-1).usage.completion_tokens };
+  return { text: ev.map((e) => e.choices[0]?.delta?.content ?? "").join(""), tokens: ev.at(-1).usage.completion_tokens,
+    prompt_n: ev.at(-1).timings?.prompt_n ?? 0 };
 }
 
 const rate = {};
@@ -58,23 +68,29 @@ for (const slots of SLOTS) {
   const url = await start(slots);
   const single = [];
   for (const b of bodies) single.push((await ask(url, b)).text);
-  let errors = 0, mismatched = 0, tokens = 0;
+  let errors = 0, mismatched = 0, tokens = 0, evaluated = 0;
   const t0 = performance.now();
   await Promise.all(Array.from({ length: CLIENTS }, async (_, c) => {
     for (let i = 0; i < REQUESTS; i++) {
-      const k = (c + i) % bodies.length;
+      const k = (c * REQUESTS + i) % bodies.length;
       try {
         const a = await ask(url, bodies[k]);
         tokens += a.tokens;
+        evaluated += a.prompt_n;
         if (a.text !== single[k]) mismatched++;
       } catch (e) { errors++; if (errors < 4) console.log(`error: ${e.message}`); }
     }
   }));
   const secs = (performance.now() - t0) / 1e3;
   rate[slots] = tokens / secs;
+  const metrics = await (await fetch(`${url}/metrics`)).text();
+  const counter = (name) => Number(new RegExp(`^${name} (\\d+)`, "m").exec(metrics)?.[1] ?? 0);
+  const blocks = counter("vlmspec_verify_blocks_total"), forwards = counter("vlmspec_verify_forwards_total");
+  const undrafted = counter("vlmspec_verify_blocks_undrafted_total");
   const rss = Number(/VmHWM:\s+(\d+)/.exec(readFileSync(`/proc/${server.pid}/status`, "utf8"))?.[1]) / 1024;
   console.log(`slots ${slots}: ${CLIENTS} clients x ${REQUESTS} requests in ${secs.toFixed(1)} s, ${tokens} tokens, ` +
-    `${rate[slots].toFixed(1)} tokens/s, ${errors} errors, ${mismatched} answers differing from the single-client ones, peak RSS ${rss.toFixed(0)} MiB`);
+    `${rate[slots].toFixed(1)} tokens/s, ${(evaluated / (CLIENTS * REQUESTS)).toFixed(1)} prompt rows evaluated per request, ` +
+    `${(blocks / Math.max(forwards, 1)).toFixed(2)} blocks per target forward (${undrafted} undrafted), ${errors} errors, ${mismatched} answers differing from the single-client ones, peak RSS ${rss.toFixed(0)} MiB`);
   check(errors === 0, `slots ${slots}: ${errors} errors`);
   check(mismatched === 0, `slots ${slots}: ${mismatched} answers differ`);
   // clients that go away after their first token
