@@ -1,7 +1,8 @@
 /* Sessions on several threads that share one target cache and merge their verify forwards (batch.h): every
  * request's greedy output equals the one it gets alone (chains, trees, target-only), blocks really merge
  * (fewer forwards than blocks), a finished request leaves the others running, and with drafting paused
- * while 2+ requests run (vs_batch_set_draft_pause) blocks go undrafted and the outputs stay the same.
+ * while 3+ requests run (vs_batch_set_draft_pause) blocks go undrafted, drafting resumes as requests
+ * end, and the outputs stay the same.
  * Uses the shipped models (skips without them). */
 #include <pthread.h>
 #include <stdio.h>
@@ -108,12 +109,12 @@ int main(void) {
     vs_batch_stats bs;
     int undrafted[3];
     /* rounds 0, 1: drafting throughout (the second reuses the caches' prefixes); round 2: drafting paused
-     * while two or more requests run */
+     * while three or more requests run, so it resumes when the first two requests have ended */
     for (int round = 0; round < 3; round++) {
         if (round == 2) {
             vs_batch_get_stats(batch, &bs);
             VT_CHECK(bs.paused == 0, "no block is undrafted without a pause (%lld)", (long long)bs.paused);
-            vs_batch_set_draft_pause(batch, 2);
+            vs_batch_set_draft_pause(batch, 3);
         }
         pthread_t th[N_THREADS];
         for (int i = 0; i < N_THREADS; i++) {

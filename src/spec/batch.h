@@ -32,7 +32,8 @@ vs_status vs_batch_verify(void *ctx, vs_lm *lm, vs_kv *kv, vs_threadpool *tp, co
                           const vs_lm_out *out, vs_error *err);
 
 /* Drafting pauses while n_active or more threads are between enter and leave (0: never): their blocks
- * then verify one row each (vs_spec_config.draft_limit = vs_batch_draft_limit, ctx = the vs_batch).
+ * then verify one row each (vs_spec_config.draft_limit = vs_batch_draft_limit, ctx = the vs_batch; not
+ * for feature drafters, whose blocks want hidden states and run alone anyway).
  * Where the target's rows are bound by arithmetic, several requests' one-row steps merged cost little
  * more than one, while drafts add rows and the drafters' own forwards: beyond a few requests drafting
  * costs more than it saves. Lossless either way (a drafter may always propose fewer tokens). */
@@ -43,7 +44,7 @@ typedef struct vs_batch_stats {
     int64_t forwards;    /* target forwards run for verify blocks */
     int64_t blocks;      /* verify blocks */
     int64_t merged_rows; /* rows of the forwards that merged two or more blocks */
-    int64_t paused;      /* blocks that drafted nothing because drafting was paused */
+    int64_t paused;      /* blocks told to draft nothing because drafting was paused */
 } vs_batch_stats;
 void vs_batch_get_stats(vs_batch *b, vs_batch_stats *s);
 

@@ -981,7 +981,8 @@ vs_status vs_spec_generate(vs_spec *s, vs_spec_drafter *d, const vs_spec_prompt 
         s->prop.n = 0;
         s->prop.n_steps = 0;
         int32_t k_max = VS_MIN(VS_MIN(pr->gamma, remaining - 1), room);
-        if (s->draft_limit && k_max > 0) {
+        /* feature drafters' blocks want hidden states and never merge (batch.h): drafting on is cheaper */
+        if (s->draft_limit && k_max > 0 && !wants_features(d)) {
             const int32_t lim = s->draft_limit(s->draft_limit_ctx);
             if (lim >= 0) k_max = VS_MIN(k_max, lim);
         }

@@ -12,8 +12,12 @@
  *                             that just became final in the target cache (prompt rows after the prefill,
  *                             the verified rows after each block), for feature-level heads (MSD, DREAM);
  *   propose(limits) -> proposal   per block: a chain or a tree of tokens, each with the exact
- *                             distribution q it was drawn from (or marked deterministic);
- *   commit(result)            per block: the accepted nodes and the correction / bonus token;
+ *                             distribution q it was drawn from (or marked deterministic); not called
+ *                             for a block that may hold no draft (the token limit or the cache's end,
+ *                             or vs_spec_config.draft_limit 0), possibly many blocks in a row in the
+ *                             middle of a request: the drafter catches up on the committed tokens;
+ *   commit(result)            per block (also without a propose): the accepted nodes and the
+ *                             correction / bonus token;
  *   end()                     after the request (also after an error).
  *
  * Generation state. The target cache holds every token of the context except the last one, the
@@ -338,9 +342,10 @@ typedef struct vs_spec_config {
     int32_t seq;
     vs_spec_verify_fn verify; /* NULL: vs_lm_forward */
     void *verify_ctx;
-    /* Called before each block: the most tokens the drafter may propose for it (< 0: no limit beyond
-     * gamma). 0 verifies the pending row alone (a plain decoding step; the drafter is not asked and sees
-     * the block's token in its commit). Lossless whatever it returns. NULL: no limit. */
+    /* Called before each block of a drafter that wants no target features: the most tokens it may
+     * propose for it (< 0: no limit beyond gamma). 0 verifies the pending row alone (a plain decoding
+     * step; the drafter is not asked and sees the block's token in its commit). Lossless whatever it
+     * returns. NULL: no limit. */
     int32_t (*draft_limit)(void *ctx);
     void *draft_limit_ctx;
 } vs_spec_config;

@@ -1,16 +1,18 @@
 // Load on `vlmspec serve` (loopback only), also a benchmark (docs/server.md):
 //   node tests/server/load_test.mjs [--clients 8] [--requests 25] [--slots 1,4] [--disconnects 200] [--tokens 32]
 //                                   [--pictures 4]    (distinct requests, a picture each; the clients cycle through them)
-//                                   [--method NAME]   (the requests' drafting method; default: the server's, m)
+//                                   [--method NAME]   (the requests' drafting method; default: the server's: m, or
+//                                                     ar with --draft none)
 //                                   [--server-args "ARGS"] (more `vlmspec serve` flags, split at spaces)
 //                                   [--model LM --mmproj P] [--draft LM|none --mmproj-draft P]
 //                                   (other models than the shipped ones: e.g. a target whose forward is bound by
 //                                   reading its weights; --draft none serves the target alone, method ar)
-// For each slot count it starts a server with the shipped models (or the ones named), runs CLIENTS concurrent streaming clients
-// of REQUESTS requests each (greedy, each with one of 4 pictures), and checks: no errors, every answer equals
-// the single-client answer to the same request, the server's peak RSS (VmHWM); then DISCONNECTS clients that
-// go away after their first token, after which no slot is busy and no request waits. Prints tokens/s per slot
-// count and their ratio. Exit 77 (skip) without the models.
+// For each slot count it starts a server with the shipped models (or the ones named), runs CLIENTS concurrent
+// streaming clients of REQUESTS requests each (greedy, each with one of PICTURES pictures), and checks: no errors,
+// every answer equals the single-client answer to the same request, the server's peak RSS (VmHWM); then
+// DISCONNECTS clients that go away after their first token, after which no slot is busy and no request waits.
+// Prints tokens/s per slot count and their ratio, and of the concurrent phase the prompt rows evaluated per
+// request and the verify blocks per target forward. Exit 77 (skip) without the models.
 import { spawn, execFileSync } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -68,7 +70,13 @@ for (const slots of SLOTS) {
   const url = await start(slots);
   const single = [];
   for (const b of bodies) single.push((await ask(url, b)).text);
-  let errors = 0, mismatched = 0, tokens = 0, evaluated = 0;
+  let errors = 0, mismatched = 0, tokens = 0, evaluated = 0, answered = 0;
+  const counters = async () => {
+    const m = await (await fetch(`${url}/metrics`)).text();
+    const c = (name) => Number(new RegExp(`^vlmspec_${name} (\\d+)`, "m").exec(m)?.[1] ?? 0);
+    return { blocks: c("verify_blocks_total"), forwards: c("verify_forwards_total"), undrafted: c("verify_blocks_undrafted_total") };
+  };
+  const before = await counters();
   const t0 = performance.now();
   await Promise.all(Array.from({ length: CLIENTS }, async (_, c) => {
     for (let i = 0; i < REQUESTS; i++) {
@@ -76,20 +84,19 @@ for (const slots of SLOTS) {
       try {
         const a = await ask(url, bodies[k]);
         tokens += a.tokens;
-        evaluated += a.prompt_n;
+        evaluated += a.prompt_n, answered++;
         if (a.text !== single[k]) mismatched++;
       } catch (e) { errors++; if (errors < 4) console.log(`error: ${e.message}`); }
     }
   }));
   const secs = (performance.now() - t0) / 1e3;
   rate[slots] = tokens / secs;
-  const metrics = await (await fetch(`${url}/metrics`)).text();
-  const counter = (name) => Number(new RegExp(`^${name} (\\d+)`, "m").exec(metrics)?.[1] ?? 0);
-  const blocks = counter("vlmspec_verify_blocks_total"), forwards = counter("vlmspec_verify_forwards_total");
-  const undrafted = counter("vlmspec_verify_blocks_undrafted_total");
+  const end = await counters();
+  const blocks = end.blocks - before.blocks, forwards = end.forwards - before.forwards;
+  const undrafted = end.undrafted - before.undrafted;
   const rss = Number(/VmHWM:\s+(\d+)/.exec(readFileSync(`/proc/${server.pid}/status`, "utf8"))?.[1]) / 1024;
   console.log(`slots ${slots}: ${CLIENTS} clients x ${REQUESTS} requests in ${secs.toFixed(1)} s, ${tokens} tokens, ` +
-    `${rate[slots].toFixed(1)} tokens/s, ${(evaluated / (CLIENTS * REQUESTS)).toFixed(1)} prompt rows evaluated per request, ` +
+    `${rate[slots].toFixed(1)} tokens/s, ${(evaluated / Math.max(answered, 1)).toFixed(1)} prompt rows evaluated per request, ` +
     `${(blocks / Math.max(forwards, 1)).toFixed(2)} blocks per target forward (${undrafted} undrafted), ${errors} errors, ${mismatched} answers differing from the single-client ones, peak RSS ${rss.toFixed(0)} MiB`);
   check(errors === 0, `slots ${slots}: ${errors} errors`);
   check(mismatched === 0, `slots ${slots}: ${mismatched} answers differ`);
