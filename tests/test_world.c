@@ -939,6 +939,81 @@ int main(void) {
         opt_in_done("look", ltr, lte);
     }
 
+    /* max_items (simpler pictures for a curriculum): every suite still generates and checks; no scene of a
+     * one-picture suite is above the cap (shapes scenes hold two objects where a question needs two);
+     * world.json records it; a cap out of range is an error */
+    for (int cap = 1; cap <= 2; cap++) {
+        char dir[1100];
+        snprintf(dir, sizeof(dir), "%s/cap%d", tmp, cap);
+        vs_world_config cc;
+        vs_world_config_default(&cc);
+        cc.seed = 5, cc.n_train = 60, cc.n_test = 20, cc.suites = VS_WORLD_ALL_SUITES, cc.max_items = cap;
+        cc.zoom = cap == 1;
+        vs_error err = {0};
+        VT_REQUIRE(vs_world_generate(&cc, dir, &err) == VS_OK, "generate %s: %s", dir, err.msg);
+        vs_world_dataset *tr = load(dir, "train"), *te = load(dir, "test");
+        test_checker(tr, tested, caught);
+        test_checker(te, tested, caught);
+        int over = 0, scenes = 0, one = 0, most_objects = 0, zoom_wrong = 0, zoom_patches[2] = {0, 0};
+        for (int64_t i = 0; i < tr->n; i++)
+            for (int k = 0; k < tr->samples[i].n_images; k++) {
+                const vs_world_scene *sc = &tr->samples[i].scenes[k];
+                const bool two_pictures = tr->samples[i].suite == VS_WORLD_DIFF || tr->samples[i].suite == VS_WORLD_STORY;
+                zoom_wrong += sc->zoom != (cc.zoom && !two_pictures && sc->kind == VS_SCENE_SHAPES);
+                if (sc->zoom) { /* zoomed objects cover more patches than the same scene unzoomed */
+                    vs_world_scene plain = *sc;
+                    plain.zoom = 0;
+                    vs_world_patch_label pl[64];
+                    for (int z = 0; z < 2; z++) {
+                        VT_REQUIRE(vs_world_patch_labels(z ? sc : &plain, 64, 8, pl, &err) == VS_OK, "%s", err.msg);
+                        for (int p = 0; p < 64; p++) zoom_patches[z] += pl[p].shape >= 0;
+                    }
+                }
+                if (two_pictures) continue;
+                scenes++;
+                if (sc->kind == VS_SCENE_SHAPES) {
+                    over += sc->n_objects > 2 || (cap == 2 && sc->n_objects > cap);
+                    one += sc->n_objects == 1;
+                    most_objects = VS_MAX(most_objects, sc->n_objects);
+                } else if (sc->kind == VS_SCENE_GLYPH) {
+                    over += sc->n_lines > cap;
+                } else {
+                    over += sc->n_bars != 3;
+                }
+            }
+        VT_CHECK(scenes > 250 && over == 0, "max_items %d: %d of %d scenes above the cap", cap, over, scenes);
+        VT_CHECK(most_objects == 2 && (cap == 2 || one > 0), "max_items %d: objects per scene up to %d, %d single",
+                 cap, most_objects, one);
+        VT_CHECK(zoom_wrong == 0, "zoom %d: %d scenes with the wrong zoom", (int)cc.zoom, zoom_wrong);
+        VT_CHECK(!cc.zoom || zoom_patches[1] > 3 * zoom_patches[0], "zoom: %d object patches against %d unzoomed",
+                 zoom_patches[1], zoom_patches[0]);
+        char path[1200];
+        snprintf(path, sizeof(path), "%s/world.json", dir);
+        uint8_t *js = NULL;
+        size_t jn;
+        char want[32];
+        snprintf(want, sizeof(want), "\"max_items\":%d", cap);
+        VT_CHECK(vs_read_file(path, &js, &jn, NULL) == VS_OK && strstr((const char *)js, want), "world.json lacks %s",
+                 want);
+        vs_free(js);
+        printf("  max_items %d%s: %d scenes at most 2 objects, %d lines, 3 bars; checker agrees", cap,
+               cc.zoom ? " + zoom" : "", scenes, cap);
+        if (cc.zoom) printf("; zoomed objects cover %d patches, %d unzoomed", zoom_patches[1], zoom_patches[0]);
+        printf("\n");
+        vs_world_dataset_free(tr);
+        vs_world_dataset_free(te);
+    }
+    {
+        vs_world_config cc;
+        vs_world_config_default(&cc);
+        cc.max_items = VS_WORLD_MAX_OBJECTS + 1;
+        vs_world_sample smp;
+        vs_error err = {0};
+        VT_CHECK(vs_world_generate_sample(&cc, "train", VS_WORLD_VQA, 0, 0, &smp, NULL, &err) == VS_ERR_RANGE &&
+                     strstr(err.msg, "max items"),
+                 "max_items out of range accepted: %s", err.msg);
+    }
+
     test_images(ate);
     test_language(ate);
     test_bad_records(tmp, a);

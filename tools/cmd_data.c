@@ -1,5 +1,5 @@
 /* vlmspec data: the generated multimodal world.
- *   data gen --out DIR [--seed S] [--train N] [--test N] [--size PX] [--suites LIST] [--quiet]
+ *   data gen --out DIR [--seed S] [--train N] [--test N] [--size PX] [--suites LIST] [--max-items N] [--zoom] [--quiet]
  *   data stats DIR [--split S] [--tokenizer TOK.gguf]
  *   data preview DIR -o SHEET.png [--split S] [--per-suite N]
  *   data check DIR [--split S]      (re-derives every answer and scores the reference texts)
@@ -27,7 +27,7 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: vlmspec data gen --out DIR [--seed S] [--train N] [--test N] [--size PX] [--suites LIST] "
-            "[--quiet]\n"
+            "[--max-items N] [--zoom] [--quiet]\n"
             "       vlmspec data stats DIR [--split train|test|captions] [--tokenizer TOK.gguf]\n"
             "       vlmspec data preview DIR -o SHEET.png [--split test|train] [--per-suite N]\n"
             "       vlmspec data check DIR [--split test|train|captions]\n"
@@ -43,6 +43,10 @@ static void usage(FILE *f) {
             "  --train N        training samples per suite (default 1000)\n"
             "  --test N         test samples per suite (default 100)\n"
             "  --size PX        image side in pixels (default 64, 32..1024)\n"
+            "  --max-items N    simpler pictures (a curriculum): at most N objects per shapes scene (two\n"
+            "                   where a question needs two), N text lines, max(3, N) bars; diff and story\n"
+            "                   keep their ranges (default 0: the full ranges)\n"
+            "  --zoom           objects drawn 2.5x larger in the one-picture suites (a curriculum)\n"
             "  --suites LIST    comma-separated suites or 'all' (default: describe,vqa,pope,ocr,chart,diff,story,\n"
             "                   text; on request: drill, terse arithmetic and fact drills for LM pretraining,\n"
             "                   and look, short-answer questions about one picture; 'all' includes both)\n"
@@ -85,6 +89,8 @@ static int cmd_gen(int argc, char **argv) {
     cli_flag_add(&fs, "--train", CLI_I64, &cfg.n_train, 0, 10000000);
     cli_flag_add(&fs, "--test", CLI_I64, &cfg.n_test, 0, 1000000);
     cli_flag_add(&fs, "--size", CLI_INT, &cfg.image_size, 32, 1024);
+    cli_flag_add(&fs, "--max-items", CLI_INT, &cfg.max_items, 0, VS_WORLD_MAX_OBJECTS);
+    cli_flag_add(&fs, "--zoom", CLI_BOOL, &cfg.zoom, 0, 0);
     cli_flag_fn_add(&fs, "--suites", parse_suites, &cfg.suites);
     cli_flag_add(&fs, "--quiet|-q", CLI_BOOL, &quiet, 0, 0);
     const int r = cli_flags_parse("data gen", argc, argv, &fs, usage);

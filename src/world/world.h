@@ -110,6 +110,7 @@ typedef struct vs_world_scene {
     int n_bars;          /* chart: bars left to right */
     vs_world_bar bars[VS_WORLD_MAX_BARS];
     int8_t align;        /* glyph: where the text block sits, a cell of the 3 x 3 grid (4 = centred) */
+    int8_t zoom;         /* shapes: 1 = objects drawn 2.5 times larger, still centred in their cells */
 } vs_world_scene;
 
 /* Renders a scene into rgb (size * size * 3 bytes, row-major RGB). size >= 32. */
@@ -285,6 +286,10 @@ typedef struct vs_world_config {
     int64_t n_train;   /* training samples per suite (default 1000) */
     int64_t n_test;    /* test samples per suite (default 100) */
     int image_size;    /* pixels per side (default 64, >= 32) */
+    int max_items;     /* 0: the generators' ranges; N >= 1: simpler pictures for a curriculum: at most N objects
+                        * per shapes scene (two where a question needs two), N lines per glyph scene, max(3, N)
+                        * bars per chart. diff and story keep their ranges (their scenes gain objects). */
+    bool zoom;         /* the shapes scenes of one-picture suites draw their objects 2.5x larger (scene.zoom) */
     uint32_t suites;   /* mask of VS_WORLD_SUITE_BIT (CAPTION ignored: captions always follow train) */
     int progress;      /* 1: progress lines on stderr */
 } vs_world_config;

@@ -18,6 +18,7 @@ typedef struct gen {
     vs_rng *r;
     vs_world_sample *s;
     bool test;
+    int max_items; /* vs_world_config.max_items */
 } gen;
 
 /* A single-image suite's turn about image `img` of the sample. */
@@ -110,6 +111,7 @@ static int pick_n_objects(gen *g, int lo, int hi) {
 
 static void shapes_scene(gen *g, vs_world_scene *sc, int lo, int hi) {
     new_scene(g, sc, VS_SCENE_SHAPES);
+    if (g->max_items > 0) hi = VS_MAX(lo, VS_MIN(hi, g->max_items));
     int n = pick_n_objects(g, lo, hi);
     for (int i = 0; i < n; i++) add_unique_object(g, sc);
 }
@@ -323,6 +325,7 @@ static void vqa_count(gen *g, vs_world_scene *sc, int img, wsb *u, wsb *a, vs_wo
     int target = by_shape ? rnd(g, VS_WORLD_N_SHAPES) : rnd(g, VS_WORLD_N_COLORS);
     int k = 1 + rnd(g, 4), n_other = rnd(g, 3);
     if (k + n_other == 1 && chance(g, 0.5)) n_other = 1;
+    if (g->max_items > 0) k = VS_MIN(k, g->max_items), n_other = VS_MIN(n_other, g->max_items - k);
     for (int i = 0; i < k; i++) {
         int cell = free_cell(g, sc), shape, color;
         int guard = 0;
@@ -679,6 +682,7 @@ static void glyph_scene(gen *g, vs_world_scene *sc) {
     new_scene(g, sc, VS_SCENE_GLYPH);
     int k = rnd(g, 100);
     sc->n_lines = k < 35 ? 1 : k < 72 ? 2 : 3;
+    if (g->max_items > 0) sc->n_lines = VS_MIN(sc->n_lines, g->max_items);
     sc->align = (int8_t)(chance(g, 0.4) ? 4 : rnd(g, VS_WORLD_N_CELLS)); /* centred, or anywhere on the grid */
     int colors[VS_WORLD_N_COLORS], nc = 0;
     for (int c = 0; c < VS_WORLD_N_COLORS; c++)
@@ -824,6 +828,7 @@ static const char chart_letters[] = "BCDEFGHJKLMNPRSTUVWXYZ";
 static void chart_scene(gen *g, vs_world_scene *sc) {
     new_scene(g, sc, VS_SCENE_CHART);
     sc->n_bars = 3 + rnd(g, 4);
+    if (g->max_items > 0) sc->n_bars = VS_MIN(sc->n_bars, VS_MAX(3, g->max_items));
     int vals[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9}, cols[VS_WORLD_N_COLORS];
     int letters[sizeof(chart_letters) - 1];
     for (int i = 0; i < (int)sizeof(chart_letters) - 1; i++) letters[i] = i;
@@ -2277,10 +2282,13 @@ vs_status vs_world_generate_sample(const vs_world_config *cfg, const char *split
         return vs_error_set(err, VS_ERR_INVALID, "generate: suite %d cannot be generated directly", (int)suite);
     if (cfg->image_size < 32 || cfg->image_size > 4096)
         return vs_error_set(err, VS_ERR_RANGE, "generate: image size %d outside 32..4096", cfg->image_size);
+    if (cfg->max_items < 0 || cfg->max_items > VS_WORLD_MAX_OBJECTS)
+        return vs_error_set(err, VS_ERR_RANGE, "generate: max items %d outside 0..%d", cfg->max_items,
+                            VS_WORLD_MAX_OBJECTS);
     uint64_t h = mix64(mix64(mix64(mix64(cfg->seed, test ? 0x7e57 : 0x7a1e), (uint64_t)suite), (uint64_t)index), attempt);
     vs_rng r;
     vs_rng_seed(&r, h);
-    gen g = {&r, out, test};
+    gen g = {&r, out, test, cfg->max_items};
     out->suite = suite;
     char id[64];
     snprintf(id, sizeof(id), "%s-%s-%05lld", split, vs_world_suite_name(suite), (long long)index);
@@ -2332,6 +2340,8 @@ vs_status vs_world_generate_sample(const vs_world_config *cfg, const char *split
         world_caption(&out->scenes[i], &r, &b);
         out->captions[i] = wsb_take(&b);
     }
+    if (cfg->zoom && suite != VS_WORLD_DIFF && suite != VS_WORLD_STORY)
+        for (int i = 0; i < out->n_images; i++) out->scenes[i].zoom = out->scenes[i].kind == VS_SCENE_SHAPES;
     for (int t = 0; t < out->n_turns; t++) out->turns[t].check = world_check_type(out, t);
     for (int t = 0; t < out->n_turns; t++)
         if (!out->turns[t].user || !out->turns[t].assistant || !out->turns[t].answer) {

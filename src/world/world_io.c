@@ -163,6 +163,7 @@ static void write_scene(vs_json_writer *w, const vs_world_scene *sc) {
     vs_json_kv_str(w, "bg", vs_world_bg_name(sc->bg));
     vs_json_kv_int(w, "noise", sc->noise);
     if (sc->kind == VS_SCENE_SHAPES) {
+        if (sc->zoom) vs_json_kv_int(w, "zoom", sc->zoom);
         vs_json_key(w, "objects");
         vs_json_arr_begin(w);
         for (int i = 0; i < sc->n_objects; i++) {
@@ -431,6 +432,11 @@ static bool read_scene(rd *r, const vs_json *j, vs_world_scene *sc) {
         const vs_json *a = req(r, j, "objects", VS_JSON_ARRAY);
         if (!a) return false;
         if (a->len > VS_WORLD_MAX_OBJECTS) return rfail(r, "%s", "too many objects");
+        if (vs_json_get(j, "zoom")) {
+            int64_t z;
+            if (!req_int(r, j, "zoom", 0, 1, &z)) return false;
+            sc->zoom = (int8_t)z;
+        }
         sc->n_objects = (int)a->len;
         for (size_t i = 0; i < a->len; i++) {
             const vs_json *o = &a->items[i];
@@ -880,6 +886,8 @@ vs_status vs_world_generate(const vs_world_config *cfg, const char *dir, vs_erro
     vs_json_kv_str(&w, "seed_str", seed);
     vs_json_kv_num(&w, "seed", (double)cfg->seed);
     vs_json_kv_int(&w, "image_size", cfg->image_size);
+    if (cfg->max_items) vs_json_kv_int(&w, "max_items", cfg->max_items);
+    if (cfg->zoom) vs_json_kv_int(&w, "zoom", 1);
     vs_json_kv_int(&w, "n_train_per_suite", cfg->n_train);
     vs_json_kv_int(&w, "n_test_per_suite", cfg->n_test);
     vs_json_key(&w, "suites");

@@ -129,7 +129,8 @@ typedef struct canvas {
  * and value ID_BAR / ID_LABEL / ID_VALUE + i; -1 background. */
 enum { ID_GLYPH = 16, ID_BAR = 64, ID_LABEL = 80, ID_VALUE = 96, ID_END = 112 };
 
-static void draw_object(canvas *cv, const shape_tables *t, const vs_world_object *o, uint32_t noise, int id) {
+static void draw_object(canvas *cv, const shape_tables *t, const vs_world_object *o, uint32_t noise, bool zoom,
+                        int id) {
     int S = cv->S;
     float cell = (float)S / 3.0f;
     int row = o->cell / 3, col = o->cell % 3;
@@ -139,7 +140,7 @@ static void draw_object(canvas *cv, const shape_tables *t, const vs_world_object
     float jx = ((float)(h & 255) / 255.0f - 0.5f) * 0.2f * cell;
     float jy = ((float)((h >> 8) & 255) / 255.0f - 0.5f) * 0.2f * cell;
     float cx = ((float)col + 0.5f) * cell + jx, cy = ((float)row + 0.5f) * cell + jy;
-    float r = (o->size ? 0.40f : 0.25f) * cell;
+    float r = (o->size ? 0.40f : 0.25f) * cell * (zoom ? 2.5f : 1.0f);
     const uint8_t *c = world_color_rgb(o->color);
     int x0 = (int)floorf(cx - r - 1), x1 = (int)ceilf(cx + r + 1);
     int y0 = (int)floorf(cy - r - 1), y1 = (int)ceilf(cy + r + 1);
@@ -241,7 +242,7 @@ static void draw_scene(canvas *cv, const vs_world_scene *sc) {
     case VS_SCENE_SHAPES: {
         shape_tables t;
         make_tables(&t);
-        for (int i = 0; i < sc->n_objects; i++) draw_object(cv, &t, &sc->objects[i], sc->noise, i);
+        for (int i = 0; i < sc->n_objects; i++) draw_object(cv, &t, &sc->objects[i], sc->noise, sc->zoom, i);
         break;
     }
     case VS_SCENE_GLYPH: draw_glyph_scene(cv, sc); break;
