@@ -29,6 +29,13 @@ static void refused(vs_oai_kind k, const char *body, int http, const char *param
     VT_CHECK(!strcmp(e.param, param), "%s: param '%s', expected '%s'", what, e.param, param);
     VT_CHECK(e.type && e.message[0], "%s: no type or message", what);
     VT_CHECK(r.msgs == NULL && r.n_images == 0, "%s: the refused request kept fields", what);
+    vs_json_writer w; /* the error response is valid JSON (UTF-8 included) */
+    vs_json_writer_init(&w);
+    vs_oai_write_error(&w, &e);
+    vs_json_doc *d = vs_json_parse(w.buf, w.len, "error response", NULL);
+    VT_CHECK(d != NULL, "%s: the error response is not valid JSON: %.*s", what, (int)w.len, w.buf);
+    vs_json_doc_free(d);
+    vs_json_writer_free(&w);
 }
 
 static void test_base64(void) {
@@ -113,6 +120,10 @@ static void test_refusals(void) {
     refused(C, "{\"messages\":[3]}", 400, "messages[0]", "a message that is a number");
     refused(C, "{\"messages\":[{\"content\":\"x\"}]}", 400, "messages[0].role", "no role");
     refused(C, "{\"messages\":[{\"role\":\"tool\",\"content\":\"x\"}]}", 400, "messages[0].role", "role tool");
+    /* a role of 2-, 3- and 4-byte characters: quoting its first 40 bytes cuts one */
+    refused(C, "{\"messages\":[{\"role\":\"use\xdd\x8dhi\xe0\xbe\x82\xd3\x84hi\xe0\xbe\x84\xdd\x8dhp\xdd\x8dhi\xd3\x84\xdd\x8dhi"
+               "\xe0\xbe\x84\xdd\x8dhi\xe0\xbe\x82p\xdd\x8dhi\xf0\x9f\x98\x80\xf0\x9f\x98\x80\",\"content\":\"x\"}]}",
+            400, "messages[0].role", "a long role cut inside a character");
     refused(C, "{\"messages\":[{\"role\":\"user\"}]}", 400, "messages[0].content", "no content");
     refused(C, "{\"messages\":[{\"role\":\"user\",\"content\":5}]}", 400, "messages[0].content", "content a number");
     refused(C, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"system\",\"content\":\"b\"}]}", 400,
