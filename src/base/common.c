@@ -286,3 +286,27 @@ double vs_mean_row_norm(const float *x, int64_t rows, int64_t width) {
     }
     return rows > 0 ? sum / (double)rows : 0;
 }
+
+int vs_utf8_valid_len(const uint8_t *s, size_t n) {
+    uint8_t c = s[0];
+    if (c < 0x80) return 1;
+    int len;
+    uint8_t lo = 0x80, hi = 0xBF; /* allowed range of the second byte */
+    if (c >= 0xC2 && c <= 0xDF)
+        len = 2;
+    else if (c >= 0xE0 && c <= 0xEF) {
+        len = 3;
+        if (c == 0xE0) lo = 0xA0;
+        if (c == 0xED) hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        len = 4;
+        if (c == 0xF0) lo = 0x90;
+        if (c == 0xF4) hi = 0x8F;
+    } else
+        return 0;
+    if ((size_t)len > n) return 0;
+    if (s[1] < lo || s[1] > hi) return 0;
+    for (int i = 2; i < len; i++)
+        if ((s[i] & 0xC0) != 0x80) return 0;
+    return len;
+}

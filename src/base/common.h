@@ -1,7 +1,7 @@
 /* common: what every module shares and nothing else.
  * Owns: the error type (vs_status + message) that library functions report bad input with,
  * the one allocator path (vs_malloc & co, 64-byte aligned), a monotonic clock, a seedable RNG,
- * and progress/log output to stderr. No mutable globals: everything here is per call or per object. */
+ * progress/log output to stderr, whole-file reads and the UTF-8 sequence check. No mutable globals: everything here is per call or per object. */
 #ifndef VS_COMMON_H
 #define VS_COMMON_H
 
@@ -91,6 +91,11 @@ void vs_progress_end(vs_progress *p, int64_t done);
  * VS_READ_STREAM_MAX bytes (more is an error, so /dev/zero fails instead of filling memory). */
 #define VS_READ_STREAM_MAX (256ll << 20)
 vs_status vs_read_file(const char *path, uint8_t **data, size_t *size, vs_error *err);
+
+/* Length of the UTF-8 sequence starting at s[0] (n > 0 bytes available): 1..4 for a valid sequence,
+ * 0 when s[0] does not start one (overlong forms, surrogates and code points above U+10FFFF are invalid;
+ * a sequence cut short by n is invalid). */
+int vs_utf8_valid_len(const uint8_t *s, size_t n);
 
 #define VS_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define VS_MAX(a, b) ((a) > (b) ? (a) : (b))

@@ -90,26 +90,6 @@ static bool read_hex4(parser *ps, uint32_t *out) {
     return true;
 }
 
-/* Length of a valid UTF-8 sequence at p (1..4), or 0 if invalid (overlong, surrogate, > U+10FFFF). */
-static int utf8_valid_len(const unsigned char *p, const unsigned char *end) {
-    unsigned char c = p[0];
-    if (c < 0x80) return 1;
-    int n;
-    uint32_t cp;
-    if (c >= 0xC2 && c <= 0xDF) n = 2, cp = c & 0x1F;
-    else if (c >= 0xE0 && c <= 0xEF) n = 3, cp = c & 0x0F;
-    else if (c >= 0xF0 && c <= 0xF4) n = 4, cp = c & 0x07;
-    else return 0;
-    if (end - p < n) return 0;
-    for (int i = 1; i < n; i++) {
-        if ((p[i] & 0xC0) != 0x80) return 0;
-        cp = (cp << 6) | (p[i] & 0x3F);
-    }
-    if (n == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) return 0;
-    if (n == 4 && (cp < 0x10000 || cp > 0x10FFFF)) return 0;
-    return n;
-}
-
 static size_t put_utf8(char *o, uint32_t cp) {
     if (cp < 0x80) {
         o[0] = (char)cp;
@@ -183,7 +163,7 @@ static bool parse_string(parser *ps, const char **out, size_t *out_len) {
             }
             continue;
         }
-        int l = utf8_valid_len(ps->p, e);
+        int l = vs_utf8_valid_len(ps->p, (size_t)(e - ps->p));
         if (!l) return fail(ps, ps->p, "invalid UTF-8 in string");
         memcpy(buf + n, ps->p, (size_t)l);
         n += (size_t)l;

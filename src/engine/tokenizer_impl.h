@@ -70,10 +70,6 @@ static inline const char *vs_tok_text(const vs_tokenizer *t, int32_t id, size_t 
 int32_t vs_tok_map_find(const vs_tokenizer *t, const char *s, size_t n);
 uint64_t vs_tok_hash(const char *s, size_t n);
 
-/* Length of the UTF-8 sequence starting at s[0] (n > 0 bytes available): 1..4 for a valid sequence,
- * 0 when s[0] does not start a valid one (then it is one invalid byte). */
-int vs_utf8_valid_len(const uint8_t *s, size_t n);
-
 /* SentencePiece over one raw fragment (the space prefix already decided by the caller). */
 vs_status vs_tok_spm_fragment(const vs_tokenizer *t, const char *text, size_t len, bool space_prefix,
                               vs_idvec *out, vs_error *err);

@@ -14,22 +14,11 @@
 /* Drops, in place, every byte that does not belong to a complete UTF-8 sequence: a message quotes the request
  * with a byte limit ('%.40s', a full buffer) that can cut a character, and JSON must stay valid UTF-8. */
 static void utf8_clean(char *s) {
-    const unsigned char *r = (const unsigned char *)s;
+    const uint8_t *r = (const uint8_t *)s, *end = r + strlen(s);
     char *w = s;
-    while (*r) {
-        const unsigned c = r[0];
-        int n = c < 0x80 ? 1 : c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
-        for (int k = 1; k < n; k++)
-            if ((r[k] & 0xc0) != 0x80) n = 0; /* also stops at the NUL */
-        if (n >= 3) { /* overlong forms, surrogates, above U+10FFFF */
-            const unsigned c1 = r[1];
-            if ((c == 0xe0 && c1 < 0xa0) || (c == 0xed && c1 > 0x9f) || (c == 0xf0 && c1 < 0x90) || (c == 0xf4 && c1 > 0x8f))
-                n = 0;
-        }
-        if (n == 0) {
-            r++;
-            continue;
-        }
+    while (r < end) {
+        const int n = vs_utf8_valid_len(r, (size_t)(end - r));
+        if (n == 0) r++;
         for (int k = 0; k < n; k++) *w++ = (char)*r++;
     }
     *w = 0;
