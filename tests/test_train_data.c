@@ -403,7 +403,34 @@ static void test_words(const vs_world_dataset *d, const vs_tokenizer *tok) {
     VT_REQUIRE(vs_train_data_next(r, &b, &info, &err) == VS_OK, "%s", err.msg);
     VT_CHECK(b.n_images == 0, "a batch in words holds %d images", b.n_images);
     for (int64_t k = 0; k < (int64_t)b.B * b.T; k++) VT_CHECK(!b.img_row || b.img_row[k] < 0, "image row in a batch in words");
+    const int64_t all_words = st->in_words;
+    VT_CHECK(all_words == with_images, "in words: %lld samples with pictures counted, want %d", (long long)all_words,
+             with_images);
     vs_train_data_free(r);
+    /* words_frac: a fixed share of the samples with pictures in words, the rest with their images; the same
+     * draw for the same seed; 1 is images_as_text, 0 none; out of range refused */
+    int64_t n_words[4] = {0}, n_img[4] = {0};
+    const float fr[4] = {0.5f, 0.5f, 1.0f, 0.0f};
+    for (int v = 0; v < 4; v++) {
+        vs_train_data_opts ow = o;
+        ow.images_as_text = false, ow.words_frac = fr[v];
+        vs_train_data *rw = vs_train_data_new(&d, 1, tok, &ow, &err);
+        VT_REQUIRE(rw, "%s", err.msg);
+        n_words[v] = vs_train_data_get_stats(rw)->in_words, n_img[v] = vs_train_data_get_stats(rw)->images;
+        vs_train_data_free(rw);
+    }
+    VT_CHECK(n_words[0] > 0 && n_words[0] < with_images && n_img[0] > 0, "words_frac 0.5: %lld of %d in words, %lld images",
+             (long long)n_words[0], with_images, (long long)n_img[0]);
+    VT_CHECK(n_words[0] == n_words[1] && n_img[0] == n_img[1], "words_frac 0.5 drew differently for the same seed");
+    VT_CHECK(n_words[2] == with_images && n_img[2] == 0, "words_frac 1: %lld in words, %lld images", (long long)n_words[2],
+             (long long)n_img[2]);
+    VT_CHECK(n_words[3] == 0 && n_img[3] > 0, "words_frac 0: %lld in words", (long long)n_words[3]);
+    vs_train_data_opts ob = o;
+    ob.images_as_text = false, ob.words_frac = 1.5f;
+    VT_CHECK(!vs_train_data_new(&d, 1, tok, &ob, &err) && strstr(err.msg, "words_frac"), "words_frac 1.5 accepted (%s)",
+             err.msg);
+    printf("words_frac 0.5: %lld of %d samples with pictures in words (%lld images); 1: all; 0: none\n",
+           (long long)n_words[0], with_images, (long long)n_img[0]);
 }
 
 static void test_parity(const vs_world_dataset *d, const vs_tokenizer *tok, const char *tok_path) {

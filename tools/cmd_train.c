@@ -341,6 +341,7 @@ static void print_data_stats(const vs_train_data_stats *s, const vs_world_datase
     if (prompt_loss > 0) printf(", %lld prompt text rows at weight %g", (long long)s->prompt_rows, prompt_loss);
     printf("), %lld images, %lld batches; longest %lld rows\n", (long long)s->images, (long long)s->n_batches,
            (long long)s->longest);
+    if (s->in_words) printf("  %lld samples with their pictures in words\n", (long long)s->in_words);
 }
 
 
@@ -355,6 +356,7 @@ typedef struct target_opts {
     int ctx;
     bool captions, f32;
     bool images_as_text; /* every picture in words (train_data.h) */
+    double words_frac;   /* this share of the samples with pictures in words (train_data.h) */
     double prompt_loss;  /* weight of prompt text rows in the loss (train_data.h) */
     vs_train_vlm_config cfg;
     bool image_size_given;
@@ -381,6 +383,9 @@ static void target_usage(FILE *f) {
         "  --images-as-text    every picture of the data in words instead of image rows (\"Picture: top\n"
         "                      left: large red ring; ... on a white background.\"): the world's facts for\n"
         "                      the LM alone (a text stage); the image weights get no gradient\n"
+        "  --words-frac P      this share (0..1) of the samples with pictures in words instead, the rest\n"
+        "                      with their pictures: each sample's form drawn once from --seed, the same\n"
+        "                      every epoch (a picture stage that keeps an LM's words; default 0)\n"
         "  --freeze-vision N   keep the vision tower at its initial weights for the first N steps (the\n"
         "                      projector and LM learn to read its random features first; default 0)\n"
         "  --freeze-lm N       keep the LM (embeddings, blocks, head) at its initial weights for the first\n"
@@ -465,6 +470,7 @@ static int target_parse(int argc, char **argv, target_opts *o) {
     cli_flag_add(&fs, "--captions", CLI_BOOL, &o->captions, 0, 0);
     cli_flag_add(&fs, "--prompt-loss", CLI_F64, &o->prompt_loss, 0, 1e6);
     cli_flag_add(&fs, "--images-as-text", CLI_BOOL, &o->images_as_text, 0, 0);
+    cli_flag_add(&fs, "--words-frac", CLI_F64, &o->words_frac, 0, 1);
     cli_flag_add(&fs, "--freeze-vision", CLI_I64, &s->freeze_vision, 0, (double)(INT64_C(1) << 40));
     cli_flag_add(&fs, "--freeze-lm", CLI_I64, &s->freeze_lm, 0, (double)(INT64_C(1) << 40));
     cli_flag_add(&fs, "--vision-warmup", CLI_I64, &s->vision_warmup, 0, (double)(INT64_C(1) << 40));
@@ -493,6 +499,8 @@ static int target_parse(int argc, char **argv, target_opts *o) {
     if (s->steps && cli_flag_given(&fs, &s->epochs)) return cli_fail(cmd, "give --steps or --epochs, not both"), 2;
     if (cli_flag_given(&fs, &s->norm_cap_weight) && !(s->norm_cap > 0))
         return cli_fail(cmd, "--norm-cap-weight without --norm-cap R (R > 0) has nothing to weigh"), 2;
+    if (o->images_as_text && cli_flag_given(&fs, &o->words_frac))
+        return cli_fail(cmd, "--words-frac with --images-as-text: every picture is in words already"), 2;
     if (s->lr_min < 0) s->lr_min = s->lr / 10;
     o->image_size_given = cli_flag_given(&fs, &c->image_size);
     return -1;
@@ -509,6 +517,7 @@ static char *target_settings(const target_opts *o, int64_t total, int vocab) {
     vs_json_key(&w, "captions"), vs_json_bool(&w, o->captions);
     if (o->prompt_loss > 0) vs_json_key(&w, "prompt_loss"), vs_json_num(&w, o->prompt_loss);
     if (o->images_as_text) vs_json_key(&w, "images_as_text"), vs_json_bool(&w, true);
+    if (o->words_frac > 0) vs_json_key(&w, "words_frac"), vs_json_num(&w, o->words_frac);
     if (o->s.freeze_vision) vs_json_key(&w, "freeze_vision"), vs_json_int(&w, o->s.freeze_vision);
     if (o->s.freeze_lm) vs_json_key(&w, "freeze_lm"), vs_json_int(&w, o->s.freeze_lm);
     if (o->s.vision_warmup) vs_json_key(&w, "vision_warmup"), vs_json_int(&w, o->s.vision_warmup);
@@ -685,6 +694,7 @@ static vs_status target_train(target_run *r, vs_error *err) {
                                 .bucket = o->s.bucket,
                                 .prompt_loss = (float)o->prompt_loss,
                                 .images_as_text = o->images_as_text,
+                                .words_frac = (float)o->words_frac,
                                 .seed = (uint64_t)o->s.seed};
     for (int i = 0; i < 3; i++)
         dopts.preproc.mean[i] = c->image_mean[i], dopts.preproc.std[i] = c->image_std[i];

@@ -335,10 +335,11 @@ static vs_status build_epoch(vs_train_data *d, vs_error *err) {
 /* Building a reader: begin, add every sequence, finish. */
 static vs_train_data *reader_begin(const vs_train_data_opts *opts, int64_t total, vs_error *err) {
     if (!opts || opts->seq_len < 2 || opts->batch < 1 || opts->image_rows < 1 || opts->preproc.size < 1 ||
-        !(opts->prompt_loss >= 0.0f && opts->prompt_loss <= 1e6f)) {
+        !(opts->prompt_loss >= 0.0f && opts->prompt_loss <= 1e6f) ||
+        !(opts->words_frac >= 0.0f && opts->words_frac <= 1.0f)) {
         vs_error_set(err, VS_ERR_INVALID,
                      "training data: bad options (seq_len >= 2, batch >= 1, image rows >= 1, "
-                     "0 <= prompt_loss <= 1e6)");
+                     "0 <= prompt_loss <= 1e6, 0 <= words_frac <= 1)");
         return NULL;
     }
     vs_train_data *d = vs_calloc(1, sizeof(*d));
@@ -417,6 +418,13 @@ static vs_train_data *reader_finish(vs_train_data *d, vs_status st, vs_error *er
     return d;
 }
 
+/* words_frac: whether sample i of set k (with pictures) is written in words; a fixed draw per sample. */
+static bool in_words(const vs_train_data_opts *o, const vs_world_sample *s, int k, int64_t i) {
+    if (!(o->words_frac > 0) || s->n_images < 1) return false;
+    uint64_t h = vs_mix64(o->seed ^ vs_mix64(((uint64_t)k << 48) ^ (uint64_t)i ^ UINT64_C(0x776f726473)));
+    return (double)(h >> 11) * 0x1.0p-53 < (double)o->words_frac;
+}
+
 vs_train_data *vs_train_data_new(const vs_world_dataset *const *sets, int n_sets, const vs_tokenizer *tok,
                                  const vs_train_data_opts *opts, vs_error *err) {
     if (!sets || n_sets < 1 || !tok) {
@@ -433,8 +441,9 @@ vs_train_data *vs_train_data_new(const vs_world_dataset *const *sets, int n_sets
         for (int64_t i = 0; st == VS_OK && i < sets[k]->n; i++) {
             const vs_world_sample *s = &sets[k]->samples[i];
             vs_train_example ex;
-            st = opts->images_as_text ? vs_train_encode_words(s, tok, &ex, err)
-                                      : vs_train_encode(s, tok, opts->image_rows, &ex, err);
+            bool words = opts->images_as_text || in_words(opts, s, k, i);
+            d->stats.in_words += words && s->n_images > 0;
+            st = words ? vs_train_encode_words(s, tok, &ex, err) : vs_train_encode(s, tok, opts->image_rows, &ex, err);
             if (st != VS_OK) {
                 vs_error_wrap(err, "%s/%s.jsonl", sets[k]->dir, sets[k]->split);
                 break;

@@ -85,6 +85,9 @@ typedef struct vs_train_data_opts {
     int bucket;         /* batches per length-sorted chunk; <= 1: no length grouping */
     float prompt_loss;  /* weight of prompt text rows in the loss (0: answers only; 1: every text row) */
     bool images_as_text; /* every picture in words (vs_train_encode_words) instead of image rows */
+    float words_frac;    /* 0..1: this share of the samples with pictures in words instead (each sample's
+                          * form drawn once from seed and its place in the sets: the same every epoch and
+                          * on resume); images_as_text is words_frac 1 */
     uint64_t seed;      /* seeds the epoch RNG of a fresh state */
 } vs_train_data_opts;
 
@@ -99,6 +102,7 @@ typedef struct vs_train_data_stats {
     int64_t answer_rows;     /* answer rows: counted in the loss with weight 1 */
     int64_t prompt_rows;     /* prompt text rows after BOS: counted with weight prompt_loss */
     int64_t images;          /* images of the kept sequences */
+    int64_t in_words;        /* samples with pictures written in words (images_as_text, words_frac) */
     int64_t max_images;      /* most images in one kept sequence */
     int64_t n_batches;       /* batches per epoch */
     int64_t kept[VS_WORLD_N_SUITES], skipped[VS_WORLD_N_SUITES];
