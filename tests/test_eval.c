@@ -753,11 +753,13 @@ static void test_cli(const char *dir, const char *tok) {
         printf("train target --images-as-text: no images, another LM, in run.json\n");
         /* --words-frac: part of the pictures in words, counted, in run.json; with --images-as-text or out of
          * range refused */
-        rc = vt_run("%s train target --data %s --tokenizer %s --out %s/pwf --steps 1 %s --words-frac 0.5 > %s/pwf.log 2>&1",
+        rc = vt_run("%s train target --data %s --tokenizer %s --out %s/pwf --steps 1 %s --words-frac 0.5 > "
+                    "%s/pwf.log 2>&1",
                     cli, dir, tok, tmp, tiny, tmp);
         VT_CHECK(rc == 0, "train target --words-frac 0.5 exit %d", rc);
         snprintf(path, sizeof(path), "%s/pwf.log", tmp);
-        VT_CHECK(vt_file_has(path, "samples with their pictures in words"), "%s does not count the samples in words", path);
+        VT_CHECK(vt_file_has(path, "samples with their pictures in words"), "%s does not count the samples in words",
+                 path);
         snprintf(path, sizeof(path), "%s/pwf/run.json", tmp);
         VT_CHECK(vt_file_has(path, "\"words_frac\":0.5"), "--words-frac is not in %s", path);
         rc = vt_run("%s train target --data %s --tokenizer %s --out %s/pwf2 --steps 1 %s --words-frac 0.5 --images-as-text "

@@ -1,7 +1,8 @@
 /* common: what every module shares and nothing else.
  * Owns: the error type (vs_status + message) that library functions report bad input with,
  * the one allocator path (vs_malloc & co, 64-byte aligned), a monotonic clock, a seedable RNG,
- * progress/log output to stderr, whole-file reads and the UTF-8 sequence check. No mutable globals: everything here is per call or per object. */
+ * progress/log output to stderr, whole-file reads and the UTF-8 sequence check. No mutable globals:
+ * everything here is per call or per object. */
 #ifndef VS_COMMON_H
 #define VS_COMMON_H
 
