@@ -27,6 +27,7 @@ when the checker reads the exact answer).
   lookup_sweep.py features WORLD MMPROJ OUT_DIR     (the tower's rows of every train and test picture)
   lookup_sweep.py run ... --world WORLD --mmproj MMPROJ [--feat DIR] [--norm-cap R]   (a world with pictures)
   lookup_sweep.py run ... [--save FILE] [--init FILE]   (the model's state at the end; start the LM from one)
+  lookup_sweep.py run ... --grow FILE [--grow-noise S]  (start from a saved LM of half the width and depth)
 
 Each run appends JSON lines to OUT_DIR/NAME.log: step, rows trained, test and train-subset accuracy,
 accuracy per query type. Needs PyTorch (CUDA when present, bf16 autocast there).
@@ -248,6 +249,37 @@ def features(world, mmproj, out, dev):
         json.dump({"made_from": feature_key(world, mmproj)}, fh)
 
 
+@torch.no_grad()
+def grow(big, small_sd, noise):
+    """Copies a smaller LM's function into `big` (Net2Net-style): width x2 by duplicating every
+    residual feature, head and hidden unit (x -> [x; x]: RMSNorm is unchanged by it, and each matrix
+    takes [[W/2, W/2], [W/2, W/2]]), depth x2 by a new block after each old one whose output matrices
+    are zero (an identity at the start). `noise` (std, added to the grown matrices) breaks the symmetry
+    of the copies. The head size stays (heads and KV heads double with the width)."""
+    sd = {k: v.float() for k, v in small_sd.items()}
+    C = sd["emb.weight"].shape[1]
+    Lsmall = 1 + max(int(k.split(".")[1]) for k in sd if k.startswith("blocks."))
+    Cb, Lb = big.emb.weight.shape[1], len(big.blocks)
+    if Cb != 2 * C or Lb != 2 * Lsmall:
+        raise SystemExit(f"--grow doubles width and depth: {Lsmall} x {C} -> {Lb} x {Cb} is not that")
+    dev = big.emb.weight.device
+    cat2 = lambda w: torch.cat([w, w], 0)
+    both = lambda w: cat2(torch.cat([w / 2, w / 2], 1))
+    rnd = lambda w: w + noise * torch.randn_like(w)
+    big.emb.weight.copy_(rnd(torch.cat([sd["emb.weight"]] * 2, 1)).to(dev))
+    big.nf.weight.copy_(cat2(sd["nf.weight"]).to(dev))
+    big.out.weight.copy_(rnd(torch.cat([sd["out.weight"] / 2] * 2, 1)).to(dev))
+    for i in range(Lsmall):
+        b, pre = big.blocks[2 * i], f"blocks.{i}."
+        for n in ("n1", "n2"):
+            getattr(b, n).weight.copy_(cat2(sd[pre + n + ".weight"]).to(dev))
+        for n in ("q", "k", "v", "o", "g", "u", "d"):
+            getattr(b, n).weight.copy_(rnd(both(sd[pre + n + ".weight"])).to(dev))
+        new = big.blocks[2 * i + 1]
+        new.o.weight.zero_()
+        new.d.weight.zero_()
+
+
 def make_batch(tok, ans, off, turns, idx, full, dev, pics=None):
     """inputs, next-token targets and loss weights (answers 1, other text rows `full`, image rows 0),
     padded to 64; with pics = (tower rows on dev, first picture per sample): the image rows' tower rows
@@ -322,6 +354,8 @@ def run(a):
             if len(pics[1]) != len(rows[2]):
                 raise SystemExit(f"{sp}: {len(rows[2]) - 1} samples of rows, {len(pics[1]) - 1} of pictures")
         model = VLM(model, trp[0].shape[-1], a.norm_cap).to(dev)
+    if a.grow:
+        grow(model.lm if isinstance(model, VLM) else model, torch.load(a.grow, map_location="cpu"), a.grow_noise)
     if a.init:
         sd = torch.load(a.init, map_location=dev)
         lm = model.lm if isinstance(model, VLM) else model
@@ -347,6 +381,9 @@ def run(a):
 
     say({"config": vars(a), "params_lm": n_lm, "params": sum(p.numel() for p in model.parameters()),
          "device": str(dev)})
+    if a.init or a.grow:  # where the loaded model starts
+        ok = evaluate(model, *te, len(te[2]) - 1, dev, amp, tep)
+        say({"step": 0, "rows": 0, "acc": round(100 * sum(ok) / len(ok), 1)})
     while True:
         if pos + a.batch > nseq:
             order, pos, epoch = rng.permutation(nseq), 0, epoch + 1
@@ -456,6 +493,8 @@ def main():
     ap.add_argument("--feat", default=None, help="where `features` cached the tower rows (default OUT_DIR)")
     ap.add_argument("--norm-cap", type=float, default=0.0, help="R of train target --norm-cap (0: none, its default)")
     ap.add_argument("--init", default=None, help="start the LM from a --save file (projector fresh)")
+    ap.add_argument("--grow", default=None, help="start from a --save file of half the width and depth")
+    ap.add_argument("--grow-noise", type=float, default=1e-3, help="std of the noise that breaks the copies' symmetry")
     ap.add_argument("--save", default=None, help="write the model's state here at the end")
     run(ap.parse_args())
 

@@ -581,6 +581,59 @@ static bool same_file(const char *a, const char *b) {
     return same;
 }
 
+/* --grow: the straight run's checkpoint (LM 2 x 32) grown into 4 x 64 with no noise and trained one step
+ * at rate 0 computes the same logits through the inference engine; the wrong shape, --grow with --init
+ * and --grow-noise alone are refused. */
+static void test_cli_grow(const char *cli, const char *dir, const char *tok, const char *tmp, const char *tiny) {
+    const char *twice =
+        "--patch 16 --v-width 16 --v-ffn 32 --v-heads 2 --v-blocks 1 --width 64 --layers 4 "
+        "--heads 8 --kv-heads 4 --ffn 128 --batch 3 --accum 2 --warmup 2 --threads 1 -q";
+    int rc = vt_run("%s train target --data %s --tokenizer %s --out %s/grown --steps 1 --lr 0 --f32 %s --grow "
+                    "%s/straight/ckpt/ckpt.gguf --grow-noise 0 > %s/grown.log 2>&1",
+                    cli, dir, tok, tmp, twice, tmp, tmp);
+    VT_CHECK(rc == 0, "train target --grow exit %d", rc);
+    const char *prompt = "Describe the picture. There is a red circle in the top left";
+    rc = vt_run("%s logits -m %s/straight/target-f32.gguf -p '%s' --gen 3 -t 1 -o %s/lg-small > /dev/null 2>&1 && "
+                "%s logits -m %s/grown/target-f32.gguf -p '%s' --gen 3 -t 1 -o %s/lg-grown > /dev/null 2>&1",
+                cli, tmp, prompt, tmp, cli, tmp, prompt, tmp);
+    VT_CHECK(rc == 0, "logits of the small and the grown LM: exit %d", rc);
+    char a[1024], b[1024];
+    snprintf(a, sizeof(a), "%s/lg-small.f32", tmp);
+    snprintf(b, sizeof(b), "%s/lg-grown.f32", tmp);
+    uint8_t *x = NULL, *y = NULL;
+    size_t nx = 0, ny = 0;
+    if (vs_read_file(a, &x, &nx, NULL) == VS_OK && vs_read_file(b, &y, &ny, NULL) == VS_OK && nx == ny && nx > 0) {
+        const float *fx = (const float *)x, *fy = (const float *)y;
+        double d = 0, m = 0;
+        for (size_t i = 0; i < nx / sizeof(float); i++) {
+            d = fmax(d, fabs((double)fx[i] - fy[i]));
+            m = fmax(m, fabs((double)fx[i]));
+        }
+        printf("train target --grow (2 x 32 -> 4 x 64, noise 0): logits through the engine differ by %.2e "
+               "(max |logit| %.2f, %zu values)\n", d, m, nx / sizeof(float));
+        VT_CHECK(m > 0.01 && d <= 1e-4 * fmax(1.0, m), "grown LM's logits differ by %.3e", d);
+    } else {
+        VT_CHECK(false, "logits files %s / %s missing or of different sizes (%zu, %zu)", a, b, nx, ny);
+    }
+    vs_free(x), vs_free(y);
+    /* refused: a checkpoint of another shape (the small run into its own shape), --grow with --init,
+     * --grow-noise alone */
+    rc = vt_run("%s train target --data %s --tokenizer %s --out %s/grown-bad --steps 1 %s --grow "
+                "%s/straight/ckpt/ckpt.gguf > %s/grown-bad.log 2>&1",
+                cli, dir, tok, tmp, tiny, tmp, tmp);
+    VT_CHECK(rc == 1, "--grow from a checkpoint of the run's own shape: exit %d", rc);
+    VT_CHECK(vt_run("grep -q 'its model has LM width 32, growing into this model needs 16' %s/grown-bad.log", tmp) == 0,
+             "--grow from a checkpoint of the run's own shape: no message naming the LM width in %s/grown-bad.log", tmp);
+    rc = vt_run("%s train target --data %s --tokenizer %s --out %s/grown-bad2 --steps 1 %s --grow %s/x.gguf "
+                "--init %s/x.gguf > /dev/null 2>&1",
+                cli, dir, tok, tmp, twice, tmp, tmp);
+    VT_CHECK(rc == 2, "--grow with --init: exit %d", rc);
+    rc = vt_run("%s train target --data %s --tokenizer %s --out %s/grown-bad3 --steps 1 %s --grow-noise 0.1 "
+                "> /dev/null 2>&1",
+                cli, dir, tok, tmp, twice);
+    VT_CHECK(rc == 2, "--grow-noise without --grow: exit %d", rc);
+}
+
 static void test_cli(const char *dir, const char *tok) {
     const char *cli = vt_cli();
     if (!cli || access(cli, X_OK) != 0) {
@@ -645,6 +698,7 @@ static void test_cli(const char *dir, const char *tok) {
     }
     printf("train target: 4 steps straight == 2 steps + --resume 2 steps (exports byte-identical, same "
            "curve)\n");
+    test_cli_grow(cli, dir, tok, tmp, tiny);
     /* --freeze-vision N: the tower keeps its initial weights for N steps (the checkpoint kept at step N
      * and a run frozen throughout have the same tower), then trains; without it the tower trains */
     /* --vision-warmup 2 after --freeze-vision 2: the tower trains at half the rate on step 2;

@@ -1,11 +1,11 @@
 /* test_scripts: the model-making scripts end to end, on a tiny world and tiny models, so the documented
  * commands that reproduce the shipped models keep working:
  *   - scripts/make_models.sh: world (SUITES), tokenizer, vision pretraining (VISION_STEPS), LM text
- *     pretraining on a world of its own (TEXT_PER_SUITE; its look pictures in words, TEXT_SUITES), the look
- *     stage from that tower and LM with the tower frozen (LOOK_PER_SUITE, evaluated with own and swapped
- *     pictures), target training in chunks from the look stage with the norm cap (NORM_CAP, all in
- *     run.json), eval, results in OUT. On a CPU
- *     with the AMX products the run switches attention at ATTENTION_SWITCH: the first chunk stops there
+ *     pretraining on a world of its own (TEXT_PER_SUITE; its look pictures in words, TEXT_SUITES) at half
+ *     the LM's size, the look stage from that tower and that LM grown (TEXT_GROW) with the tower frozen
+ *     (LOOK_PER_SUITE, evaluated with own and swapped pictures), target training in chunks from the look
+ *     stage with the norm cap (NORM_CAP, all in run.json), eval, results in OUT. On a CPU with the AMX
+ *     products the run switches attention at ATTENTION_SWITCH: the first chunk stops there
  *     with --attention direct, the next runs --attention gemm, and OUT/attention keeps "direct"; with
  *     FINISH_AT the run stops there and a short run from that checkpoint (train-finish/) makes the model;
  *   - a second make_models.sh run finds everything done and trains nothing;
@@ -65,16 +65,16 @@ int main(void) {
         "TRAIN_PER_SUITE=3 TEST_PER_SUITE=1 VOCAB=300 EPOCHS=1 FREEZE_VISION=1 VISION_WARMUP=1 "
         "ATTENTION_SWITCH=2 FINISH_AT=4 FINISH_STEPS=2 FINISH_WARMUP=1 THREADS=2 NORM_CAP=2 VISION_STEPS=2 "
         "SUITES=all TEXT_PER_SUITE=2 TEXT_TEST=1 TEXT_EPOCHS=2 TEXT_EVAL_LIMIT=1 TEXT_SUITES=text,drill,look "
-        "TEXT_EVAL_FLAGS='--ablate-images words' "
-        "TEXT_FLAGS='--warmup 1 --batch 4 --accum 1 --width 32 --layers 2 --heads 2 --kv-heads 1 --ffn 64 "
+        "TEXT_EVAL_FLAGS='--ablate-images words' TEXT_GROW=1 "
+        "TEXT_FLAGS='--warmup 1 --batch 4 --accum 1 --width 16 --layers 1 --heads 1 --kv-heads 1 --ffn 32 "
         "--v-width 32 --v-blocks 1 --v-heads 2 --v-ffn 64 --ctx 1024 --images-as-text --prompt-loss 1 -q' "
         "LOOK_PER_SUITE=2 LOOK_TEST=2 LOOK_EVAL_LIMIT=1 "
-        "LOOK_FLAGS='--warmup 1 --batch 2 --accum 1 --width 32 --layers 2 --heads 2 --kv-heads 1 --ffn 64 "
+        "LOOK_FLAGS='--warmup 1 --batch 2 --accum 1 --width 32 --layers 2 --heads 2 --kv-heads 2 --ffn 64 "
         "--v-width 32 --v-blocks 1 --v-heads 2 --v-ffn 64 --ctx 1024 -q' "
         "VISION_FLAGS='--batch 2 --eval-images 4 --eval-every 1 --v-width 32 --v-blocks 1 --v-heads 2 --v-ffn 64 "
         "--width 32 -q' "
         "EVAL_FLAGS='--limit 1 --max-tokens 8' "
-        "TRAIN_FLAGS='--batch 4 --width 32 --layers 2 --heads 2 --kv-heads 1 --ffn 64 --v-width 32 "
+        "TRAIN_FLAGS='--batch 4 --width 32 --layers 2 --heads 2 --kv-heads 2 --ffn 64 --v-width 32 "
         "--v-blocks 1 --v-heads 2 --v-ffn 64 --ctx 1024 -q'";
     int rc = vt_run("VLMSPEC=%s WORK=%s OUT=%s %s sh scripts/make_models.sh > %s 2>&1", abs_cli, work, out,
                     model_env, log1);
@@ -109,9 +109,11 @@ int main(void) {
     snprintf(path, sizeof(path), "%s/text-world/world.json", work);
     VT_CHECK(vt_file_has(path, "look"), "TEXT_SUITES did not reach the text world (%s)", path);
     snprintf(path, sizeof(path), "%s/look/run.json", work);
-    VT_CHECK(vt_file_has(path, "look-world") && vt_file_has(path, "text/ckpt/ckpt.gguf") &&
-                 vt_file_has(path, "vision/vision-mmproj.gguf") && vt_file_has(path, "\"freeze_vision\":1000000000000"),
-             "the look stage did not start from the text stage's LM and the pretrained tower, frozen (%s)", path);
+    VT_CHECK(vt_file_has(path, "look-world") && vt_file_has(path, "\"grow\":") &&
+                 vt_file_has(path, "text/ckpt/ckpt.gguf") && vt_file_has(path, "vision/vision-mmproj.gguf") &&
+                 vt_file_has(path, "\"freeze_vision\":1000000000000"),
+             "the look stage did not start from the text stage's LM grown (TEXT_GROW) and the pretrained tower, "
+             "frozen (%s)", path);
     VT_CHECK(exists(work, "look/target.gguf") && exists(work, "look/eval.txt") && exists(work, "look/eval-swap.txt") &&
                  count_lines_with(log1, "look: chunk of at most") == 1 && count_lines_with(log1, "look: eval on 1 test") == 1,
              "the look stage did not finish in one chunk and get evaluated once (log %s)", log1);

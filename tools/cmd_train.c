@@ -352,6 +352,8 @@ typedef struct target_opts {
     const char *data, *tokenizer, *out, *name;
     const char *init; /* a checkpoint whose weights start a fresh run (new schedule, zero moments) */
     const char *vision_init; /* an mmproj whose tower starts a fresh run ('train vision') */
+    const char *grow;  /* a checkpoint of half the LM that starts a fresh run, grown (train_model.h) */
+    double grow_noise; /* the noise that breaks the grown copies' symmetry */
     vs_train_sched s;
     int ctx;
     bool captions, f32;
@@ -397,6 +399,13 @@ static void target_usage(FILE *f) {
         "  --init CKPT         start from the weights of a training checkpoint (another run's ckpt.gguf),\n"
         "                      with this run's schedule, data order and zeroed AdamW moments; the model\n"
         "                      flags must describe the checkpoint's model (default: fresh weights)\n"
+        "  --grow CKPT         start from a training checkpoint whose LM has half this run's width, layers,\n"
+        "                      heads, KV heads and SwiGLU width (e.g. a 4 x 256 text stage for the 8 x 512\n"
+        "                      LM): its function copied into this model (every unit duplicated, a new\n"
+        "                      block after each that adds nothing at first), its tower copied, its\n"
+        "                      projector widened; this run's schedule, data order and zeroed moments\n"
+        "  --grow-noise S      std of the noise added to the grown matrices so that the copies can\n"
+        "                      part (default 1e-3)\n"
         "  --norm-cap R        keep the projector's image rows within R times the token embeddings' mean\n"
         "                      L2 norm: each step adds W * mean(max(0, |row| / tau - 1)^2), tau = R * that\n"
         "                      norm (default 0: off)\n"
@@ -456,6 +465,7 @@ static int target_parse(int argc, char **argv, target_opts *o) {
     s->epochs = 10, s->batch = 8, s->accum = 2, s->seq = 768, s->bucket = 16, s->threads = 2;
     s->ckpt_every = 200, s->lr = 1e-3, s->lr_min = -1, s->warmup = 100, s->wd = 0.1, s->clip = 1.0;
     s->beta2 = 0.95, s->seed = 1, s->vision_lr = 1, s->norm_cap_weight = 1, o->name = "vlmspec-world-target";
+    o->grow_noise = 1e-3;
     vs_train_vlm_config *c = &o->cfg;
     *c = vs_train_vlm_target_shape();
     /* CLIP's preprocessing constants, as LLaVA's image processor uses them */
@@ -479,6 +489,8 @@ static int target_parse(int argc, char **argv, target_opts *o) {
     cli_flag_add(&fs, "--norm-cap-weight", CLI_F64, &s->norm_cap_weight, 1e-9, 1e6);
     cli_flag_add(&fs, "--init", CLI_STR, &o->init, 0, 0);
     cli_flag_add(&fs, "--vision-init", CLI_STR, &o->vision_init, 0, 0);
+    cli_flag_add(&fs, "--grow", CLI_STR, &o->grow, 0, 0);
+    cli_flag_add(&fs, "--grow-noise", CLI_F64, &o->grow_noise, 0, 1);
     cli_flag_add(&fs, "--f32", CLI_BOOL, &o->f32, 0, 0);
     cli_flag_add(&fs, "--epochs", CLI_F64, &s->epochs, 1e-6, 1e6);
     cli_flag_add(&fs, "--steps", CLI_I64, &s->steps, 1, (double)(INT64_C(1) << 40));
@@ -499,6 +511,9 @@ static int target_parse(int argc, char **argv, target_opts *o) {
     if (s->steps && cli_flag_given(&fs, &s->epochs)) return cli_fail(cmd, "give --steps or --epochs, not both"), 2;
     if (cli_flag_given(&fs, &s->norm_cap_weight) && !(s->norm_cap > 0))
         return cli_fail(cmd, "--norm-cap-weight without --norm-cap R (R > 0) has nothing to weigh"), 2;
+    if (o->grow && o->init) return cli_fail(cmd, "--grow and --init both give the starting weights: give one"), 2;
+    if (!o->grow && cli_flag_given(&fs, &o->grow_noise))
+        return cli_fail(cmd, "--grow-noise without --grow CKPT has nothing to grow"), 2;
     if (o->images_as_text && cli_flag_given(&fs, &o->words_frac))
         return cli_fail(cmd, "--words-frac with --images-as-text: every picture is in words already"), 2;
     if (s->lr_min < 0) s->lr_min = s->lr / 10;
@@ -528,6 +543,10 @@ static char *target_settings(const target_opts *o, int64_t total, int vocab) {
     }
     if (o->init) vs_json_key(&w, "init"), vs_json_str(&w, o->init);
     if (o->vision_init) vs_json_key(&w, "vision_init"), vs_json_str(&w, o->vision_init);
+    if (o->grow) {
+        vs_json_key(&w, "grow"), vs_json_str(&w, o->grow);
+        vs_json_key(&w, "grow_noise"), vs_json_num(&w, o->grow_noise);
+    }
     vs_json_key(&w, "vocab"), vs_json_int(&w, vocab);
     vs_json_key(&w, "steps"), vs_json_int(&w, total);
     vs_json_key(&w, "batch"), vs_json_int(&w, o->s.batch);
@@ -640,6 +659,24 @@ static vs_status target_init_from(vs_train_loop *L, const char *path, const vs_t
     return VS_OK;
 }
 
+/* --grow: the model was made and initialised with this run's shape and seed; a checkpoint of half its LM
+ * gives the function (train_model.h, vs_train_vlm_grow) and nothing else, as with --init. */
+static vs_status target_grow_from(vs_train_vlm *m, const char *path, double noise, uint64_t seed, vs_error *err) {
+    vs_train_state st;
+    vs_train_vlm *small = vs_train_vlm_load(path, 1, 1, 1, &st, err);
+    if (!small) return vs_error_wrap(err, "--grow");
+    vs_status s = vs_train_vlm_grow(m, small, (float)noise, seed ^ UINT64_C(0x67726f77), path, err);
+    if (s == VS_OK) {
+        const vs_train_vlm_config *a = vs_train_vlm_cfg(small), *b = vs_train_vlm_cfg(m);
+        printf("grown from %s (step %lld of its run): LM %d x %d -> %d x %d, noise %g\n", path, (long long)st.step,
+               a->n_layers, a->width, b->n_layers, b->width, noise);
+    } else {
+        vs_error_wrap(err, "--grow");
+    }
+    vs_train_vlm_free(small);
+    return s;
+}
+
 /* The model, its parameters and the schedule of a target run (stdout). */
 /* --vision-init: the tower of an mmproj (a pretrained one from 'train vision') replaces the fresh one. */
 static vs_status target_vision_init(vs_train_vlm *m, const char *path, vs_error *err) {
@@ -731,6 +768,7 @@ static vs_status target_train(target_run *r, vs_error *err) {
         } else if (s == VS_OK) {
             if (!(L->m = vs_train_vlm_new(c, max_B, max_T, max_I, err))) s = VS_ERR_INVALID;
             else vs_train_vlm_init(L->m, (uint64_t)o->s.seed);
+            if (s == VS_OK && o->grow) s = target_grow_from(L->m, o->grow, o->grow_noise, (uint64_t)o->s.seed, err);
         }
         if (s == VS_OK && o->vision_init) s = target_vision_init(L->m, o->vision_init, err);
         if (s == VS_OK) vs_train_loop_fresh_state(L);

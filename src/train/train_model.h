@@ -2,8 +2,9 @@
  * Owns: the VLM's configuration, its parameter set (train_optim.h: one buffer each of parameters,
  * gradients and AdamW moments, viewed through vs_train_vlm_tensors), the activations of the last
  * forward (allocated once for the largest batch given at creation), the forward and backward passes,
- * checkpoints of the whole training state, and export to llama.cpp's LLaVA layout (an LM GGUF
- * "llama" + an mmproj GGUF "clip", docs/formats.md) that vlmspec's inference engine loads.
+ * checkpoints of the whole training state, growth into a model of twice its LM size (train_grow.c),
+ * and export to llama.cpp's LLaVA layout (an LM GGUF "llama" + an mmproj GGUF "clip",
+ * docs/formats.md) that vlmspec's inference engine loads.
  *
  * The model (HF CLIPVisionModel + LLaVA projector + LLaMA semantics, as src/engine/vision.h and src/engine/lm.h run
  * it):
@@ -159,6 +160,18 @@ vs_status vs_train_vlm_tower_forward(vs_train_vlm *m, vs_threadpool *tp, const f
                                      vs_error *err);
 const float *vs_train_vlm_tower_features(const vs_train_vlm *m);
 void vs_train_vlm_tower_backward(vs_train_vlm *m, vs_threadpool *tp, const float *dfeat);
+
+/* Growth (train_grow.c): copies `small`'s function into `big`, whose LM has twice small's width, layers,
+ * heads, KV heads and SwiGLU width (the same head size, vocabulary, epsilons, RoPE base and vision tower;
+ * the context may differ). Every LM feature, head and hidden unit is duplicated (matrices that read a
+ * duplicate take half weights), each grown block is followed by a new one whose output matrices are
+ * zeroed (the rest keep big's current initialisation), the projector is widened the same way and the
+ * tower copied; Gaussian noise of std `noise` (seeded) on the grown matrices breaks the copies'
+ * symmetry. With noise 0 big's logits equal small's up to float rounding. VS_ERR_INVALID, naming
+ * `small_name` and the first differing field, when the shapes do not fit. Parameters only: moments and
+ * gradients are left as they are. */
+vs_status vs_train_vlm_grow(vs_train_vlm *big, vs_train_vlm *small, float noise, uint64_t seed,
+                            const char *small_name, vs_error *err);
 
 /* FLOPs of one forward+backward over a batch (matrix products and attention; 2 per multiply-add). */
 double vs_train_vlm_flops(const vs_train_vlm *m, int B, int T, int n_images);
