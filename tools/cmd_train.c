@@ -677,7 +677,6 @@ static vs_status target_grow_from(vs_train_vlm *m, const char *path, double nois
     return s;
 }
 
-/* The model, its parameters and the schedule of a target run (stdout). */
 /* --vision-init: the tower of an mmproj (a pretrained one from 'train vision') replaces the fresh one. */
 static vs_status target_vision_init(vs_train_vlm *m, const char *path, vs_error *err) {
     if (vs_train_vlm_set_vision_file(m, path, err)) return vs_error_wrap(err, "--vision-init");
@@ -685,6 +684,7 @@ static vs_status target_vision_init(vs_train_vlm *m, const char *path, vs_error 
     return VS_OK;
 }
 
+/* The model, its parameters and the schedule of a target run (stdout). */
 static void print_target_run(const target_opts *o, const vs_train_loop *L, const vs_train_data_stats *ds) {
     const vs_train_vlm_config *c = &o->cfg;
     printf("model: ViT %dx%d/%d width %d x %d blocks (%d heads, MLP %d%s), projector %d -> %d, LM width %d x %d "
