@@ -665,6 +665,7 @@ static vs_status target_grow_from(vs_train_vlm *m, const char *path, double nois
     vs_train_state st;
     vs_train_vlm *small = vs_train_vlm_load(path, 1, 1, 1, &st, err);
     if (!small) return vs_error_wrap(err, "--grow");
+    /* the noise draws a stream of its own ("grow"), not the initialisation's */
     vs_status s = vs_train_vlm_grow(m, small, (float)noise, seed ^ UINT64_C(0x67726f77), path, err);
     if (s == VS_OK) {
         const vs_train_vlm_config *a = vs_train_vlm_cfg(small), *b = vs_train_vlm_cfg(m);

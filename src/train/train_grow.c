@@ -1,5 +1,5 @@
 /* train_grow: a trained VLM's function copied into one of twice its LM width and depth
- * (train_model.h, vs_train_vlm_grow; docs/training.md, "Growing a trained LM").
+ * (train_model.h, vs_train_vlm_grow; docs/target.md, `train target --grow`).
  *
  * Width: every residual feature, head, KV head and SwiGLU unit is duplicated, so the grown model's rows
  * are [x; x] wherever the small one's are x. RMSNorm of [x; x] equals that of x, so a norm's gain is
