@@ -63,13 +63,14 @@
 #   TEXT_FLAGS       extra `vlmspec train target` flags of the text stage (--lr, --warmup ...; not --steps:
 #                    the stage gives --epochs; the model's shape flags must be TRAIN_FLAGS', since the main
 #                    run starts from its weights; with TEXT_GROW=1 half its LM's). The stage trains no image
-#                    weights, but AdamW's decay still shrinks the untouched tower and projector (the tower is replaced with
-#                    VISION_STEPS > 0; the projector starts the main run smaller than its initialisation).
+#                    weights, but AdamW's decay still shrinks the untouched tower and projector (the tower
+#                    is replaced with VISION_STEPS > 0; the projector starts the main run smaller than its
+#                    initialisation).
 #                    The tokenizer is trained on the main world: SUITES=all lets it see the drills.
 #   TEXT_GROW        1: the text stage's LM has half the main LM's width, layers, heads, KV heads and SwiGLU
 #                    width (its shape flags in TEXT_FLAGS, e.g. --width 256 --layers 4 --heads 4
-#                    --kv-heads 2 --ffn 704 for the default 8 x 512), about five times cheaper per row, and the
-#                    next stage starts from it grown (`train target --grow`, docs/target.md; default 0)
+#                    --kv-heads 2 --ffn 704 for the default 8 x 512), about five times cheaper per row, and
+#                    the next stage starts from it grown (`train target --grow`, docs/target.md; default 0)
 #   LOOK_PER_SUITE   training pictures of the look stage's world (default 0: no look stage)
 #   LOOK_TEST        its test pictures (default 200)
 #   LOOK_SEED        its world seed (default 4)
