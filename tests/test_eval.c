@@ -634,6 +634,32 @@ static void test_cli_grow(const char *cli, const char *dir, const char *tok, con
     VT_CHECK(rc == 2, "--grow-noise without --grow: exit %d", rc);
 }
 
+/* train target --ground: a short run counts its grounded turns and records the setting (a resume must
+ * repeat it); --ground-layer alone, --ground with every picture in words and a layer outside the LM are
+ * refused. */
+static void test_cli_ground(const char *cli, const char *dir, const char *tok, const char *tmp, const char *tiny) {
+    int rc = vt_run("%s train target --data %s --tokenizer %s --out %s/ground --steps 2 %s --ground 0.5 --ground-layer 1 "
+                    "> %s/ground.log 2>&1",
+                    cli, dir, tok, tmp, tiny, tmp);
+    VT_CHECK(rc == 0, "train target --ground exit %d (%s/ground.log)", rc, tmp);
+    VT_CHECK(vt_run("grep -Eq '^  [1-9][0-9]* turns with an attention ground' %s/ground.log && "
+                    "grep -q '\"ground\":0.5,\"ground_layer\":1' %s/ground/run.json", tmp, tmp) == 0,
+             "--ground: no grounded turns counted in %s/ground.log or no setting in run.json", tmp);
+    rc = vt_run("%s train target --data %s --tokenizer %s --out %s/ground --steps 2 %s --resume > /dev/null 2>&1", cli,
+                dir, tok, tmp, tiny);
+    VT_CHECK(rc != 0, "a resume without --ground of a grounded run: exit %d", rc);
+    rc = vt_run("%s train target --data %s --tokenizer %s --out %s/ground-bad --steps 1 %s --ground-layer 1 "
+                "> /dev/null 2>&1", cli, dir, tok, tmp, tiny);
+    VT_CHECK(rc == 2, "--ground-layer without --ground: exit %d", rc);
+    rc = vt_run("%s train target --data %s --tokenizer %s --out %s/ground-bad --steps 1 %s --ground 1 --images-as-text "
+                "> /dev/null 2>&1", cli, dir, tok, tmp, tiny);
+    VT_CHECK(rc == 2, "--ground with --images-as-text: exit %d", rc);
+    rc = vt_run("%s train target --data %s --tokenizer %s --out %s/ground-bad --steps 1 %s --ground 1 --ground-layer 2 "
+                "> %s/ground-bad.log 2>&1", cli, dir, tok, tmp, tiny, tmp);
+    VT_CHECK(rc == 1 && vt_run("grep -q 'ground-layer 2: the LM has layers 0 .. 1' %s/ground-bad.log", tmp) == 0,
+             "--ground-layer 2 of a 2-layer LM: exit %d, see %s/ground-bad.log", rc, tmp);
+}
+
 static void test_cli(const char *dir, const char *tok) {
     const char *cli = vt_cli();
     if (!cli || access(cli, X_OK) != 0) {
@@ -645,6 +671,7 @@ static void test_cli(const char *dir, const char *tok) {
         "--heads 4 --kv-heads 2 --ffn 64 --batch 3 --accum 2 --warmup 2 --lr 3e-3 --threads 1 -q";
     const char *tmp = vt_tmpdir();
     test_cli_rows(cli, dir, tok, tmp);
+    test_cli_ground(cli, dir, tok, tmp, tiny);
     int rc = vt_run(
         "%s train target --data %s --tokenizer %s --out %s/straight --steps 4 --f32 %s > %s/straight.log",
         cli, dir, tok, tmp, tiny, tmp);

@@ -352,6 +352,48 @@ static void test_prompt_loss(const vs_world_dataset *d, const vs_tokenizer *tok)
            k, sum, answers);
 }
 
+/* Attention grounds (opts.ground): over one epoch the batches carry stats.grounds of them, each at the
+ * row before a turn's first answer row, its keys at its image's first row, its mask the world's for
+ * that turn's query at the model's patch size; without the option no batch has any. */
+static void test_grounds(const vs_world_dataset *d, const vs_tokenizer *tok) {
+    vs_error err = {0};
+    vs_train_vlm_config c = wt_config(vs_tokenizer_n_vocab(tok));
+    vs_train_data_opts o = {
+        .seq_len = 4096, .batch = 3, .image_rows = NP, .preproc = wt_preproc(&c), .bucket = 2, .seed = 5};
+    for (int on = 0; on < 2; on++) {
+        o.ground = on;
+        vs_train_data *r = vs_train_data_new(&d, 1, tok, &o, &err);
+        VT_REQUIRE(r, "%s", err.msg);
+        const vs_train_data_stats *st = vs_train_data_get_stats(r);
+        int64_t seen = 0, bad = 0;
+        for (int64_t k = 0; k < st->n_batches; k++) {
+            vs_train_batch b;
+            vs_train_batch_info info;
+            VT_REQUIRE(vs_train_data_next(r, &b, &info, &err) == VS_OK, "%s", err.msg);
+            for (int i = 0; i < b.n_ground; i++) {
+                const vs_train_ground *g = &b.ground[i];
+                const vs_world_sample *sm = vs_train_data_sample(r, info.seqs[g->b]);
+                vs_train_example ex;
+                VT_REQUIRE(vs_train_encode(sm, tok, NP, &ex, &err) == VS_OK, "%s", err.msg);
+                int t = 0;
+                while (t < ex.n_turns && ex.turn_start[t] - 1 != g->q) t++;
+                uint64_t want = 0;
+                bad += t == ex.n_turns || !vs_world_ground_mask(&sm->scenes[sm->turns[t].query.image],
+                                                                 &sm->turns[t].query, 64, 64 / 4, &want) ||
+                       want != g->mask || ex.img_row[g->k0] != sm->turns[t].query.image * NP ||
+                       b.img_row[(size_t)g->b * b.T + g->k0] < 0;
+                vs_train_example_free(&ex);
+            }
+            seen += b.n_ground;
+        }
+        VT_CHECK(bad == 0, "ground %d: %lld grounds off their turn, image or mask", on, (long long)bad);
+        VT_CHECK(seen == st->grounds && (on ? seen >= 5 : seen == 0), "ground %d: %lld grounds in the batches, %lld counted",
+                 on, (long long)seen, (long long)st->grounds);
+        if (on) printf("grounds: %lld turns over an epoch, each at its turn's last prompt row and its picture\n", (long long)seen);
+        vs_train_data_free(r);
+    }
+}
+
 /* 5. export parity on world samples */
 /* Pictures in words: the same answers on the same rows' text, every image marker replaced by its scene
  * written out, no image rows; the reader built on it loads no pixels. */
@@ -569,6 +611,7 @@ int main(void) {
     test_batches(d, tok);
     test_prompt_loss(d, tok);
     test_words(d, tok);
+    test_grounds(d, tok);
     test_parity(d, tok, tok_path);
     vs_tokenizer_free(tok);
     vs_world_dataset_free(d);

@@ -560,6 +560,48 @@ static void test_norm_cap(void) {
     vs_free(c.x), vs_free(dx);
 }
 
+/* attention grounding: -log of head `head`'s attention share on the grounded key rows, through the
+ * causal softmax (GQA: the head's key head gets the key gradients) */
+typedef struct {
+    vs_threadpool *tp;
+    int B, T, H, KVH, D, head, n;
+    const vs_train_ground *g;
+    float *q, *k, *v, *out, *att;
+} ground_ctx;
+
+static double ground_L(void *p) {
+    ground_ctx *c = p;
+    vs_train_self_attention_forward(c->tp, c->out, c->att, c->q, c->k, c->v, c->B, c->T, c->H, c->KVH, c->D, true);
+    return vs_train_attn_ground_forward(c->att, c->B, c->T, c->H, c->head, c->g, c->n);
+}
+
+static void test_attn_ground(vs_threadpool *tp) {
+    /* three grounds: keys before the query, a key on the query row itself, a single key */
+    static const vs_train_ground g[3] = {{0, 6, 1, 0x7}, {1, 5, 2, 0xd}, {1, 3, 0, 0x1}};
+    ground_ctx c = {.tp = tp, .B = 2, .T = 7, .H = 4, .KVH = 2, .D = 8, .head = 3, .n = 3, .g = g};
+    size_t nq = (size_t)c.B * c.T * c.H * c.D, nk = (size_t)c.B * c.T * c.KVH * c.D;
+    c.q = randn(nq, 1), c.k = randn(nk, 1), c.v = randn(nk, 1), c.out = zeros(nq);
+    c.att = zeros((size_t)c.B * c.H * c.T * c.T);
+    float *dq = zeros(nq), *dk = zeros(nk);
+    double l = ground_L(&c), ref = 0;
+    for (int i = 0; i < 3; i++) {
+        double sg = 0;
+        for (int p = 0; p < 64; p++)
+            if (g[i].mask >> p & 1) sg += c.att[(((size_t)g[i].b * c.H + c.head) * c.T + g[i].q) * c.T + g[i].k0 + p];
+        ref -= log(sg);
+    }
+    VT_CHECK_NEAR(l, ref / 3, 1e-9, "grounding loss value");
+    vs_train_attn_ground_backward(dq, dk, c.att, c.q, c.k, c.B, c.T, c.H, c.KVH, c.D, c.head, g, 3, 1.0f);
+    check_grad("attention grounding", "q", ground_L, &c, c.q, nq, dq);
+    check_grad("attention grounding", "k", ground_L, &c, c.k, nk, dk);
+    /* only head 3's query rows and key head 1 move */
+    bool only = true;
+    for (size_t i = 0; i < nq; i++) only &= dq[i] == 0.0f || (int)(i / c.D % c.H) == c.head;
+    for (size_t i = 0; i < nk; i++) only &= dk[i] == 0.0f || (int)(i / c.D % c.KVH) == 1;
+    VT_CHECK(only, "grounding gradients reach other heads");
+    vs_free(c.q), vs_free(c.k), vs_free(c.v), vs_free(c.out), vs_free(c.att), vs_free(dq), vs_free(dk);
+}
+
 /* ---------------------------------------------------------------------------------------------- */
 /* sgemm paths vs the reference */
 
@@ -959,6 +1001,7 @@ int main(void) {
     test_pool_grid(5, 3);
     for (int k = 0; k < 4; k++) test_loss(k);
     test_norm_cap();
+    test_attn_ground(tp);
     printf("worst relative error over all ops: %.2e\n", g_worst);
     test_sgemm(tp);
     test_sgemm_amx(tp);

@@ -526,6 +526,31 @@ static void test_adamw_groups(vs_threadpool *tp) {
     for (int k = 0; k < 3; k++) vs_train_params_free(&p[k]);
 }
 
+/* The gradient of a fresh forward and backward (vs_malloc'd copy) and its loss. */
+static float *grads_of(vs_train_vlm *m, vs_threadpool *tp, const vs_train_batch *b, float *loss) {
+    vs_train_params *p = vs_train_vlm_params(m);
+    vs_train_params_zero_grad(p);
+    fwd_bwd(m, tp, b, loss);
+    float *g = vs_malloc(sizeof(float) * p->n);
+    VT_REQUIRE(g, "alloc");
+    memcpy(g, p->grad, sizeof(float) * p->n);
+    return g;
+}
+
+/* |central difference of the loss in parameter *x (step h) - the backward's an| / (|that difference| + 1e-3). */
+static double fd_rel(vs_train_vlm *m, vs_threadpool *tp, const vs_train_batch *b, float *x, double an, float h) {
+    vs_error err = {0};
+    const float x0 = *x;
+    float lp, lm;
+    *x = x0 + h;
+    VT_REQUIRE(vs_train_vlm_forward(m, tp, b, &lp, &err) == VS_OK, "%s", err.msg);
+    *x = x0 - h;
+    VT_REQUIRE(vs_train_vlm_forward(m, tp, b, &lm, &err) == VS_OK, "%s", err.msg);
+    *x = x0;
+    const double fd = ((double)lp - lm) / (2 * h);
+    return fabs(fd - an) / (fabs(fd) + 1e-3);
+}
+
 /* The image-row norm cap inside the model: off (or a cap no row reaches) leaves loss and gradients as
  * they were; a tight cap adds exactly weight * vs_train_norm_cap_forward(image rows, tau) with tau =
  * ratio * the token embeddings' mean norm, and its gradient (a central difference of the total loss in
@@ -538,11 +563,7 @@ static void test_norm_cap(vs_threadpool *tp) {
     vs_train_vlm_tensors w, g;
     vs_train_vlm_views(m, &w, &g);
     float l0, l1, l2;
-    vs_train_params_zero_grad(p);
-    fwd_bwd(m, tp, &bb.b, &l0);
-    float *g0 = vs_malloc(sizeof(float) * p->n);
-    VT_REQUIRE(g0, "alloc");
-    memcpy(g0, p->grad, sizeof(float) * p->n);
+    float *g0 = grads_of(m, tp, &bb.b, &l0);
     vs_train_vlm_set_norm_cap(m, 1e6f, 1.0f); /* a cap no row reaches */
     vs_train_params_zero_grad(p);
     fwd_bwd(m, tp, &bb.b, &l1);
@@ -567,19 +588,69 @@ static void test_norm_cap(vs_threadpool *tp) {
     /* finite difference in mm.2's bias (the image rows' offset) */
     double worst = 0;
     for (int k = 0; k < 4; k++) {
-        float *x = w.mm2_b + k, x0 = *x, h = 1e-2f;
-        *x = x0 + h;
-        float lp, lm;
-        VT_REQUIRE(vs_train_vlm_forward(m, tp, &bb.b, &lp, &err) == VS_OK, "%s", err.msg);
-        *x = x0 - h;
-        VT_REQUIRE(vs_train_vlm_forward(m, tp, &bb.b, &lm, &err) == VS_OK, "%s", err.msg);
-        *x = x0;
-        double fd = ((double)lp - lm) / (2 * h), an = g.mm2_b[k];
-        double e = fabs(fd - an) / (fabs(fd) + 1e-3);
+        double e = fd_rel(m, tp, &bb.b, w.mm2_b + k, g.mm2_b[k], 1e-2f);
         worst = e > worst ? e : worst;
-        VT_CHECK(e < 2e-2, "mm.2 bias %d: finite difference %g, backward %g", k, fd, an);
+        VT_CHECK(e < 2e-2, "mm.2 bias %d: finite difference and backward differ by %.3g", k, e);
     }
     printf("norm cap in the model: term %.4g, worst relative gradient difference %.2e\n", cap, worst);
+    vs_free(g0);
+    vs_train_vlm_free(m);
+}
+
+/* Attention grounding inside the model: off, or on with a batch without grounds, leaves loss and
+ * gradients as they were; on, the loss gains exactly weight * the grounding term of head 0 of the chosen
+ * layer, and its gradient (central differences of the total loss in that layer's q and k weights and in
+ * the projector, whose image rows are the grounded keys, agree with the backward); a ground whose keys
+ * come after its query and a layer outside the LM are refused. */
+static void test_ground(vs_threadpool *tp) {
+    batch_buf bb;
+    make_batch(&bb, 2, 13);
+    vs_train_vlm *m = new_model(2, 5);
+    vs_train_params *p = vs_train_vlm_params(m);
+    vs_train_vlm_tensors w, g;
+    vs_train_vlm_views(m, &w, &g);
+    vs_error err = {0};
+    float l0, l1, l2;
+    float *g0 = grads_of(m, tp, &bb.b, &l0);
+    VT_CHECK(vs_train_vlm_set_ground(m, 2, 1.0f, &err) == VS_ERR_INVALID, "layer 2 of 2 is refused");
+    const float weight = 0.6f;
+    VT_REQUIRE(vs_train_vlm_set_ground(m, 1, weight, &err) == VS_OK, "%s", err.msg);
+    vs_train_params_zero_grad(p);
+    fwd_bwd(m, tp, &bb.b, &l1); /* the batch has no grounds yet */
+    VT_CHECK(l1 == l0 && !memcmp(g0, p->grad, sizeof(float) * p->n) && vs_train_vlm_ground_loss(m) == 0,
+             "grounding without grounds changes nothing");
+    /* image rows 1..4 of each sequence; the rows that predict rows 7 and 10 look at patches 0-1 / 3 */
+    const vs_train_ground gr[3] = {{0, 6, 1, 0x3}, {1, 9, 1, 0x8}, {1, 6, 1, 0x6}};
+    bb.b.n_ground = 3, bb.b.ground = gr;
+    vs_train_params_zero_grad(p);
+    fwd_bwd(m, tp, &bb.b, &l2);
+    const double term = vs_train_vlm_ground_loss(m);
+    VT_CHECK(term > 0.1, "a grounding term (%g)", term);
+    VT_CHECK_NEAR(l2, l0 + weight * term, 1e-5 * (l0 + term), "loss = LM loss + weight * the grounding term");
+    const vs_train_vlm_config *c = vs_train_vlm_cfg(m);
+    const size_t HD = (size_t)c->n_heads * (c->width / c->n_heads), KVD = (size_t)c->n_kv_heads * (c->width / c->n_heads);
+    struct {
+        const char *name;
+        float *x, *gx;
+    } probe[6] = {{"wq (layer 1, head 0)", w.wq + HD * c->width + 3, g.wq + HD * c->width + 3},
+                  {"wq (layer 1, head 0)", w.wq + HD * c->width + 2 * c->width + 5, g.wq + HD * c->width + 2 * c->width + 5},
+                  {"wk (layer 1)", w.wk + KVD * c->width + 7, g.wk + KVD * c->width + 7},
+                  {"wk (layer 1)", w.wk + KVD * c->width + c->width + 1, g.wk + KVD * c->width + c->width + 1},
+                  {"mm.2 bias", w.mm2_b + 1, g.mm2_b + 1},
+                  {"mm.2 bias", w.mm2_b + 9, g.mm2_b + 9}};
+    double worst = 0;
+    for (int k = 0; k < 6; k++) {
+        double e = fd_rel(m, tp, &bb.b, probe[k].x, *probe[k].gx, 3e-3f);
+        worst = e > worst ? e : worst;
+        VT_CHECK(e < 1e-2, "%s: finite difference and backward differ by %.3g", probe[k].name, e);
+    }
+    /* the term moves these gradients: without it they differ */
+    VT_CHECK(g.wq[HD * c->width + 3] != g0[g.wq + HD * c->width + 3 - p->grad], "the term reaches wq of layer 1");
+    const vs_train_ground bad = {0, 2, 1, 0x7}; /* keys 1..3 after query row 2 */
+    bb.b.n_ground = 1, bb.b.ground = &bad;
+    VT_CHECK(vs_train_vlm_forward(m, tp, &bb.b, &l1, &err) == VS_ERR_INVALID && strstr(err.msg, "ground 0"),
+             "a ground whose keys follow its query is refused (%s)", err.msg);
+    printf("attention grounding in the model: term %.4g, worst relative gradient difference %.2e\n", term, worst);
     vs_free(g0);
     vs_train_vlm_free(m);
 }
@@ -667,6 +738,7 @@ int main(void) {
     test_batch_validation(tp);
     test_curve();
     test_norm_cap(tp);
+    test_ground(tp);
     test_pooled_grad(tp);
     vs_threadpool_free(tp);
     return vt_finish("train_optim");

@@ -390,6 +390,67 @@ static void opt_in_done(const char *name, vs_world_dataset *tr, vs_world_dataset
     vs_world_dataset_free(te);
 }
 
+/* vs_world_ground_mask over every turn of d: each set bit is a patch labelled by what the query names
+ * (a matching object, the line read, a named bar's body, label or value), absent objects and other
+ * queries give none, and every kind of grounded question gets masks. */
+static void test_ground_mask(const vs_world_dataset *d) {
+    int grounded[VS_WORLD_N_QUERY_TYPES] = {0}, asked[VS_WORLD_N_QUERY_TYPES] = {0}, wrong = 0, absent_grounded = 0;
+    vs_error err = {0};
+    for (int64_t i = 0; i < d->n; i++) {
+        const vs_world_sample *sm = &d->samples[i];
+        for (int t = 0; t < sm->n_turns; t++) {
+            const vs_world_query *q = &sm->turns[t].query;
+            if (q->image < 0 || q->image >= sm->n_images) continue;
+            const vs_world_scene *sc = &sm->scenes[q->image];
+            uint64_t mask = 0;
+            asked[q->type]++;
+            if (!vs_world_ground_mask(sc, q, 64, 8, &mask)) {
+                wrong += mask != 0;
+                continue;
+            }
+            grounded[q->type]++;
+            const char *ans = sm->turns[t].answer;
+            absent_grounded += (q->type == VS_Q_EXISTS && !strcmp(ans, "no")) || (q->type == VS_Q_COUNT && !strcmp(ans, "0"));
+            vs_world_patch_label pl[64];
+            VT_REQUIRE(vs_world_patch_labels(sc, 64, 8, pl, &err) == VS_OK, "%s", err.msg);
+            for (int p = 0; p < 64; p++) {
+                if (!(mask >> p & 1)) continue;
+                const vs_world_patch_label *l = &pl[p];
+                bool ok = false;
+                if (sc->kind == VS_SCENE_SHAPES)
+                    for (int o = 0; o < sc->n_objects; o++) {
+                        const vs_world_object *ob = &sc->objects[o];
+                        ok |= (vs_world_sel_matches(ob, q->sel) || (q->type == VS_Q_RELATION && vs_world_sel_matches(ob, q->sel2))) &&
+                              l->shape == ob->shape && l->color == ob->color && l->size == ob->size;
+                    }
+                else if (sc->kind == VS_SCENE_GLYPH) {
+                    const int8_t want = q->type == VS_Q_READ_LINE ? sc->lines[q->index].color : q->sel.color;
+                    ok = l->ch >= 0 && l->color == want;
+                } else
+                    for (int b = 0; b < sc->n_bars; b++) {
+                        const vs_world_bar *bar = &sc->bars[b];
+                        bool named = bar->label == q->label || (q->type != VS_Q_BAR_VALUE && bar->label == q->label2);
+                        if (q->type == VS_Q_BAR_MAX || q->type == VS_Q_BAR_MIN) named = !strcmp(ans, (char[2]){bar->label, 0});
+                        ok |= named && ((l->color == bar->color && l->value == bar->value) || l->ch == bar->label - 'A' ||
+                                        l->ch == 26 + bar->value);
+                    }
+                wrong += !ok;
+            }
+        }
+    }
+    static const vs_world_query_type must[] = {VS_Q_COUNT, VS_Q_COLOR, VS_Q_SHAPE, VS_Q_SIZE, VS_Q_POSITION, VS_Q_EXISTS,
+                                               VS_Q_READ_LINE, VS_Q_READ_COLOR, VS_Q_BAR_VALUE, VS_Q_BAR_MAX, VS_Q_BAR_CMP};
+    for (size_t k = 0; k < sizeof(must) / sizeof(must[0]); k++)
+        VT_CHECK(grounded[must[k]] > 0, "no %s question grounded", vs_world_query_name(must[k]));
+    VT_CHECK(grounded[VS_Q_DESCRIBE] == 0 && grounded[VS_Q_LINES] == 0 && grounded[VS_Q_BARS] == 0 && grounded[VS_Q_LINE_COUNT] == 0,
+             "whole-picture questions grounded");
+    VT_CHECK(wrong == 0, "%d grounded patches not labelled by what their query names", wrong);
+    VT_CHECK(absent_grounded == 0, "%d questions about absent objects grounded", absent_grounded);
+    printf("  ground masks: color %d/%d, shape %d/%d, exists %d/%d, read_line %d/%d, bar_value %d/%d grounded\n",
+           grounded[VS_Q_COLOR], asked[VS_Q_COLOR], grounded[VS_Q_SHAPE], asked[VS_Q_SHAPE], grounded[VS_Q_EXISTS],
+           asked[VS_Q_EXISTS], grounded[VS_Q_READ_LINE], asked[VS_Q_READ_LINE], grounded[VS_Q_BAR_VALUE], asked[VS_Q_BAR_VALUE]);
+}
+
 static void test_images(const vs_world_dataset *d) {
     int n = 0, same = 0;
     size_t S = (size_t)d->image_size;
@@ -928,6 +989,7 @@ int main(void) {
                  "transcripts: shapes %d, glyph %d, chart %d", transcripts[VS_Q_DESCRIBE], transcripts[VS_Q_LINES],
                  transcripts[VS_Q_BARS]);
         test_bars_rule(ltr);
+        test_ground_mask(ltr);
         printf("  look: %lld train + %lld test, checker agrees, %d kinds of first question, %d of later ones;"
                " samples by turns:", (long long)ltr->n, (long long)lte->n, n_kinds, n_later);
         for (int k = 1; k <= VS_WORLD_MAX_TURNS; k++) printf(" %d", by_turns[k]);

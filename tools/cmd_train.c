@@ -342,6 +342,7 @@ static void print_data_stats(const vs_train_data_stats *s, const vs_world_datase
     printf("), %lld images, %lld batches; longest %lld rows\n", (long long)s->images, (long long)s->n_batches,
            (long long)s->longest);
     if (s->in_words) printf("  %lld samples with their pictures in words\n", (long long)s->in_words);
+    if (s->grounds) printf("  %lld turns with an attention ground\n", (long long)s->grounds);
 }
 
 
@@ -410,6 +411,12 @@ static void target_usage(FILE *f) {
         "                      L2 norm: each step adds W * mean(max(0, |row| / tau - 1)^2), tau = R * that\n"
         "                      norm (default 0: off)\n"
         "  --norm-cap-weight W the cap's weight W in the loss (default 1)\n"
+        "  --ground W          attention grounding: each step adds W * the mean of -log(the share of\n"
+        "                      head 0's attention, in LM layer --ground-layer, that the row predicting\n"
+        "                      an answer puts on the patches its answer lies in), for every turn whose\n"
+        "                      question names something in its picture (an object, a line, a bar):\n"
+        "                      a head taught where to look (docs/target.md; default 0: off)\n"
+        "  --ground-layer L    the grounded LM layer, 0-based (default: half the layers)\n"
         "  --vision-init FILE  start the vision tower from this mmproj's tower (e.g. 'vlmspec train vision''s\n"
         "                      OUT/vision-mmproj.gguf; its shape must be the model's); with --init it\n"
         "                      replaces the checkpoint's tower (an LM pretrained on text, a tower on images)\n"
@@ -487,6 +494,8 @@ static int target_parse(int argc, char **argv, target_opts *o) {
     cli_flag_add(&fs, "--vision-lr", CLI_F64, &s->vision_lr, 0, 100);
     cli_flag_add(&fs, "--norm-cap", CLI_F64, &s->norm_cap, 0, 1e6);
     cli_flag_add(&fs, "--norm-cap-weight", CLI_F64, &s->norm_cap_weight, 1e-9, 1e6);
+    cli_flag_add(&fs, "--ground", CLI_F64, &s->ground, 0, 1e6);
+    cli_flag_add(&fs, "--ground-layer", CLI_INT, &s->ground_layer, 0, 4096);
     cli_flag_add(&fs, "--init", CLI_STR, &o->init, 0, 0);
     cli_flag_add(&fs, "--vision-init", CLI_STR, &o->vision_init, 0, 0);
     cli_flag_add(&fs, "--grow", CLI_STR, &o->grow, 0, 0);
@@ -511,6 +520,11 @@ static int target_parse(int argc, char **argv, target_opts *o) {
     if (s->steps && cli_flag_given(&fs, &s->epochs)) return cli_fail(cmd, "give --steps or --epochs, not both"), 2;
     if (cli_flag_given(&fs, &s->norm_cap_weight) && !(s->norm_cap > 0))
         return cli_fail(cmd, "--norm-cap-weight without --norm-cap R (R > 0) has nothing to weigh"), 2;
+    if (cli_flag_given(&fs, &s->ground_layer) && !(s->ground > 0))
+        return cli_fail(cmd, "--ground-layer without --ground W (W > 0) grounds nothing"), 2;
+    if (s->ground > 0 && o->images_as_text)
+        return cli_fail(cmd, "--ground with --images-as-text: no picture has image rows to ground in"), 2;
+    if (!cli_flag_given(&fs, &s->ground_layer)) s->ground_layer = -1; /* half the layers, once known */
     if (o->grow && o->init) return cli_fail(cmd, "--grow and --init both give the starting weights: give one"), 2;
     if (!o->grow && cli_flag_given(&fs, &o->grow_noise))
         return cli_fail(cmd, "--grow-noise without --grow CKPT has nothing to grow"), 2;
@@ -540,6 +554,10 @@ static char *target_settings(const target_opts *o, int64_t total, int vocab) {
     if (o->s.norm_cap > 0) {
         vs_json_key(&w, "norm_cap"), vs_json_num(&w, o->s.norm_cap);
         vs_json_key(&w, "norm_cap_weight"), vs_json_num(&w, o->s.norm_cap_weight);
+    }
+    if (o->s.ground > 0) {
+        vs_json_key(&w, "ground"), vs_json_num(&w, o->s.ground);
+        vs_json_key(&w, "ground_layer"), vs_json_int(&w, o->s.ground_layer);
     }
     if (o->init) vs_json_key(&w, "init"), vs_json_str(&w, o->init);
     if (o->vision_init) vs_json_key(&w, "vision_init"), vs_json_str(&w, o->vision_init);
@@ -724,7 +742,14 @@ static vs_status target_train(target_run *r, vs_error *err) {
     if (c->max_seq < o->s.seq)
         return vs_error_set(err, VS_ERR_INVALID, "--ctx %d is shorter than --seq %d", c->max_seq, o->s.seq);
     if ((s = vs_train_vlm_config_check(c, err))) return s;
+    if (o->s.ground_layer < 0) o->s.ground_layer = c->n_layers / 2;
+    if (o->s.ground > 0 && o->s.ground_layer >= c->n_layers)
+        return vs_error_set(err, VS_ERR_INVALID, "--ground-layer %d: the LM has layers 0 .. %d", o->s.ground_layer,
+                            c->n_layers - 1);
     const int G = c->image_size / c->patch_size;
+    if (o->s.ground > 0 && G * G > 64)
+        return vs_error_set(err, VS_ERR_INVALID, "--ground: %d image rows per picture (at most 64 are grounded)",
+                            G * G);
     vs_train_data_opts dopts = {.seq_len = o->s.seq,
                                 .batch = o->s.batch,
                                 .image_rows = G * G,
@@ -733,7 +758,8 @@ static vs_status target_train(target_run *r, vs_error *err) {
                                 .prompt_loss = (float)o->prompt_loss,
                                 .images_as_text = o->images_as_text,
                                 .words_frac = (float)o->words_frac,
-                                .seed = (uint64_t)o->s.seed};
+                                .seed = (uint64_t)o->s.seed,
+                                .ground = o->s.ground > 0};
     for (int i = 0; i < 3; i++)
         dopts.preproc.mean[i] = c->image_mean[i], dopts.preproc.std[i] = c->image_std[i];
     double t0 = vs_time_now();

@@ -222,6 +222,24 @@ void vs_train_smooth_l1_backward(float *dpred, float *dtarget, const float *pred
 double vs_train_norm_cap_forward(const float *x, int N, int C, float tau);
 void vs_train_norm_cap_backward(float *dx, const float *x, float dloss, int N, int C, float tau);
 
+/* Attention grounding (`train target --ground`): one supervised query row of a causal self-attention.
+ * Sequence b, query row q, and the key rows k0 + p for the set bits p of mask (every one <= q). */
+typedef struct vs_train_ground {
+    int32_t b, q, k0;
+    uint64_t mask;
+} vs_train_ground;
+/* l = (1/n) sum_i -log(sum_{s in G_i} att[b_i, head, q_i, s]) over n grounds, att the probabilities
+ * (B, H, T, T) of vs_train_self_attention_forward (a sum under 1e-30 counts as 1e-30): the share of
+ * head `head`'s attention that falls on the rows the answer lies in. The backward ACCUMULATES
+ * dloss * dl/dq and dl/dk into dq (B, T, H*D) and dk (B, T, KVH*D) through the softmax of the scores
+ * q.k / sqrt(D) (per score s of query i: (att_s - [s in G_i] att_s / sum_G att) / n; where every
+ * att_s of G_i is 0, the uniform distribution over G_i stands for att_s / sum_G att). */
+double vs_train_attn_ground_forward(const float *att, int B, int T, int H, int head, const vs_train_ground *g,
+                                    int n);
+void vs_train_attn_ground_backward(float *dq, float *dk, const float *att, const float *q, const float *k,
+                                   int B, int T, int H, int KVH, int D, int head, const vs_train_ground *g,
+                                   int n, float dloss);
+
 /* ---------------------------------------------------------------------------------------------- */
 /* Threaded twins: the same results, bit for bit, as the plain functions above (each thread runs the
  * plain function on a slice of independent outputs; sums over rows keep their order), on tp's

@@ -211,6 +211,8 @@ typedef struct seq_entry {
     int64_t off; /* into the row arrays */
     int32_t n_rows, n_images, n_answer;
     int32_t n_prompt; /* text rows after BOS that are not answers (weighted by prompt_loss) */
+    int64_t g_off;    /* its grounds: grounds[g_off .. g_off + n_g), sequence-local rows */
+    int32_t n_g;
 } seq_entry;
 
 struct vs_train_data {
@@ -232,6 +234,9 @@ struct vs_train_data {
     int max_B, max_T, max_images;
     int32_t *bt_tokens, *bt_img_row, *bt_targets;
     float *bt_mask, *pixels;
+    /* attention grounds (opts.ground) */
+    vs_train_ground *grounds, *bt_ground;
+    int64_t g_cap;
 };
 
 void vs_train_data_free(vs_train_data *d) {
@@ -240,6 +245,7 @@ void vs_train_data_free(vs_train_data *d) {
     vs_free(d->order), vs_free(d->b_first), vs_free(d->b_len);
     vs_free(d->bt_tokens), vs_free(d->bt_img_row), vs_free(d->bt_targets), vs_free(d->bt_mask);
     vs_free(d->pixels);
+    vs_free(d->grounds), vs_free(d->bt_ground);
     vs_free(d);
 }
 
@@ -353,6 +359,35 @@ static vs_train_data *reader_begin(const vs_train_data_opts *opts, int64_t total
     return d;
 }
 
+/* Appends the attention grounds of sequence ex (sample s) to d->grounds: see opts.ground. */
+static bool add_grounds(vs_train_data *d, const vs_train_example *ex, const vs_world_sample *s, seq_entry *e) {
+    e->g_off = d->stats.grounds, e->n_g = 0;
+    const int NR = d->o.image_rows, S = d->o.preproc.size;
+    int G = 1;
+    while ((G + 1) * (G + 1) <= NR) G++;
+    if (!d->o.ground || !s || ex->n_images < 1 || G * G != NR || NR > 64 || S % G) return true;
+    for (int t = 0; t < ex->n_turns && t < s->n_turns; t++) {
+        const vs_world_query *q = &s->turns[t].query;
+        uint64_t mask;
+        if (q->image < 0 || q->image >= ex->n_images || q->image >= s->n_images ||
+            !vs_world_ground_mask(&s->scenes[q->image], q, S, S / G, &mask))
+            continue;
+        int32_t k0 = -1, qrow = ex->turn_start[t] - 1;
+        for (int32_t r = 0; r < ex->n_rows && k0 < 0; r++)
+            if (ex->img_row[r] == q->image * NR) k0 = r;
+        if (k0 < 0 || k0 + NR > qrow) continue;
+        if (d->stats.grounds + 1 > d->g_cap) {
+            int64_t nc = VS_MAX(1024, d->g_cap * 2);
+            vs_train_ground *g = vs_realloc(d->grounds, sizeof(*g) * (size_t)nc);
+            if (!g) return false;
+            d->grounds = g, d->g_cap = nc;
+        }
+        d->grounds[d->stats.grounds++] = (vs_train_ground){0, qrow, k0, mask};
+        e->n_g++;
+    }
+    return true;
+}
+
 /* Adds one encoded sequence (skipped and counted when longer than seq_len). */
 static vs_status reader_add(vs_train_data *d, int64_t *cap, const vs_train_example *ex,
                             const vs_world_sample *s, int su, vs_error *err) {
@@ -367,7 +402,9 @@ static vs_status reader_add(vs_train_data *d, int64_t *cap, const vs_train_examp
     if (!push_rows(d, cap, ex)) return vs_error_set(err, VS_ERR_NOMEM, "training data: out of memory");
     int32_t n_prompt = 0;
     for (int32_t r = 1; r < ex->n_rows; r++) n_prompt += ex->tokens[r] >= 0 && !ex->answer[r];
-    d->seqs[d->n_seq++] = (seq_entry){s, S->rows, ex->n_rows, ex->n_images, ex->n_answer, n_prompt};
+    seq_entry *e = &d->seqs[d->n_seq++];
+    *e = (seq_entry){s, S->rows, ex->n_rows, ex->n_images, ex->n_answer, n_prompt, 0, 0};
+    if (!add_grounds(d, ex, s, e)) return vs_error_set(err, VS_ERR_NOMEM, "training data: out of memory");
     S->n_seqs++, S->kept[su]++;
     S->rows += ex->n_rows, S->answer_rows += ex->n_answer, S->prompt_rows += n_prompt, S->images += ex->n_images;
     S->longest = VS_MAX(S->longest, ex->n_rows);
@@ -403,8 +440,9 @@ static vs_train_data *reader_finish(vs_train_data *d, vs_status st, vs_error *er
         d->bt_targets = vs_malloc(sizeof(int32_t) * N);
         d->bt_mask = vs_malloc(sizeof(float) * N);
         d->pixels = vs_malloc(sizeof(float) * 3 * S2 * (size_t)d->max_images);
+        d->bt_ground = vs_malloc(sizeof(vs_train_ground) * (size_t)d->max_B * VS_WORLD_MAX_TURNS);
         if (!d->order || !d->b_first || !d->b_len || !d->bt_tokens || !d->bt_img_row || !d->bt_targets ||
-            !d->bt_mask || !d->pixels)
+            !d->bt_mask || !d->pixels || !d->bt_ground)
             st = vs_error_set(err, VS_ERR_NOMEM, "training data: out of memory for batches");
     }
     if (st == VS_OK) {
@@ -523,7 +561,7 @@ vs_status vs_train_data_batch(vs_train_data *d, const int64_t *seqs, int n, vs_t
     const float pw = d->o.prompt_loss;
     const size_t npx = (size_t)3 * d->o.preproc.size * d->o.preproc.size;
     int64_t rows = 0, counted = 0;
-    int img_base = 0;
+    int img_base = 0, n_ground = 0;
     for (int k = 0; k < n; k++) {
         const seq_entry *e = &d->seqs[seqs[k]];
         const int32_t *tok = d->tokens + e->off, *ir = d->img_row + e->off;
@@ -548,6 +586,10 @@ vs_status vs_train_data_batch(vs_train_data *d, const int64_t *seqs, int n, vs_t
             vs_status st = load_pixels(d, e->sample, i, d->pixels + (size_t)(img_base + i) * npx, err);
             if (st != VS_OK) return st;
         }
+        for (int32_t i = 0; i < e->n_g && i < VS_WORLD_MAX_TURNS; i++) {
+            d->bt_ground[n_ground] = d->grounds[e->g_off + i];
+            d->bt_ground[n_ground++].b = k;
+        }
         img_base += e->n_images;
         rows += e->n_rows;
     }
@@ -560,7 +602,9 @@ vs_status vs_train_data_batch(vs_train_data *d, const int64_t *seqs, int n, vs_t
                           .targets = d->bt_targets,
                           .loss_mask = d->bt_mask,
                           .pos = NULL,
-                          .loss_norm = 0};
+                          .loss_norm = 0,
+                          .n_ground = n_ground,
+                          .ground = n_ground ? d->bt_ground : NULL};
     if (info) *info = (vs_train_batch_info){rows, counted, d->st.epoch, d->st.pos, seqs};
     return VS_OK;
 }

@@ -2,7 +2,8 @@
  * Owns: the encoding of a conversation into the rows the LM sees (vs_train_encode), the table of
  * encoded sequences of a dataset (token ids, image rows, answer flags: built once, a few bytes per
  * row), the epoch order (a shuffle drawn from the checkpointed RNG, grouped into length buckets), and
- * the batch buffers it fills (tokens, image-row indices, next-token targets, loss mask, pixels).
+ * the batch buffers it fills (tokens, image-row indices, next-token targets, loss mask, pixels, and
+ * with opts.ground the attention grounds of the batch's turns).
  *
  * Layout (exactly what inference builds with mmprompt.h, so training and inference agree): the text
  * of a sample is the vicuna conversation of world.h with every answer and a closing "</s>",
@@ -89,6 +90,10 @@ typedef struct vs_train_data_opts {
                           * form drawn once from seed and its place in the sets: the same every epoch and
                           * on resume); images_as_text is words_frac 1 */
     uint64_t seed;      /* seeds the epoch RNG of a fresh state */
+    bool ground;        /* batches carry attention grounds (vs_train_batch.ground): for every turn of a
+                         * sequence with image rows whose query vs_world_ground_mask grounds, the row
+                         * that predicts the answer's first token and the patches of its image the
+                         * answer lies in (image rows on a square grid of at most 64) */
 } vs_train_data_opts;
 
 /* Counts over the dataset (one epoch). */
@@ -103,6 +108,7 @@ typedef struct vs_train_data_stats {
     int64_t prompt_rows;     /* prompt text rows after BOS: counted with weight prompt_loss */
     int64_t images;          /* images of the kept sequences */
     int64_t in_words;        /* samples with pictures written in words (images_as_text, words_frac) */
+    int64_t grounds;         /* turns with an attention ground (opts.ground) */
     int64_t max_images;      /* most images in one kept sequence */
     int64_t n_batches;       /* batches per epoch */
     int64_t kept[VS_WORLD_N_SUITES], skipped[VS_WORLD_N_SUITES];

@@ -222,6 +222,10 @@ vs_status vs_train_loop_run(vs_train_loop *L, vs_error *err) {
     vs_train_set_blas_threads(o->threads);
     vs_train_params *p = vs_train_vlm_params(L->m);
     vs_train_vlm_set_norm_cap(L->m, (float)o->norm_cap, (float)(o->norm_cap_weight / o->accum));
+    if (o->ground > 0 && (s = vs_train_vlm_set_ground(L->m, o->ground_layer, (float)(o->ground / o->accum), err)))
+        return s;
+    double ground_sum = 0; /* the grounding term over the steps since the last report */
+    int64_t ground_steps = 0;
     vs_adamw opt;
     vs_adamw_default(&opt);
     opt.beta2 = (float)o->beta2, opt.weight_decay = (float)o->wd;
@@ -250,6 +254,7 @@ vs_status vs_train_loop_run(vs_train_loop *L, vs_error *err) {
             if ((s = vs_train_vlm_forward(L->m, L->tp, &b, &l, err))) return s;
             if ((s = vs_train_vlm_backward(L->m, L->tp, err))) return s;
             loss += l, rows += (double)info.rows;
+            ground_sum += vs_train_vlm_ground_loss(L->m) / o->accum;
             L->padded_run += (double)b.B * b.T;
         }
         if (o->clip > 0) vs_train_clip_grad(p, (float)o->clip);
@@ -272,6 +277,12 @@ vs_status vs_train_loop_run(vs_train_loop *L, vs_error *err) {
             return vs_error_set(err, VS_ERR_INVALID, "loss is %f at step %lld", loss, (long long)pt.step);
         if (!o->quiet)
             vs_train_progress(&pr, L->st.step, vs_train_curve_recent(&L->curve, 20), L->rows_run / (now - run_t0), lr);
+        if (o->ground > 0 && ++ground_steps == 100) { /* the grounding term alone (it is in the loss too) */
+            if (!o->quiet)
+                fprintf(stderr, "\nstep %lld: grounding term %.4f (mean of the last 100 steps, before its weight)\n",
+                        (long long)L->st.step, ground_sum / 100);
+            ground_sum = 0, ground_steps = 0;
+        }
         stop =
             (o->chunk_steps > 0 && L->steps_run >= o->chunk_steps) || (L->deadline > 0 && now >= L->deadline);
         if (L->st.step % o->ckpt_every == 0 || L->st.step == L->total || stop)

@@ -34,6 +34,8 @@ typedef struct vs_train_sched {
     double vision_lr;      /* target: the tower's lr as a multiple of the schedule's (1: the same) */
     double norm_cap;        /* target: cap image rows at this multiple of the token embeddings' mean norm (0: off) */
     double norm_cap_weight; /* the cap's weight in the step's loss */
+    double ground;          /* target: weight of the attention grounding term in the step's loss (0: off) */
+    int ground_layer;       /* target: the LM layer whose head 0 is grounded */
     const char *gemm;      /* vs_train_set_gemm name, NULL = default */
     const char *attention; /* vs_train_set_attention name, NULL = auto */
     bool resume, quiet;

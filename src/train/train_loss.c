@@ -200,3 +200,53 @@ void vs_train_norm_cap_backward(float *dx, const float *x, float dloss, int N, i
         for (int c = 0; c < C; c++) dx[(size_t)n * C + c] += g * x[(size_t)n * C + c];
     }
 }
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Attention grounding */
+
+static double ground_share(const float *ar, const vs_train_ground *gi, int *n_in) {
+    double sg = 0;
+    *n_in = 0;
+    for (int p = 0; p < 64; p++)
+        if (gi->mask >> p & 1) sg += ar[gi->k0 + p], ++*n_in;
+    return sg;
+}
+
+double vs_train_attn_ground_forward(const float *att, int B, int T, int H, int head, const vs_train_ground *g,
+                                    int n) {
+    (void)B;
+    double l = 0;
+    for (int i = 0; i < n; i++) {
+        const float *ar = att + (((size_t)g[i].b * H + head) * T + g[i].q) * T;
+        int n_in;
+        double sg = ground_share(ar, &g[i], &n_in);
+        l -= log(sg > 1e-30 ? sg : 1e-30);
+    }
+    return n > 0 ? l / n : 0.0;
+}
+
+void vs_train_attn_ground_backward(float *dq, float *dk, const float *att, const float *q, const float *k,
+                                   int B, int T, int H, int KVH, int D, int head, const vs_train_ground *g,
+                                   int n, float dloss) {
+    (void)B;
+    if (n < 1) return;
+    const int kh = head / (H / KVH);
+    const float scale = 1.0f / sqrtf((float)D);
+    for (int i = 0; i < n; i++) {
+        const float *ar = att + (((size_t)g[i].b * H + head) * T + g[i].q) * T;
+        int n_in;
+        double sg = ground_share(ar, &g[i], &n_in);
+        float *dqr = dq + ((size_t)g[i].b * T + g[i].q) * H * D + (size_t)head * D;
+        const float *qr = q + ((size_t)g[i].b * T + g[i].q) * H * D + (size_t)head * D;
+        for (int s = 0; s <= g[i].q; s++) {
+            const int p = s - g[i].k0;
+            const bool in = p >= 0 && p < 64 && (g[i].mask >> p & 1);
+            double r = !in ? 0.0 : sg > 0 ? ar[s] / sg : 1.0 / n_in;
+            const float ds = (float)((ar[s] - r) * dloss / n) * scale;
+            if (ds == 0.0f) continue;
+            float *dkr = dk + ((size_t)g[i].b * T + s) * KVH * D + (size_t)kh * D;
+            const float *kr = k + ((size_t)g[i].b * T + s) * KVH * D + (size_t)kh * D;
+            for (int d = 0; d < D; d++) dqr[d] += ds * kr[d], dkr[d] += ds * qr[d];
+        }
+    }
+}

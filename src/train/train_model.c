@@ -322,6 +322,7 @@ void vs_train_vlm_free(vs_train_vlm *m) {
     vs_free(m->img_row);
     vs_free(m->targets);
     vs_free(m->pos);
+    vs_free(m->ground);
     vs_free(m);
 }
 
@@ -397,6 +398,18 @@ static vs_status check_batch(const vs_train_vlm *m, const vs_train_batch *b, vs_
         if (b->pos && (b->pos[i] < 0 || b->pos[i] >= c->max_seq))
             return vs_error_set(err, VS_ERR_INVALID, "VLM batch: row %lld has position %d (max_seq %d)",
                                 (long long)i, b->pos[i], c->max_seq);
+    }
+    if (b->n_ground < 0 || (b->n_ground > 0 && !b->ground))
+        return vs_error_set(err, VS_ERR_INVALID, "VLM batch: %d grounds", b->n_ground);
+    for (int i = 0; i < b->n_ground; i++) {
+        const vs_train_ground *g = &b->ground[i];
+        int last = 63;
+        while (last >= 0 && !(g->mask >> last & 1)) last--;
+        if (g->b < 0 || g->b >= b->B || g->q < 0 || g->q >= b->T || g->k0 < 0 || last < 0 || g->k0 + last > g->q)
+            return vs_error_set(err, VS_ERR_INVALID,
+                                "VLM batch: ground %d (sequence %d, query row %d, keys from row %d) is outside "
+                                "the batch or after its query",
+                                i, g->b, g->q, g->k0);
     }
     return VS_OK;
 }
@@ -525,6 +538,16 @@ void vs_train_vlm_set_norm_cap(vs_train_vlm *m, float ratio, float weight) {
 
 double vs_train_vlm_norm_cap_loss(const vs_train_vlm *m) { return m->cap_loss; }
 
+vs_status vs_train_vlm_set_ground(vs_train_vlm *m, int layer, float weight, vs_error *err) {
+    if (layer < 0 || layer >= m->cfg.n_layers)
+        return vs_error_set(err, VS_ERR_INVALID, "VLM: grounding layer %d (0 .. %d)", layer, m->cfg.n_layers - 1);
+    m->ground_layer = layer;
+    m->ground_weight = weight > 0 ? weight : 0;
+    return VS_OK;
+}
+
+double vs_train_vlm_ground_loss(const vs_train_vlm *m) { return m->ground_loss; }
+
 vs_status vs_train_vlm_forward(vs_train_vlm *m, vs_threadpool *tp, const vs_train_batch *b, float *loss,
                                vs_error *err) {
     m->have_forward = false;
@@ -546,6 +569,20 @@ vs_status vs_train_vlm_forward(vs_train_vlm *m, vs_threadpool *tp, const vs_trai
     for (int i = 0; i < N; i++) m->has_images |= m->img_row[i] >= 0;
     if (m->has_images) vision_forward(m, tp, b->pixels, b->n_images);
     double l = lm_forward(m, tp, b->B, b->T);
+    m->ground_loss = 0, m->n_ground = 0;
+    if (m->ground_weight > 0 && b->n_ground > 0) {
+        if (b->n_ground > m->ground_cap) {
+            vs_train_ground *g = vs_realloc(m->ground, sizeof(*g) * (size_t)b->n_ground);
+            if (!g) return vs_error_set(err, VS_ERR_NOMEM, "VLM forward: out of memory");
+            m->ground = g, m->ground_cap = b->n_ground;
+        }
+        memcpy(m->ground, b->ground, sizeof(*m->ground) * (size_t)b->n_ground);
+        m->n_ground = b->n_ground;
+        const int H = m->cfg.n_heads;
+        const float *att = m->a.att + (size_t)m->ground_layer * m->max_B * H * m->max_T * m->max_T;
+        m->ground_loss = vs_train_attn_ground_forward(att, b->B, b->T, H, 0, m->ground, m->n_ground);
+        l += m->ground_weight * m->ground_loss;
+    }
     m->cap_loss = 0;
     if (m->has_images && m->cap_weight > 0) {
         const int C = m->cfg.width;
@@ -613,6 +650,9 @@ static void lm_backward(vs_train_vlm *m, vs_threadpool *tp, bool train_lm, bool 
         zero(tp, d->dv, (size_t)N * KVD);
         vs_train_self_attention_backward(tp, d->dq, d->dk, d->dv, d->datt, d->datty, att, q, k, v, B, T, H,
                                          KVH, D, true);
+        if (l == m->ground_layer && m->n_ground > 0) /* the grounding term's pull on head 0 */
+            vs_train_attn_ground_backward(d->dq, d->dk, att, q, k, B, T, H, KVH, D, 0, m->ground, m->n_ground,
+                                          m->ground_weight);
         zero(tp, d->dqr, (size_t)N * HD);
         zero(tp, d->dkr, (size_t)N * KVD);
         vs_train_rope_backward_tp(tp, d->dqr, d->dq, a->rope_cs, m->pos, N, H, D);

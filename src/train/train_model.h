@@ -102,6 +102,8 @@ typedef struct vs_train_batch {
     const int32_t *pos;     /* (B, T) RoPE positions, or NULL for 0..T-1 */
     double loss_norm;       /* divisor of the masked sum; 0 = this batch's counted rows. For
                              * gradient accumulation pass the count over all micro-batches. */
+    int n_ground;                  /* attention grounds (vs_train_vlm_set_ground), b < B, rows < T */
+    const vs_train_ground *ground; /* (n_ground), or NULL */
 } vs_train_batch;
 
 typedef struct vs_train_vlm vs_train_vlm;
@@ -148,6 +150,14 @@ void vs_train_vlm_set_norm_cap(vs_train_vlm *m, float ratio, float weight);
 vs_status vs_train_vlm_set_pool(vs_train_vlm *m, int k, vs_error *err);
 int vs_train_vlm_image_rows(const vs_train_vlm *m);
 double vs_train_vlm_norm_cap_loss(const vs_train_vlm *m);
+/* Attention grounding (off by default): with weight > 0, every forward whose batch has grounds adds
+ * weight * vs_train_attn_ground_forward(head 0 of LM layer `layer`) to the loss, and the backward its
+ * gradient: that head learns to look, from the row that predicts an answer, at the image rows the
+ * answer lies in (docs/target.md). Per forward, as the norm cap: divide the weight by the accumulation
+ * count for a per-step one. VS_ERR_INVALID when layer is not in 0 .. n_layers - 1. ground_loss: the
+ * term the last forward added, without the weight (0 when off or without grounds). */
+vs_status vs_train_vlm_set_ground(vs_train_vlm *m, int layer, float weight, vs_error *err);
+double vs_train_vlm_ground_loss(const vs_train_vlm *m);
 /* (B, T, V) logits of the last forward. */
 const float *vs_train_vlm_logits(const vs_train_vlm *m);
 

@@ -76,6 +76,13 @@ struct vs_train_vlm {
     /* image-row norm cap (vs_train_vlm_set_norm_cap): weight 0 = off; tau and the term of the last forward */
     float cap_ratio, cap_weight, cap_tau;
     double cap_loss;
+    /* attention grounding (vs_train_vlm_set_ground): weight 0 = off; the last forward's grounds (copied)
+     * and term */
+    int ground_layer;
+    float ground_weight;
+    double ground_loss;
+    vs_train_ground *ground;
+    int n_ground, ground_cap;
     int32_t *tokens;  /* (N) -1 at image rows */
     int32_t *img_row; /* (N) -1 at text rows */
     int32_t *targets; /* (N) 0 where not counted */

@@ -187,6 +187,8 @@ typedef enum vs_world_relation { VS_REL_LEFT = 0, VS_REL_RIGHT, VS_REL_ABOVE, VS
 typedef struct vs_world_sel {
     int8_t shape, color, size, cell;
 } vs_world_sel;
+/* Whether object o matches selector s. */
+bool vs_world_sel_matches(const vs_world_object *o, vs_world_sel s);
 
 #define VS_WORLD_MAX_OPS 4
 typedef struct vs_world_query {
@@ -204,6 +206,15 @@ typedef struct vs_world_query {
     int entity, entity2, attr; /* encyclopedia */
     int entity3, entity4;      /* encyclopedia, VS_Q_FACT_MAX (-1 = unused) */
 } vs_world_query;
+
+/* Where the answer to query q lies in its scene sc rendered at `size` with patches of `patch` pixels
+ * (`train target --ground`): bit p of *mask (row-major patch p, (size / patch)^2 <= 64) is set when
+ * patch p is labelled (vs_world_patch_labels' rule) by an element the query names: the objects its
+ * selectors match (colour, shape, size, position, count, exists, relation), the line it reads
+ * (read_line, read_color), or the bars it names or asks for (bar_value, bar_cmp, bar_diff, bar_max,
+ * bar_min: body, label and value). Returns false (mask 0) for other queries, for a query that names
+ * nothing in the scene (an absent object, a tie) and when no patch is labelled by what it names. */
+bool vs_world_ground_mask(const vs_world_scene *sc, const vs_world_query *q, int size, int patch, uint64_t *mask);
 
 /* How the checker reads an answer out of free text (docs/world.md has the exact rules). */
 typedef enum vs_world_check_type {

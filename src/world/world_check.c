@@ -43,7 +43,7 @@ static bool sel_ok(vs_world_sel s) {
            s.size >= -1 && s.size <= 1 && s.cell >= -1 && s.cell < VS_WORLD_N_CELLS;
 }
 
-static bool matches(const vs_world_object *o, vs_world_sel s) {
+bool vs_world_sel_matches(const vs_world_object *o, vs_world_sel s) {
     return (s.shape < 0 || o->shape == s.shape) && (s.color < 0 || o->color == s.color) &&
            (s.size < 0 || o->size == s.size) && (s.cell < 0 || o->cell == s.cell);
 }
@@ -51,7 +51,7 @@ static bool matches(const vs_world_object *o, vs_world_sel s) {
 static int n_matching(const vs_world_scene *sc, vs_world_sel s, int *first) {
     int n = 0;
     for (int i = 0; i < sc->n_objects; i++)
-        if (matches(&sc->objects[i], s)) {
+        if (vs_world_sel_matches(&sc->objects[i], s)) {
             if (!n && first) *first = i;
             n++;
         }

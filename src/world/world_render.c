@@ -303,8 +303,9 @@ static vs_world_patch_label element_label(const vs_world_scene *sc, int id) {
     return l;
 }
 
-vs_status vs_world_patch_labels(const vs_world_scene *sc, int S, int P, vs_world_patch_label *out,
-                                vs_error *err) {
+/* The element (id) that labels each of the G x G patches (-1: none): the one covering the most pixels
+ * of the patch and at least an eighth of them. */
+static vs_status patch_elements(const vs_world_scene *sc, int S, int P, int16_t *best_out, vs_error *err) {
     if (S < 32 || S > 4096) return vs_error_set(err, VS_ERR_RANGE, "patch labels: image size %d outside 32..4096", S);
     if (P < 1 || S % P) return vs_error_set(err, VS_ERR_RANGE, "patch labels: patch %d does not divide %d", P, S);
     vs_status st = world_scene_validate(sc, err);
@@ -324,8 +325,80 @@ vs_status vs_world_patch_labels(const vs_world_scene *sc, int S, int P, vs_world
                 }
             for (int id = 0; id < ID_END; id++)
                 if (count[id] * 8 >= P * P && (best < 0 || count[id] > count[best])) best = id;
-            out[py * G + px] = best < 0 ? (vs_world_patch_label){-1, -1, -1, -1, -1} : element_label(sc, best);
+            best_out[py * G + px] = (int16_t)best;
         }
     vs_free(ids);
     return VS_OK;
+}
+
+vs_status vs_world_patch_labels(const vs_world_scene *sc, int S, int P, vs_world_patch_label *out,
+                                vs_error *err) {
+    int G = P >= 1 && S >= P ? S / P : 0;
+    int16_t *best = vs_malloc(sizeof(int16_t) * (size_t)(G > 0 ? G * G : 1));
+    if (!best) return vs_error_set(err, VS_ERR_NOMEM, "patch labels: out of memory");
+    vs_status st = patch_elements(sc, S, P, best, err);
+    for (int p = 0; st == VS_OK && p < G * G; p++)
+        out[p] = best[p] < 0 ? (vs_world_patch_label){-1, -1, -1, -1, -1} : element_label(sc, best[p]);
+    vs_free(best);
+    return st;
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Grounding */
+
+/* The bar with the largest (sign 1) or smallest (sign -1) value; -1 on a tie. */
+static int extreme_bar(const vs_world_scene *sc, int sign) {
+    int best = -1;
+    bool tie = false;
+    for (int i = 0; i < sc->n_bars; i++) {
+        int d = best < 0 ? 1 : sign * (sc->bars[i].value - sc->bars[best].value);
+        if (d > 0) best = i, tie = false;
+        else if (d == 0) tie = true;
+    }
+    return tie ? -1 : best;
+}
+
+static void want_bar(const vs_world_scene *sc, char label, bool *want) {
+    for (int i = 0; i < sc->n_bars; i++)
+        if (label && sc->bars[i].label == label) want[ID_BAR + i] = want[ID_LABEL + i] = want[ID_VALUE + i] = true;
+}
+
+bool vs_world_ground_mask(const vs_world_scene *sc, const vs_world_query *q, int S, int P, uint64_t *mask) {
+    *mask = 0;
+    if (P < 1 || S % P || (S / P) * (S / P) > 64) return false;
+    bool want[ID_END] = {false};
+    switch (q->type) {
+    case VS_Q_COUNT: case VS_Q_COLOR: case VS_Q_SHAPE: case VS_Q_SIZE: case VS_Q_POSITION:
+    case VS_Q_EXISTS: case VS_Q_RELATION:
+        if (sc->kind != VS_SCENE_SHAPES) return false;
+        for (int i = 0; i < sc->n_objects; i++)
+            want[i] = vs_world_sel_matches(&sc->objects[i], q->sel) ||
+                      (q->type == VS_Q_RELATION && vs_world_sel_matches(&sc->objects[i], q->sel2));
+        break;
+    case VS_Q_READ_LINE: case VS_Q_READ_COLOR:
+        if (sc->kind != VS_SCENE_GLYPH) return false;
+        for (int l = 0; l < sc->n_lines; l++)
+            if (q->type == VS_Q_READ_LINE ? l == q->index : sc->lines[l].color == q->sel.color)
+                for (int k = 0; k < 16; k++) want[ID_GLYPH + 16 * l + k] = true;
+        break;
+    case VS_Q_BAR_VALUE: case VS_Q_BAR_CMP: case VS_Q_BAR_DIFF:
+        if (sc->kind != VS_SCENE_CHART) return false;
+        want_bar(sc, q->label, want);
+        if (q->type != VS_Q_BAR_VALUE) want_bar(sc, q->label2, want);
+        break;
+    case VS_Q_BAR_MAX: case VS_Q_BAR_MIN: {
+        if (sc->kind != VS_SCENE_CHART) return false;
+        int b = extreme_bar(sc, q->type == VS_Q_BAR_MAX ? 1 : -1);
+        if (b < 0) return false;
+        want_bar(sc, sc->bars[b].label, want);
+        break;
+    }
+    default: return false;
+    }
+    int G = S / P;
+    int16_t best[64];
+    if (patch_elements(sc, S, P, best, NULL) != VS_OK) return false;
+    for (int p = 0; p < G * G; p++)
+        if (best[p] >= 0 && want[best[p]]) *mask |= UINT64_C(1) << p;
+    return *mask != 0;
 }
