@@ -859,13 +859,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (!cn) { /* the headers: the body (if any) follows in later calls */
         if (!(cn = vs_calloc(1, sizeof(conn)))) return MHD_NO;
         *con_cls = cn;
-        /* refuse before reading a body: an unknown route, a body over the limit, a wrong key (the answer
-         * goes out at once; libmicrohttpd then discards the body) */
+        /* a body over the limit is read and dropped, and refused once it is in: an answer sent while the
+         * client is still sending makes the socket close with unread data, which resets the connection
+         * and can lose the answer. Only a body over four times the limit is refused at once (its client
+         * may then see a reset instead of the 413). A wrong key is refused before the body. */
         if (!strcmp(method, "POST") && (is_route(url, "/chat/completions") || is_route(url, "/completions"))) {
             const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
-            if (cl && strtoull(cl, NULL, 10) > (unsigned long long)s->o.max_body) {
+            const unsigned long long len = cl ? strtoull(cl, NULL, 10) : 0;
+            if (len > (unsigned long long)s->o.max_body) {
                 cn->too_large = true;
-                return refuse_too_large(s, c);
+                if (len / 4 > (unsigned long long)s->o.max_body) return refuse_too_large(s, c);
             }
             if (!authorised(s, c)) return refuse_key(c);
         }
