@@ -366,24 +366,29 @@ static bool add_grounds(vs_train_data *d, const vs_train_example *ex, const vs_w
     int G = 1;
     while ((G + 1) * (G + 1) <= NR) G++;
     if (!d->o.ground || !s || ex->n_images < 1 || G * G != NR || NR > 64 || S % G) return true;
-    for (int t = 0; t < ex->n_turns && t < s->n_turns; t++) {
-        const vs_world_query *q = &s->turns[t].query;
-        uint64_t mask;
-        if (q->image < 0 || q->image >= ex->n_images || q->image >= s->n_images ||
-            !vs_world_ground_mask(&s->scenes[q->image], q, S, S / G, &mask))
-            continue;
-        int32_t k0 = -1, qrow = ex->turn_start[t] - 1;
+    for (int img = 0; img < ex->n_images && img < s->n_images; img++) {
+        /* the turns about picture img, their masks from one drawing of its scene */
+        const vs_world_query *q[VS_WORLD_MAX_TURNS];
+        int turn[VS_WORLD_MAX_TURNS], n = 0;
+        for (int t = 0; t < ex->n_turns && t < s->n_turns; t++)
+            if (s->turns[t].query.image == img) q[n] = &s->turns[t].query, turn[n++] = t;
+        uint64_t mask[VS_WORLD_MAX_TURNS];
+        if (!n || !vs_world_ground_masks(&s->scenes[img], q, n, S, S / G, mask)) continue;
+        int32_t k0 = -1;
         for (int32_t r = 0; r < ex->n_rows && k0 < 0; r++)
-            if (ex->img_row[r] == q->image * NR) k0 = r;
-        if (k0 < 0 || k0 + NR > qrow) continue;
-        if (d->stats.grounds + 1 > d->g_cap) {
-            int64_t nc = VS_MAX(1024, d->g_cap * 2);
-            vs_train_ground *g = vs_realloc(d->grounds, sizeof(*g) * (size_t)nc);
-            if (!g) return false;
-            d->grounds = g, d->g_cap = nc;
+            if (ex->img_row[r] == img * NR) k0 = r;
+        for (int i = 0; i < n; i++) {
+            const int32_t qrow = ex->turn_start[turn[i]] - 1;
+            if (!mask[i] || k0 < 0 || k0 + NR > qrow) continue;
+            if (d->stats.grounds + 1 > d->g_cap) {
+                int64_t nc = VS_MAX(1024, d->g_cap * 2);
+                vs_train_ground *g = vs_realloc(d->grounds, sizeof(*g) * (size_t)nc);
+                if (!g) return false;
+                d->grounds = g, d->g_cap = nc;
+            }
+            d->grounds[d->stats.grounds++] = (vs_train_ground){0, qrow, k0, mask[i]};
+            e->n_g++;
         }
-        d->grounds[d->stats.grounds++] = (vs_train_ground){0, qrow, k0, mask};
-        e->n_g++;
     }
     return true;
 }

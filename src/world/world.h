@@ -215,6 +215,10 @@ typedef struct vs_world_query {
  * bar_min: body, label and value). Returns false (mask 0) for other queries, for a query that names
  * nothing in the scene (an absent object, a tie) and when no patch is labelled by what it names. */
 bool vs_world_ground_mask(const vs_world_scene *sc, const vs_world_query *q, int size, int patch, uint64_t *mask);
+/* The same for n (1 .. VS_WORLD_MAX_TURNS) queries on one scene, drawing its element map once; true when
+ * any of masks[0 .. n) is set. */
+bool vs_world_ground_masks(const vs_world_scene *sc, const vs_world_query *const *q, int n, int size, int patch,
+                           uint64_t *masks);
 
 /* How the checker reads an answer out of free text (docs/world.md has the exact rules). */
 typedef enum vs_world_check_type {

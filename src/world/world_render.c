@@ -363,10 +363,8 @@ static void want_bar(const vs_world_scene *sc, char label, bool *want) {
         if (label && sc->bars[i].label == label) want[ID_BAR + i] = want[ID_LABEL + i] = want[ID_VALUE + i] = true;
 }
 
-bool vs_world_ground_mask(const vs_world_scene *sc, const vs_world_query *q, int S, int P, uint64_t *mask) {
-    *mask = 0;
-    if (P < 1 || S % P || (S / P) * (S / P) > 64) return false;
-    bool want[ID_END] = {false};
+/* Marks in want the elements query q names in sc; false when it names none that can be drawn. */
+static bool ground_want(const vs_world_scene *sc, const vs_world_query *q, bool *want) {
     switch (q->type) {
     case VS_Q_COUNT: case VS_Q_COLOR: case VS_Q_SHAPE: case VS_Q_SIZE: case VS_Q_POSITION:
     case VS_Q_EXISTS: case VS_Q_RELATION:
@@ -395,10 +393,31 @@ bool vs_world_ground_mask(const vs_world_scene *sc, const vs_world_query *q, int
     }
     default: return false;
     }
-    int G = S / P;
+    return true;
+}
+
+bool vs_world_ground_masks(const vs_world_scene *sc, const vs_world_query *const *q, int n, int S, int P,
+                           uint64_t *masks) {
+    bool want[VS_WORLD_MAX_TURNS][ID_END], any = false;
+    for (int i = 0; i < n; i++) masks[i] = 0;
+    if (n < 1 || n > VS_WORLD_MAX_TURNS || P < 1 || S % P || (S / P) * (S / P) > 64) return false;
+    bool named[VS_WORLD_MAX_TURNS];
+    for (int i = 0; i < n; i++) {
+        memset(want[i], 0, sizeof(want[i]));
+        any |= named[i] = ground_want(sc, q[i], want[i]);
+    }
     int16_t best[64];
-    if (patch_elements(sc, S, P, best, NULL) != VS_OK) return false;
-    for (int p = 0; p < G * G; p++)
-        if (best[p] >= 0 && want[best[p]]) *mask |= UINT64_C(1) << p;
-    return *mask != 0;
+    if (!any || patch_elements(sc, S, P, best, NULL) != VS_OK) return false;
+    const int G = S / P;
+    any = false;
+    for (int i = 0; i < n; i++) {
+        for (int p = 0; named[i] && p < G * G; p++)
+            if (best[p] >= 0 && want[i][best[p]]) masks[i] |= UINT64_C(1) << p;
+        any |= masks[i] != 0;
+    }
+    return any;
+}
+
+bool vs_world_ground_mask(const vs_world_scene *sc, const vs_world_query *q, int S, int P, uint64_t *mask) {
+    return vs_world_ground_masks(sc, &q, 1, S, P, mask);
 }
