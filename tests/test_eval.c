@@ -634,15 +634,15 @@ static void test_cli_grow(const char *cli, const char *dir, const char *tok, con
     VT_CHECK(rc == 2, "--grow-noise without --grow: exit %d", rc);
 }
 
-/* train target --ground: a short run counts its grounded turns and records the setting (a resume must
- * repeat it); --ground-layer alone, --ground with every picture in words and a layer outside the LM are
- * refused. */
+/* train target --ground: a short run counts its grounded rows and records the setting (a resume must
+ * repeat it); --ground-rows answer grounds more rows; --ground-layer or --ground-rows alone, an unknown
+ * --ground-rows, --ground with every picture in words and a layer outside the LM are refused. */
 static void test_cli_ground(const char *cli, const char *dir, const char *tok, const char *tmp, const char *tiny) {
     int rc = vt_run("%s train target --data %s --tokenizer %s --out %s/ground --steps 2 %s --ground 0.5 --ground-layer 1 "
                     "> %s/ground.log 2>&1",
                     cli, dir, tok, tmp, tiny, tmp);
     VT_CHECK(rc == 0, "train target --ground exit %d (%s/ground.log)", rc, tmp);
-    VT_CHECK(vt_run("grep -Eq '^  [1-9][0-9]* turns with an attention ground' %s/ground.log && "
+    VT_CHECK(vt_run("grep -Eq '^  [1-9][0-9]* rows with an attention ground' %s/ground.log && "
                     "grep -q '\"ground\":0.5,\"ground_layer\":1' %s/ground/run.json", tmp, tmp) == 0,
              "--ground: no grounded turns counted in %s/ground.log or no setting in run.json", tmp);
     rc = vt_run("%s train target --data %s --tokenizer %s --out %s/ground --steps 2 %s --resume > /dev/null 2>&1", cli,
@@ -658,6 +658,21 @@ static void test_cli_ground(const char *cli, const char *dir, const char *tok, c
                 "> %s/ground-bad.log 2>&1", cli, dir, tok, tmp, tiny, tmp);
     VT_CHECK(rc == 1 && vt_run("grep -q 'ground-layer 2: the LM has layers 0 .. 1' %s/ground-bad.log", tmp) == 0,
              "--ground-layer 2 of a 2-layer LM: exit %d, see %s/ground-bad.log", rc, tmp);
+    /* every answer row: more grounded rows than the first rows alone, the setting in run.json */
+    rc = vt_run("%s train target --data %s --tokenizer %s --out %s/ground-ans --steps 2 %s --ground 0.5 --ground-rows "
+                "answer > %s/ground-ans.log 2>&1",
+                cli, dir, tok, tmp, tiny, tmp);
+    VT_CHECK(rc == 0 && vt_run("grep -q '\"ground_rows\":\"answer\"' %s/ground-ans/run.json", tmp) == 0 &&
+                 vt_run("test $(grep -Eo '^  [0-9]+ rows with an attention ground' %s/ground-ans.log | grep -Eo '[0-9]+') "
+                        "-gt $(grep -Eo '^  [0-9]+ rows with an attention ground' %s/ground.log | grep -Eo '[0-9]+')",
+                        tmp, tmp) == 0,
+             "--ground-rows answer: exit %d, or no more grounded rows than the first rows (%s/ground-ans.log)", rc, tmp);
+    rc = vt_run("%s train target --data %s --tokenizer %s --out %s/ground-bad --steps 1 %s --ground 1 --ground-rows all "
+                "> /dev/null 2>&1", cli, dir, tok, tmp, tiny);
+    VT_CHECK(rc == 2, "--ground-rows all: exit %d", rc);
+    rc = vt_run("%s train target --data %s --tokenizer %s --out %s/ground-bad --steps 1 %s --ground-rows answer "
+                "> /dev/null 2>&1", cli, dir, tok, tmp, tiny);
+    VT_CHECK(rc == 2, "--ground-rows without --ground: exit %d", rc);
 }
 
 static void test_cli(const char *dir, const char *tok) {

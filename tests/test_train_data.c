@@ -360,12 +360,14 @@ static void test_grounds(const vs_world_dataset *d, const vs_tokenizer *tok) {
     vs_train_vlm_config c = wt_config(vs_tokenizer_n_vocab(tok));
     vs_train_data_opts o = {
         .seq_len = 4096, .batch = 3, .image_rows = NP, .preproc = wt_preproc(&c), .bucket = 2, .seed = 5};
-    for (int on = 0; on < 2; on++) {
-        o.ground = on;
+    int64_t n_first = 0, n_answer = 0;
+    for (int mode = 0; mode < 4; mode++) { /* off, the first answer row, every answer row, characters */
+        o.ground = mode > 0, o.ground_answer = mode >= 2, o.ground_chars = mode == 3;
+        int64_t chars = 0;
         vs_train_data *r = vs_train_data_new(&d, 1, tok, &o, &err);
         VT_REQUIRE(r, "%s", err.msg);
         const vs_train_data_stats *st = vs_train_data_get_stats(r);
-        int64_t seen = 0, bad = 0;
+        int64_t seen = 0, bad = 0, firsts = 0;
         for (int64_t k = 0; k < st->n_batches; k++) {
             vs_train_batch b;
             vs_train_batch_info info;
@@ -375,21 +377,61 @@ static void test_grounds(const vs_world_dataset *d, const vs_tokenizer *tok) {
                 const vs_world_sample *sm = vs_train_data_sample(r, info.seqs[g->b]);
                 vs_train_example ex;
                 VT_REQUIRE(vs_train_encode(sm, tok, NP, &ex, &err) == VS_OK, "%s", err.msg);
+                /* the turn whose answer row g->q predicts (the first row only, unless ground_answer) */
                 int t = 0;
-                while (t < ex.n_turns && ex.turn_start[t] - 1 != g->q) t++;
+                while (t < ex.n_turns && !(g->q >= ex.turn_start[t] - 1 &&
+                                           g->q <= (mode >= 2 ? ex.turn_end[t] - 2 : ex.turn_start[t] - 1)))
+                    t++;
                 uint64_t want = 0;
-                bad += t == ex.n_turns || !vs_world_ground_mask(&sm->scenes[sm->turns[t].query.image],
-                                                                 &sm->turns[t].query, 64, 64 / 4, &want) ||
-                       want != g->mask || ex.img_row[g->k0] != sm->turns[t].query.image * NP ||
+                const vs_world_query *qu = t < ex.n_turns ? &sm->turns[t].query : NULL;
+                bool whole = qu && vs_world_ground_mask(&sm->scenes[qu->image], qu, 64, 64 / 4, &want) && want == g->mask;
+                /* characters: the mask of a run of characters of a line the turn reads that the token writes */
+                if (!whole && qu && mode == 3 && sm->scenes[qu->image].kind == VS_SCENE_GLYPH) {
+                    const vs_world_scene *sc = &sm->scenes[qu->image];
+                    uint64_t gm[VS_WORLD_MAX_LINES * 16];
+                    VT_REQUIRE(vs_world_glyph_masks(sc, 64, 64 / 4, gm), "%s: no glyph masks", sm->id);
+                    char *piece = vs_detokenize(tok, ex.tokens + g->q + 1, 1, 0, NULL, &err);
+                    VT_REQUIRE(piece, "%s", err.msg);
+                    for (int l = 0; l < sc->n_lines && !whole; l++) {
+                        const char *txt = sc->lines[l].text;
+                        bool read = qu->type == VS_Q_READ_ALL ||
+                                    (qu->type == VS_Q_READ_LINE ? qu->index == l : sc->lines[l].color == qu->sel.color);
+                        for (int k1 = 0; read && txt[k1] && !whole; k1++) {
+                            uint64_t m = 0;
+                            for (int k2 = k1; txt[k2] && !whole; k2++) {
+                                m |= gm[16 * l + k2];
+                                char run[VS_WORLD_WORD_MAX] = {0};
+                                memcpy(run, txt + k1, (size_t)(k2 - k1 + 1));
+                                whole = m == g->mask && strstr(piece, run);
+                            }
+                        }
+                    }
+                    vs_free(piece);
+                    chars += whole;
+                }
+                bad += !whole || !ex.answer[g->q + 1] || ex.img_row[g->k0] != qu->image * NP ||
                        b.img_row[(size_t)g->b * b.T + g->k0] < 0;
+                firsts += t < ex.n_turns && g->q == ex.turn_start[t] - 1;
                 vs_train_example_free(&ex);
             }
             seen += b.n_ground;
         }
-        VT_CHECK(bad == 0, "ground %d: %lld grounds off their turn, image or mask", on, (long long)bad);
-        VT_CHECK(seen == st->grounds && (on ? seen >= 5 : seen == 0), "ground %d: %lld grounds in the batches, %lld counted",
-                 on, (long long)seen, (long long)st->grounds);
-        if (on) printf("grounds: %lld turns over an epoch, each at its turn's last prompt row and its picture\n", (long long)seen);
+        VT_CHECK(bad == 0, "ground mode %d: %lld grounds off their turn's answer rows, image or mask", mode,
+                 (long long)bad);
+        VT_CHECK(seen == st->grounds && (mode ? seen >= 5 : seen == 0), "ground mode %d: %lld grounds in the batches, %lld counted",
+                 mode, (long long)seen, (long long)st->grounds);
+        if (mode == 1) n_first = seen;
+        /* every answer row: the same grounded turns, each with all of its answer rows (>= 2 with </s>) */
+        if (mode == 2)
+            VT_CHECK(firsts == n_first && seen >= 2 * n_first, "ground answer: %lld grounds, %lld turns (first: %lld)",
+                     (long long)seen, (long long)firsts, (long long)n_first);
+        if (mode == 3)
+            VT_CHECK(chars > 0 && seen >= n_answer, "ground chars: %lld grounds on characters, %lld in all (answer: %lld)",
+                     (long long)chars, (long long)seen, (long long)n_answer);
+        if (mode == 2) n_answer = seen;
+        if (mode) printf("grounds (%s): %lld rows over an epoch at their turn's answer rows and its picture, %lld on the "
+                         "characters their token writes\n", mode == 1 ? "first" : mode == 2 ? "answer" : "chars",
+                         (long long)seen, (long long)chars);
         vs_train_data_free(r);
     }
 }

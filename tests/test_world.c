@@ -451,6 +451,51 @@ static void test_ground_mask(const vs_world_dataset *d) {
            asked[VS_Q_EXISTS], grounded[VS_Q_READ_LINE], asked[VS_Q_READ_LINE], grounded[VS_Q_BAR_VALUE], asked[VS_Q_BAR_VALUE]);
 }
 
+/* Character masks: every character of every line covers a patch; a line's characters run left to
+ * right; the patches a read_line question is grounded on are covered by that line's characters; other
+ * scenes have none. */
+static void test_glyph_masks(const vs_world_dataset *d) {
+    int scenes = 0, chars = 0, bad = 0, others = 0;
+    for (int64_t i = 0; i < d->n; i++)
+        for (int im = 0; im < d->samples[i].n_images; im++) {
+            const vs_world_scene *sc = &d->samples[i].scenes[im];
+            uint64_t m[VS_WORLD_MAX_LINES * 16];
+            bool got = vs_world_glyph_masks(sc, 64, 8, m);
+            if (sc->kind != VS_SCENE_GLYPH) {
+                for (int c = 0; c < VS_WORLD_MAX_LINES * 16; c++) others += m[c] != 0;
+                others += got;
+                continue;
+            }
+            scenes++;
+            bad += !got;
+            for (int l = 0; l < sc->n_lines; l++) {
+                int n = (int)strlen(sc->lines[l].text), prev_col = -1;
+                uint64_t line = 0;
+                for (int k = 0; k < 16; k++) {
+                    uint64_t mk = m[16 * l + k];
+                    if (k >= n) {
+                        bad += mk != 0;
+                        continue;
+                    }
+                    chars++, bad += mk == 0;
+                    int col = 8; /* leftmost column covered */
+                    for (int p = 0; p < 64; p++)
+                        if (mk >> p & 1) col = VS_MIN(col, p % 8);
+                    bad += col < prev_col, prev_col = col, line |= mk;
+                }
+                vs_world_query q = {.type = VS_Q_READ_LINE, .image = 0, .index = l};
+                uint64_t g = 0;
+                if (vs_world_ground_mask(sc, &q, 64, 8, &g)) bad += (g & ~line) != 0;
+            }
+            for (int l = sc->n_lines; l < VS_WORLD_MAX_LINES; l++)
+                for (int k = 0; k < 16; k++) bad += m[16 * l + k] != 0;
+        }
+    VT_CHECK(scenes > 0 && chars > 0, "no glyph scene to test");
+    VT_CHECK(bad == 0, "%d glyph masks wrong (a character covering nothing, out of order or outside its line)", bad);
+    VT_CHECK(others == 0, "%d character masks on scenes without text", others);
+    printf("  glyph masks: %d characters of %d scenes\n", chars, scenes);
+}
+
 static void test_images(const vs_world_dataset *d) {
     int n = 0, same = 0;
     size_t S = (size_t)d->image_size;
@@ -990,6 +1035,7 @@ int main(void) {
                  transcripts[VS_Q_BARS]);
         test_bars_rule(ltr);
         test_ground_mask(ltr);
+        test_glyph_masks(ltr);
         printf("  look: %lld train + %lld test, checker agrees, %d kinds of first question, %d of later ones;"
                " samples by turns:", (long long)ltr->n, (long long)lte->n, n_kinds, n_later);
         for (int k = 1; k <= VS_WORLD_MAX_TURNS; k++) printf(" %d", by_turns[k]);

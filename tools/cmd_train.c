@@ -342,7 +342,7 @@ static void print_data_stats(const vs_train_data_stats *s, const vs_world_datase
     printf("), %lld images, %lld batches; longest %lld rows\n", (long long)s->images, (long long)s->n_batches,
            (long long)s->longest);
     if (s->in_words) printf("  %lld samples with their pictures in words\n", (long long)s->in_words);
-    if (s->grounds) printf("  %lld turns with an attention ground\n", (long long)s->grounds);
+    if (s->grounds) printf("  %lld rows with an attention ground\n", (long long)s->grounds);
 }
 
 
@@ -360,6 +360,8 @@ typedef struct target_opts {
     bool captions, f32;
     bool images_as_text; /* every picture in words (train_data.h) */
     double words_frac;   /* this share of the samples with pictures in words (train_data.h) */
+    const char *ground_rows; /* --ground-rows: "first", "answer" or "chars" (train_data.h's
+                              * ground_answer, ground_chars) */
     double prompt_loss;  /* weight of prompt text rows in the loss (train_data.h) */
     vs_train_vlm_config cfg;
     bool image_size_given;
@@ -417,6 +419,11 @@ static void target_usage(FILE *f) {
         "                      question names something in its picture (an object, a line, a bar):\n"
         "                      a head taught where to look (docs/target.md; default 0: off)\n"
         "  --ground-layer L    the grounded LM layer, 0-based (default: half the layers)\n"
+        "  --ground-rows R     which rows of a grounded turn are grounded: 'first' (the row predicting\n"
+        "                      the answer's first token, the default) or 'answer' (every row predicting\n"
+        "                      a token of the answer, its closing </s> included) or 'chars' (as\n"
+        "                      'answer', but a row writing characters of a line the question reads is\n"
+        "                      grounded on those characters alone)\n"
         "  --vision-init FILE  start the vision tower from this mmproj's tower (e.g. 'vlmspec train vision''s\n"
         "                      OUT/vision-mmproj.gguf; its shape must be the model's); with --init it\n"
         "                      replaces the checkpoint's tower (an LM pretrained on text, a tower on images)\n"
@@ -496,6 +503,7 @@ static int target_parse(int argc, char **argv, target_opts *o) {
     cli_flag_add(&fs, "--norm-cap-weight", CLI_F64, &s->norm_cap_weight, 1e-9, 1e6);
     cli_flag_add(&fs, "--ground", CLI_F64, &s->ground, 0, 1e6);
     cli_flag_add(&fs, "--ground-layer", CLI_INT, &s->ground_layer, 0, 4096);
+    cli_flag_add(&fs, "--ground-rows", CLI_STR, &o->ground_rows, 0, 0);
     cli_flag_add(&fs, "--init", CLI_STR, &o->init, 0, 0);
     cli_flag_add(&fs, "--vision-init", CLI_STR, &o->vision_init, 0, 0);
     cli_flag_add(&fs, "--grow", CLI_STR, &o->grow, 0, 0);
@@ -522,6 +530,11 @@ static int target_parse(int argc, char **argv, target_opts *o) {
         return cli_fail(cmd, "--norm-cap-weight without --norm-cap R (R > 0) has nothing to weigh"), 2;
     if (cli_flag_given(&fs, &s->ground_layer) && !(s->ground > 0))
         return cli_fail(cmd, "--ground-layer without --ground W (W > 0) grounds nothing"), 2;
+    if (o->ground_rows && strcmp(o->ground_rows, "first") && strcmp(o->ground_rows, "answer") &&
+        strcmp(o->ground_rows, "chars"))
+        return cli_fail(cmd, "--ground-rows '%s': give 'first', 'answer' or 'chars'", o->ground_rows), 2;
+    if (o->ground_rows && !(s->ground > 0))
+        return cli_fail(cmd, "--ground-rows without --ground W (W > 0) grounds nothing"), 2;
     if (s->ground > 0 && o->images_as_text)
         return cli_fail(cmd, "--ground with --images-as-text: no picture has image rows to ground in"), 2;
     if (!cli_flag_given(&fs, &s->ground_layer)) s->ground_layer = -1; /* half the layers, once known */
@@ -558,6 +571,7 @@ static char *target_settings(const target_opts *o, int64_t total, int vocab) {
     if (o->s.ground > 0) {
         vs_json_key(&w, "ground"), vs_json_num(&w, o->s.ground);
         vs_json_key(&w, "ground_layer"), vs_json_int(&w, o->s.ground_layer);
+        if (o->ground_rows && strcmp(o->ground_rows, "first")) vs_json_key(&w, "ground_rows"), vs_json_str(&w, o->ground_rows);
     }
     if (o->init) vs_json_key(&w, "init"), vs_json_str(&w, o->init);
     if (o->vision_init) vs_json_key(&w, "vision_init"), vs_json_str(&w, o->vision_init);
@@ -759,7 +773,9 @@ static vs_status target_train(target_run *r, vs_error *err) {
                                 .images_as_text = o->images_as_text,
                                 .words_frac = (float)o->words_frac,
                                 .seed = (uint64_t)o->s.seed,
-                                .ground = o->s.ground > 0};
+                                .ground = o->s.ground > 0,
+                                .ground_answer = o->ground_rows && strcmp(o->ground_rows, "first"),
+                                .ground_chars = o->ground_rows && !strcmp(o->ground_rows, "chars")};
     for (int i = 0; i < 3; i++)
         dopts.preproc.mean[i] = c->image_mean[i], dopts.preproc.std[i] = c->image_std[i];
     double t0 = vs_time_now();

@@ -232,11 +232,13 @@ struct vs_train_data {
     int64_t n_batches;
     /* batch buffers: max_B x max_T rows, max_images images */
     int max_B, max_T, max_images;
+    int32_t max_g; /* most grounds of one sequence */
     int32_t *bt_tokens, *bt_img_row, *bt_targets;
     float *bt_mask, *pixels;
     /* attention grounds (opts.ground) */
     vs_train_ground *grounds, *bt_ground;
     int64_t g_cap;
+    const vs_tokenizer *tok; /* for opts.ground_chars (vs_train_data_new only) */
 };
 
 void vs_train_data_free(vs_train_data *d) {
@@ -359,6 +361,71 @@ static vs_train_data *reader_begin(const vs_train_data_opts *opts, int64_t total
     return d;
 }
 
+static bool push_ground(vs_train_data *d, seq_entry *e, int32_t q, int32_t k0, uint64_t mask) {
+    if (d->stats.grounds + 1 > d->g_cap) {
+        int64_t nc = VS_MAX(1024, d->g_cap * 2);
+        vs_train_ground *g = vs_realloc(d->grounds, sizeof(*g) * (size_t)nc);
+        if (!g) return false;
+        d->grounds = g, d->g_cap = nc;
+    }
+    d->grounds[d->stats.grounds++] = (vs_train_ground){0, q, k0, mask};
+    e->n_g++;
+    return true;
+}
+
+static bool is_alnum(char c) { return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); }
+
+/* opts.ground_chars: the grounds of reading turn t (query q on glyph scene sc, its first image row k0)
+ * whose answer writes the lines it reads; every other answer row grounded on `whole` when set.
+ * Returns false only when out of memory; a turn whose answer does not lay out as expected gets the
+ * answer-row grounds alone. */
+static bool add_char_grounds(vs_train_data *d, const vs_train_example *ex, const vs_world_sample *s, int t,
+                             const vs_world_scene *sc, int G, int32_t k0, uint64_t whole, seq_entry *e) {
+    const vs_world_query *q = &s->turns[t].query;
+    const char *ans = s->turns[t].assistant;
+    const int32_t a = ex->turn_start[t], z = ex->turn_end[t] - 1; /* answer tokens a .. z-1, </s> at z */
+    uint64_t glyph[VS_WORLD_MAX_LINES * 16];
+    const int S = d->o.preproc.size;
+    /* where each line read starts in the answer (a whole word: no letter or digit beside it); -1 none */
+    int at[VS_WORLD_MAX_LINES], from = 0, n_at = 0;
+    for (int l = 0; l < sc->n_lines; l++) {
+        at[l] = -1;
+        bool read = q->type == VS_Q_READ_ALL || (q->type == VS_Q_READ_LINE ? l == q->index
+                                                                           : sc->lines[l].color == q->sel.color);
+        size_t n = strlen(sc->lines[l].text);
+        for (const char *p = read && n ? strstr(ans + from, sc->lines[l].text) : NULL; p; p = strstr(p + 1, sc->lines[l].text))
+            if ((p == ans || !is_alnum(p[-1])) && !is_alnum(p[n])) {
+                at[l] = (int)(p - ans), from = at[l] + (int)n, n_at++;
+                break;
+            }
+    }
+    /* each answer token's span [b0, b1) in ans: the decoded answer is " " + ans */
+    int32_t span[2 * 256];
+    bool ok = n_at > 0 && z - a <= 256 && vs_world_glyph_masks(sc, S, S / G, glyph);
+    vs_detok *dt = ok ? vs_detok_new(d->tok, 0, NULL) : NULL;
+    int len = -1;
+    for (int32_t j = a; ok && j < z; j++) {
+        size_t n = 0;
+        const char *txt = vs_detok_feed(dt, ex->tokens + j, 1, &n, NULL);
+        ok = txt && (j > a || (n > 0 && txt[0] == ' '));
+        span[2 * (j - a)] = VS_MAX(0, len), len += (int)n, span[2 * (j - a) + 1] = VS_MAX(0, len);
+    }
+    vs_detok_free(dt);
+    ok = ok && len == (int)strlen(ans);
+    for (int32_t j = a; j <= z; j++) {
+        uint64_t m = 0;
+        for (int l = 0; ok && j < z && l < sc->n_lines; l++) {
+            if (at[l] < 0) continue;
+            int n = (int)strlen(sc->lines[l].text);
+            for (int c = VS_MAX(span[2 * (j - a)], at[l]); c < VS_MIN(span[2 * (j - a) + 1], at[l] + n); c++)
+                m |= glyph[16 * l + (c - at[l])];
+        }
+        if (!m) m = whole;
+        if (m && (j == a || ex->answer[j]) && !push_ground(d, e, j - 1, k0, m)) return false;
+    }
+    return true;
+}
+
 /* Appends the attention grounds of sequence ex (sample s) to d->grounds: see opts.ground. */
 static bool add_grounds(vs_train_data *d, const vs_train_example *ex, const vs_world_sample *s, seq_entry *e) {
     e->g_off = d->stats.grounds, e->n_g = 0;
@@ -373,22 +440,26 @@ static bool add_grounds(vs_train_data *d, const vs_train_example *ex, const vs_w
         for (int t = 0; t < ex->n_turns && t < s->n_turns; t++)
             if (s->turns[t].query.image == img) q[n] = &s->turns[t].query, turn[n++] = t;
         uint64_t mask[VS_WORLD_MAX_TURNS];
-        if (!n || !vs_world_ground_masks(&s->scenes[img], q, n, S, S / G, mask)) continue;
+        if (!n || (!vs_world_ground_masks(&s->scenes[img], q, n, S, S / G, mask) && !d->o.ground_chars)) continue;
         int32_t k0 = -1;
         for (int32_t r = 0; r < ex->n_rows && k0 < 0; r++)
             if (ex->img_row[r] == img * NR) k0 = r;
         for (int i = 0; i < n; i++) {
-            const int32_t qrow = ex->turn_start[turn[i]] - 1;
-            if (!mask[i] || k0 < 0 || k0 + NR > qrow) continue;
-            if (d->stats.grounds + 1 > d->g_cap) {
-                int64_t nc = VS_MAX(1024, d->g_cap * 2);
-                vs_train_ground *g = vs_realloc(d->grounds, sizeof(*g) * (size_t)nc);
-                if (!g) return false;
-                d->grounds = g, d->g_cap = nc;
+            const int32_t first = ex->turn_start[turn[i]] - 1;
+            if (k0 < 0 || k0 + NR > first) continue;
+            const vs_world_query_type ty = q[i]->type;
+            if (d->o.ground_chars && d->tok && s->scenes[img].kind == VS_SCENE_GLYPH &&
+                (ty == VS_Q_READ_ALL || ty == VS_Q_READ_LINE || ty == VS_Q_READ_COLOR)) {
+                if (!add_char_grounds(d, ex, s, turn[i], &s->scenes[img], G, k0, mask[i], e)) return false;
+                continue;
             }
-            d->grounds[d->stats.grounds++] = (vs_train_ground){0, qrow, k0, mask[i]};
-            e->n_g++;
+            if (!mask[i]) continue;
+            /* the rows predicting the answer's tokens: row r - 1 predicts row r */
+            const int32_t last = d->o.ground_answer ? ex->turn_end[turn[i]] - 2 : first;
+            for (int32_t qrow = first; qrow <= last; qrow++)
+                if ((qrow == first || ex->answer[qrow + 1]) && !push_ground(d, e, qrow, k0, mask[i])) return false;
         }
+        d->max_g = VS_MAX(d->max_g, e->n_g);
     }
     return true;
 }
@@ -445,7 +516,7 @@ static vs_train_data *reader_finish(vs_train_data *d, vs_status st, vs_error *er
         d->bt_targets = vs_malloc(sizeof(int32_t) * N);
         d->bt_mask = vs_malloc(sizeof(float) * N);
         d->pixels = vs_malloc(sizeof(float) * 3 * S2 * (size_t)d->max_images);
-        d->bt_ground = vs_malloc(sizeof(vs_train_ground) * (size_t)d->max_B * VS_WORLD_MAX_TURNS);
+        d->bt_ground = vs_malloc(sizeof(vs_train_ground) * (size_t)d->max_B * (size_t)VS_MAX(1, d->max_g));
         if (!d->order || !d->b_first || !d->b_len || !d->bt_tokens || !d->bt_img_row || !d->bt_targets ||
             !d->bt_mask || !d->pixels || !d->bt_ground)
             st = vs_error_set(err, VS_ERR_NOMEM, "training data: out of memory for batches");
@@ -478,6 +549,7 @@ vs_train_data *vs_train_data_new(const vs_world_dataset *const *sets, int n_sets
     for (int k = 0; k < n_sets; k++) total += sets[k]->n;
     vs_train_data *d = reader_begin(opts, total, err);
     if (!d) return NULL;
+    d->tok = tok;
     int64_t cap = 0;
     vs_status st = VS_OK;
     for (int k = 0; st == VS_OK && k < n_sets; k++)
@@ -501,6 +573,10 @@ vs_train_data *vs_train_data_new_items(const vs_train_item *items, int64_t n, co
                                        vs_error *err) {
     if (!items || n < 1) {
         vs_error_set(err, VS_ERR_INVALID, "training data: no sequences");
+        return NULL;
+    }
+    if (opts->ground_chars) {
+        vs_error_set(err, VS_ERR_INVALID, "training data: character grounds need the tokenizer (vs_train_data_new)");
         return NULL;
     }
     vs_train_data *d = reader_begin(opts, n, err);
@@ -591,7 +667,7 @@ vs_status vs_train_data_batch(vs_train_data *d, const int64_t *seqs, int n, vs_t
             vs_status st = load_pixels(d, e->sample, i, d->pixels + (size_t)(img_base + i) * npx, err);
             if (st != VS_OK) return st;
         }
-        for (int32_t i = 0; i < e->n_g && i < VS_WORLD_MAX_TURNS; i++) {
+        for (int32_t i = 0; i < e->n_g; i++) {
             d->bt_ground[n_ground] = d->grounds[e->g_off + i];
             d->bt_ground[n_ground++].b = k;
         }

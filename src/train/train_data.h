@@ -94,6 +94,12 @@ typedef struct vs_train_data_opts {
                          * sequence with image rows whose query vs_world_ground_mask grounds, the row
                          * that predicts the answer's first token and the patches of its image the
                          * answer lies in (image rows on a square grid of at most 64) */
+    bool ground_answer; /* with ground: every row that predicts a token of such a turn's answer
+                         * (its closing </s> included), not only the first */
+    bool ground_chars;  /* with ground_answer, for reading turns (read_all, read_line, read_color):
+                         * each row that predicts a token writing characters of a line the turn reads
+                         * grounded on those characters' patches (vs_world_glyph_masks) instead;
+                         * needs the tokenizer (vs_train_data_new) */
 } vs_train_data_opts;
 
 /* Counts over the dataset (one epoch). */
@@ -108,7 +114,8 @@ typedef struct vs_train_data_stats {
     int64_t prompt_rows;     /* prompt text rows after BOS: counted with weight prompt_loss */
     int64_t images;          /* images of the kept sequences */
     int64_t in_words;        /* samples with pictures written in words (images_as_text, words_frac) */
-    int64_t grounds;         /* turns with an attention ground (opts.ground) */
+    int64_t grounds;         /* grounded rows (opts.ground: one per grounded turn, or with
+                              * ground_answer one per row predicting its answer) */
     int64_t max_images;      /* most images in one kept sequence */
     int64_t n_batches;       /* batches per epoch */
     int64_t kept[VS_WORLD_N_SUITES], skipped[VS_WORLD_N_SUITES];

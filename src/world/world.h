@@ -220,6 +220,13 @@ bool vs_world_ground_mask(const vs_world_scene *sc, const vs_world_query *q, int
 bool vs_world_ground_masks(const vs_world_scene *sc, const vs_world_query *const *q, int n, int size, int patch,
                            uint64_t *masks);
 
+/* The patches each character of a glyph scene's lines covers, at `size` with patches of `patch`
+ * pixels: bit p of masks[16 * l + k] (VS_WORLD_MAX_LINES * 16 of them) is set when character k of
+ * line l covers at least an eighth of patch p (a patch may belong to two characters; a character may
+ * cover none). False (every mask 0) for other scenes, an invalid scene or size, or when no character
+ * covers a patch. `train target --ground-rows chars` grounds the rows that write a line on these. */
+bool vs_world_glyph_masks(const vs_world_scene *sc, int size, int patch, uint64_t *masks);
+
 /* How the checker reads an answer out of free text (docs/world.md has the exact rules). */
 typedef enum vs_world_check_type {
     VS_CHECK_YESNO = 0,

@@ -418,6 +418,32 @@ bool vs_world_ground_masks(const vs_world_scene *sc, const vs_world_query *const
     return any;
 }
 
+bool vs_world_glyph_masks(const vs_world_scene *sc, int S, int P, uint64_t *masks) {
+    memset(masks, 0, sizeof(uint64_t) * VS_WORLD_MAX_LINES * 16);
+    if (sc->kind != VS_SCENE_GLYPH || P < 1 || S < 32 || S > 4096 || S % P || (S / P) * (S / P) > 64 ||
+        world_scene_validate(sc, NULL) != VS_OK)
+        return false;
+    int16_t *ids = vs_malloc((size_t)S * S * sizeof(int16_t));
+    if (!ids) return false;
+    for (size_t i = 0; i < (size_t)S * S; i++) ids[i] = -1;
+    draw_scene(&(canvas){.ids = ids, .S = S}, sc);
+    const int G = S / P;
+    bool any = false;
+    for (int py = 0; py < G; py++)
+        for (int px = 0; px < G; px++) {
+            int count[VS_WORLD_MAX_LINES * 16] = {0};
+            for (int y = py * P; y < (py + 1) * P; y++)
+                for (int x = px * P; x < (px + 1) * P; x++) {
+                    int id = ids[(size_t)y * S + x] - ID_GLYPH;
+                    if (id >= 0 && id < VS_WORLD_MAX_LINES * 16) count[id]++;
+                }
+            for (int c = 0; c < VS_WORLD_MAX_LINES * 16; c++)
+                if (count[c] * 8 >= P * P) masks[c] |= UINT64_C(1) << (py * G + px), any = true;
+        }
+    vs_free(ids);
+    return any;
+}
+
 bool vs_world_ground_mask(const vs_world_scene *sc, const vs_world_query *q, int S, int P, uint64_t *mask) {
     return vs_world_ground_masks(sc, &q, 1, S, P, mask);
 }
