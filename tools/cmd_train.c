@@ -420,7 +420,7 @@ static void target_usage(FILE *f) {
         "                      a head taught where to look (docs/target.md; default 0: off)\n"
         "  --ground-layer L    the grounded LM layer, 0-based (default: half the layers)\n"
         "  --ground-rows R     which rows of a grounded turn are grounded: 'first' (the row predicting\n"
-        "                      the answer's first token, the default) or 'answer' (every row predicting\n"
+        "                      the answer's first token, the default), 'answer' (every row predicting\n"
         "                      a token of the answer, its closing </s> included) or 'chars' (as\n"
         "                      'answer', but a row writing characters of a line the question reads is\n"
         "                      grounded on those characters alone)\n"
@@ -571,7 +571,8 @@ static char *target_settings(const target_opts *o, int64_t total, int vocab) {
     if (o->s.ground > 0) {
         vs_json_key(&w, "ground"), vs_json_num(&w, o->s.ground);
         vs_json_key(&w, "ground_layer"), vs_json_int(&w, o->s.ground_layer);
-        if (o->ground_rows && strcmp(o->ground_rows, "first")) vs_json_key(&w, "ground_rows"), vs_json_str(&w, o->ground_rows);
+        if (o->ground_rows && strcmp(o->ground_rows, "first"))
+            vs_json_key(&w, "ground_rows"), vs_json_str(&w, o->ground_rows);
     }
     if (o->init) vs_json_key(&w, "init"), vs_json_str(&w, o->init);
     if (o->vision_init) vs_json_key(&w, "vision_init"), vs_json_str(&w, o->vision_init);

@@ -392,8 +392,9 @@ static bool add_char_grounds(vs_train_data *d, const vs_train_example *ex, const
         at[l] = -1;
         bool read = q->type == VS_Q_READ_ALL || (q->type == VS_Q_READ_LINE ? l == q->index
                                                                            : sc->lines[l].color == q->sel.color);
-        size_t n = strlen(sc->lines[l].text);
-        for (const char *p = read && n ? strstr(ans + from, sc->lines[l].text) : NULL; p; p = strstr(p + 1, sc->lines[l].text))
+        const char *txt = sc->lines[l].text;
+        size_t n = strlen(txt);
+        for (const char *p = read && n ? strstr(ans + from, txt) : NULL; p; p = strstr(p + 1, txt))
             if ((p == ans || !is_alnum(p[-1])) && !is_alnum(p[n])) {
                 at[l] = (int)(p - ans), from = at[l] + (int)n, n_at++;
                 break;
