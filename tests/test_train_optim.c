@@ -551,50 +551,69 @@ static double fd_rel(vs_train_vlm *m, vs_threadpool *tp, const vs_train_batch *b
     return fabs(fd - an) / (fabs(fd) + 1e-3);
 }
 
+/* A fresh 2-sequence model, its parameter views, a batch, and the loss and gradients of a plain step:
+ * what the model-level loss terms (norm cap, grounding) are compared with. */
+typedef struct grad_fixture {
+    batch_buf bb;
+    vs_train_vlm *m;
+    vs_train_params *p;
+    vs_train_vlm_tensors w, g;
+    float l0;
+    float *g0; /* the plain step's gradients (vs_malloc'd) */
+} grad_fixture;
+
+static void fixture_init(grad_fixture *f, vs_threadpool *tp, uint64_t batch_seed, uint64_t model_seed) {
+    make_batch(&f->bb, 2, batch_seed);
+    f->m = new_model(2, model_seed);
+    f->p = vs_train_vlm_params(f->m);
+    vs_train_vlm_views(f->m, &f->w, &f->g);
+    f->g0 = grads_of(f->m, tp, &f->bb.b, &f->l0);
+}
+
+static void fixture_free(grad_fixture *f) {
+    vs_free(f->g0);
+    vs_train_vlm_free(f->m);
+}
+
 /* The image-row norm cap inside the model: off (or a cap no row reaches) leaves loss and gradients as
  * they were; a tight cap adds exactly weight * vs_train_norm_cap_forward(image rows, tau) with tau =
  * ratio * the token embeddings' mean norm, and its gradient (a central difference of the total loss in
  * a projector bias agrees with the backward). */
 static void test_norm_cap(vs_threadpool *tp) {
-    batch_buf bb;
-    make_batch(&bb, 2, 11);
-    vs_train_vlm *m = new_model(2, 3);
-    vs_train_params *p = vs_train_vlm_params(m);
-    vs_train_vlm_tensors w, g;
-    vs_train_vlm_views(m, &w, &g);
-    float l0, l1, l2;
-    float *g0 = grads_of(m, tp, &bb.b, &l0);
+    grad_fixture f;
+    fixture_init(&f, tp, 11, 3);
+    vs_train_vlm *m = f.m;
+    float l1, l2;
     vs_train_vlm_set_norm_cap(m, 1e6f, 1.0f); /* a cap no row reaches */
-    vs_train_params_zero_grad(p);
-    fwd_bwd(m, tp, &bb.b, &l1);
-    VT_CHECK(l1 == l0 && !memcmp(g0, p->grad, sizeof(float) * p->n) && vs_train_vlm_norm_cap_loss(m) == 0,
+    vs_train_params_zero_grad(f.p);
+    fwd_bwd(m, tp, &f.bb.b, &l1);
+    VT_CHECK(l1 == f.l0 && !memcmp(f.g0, f.p->grad, sizeof(float) * f.p->n) && vs_train_vlm_norm_cap_loss(m) == 0,
              "a cap no row reaches changes nothing");
     const float ratio = 0.05f, weight = 0.7f;
     vs_train_vlm_set_norm_cap(m, ratio, weight);
-    vs_train_params_zero_grad(p);
-    fwd_bwd(m, tp, &bb.b, &l2);
+    vs_train_params_zero_grad(f.p);
+    fwd_bwd(m, tp, &f.bb.b, &l2);
     /* the image rows of this forward, recomputed: the term is weight * cap(rows) */
     vs_train_vlm_set_norm_cap(m, 0, 0);
     float lz;
     vs_error err = {0};
-    VT_REQUIRE(vs_train_vlm_forward(m, tp, &bb.b, &lz, &err) == VS_OK, "%s", err.msg);
+    VT_REQUIRE(vs_train_vlm_forward(m, tp, &f.bb.b, &lz, &err) == VS_OK, "%s", err.msg);
     double cap = vs_train_vlm_norm_cap_loss(m);
-    VT_CHECK(cap == 0 && lz == l0, "off again: no term");
+    VT_CHECK(cap == 0 && lz == f.l0, "off again: no term");
     vs_train_vlm_set_norm_cap(m, ratio, weight);
-    VT_REQUIRE(vs_train_vlm_forward(m, tp, &bb.b, &lz, &err) == VS_OK, "%s", err.msg);
+    VT_REQUIRE(vs_train_vlm_forward(m, tp, &f.bb.b, &lz, &err) == VS_OK, "%s", err.msg);
     cap = vs_train_vlm_norm_cap_loss(m);
     VT_CHECK(cap > 0.1, "a tight cap adds a term (%g)", cap);
-    VT_CHECK_NEAR(l2, l0 + cap, 1e-4 * (l0 + cap), "loss = LM loss + the cap term");
+    VT_CHECK_NEAR(l2, f.l0 + cap, 1e-4 * (f.l0 + cap), "loss = LM loss + the cap term");
     /* finite difference in mm.2's bias (the image rows' offset) */
     double worst = 0;
     for (int k = 0; k < 4; k++) {
-        double e = fd_rel(m, tp, &bb.b, w.mm2_b + k, g.mm2_b[k], 1e-2f);
+        double e = fd_rel(m, tp, &f.bb.b, f.w.mm2_b + k, f.g.mm2_b[k], 1e-2f);
         worst = e > worst ? e : worst;
         VT_CHECK(e < 2e-2, "mm.2 bias %d: finite difference and backward differ by %.3g", k, e);
     }
     printf("norm cap in the model: term %.4g, worst relative gradient difference %.2e\n", cap, worst);
-    vs_free(g0);
-    vs_train_vlm_free(m);
+    fixture_free(&f);
 }
 
 /* Attention grounding inside the model: off, or on with a batch without grounds, leaves loss and
@@ -603,56 +622,51 @@ static void test_norm_cap(vs_threadpool *tp) {
  * the projector, whose image rows are the grounded keys, agree with the backward); a ground whose keys
  * come after its query and a layer outside the LM are refused. */
 static void test_ground(vs_threadpool *tp) {
-    batch_buf bb;
-    make_batch(&bb, 2, 13);
-    vs_train_vlm *m = new_model(2, 5);
-    vs_train_params *p = vs_train_vlm_params(m);
-    vs_train_vlm_tensors w, g;
-    vs_train_vlm_views(m, &w, &g);
+    grad_fixture f;
+    fixture_init(&f, tp, 13, 5);
+    vs_train_vlm *m = f.m;
     vs_error err = {0};
-    float l0, l1, l2;
-    float *g0 = grads_of(m, tp, &bb.b, &l0);
+    float l1, l2;
     VT_CHECK(vs_train_vlm_set_ground(m, 2, 1.0f, &err) == VS_ERR_INVALID, "layer 2 of 2 is refused");
     const float weight = 0.6f;
     VT_REQUIRE(vs_train_vlm_set_ground(m, 1, weight, &err) == VS_OK, "%s", err.msg);
-    vs_train_params_zero_grad(p);
-    fwd_bwd(m, tp, &bb.b, &l1); /* the batch has no grounds yet */
-    VT_CHECK(l1 == l0 && !memcmp(g0, p->grad, sizeof(float) * p->n) && vs_train_vlm_ground_loss(m) == 0,
+    vs_train_params_zero_grad(f.p);
+    fwd_bwd(m, tp, &f.bb.b, &l1); /* the batch has no grounds yet */
+    VT_CHECK(l1 == f.l0 && !memcmp(f.g0, f.p->grad, sizeof(float) * f.p->n) && vs_train_vlm_ground_loss(m) == 0,
              "grounding without grounds changes nothing");
     /* image rows 1..4 of each sequence; the rows that predict rows 7 and 10 look at patches 0-1 / 3 */
     const vs_train_ground gr[3] = {{0, 6, 1, 0x3}, {1, 9, 1, 0x8}, {1, 6, 1, 0x6}};
-    bb.b.n_ground = 3, bb.b.ground = gr;
-    vs_train_params_zero_grad(p);
-    fwd_bwd(m, tp, &bb.b, &l2);
+    f.bb.b.n_ground = 3, f.bb.b.ground = gr;
+    vs_train_params_zero_grad(f.p);
+    fwd_bwd(m, tp, &f.bb.b, &l2);
     const double term = vs_train_vlm_ground_loss(m);
     VT_CHECK(term > 0.1, "a grounding term (%g)", term);
-    VT_CHECK_NEAR(l2, l0 + weight * term, 1e-5 * (l0 + term), "loss = LM loss + weight * the grounding term");
+    VT_CHECK_NEAR(l2, f.l0 + weight * term, 1e-5 * (f.l0 + term), "loss = LM loss + weight * the grounding term");
     const vs_train_vlm_config *c = vs_train_vlm_cfg(m);
     const size_t HD = (size_t)c->n_heads * (c->width / c->n_heads), KVD = (size_t)c->n_kv_heads * (c->width / c->n_heads);
     struct {
         const char *name;
         float *x, *gx;
-    } probe[6] = {{"wq (layer 1, head 0)", w.wq + HD * c->width + 3, g.wq + HD * c->width + 3},
-                  {"wq (layer 1, head 0)", w.wq + HD * c->width + 2 * c->width + 5, g.wq + HD * c->width + 2 * c->width + 5},
-                  {"wk (layer 1)", w.wk + KVD * c->width + 7, g.wk + KVD * c->width + 7},
-                  {"wk (layer 1)", w.wk + KVD * c->width + c->width + 1, g.wk + KVD * c->width + c->width + 1},
-                  {"mm.2 bias", w.mm2_b + 1, g.mm2_b + 1},
-                  {"mm.2 bias", w.mm2_b + 9, g.mm2_b + 9}};
+    } probe[6] = {{"wq (layer 1, head 0)", f.w.wq + HD * c->width + 3, f.g.wq + HD * c->width + 3},
+                  {"wq (layer 1, head 0)", f.w.wq + HD * c->width + 2 * c->width + 5, f.g.wq + HD * c->width + 2 * c->width + 5},
+                  {"wk (layer 1)", f.w.wk + KVD * c->width + 7, f.g.wk + KVD * c->width + 7},
+                  {"wk (layer 1)", f.w.wk + KVD * c->width + c->width + 1, f.g.wk + KVD * c->width + c->width + 1},
+                  {"mm.2 bias", f.w.mm2_b + 1, f.g.mm2_b + 1},
+                  {"mm.2 bias", f.w.mm2_b + 9, f.g.mm2_b + 9}};
     double worst = 0;
     for (int k = 0; k < 6; k++) {
-        double e = fd_rel(m, tp, &bb.b, probe[k].x, *probe[k].gx, 3e-3f);
+        double e = fd_rel(m, tp, &f.bb.b, probe[k].x, *probe[k].gx, 3e-3f);
         worst = e > worst ? e : worst;
         VT_CHECK(e < 1e-2, "%s: finite difference and backward differ by %.3g", probe[k].name, e);
     }
     /* the term moves these gradients: without it they differ */
-    VT_CHECK(g.wq[HD * c->width + 3] != g0[g.wq + HD * c->width + 3 - p->grad], "the term reaches wq of layer 1");
+    VT_CHECK(f.g.wq[HD * c->width + 3] != f.g0[f.g.wq + HD * c->width + 3 - f.p->grad], "the term reaches wq of layer 1");
     const vs_train_ground bad = {0, 2, 1, 0x7}; /* keys 1..3 after query row 2 */
-    bb.b.n_ground = 1, bb.b.ground = &bad;
-    VT_CHECK(vs_train_vlm_forward(m, tp, &bb.b, &l1, &err) == VS_ERR_INVALID && strstr(err.msg, "ground 0"),
+    f.bb.b.n_ground = 1, f.bb.b.ground = &bad;
+    VT_CHECK(vs_train_vlm_forward(m, tp, &f.bb.b, &l1, &err) == VS_ERR_INVALID && strstr(err.msg, "ground 0"),
              "a ground whose keys follow its query is refused (%s)", err.msg);
     printf("attention grounding in the model: term %.4g, worst relative gradient difference %.2e\n", term, worst);
-    vs_free(g0);
-    vs_train_vlm_free(m);
+    fixture_free(&f);
 }
 
 /* Pooled image rows (vs_train_vlm_set_pool, IbED's pooled-finetuned drafter): a 3 x 3 patch grid pooled
