@@ -635,8 +635,9 @@ static void test_cli_grow(const char *cli, const char *dir, const char *tok, con
 }
 
 /* train target --ground: a short run counts its grounded rows and records the setting (a resume must
- * repeat it); --ground-rows answer grounds more rows; --ground-layer or --ground-rows alone, an unknown
- * --ground-rows, --ground with every picture in words and a layer outside the LM are refused. */
+ * repeat it); --ground-rows answer grounds more rows; --ground-grad qk keeps the term out of the
+ * projector and tower; --ground-layer, --ground-rows or --ground-grad alone, an unknown --ground-rows or
+ * --ground-grad, --ground with every picture in words and a layer outside the LM are refused. */
 static void test_cli_ground(const char *cli, const char *dir, const char *tok, const char *tmp, const char *tiny) {
     int rc = vt_run("%s train target --data %s --tokenizer %s --out %s/ground --steps 2 %s --ground 0.5 --ground-layer 1 "
                     "> %s/ground.log 2>&1",
@@ -649,8 +650,9 @@ static void test_cli_ground(const char *cli, const char *dir, const char *tok, c
                 dir, tok, tmp, tiny);
     VT_CHECK(rc != 0, "a resume without --ground of a grounded run: exit %d", rc);
     /* usage errors: exit 2 */
-    static const char *const refused[] = {"--ground-layer 1", "--ground 1 --images-as-text", "--ground 1 --ground-rows all",
-                                          "--ground-rows answer"};
+    static const char *const refused[] = {"--ground-layer 1",      "--ground 1 --images-as-text",
+                                          "--ground 1 --ground-rows all", "--ground-rows answer",
+                                          "--ground 1 --ground-grad kq",  "--ground-grad qk"};
     for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
         rc = vt_run("%s train target --data %s --tokenizer %s --out %s/ground-bad --steps 1 %s %s > /dev/null 2>&1", cli,
                     dir, tok, tmp, tiny, refused[i]);
@@ -669,6 +671,27 @@ static void test_cli_ground(const char *cli, const char *dir, const char *tok, c
                         "-gt $(grep -Eo '^  [0-9]+ rows with an attention ground' %s/ground.log | grep -Eo '[0-9]+')",
                         tmp, tmp) == 0,
              "--ground-rows answer: exit %d, or no more grounded rows than the first rows (%s/ground-ans.log)", rc, tmp);
+    /* --ground-grad qk: after one unclipped step the projector and tower are those of a run without the
+     * term (their gradient is the LM loss's alone), the LM is not; with the full gradient they differ */
+    static const char *const qk_runs[3][2] = {
+        {"g-none", ""}, {"g-qk", "--ground 0.5 --ground-grad qk"}, {"g-all", "--ground 0.5 --ground-grad all"}};
+    for (int i = 0; i < 3; i++) {
+        rc = vt_run("%s train target --data %s --tokenizer %s --out %s/%s --steps 1 --f32 %s --clip 0 %s "
+                    "> %s/%s.log 2>&1", cli, dir, tok, tmp, qk_runs[i][0], tiny, qk_runs[i][1], tmp, qk_runs[i][0]);
+        VT_CHECK(rc == 0, "train target %s: exit %d", qk_runs[i][1], rc);
+    }
+    char a[700], b[700];
+    snprintf(a, sizeof(a), "%s/g-none/target-mmproj-f32.gguf", tmp);
+    snprintf(b, sizeof(b), "%s/g-qk/target-mmproj-f32.gguf", tmp);
+    VT_CHECK(same_file(a, b), "--ground-grad qk: the projector or tower learned from the grounding term");
+    snprintf(b, sizeof(b), "%s/g-all/target-mmproj-f32.gguf", tmp);
+    VT_CHECK(!same_file(a, b), "--ground-grad all: the projector did not learn from the grounding term");
+    snprintf(a, sizeof(a), "%s/g-none/target-f32.gguf", tmp);
+    snprintf(b, sizeof(b), "%s/g-qk/target-f32.gguf", tmp);
+    VT_CHECK(!same_file(a, b), "--ground-grad qk: the LM did not learn from the grounding term");
+    VT_CHECK(vt_run("grep -q '\"ground_grad\":\"qk\"' %s/g-qk/run.json", tmp) == 0 &&
+                 vt_run("grep -q 'ground_grad' %s/g-all/run.json", tmp) != 0,
+             "--ground-grad qk is not recorded in run.json (or 'all', the default, is)");
 }
 
 static void test_cli(const char *dir, const char *tok) {
@@ -782,11 +805,16 @@ static void test_cli(const char *dir, const char *tok) {
                "--vision-warmup or --vision-lr 0.5, not at all with --vision-lr 0)\n");
     }
     /* --freeze-lm N: the LM keeps its initial weights for N steps (the LM file of a run frozen throughout
-     * equals that of a run at learning rate 0) while the projector and tower train, then it trains */
+     * equals that of a run at learning rate 0) while the projector and tower train, then it trains;
+     * --freeze-projector N likewise for the projector (with the tower frozen too, the whole mmproj file
+     * equals the learning-rate-0 run's while the LM trains) */
     {
-        static const char *const lm_runs[3][2] = {
-            {"lr0", "--lr 0 --lr-min 0"}, {"flm4", "--freeze-lm 4"}, {"flm2", "--freeze-lm 2"}};
-        for (int i = 0; i < 3; i++) {
+        static const char *const lm_runs[5][2] = {{"lr0", "--lr 0 --lr-min 0"},
+                                                  {"flm4", "--freeze-lm 4"},
+                                                  {"flm2", "--freeze-lm 2"},
+                                                  {"fpj4", "--freeze-projector 4 --freeze-vision 4"},
+                                                  {"fpj2", "--freeze-projector 2 --freeze-vision 4"}};
+        for (int i = 0; i < 5; i++) {
             /* the run's flags after the tiny model's, whose --lr they override */
             rc = vt_run("%s train target --data %s --tokenizer %s --out %s/%s --steps 4 --f32 %s %s > %s/%s.log 2>&1",
                         cli, dir, tok, tmp, lm_runs[i][0], tiny, lm_runs[i][1], tmp, lm_runs[i][0]);
@@ -798,13 +826,21 @@ static void test_cli(const char *dir, const char *tok) {
         snprintf(a2, sizeof(a2), "%s/flm2/target-f32.gguf", tmp);
         VT_CHECK(same_file(a0, a4), "--freeze-lm 4: the LM changed while frozen");
         VT_CHECK(!same_file(a0, a2), "--freeze-lm 2: the LM did not train after the freeze");
+        snprintf(a4, sizeof(a4), "%s/fpj4/target-f32.gguf", tmp);
+        VT_CHECK(!same_file(a0, a4), "--freeze-projector 4: the LM did not train");
         snprintf(a0, sizeof(a0), "%s/lr0/target-mmproj-f32.gguf", tmp);
         snprintf(a4, sizeof(a4), "%s/flm4/target-mmproj-f32.gguf", tmp);
         VT_CHECK(!same_file(a0, a4), "--freeze-lm 4: the projector and tower did not train");
+        snprintf(a4, sizeof(a4), "%s/fpj4/target-mmproj-f32.gguf", tmp);
+        snprintf(a2, sizeof(a2), "%s/fpj2/target-mmproj-f32.gguf", tmp);
+        VT_CHECK(same_file(a0, a4), "--freeze-projector 4 --freeze-vision 4: the projector or tower changed");
+        VT_CHECK(!same_file(a0, a2), "--freeze-projector 2: the projector did not train after the freeze");
         snprintf(path, sizeof(path), "%s/flm4/run.json", tmp);
         VT_CHECK(vt_file_has(path, "\"freeze_lm\":4"), "--freeze-lm is not in %s", path);
-        printf("train target --freeze-lm: the LM unchanged while frozen (its file equals a learning-rate-0 "
-               "run's), trained after; the projector trains meanwhile\n");
+        snprintf(path, sizeof(path), "%s/fpj2/run.json", tmp);
+        VT_CHECK(vt_file_has(path, "\"freeze_projector\":2"), "--freeze-projector is not in %s", path);
+        printf("train target --freeze-lm, --freeze-projector: the LM (projector) unchanged while frozen (its "
+               "file equals a learning-rate-0 run's), trained after; the other parts train meanwhile\n");
     }
     /* --prompt-loss W: prompt text rows join the loss (the LM trains differently, the stats line counts
      * them, run.json records W); a negative weight is refused */

@@ -620,16 +620,17 @@ static void test_norm_cap(vs_threadpool *tp) {
  * gradients as they were; on, the loss gains exactly weight * the grounding term of head 0 of the chosen
  * layer, and its gradient (central differences of the total loss in that layer's q and k weights and in
  * the projector, whose image rows are the grounded keys, agree with the backward); a ground whose keys
- * come after its query and a layer outside the LM are refused. */
+ * come after its query and a layer outside the LM are refused. With qk_only the term's gradient reaches
+ * that layer's wq and wk alone: those equal the full term's, every other gradient the plain step's. */
 static void test_ground(vs_threadpool *tp) {
     grad_fixture f;
     fixture_init(&f, tp, 13, 5);
     vs_train_vlm *m = f.m;
     vs_error err = {0};
     float l1, l2;
-    VT_CHECK(vs_train_vlm_set_ground(m, 2, 1.0f, &err) == VS_ERR_INVALID, "layer 2 of 2 is refused");
+    VT_CHECK(vs_train_vlm_set_ground(m, 2, 1.0f, false, &err) == VS_ERR_INVALID, "layer 2 of 2 is refused");
     const float weight = 0.6f;
-    VT_REQUIRE(vs_train_vlm_set_ground(m, 1, weight, &err) == VS_OK, "%s", err.msg);
+    VT_REQUIRE(vs_train_vlm_set_ground(m, 1, weight, false, &err) == VS_OK, "%s", err.msg);
     vs_train_params_zero_grad(f.p);
     fwd_bwd(m, tp, &f.bb.b, &l1); /* the batch has no grounds yet */
     VT_CHECK(l1 == f.l0 && !memcmp(f.g0, f.p->grad, sizeof(float) * f.p->n) && vs_train_vlm_ground_loss(m) == 0,
@@ -641,6 +642,9 @@ static void test_ground(vs_threadpool *tp) {
     fwd_bwd(m, tp, &f.bb.b, &l2);
     const double term = vs_train_vlm_ground_loss(m);
     VT_CHECK(term > 0.1, "a grounding term (%g)", term);
+    float *g_full = vs_malloc(sizeof(float) * f.p->n);
+    VT_REQUIRE(g_full, "alloc");
+    memcpy(g_full, f.p->grad, sizeof(float) * f.p->n);
     VT_CHECK_NEAR(l2, f.l0 + weight * term, 1e-5 * (f.l0 + term), "loss = LM loss + weight * the grounding term");
     const vs_train_vlm_config *c = vs_train_vlm_cfg(m);
     const size_t HD = (size_t)c->n_heads * (c->width / c->n_heads), KVD = (size_t)c->n_kv_heads * (c->width / c->n_heads);
@@ -661,11 +665,35 @@ static void test_ground(vs_threadpool *tp) {
     }
     /* the term moves these gradients: without it they differ */
     VT_CHECK(f.g.wq[HD * c->width + 3] != f.g0[f.g.wq + HD * c->width + 3 - f.p->grad], "the term reaches wq of layer 1");
+    /* qk_only: the same loss; layer 1's wq and wk get the full gradient (the term's share included),
+     * every other parameter exactly the plain step's, though the full gradient reaches the projector */
+    VT_REQUIRE(vs_train_vlm_set_ground(m, 1, weight, true, &err) == VS_OK, "%s", err.msg);
+    float l3;
+    float *g_qk = grads_of(m, tp, &f.bb.b, &l3);
+    VT_CHECK(l3 == l2, "qk only: the same loss (%g, %g)", l3, l2);
+    const size_t q0 = (size_t)(f.g.wq - f.p->grad) + HD * c->width, k0 = (size_t)(f.g.wk - f.p->grad) + KVD * c->width;
+    double gmax = 0, qk_err = 0;
+    size_t other_diff = 0, proj_moved = 0;
+    for (size_t i = 0; i < f.p->n; i++) gmax = fmax(gmax, fabs(g_full[i]));
+    for (size_t i = 0; i < f.p->n; i++) {
+        const bool qk = (i >= q0 && i < q0 + HD * c->width) || (i >= k0 && i < k0 + KVD * c->width);
+        if (qk) qk_err = fmax(qk_err, fabs(g_qk[i] - g_full[i]) / gmax);
+        else other_diff += g_qk[i] != f.g0[i];
+    }
+    for (size_t i = (size_t)(f.g.mm2_b - f.p->grad), e = i + c->width; i < e; i++) proj_moved += g_full[i] != f.g0[i];
+    VT_CHECK(qk_err < 1e-5, "qk only: layer 1's wq and wk gradients differ from the full term's by %.3g", qk_err);
+    VT_CHECK(other_diff == 0, "qk only: %zu gradients beyond layer 1's wq and wk differ from the plain step's",
+             other_diff);
+    VT_CHECK(proj_moved > 0, "the full term reaches the projector");
+    vs_free(g_qk);
+    vs_free(g_full);
     const vs_train_ground bad = {0, 2, 1, 0x7}; /* keys 1..3 after query row 2 */
     f.bb.b.n_ground = 1, f.bb.b.ground = &bad;
     VT_CHECK(vs_train_vlm_forward(m, tp, &f.bb.b, &l1, &err) == VS_ERR_INVALID && strstr(err.msg, "ground 0"),
              "a ground whose keys follow its query is refused (%s)", err.msg);
-    printf("attention grounding in the model: term %.4g, worst relative gradient difference %.2e\n", term, worst);
+    printf("attention grounding in the model: term %.4g, worst relative gradient difference %.2e; qk only: "
+           "layer 1's wq and wk as the full term's (%.1e), every other gradient the plain step's\n",
+           term, worst, qk_err);
     fixture_free(&f);
 }
 

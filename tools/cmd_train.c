@@ -362,6 +362,7 @@ typedef struct target_opts {
     double words_frac;   /* this share of the samples with pictures in words (train_data.h) */
     const char *ground_rows; /* --ground-rows: "first", "answer" or "chars" (train_data.h's
                               * ground_answer, ground_chars) */
+    const char *ground_grad; /* --ground-grad: "all" or "qk" (vs_train_sched.ground_qk_only) */
     double prompt_loss;  /* weight of prompt text rows in the loss (train_data.h) */
     vs_train_vlm_config cfg;
     bool image_size_given;
@@ -396,6 +397,9 @@ static void target_usage(FILE *f) {
         "  --freeze-lm N       keep the LM (embeddings, blocks, head) at its initial weights for the first\n"
         "                      N steps: the projector learns to feed a fixed LM first, LLaVA's stage 1\n"
         "                      (with --init from a text-pretrained LM; default 0)\n"
+        "  --freeze-projector N  keep the projector at its initial weights for the first N steps (with\n"
+        "                      --ground: the grounding term's gradient reshapes a trained projector and\n"
+        "                      can wash colour out of the image rows; default 0)\n"
         "  --vision-warmup N   after the freeze, ramp the tower's learning rate up from 0 over N steps (its\n"
         "                      AdamW moments start at zero; default 0: the full rate at once)\n"
         "  --vision-lr F       the tower's learning rate as a multiple of the schedule's (default 1)\n"
@@ -424,6 +428,10 @@ static void target_usage(FILE *f) {
         "                      a token of the answer, its closing </s> included) or 'chars' (as\n"
         "                      'answer', but a row writing characters of a line the question reads is\n"
         "                      grounded on those characters alone)\n"
+        "  --ground-grad G     where the grounding term's gradient goes: 'all' (through the whole\n"
+        "                      model, the projector and a trained tower included; the default) or 'qk'\n"
+        "                      (the grounded layer's query and key weights alone: the image rows keep\n"
+        "                      what the LM loss makes of them)\n"
         "  --vision-init FILE  start the vision tower from this mmproj's tower (e.g. 'vlmspec train vision''s\n"
         "                      OUT/vision-mmproj.gguf; its shape must be the model's); with --init it\n"
         "                      replaces the checkpoint's tower (an LM pretrained on text, a tower on images)\n"
@@ -497,6 +505,7 @@ static int target_parse(int argc, char **argv, target_opts *o) {
     cli_flag_add(&fs, "--words-frac", CLI_F64, &o->words_frac, 0, 1);
     cli_flag_add(&fs, "--freeze-vision", CLI_I64, &s->freeze_vision, 0, (double)(INT64_C(1) << 40));
     cli_flag_add(&fs, "--freeze-lm", CLI_I64, &s->freeze_lm, 0, (double)(INT64_C(1) << 40));
+    cli_flag_add(&fs, "--freeze-projector", CLI_I64, &s->freeze_projector, 0, (double)(INT64_C(1) << 40));
     cli_flag_add(&fs, "--vision-warmup", CLI_I64, &s->vision_warmup, 0, (double)(INT64_C(1) << 40));
     cli_flag_add(&fs, "--vision-lr", CLI_F64, &s->vision_lr, 0, 100);
     cli_flag_add(&fs, "--norm-cap", CLI_F64, &s->norm_cap, 0, 1e6);
@@ -504,6 +513,7 @@ static int target_parse(int argc, char **argv, target_opts *o) {
     cli_flag_add(&fs, "--ground", CLI_F64, &s->ground, 0, 1e6);
     cli_flag_add(&fs, "--ground-layer", CLI_INT, &s->ground_layer, 0, 4096);
     cli_flag_add(&fs, "--ground-rows", CLI_STR, &o->ground_rows, 0, 0);
+    cli_flag_add(&fs, "--ground-grad", CLI_STR, &o->ground_grad, 0, 0);
     cli_flag_add(&fs, "--init", CLI_STR, &o->init, 0, 0);
     cli_flag_add(&fs, "--vision-init", CLI_STR, &o->vision_init, 0, 0);
     cli_flag_add(&fs, "--grow", CLI_STR, &o->grow, 0, 0);
@@ -535,6 +545,11 @@ static int target_parse(int argc, char **argv, target_opts *o) {
         return cli_fail(cmd, "--ground-rows '%s': give 'first', 'answer' or 'chars'", o->ground_rows), 2;
     if (o->ground_rows && !(s->ground > 0))
         return cli_fail(cmd, "--ground-rows without --ground W (W > 0) grounds nothing"), 2;
+    if (o->ground_grad && strcmp(o->ground_grad, "all") && strcmp(o->ground_grad, "qk"))
+        return cli_fail(cmd, "--ground-grad '%s': give 'all' or 'qk'", o->ground_grad), 2;
+    if (o->ground_grad && !(s->ground > 0))
+        return cli_fail(cmd, "--ground-grad without --ground W (W > 0) grounds nothing"), 2;
+    s->ground_qk_only = o->ground_grad && !strcmp(o->ground_grad, "qk");
     if (s->ground > 0 && o->images_as_text)
         return cli_fail(cmd, "--ground with --images-as-text: no picture has image rows to ground in"), 2;
     if (!cli_flag_given(&fs, &s->ground_layer)) s->ground_layer = -1; /* half the layers, once known */
@@ -562,6 +577,7 @@ static char *target_settings(const target_opts *o, int64_t total, int vocab) {
     if (o->words_frac > 0) vs_json_key(&w, "words_frac"), vs_json_num(&w, o->words_frac);
     if (o->s.freeze_vision) vs_json_key(&w, "freeze_vision"), vs_json_int(&w, o->s.freeze_vision);
     if (o->s.freeze_lm) vs_json_key(&w, "freeze_lm"), vs_json_int(&w, o->s.freeze_lm);
+    if (o->s.freeze_projector) vs_json_key(&w, "freeze_projector"), vs_json_int(&w, o->s.freeze_projector);
     if (o->s.vision_warmup) vs_json_key(&w, "vision_warmup"), vs_json_int(&w, o->s.vision_warmup);
     if (o->s.vision_lr != 1) vs_json_key(&w, "vision_lr"), vs_json_num(&w, o->s.vision_lr);
     if (o->s.norm_cap > 0) {
@@ -573,6 +589,7 @@ static char *target_settings(const target_opts *o, int64_t total, int vocab) {
         vs_json_key(&w, "ground_layer"), vs_json_int(&w, o->s.ground_layer);
         if (o->ground_rows && strcmp(o->ground_rows, "first"))
             vs_json_key(&w, "ground_rows"), vs_json_str(&w, o->ground_rows);
+        if (o->s.ground_qk_only) vs_json_key(&w, "ground_grad"), vs_json_str(&w, "qk");
     }
     if (o->init) vs_json_key(&w, "init"), vs_json_str(&w, o->init);
     if (o->vision_init) vs_json_key(&w, "vision_init"), vs_json_str(&w, o->vision_init);

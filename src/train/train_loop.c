@@ -222,7 +222,8 @@ vs_status vs_train_loop_run(vs_train_loop *L, vs_error *err) {
     vs_train_set_blas_threads(o->threads);
     vs_train_params *p = vs_train_vlm_params(L->m);
     vs_train_vlm_set_norm_cap(L->m, (float)o->norm_cap, (float)(o->norm_cap_weight / o->accum));
-    if (o->ground > 0 && (s = vs_train_vlm_set_ground(L->m, o->ground_layer, (float)(o->ground / o->accum), err)))
+    if (o->ground > 0 && (s = vs_train_vlm_set_ground(L->m, o->ground_layer, (float)(o->ground / o->accum),
+                                                      o->ground_qk_only, err)))
         return s;
     double ground_sum = 0; /* the grounding term over the steps since the last report */
     int64_t ground_steps = 0;
@@ -242,6 +243,7 @@ vs_status vs_train_loop_run(vs_train_loop *L, vs_error *err) {
         const float lr = vs_train_lr(&sched, L->st.step);
         if (o->freeze_vision > 0) p->frozen[VS_TRAIN_GROUP_VISION] = L->st.step < o->freeze_vision;
         if (o->freeze_lm > 0) p->frozen[VS_TRAIN_GROUP_LM] = L->st.step < o->freeze_lm;
+        if (o->freeze_projector > 0) p->frozen[VS_TRAIN_GROUP_PROJECTOR] = L->st.step < o->freeze_projector;
         const double norm = vs_train_data_counted_ahead(L->data, o->accum);
         vs_train_params_zero_grad(p);
         double loss = 0, rows = 0;

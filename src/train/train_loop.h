@@ -30,12 +30,14 @@ typedef struct vs_train_sched {
     int64_t freeze_vision; /* target: the vision tower is frozen for steps < this (0: never) */
     int64_t freeze_lm;     /* target: the LM is frozen for steps < this (0: never): the projector aligns
                             * to a fixed LM first, LLaVA's stage 1 */
+    int64_t freeze_projector; /* target: the projector is frozen for steps < this (0: never) */
     int64_t vision_warmup; /* target: the unfrozen tower's lr ramps up linearly over this many steps */
     double vision_lr;      /* target: the tower's lr as a multiple of the schedule's (1: the same) */
     double norm_cap;        /* target: cap image rows at this multiple of the token embeddings' mean norm (0: off) */
     double norm_cap_weight; /* the cap's weight in the step's loss */
     double ground;          /* target: weight of the attention grounding term in the step's loss (0: off) */
     int ground_layer;       /* target: the LM layer whose head 0 is grounded */
+    bool ground_qk_only;    /* target: the term trains that layer's query and key weights alone */
     const char *gemm;      /* vs_train_set_gemm name, NULL = default */
     const char *attention; /* vs_train_set_attention name, NULL = auto */
     bool resume, quiet;

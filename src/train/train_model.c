@@ -538,11 +538,12 @@ void vs_train_vlm_set_norm_cap(vs_train_vlm *m, float ratio, float weight) {
 
 double vs_train_vlm_norm_cap_loss(const vs_train_vlm *m) { return m->cap_loss; }
 
-vs_status vs_train_vlm_set_ground(vs_train_vlm *m, int layer, float weight, vs_error *err) {
+vs_status vs_train_vlm_set_ground(vs_train_vlm *m, int layer, float weight, bool qk_only, vs_error *err) {
     if (layer < 0 || layer >= m->cfg.n_layers)
         return vs_error_set(err, VS_ERR_INVALID, "VLM: grounding layer %d (0 .. %d)", layer, m->cfg.n_layers - 1);
     m->ground_layer = layer;
     m->ground_weight = weight > 0 ? weight : 0;
+    m->ground_qk_only = qk_only;
     return VS_OK;
 }
 
@@ -650,7 +651,8 @@ static void lm_backward(vs_train_vlm *m, vs_threadpool *tp, bool train_lm, bool 
         zero(tp, d->dv, (size_t)N * KVD);
         vs_train_self_attention_backward(tp, d->dq, d->dk, d->dv, d->datt, d->datty, att, q, k, v, B, T, H,
                                          KVH, D, true);
-        if (l == m->ground_layer && m->n_ground > 0) /* the grounding term's pull on head 0 */
+        const bool ground_here = l == m->ground_layer && m->n_ground > 0;
+        if (ground_here && !m->ground_qk_only) /* the grounding term's pull on head 0 */
             vs_train_attn_ground_backward(d->dq, d->dk, att, q, k, B, T, H, KVH, D, 0, m->ground, m->n_ground,
                                           m->ground_weight);
         zero(tp, d->dqr, (size_t)N * HD);
@@ -664,6 +666,21 @@ static void lm_backward(vs_train_vlm *m, vs_threadpool *tp, bool train_lm, bool 
         vs_train_linear_backward(tp, d->dln, GL(wv, (size_t)l * KVD * C), NULL, d->dv, ln1,
                                  w->wv + (size_t)l * KVD * C, N, C, KVD);
         vs_train_rmsnorm_backward_tp(tp, d->dx, GL(attn_norm, oc), d->dln, xin, w->attn_norm + oc, r1, N, C);
+        if (ground_here && m->ground_qk_only && train_lm) {
+            /* the grounding term's pull, into this layer's query and key weights alone: nothing below
+             * them (the residual stream, the projector, the tower) learns from it */
+            zero(tp, d->dq, (size_t)N * HD);
+            zero(tp, d->dk, (size_t)N * KVD);
+            vs_train_attn_ground_backward(d->dq, d->dk, att, q, k, B, T, H, KVH, D, 0, m->ground, m->n_ground,
+                                          m->ground_weight);
+            zero(tp, d->dqr, (size_t)N * HD);
+            zero(tp, d->dkr, (size_t)N * KVD);
+            vs_train_rope_backward_tp(tp, d->dqr, d->dq, a->rope_cs, m->pos, N, H, D);
+            vs_train_rope_backward_tp(tp, d->dkr, d->dk, a->rope_cs, m->pos, N, KVH, D);
+            vs_train_linear_backward(tp, NULL, m->g.wq + oc * HD, NULL, d->dqr, ln1, w->wq + oc * HD, N, C, HD);
+            vs_train_linear_backward(tp, NULL, m->g.wk + (size_t)l * KVD * C, NULL, d->dkr, ln1,
+                                     w->wk + (size_t)l * KVD * C, N, C, KVD);
+        }
     }
     if (train_lm) vs_train_embed_backward(m->g.wte, d->dx, m->tokens, N, C);
     if (want_img) {

@@ -80,6 +80,7 @@ struct vs_train_vlm {
      * and term */
     int ground_layer;
     float ground_weight;
+    bool ground_qk_only; /* the term's gradient reaches the grounded layer's wq and wk alone */
     double ground_loss;
     vs_train_ground *ground;
     int n_ground, ground_cap;
