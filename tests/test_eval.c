@@ -635,7 +635,7 @@ static void test_cli_grow(const char *cli, const char *dir, const char *tok, con
 }
 
 /* train target --ground: a short run counts its grounded rows and records the setting (a resume must
- * repeat it); --ground-rows answer grounds more rows; --ground-grad qk keeps the term out of the
+ * repeat it); --ground-rows answer grounds more rows; --ground-grad qk and lm keep the term out of the
  * projector and tower; --ground-layer, --ground-rows or --ground-grad alone, an unknown --ground-rows or
  * --ground-grad, --ground with every picture in words and a layer outside the LM are refused. */
 static void test_cli_ground(const char *cli, const char *dir, const char *tok, const char *tmp, const char *tiny) {
@@ -671,11 +671,13 @@ static void test_cli_ground(const char *cli, const char *dir, const char *tok, c
                         "-gt $(grep -Eo '^  [0-9]+ rows with an attention ground' %s/ground.log | grep -Eo '[0-9]+')",
                         tmp, tmp) == 0,
              "--ground-rows answer: exit %d, or no more grounded rows than the first rows (%s/ground-ans.log)", rc, tmp);
-    /* --ground-grad qk: after one unclipped step the projector and tower are those of a run without the
-     * term (their gradient is the LM loss's alone), the LM is not; with the full gradient they differ */
-    static const char *const qk_runs[3][2] = {
-        {"g-none", ""}, {"g-qk", "--ground 0.5 --ground-grad qk"}, {"g-all", "--ground 0.5 --ground-grad all"}};
-    for (int i = 0; i < 3; i++) {
+    /* --ground-grad qk and lm: after one unclipped step the projector and tower are those of a run without
+     * the term (their gradient is the LM loss's alone), the LM is not; with the full gradient they differ */
+    static const char *const qk_runs[4][2] = {{"g-none", ""},
+                                              {"g-qk", "--ground 0.5 --ground-grad qk"},
+                                              {"g-all", "--ground 0.5 --ground-grad all"},
+                                              {"g-lm", "--ground 0.5 --ground-grad lm"}};
+    for (int i = 0; i < 4; i++) {
         rc = vt_run("%s train target --data %s --tokenizer %s --out %s/%s --steps 1 --f32 %s --clip 0 %s "
                     "> %s/%s.log 2>&1", cli, dir, tok, tmp, qk_runs[i][0], tiny, qk_runs[i][1], tmp, qk_runs[i][0]);
         VT_CHECK(rc == 0, "train target %s: exit %d", qk_runs[i][1], rc);
@@ -684,12 +686,17 @@ static void test_cli_ground(const char *cli, const char *dir, const char *tok, c
     snprintf(a, sizeof(a), "%s/g-none/target-mmproj-f32.gguf", tmp);
     snprintf(b, sizeof(b), "%s/g-qk/target-mmproj-f32.gguf", tmp);
     VT_CHECK(same_file(a, b), "--ground-grad qk: the projector or tower learned from the grounding term");
+    snprintf(b, sizeof(b), "%s/g-lm/target-mmproj-f32.gguf", tmp);
+    VT_CHECK(same_file(a, b), "--ground-grad lm: the projector or tower learned from the grounding term");
     snprintf(b, sizeof(b), "%s/g-all/target-mmproj-f32.gguf", tmp);
     VT_CHECK(!same_file(a, b), "--ground-grad all: the projector did not learn from the grounding term");
     snprintf(a, sizeof(a), "%s/g-none/target-f32.gguf", tmp);
     snprintf(b, sizeof(b), "%s/g-qk/target-f32.gguf", tmp);
     VT_CHECK(!same_file(a, b), "--ground-grad qk: the LM did not learn from the grounding term");
+    snprintf(b, sizeof(b), "%s/g-lm/target-f32.gguf", tmp);
+    VT_CHECK(!same_file(a, b), "--ground-grad lm: the LM did not learn from the grounding term");
     VT_CHECK(vt_run("grep -q '\"ground_grad\":\"qk\"' %s/g-qk/run.json", tmp) == 0 &&
+                 vt_run("grep -q '\"ground_grad\":\"lm\"' %s/g-lm/run.json", tmp) == 0 &&
                  vt_run("grep -q 'ground_grad' %s/g-all/run.json", tmp) != 0,
              "--ground-grad qk is not recorded in run.json (or 'all', the default, is)");
 }

@@ -620,17 +620,19 @@ static void test_norm_cap(vs_threadpool *tp) {
  * gradients as they were; on, the loss gains exactly weight * the grounding term of head 0 of the chosen
  * layer, and its gradient (central differences of the total loss in that layer's q and k weights and in
  * the projector, whose image rows are the grounded keys, agree with the backward); a ground whose keys
- * come after its query and a layer outside the LM are refused. With qk_only the term's gradient reaches
- * that layer's wq and wk alone: those equal the full term's, every other gradient the plain step's. */
+ * come after its query and a layer outside the LM are refused. In QK mode the term's gradient reaches
+ * that layer's wq and wk alone: those equal the full term's, every other gradient the plain step's; in
+ * LM mode every LM gradient equals the full term's, the projector's and tower's the plain step's. */
 static void test_ground(vs_threadpool *tp) {
     grad_fixture f;
     fixture_init(&f, tp, 13, 5);
     vs_train_vlm *m = f.m;
     vs_error err = {0};
     float l1, l2;
-    VT_CHECK(vs_train_vlm_set_ground(m, 2, 1.0f, false, &err) == VS_ERR_INVALID, "layer 2 of 2 is refused");
+    VT_CHECK(vs_train_vlm_set_ground(m, 2, 1.0f, VS_TRAIN_GROUND_ALL, &err) == VS_ERR_INVALID, "layer 2 of 2 is refused");
+    VT_CHECK(vs_train_vlm_set_ground(m, 1, 1.0f, (vs_train_ground_mode)7, &err) == VS_ERR_INVALID, "mode 7 is refused");
     const float weight = 0.6f;
-    VT_REQUIRE(vs_train_vlm_set_ground(m, 1, weight, false, &err) == VS_OK, "%s", err.msg);
+    VT_REQUIRE(vs_train_vlm_set_ground(m, 1, weight, VS_TRAIN_GROUND_ALL, &err) == VS_OK, "%s", err.msg);
     vs_train_params_zero_grad(f.p);
     fwd_bwd(m, tp, &f.bb.b, &l1); /* the batch has no grounds yet */
     VT_CHECK(l1 == f.l0 && !memcmp(f.g0, f.p->grad, sizeof(float) * f.p->n) && vs_train_vlm_ground_loss(m) == 0,
@@ -667,7 +669,7 @@ static void test_ground(vs_threadpool *tp) {
     VT_CHECK(f.g.wq[HD * c->width + 3] != f.g0[f.g.wq + HD * c->width + 3 - f.p->grad], "the term reaches wq of layer 1");
     /* qk_only: the same loss; layer 1's wq and wk get the full gradient (the term's share included),
      * every other parameter exactly the plain step's, though the full gradient reaches the projector */
-    VT_REQUIRE(vs_train_vlm_set_ground(m, 1, weight, true, &err) == VS_OK, "%s", err.msg);
+    VT_REQUIRE(vs_train_vlm_set_ground(m, 1, weight, VS_TRAIN_GROUND_QK, &err) == VS_OK, "%s", err.msg);
     float l3;
     float *g_qk = grads_of(m, tp, &f.bb.b, &l3);
     VT_CHECK(l3 == l2, "qk only: the same loss (%g, %g)", l3, l2);
@@ -685,6 +687,22 @@ static void test_ground(vs_threadpool *tp) {
     VT_CHECK(other_diff == 0, "qk only: %zu gradients beyond layer 1's wq and wk differ from the plain step's",
              other_diff);
     VT_CHECK(proj_moved > 0, "the full term reaches the projector");
+    /* LM: the same loss; every LM gradient as the full term's, the projector's and tower's the plain step's */
+    VT_REQUIRE(vs_train_vlm_set_ground(m, 1, weight, VS_TRAIN_GROUND_LM, &err) == VS_OK, "%s", err.msg);
+    float l4;
+    float *g_lm = grads_of(m, tp, &f.bb.b, &l4);
+    VT_CHECK(l4 == l2, "lm: the same loss (%g, %g)", l4, l2);
+    double lm_err = 0;
+    size_t img_diff = 0, lm_n = 0;
+    for (int t = 0; t < f.p->n_tensors; t++) {
+        const vs_train_tensor *tt = &f.p->tensors[t];
+        for (size_t i = tt->offset; i < tt->offset + tt->numel; i++)
+            if (tt->group == VS_TRAIN_GROUP_LM) lm_err = fmax(lm_err, fabs(g_lm[i] - g_full[i]) / gmax), lm_n++;
+            else img_diff += g_lm[i] != f.g0[i];
+    }
+    VT_CHECK(lm_n > 0 && lm_err < 1e-5, "lm: the LM's gradients differ from the full term's by %.3g", lm_err);
+    VT_CHECK(img_diff == 0, "lm: %zu projector or tower gradients differ from the plain step's", img_diff);
+    vs_free(g_lm);
     vs_free(g_qk);
     vs_free(g_full);
     const vs_train_ground bad = {0, 2, 1, 0x7}; /* keys 1..3 after query row 2 */
@@ -692,8 +710,9 @@ static void test_ground(vs_threadpool *tp) {
     VT_CHECK(vs_train_vlm_forward(m, tp, &f.bb.b, &l1, &err) == VS_ERR_INVALID && strstr(err.msg, "ground 0"),
              "a ground whose keys follow its query is refused (%s)", err.msg);
     printf("attention grounding in the model: term %.4g, worst relative gradient difference %.2e; qk only: "
-           "layer 1's wq and wk as the full term's (%.1e), every other gradient the plain step's\n",
-           term, worst, qk_err);
+           "layer 1's wq and wk as the full term's (%.1e), every other gradient the plain step's; lm: the LM's "
+           "as the full term's (%.1e), the projector's and tower's the plain step's\n",
+           term, worst, qk_err, lm_err);
     fixture_free(&f);
 }
 

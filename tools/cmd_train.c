@@ -362,7 +362,7 @@ typedef struct target_opts {
     double words_frac;   /* this share of the samples with pictures in words (train_data.h) */
     const char *ground_rows; /* --ground-rows: "first", "answer" or "chars" (train_data.h's
                               * ground_answer, ground_chars) */
-    const char *ground_grad; /* --ground-grad: "all" or "qk" (vs_train_sched.ground_qk_only) */
+    const char *ground_grad; /* --ground-grad: "all", "lm" or "qk" (vs_train_sched.ground_mode) */
     double prompt_loss;  /* weight of prompt text rows in the loss (train_data.h) */
     vs_train_vlm_config cfg;
     bool image_size_given;
@@ -429,9 +429,10 @@ static void target_usage(FILE *f) {
         "                      'answer', but a row writing characters of a line the question reads is\n"
         "                      grounded on those characters alone)\n"
         "  --ground-grad G     where the grounding term's gradient goes: 'all' (through the whole\n"
-        "                      model, the projector and a trained tower included; the default) or 'qk'\n"
-        "                      (the grounded layer's query and key weights alone: the image rows keep\n"
-        "                      what the LM loss makes of them)\n"
+        "                      model, the projector and a trained tower included; the default), 'lm'\n"
+        "                      (every LM weight, but not the image rows: the projector and tower learn\n"
+        "                      from the LM loss alone; a second backward pass from the grounded layer\n"
+        "                      down) or 'qk' (the grounded layer's query and key weights alone)\n"
         "  --vision-init FILE  start the vision tower from this mmproj's tower (e.g. 'vlmspec train vision''s\n"
         "                      OUT/vision-mmproj.gguf; its shape must be the model's); with --init it\n"
         "                      replaces the checkpoint's tower (an LM pretrained on text, a tower on images)\n"
@@ -545,11 +546,13 @@ static int target_parse(int argc, char **argv, target_opts *o) {
         return cli_fail(cmd, "--ground-rows '%s': give 'first', 'answer' or 'chars'", o->ground_rows), 2;
     if (o->ground_rows && !(s->ground > 0))
         return cli_fail(cmd, "--ground-rows without --ground W (W > 0) grounds nothing"), 2;
-    if (o->ground_grad && strcmp(o->ground_grad, "all") && strcmp(o->ground_grad, "qk"))
-        return cli_fail(cmd, "--ground-grad '%s': give 'all' or 'qk'", o->ground_grad), 2;
+    if (o->ground_grad && strcmp(o->ground_grad, "all") && strcmp(o->ground_grad, "lm") && strcmp(o->ground_grad, "qk"))
+        return cli_fail(cmd, "--ground-grad '%s': give 'all', 'lm' or 'qk'", o->ground_grad), 2;
     if (o->ground_grad && !(s->ground > 0))
         return cli_fail(cmd, "--ground-grad without --ground W (W > 0) grounds nothing"), 2;
-    s->ground_qk_only = o->ground_grad && !strcmp(o->ground_grad, "qk");
+    s->ground_mode = !o->ground_grad || !strcmp(o->ground_grad, "all") ? VS_TRAIN_GROUND_ALL
+                     : !strcmp(o->ground_grad, "lm")                   ? VS_TRAIN_GROUND_LM
+                                                                       : VS_TRAIN_GROUND_QK;
     if (s->ground > 0 && o->images_as_text)
         return cli_fail(cmd, "--ground with --images-as-text: no picture has image rows to ground in"), 2;
     if (!cli_flag_given(&fs, &s->ground_layer)) s->ground_layer = -1; /* half the layers, once known */
@@ -589,7 +592,7 @@ static char *target_settings(const target_opts *o, int64_t total, int vocab) {
         vs_json_key(&w, "ground_layer"), vs_json_int(&w, o->s.ground_layer);
         if (o->ground_rows && strcmp(o->ground_rows, "first"))
             vs_json_key(&w, "ground_rows"), vs_json_str(&w, o->ground_rows);
-        if (o->s.ground_qk_only) vs_json_key(&w, "ground_grad"), vs_json_str(&w, "qk");
+        if (o->s.ground_mode != VS_TRAIN_GROUND_ALL) vs_json_key(&w, "ground_grad"), vs_json_str(&w, o->ground_grad);
     }
     if (o->init) vs_json_key(&w, "init"), vs_json_str(&w, o->init);
     if (o->vision_init) vs_json_key(&w, "vision_init"), vs_json_str(&w, o->vision_init);

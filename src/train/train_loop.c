@@ -223,7 +223,7 @@ vs_status vs_train_loop_run(vs_train_loop *L, vs_error *err) {
     vs_train_params *p = vs_train_vlm_params(L->m);
     vs_train_vlm_set_norm_cap(L->m, (float)o->norm_cap, (float)(o->norm_cap_weight / o->accum));
     if (o->ground > 0 && (s = vs_train_vlm_set_ground(L->m, o->ground_layer, (float)(o->ground / o->accum),
-                                                      o->ground_qk_only, err)))
+                                                      o->ground_mode, err)))
         return s;
     double ground_sum = 0; /* the grounding term over the steps since the last report */
     int64_t ground_steps = 0;

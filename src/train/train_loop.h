@@ -37,7 +37,7 @@ typedef struct vs_train_sched {
     double norm_cap_weight; /* the cap's weight in the step's loss */
     double ground;          /* target: weight of the attention grounding term in the step's loss (0: off) */
     int ground_layer;       /* target: the LM layer whose head 0 is grounded */
-    bool ground_qk_only;    /* target: the term trains that layer's query and key weights alone */
+    vs_train_ground_mode ground_mode; /* target: where the term's gradient goes (train_model.h) */
     const char *gemm;      /* vs_train_set_gemm name, NULL = default */
     const char *attention; /* vs_train_set_attention name, NULL = auto */
     bool resume, quiet;

@@ -538,12 +538,15 @@ void vs_train_vlm_set_norm_cap(vs_train_vlm *m, float ratio, float weight) {
 
 double vs_train_vlm_norm_cap_loss(const vs_train_vlm *m) { return m->cap_loss; }
 
-vs_status vs_train_vlm_set_ground(vs_train_vlm *m, int layer, float weight, bool qk_only, vs_error *err) {
+vs_status vs_train_vlm_set_ground(vs_train_vlm *m, int layer, float weight, vs_train_ground_mode mode,
+                                  vs_error *err) {
     if (layer < 0 || layer >= m->cfg.n_layers)
         return vs_error_set(err, VS_ERR_INVALID, "VLM: grounding layer %d (0 .. %d)", layer, m->cfg.n_layers - 1);
+    if (mode != VS_TRAIN_GROUND_ALL && mode != VS_TRAIN_GROUND_LM && mode != VS_TRAIN_GROUND_QK)
+        return vs_error_set(err, VS_ERR_INVALID, "VLM: grounding mode %d", (int)mode);
     m->ground_layer = layer;
     m->ground_weight = weight > 0 ? weight : 0;
-    m->ground_qk_only = qk_only;
+    m->ground_mode = mode;
     return VS_OK;
 }
 
@@ -604,8 +607,10 @@ const float *vs_train_vlm_logits(const vs_train_vlm *m) { return m->a.logits; }
 
 static void zero(vs_threadpool *tp, float *x, size_t n) { vs_train_zero_tp(tp, x, n); }
 
-/* LM backward; leaves d(loss)/d(image rows) in d->dmm_out when want_img. */
-static void lm_backward(vs_train_vlm *m, vs_threadpool *tp, bool train_lm, bool want_img) {
+/* LM backward; leaves d(loss)/d(image rows) in d->dmm_out when want_img. ground_only: the grounding
+ * term's gradient alone, from the grounded layer down, into the LM's weights (VS_TRAIN_GROUND_LM's second
+ * pass); otherwise the LM loss's, with the term's as its mode says. */
+static void lm_backward(vs_train_vlm *m, vs_threadpool *tp, bool train_lm, bool want_img, bool ground_only) {
     const vs_train_vlm_config *c = &m->cfg;
     const vs_train_vlm_tensors *w = &m->w;
     vlm_acts *a = &m->a;
@@ -614,14 +619,19 @@ static void lm_backward(vs_train_vlm *m, vs_threadpool *tp, bool train_lm, bool 
     int HD = m->HD, KVD = m->KVD, F = c->ffn, V = c->vocab, L = c->n_layers;
 #define G(field) (train_lm ? m->g.field : NULL)
 #define GL(field, off) (train_lm ? m->g.field + (off) : NULL)
-    zero(tp, d->dlogits, (size_t)N * V);
-    vs_train_xent_backward_tp(tp, d->dlogits, a->probs, m->targets, a->lw, 1.0f, N, V);
-    zero(tp, d->dln, (size_t)N * C);
-    vs_train_linear_backward(tp, d->dln, G(lm_head), NULL, d->dlogits, a->lnf, w->lm_head, N, C, V);
+    const bool has_ground = m->n_ground > 0;
     zero(tp, d->dx, (size_t)N * C);
-    const float *xlast = a->res2 + (L - 1) * LSTRIDE(m, C);
-    vs_train_rmsnorm_backward_tp(tp, d->dx, G(out_norm), d->dln, xlast, w->out_norm, a->lnf_rstd, N, C);
-    for (int l = L - 1; l >= 0; l--) {
+    if (!ground_only) {
+        zero(tp, d->dlogits, (size_t)N * V);
+        vs_train_xent_backward_tp(tp, d->dlogits, a->probs, m->targets, a->lw, 1.0f, N, V);
+        zero(tp, d->dln, (size_t)N * C);
+        vs_train_linear_backward(tp, d->dln, G(lm_head), NULL, d->dlogits, a->lnf, w->lm_head, N, C, V);
+        const float *xlast = a->res2 + (L - 1) * LSTRIDE(m, C);
+        vs_train_rmsnorm_backward_tp(tp, d->dx, G(out_norm), d->dln, xlast, w->out_norm, a->lnf_rstd, N, C);
+    }
+    for (int l = ground_only ? m->ground_layer : L - 1; l >= 0; l--) {
+        /* the second pass starts at the grounded layer, where nothing but the term pulls (dx is 0) */
+        const bool top_of_ground = ground_only && l == m->ground_layer;
         const float *xin = l ? a->res2 + (l - 1) * LSTRIDE(m, C) : a->x_emb;
         const float *ln1 = a->ln1 + l * LSTRIDE(m, C), *r1 = a->ln1_rstd + l * LSTRIDE(m, 1);
         const float *q = a->q + l * LSTRIDE(m, HD), *k = a->k + l * LSTRIDE(m, KVD);
@@ -632,6 +642,10 @@ static void lm_backward(vs_train_vlm *m, vs_threadpool *tp, bool train_lm, bool 
         const float *gate = a->gate + l * LSTRIDE(m, F), *up = a->up + l * LSTRIDE(m, F);
         const float *h = a->hmid + l * LSTRIDE(m, F);
         size_t oc = (size_t)l * C;
+        zero(tp, d->dq, (size_t)N * HD);
+        zero(tp, d->dk, (size_t)N * KVD);
+        zero(tp, d->dv, (size_t)N * KVD);
+        if (!top_of_ground) {
         /* MLP branch: res2 = res1 + w_down(swiglu(w_gate ln2, w_up ln2)), ln2 = rms(res1) */
         zero(tp, d->dh, (size_t)N * F);
         vs_train_linear_backward(tp, d->dh, GL(w_down, oc * F), NULL, d->dx, h, w->w_down + oc * F, N, F, C);
@@ -646,13 +660,11 @@ static void lm_backward(vs_train_vlm *m, vs_threadpool *tp, bool train_lm, bool 
         /* attention branch: res1 = xin + wo(attn(rope(wq ln1), rope(wk ln1), wv ln1)), ln1 = rms(xin) */
         zero(tp, d->datty, (size_t)N * HD);
         vs_train_linear_backward(tp, d->datty, GL(wo, oc * HD), NULL, d->dx, atty, w->wo + oc * HD, N, HD, C);
-        zero(tp, d->dq, (size_t)N * HD);
-        zero(tp, d->dk, (size_t)N * KVD);
-        zero(tp, d->dv, (size_t)N * KVD);
         vs_train_self_attention_backward(tp, d->dq, d->dk, d->dv, d->datt, d->datty, att, q, k, v, B, T, H,
                                          KVH, D, true);
-        const bool ground_here = l == m->ground_layer && m->n_ground > 0;
-        if (ground_here && !m->ground_qk_only) /* the grounding term's pull on head 0 */
+        }
+        const bool ground_here = l == m->ground_layer && has_ground;
+        if (ground_here && (top_of_ground || m->ground_mode == VS_TRAIN_GROUND_ALL)) /* the term's pull on head 0 */
             vs_train_attn_ground_backward(d->dq, d->dk, att, q, k, B, T, H, KVH, D, 0, m->ground, m->n_ground,
                                           m->ground_weight);
         zero(tp, d->dqr, (size_t)N * HD);
@@ -666,7 +678,7 @@ static void lm_backward(vs_train_vlm *m, vs_threadpool *tp, bool train_lm, bool 
         vs_train_linear_backward(tp, d->dln, GL(wv, (size_t)l * KVD * C), NULL, d->dv, ln1,
                                  w->wv + (size_t)l * KVD * C, N, C, KVD);
         vs_train_rmsnorm_backward_tp(tp, d->dx, GL(attn_norm, oc), d->dln, xin, w->attn_norm + oc, r1, N, C);
-        if (ground_here && m->ground_qk_only && train_lm) {
+        if (ground_here && m->ground_mode == VS_TRAIN_GROUND_QK && train_lm) {
             /* the grounding term's pull, into this layer's query and key weights alone: nothing below
              * them (the residual stream, the projector, the tower) learns from it */
             zero(tp, d->dq, (size_t)N * HD);
@@ -796,7 +808,8 @@ vs_status vs_train_vlm_backward(vs_train_vlm *m, vs_threadpool *tp, vs_error *er
     bool train_vis = !fz[VS_TRAIN_GROUP_VISION] && m->cfg.v_blocks >= 0;
     bool want_img = m->has_images && (train_proj || train_vis);
     if (!train_lm && !want_img) return VS_OK;
-    lm_backward(m, tp, train_lm, want_img);
+    lm_backward(m, tp, train_lm, want_img, false);
+    if (train_lm && m->ground_mode == VS_TRAIN_GROUND_LM && m->n_ground > 0) lm_backward(m, tp, true, false, true);
     if (want_img && m->cap_weight > 0 && m->cap_tau > 0) /* the norm cap's pull on the image rows */
         vs_train_norm_cap_backward(m->d.dmm_out, m->a.mm_out, m->cap_weight, m->NI * m->NR, m->cfg.width,
                                    m->cap_tau);

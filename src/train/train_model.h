@@ -150,16 +150,22 @@ void vs_train_vlm_set_norm_cap(vs_train_vlm *m, float ratio, float weight);
 vs_status vs_train_vlm_set_pool(vs_train_vlm *m, int k, vs_error *err);
 int vs_train_vlm_image_rows(const vs_train_vlm *m);
 double vs_train_vlm_norm_cap_loss(const vs_train_vlm *m);
+/* Where the grounding term's gradient goes. ALL: its true gradient, through the whole model (the layers
+ * below the grounded one, the image rows, the projector, a trained tower). LM: into every LM weight as
+ * ALL, but not into the image rows: the projector and tower learn from the other terms alone (a second,
+ * shorter backward pass from the grounded layer down). QK: into the grounded layer's query and key
+ * weights alone. */
+typedef enum vs_train_ground_mode { VS_TRAIN_GROUND_ALL, VS_TRAIN_GROUND_LM, VS_TRAIN_GROUND_QK } vs_train_ground_mode;
+
 /* Attention grounding (off by default): with weight > 0, every forward whose batch has grounds adds
  * weight * vs_train_attn_ground_forward(head 0 of LM layer `layer`) to the loss, and the backward its
  * gradient: that head learns to look, from the row that predicts an answer, at the image rows the
  * answer lies in (docs/target.md). Per forward, as the norm cap: divide the weight by the accumulation
- * count for a per-step one. qk_only: the term's gradient goes into that layer's query and key weights
- * alone and stops there (the rest of the model, the projector and the tower learn from the other terms
- * only); otherwise it flows through the whole model like the LM loss's. VS_ERR_INVALID when layer is not
- * in 0 .. n_layers - 1. ground_loss: the term the last forward added, without the weight (0 when off or
- * without grounds). */
-vs_status vs_train_vlm_set_ground(vs_train_vlm *m, int layer, float weight, bool qk_only, vs_error *err);
+ * count for a per-step one. mode says where the term's gradient goes (the type above). VS_ERR_INVALID
+ * when layer is not in 0 .. n_layers - 1 or mode is none of them. ground_loss: the term the last forward
+ * added, without the weight (0 when off or without grounds). */
+vs_status vs_train_vlm_set_ground(vs_train_vlm *m, int layer, float weight, vs_train_ground_mode mode,
+                                  vs_error *err);
 double vs_train_vlm_ground_loss(const vs_train_vlm *m);
 /* (B, T, V) logits of the last forward. */
 const float *vs_train_vlm_logits(const vs_train_vlm *m);

@@ -80,7 +80,7 @@ struct vs_train_vlm {
      * and term */
     int ground_layer;
     float ground_weight;
-    bool ground_qk_only; /* the term's gradient reaches the grounded layer's wq and wk alone */
+    vs_train_ground_mode ground_mode; /* where the term's gradient goes */
     double ground_loss;
     vs_train_ground *ground;
     int n_ground, ground_cap;
