@@ -581,6 +581,14 @@ static bool same_file(const char *a, const char *b) {
     return same;
 }
 
+/* Whether file (e.g. "target-f32.gguf") is the same in the run directories tmp/run_a and tmp/run_b. */
+static bool same_in_runs(const char *tmp, const char *run_a, const char *run_b, const char *file) {
+    char a[700], b[700];
+    snprintf(a, sizeof(a), "%s/%s/%s", tmp, run_a, file);
+    snprintf(b, sizeof(b), "%s/%s/%s", tmp, run_b, file);
+    return same_file(a, b);
+}
+
 /* --grow: the straight run's checkpoint (LM 2 x 32) grown into 4 x 64 with no noise and trained one step
  * at rate 0 computes the same logits through the inference engine; the wrong shape, --grow with --init
  * and --grow-noise alone are refused. */
@@ -682,19 +690,12 @@ static void test_cli_ground(const char *cli, const char *dir, const char *tok, c
                     "> %s/%s.log 2>&1", cli, dir, tok, tmp, qk_runs[i][0], tiny, qk_runs[i][1], tmp, qk_runs[i][0]);
         VT_CHECK(rc == 0, "train target %s: exit %d", qk_runs[i][1], rc);
     }
-    char a[700], b[700];
-    snprintf(a, sizeof(a), "%s/g-none/target-mmproj-f32.gguf", tmp);
-    snprintf(b, sizeof(b), "%s/g-qk/target-mmproj-f32.gguf", tmp);
-    VT_CHECK(same_file(a, b), "--ground-grad qk: the projector or tower learned from the grounding term");
-    snprintf(b, sizeof(b), "%s/g-lm/target-mmproj-f32.gguf", tmp);
-    VT_CHECK(same_file(a, b), "--ground-grad lm: the projector or tower learned from the grounding term");
-    snprintf(b, sizeof(b), "%s/g-all/target-mmproj-f32.gguf", tmp);
-    VT_CHECK(!same_file(a, b), "--ground-grad all: the projector did not learn from the grounding term");
-    snprintf(a, sizeof(a), "%s/g-none/target-f32.gguf", tmp);
-    snprintf(b, sizeof(b), "%s/g-qk/target-f32.gguf", tmp);
-    VT_CHECK(!same_file(a, b), "--ground-grad qk: the LM did not learn from the grounding term");
-    snprintf(b, sizeof(b), "%s/g-lm/target-f32.gguf", tmp);
-    VT_CHECK(!same_file(a, b), "--ground-grad lm: the LM did not learn from the grounding term");
+    const char *mm = "target-mmproj-f32.gguf", *lm = "target-f32.gguf";
+    VT_CHECK(same_in_runs(tmp, "g-none", "g-qk", mm), "--ground-grad qk: the projector or tower learned from the term");
+    VT_CHECK(same_in_runs(tmp, "g-none", "g-lm", mm), "--ground-grad lm: the projector or tower learned from the term");
+    VT_CHECK(!same_in_runs(tmp, "g-none", "g-all", mm), "--ground-grad all: the projector did not learn from the term");
+    VT_CHECK(!same_in_runs(tmp, "g-none", "g-qk", lm), "--ground-grad qk: the LM did not learn from the term");
+    VT_CHECK(!same_in_runs(tmp, "g-none", "g-lm", lm), "--ground-grad lm: the LM did not learn from the term");
     VT_CHECK(vt_run("grep -q '\"ground_grad\":\"qk\"' %s/g-qk/run.json", tmp) == 0 &&
                  vt_run("grep -q '\"ground_grad\":\"lm\"' %s/g-lm/run.json", tmp) == 0 &&
                  vt_run("grep -q 'ground_grad' %s/g-all/run.json", tmp) != 0,
@@ -827,21 +828,15 @@ static void test_cli(const char *dir, const char *tok) {
                         cli, dir, tok, tmp, lm_runs[i][0], tiny, lm_runs[i][1], tmp, lm_runs[i][0]);
             VT_CHECK(rc == 0, "train target %s exit %d", lm_runs[i][1], rc);
         }
-        char a0[700], a4[700], a2[700];
-        snprintf(a0, sizeof(a0), "%s/lr0/target-f32.gguf", tmp);
-        snprintf(a4, sizeof(a4), "%s/flm4/target-f32.gguf", tmp);
-        snprintf(a2, sizeof(a2), "%s/flm2/target-f32.gguf", tmp);
-        VT_CHECK(same_file(a0, a4), "--freeze-lm 4: the LM changed while frozen");
-        VT_CHECK(!same_file(a0, a2), "--freeze-lm 2: the LM did not train after the freeze");
-        snprintf(a4, sizeof(a4), "%s/fpj4/target-f32.gguf", tmp);
-        VT_CHECK(!same_file(a0, a4), "--freeze-projector 4: the LM did not train");
-        snprintf(a0, sizeof(a0), "%s/lr0/target-mmproj-f32.gguf", tmp);
-        snprintf(a4, sizeof(a4), "%s/flm4/target-mmproj-f32.gguf", tmp);
-        VT_CHECK(!same_file(a0, a4), "--freeze-lm 4: the projector and tower did not train");
-        snprintf(a4, sizeof(a4), "%s/fpj4/target-mmproj-f32.gguf", tmp);
-        snprintf(a2, sizeof(a2), "%s/fpj2/target-mmproj-f32.gguf", tmp);
-        VT_CHECK(same_file(a0, a4), "--freeze-projector 4 --freeze-vision 4: the projector or tower changed");
-        VT_CHECK(!same_file(a0, a2), "--freeze-projector 2: the projector did not train after the freeze");
+        const char *lm = "target-f32.gguf", *mm = "target-mmproj-f32.gguf";
+        VT_CHECK(same_in_runs(tmp, "lr0", "flm4", lm), "--freeze-lm 4: the LM changed while frozen");
+        VT_CHECK(!same_in_runs(tmp, "lr0", "flm2", lm), "--freeze-lm 2: the LM did not train after the freeze");
+        VT_CHECK(!same_in_runs(tmp, "lr0", "fpj4", lm), "--freeze-projector 4: the LM did not train");
+        VT_CHECK(!same_in_runs(tmp, "lr0", "flm4", mm), "--freeze-lm 4: the projector and tower did not train");
+        VT_CHECK(same_in_runs(tmp, "lr0", "fpj4", mm),
+                 "--freeze-projector 4 --freeze-vision 4: the projector or tower changed");
+        VT_CHECK(!same_in_runs(tmp, "lr0", "fpj2", mm),
+                 "--freeze-projector 2: the projector did not train after the freeze");
         snprintf(path, sizeof(path), "%s/flm4/run.json", tmp);
         VT_CHECK(vt_file_has(path, "\"freeze_lm\":4"), "--freeze-lm is not in %s", path);
         snprintf(path, sizeof(path), "%s/fpj2/run.json", tmp);

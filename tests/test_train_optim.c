@@ -629,7 +629,8 @@ static void test_ground(vs_threadpool *tp) {
     vs_train_vlm *m = f.m;
     vs_error err = {0};
     float l1, l2;
-    VT_CHECK(vs_train_vlm_set_ground(m, 2, 1.0f, VS_TRAIN_GROUND_ALL, &err) == VS_ERR_INVALID, "layer 2 of 2 is refused");
+    VT_CHECK(vs_train_vlm_set_ground(m, 2, 1.0f, VS_TRAIN_GROUND_ALL, &err) == VS_ERR_INVALID,
+             "layer 2 of 2 is refused");
     VT_CHECK(vs_train_vlm_set_ground(m, 1, 1.0f, (vs_train_ground_mode)7, &err) == VS_ERR_INVALID, "mode 7 is refused");
     const float weight = 0.6f;
     VT_REQUIRE(vs_train_vlm_set_ground(m, 1, weight, VS_TRAIN_GROUND_ALL, &err) == VS_OK, "%s", err.msg);

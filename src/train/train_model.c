@@ -607,6 +607,21 @@ const float *vs_train_vlm_logits(const vs_train_vlm *m) { return m->a.logits; }
 
 static void zero(vs_threadpool *tp, float *x, size_t n) { vs_train_zero_tp(tp, x, n); }
 
+/* Layer l's query and key projections, backward: d->dq and d->dk (after RoPE) into wq's and wk's
+ * gradients (when train_lm) and into dln (when not NULL). */
+static void qk_backward(vs_train_vlm *m, vs_threadpool *tp, int l, const float *ln1, float *dln, bool train_lm) {
+    const vs_train_vlm_config *c = &m->cfg;
+    vlm_grads *d = &m->d;
+    const int N = m->B * m->T, C = c->width, HD = m->HD, KVD = m->KVD;
+    const size_t oq = (size_t)l * HD * C, ok = (size_t)l * KVD * C;
+    zero(tp, d->dqr, (size_t)N * HD);
+    zero(tp, d->dkr, (size_t)N * KVD);
+    vs_train_rope_backward_tp(tp, d->dqr, d->dq, m->a.rope_cs, m->pos, N, c->n_heads, m->D);
+    vs_train_rope_backward_tp(tp, d->dkr, d->dk, m->a.rope_cs, m->pos, N, c->n_kv_heads, m->D);
+    vs_train_linear_backward(tp, dln, train_lm ? m->g.wq + oq : NULL, NULL, d->dqr, ln1, m->w.wq + oq, N, C, HD);
+    vs_train_linear_backward(tp, dln, train_lm ? m->g.wk + ok : NULL, NULL, d->dkr, ln1, m->w.wk + ok, N, C, KVD);
+}
+
 /* LM backward; leaves d(loss)/d(image rows) in d->dmm_out when want_img. ground_only: the grounding
  * term's gradient alone, from the grounded layer down, into the LM's weights (VS_TRAIN_GROUND_LM's second
  * pass); otherwise the LM loss's, with the term's as its mode says. */
@@ -630,7 +645,8 @@ static void lm_backward(vs_train_vlm *m, vs_threadpool *tp, bool train_lm, bool 
         vs_train_rmsnorm_backward_tp(tp, d->dx, G(out_norm), d->dln, xlast, w->out_norm, a->lnf_rstd, N, C);
     }
     for (int l = ground_only ? m->ground_layer : L - 1; l >= 0; l--) {
-        /* the second pass starts at the grounded layer, where nothing but the term pulls (dx is 0) */
+        /* the second pass starts at the grounded layer, where nothing but the term pulls (dx is 0 there,
+         * so its MLP, output projection and values have nothing to pass on) */
         const bool top_of_ground = ground_only && l == m->ground_layer;
         const float *xin = l ? a->res2 + (l - 1) * LSTRIDE(m, C) : a->x_emb;
         const float *ln1 = a->ln1 + l * LSTRIDE(m, C), *r1 = a->ln1_rstd + l * LSTRIDE(m, 1);
@@ -646,37 +662,32 @@ static void lm_backward(vs_train_vlm *m, vs_threadpool *tp, bool train_lm, bool 
         zero(tp, d->dk, (size_t)N * KVD);
         zero(tp, d->dv, (size_t)N * KVD);
         if (!top_of_ground) {
-        /* MLP branch: res2 = res1 + w_down(swiglu(w_gate ln2, w_up ln2)), ln2 = rms(res1) */
-        zero(tp, d->dh, (size_t)N * F);
-        vs_train_linear_backward(tp, d->dh, GL(w_down, oc * F), NULL, d->dx, h, w->w_down + oc * F, N, F, C);
-        zero(tp, d->dgate, (size_t)N * F);
-        zero(tp, d->dup, (size_t)N * F);
-        vs_train_swiglu_backward_tp(tp, d->dgate, d->dup, d->dh, gate, up, (size_t)N * F);
-        zero(tp, d->dln, (size_t)N * C);
-        vs_train_linear_backward(tp, d->dln, GL(w_gate, oc * F), NULL, d->dgate, ln2, w->w_gate + oc * F, N,
-                                 C, F);
-        vs_train_linear_backward(tp, d->dln, GL(w_up, oc * F), NULL, d->dup, ln2, w->w_up + oc * F, N, C, F);
-        vs_train_rmsnorm_backward_tp(tp, d->dx, GL(ffn_norm, oc), d->dln, res1, w->ffn_norm + oc, r2, N, C);
-        /* attention branch: res1 = xin + wo(attn(rope(wq ln1), rope(wk ln1), wv ln1)), ln1 = rms(xin) */
-        zero(tp, d->datty, (size_t)N * HD);
-        vs_train_linear_backward(tp, d->datty, GL(wo, oc * HD), NULL, d->dx, atty, w->wo + oc * HD, N, HD, C);
-        vs_train_self_attention_backward(tp, d->dq, d->dk, d->dv, d->datt, d->datty, att, q, k, v, B, T, H,
-                                         KVH, D, true);
+            /* MLP branch: res2 = res1 + w_down(swiglu(w_gate ln2, w_up ln2)), ln2 = rms(res1) */
+            zero(tp, d->dh, (size_t)N * F);
+            vs_train_linear_backward(tp, d->dh, GL(w_down, oc * F), NULL, d->dx, h, w->w_down + oc * F, N, F, C);
+            zero(tp, d->dgate, (size_t)N * F);
+            zero(tp, d->dup, (size_t)N * F);
+            vs_train_swiglu_backward_tp(tp, d->dgate, d->dup, d->dh, gate, up, (size_t)N * F);
+            zero(tp, d->dln, (size_t)N * C);
+            vs_train_linear_backward(tp, d->dln, GL(w_gate, oc * F), NULL, d->dgate, ln2, w->w_gate + oc * F, N,
+                                     C, F);
+            vs_train_linear_backward(tp, d->dln, GL(w_up, oc * F), NULL, d->dup, ln2, w->w_up + oc * F, N, C, F);
+            vs_train_rmsnorm_backward_tp(tp, d->dx, GL(ffn_norm, oc), d->dln, res1, w->ffn_norm + oc, r2, N, C);
+            /* attention branch: res1 = xin + wo(attn(rope(wq ln1), rope(wk ln1), wv ln1)), ln1 = rms(xin) */
+            zero(tp, d->datty, (size_t)N * HD);
+            vs_train_linear_backward(tp, d->datty, GL(wo, oc * HD), NULL, d->dx, atty, w->wo + oc * HD, N, HD, C);
+            vs_train_self_attention_backward(tp, d->dq, d->dk, d->dv, d->datt, d->datty, att, q, k, v, B, T, H,
+                                             KVH, D, true);
         }
         const bool ground_here = l == m->ground_layer && has_ground;
         if (ground_here && (top_of_ground || m->ground_mode == VS_TRAIN_GROUND_ALL)) /* the term's pull on head 0 */
             vs_train_attn_ground_backward(d->dq, d->dk, att, q, k, B, T, H, KVH, D, 0, m->ground, m->n_ground,
                                           m->ground_weight);
-        zero(tp, d->dqr, (size_t)N * HD);
-        zero(tp, d->dkr, (size_t)N * KVD);
-        vs_train_rope_backward_tp(tp, d->dqr, d->dq, a->rope_cs, m->pos, N, H, D);
-        vs_train_rope_backward_tp(tp, d->dkr, d->dk, a->rope_cs, m->pos, N, KVH, D);
         zero(tp, d->dln, (size_t)N * C);
-        vs_train_linear_backward(tp, d->dln, GL(wq, oc * HD), NULL, d->dqr, ln1, w->wq + oc * HD, N, C, HD);
-        vs_train_linear_backward(tp, d->dln, GL(wk, (size_t)l * KVD * C), NULL, d->dkr, ln1,
-                                 w->wk + (size_t)l * KVD * C, N, C, KVD);
-        vs_train_linear_backward(tp, d->dln, GL(wv, (size_t)l * KVD * C), NULL, d->dv, ln1,
-                                 w->wv + (size_t)l * KVD * C, N, C, KVD);
+        qk_backward(m, tp, l, ln1, d->dln, train_lm);
+        if (!top_of_ground)
+            vs_train_linear_backward(tp, d->dln, GL(wv, (size_t)l * KVD * C), NULL, d->dv, ln1,
+                                     w->wv + (size_t)l * KVD * C, N, C, KVD);
         vs_train_rmsnorm_backward_tp(tp, d->dx, GL(attn_norm, oc), d->dln, xin, w->attn_norm + oc, r1, N, C);
         if (ground_here && m->ground_mode == VS_TRAIN_GROUND_QK && train_lm) {
             /* the grounding term's pull, into this layer's query and key weights alone: nothing below
@@ -685,13 +696,7 @@ static void lm_backward(vs_train_vlm *m, vs_threadpool *tp, bool train_lm, bool 
             zero(tp, d->dk, (size_t)N * KVD);
             vs_train_attn_ground_backward(d->dq, d->dk, att, q, k, B, T, H, KVH, D, 0, m->ground, m->n_ground,
                                           m->ground_weight);
-            zero(tp, d->dqr, (size_t)N * HD);
-            zero(tp, d->dkr, (size_t)N * KVD);
-            vs_train_rope_backward_tp(tp, d->dqr, d->dq, a->rope_cs, m->pos, N, H, D);
-            vs_train_rope_backward_tp(tp, d->dkr, d->dk, a->rope_cs, m->pos, N, KVH, D);
-            vs_train_linear_backward(tp, NULL, m->g.wq + oc * HD, NULL, d->dqr, ln1, w->wq + oc * HD, N, C, HD);
-            vs_train_linear_backward(tp, NULL, m->g.wk + (size_t)l * KVD * C, NULL, d->dkr, ln1,
-                                     w->wk + (size_t)l * KVD * C, N, C, KVD);
+            qk_backward(m, tp, l, ln1, NULL, true);
         }
     }
     if (train_lm) vs_train_embed_backward(m->g.wte, d->dx, m->tokens, N, C);
