@@ -138,20 +138,13 @@ def main():
     pics = pictures(a.world, a.fit + a.test)
     with tempfile.TemporaryDirectory() as tmp:
         M = mean_rows(a.vlmspec, a.mmproj, pics, tmp)
-    fit, test = M[: a.fit], M[a.fit:]
-    mu, sd = fit.mean(0), fit.std(0) + 1e-6
-    F, T = (fit - mu) / sd, (test - mu) / sd
     C = M - M.mean(0)
     total = (C ** 2).sum(1).mean()
     print("%d + %d one-object pictures of %s, rows of %s" % (a.fit, a.test, a.world, a.mmproj))
     print("%-14s %9s %16s" % ("attribute", "probe", "variance share"))
     for name, get in ATTRS:
         y = np.array([get(s) for _, s in pics])
-        classes = sorted(set(y[: a.fit]))
-        Y = np.array([[v == c for c in classes] for v in y[: a.fit]], dtype=np.float64)
-        W = np.linalg.solve(F.T @ F + 10.0 * np.eye(F.shape[1]), F.T @ Y)
-        pred = np.array(classes)[(T @ W).argmax(1)]
-        acc = float(np.mean(pred == y[a.fit:]))
+        acc = ridge_accuracy(M, y, a.fit)
         between = sum((y == c).sum() * (C[y == c].mean(0) ** 2).sum() for c in set(y)) / len(y)
         print("%-14s %8.1f%% %15.1f%%" % (name, 100 * acc, 100 * between / total))
 

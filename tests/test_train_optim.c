@@ -655,7 +655,8 @@ static void test_ground(vs_threadpool *tp) {
         const char *name;
         float *x, *gx;
     } probe[6] = {{"wq (layer 1, head 0)", f.w.wq + HD * c->width + 3, f.g.wq + HD * c->width + 3},
-                  {"wq (layer 1, head 0)", f.w.wq + HD * c->width + 2 * c->width + 5, f.g.wq + HD * c->width + 2 * c->width + 5},
+                  {"wq (layer 1, head 0)", f.w.wq + HD * c->width + 2 * c->width + 5,
+                   f.g.wq + HD * c->width + 2 * c->width + 5},
                   {"wk (layer 1)", f.w.wk + KVD * c->width + 7, f.g.wk + KVD * c->width + 7},
                   {"wk (layer 1)", f.w.wk + KVD * c->width + c->width + 1, f.g.wk + KVD * c->width + c->width + 1},
                   {"mm.2 bias", f.w.mm2_b + 1, f.g.mm2_b + 1},
@@ -667,7 +668,8 @@ static void test_ground(vs_threadpool *tp) {
         VT_CHECK(e < 1e-2, "%s: finite difference and backward differ by %.3g", probe[k].name, e);
     }
     /* the term moves these gradients: without it they differ */
-    VT_CHECK(f.g.wq[HD * c->width + 3] != f.g0[f.g.wq + HD * c->width + 3 - f.p->grad], "the term reaches wq of layer 1");
+    VT_CHECK(f.g.wq[HD * c->width + 3] != f.g0[f.g.wq + HD * c->width + 3 - f.p->grad],
+             "the term reaches wq of layer 1");
     /* qk_only: the same loss; layer 1's wq and wk get the full gradient (the term's share included),
      * every other parameter exactly the plain step's, though the full gradient reaches the projector */
     VT_REQUIRE(vs_train_vlm_set_ground(m, 1, weight, VS_TRAIN_GROUND_QK, &err) == VS_OK, "%s", err.msg);

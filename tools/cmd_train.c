@@ -362,7 +362,6 @@ typedef struct target_opts {
     double words_frac;   /* this share of the samples with pictures in words (train_data.h) */
     const char *ground_rows; /* --ground-rows: "first", "answer" or "chars" (train_data.h's
                               * ground_answer, ground_chars) */
-    const char *ground_grad; /* --ground-grad: "all", "lm" or "qk" (vs_train_sched.ground_mode) */
     double prompt_loss;  /* weight of prompt text rows in the loss (train_data.h) */
     vs_train_vlm_config cfg;
     bool image_size_given;
@@ -480,6 +479,16 @@ static void target_usage(FILE *f) {
 
 static const char *const k_target_cmd = "train target";
 
+/* --ground-grad's values, indexed by vs_train_ground_mode */
+static const char *const k_ground_modes[] = {"all", "lm", "qk"};
+
+static bool parse_ground_grad(const char *cmd, const char *flag, const char *v, void *dst) {
+    for (int i = 0; i < (int)VS_ARRAY_LEN(k_ground_modes); i++)
+        if (!strcmp(v, k_ground_modes[i])) return *(vs_train_ground_mode *)dst = (vs_train_ground_mode)i, true;
+    cli_fail(cmd, "%s '%s': give 'all', 'lm' or 'qk'", flag, v);
+    return false;
+}
+
 /* Returns -1 when the options are fine, else the exit status. */
 static int target_parse(int argc, char **argv, target_opts *o) {
     const char *cmd = k_target_cmd;
@@ -514,7 +523,7 @@ static int target_parse(int argc, char **argv, target_opts *o) {
     cli_flag_add(&fs, "--ground", CLI_F64, &s->ground, 0, 1e6);
     cli_flag_add(&fs, "--ground-layer", CLI_INT, &s->ground_layer, 0, 4096);
     cli_flag_add(&fs, "--ground-rows", CLI_STR, &o->ground_rows, 0, 0);
-    cli_flag_add(&fs, "--ground-grad", CLI_STR, &o->ground_grad, 0, 0);
+    cli_flag_fn_add(&fs, "--ground-grad", parse_ground_grad, &s->ground_mode);
     cli_flag_add(&fs, "--init", CLI_STR, &o->init, 0, 0);
     cli_flag_add(&fs, "--vision-init", CLI_STR, &o->vision_init, 0, 0);
     cli_flag_add(&fs, "--grow", CLI_STR, &o->grow, 0, 0);
@@ -546,13 +555,8 @@ static int target_parse(int argc, char **argv, target_opts *o) {
         return cli_fail(cmd, "--ground-rows '%s': give 'first', 'answer' or 'chars'", o->ground_rows), 2;
     if (o->ground_rows && !(s->ground > 0))
         return cli_fail(cmd, "--ground-rows without --ground W (W > 0) grounds nothing"), 2;
-    if (o->ground_grad && strcmp(o->ground_grad, "all") && strcmp(o->ground_grad, "lm") && strcmp(o->ground_grad, "qk"))
-        return cli_fail(cmd, "--ground-grad '%s': give 'all', 'lm' or 'qk'", o->ground_grad), 2;
-    if (o->ground_grad && !(s->ground > 0))
+    if (cli_flag_given(&fs, &s->ground_mode) && !(s->ground > 0))
         return cli_fail(cmd, "--ground-grad without --ground W (W > 0) grounds nothing"), 2;
-    s->ground_mode = !o->ground_grad || !strcmp(o->ground_grad, "all") ? VS_TRAIN_GROUND_ALL
-                     : !strcmp(o->ground_grad, "lm")                   ? VS_TRAIN_GROUND_LM
-                                                                       : VS_TRAIN_GROUND_QK;
     if (s->ground > 0 && o->images_as_text)
         return cli_fail(cmd, "--ground with --images-as-text: no picture has image rows to ground in"), 2;
     if (!cli_flag_given(&fs, &s->ground_layer)) s->ground_layer = -1; /* half the layers, once known */
@@ -592,7 +596,8 @@ static char *target_settings(const target_opts *o, int64_t total, int vocab) {
         vs_json_key(&w, "ground_layer"), vs_json_int(&w, o->s.ground_layer);
         if (o->ground_rows && strcmp(o->ground_rows, "first"))
             vs_json_key(&w, "ground_rows"), vs_json_str(&w, o->ground_rows);
-        if (o->s.ground_mode != VS_TRAIN_GROUND_ALL) vs_json_key(&w, "ground_grad"), vs_json_str(&w, o->ground_grad);
+        if (o->s.ground_mode != VS_TRAIN_GROUND_ALL)
+            vs_json_key(&w, "ground_grad"), vs_json_str(&w, k_ground_modes[o->s.ground_mode]);
     }
     if (o->init) vs_json_key(&w, "init"), vs_json_str(&w, o->init);
     if (o->vision_init) vs_json_key(&w, "vision_init"), vs_json_str(&w, o->vision_init);
