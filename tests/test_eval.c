@@ -581,6 +581,18 @@ static bool same_file(const char *a, const char *b) {
     return same;
 }
 
+/* Runs `train target` once per row of runs ({name, flags}): the world dir and tokenizer, --out tmp/NAME,
+ * the common flags, then the row's (a flag given twice takes the later value), the log in tmp/NAME.log;
+ * each must exit 0. */
+static void train_runs(const char *cli, const char *dir, const char *tok, const char *tmp, const char *common,
+                       const char *const (*runs)[2], int n) {
+    for (int i = 0; i < n; i++) {
+        int rc = vt_run("%s train target --data %s --tokenizer %s --out %s/%s %s %s > %s/%s.log 2>&1", cli, dir,
+                        tok, tmp, runs[i][0], common, runs[i][1], tmp, runs[i][0]);
+        VT_CHECK(rc == 0, "train target %s: exit %d (%s/%s.log)", runs[i][1], rc, tmp, runs[i][0]);
+    }
+}
+
 /* Whether file (e.g. "target-f32.gguf") is the same in the run directories tmp/run_a and tmp/run_b. */
 static bool same_in_runs(const char *tmp, const char *run_a, const char *run_b, const char *file) {
     char a[700], b[700];
@@ -685,11 +697,9 @@ static void test_cli_ground(const char *cli, const char *dir, const char *tok, c
                                               {"g-qk", "--ground 0.5 --ground-grad qk"},
                                               {"g-all", "--ground 0.5 --ground-grad all"},
                                               {"g-lm", "--ground 0.5 --ground-grad lm"}};
-    for (int i = 0; i < 4; i++) {
-        rc = vt_run("%s train target --data %s --tokenizer %s --out %s/%s --steps 1 --f32 %s --clip 0 %s "
-                    "> %s/%s.log 2>&1", cli, dir, tok, tmp, qk_runs[i][0], tiny, qk_runs[i][1], tmp, qk_runs[i][0]);
-        VT_CHECK(rc == 0, "train target %s: exit %d", qk_runs[i][1], rc);
-    }
+    char common[600];
+    snprintf(common, sizeof(common), "--steps 1 --f32 %s --clip 0", tiny);
+    train_runs(cli, dir, tok, tmp, common, qk_runs, 4);
     const char *mm = "target-mmproj-f32.gguf", *lm = "target-f32.gguf";
     VT_CHECK(same_in_runs(tmp, "g-none", "g-qk", mm), "--ground-grad qk: the projector or tower learned from the term");
     VT_CHECK(same_in_runs(tmp, "g-none", "g-lm", mm), "--ground-grad lm: the projector or tower learned from the term");
@@ -777,11 +787,9 @@ static void test_cli(const char *dir, const char *tok) {
                                               {"fz2w", "--freeze-vision 2 --vision-warmup 2"},
                                               {"fz2z", "--freeze-vision 2 --vision-lr 0"},
                                               {"fz2h", "--freeze-vision 2 --vision-lr 0.5"}};
-    for (int i = 0; i < 5; i++) {
-        rc = vt_run("%s train target --data %s --tokenizer %s --out %s/%s --steps 4 --f32 %s %s > %s/%s.log 2>&1",
-                    cli, dir, tok, tmp, fz_runs[i][0], fz_runs[i][1], tiny, tmp, fz_runs[i][0]);
-        VT_CHECK(rc == 0, "train target %s exit %d", fz_runs[i][1], rc);
-    }
+    char common[600];
+    snprintf(common, sizeof(common), "--steps 4 --f32 %s", tiny);
+    train_runs(cli, dir, tok, tmp, common, fz_runs, 5);
     rc = vt_run("%s train export --ckpt %s/fz2/ckpt-vision-frozen.gguf --tokenizer %s --lm %s/fz2k.gguf "
                 "--mmproj %s/fz2km.gguf --type f32 > /dev/null",
                 cli, tmp, tok, tmp, tmp);
@@ -822,12 +830,7 @@ static void test_cli(const char *dir, const char *tok) {
                                                   {"flm2", "--freeze-lm 2"},
                                                   {"fpj4", "--freeze-projector 4 --freeze-vision 4"},
                                                   {"fpj2", "--freeze-projector 2 --freeze-vision 4"}};
-        for (int i = 0; i < 5; i++) {
-            /* the run's flags after the tiny model's, whose --lr they override */
-            rc = vt_run("%s train target --data %s --tokenizer %s --out %s/%s --steps 4 --f32 %s %s > %s/%s.log 2>&1",
-                        cli, dir, tok, tmp, lm_runs[i][0], tiny, lm_runs[i][1], tmp, lm_runs[i][0]);
-            VT_CHECK(rc == 0, "train target %s exit %d", lm_runs[i][1], rc);
-        }
+        train_runs(cli, dir, tok, tmp, common, lm_runs, 5); /* lr0's --lr overrides the tiny model's */
         const char *lm = "target-f32.gguf", *mm = "target-mmproj-f32.gguf";
         VT_CHECK(same_in_runs(tmp, "lr0", "flm4", lm), "--freeze-lm 4: the LM changed while frozen");
         VT_CHECK(!same_in_runs(tmp, "lr0", "flm2", lm), "--freeze-lm 2: the LM did not train after the freeze");
@@ -848,11 +851,9 @@ static void test_cli(const char *dir, const char *tok) {
      * them, run.json records W); a negative weight is refused */
     {
         static const char *const pl_runs[2][2] = {{"pl0", ""}, {"pl1", "--prompt-loss 1"}};
-        for (int i = 0; i < 2; i++) {
-            rc = vt_run("%s train target --data %s --tokenizer %s --out %s/%s --steps 2 --f32 %s %s > %s/%s.log 2>&1",
-                        cli, dir, tok, tmp, pl_runs[i][0], tiny, pl_runs[i][1], tmp, pl_runs[i][0]);
-            VT_CHECK(rc == 0, "train target %s exit %d", pl_runs[i][1], rc);
-        }
+        char pl_common[600];
+        snprintf(pl_common, sizeof(pl_common), "--steps 2 --f32 %s", tiny);
+        train_runs(cli, dir, tok, tmp, pl_common, pl_runs, 2);
         char a0[700], a1[700];
         snprintf(a0, sizeof(a0), "%s/pl0/target-f32.gguf", tmp);
         snprintf(a1, sizeof(a1), "%s/pl1/target-f32.gguf", tmp);
